@@ -1,0 +1,731 @@
+//! The async driver: calls the model, runs tools, writes the store, emits
+//! chunks. The decisions it follows are in `machine.rs`.
+//!
+//! Order of effects in a step: stream the model turn (emitting its chunks as
+//! they arrive), run the tools, write the step to the store, and only then
+//! emit the tool results and any suspension. A client that saw
+//! `tool-call-suspended` can therefore always resume, from any process.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use chrono::Utc;
+use futures::{FutureExt, StreamExt, future::join_all};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::machine::{self, AfterModel, AfterTools};
+use super::{AgentInner, StreamOutput, approval_schema};
+use crate::chunk::*;
+use crate::error::RunError;
+use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
+use crate::model::{ModelError, ModelEvent, ModelRequest};
+use crate::store::{PendingKind, PendingToolCall, RunRecord, RunStatus, RunUpdate, StoreError};
+use crate::tool::{ToolContext, ToolOutcome, describe_errors};
+
+/// The default reason a model is given for a declined call.
+const NOT_APPROVED: &str = "Tool call was not approved by the user";
+
+/// A run as the driver holds it: the stored row (with its current version)
+/// and the whole conversation.
+pub(crate) struct RunState {
+    pub(crate) record: RunRecord,
+    pub(crate) messages: Vec<Message>,
+}
+
+/// What a resume does to its pending call, already checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ResumeAction {
+    Answer { tool_call_id: String, data: Value },
+    DeclineQuestion { tool_call_id: String, reason: Option<String> },
+    Approve { tool_call_id: String },
+    Deny { tool_call_id: String, reason: Option<String> },
+}
+
+impl ResumeAction {
+    pub(crate) fn tool_call_id(&self) -> &str {
+        match self {
+            ResumeAction::Answer { tool_call_id, .. }
+            | ResumeAction::DeclineQuestion { tool_call_id, .. }
+            | ResumeAction::Approve { tool_call_id }
+            | ResumeAction::Deny { tool_call_id, .. } => tool_call_id,
+        }
+    }
+}
+
+/// How one tool call ended in this stream.
+enum CallOutcome {
+    /// A result, with the chunk that shows it.
+    Done(ToolResult, ChunkKind),
+    /// The call waits on a person.
+    Pending(PendingToolCall),
+}
+
+/// A tool call as the model produced it, with its arguments checked for JSON.
+struct ModelCall {
+    call: ToolCall,
+    malformed: Option<String>,
+}
+
+/// One model turn, complete.
+struct Turn {
+    message_id: String,
+    text: String,
+    calls: Vec<ModelCall>,
+    reason: FinishReason,
+    usage: Usage,
+}
+
+/// How the stream ended.
+enum Ended {
+    Completed,
+    Suspended,
+    Failed(String),
+    Cancelled,
+}
+
+pub(crate) struct Driver {
+    agent: Arc<AgentInner>,
+    state: RunState,
+    chunks: mpsc::Sender<Chunk>,
+    /// The text the model produced in this stream.
+    text: String,
+    /// Model calls made in this stream.
+    steps_here: u32,
+}
+
+impl Driver {
+    pub(crate) fn new(agent: Arc<AgentInner>, state: RunState, chunks: mpsc::Sender<Chunk>) -> Self {
+        Driver {
+            agent,
+            state,
+            chunks,
+            text: String::new(),
+            steps_here: 0,
+        }
+    }
+
+    /// Drives the run until it completes, suspends or fails.
+    pub(crate) async fn run(mut self, action: Option<ResumeAction>) -> StreamOutput {
+        let ended = match action {
+            None => {
+                let message_id = new_id();
+                self.emit(ChunkKind::Start(Start {
+                    id: self.agent.id.clone(),
+                    message_id: message_id.clone(),
+                }))
+                .await;
+                self.steps(Some(message_id)).await
+            }
+            Some(action) => self.resume(action).await,
+        };
+        self.output(ended)
+    }
+
+    fn output(self, ended: Ended) -> StreamOutput {
+        let record = self.state.record;
+        let (status, finish_reason, error) = match ended {
+            Ended::Completed => (RunStatus::Completed, FinishReason::Stop, None),
+            Ended::Suspended => (RunStatus::Suspended, FinishReason::Suspended, None),
+            Ended::Failed(message) => (RunStatus::Failed, FinishReason::Error, Some(message)),
+            Ended::Cancelled => (RunStatus::Cancelled, FinishReason::Cancelled, None),
+        };
+        StreamOutput {
+            run_id: record.run_id,
+            status,
+            finish_reason,
+            text: self.text,
+            pending: if status == RunStatus::Suspended { record.pending } else { Vec::new() },
+            usage: record.usage,
+            error,
+        }
+    }
+
+    async fn emit(&self, kind: ChunkKind) {
+        // A reader that went away stops receiving chunks; the run itself
+        // goes on to its next stored state.
+        let _ = self.chunks.send(Chunk::new(&self.state.record.run_id, kind)).await;
+    }
+
+    /// Model steps until the run completes, suspends or fails.
+    async fn steps(&mut self, mut first_message_id: Option<String>) -> Ended {
+        loop {
+            if !machine::may_call_model(self.steps_here, self.agent.max_steps) {
+                let err = RunError::StepLimit {
+                    run_id: self.state.record.run_id.clone(),
+                    limit: self.agent.max_steps,
+                };
+                return self.fail(err.to_string()).await;
+            }
+            let message_id = first_message_id.take().unwrap_or_else(new_id);
+            self.emit(ChunkKind::StepStart(StepStart {
+                message_id: message_id.clone(),
+                started_at: Utc::now().timestamp_millis(),
+                warnings: Vec::new(),
+            }))
+            .await;
+            self.steps_here += 1;
+            self.state.record.steps += 1;
+
+            let turn = match self.model_turn(message_id).await {
+                Ok(turn) => turn,
+                Err(err) => return self.fail(err.to_string()).await,
+            };
+            self.state.record.usage.add(turn.usage);
+            let calls: Vec<ToolCall> = turn.calls.iter().map(|c| c.call.clone()).collect();
+            let assistant = Message::assistant(turn.text.clone(), calls.clone());
+
+            match machine::after_model(&calls) {
+                AfterModel::Complete => {
+                    if let Err(err) = self.save(RunStatus::Completed, vec![assistant], Vec::new(), Vec::new(), None).await {
+                        return self.store_failed(err).await;
+                    }
+                    let finish = step_finish(&turn, Vec::new(), turn.usage, false);
+                    self.emit(ChunkKind::StepFinish(finish.clone())).await;
+                    let mut finish = finish;
+                    finish.output.usage = self.state.record.usage;
+                    finish.step_result.reason = turn.reason.clone();
+                    self.emit(ChunkKind::Finish(finish)).await;
+                    return Ended::Completed;
+                }
+                AfterModel::RunTools => {}
+            }
+
+            let outcomes = self.run_calls(&turn.calls).await;
+            let mut pending = Vec::new();
+            let mut results = Vec::new();
+            let mut result_chunks = Vec::new();
+            for outcome in outcomes {
+                match outcome {
+                    CallOutcome::Done(result, chunk) => {
+                        results.push(result);
+                        result_chunks.push(chunk);
+                    }
+                    CallOutcome::Pending(p) => pending.push(p),
+                }
+            }
+
+            match machine::after_tools(&calls, &pending, &results) {
+                AfterTools::Wait => {
+                    let saved = self
+                        .save(RunStatus::Suspended, vec![assistant], pending, results, None)
+                        .await;
+                    if let Err(err) = saved {
+                        return self.store_failed(err).await;
+                    }
+                    for chunk in result_chunks {
+                        self.emit(chunk).await;
+                    }
+                    self.emit_pending().await;
+                    return Ended::Suspended;
+                }
+                AfterTools::Continue(ordered) => {
+                    let mut append = Vec::with_capacity(ordered.len() + 1);
+                    append.push(assistant);
+                    append.extend(ordered.into_iter().map(Message::Tool));
+                    if let Err(err) = self.save(RunStatus::Running, append, Vec::new(), Vec::new(), None).await {
+                        return self.store_failed(err).await;
+                    }
+                    for chunk in result_chunks {
+                        self.emit(chunk).await;
+                    }
+                    let payloads = calls.iter().map(ToolCallPayload::from).collect();
+                    self.emit(ChunkKind::StepFinish(step_finish(&turn, payloads, turn.usage, true)))
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Applies a checked decision to its pending call, then carries on.
+    async fn resume(&mut self, action: ResumeAction) -> Ended {
+        let target_id = action.tool_call_id().to_owned();
+        let Some(position) = self
+            .state
+            .record
+            .pending
+            .iter()
+            .position(|p| p.tool_call_id == target_id)
+        else {
+            // Checked before the claim; only a bug gets here.
+            return self.fail(format!("tool call {target_id} is no longer pending")).await;
+        };
+        let target = self.state.record.pending[position].clone();
+        let call = ToolCall {
+            id: target.tool_call_id.clone(),
+            name: target.tool_name.clone(),
+            args: target.args.clone(),
+        };
+        let run_id = self.state.record.run_id.clone();
+
+        let outcome = match action {
+            ResumeAction::Answer { data, .. } => {
+                let ctx = ToolContext::in_run(&run_id, &call.id).resumed(target.suspend_payload.clone(), Some(data));
+                self.execute(&call, ctx).await
+            }
+            ResumeAction::Approve { .. } => self.execute(&call, ToolContext::in_run(&run_id, &call.id)).await,
+            ResumeAction::DeclineQuestion { reason, .. } => {
+                let text = match reason {
+                    Some(reason) if !reason.trim().is_empty() => format!("The user declined to answer: {reason}"),
+                    _ => "The user declined to answer.".to_owned(),
+                };
+                done_result(&call, ToolContent::Text(text), false)
+            }
+            ResumeAction::Deny { reason, .. } => {
+                let reason = reason.filter(|r| !r.trim().is_empty());
+                let result = ToolResult {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    content: ToolContent::Text(reason.clone().unwrap_or_else(|| NOT_APPROVED.to_owned())),
+                    is_error: false,
+                };
+                let chunk = ChunkKind::ToolOutputDenied(ToolOutputDenied {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    args: call.args.clone(),
+                    approval: ApprovalDecision {
+                        id: call.id.clone(),
+                        approved: false,
+                        reason,
+                    },
+                });
+                CallOutcome::Done(result, chunk)
+            }
+        };
+
+        let mut pending = self.state.record.pending.clone();
+        let mut results = self.state.record.step_results.clone();
+        let mut chunk = None;
+        match outcome {
+            CallOutcome::Done(result, c) => {
+                pending.remove(position);
+                results.push(result);
+                chunk = Some(c);
+            }
+            // Suspended again (or, after approval, the tool asked something):
+            // it keeps its place among the pending calls.
+            CallOutcome::Pending(p) => pending[position] = p,
+        }
+
+        let Some(assistant_calls) = last_tool_calls(&self.state.messages) else {
+            return self.fail("the stored conversation has no tool calls to answer".to_owned()).await;
+        };
+        match machine::after_tools(&assistant_calls, &pending, &results) {
+            AfterTools::Wait => {
+                if let Err(err) = self.save(RunStatus::Suspended, Vec::new(), pending, results, None).await {
+                    return self.store_failed(err).await;
+                }
+                if let Some(chunk) = chunk {
+                    self.emit(chunk).await;
+                }
+                self.emit_pending().await;
+                Ended::Suspended
+            }
+            AfterTools::Continue(ordered) => {
+                let append: Vec<Message> = ordered.into_iter().map(Message::Tool).collect();
+                if let Err(err) = self.save(RunStatus::Running, append, Vec::new(), Vec::new(), None).await {
+                    return self.store_failed(err).await;
+                }
+                if let Some(chunk) = chunk {
+                    self.emit(chunk).await;
+                }
+                let (text, calls) = last_assistant(&self.state.messages);
+                self.emit(ChunkKind::StepFinish(StepFinish {
+                    message_id: new_id(),
+                    step_result: StepResult {
+                        reason: FinishReason::ToolCalls,
+                        is_continued: true,
+                    },
+                    output: StepOutput {
+                        text,
+                        tool_calls: calls.iter().map(ToolCallPayload::from).collect(),
+                        usage: Usage::default(),
+                    },
+                }))
+                .await;
+                self.steps(None).await
+            }
+        }
+    }
+
+    /// Emits the suspension chunk of every pending call: a stream that
+    /// suspends ends with what it waits on.
+    async fn emit_pending(&self) {
+        for p in &self.state.record.pending {
+            let chunk = match p.kind {
+                PendingKind::Suspended => ChunkKind::ToolCallSuspended(ToolCallSuspended {
+                    tool_call_id: p.tool_call_id.clone(),
+                    tool_name: p.tool_name.clone(),
+                    args: p.args.clone(),
+                    suspend_payload: p.suspend_payload.clone().unwrap_or(Value::Null),
+                    resume_schema: p.resume_schema.as_ref().map(Value::to_string),
+                }),
+                PendingKind::Approval => ChunkKind::ToolCallApproval(ToolCallApproval {
+                    tool_call_id: p.tool_call_id.clone(),
+                    tool_name: p.tool_name.clone(),
+                    args: p.args.clone(),
+                    resume_schema: p.resume_schema.clone().unwrap_or_else(approval_schema).to_string(),
+                }),
+            };
+            self.emit(chunk).await;
+        }
+    }
+
+    /// Streams one model turn, emitting its chunks as they arrive.
+    async fn model_turn(&mut self, message_id: String) -> Result<Turn, ModelError> {
+        let request = ModelRequest {
+            run_id: &self.state.record.run_id,
+            system: self.agent.instructions.as_deref(),
+            messages: &self.state.messages,
+            tools: &self.agent.specs,
+        };
+        let mut events = self.agent.model.stream(request).await?;
+
+        let mut turn = Turn {
+            message_id,
+            text: String::new(),
+            calls: Vec::new(),
+            reason: FinishReason::Stop,
+            usage: Usage::default(),
+        };
+        let mut text_id: Option<String> = None;
+        let mut names: HashMap<String, String> = HashMap::new();
+        let mut finished = false;
+
+        while let Some(event) = events.next().await {
+            match event? {
+                ModelEvent::TextDelta(text) => {
+                    if text.is_empty() {
+                        continue;
+                    }
+                    let id = match &text_id {
+                        Some(id) => id.clone(),
+                        None => {
+                            let id = new_id();
+                            self.emit(ChunkKind::TextStart(TextId { id: id.clone() })).await;
+                            text_id = Some(id.clone());
+                            id
+                        }
+                    };
+                    turn.text.push_str(&text);
+                    self.text.push_str(&text);
+                    self.emit(ChunkKind::TextDelta(TextDelta { id, text })).await;
+                }
+                ModelEvent::ToolCallStart { id, name } => {
+                    self.close_text(&mut text_id).await;
+                    self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
+                        tool_call_id: id.clone(),
+                        tool_name: name.clone(),
+                    }))
+                    .await;
+                    names.insert(id, name);
+                }
+                ModelEvent::ToolCallDelta { id, args_delta } => {
+                    let tool_name = names.get(&id).cloned().unwrap_or_default();
+                    self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
+                        tool_call_id: id,
+                        tool_name,
+                        args_text_delta: args_delta,
+                    }))
+                    .await;
+                }
+                ModelEvent::ToolCall { id, name, arguments } => {
+                    self.close_text(&mut text_id).await;
+                    if names.remove(&id).is_none() {
+                        // The provider sent the call whole (Ollama does):
+                        // show it the way a streamed one looks.
+                        self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
+                            tool_call_id: id.clone(),
+                            tool_name: name.clone(),
+                        }))
+                        .await;
+                        self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
+                            tool_call_id: id.clone(),
+                            tool_name: name.clone(),
+                            args_text_delta: arguments.clone(),
+                        }))
+                        .await;
+                    }
+                    self.emit(ChunkKind::ToolCallInputStreamingEnd(ToolCallId { tool_call_id: id.clone() }))
+                        .await;
+                    let (args, malformed) = parse_arguments(&arguments);
+                    let call = ToolCall { id, name, args };
+                    self.emit(ChunkKind::ToolCall(ToolCallPayload::from(&call))).await;
+                    turn.calls.push(ModelCall { call, malformed });
+                }
+                ModelEvent::Finish { reason, usage } => {
+                    turn.reason = reason;
+                    turn.usage = usage;
+                    finished = true;
+                }
+            }
+        }
+        self.close_text(&mut text_id).await;
+        if !finished && turn.text.is_empty() && turn.calls.is_empty() {
+            return Err(ModelError::Protocol {
+                provider: self.agent.model.name().to_owned(),
+                message: "the stream ended without any output".to_owned(),
+            });
+        }
+        // A turn with tool calls is a tool turn, whatever the provider said.
+        if !turn.calls.is_empty() {
+            turn.reason = FinishReason::ToolCalls;
+        }
+        Ok(turn)
+    }
+
+    async fn close_text(&self, text_id: &mut Option<String>) {
+        if let Some(id) = text_id.take() {
+            self.emit(ChunkKind::TextEnd(TextId { id })).await;
+        }
+    }
+
+    /// Runs a step's tool calls concurrently.
+    async fn run_calls(&self, calls: &[ModelCall]) -> Vec<CallOutcome> {
+        let run_id = &self.state.record.run_id;
+        join_all(calls.iter().map(|mc| async move {
+            if let Some(problem) = &mc.malformed {
+                let message = format!(
+                    "The arguments for tool {} are not valid JSON ({problem}). Call the tool again with a JSON object that matches its input schema.",
+                    mc.call.name
+                );
+                return error_result(&mc.call, message);
+            }
+            let Some(registered) = self.agent.tools.get(&mc.call.name) else {
+                let known: Vec<&str> = self.agent.specs.iter().map(|s| s.name.as_str()).collect();
+                let message = format!(
+                    "Unknown tool {}. Available tools: {}.",
+                    mc.call.name,
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                );
+                return error_result(&mc.call, message);
+            };
+            if let Err(problems) = describe_errors(&registered.validator, &mc.call.args) {
+                let message = format!(
+                    "Invalid input for tool {}: {problems}. Call it again with input that matches its schema.",
+                    mc.call.name
+                );
+                return error_result(&mc.call, message);
+            }
+            if registered.needs_approval {
+                return CallOutcome::Pending(PendingToolCall {
+                    tool_call_id: mc.call.id.clone(),
+                    tool_name: mc.call.name.clone(),
+                    args: mc.call.args.clone(),
+                    kind: PendingKind::Approval,
+                    suspend_payload: None,
+                    resume_schema: Some(approval_schema()),
+                });
+            }
+            self.execute(&mc.call, ToolContext::in_run(run_id, &mc.call.id)).await
+        }))
+        .await
+    }
+
+    /// Executes one tool; a panic in the tool becomes a tool error, not a
+    /// lost run.
+    async fn execute(&self, call: &ToolCall, ctx: ToolContext) -> CallOutcome {
+        let Some(registered) = self.agent.tools.get(&call.name) else {
+            return error_result(call, format!("Unknown tool {}.", call.name));
+        };
+        let tool = Arc::clone(&registered.tool);
+        let run = AssertUnwindSafe(tool.execute(call.args.clone(), ctx)).catch_unwind().await;
+        match run {
+            Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output.content, output.is_error),
+            Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(PendingToolCall {
+                tool_call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                args: call.args.clone(),
+                kind: PendingKind::Suspended,
+                resume_schema: tool.resume_schema_for(&payload),
+                suspend_payload: Some(payload),
+            }),
+            Ok(Err(err)) => error_result(call, err.to_string()),
+            Err(_) => error_result(call, format!("Tool {} crashed while running.", call.name)),
+        }
+    }
+
+    /// Writes the run's new state and appends messages, as one
+    /// compare-and-set on the version this driver holds.
+    async fn save(
+        &mut self,
+        status: RunStatus,
+        append: Vec<Message>,
+        pending: Vec<PendingToolCall>,
+        step_results: Vec<ToolResult>,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        let record = &self.state.record;
+        let update = RunUpdate {
+            run_id: &record.run_id,
+            expected_version: record.version,
+            status,
+            pending: &pending,
+            step_results: &step_results,
+            append: &append,
+            steps: record.steps,
+            usage: record.usage,
+            error: error.as_deref(),
+        };
+        let version = self.agent.store.update(update).await?;
+        let record = &mut self.state.record;
+        record.version = version;
+        record.status = status;
+        record.pending = pending;
+        record.step_results = step_results;
+        record.message_count += append.len() as i64;
+        record.error = error;
+        self.state.messages.extend(append);
+        Ok(())
+    }
+
+    /// Marks the run failed (best effort) and emits the `error` chunk.
+    async fn fail(&mut self, message: String) -> Ended {
+        if let Err(err) = self
+            .save(RunStatus::Failed, Vec::new(), Vec::new(), Vec::new(), Some(message.clone()))
+            .await
+        {
+            tracing::warn!(run_id = %self.state.record.run_id, error = %err, "could not record the run's failure");
+        }
+        self.emit(ChunkKind::Error(ErrorPayload {
+            error: ErrorDetail { message: message.clone() },
+        }))
+        .await;
+        Ended::Failed(message)
+    }
+
+    /// A step could not be written. Nothing of it is emitted; a lost
+    /// compare-and-set to a cancel ends the stream with `abort`.
+    async fn store_failed(&mut self, err: StoreError) -> Ended {
+        if err.is_conflict() {
+            if let Ok(Some(now)) = self.agent.store.get(&self.state.record.run_id).await {
+                if now.status == RunStatus::Cancelled {
+                    self.state.record = now;
+                    self.emit(ChunkKind::Abort(AbortPayload {
+                        reason: Some("the run was cancelled".into()),
+                    }))
+                    .await;
+                    return Ended::Cancelled;
+                }
+            }
+            let message = format!(
+                "run {} was changed by someone else while this process drove it; its step was not written",
+                self.state.record.run_id
+            );
+            self.emit(ChunkKind::Error(ErrorPayload {
+                error: ErrorDetail { message: message.clone() },
+            }))
+            .await;
+            return Ended::Failed(message);
+        }
+        self.fail(format!(
+            "run {}: could not store the step: {err}",
+            self.state.record.run_id
+        ))
+        .await
+    }
+}
+
+fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// Parses a tool call's arguments. Empty means `{}` (providers send that for
+/// tools without parameters); malformed JSON is kept as text and reported.
+fn parse_arguments(arguments: &str) -> (Value, Option<String>) {
+    if arguments.trim().is_empty() {
+        return (Value::Object(Default::default()), None);
+    }
+    match serde_json::from_str(arguments) {
+        Ok(value) => (value, None),
+        Err(err) => (Value::String(arguments.to_owned()), Some(err.to_string())),
+    }
+}
+
+fn done_result(call: &ToolCall, content: ToolContent, is_error: bool) -> CallOutcome {
+    let chunk = ChunkKind::ToolResult(ToolResultPayload {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        result: ToolResultValue {
+            content: content.to_value(),
+            is_error,
+        },
+    });
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content,
+        is_error,
+    };
+    CallOutcome::Done(result, chunk)
+}
+
+fn error_result(call: &ToolCall, message: String) -> CallOutcome {
+    let chunk = ChunkKind::ToolError(ToolErrorPayload {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        error: message.clone(),
+    });
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: ToolContent::Text(message),
+        is_error: true,
+    };
+    CallOutcome::Done(result, chunk)
+}
+
+fn step_finish(turn: &Turn, tool_calls: Vec<ToolCallPayload>, usage: Usage, is_continued: bool) -> StepFinish {
+    StepFinish {
+        message_id: turn.message_id.clone(),
+        step_result: StepResult {
+            reason: turn.reason.clone(),
+            is_continued,
+        },
+        output: StepOutput {
+            text: turn.text.clone(),
+            tool_calls,
+            usage,
+        },
+    }
+}
+
+/// The tool calls of the last assistant message.
+fn last_tool_calls(messages: &[Message]) -> Option<Vec<ToolCall>> {
+    messages.iter().rev().find_map(|m| match m {
+        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(tool_calls.clone()),
+        _ => None,
+    })
+}
+
+fn last_assistant(messages: &[Message]) -> (String, Vec<ToolCall>) {
+    messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Assistant { content, tool_calls } => Some((content.clone(), tool_calls.clone())),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_arguments_mean_an_empty_object() {
+        assert_eq!(parse_arguments(""), (serde_json::json!({}), None));
+        assert_eq!(parse_arguments("  "), (serde_json::json!({}), None));
+    }
+
+    #[test]
+    fn malformed_arguments_are_kept_as_text_and_reported() {
+        let (value, problem) = parse_arguments("{\"a\": ");
+        assert_eq!(value, Value::String("{\"a\": ".into()));
+        assert!(problem.is_some());
+    }
+}

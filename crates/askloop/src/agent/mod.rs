@@ -1,0 +1,676 @@
+//! [`Agent`]: a model, instructions and tools, driving runs that can stop to
+//! ask a person and carry on when the answer comes.
+
+mod driver;
+mod machine;
+mod stream;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use chrono::Utc;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::ask_user::ASK_USER_TOOL_ID;
+use crate::error::RunError;
+use crate::message::Message;
+use crate::model::{Model, ToolSpec};
+use crate::store::{MemoryStore, PendingKind, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
+use crate::tool::{InvalidResume, Tool};
+
+pub use stream::{AgentStream, StreamOutput};
+
+use driver::{Driver, ResumeAction, RunState};
+
+/// How many model calls one stream (or resume) may make, by default.
+pub const DEFAULT_MAX_STEPS: u32 = 25;
+
+/// Chunks buffered between the run's task and a slow reader.
+const CHUNK_BUFFER: usize = 256;
+
+/// An agent: a model, instructions and tools, with a store for its runs.
+///
+/// Cloning is cheap and shares everything.
+///
+/// ```
+/// use std::sync::Arc;
+/// use askloop::{Agent, AskUser, ScriptedModel, ChunkKind};
+/// use futures::StreamExt;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let model = ScriptedModel::from_json("demo", r#"{"turns": [
+///     {"toolCalls": [{"name": "ask_user", "args": {"question": "Which repo?"}}]},
+///     {"text": "Summarising {{toolResults}}"}
+/// ]}"#).unwrap();
+/// let agent = Agent::builder("assistant").model(Arc::new(model)).tool(AskUser::new()).build().unwrap();
+///
+/// let mut stream = agent.stream("Summarize my project").await.unwrap();
+/// let run_id = stream.run_id().to_owned();
+/// while let Some(chunk) = stream.next().await {
+///     if let ChunkKind::ToolCallSuspended(s) = &chunk.kind {
+///         assert_eq!(s.suspend_payload["question"], "Which repo?");
+///     }
+/// }
+/// let resumed = agent.resume_stream("The main repo", askloop::ResumeOptions::run(&run_id)).await.unwrap();
+/// let output = resumed.output().await;
+/// assert_eq!(output.text, "Summarising User answered: The main repo");
+/// # });
+/// ```
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<AgentInner>,
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("id", &self.inner.id)
+            .field("model", &self.inner.model.name())
+            .field("tools", &self.inner.specs.iter().map(|s| &s.name).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct AgentInner {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) instructions: Option<String>,
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) tools: HashMap<String, RegisteredTool>,
+    pub(crate) specs: Vec<ToolSpec>,
+    pub(crate) store: Arc<dyn RunStore>,
+    pub(crate) max_steps: u32,
+}
+
+pub(crate) struct RegisteredTool {
+    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) validator: jsonschema::Validator,
+    pub(crate) needs_approval: bool,
+}
+
+/// Builds an [`Agent`].
+pub struct AgentBuilder {
+    id: String,
+    name: Option<String>,
+    instructions: Option<String>,
+    model: Option<Arc<dyn Model>>,
+    tools: Vec<Arc<dyn Tool>>,
+    store: Option<Arc<dyn RunStore>>,
+    max_steps: u32,
+    approve_all: bool,
+    approve_tools: HashSet<String>,
+}
+
+impl fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentBuilder").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+/// Why an agent could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No model was given.
+    #[error("agent {0} has no model: call .model(...)")]
+    MissingModel(String),
+    /// Two tools share an id.
+    #[error("agent {agent_id} has two tools with id {tool_id}")]
+    DuplicateTool {
+        /// The agent.
+        agent_id: String,
+        /// The id.
+        tool_id: String,
+    },
+    /// A tool's input schema is not a valid JSON Schema.
+    #[error("tool {tool_id} has an invalid input schema: {reason}")]
+    InvalidSchema {
+        /// The tool.
+        tool_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// Approval was required for a tool the agent does not have.
+    #[error("approval is required for tool {0}, which the agent does not have")]
+    UnknownApprovalTool(String),
+}
+
+impl AgentBuilder {
+    /// The display name (defaults to the id).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The instructions, sent as the system prompt.
+    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.instructions = Some(instructions.into());
+        self
+    }
+
+    /// The model.
+    pub fn model(mut self, model: Arc<dyn Model>) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Adds a shared tool.
+    pub fn tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Where runs are stored (in memory by default).
+    pub fn store(mut self, store: Arc<dyn RunStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// How many model calls one stream or resume may make.
+    pub fn max_steps(mut self, max_steps: u32) -> Self {
+        self.max_steps = max_steps.max(1);
+        self
+    }
+
+    /// Every tool call needs a person's approval before it runs, except
+    /// `ask_user` (asking permission to ask a question would be noise).
+    pub fn require_tool_approval(mut self, yes: bool) -> Self {
+        self.approve_all = yes;
+        self
+    }
+
+    /// Calls of this tool need a person's approval before they run.
+    pub fn require_approval_for(mut self, tool_id: impl Into<String>) -> Self {
+        self.approve_tools.insert(tool_id.into());
+        self
+    }
+
+    /// Builds the agent, checking tool schemas once here rather than on
+    /// every call.
+    pub fn build(self) -> Result<Agent, BuildError> {
+        let model = self.model.ok_or_else(|| BuildError::MissingModel(self.id.clone()))?;
+        let mut tools = HashMap::new();
+        let mut specs = Vec::new();
+        for tool in self.tools {
+            let tool_id = tool.id().to_owned();
+            let validator = jsonschema::validator_for(tool.input_schema()).map_err(|err| BuildError::InvalidSchema {
+                tool_id: tool_id.clone(),
+                reason: err.to_string(),
+            })?;
+            let needs_approval = tool.requires_approval()
+                || self.approve_tools.contains(&tool_id)
+                || (self.approve_all && tool_id != ASK_USER_TOOL_ID);
+            specs.push(ToolSpec {
+                name: tool_id.clone(),
+                description: tool.description().to_owned(),
+                input_schema: tool.input_schema().clone(),
+            });
+            let registered = RegisteredTool {
+                tool,
+                validator,
+                needs_approval,
+            };
+            if tools.insert(tool_id.clone(), registered).is_some() {
+                return Err(BuildError::DuplicateTool {
+                    agent_id: self.id,
+                    tool_id,
+                });
+            }
+        }
+        if let Some(missing) = self.approve_tools.iter().find(|id| !tools.contains_key(*id)) {
+            return Err(BuildError::UnknownApprovalTool(missing.clone()));
+        }
+        Ok(Agent {
+            inner: Arc::new(AgentInner {
+                name: self.name.unwrap_or_else(|| self.id.clone()),
+                id: self.id,
+                instructions: self.instructions,
+                model,
+                tools,
+                specs,
+                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                max_steps: self.max_steps,
+            }),
+        })
+    }
+}
+
+/// What a run starts from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentInput {
+    messages: Vec<Message>,
+}
+
+impl From<&str> for AgentInput {
+    fn from(text: &str) -> Self {
+        AgentInput {
+            messages: vec![Message::user(text)],
+        }
+    }
+}
+
+impl From<String> for AgentInput {
+    fn from(text: String) -> Self {
+        AgentInput {
+            messages: vec![Message::user(text)],
+        }
+    }
+}
+
+impl From<Vec<Message>> for AgentInput {
+    fn from(messages: Vec<Message>) -> Self {
+        AgentInput { messages }
+    }
+}
+
+/// Options for a new run.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct StreamOptions {
+    /// Use this run id instead of a new UUID v7.
+    pub run_id: Option<String>,
+    /// The conversation thread the run belongs to.
+    pub thread_id: Option<String>,
+    /// Data stored with the run (e.g. how to rebuild its agent later).
+    pub metadata: Value,
+}
+
+impl StreamOptions {
+    /// Options with a caller-chosen run id.
+    pub fn with_run_id(run_id: impl Into<String>) -> Self {
+        StreamOptions {
+            run_id: Some(run_id.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Sets the metadata stored with the run.
+    pub fn metadata(mut self, metadata: Value) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// Sets the thread.
+    pub fn thread_id(mut self, thread_id: impl Into<String>) -> Self {
+        self.thread_id = Some(thread_id.into());
+        self
+    }
+}
+
+/// Which run, and which of its pending calls, a resume answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResumeOptions {
+    /// The run.
+    pub run_id: String,
+    /// The call; may be left out when exactly one call is pending.
+    pub tool_call_id: Option<String>,
+}
+
+impl ResumeOptions {
+    /// Resumes the run's only pending call.
+    pub fn run(run_id: impl Into<String>) -> Self {
+        ResumeOptions {
+            run_id: run_id.into(),
+            tool_call_id: None,
+        }
+    }
+
+    /// Resumes a specific call.
+    pub fn call(run_id: impl Into<String>, tool_call_id: impl Into<String>) -> Self {
+        ResumeOptions {
+            run_id: run_id.into(),
+            tool_call_id: Some(tool_call_id.into()),
+        }
+    }
+}
+
+/// What a person decided about a pending call.
+#[derive(Debug, Clone, PartialEq)]
+enum Decision {
+    Answer(Value),
+    Approve,
+    Decline(Option<String>),
+}
+
+/// How many times a resume retries when another answer to the same run
+/// (for a different call) wins the compare-and-set first.
+const CLAIM_ATTEMPTS: usize = 5;
+
+impl Agent {
+    /// Starts building an agent with an id.
+    pub fn builder(id: impl Into<String>) -> AgentBuilder {
+        AgentBuilder {
+            id: id.into(),
+            name: None,
+            instructions: None,
+            model: None,
+            tools: Vec::new(),
+            store: None,
+            max_steps: DEFAULT_MAX_STEPS,
+            approve_all: false,
+            approve_tools: HashSet::new(),
+        }
+    }
+
+    /// The agent's id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The agent's display name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The agent's instructions.
+    pub fn instructions(&self) -> Option<&str> {
+        self.inner.instructions.as_deref()
+    }
+
+    /// The agent's model.
+    pub fn model(&self) -> &Arc<dyn Model> {
+        &self.inner.model
+    }
+
+    /// The tools, as the model sees them.
+    pub fn tool_specs(&self) -> &[ToolSpec] {
+        &self.inner.specs
+    }
+
+    /// Whether calls of this tool wait for approval.
+    pub fn needs_approval(&self, tool_id: &str) -> bool {
+        self.inner.tools.get(tool_id).is_some_and(|t| t.needs_approval)
+    }
+
+    /// The store holding this agent's runs.
+    pub fn store(&self) -> &Arc<dyn RunStore> {
+        &self.inner.store
+    }
+
+    /// Starts a run and streams it.
+    pub async fn stream(&self, input: impl Into<AgentInput>) -> Result<AgentStream, RunError> {
+        self.stream_with(input, StreamOptions::default()).await
+    }
+
+    /// Starts a run with options and streams it. The run (with its input) is
+    /// stored before this returns.
+    pub async fn stream_with(
+        &self,
+        input: impl Into<AgentInput>,
+        options: StreamOptions,
+    ) -> Result<AgentStream, RunError> {
+        let messages = input.into().messages;
+        if messages.is_empty() {
+            return Err(RunError::InvalidInput("a run needs at least one message".into()));
+        }
+        let run_id = match options.run_id {
+            Some(id) if id.trim().is_empty() => {
+                return Err(RunError::InvalidInput("a run id must not be empty".into()));
+            }
+            Some(id) => id,
+            None => uuid::Uuid::now_v7().to_string(),
+        };
+        let now = Utc::now();
+        let record = RunRecord {
+            run_id: run_id.clone(),
+            agent_id: self.inner.id.clone(),
+            thread_id: options.thread_id,
+            status: RunStatus::Running,
+            version: 0,
+            created_at: now,
+            updated_at: now,
+            pending: Vec::new(),
+            step_results: Vec::new(),
+            message_count: messages.len() as i64,
+            steps: 0,
+            usage: Default::default(),
+            error: None,
+            metadata: options.metadata,
+        };
+        self.inner.store.create(&record, &messages).await?;
+        let state = RunState { record, messages };
+        Ok(self.spawn(state, None))
+    }
+
+    /// Runs to the end (or to a suspension) and returns the outcome.
+    pub async fn generate(&self, input: impl Into<AgentInput>) -> Result<StreamOutput, RunError> {
+        Ok(self.stream(input).await?.output().await)
+    }
+
+    /// Answers a pending call and continues the run. The answer is checked
+    /// against the question first; a refused answer changes nothing.
+    ///
+    /// For a call waiting on approval, `{"approved": true}` approves it and
+    /// `{"approved": false, "reason": "..."}` declines it.
+    pub async fn resume_stream(
+        &self,
+        resume_data: impl Into<Value>,
+        options: ResumeOptions,
+    ) -> Result<AgentStream, RunError> {
+        self.decide(options, Decision::Answer(resume_data.into())).await
+    }
+
+    /// Approves a call that waits on approval; the tool then runs.
+    pub async fn approve_tool_call(&self, run_id: &str, tool_call_id: Option<&str>) -> Result<AgentStream, RunError> {
+        self.decide(call_options(run_id, tool_call_id), Decision::Approve).await
+    }
+
+    /// Declines a pending call. A call waiting on approval never runs (the
+    /// stream shows `tool-output-denied`); a question is left unanswered. The
+    /// model is told, with the reason when given, and the run goes on.
+    pub async fn decline_tool_call(
+        &self,
+        run_id: &str,
+        tool_call_id: Option<&str>,
+        reason: Option<String>,
+    ) -> Result<AgentStream, RunError> {
+        self.decide(call_options(run_id, tool_call_id), Decision::Decline(reason)).await
+    }
+
+    /// Cancels a suspended (or running) run: its status becomes `cancelled`
+    /// and the model is not called again.
+    pub async fn cancel_run(&self, run_id: &str) -> Result<(), RunError> {
+        for _ in 0..CLAIM_ATTEMPTS {
+            let run = self.load(run_id).await?;
+            if run.status.is_finished() {
+                return Err(RunError::NotSuspended {
+                    run_id: run_id.to_owned(),
+                    status: run.status,
+                });
+            }
+            let update = RunUpdate {
+                run_id,
+                expected_version: run.version,
+                status: RunStatus::Cancelled,
+                pending: &[],
+                step_results: &[],
+                append: &[],
+                steps: run.steps,
+                usage: run.usage,
+                error: None,
+            };
+            match self.inner.store.update(update).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(RunError::Conflict {
+            run_id: run_id.to_owned(),
+        })
+    }
+
+    /// Reads a run's stored state.
+    pub async fn get_run(&self, run_id: &str) -> Result<RunRecord, RunError> {
+        self.load(run_id).await
+    }
+
+    async fn load(&self, run_id: &str) -> Result<RunRecord, RunError> {
+        self.inner
+            .store
+            .get(run_id)
+            .await?
+            .ok_or_else(|| RunError::UnknownRun {
+                run_id: run_id.to_owned(),
+            })
+    }
+
+    async fn decide(&self, options: ResumeOptions, decision: Decision) -> Result<AgentStream, RunError> {
+        let run_id = options.run_id.as_str();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let run = self.load(run_id).await?;
+            let target = machine::resume_target(&run, options.tool_call_id.as_deref())?;
+            let action = self.check_decision(&run, target, &decision)?;
+            match self.inner.store.claim(run_id, run.version).await {
+                Ok(version) => {
+                    let messages = self.inner.store.messages(run_id).await?;
+                    let mut record = run;
+                    record.version = version;
+                    record.status = RunStatus::Running;
+                    let state = RunState { record, messages };
+                    return Ok(self.spawn(state, Some(action)));
+                }
+                // Another answer to the same run won; if ours is still
+                // wanted (a different call of the same step), try again.
+                Err(StoreError::Conflict { .. }) if attempt < CLAIM_ATTEMPTS => {
+                    let now = self.load(run_id).await?;
+                    let still_pending = now.status == RunStatus::Suspended
+                        && now.pending.iter().any(|p| p.tool_call_id == action.tool_call_id());
+                    if !still_pending {
+                        return Err(RunError::Conflict {
+                            run_id: run_id.to_owned(),
+                        });
+                    }
+                }
+                Err(StoreError::Conflict { .. }) => {
+                    return Err(RunError::Conflict {
+                        run_id: run_id.to_owned(),
+                    });
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+
+    /// Checks a decision against the pending call, before anything is written.
+    fn check_decision(
+        &self,
+        run: &RunRecord,
+        pending: &crate::store::PendingToolCall,
+        decision: &Decision,
+    ) -> Result<ResumeAction, RunError> {
+        let tool_call_id = pending.tool_call_id.clone();
+        let wrong_kind = |detail: &str| RunError::WrongPendingKind {
+            run_id: run.run_id.clone(),
+            tool_call_id: tool_call_id.clone(),
+            detail: detail.to_owned(),
+        };
+        let tool = || {
+            self.inner
+                .tools
+                .get(&pending.tool_name)
+                .map(|t| Arc::clone(&t.tool))
+                .ok_or_else(|| RunError::UnknownTool {
+                    run_id: run.run_id.clone(),
+                    agent_id: self.inner.id.clone(),
+                    tool_name: pending.tool_name.clone(),
+                })
+        };
+        match (pending.kind, decision) {
+            (PendingKind::Suspended, Decision::Answer(data)) => {
+                let tool = tool()?;
+                let payload = pending.suspend_payload.clone().unwrap_or(Value::Null);
+                tool.check_resume_data(data, &payload)
+                    .map_err(|InvalidResume { reason, accepted }| RunError::InvalidAnswer {
+                        run_id: run.run_id.clone(),
+                        tool_call_id: tool_call_id.clone(),
+                        reason,
+                        accepted,
+                    })?;
+                Ok(ResumeAction::Answer {
+                    tool_call_id,
+                    data: data.clone(),
+                })
+            }
+            (PendingKind::Suspended, Decision::Decline(reason)) => Ok(ResumeAction::DeclineQuestion {
+                tool_call_id,
+                reason: reason.clone(),
+            }),
+            (PendingKind::Suspended, Decision::Approve) => Err(wrong_kind(
+                "is a question waiting for an answer, not a call waiting for approval; answer it instead",
+            )),
+            (PendingKind::Approval, Decision::Approve) => {
+                tool()?;
+                Ok(ResumeAction::Approve { tool_call_id })
+            }
+            (PendingKind::Approval, Decision::Decline(reason)) => Ok(ResumeAction::Deny {
+                tool_call_id,
+                reason: reason.clone(),
+            }),
+            (PendingKind::Approval, Decision::Answer(data)) => {
+                let approved = data.get("approved").and_then(Value::as_bool);
+                let reason = data.get("reason").and_then(Value::as_str).map(str::to_owned);
+                match approved {
+                    Some(true) => {
+                        tool()?;
+                        Ok(ResumeAction::Approve { tool_call_id })
+                    }
+                    Some(false) => Ok(ResumeAction::Deny { tool_call_id, reason }),
+                    None => Err(RunError::InvalidAnswer {
+                        run_id: run.run_id.clone(),
+                        tool_call_id,
+                        reason: format!(
+                            "this call waits for approval; resume it with {} or {}, got {data}",
+                            json!({"approved": true}),
+                            json!({"approved": false, "reason": "..."})
+                        ),
+                        accepted: None,
+                    }),
+                }
+            }
+        }
+    }
+
+    fn spawn(&self, state: RunState, action: Option<ResumeAction>) -> AgentStream {
+        let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_BUFFER);
+        let (output_tx, output_rx) = oneshot::channel();
+        let run_id = state.record.run_id.clone();
+        let driver = Driver::new(Arc::clone(&self.inner), state, chunk_tx);
+        tokio::spawn(async move {
+            let output = driver.run(action).await;
+            let _ = output_tx.send(output);
+        });
+        AgentStream::new(run_id, chunk_rx, output_rx)
+    }
+}
+
+fn call_options(run_id: &str, tool_call_id: Option<&str>) -> ResumeOptions {
+    ResumeOptions {
+        run_id: run_id.to_owned(),
+        tool_call_id: tool_call_id.map(str::to_owned),
+    }
+}
+
+/// The JSON Schema of an approval decision, as Mastra publishes it.
+pub(crate) fn approval_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "approved": {"type": "boolean", "description": "true to run the tool call, false to decline it"},
+            "reason": {"type": "string", "description": "Why, shown to the model when the call is declined"}
+        },
+        "required": ["approved"],
+        "additionalProperties": false
+    })
+}

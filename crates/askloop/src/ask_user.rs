@@ -1,0 +1,451 @@
+//! The built-in `ask_user` tool: free-text, single-select and multi-select
+//! questions to a person.
+//!
+//! Same contract as Mastra's `askUserTool`, plus one thing it lacks: the
+//! answer is checked against the question before anything is written. A
+//! single-select answer must be one of the labels, a multi-select answer a
+//! non-empty list of distinct labels, a free-text answer a non-empty string.
+//!
+//! ```
+//! use askloop::{AskUser, Tool, ToolContext, ToolOutcome};
+//! # tokio_test_block(async {
+//! let tool = AskUser::new();
+//! let outcome = tool
+//!     .execute(serde_json::json!({"question": "Which city?"}), ToolContext::standalone())
+//!     .await
+//!     .unwrap();
+//! // Outside an agent run there is no one to ask: the question comes back as text.
+//! let ToolOutcome::Output(output) = outcome else { unreachable!() };
+//! assert_eq!(output.content.to_model_text(), "[Question for user]: Which city?");
+//! # });
+//! # fn tokio_test_block(f: impl std::future::Future<Output = ()>) {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::tool::{InvalidResume, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};
+
+/// The tool's id, as the model calls it.
+pub const ASK_USER_TOOL_ID: &str = "ask_user";
+
+const DESCRIPTION: &str = "Ask the user a question and wait for the answer. Use it when the request is \
+ambiguous and you need clarification, when you want to confirm an assumption before acting on it, or \
+when the user has to decide between alternatives. For a structured choice give 2-4 short options; for \
+an open question give none. Set selectionMode to \"multi_select\" when several options may be chosen \
+together (it defaults to \"single_select\" when options are given).";
+
+/// One choice offered to the user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AskUserOption {
+    /// Short text shown for this choice; returned to the model when chosen.
+    pub label: String,
+    /// What this choice means.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// How many options the user may pick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SelectionMode {
+    /// Exactly one.
+    SingleSelect,
+    /// One or more.
+    MultiSelect,
+}
+
+impl SelectionMode {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelectionMode::SingleSelect => "single_select",
+            SelectionMode::MultiSelect => "multi_select",
+        }
+    }
+}
+
+/// The tool's input, as the model sends it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AskUserInput {
+    /// The question to ask. Must not be empty.
+    #[schemars(length(min = 1))]
+    pub question: String,
+    /// Structured choices; omit for a free-text question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<Vec<AskUserOption>>,
+    /// How many options may be picked. Defaults to single_select when
+    /// options are given; requires options.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection_mode: Option<SelectionMode>,
+}
+
+/// What the tool suspends with: the question, with the resolved selection
+/// mode (absent for free text).
+pub type AskUserPayload = AskUserInput;
+
+/// A question, read back from a suspend payload, that knows which answers it
+/// accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    /// The question's text.
+    pub text: String,
+    /// The choices, empty for free text.
+    pub options: Vec<AskUserOption>,
+    /// The resolved mode; `None` for free text.
+    pub mode: Option<SelectionMode>,
+}
+
+impl Question {
+    /// Reads a question from an `ask_user` suspend payload.
+    pub fn from_payload(payload: &Value) -> Option<Question> {
+        let input: AskUserInput = serde_json::from_value(payload.clone()).ok()?;
+        let options = input.options.unwrap_or_default();
+        let mode = match (options.is_empty(), input.selection_mode) {
+            (true, _) => None,
+            (false, None) => Some(SelectionMode::SingleSelect),
+            (false, Some(mode)) => Some(mode),
+        };
+        Some(Question {
+            text: input.question,
+            options,
+            mode,
+        })
+    }
+
+    /// The option labels.
+    pub fn labels(&self) -> Vec<String> {
+        self.options.iter().map(|o| o.label.clone()).collect()
+    }
+
+    /// JSON Schema of the answers this question accepts.
+    pub fn answer_schema(&self, allow_free_text: bool) -> Value {
+        let labels = self.labels();
+        match self.mode {
+            None => json!({"type": "string", "minLength": 1}),
+            Some(SelectionMode::SingleSelect) if allow_free_text => json!({"type": "string", "minLength": 1}),
+            Some(SelectionMode::SingleSelect) => json!({"type": "string", "enum": labels}),
+            Some(SelectionMode::MultiSelect) if allow_free_text => json!({
+                "type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "uniqueItems": true
+            }),
+            Some(SelectionMode::MultiSelect) => json!({
+                "type": "array", "items": {"type": "string", "enum": labels}, "minItems": 1, "uniqueItems": true
+            }),
+        }
+    }
+
+    /// Checks an answer. `allow_free_text` accepts text outside the labels.
+    pub fn check_answer(&self, answer: &Value, allow_free_text: bool) -> Result<(), InvalidResume> {
+        let labels = self.labels();
+        let refuse = |reason: String| {
+            Err(InvalidResume {
+                reason,
+                accepted: if labels.is_empty() { None } else { Some(labels.clone()) },
+            })
+        };
+        let known = |label: &str| allow_free_text || labels.iter().any(|l| l == label);
+        match (self.mode, answer) {
+            (None, Value::String(text)) if text.trim().is_empty() => {
+                refuse("the answer is empty; a free-text question needs a non-empty string".into())
+            }
+            (None, Value::String(_)) => Ok(()),
+            (None, other) => refuse(format!(
+                "a free-text question needs a string answer, got {}",
+                json_kind(other)
+            )),
+            (Some(SelectionMode::SingleSelect), Value::String(label)) if known(label) => Ok(()),
+            (Some(SelectionMode::SingleSelect), Value::String(label)) => {
+                refuse(format!("{label:?} is not one of the options"))
+            }
+            (Some(SelectionMode::SingleSelect), other) => refuse(format!(
+                "a single-select question needs one label as a string, got {}",
+                json_kind(other)
+            )),
+            (Some(SelectionMode::MultiSelect), Value::Array(items)) => {
+                if items.is_empty() {
+                    return refuse("a multi-select answer needs at least one label".into());
+                }
+                let mut seen: Vec<&str> = Vec::with_capacity(items.len());
+                for item in items {
+                    let Value::String(label) = item else {
+                        return refuse(format!(
+                            "a multi-select answer is a list of labels (strings), got {} in it",
+                            json_kind(item)
+                        ));
+                    };
+                    if !known(label) {
+                        return refuse(format!("{label:?} is not one of the options"));
+                    }
+                    if label.trim().is_empty() {
+                        return refuse("an empty label is not an answer".into());
+                    }
+                    if seen.contains(&label.as_str()) {
+                        return refuse(format!("{label:?} is chosen twice"));
+                    }
+                    seen.push(label);
+                }
+                Ok(())
+            }
+            (Some(SelectionMode::MultiSelect), other) => refuse(format!(
+                "a multi-select question needs a list of labels, got {}",
+                json_kind(other)
+            )),
+        }
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The built-in `ask_user` tool.
+#[derive(Debug, Clone)]
+pub struct AskUser {
+    input_schema: Value,
+    resume_schema: Value,
+    allow_free_text: bool,
+}
+
+impl Default for AskUser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AskUser {
+    /// The tool with strict answer checking.
+    pub fn new() -> Self {
+        let mut input_schema = schemars::schema_for!(AskUserInput).to_value();
+        if let Some(object) = input_schema.as_object_mut() {
+            // Models read this schema: keep it to the point.
+            object.remove("$schema");
+            object.remove("title");
+        }
+        AskUser {
+            input_schema,
+            resume_schema: json!({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
+            allow_free_text: false,
+        }
+    }
+
+    /// Accepts answers outside the offered labels (a host-side choice, off by
+    /// default).
+    pub fn allow_free_text_answers(mut self, yes: bool) -> Self {
+        self.allow_free_text = yes;
+        self
+    }
+}
+
+#[async_trait]
+impl Tool for AskUser {
+    fn id(&self) -> &str {
+        ASK_USER_TOOL_ID
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn input_schema(&self) -> &Value {
+        &self.input_schema
+    }
+
+    fn suspend_schema(&self) -> Option<&Value> {
+        Some(&self.input_schema)
+    }
+
+    fn resume_schema(&self) -> Option<&Value> {
+        Some(&self.resume_schema)
+    }
+
+    fn resume_schema_for(&self, suspend_payload: &Value) -> Option<Value> {
+        match Question::from_payload(suspend_payload) {
+            Some(question) => Some(question.answer_schema(self.allow_free_text)),
+            None => Some(self.resume_schema.clone()),
+        }
+    }
+
+    fn check_resume_data(&self, data: &Value, suspend_payload: &Value) -> Result<(), InvalidResume> {
+        match Question::from_payload(suspend_payload) {
+            Some(question) => question.check_answer(data, self.allow_free_text),
+            None => Err(InvalidResume {
+                reason: "the stored question could not be read".into(),
+                accepted: None,
+            }),
+        }
+    }
+
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {
+        let input: AskUserInput =
+            serde_json::from_value(input).map_err(|err| ToolError(format!("Failed to ask user: {err}")))?;
+        let options = input.options.filter(|o| !o.is_empty());
+        if input.selection_mode.is_some() && options.is_none() {
+            return Ok(ToolOutput::error("Failed to ask user: selectionMode requires options.").into());
+        }
+        let mode = options.as_ref().map(|_| input.selection_mode.unwrap_or(SelectionMode::SingleSelect));
+
+        if let Some(answer) = ctx.resume_data() {
+            return Ok(ToolOutput::text(format!("User answered: {}", answer_text(answer))).into());
+        }
+
+        if !ctx.can_suspend() {
+            let mut text = format!("[Question for user]: {}", input.question);
+            if let Some(options) = &options {
+                let labels: Vec<&str> = options.iter().map(|o| o.label.as_str()).collect();
+                text.push_str(&format!("\nOptions: {}", labels.join(", ")));
+            }
+            if let Some(mode) = mode {
+                text.push_str(&format!("\nSelection mode: {}", mode.as_str()));
+            }
+            return Ok(ToolOutput::text(text).into());
+        }
+
+        let payload = AskUserPayload {
+            question: input.question,
+            options,
+            selection_mode: mode,
+        };
+        let payload = serde_json::to_value(payload).map_err(|err| ToolError(err.to_string()))?;
+        Ok(ctx.suspend(payload)?)
+    }
+}
+
+/// The answer as the model reads it: arrays joined with `", "`.
+fn answer_text(answer: &Value) -> String {
+    match answer {
+        Value::String(text) => text.clone(),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn in_run() -> ToolContext {
+        ToolContext::in_run("run", "call")
+    }
+
+    async fn run(input: Value, ctx: ToolContext) -> ToolOutcome {
+        AskUser::new().execute(input, ctx).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn free_text_question_suspends_with_question_only() {
+        let outcome = run(json!({"question": "Which repo?"}), in_run()).await;
+        assert_eq!(outcome, ToolOutcome::Suspended(json!({"question": "Which repo?"})));
+    }
+
+    #[tokio::test]
+    async fn options_without_mode_resolve_to_single_select() {
+        let outcome = run(json!({"question": "Env?", "options": [{"label": "a"}, {"label": "b"}]}), in_run()).await;
+        assert_eq!(
+            outcome,
+            ToolOutcome::Suspended(json!({
+                "question": "Env?", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "single_select"
+            }))
+        );
+    }
+
+    #[tokio::test]
+    async fn multi_select_keeps_mode_and_descriptions() {
+        let input = json!({"question": "Which?", "options": [{"label": "a", "description": "first"}, {"label": "b"}], "selectionMode": "multi_select"});
+        let outcome = run(input.clone(), in_run()).await;
+        assert_eq!(outcome, ToolOutcome::Suspended(input));
+    }
+
+    #[tokio::test]
+    async fn selection_mode_without_options_is_an_error_result_and_no_suspension() {
+        let outcome = run(json!({"question": "Q?", "selectionMode": "multi_select"}), in_run()).await;
+        assert_eq!(
+            outcome,
+            ToolOutcome::Output(ToolOutput::error("Failed to ask user: selectionMode requires options."))
+        );
+    }
+
+    #[tokio::test]
+    async fn outside_a_run_returns_readable_fallback_text() {
+        let plain = run(json!({"question": "Q?"}), ToolContext::standalone()).await;
+        assert_eq!(plain, ToolOutcome::Output(ToolOutput::text("[Question for user]: Q?")));
+        let choice = run(
+            json!({"question": "Q?", "options": [{"label": "a"}, {"label": "b"}]}),
+            ToolContext::standalone(),
+        )
+        .await;
+        assert_eq!(
+            choice,
+            ToolOutcome::Output(ToolOutput::text(
+                "[Question for user]: Q?\nOptions: a, b\nSelection mode: single_select"
+            ))
+        );
+    }
+
+    #[tokio::test]
+    async fn resumed_with_array_answers_joined() {
+        let ctx = in_run().resumed(Some(json!({})), Some(json!(["a", "b"])));
+        let outcome = run(json!({"question": "Q?", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "multi_select"}), ctx).await;
+        assert_eq!(outcome, ToolOutcome::Output(ToolOutput::text("User answered: a, b")));
+    }
+
+    fn question(payload: Value) -> Question {
+        Question::from_payload(&payload).unwrap()
+    }
+
+    #[test]
+    fn answers_are_checked_against_the_question() {
+        let single = question(json!({"question": "Q", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "single_select"}));
+        assert!(single.check_answer(&json!("a"), false).is_ok());
+        let err = single.check_answer(&json!("c"), false).unwrap_err();
+        assert_eq!(err.accepted, Some(vec!["a".to_string(), "b".to_string()]));
+        assert!(single.check_answer(&json!(["a"]), false).is_err());
+        assert!(single.check_answer(&json!("c"), true).is_ok());
+
+        let multi = question(json!({"question": "Q", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "multi_select"}));
+        assert!(multi.check_answer(&json!(["a", "b"]), false).is_ok());
+        assert!(multi.check_answer(&json!([]), false).is_err());
+        assert!(multi.check_answer(&json!(["a", "a"]), false).is_err());
+        assert!(multi.check_answer(&json!("a"), false).is_err());
+        assert!(multi.check_answer(&json!(["z"]), false).is_err());
+
+        let free = question(json!({"question": "Q"}));
+        assert!(free.check_answer(&json!("anything"), false).is_ok());
+        assert!(free.check_answer(&json!(""), false).is_err());
+        assert!(free.check_answer(&json!(["x"]), false).is_err());
+    }
+
+    #[test]
+    fn answer_schema_lists_labels() {
+        let single = question(json!({"question": "Q", "options": [{"label": "a"}, {"label": "b"}]}));
+        assert_eq!(single.answer_schema(false), json!({"type": "string", "enum": ["a", "b"]}));
+    }
+
+    #[test]
+    fn input_schema_requires_question_and_limits_mode() {
+        let tool = AskUser::new();
+        let schema = tool.input_schema();
+        assert_eq!(schema["required"], json!(["question"]));
+        assert!(crate::tool::check_against_schema(schema, &json!({"question": ""})).is_err());
+        assert!(crate::tool::check_against_schema(schema, &json!({"question": "Q", "selectionMode": "any"})).is_err());
+        assert!(crate::tool::check_against_schema(schema, &json!({"question": "Q"})).is_ok());
+    }
+}

@@ -1,0 +1,439 @@
+//! Stream chunks: what an agent run emits, in Mastra's wire shape.
+//!
+//! Every chunk is `{"type", "runId", "from": "AGENT", "payload"}`. The type
+//! names and payload fields match Mastra's, so front ends written for Mastra
+//! read askloop streams unchanged.
+//!
+//! ```
+//! use askloop::{Chunk, ChunkKind, chunk::TextDelta};
+//! let chunk = Chunk::new("run-1", ChunkKind::TextDelta(TextDelta { id: "t1".into(), text: "Hi".into() }));
+//! let json = serde_json::to_value(&chunk).unwrap();
+//! assert_eq!(json["type"], "text-delta");
+//! assert_eq!(json["runId"], "run-1");
+//! assert_eq!(json["from"], "AGENT");
+//! assert_eq!(json["payload"]["text"], "Hi");
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{FinishReason, ToolCall, Usage};
+
+/// One chunk of an agent stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Chunk {
+    /// The run that emitted it.
+    pub run_id: String,
+    /// Who emitted it; always `AGENT`.
+    pub from: ChunkSource,
+    /// The chunk's type and payload.
+    #[serde(flatten)]
+    pub kind: ChunkKind,
+}
+
+impl Chunk {
+    /// A chunk of the given kind for a run.
+    pub fn new(run_id: impl Into<String>, kind: ChunkKind) -> Self {
+        Chunk {
+            run_id: run_id.into(),
+            from: ChunkSource::Agent,
+            kind,
+        }
+    }
+
+    /// The wire name of the chunk's type, e.g. `tool-call-suspended`.
+    pub fn type_name(&self) -> &'static str {
+        self.kind.type_name()
+    }
+}
+
+/// The emitter of a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChunkSource {
+    /// An agent.
+    #[serde(rename = "AGENT")]
+    Agent,
+}
+
+/// The type of a chunk, with its payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum ChunkKind {
+    /// The run started (fresh streams only).
+    Start(Start),
+    /// A model step started.
+    StepStart(StepStart),
+    /// A text block started.
+    TextStart(TextId),
+    /// A piece of text.
+    TextDelta(TextDelta),
+    /// A text block ended.
+    TextEnd(TextId),
+    /// The model began streaming a tool call's input.
+    ToolCallInputStreamingStart(ToolCallRef),
+    /// A piece of a tool call's input.
+    ToolCallDelta(ToolCallDelta),
+    /// The model finished streaming a tool call's input.
+    ToolCallInputStreamingEnd(ToolCallId),
+    /// A complete tool call.
+    ToolCall(ToolCallPayload),
+    /// A tool call's result.
+    ToolResult(ToolResultPayload),
+    /// A tool call failed before producing a result (bad input, unknown
+    /// tool, the tool returned an error). The model is told the reason.
+    ToolError(ToolErrorPayload),
+    /// A tool suspended, waiting for a person's answer.
+    ToolCallSuspended(ToolCallSuspended),
+    /// A tool call waits for approval before it runs.
+    ToolCallApproval(ToolCallApproval),
+    /// A tool call was declined and never ran.
+    ToolOutputDenied(ToolOutputDenied),
+    /// A model step finished.
+    StepFinish(StepFinish),
+    /// The run finished (completed).
+    Finish(StepFinish),
+    /// The run failed.
+    Error(ErrorPayload),
+    /// The run was cancelled.
+    Abort(AbortPayload),
+}
+
+impl ChunkKind {
+    /// The wire name of this type.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ChunkKind::Start(_) => "start",
+            ChunkKind::StepStart(_) => "step-start",
+            ChunkKind::TextStart(_) => "text-start",
+            ChunkKind::TextDelta(_) => "text-delta",
+            ChunkKind::TextEnd(_) => "text-end",
+            ChunkKind::ToolCallInputStreamingStart(_) => "tool-call-input-streaming-start",
+            ChunkKind::ToolCallDelta(_) => "tool-call-delta",
+            ChunkKind::ToolCallInputStreamingEnd(_) => "tool-call-input-streaming-end",
+            ChunkKind::ToolCall(_) => "tool-call",
+            ChunkKind::ToolResult(_) => "tool-result",
+            ChunkKind::ToolError(_) => "tool-error",
+            ChunkKind::ToolCallSuspended(_) => "tool-call-suspended",
+            ChunkKind::ToolCallApproval(_) => "tool-call-approval",
+            ChunkKind::ToolOutputDenied(_) => "tool-output-denied",
+            ChunkKind::StepFinish(_) => "step-finish",
+            ChunkKind::Finish(_) => "finish",
+            ChunkKind::Error(_) => "error",
+            ChunkKind::Abort(_) => "abort",
+        }
+    }
+}
+
+/// Payload of `start`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Start {
+    /// The agent's id.
+    pub id: String,
+    /// The id of the first step's message.
+    pub message_id: String,
+}
+
+/// Payload of `step-start`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStart {
+    /// The step's message id.
+    pub message_id: String,
+    /// When the step started, in milliseconds since the Unix epoch.
+    pub started_at: i64,
+    /// Provider warnings (always empty for now; kept for Mastra's shape).
+    #[serde(default)]
+    pub warnings: Vec<Value>,
+}
+
+/// Payload of `text-start` and `text-end`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TextId {
+    /// The text block's id.
+    pub id: String,
+}
+
+/// Payload of `text-delta`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TextDelta {
+    /// The text block's id.
+    pub id: String,
+    /// The new text.
+    pub text: String,
+}
+
+/// Payload naming a tool call and its tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallRef {
+    /// The call's id.
+    pub tool_call_id: String,
+    /// The tool's id.
+    pub tool_name: String,
+}
+
+/// Payload naming a tool call only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallId {
+    /// The call's id.
+    pub tool_call_id: String,
+}
+
+/// Payload of `tool-call-delta`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallDelta {
+    /// The call's id.
+    pub tool_call_id: String,
+    /// The tool's id.
+    pub tool_name: String,
+    /// The next piece of the input's JSON text.
+    pub args_text_delta: String,
+}
+
+/// Payload of `tool-call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallPayload {
+    /// The call's id.
+    pub tool_call_id: String,
+    /// The tool's id.
+    pub tool_name: String,
+    /// The call's input.
+    pub args: Value,
+}
+
+impl From<&ToolCall> for ToolCallPayload {
+    fn from(call: &ToolCall) -> Self {
+        ToolCallPayload {
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            args: call.args.clone(),
+        }
+    }
+}
+
+/// Payload of `tool-result`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResultPayload {
+    /// The call's id.
+    pub tool_call_id: String,
+    /// The tool's id.
+    pub tool_name: String,
+    /// The call's input.
+    pub args: Value,
+    /// What the tool returned: `{"content", "isError"}`, as Mastra's
+    /// `ask_user` does.
+    pub result: ToolResultValue,
+}
+
+/// The result object inside `tool-result`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResultValue {
+    /// The tool's content (text or JSON).
+    pub content: Value,
+    /// Whether the tool reported an error.
+    pub is_error: bool,
+}
+
+/// Payload of `tool-error`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolErrorPayload {
+    /// The call's id.
+    pub tool_call_id: String,
+    /// The tool's id.
+    pub tool_name: String,
+    /// The call's input.
+    pub args: Value,
+    /// What went wrong (also what the model is told).
+    pub error: String,
+}
+
+/// Payload of `tool-call-suspended`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallSuspended {
+    /// The call's id: pass it to resume this call.
+    pub tool_call_id: String,
+    /// The tool's id.
+    pub tool_name: String,
+    /// The call's input.
+    pub args: Value,
+    /// What the tool suspended with (for `ask_user`: the question).
+    pub suspend_payload: Value,
+    /// JSON Schema of the accepted resume data, as JSON text (Mastra's shape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_schema: Option<String>,
+}
+
+/// Payload of `tool-call-approval`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallApproval {
+    /// The call's id.
+    pub tool_call_id: String,
+    /// The tool's id.
+    pub tool_name: String,
+    /// The call's input.
+    pub args: Value,
+    /// JSON Schema of an approval decision, as JSON text (Mastra's shape).
+    pub resume_schema: String,
+}
+
+/// Payload of `tool-output-denied`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolOutputDenied {
+    /// The call's id.
+    pub tool_call_id: String,
+    /// The tool's id.
+    pub tool_name: String,
+    /// The call's input.
+    pub args: Value,
+    /// The decision.
+    pub approval: ApprovalDecision,
+}
+
+/// An approval decision, as in `tool-output-denied`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalDecision {
+    /// The call's id.
+    pub id: String,
+    /// Whether it was approved.
+    pub approved: bool,
+    /// Why, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Payload of `step-finish` and `finish`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepFinish {
+    /// The step's message id.
+    pub message_id: String,
+    /// Why the step ended.
+    pub step_result: StepResult,
+    /// What the step (or, for `finish`, the last step) produced.
+    pub output: StepOutput,
+}
+
+/// Why a step ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepResult {
+    /// The reason.
+    pub reason: FinishReason,
+    /// Whether another step follows.
+    pub is_continued: bool,
+}
+
+/// What a step produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepOutput {
+    /// The step's text.
+    pub text: String,
+    /// The step's tool calls.
+    pub tool_calls: Vec<ToolCallPayload>,
+    /// Tokens used (for `finish`: by the whole run so far).
+    pub usage: Usage,
+}
+
+/// Payload of `error`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorPayload {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The error inside an `error` chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorDetail {
+    /// A message for people.
+    pub message: String,
+}
+
+/// Payload of `abort`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AbortPayload {
+    /// Why the run was stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn suspended_chunk_has_mastra_envelope_and_camel_case_payload() {
+        let chunk = Chunk::new(
+            "r1",
+            ChunkKind::ToolCallSuspended(ToolCallSuspended {
+                tool_call_id: "c1".into(),
+                tool_name: "ask_user".into(),
+                args: json!({"question": "Q?"}),
+                suspend_payload: json!({"question": "Q?"}),
+                resume_schema: Some("{\"type\":\"string\"}".into()),
+            }),
+        );
+        let value = serde_json::to_value(&chunk).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "runId": "r1", "from": "AGENT", "type": "tool-call-suspended",
+                "payload": {"toolCallId": "c1", "toolName": "ask_user", "args": {"question": "Q?"},
+                            "suspendPayload": {"question": "Q?"}, "resumeSchema": "{\"type\":\"string\"}"}
+            })
+        );
+        let back: Chunk = serde_json::from_value(value).unwrap();
+        assert_eq!(back, chunk);
+    }
+
+    #[test]
+    fn type_name_matches_serialized_type_for_every_kind() {
+        let kinds = vec![
+            ChunkKind::Start(Start { id: "a".into(), message_id: "m".into() }),
+            ChunkKind::StepStart(StepStart { message_id: "m".into(), started_at: 1, warnings: vec![] }),
+            ChunkKind::TextStart(TextId { id: "t".into() }),
+            ChunkKind::TextEnd(TextId { id: "t".into() }),
+            ChunkKind::ToolCallInputStreamingEnd(ToolCallId { tool_call_id: "c".into() }),
+            ChunkKind::Error(ErrorPayload { error: ErrorDetail { message: "x".into() } }),
+            ChunkKind::Abort(AbortPayload { reason: None }),
+            ChunkKind::Finish(StepFinish {
+                message_id: "m".into(),
+                step_result: StepResult { reason: FinishReason::Stop, is_continued: false },
+                output: StepOutput { text: String::new(), tool_calls: vec![], usage: Usage::default() },
+            }),
+        ];
+        for kind in kinds {
+            let chunk = Chunk::new("r", kind);
+            let value = serde_json::to_value(&chunk).unwrap();
+            assert_eq!(value["type"], chunk.type_name());
+        }
+    }
+
+    #[test]
+    fn mastra_recorded_suspended_chunk_parses() {
+        let raw = r#"{"type":"tool-call-suspended","runId":"614c","from":"AGENT","payload":{"toolCallId":"call_2","toolName":"ask_user","suspendPayload":{"question":"Which environment should I deploy to?","options":[{"label":"staging"},{"label":"production"}],"selectionMode":"single_select"},"args":{"question":"Which environment should I deploy to?"},"resumeSchema":"{}"}}"#;
+        let chunk: Chunk = serde_json::from_str(raw).unwrap();
+        assert_eq!(chunk.type_name(), "tool-call-suspended");
+        let ChunkKind::ToolCallSuspended(payload) = chunk.kind else { panic!("wrong kind") };
+        assert_eq!(payload.suspend_payload["selectionMode"], "single_select");
+    }
+}

@@ -1,0 +1,131 @@
+//! [`RunError`]: why a run could not be started, resumed or cancelled.
+
+use crate::store::{RunStatus, StoreError};
+
+/// Why an operation on a run was refused. Every variant names the run; none
+/// of them changes what is stored.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// No run has this id.
+    #[error("no run with id {run_id}")]
+    UnknownRun {
+        /// The id given.
+        run_id: String,
+    },
+    /// The run exists but is not waiting for an answer.
+    #[error("run {run_id} is {status}, not suspended: there is nothing to answer")]
+    NotSuspended {
+        /// The run.
+        run_id: String,
+        /// Its status.
+        status: RunStatus,
+    },
+    /// The named tool call is not one the run waits on.
+    #[error("run {run_id} is not waiting on tool call {tool_call_id}; pending tool calls: {}", list(pending))]
+    ToolCallNotPending {
+        /// The run.
+        run_id: String,
+        /// The id given.
+        tool_call_id: String,
+        /// The calls it does wait on.
+        pending: Vec<String>,
+    },
+    /// Several calls are pending and no tool call id was given.
+    #[error("run {run_id} waits on {} tool calls; say which one to answer: {}", pending.len(), list(pending))]
+    AmbiguousResume {
+        /// The run.
+        run_id: String,
+        /// The pending calls.
+        pending: Vec<String>,
+    },
+    /// The answer does not fit the question. The run stays suspended.
+    #[error("invalid answer for tool call {tool_call_id} of run {run_id}: {reason}{}", accepted_text(accepted))]
+    InvalidAnswer {
+        /// The run.
+        run_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// What was wrong.
+        reason: String,
+        /// The accepted labels, when the question has options.
+        accepted: Option<Vec<String>>,
+    },
+    /// Approve or decline was used on a call that is not of that kind (for
+    /// example approving a question, which needs an answer).
+    #[error("tool call {tool_call_id} of run {run_id} {detail}")]
+    WrongPendingKind {
+        /// The run.
+        run_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// What it is and what to do instead.
+        detail: String,
+    },
+    /// The run names a tool this agent does not have.
+    #[error("run {run_id} waits on tool {tool_name}, which agent {agent_id} does not have")]
+    UnknownTool {
+        /// The run.
+        run_id: String,
+        /// The agent.
+        agent_id: String,
+        /// The tool.
+        tool_name: String,
+    },
+    /// Another resume (or a cancel) of the same run won.
+    #[error("run {run_id} was resumed or changed by someone else at the same moment; reload it and try again")]
+    Conflict {
+        /// The run.
+        run_id: String,
+    },
+    /// The run took more model steps than the agent allows.
+    #[error("run {run_id} reached the step limit of {limit} model calls")]
+    StepLimit {
+        /// The run.
+        run_id: String,
+        /// The limit.
+        limit: u32,
+    },
+    /// The input was not usable.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl RunError {
+    /// The run the error is about, when there is one.
+    pub fn run_id(&self) -> Option<&str> {
+        match self {
+            RunError::UnknownRun { run_id }
+            | RunError::NotSuspended { run_id, .. }
+            | RunError::ToolCallNotPending { run_id, .. }
+            | RunError::AmbiguousResume { run_id, .. }
+            | RunError::InvalidAnswer { run_id, .. }
+            | RunError::WrongPendingKind { run_id, .. }
+            | RunError::UnknownTool { run_id, .. }
+            | RunError::Conflict { run_id }
+            | RunError::StepLimit { run_id, .. } => Some(run_id),
+            RunError::InvalidInput(_) | RunError::Store(_) => None,
+        }
+    }
+}
+
+fn list(ids: &[String]) -> String {
+    if ids.is_empty() {
+        "none".to_owned()
+    } else {
+        ids.join(", ")
+    }
+}
+
+fn accepted_text(accepted: &Option<Vec<String>>) -> String {
+    match accepted {
+        Some(labels) if !labels.is_empty() => {
+            let quoted: Vec<String> = labels.iter().map(|l| format!("{l:?}")).collect();
+            format!("; accepted: {}", quoted.join(", "))
+        }
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,159 @@
+//! The [`Model`] trait: what the agent needs from a language model.
+//!
+//! A model streams [`ModelEvent`]s for one turn. Real providers live in the
+//! `askloop-providers` crate; [`ScriptedModel`](crate::ScriptedModel) replays a
+//! script for tests, examples and the offline demo.
+
+use std::fmt;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{FinishReason, Message, Usage};
+
+/// A tool as the model sees it: name, description and input schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    /// The tool's id, which the model uses as the function name.
+    pub name: String,
+    /// What the tool does and when to use it.
+    pub description: String,
+    /// JSON Schema of the tool's input.
+    pub input_schema: Value,
+}
+
+/// One request to a model: the whole conversation so far.
+///
+/// Borrowed, so a step does not copy the conversation: the provider serialises
+/// it into its request body before its stream starts.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelRequest<'a> {
+    /// The run this request belongs to (for logs and headers).
+    pub run_id: &'a str,
+    /// The agent's instructions, sent as the system prompt.
+    pub system: Option<&'a str>,
+    /// The conversation, oldest first.
+    pub messages: &'a [Message],
+    /// The tools the model may call.
+    pub tools: &'a [ToolSpec],
+}
+
+/// One event of a streamed model turn.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ModelEvent {
+    /// A piece of the answer's text.
+    TextDelta(String),
+    /// The model began a tool call.
+    ToolCallStart {
+        /// The call's id.
+        id: String,
+        /// The tool's name.
+        name: String,
+    },
+    /// A piece of a tool call's JSON arguments.
+    ToolCallDelta {
+        /// The call's id.
+        id: String,
+        /// The next piece of the arguments text.
+        args_delta: String,
+    },
+    /// A tool call is complete. `arguments` is the raw JSON text the model
+    /// produced (possibly empty or malformed: the agent checks it).
+    ToolCall {
+        /// The call's id.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The complete arguments text.
+        arguments: String,
+    },
+    /// The turn ended.
+    Finish {
+        /// Why it ended, as the provider said.
+        reason: FinishReason,
+        /// Token counts, when the provider reported them.
+        usage: Usage,
+    },
+}
+
+/// The stream of one model turn.
+pub type ModelStream = Pin<Box<dyn Stream<Item = Result<ModelEvent, ModelError>> + Send>>;
+
+/// A language model that streams one turn at a time.
+///
+/// Implementations must be stateless across turns: everything a turn needs is
+/// in the request, which is what lets a run resume in another process.
+#[async_trait]
+pub trait Model: Send + Sync + fmt::Debug + 'static {
+    /// The model's name as users write it, e.g. `openai/gpt-4o-mini`.
+    fn name(&self) -> &str;
+
+    /// Starts one streamed turn. Errors before the first event (connection,
+    /// HTTP status, missing key) are returned here; errors after it come
+    /// through the stream.
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError>;
+}
+
+/// What can go wrong talking to a model.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// A provider needs a key that is not set.
+    #[error("{provider} needs an API key: set the {variable} environment variable")]
+    MissingApiKey {
+        /// The provider, e.g. `openai`.
+        provider: String,
+        /// The environment variable to set.
+        variable: String,
+    },
+    /// The model name could not be understood.
+    #[error("unknown model `{spec}`: {reason}")]
+    UnknownModel {
+        /// What was given.
+        spec: String,
+        /// What is accepted.
+        reason: String,
+    },
+    /// The provider answered with an error status.
+    #[error("{provider} returned HTTP {status}: {message}")]
+    Api {
+        /// The provider.
+        provider: String,
+        /// The HTTP status.
+        status: u16,
+        /// The provider's error message.
+        message: String,
+    },
+    /// The provider could not be reached, or the connection broke.
+    #[error("could not reach {provider}: {message}")]
+    Transport {
+        /// The provider.
+        provider: String,
+        /// What happened.
+        message: String,
+    },
+    /// The provider sent something that is not its documented wire format.
+    #[error("{provider} sent a malformed stream: {message}")]
+    Protocol {
+        /// The provider.
+        provider: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The provider reported an error in the middle of its stream.
+    #[error("{provider} reported an error mid-stream: {message}")]
+    Stream {
+        /// The provider.
+        provider: String,
+        /// The provider's message.
+        message: String,
+    },
+    /// A scripted model could not produce the requested turn.
+    #[error("{0}")]
+    Script(String),
+}

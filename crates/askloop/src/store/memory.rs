@@ -1,0 +1,154 @@
+//! An in-process store: for tests and for embedding where runs need not
+//! outlive the process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::{RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
+use crate::message::Message;
+
+#[derive(Debug, Default)]
+struct StoredRun {
+    record: RunRecord,
+    messages: Vec<Message>,
+}
+
+/// Runs kept in memory. Cloning shares the same runs.
+#[derive(Debug, Default, Clone)]
+pub struct MemoryStore {
+    runs: Arc<Mutex<HashMap<String, StoredRun>>>,
+}
+
+impl Default for RunRecord {
+    fn default() -> Self {
+        RunRecord {
+            run_id: String::new(),
+            agent_id: String::new(),
+            thread_id: None,
+            status: RunStatus::Running,
+            version: 0,
+            created_at: DateTime::<Utc>::UNIX_EPOCH,
+            updated_at: DateTime::<Utc>::UNIX_EPOCH,
+            pending: Vec::new(),
+            step_results: Vec::new(),
+            message_count: 0,
+            steps: 0,
+            usage: Default::default(),
+            error: None,
+            metadata: serde_json::Value::Null,
+        }
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, StoredRun>> {
+        // A panic while holding the lock cannot leave a run half-written:
+        // every write below builds the new state before touching the map.
+        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[async_trait]
+impl RunStore for MemoryStore {
+    async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
+        let mut runs = self.lock();
+        if runs.contains_key(&run.run_id) {
+            return Err(StoreError::AlreadyExists {
+                run_id: run.run_id.clone(),
+            });
+        }
+        let mut record = run.clone();
+        record.message_count = messages.len() as i64;
+        runs.insert(
+            run.run_id.clone(),
+            StoredRun {
+                record,
+                messages: messages.to_vec(),
+            },
+        );
+        Ok(())
+    }
+
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        Ok(self.lock().get(run_id).map(|run| run.record.clone()))
+    }
+
+    async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {
+        Ok(self
+            .lock()
+            .get(run_id)
+            .map(|run| run.messages.clone())
+            .unwrap_or_default())
+    }
+
+    async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
+        let mut runs = self.lock();
+        let run = runs.get_mut(run_id).ok_or_else(|| StoreError::NotFound {
+            run_id: run_id.to_owned(),
+        })?;
+        if run.record.status != RunStatus::Suspended || run.record.version != expected_version {
+            return Err(StoreError::Conflict {
+                run_id: run_id.to_owned(),
+                expected_version,
+            });
+        }
+        run.record.status = RunStatus::Running;
+        run.record.version += 1;
+        run.record.updated_at = Utc::now();
+        Ok(run.record.version)
+    }
+
+    async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
+        let mut runs = self.lock();
+        let run = runs.get_mut(update.run_id).ok_or_else(|| StoreError::NotFound {
+            run_id: update.run_id.to_owned(),
+        })?;
+        if run.record.version != update.expected_version {
+            return Err(StoreError::Conflict {
+                run_id: update.run_id.to_owned(),
+                expected_version: update.expected_version,
+            });
+        }
+        let record = &mut run.record;
+        record.status = update.status;
+        record.version += 1;
+        record.updated_at = Utc::now();
+        record.pending = update.pending.to_vec();
+        record.step_results = update.step_results.to_vec();
+        record.steps = update.steps;
+        record.usage = update.usage;
+        record.error = update.error.map(str::to_owned);
+        record.message_count += update.append.len() as i64;
+        run.messages.extend_from_slice(update.append);
+        Ok(record.version)
+    }
+
+    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
+        let runs = self.lock();
+        let mut found: Vec<RunRecord> = runs
+            .values()
+            .map(|run| &run.record)
+            .filter(|r| query.status.is_none_or(|s| r.status == s))
+            .filter(|r| query.agent_id.as_deref().is_none_or(|a| r.agent_id == a))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.run_id.cmp(&a.run_id)));
+        let limit = query.limit.map_or(usize::MAX, |l| l as usize);
+        Ok(found.into_iter().skip(query.offset as usize).take(limit).collect())
+    }
+
+    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut runs = self.lock();
+        let old = runs.len();
+        runs.retain(|_, run| !(run.record.status.is_finished() && run.record.updated_at < before));
+        Ok((old - runs.len()) as u64)
+    }
+}

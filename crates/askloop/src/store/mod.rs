@@ -1,0 +1,297 @@
+//! Where runs live between steps: the [`RunStore`] trait and [`MemoryStore`].
+//!
+//! The trait is shaped for SQL: a run is one row (status, version, pending
+//! tool calls) plus an append-only list of messages keyed by (run id,
+//! sequence). A step writes the row and only its new messages; claiming a
+//! suspended run is one compare-and-set on (status, version), so exactly one
+//! resume wins across processes. The durable stores (SQLite, PostgreSQL) are
+//! in the `askloop-store` crate and pass the same conformance suite.
+
+mod memory;
+
+use std::fmt;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{Message, ToolResult, Usage};
+
+pub use memory::MemoryStore;
+
+/// The layout version of stored runs. A store refuses rows written with a
+/// newer one rather than misread them.
+pub const RUN_SCHEMA_VERSION: i32 = 1;
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// A process is driving it now.
+    Running,
+    /// It waits for answers or approvals.
+    Suspended,
+    /// It finished.
+    Completed,
+    /// It failed; the error is stored.
+    Failed,
+    /// Someone cancelled it.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Suspended => "suspended",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the run is over (completed, failed or cancelled).
+    pub fn is_finished(self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled)
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RunStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "running" => Ok(RunStatus::Running),
+            "suspended" => Ok(RunStatus::Suspended),
+            "completed" => Ok(RunStatus::Completed),
+            "failed" => Ok(RunStatus::Failed),
+            "cancelled" => Ok(RunStatus::Cancelled),
+            other => Err(format!(
+                "unknown run status {other:?}; expected running, suspended, completed, failed or cancelled"
+            )),
+        }
+    }
+}
+
+/// Why a tool call waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PendingKind {
+    /// The tool suspended itself (e.g. `ask_user` asked a question).
+    Suspended,
+    /// The tool needs approval before it runs.
+    Approval,
+}
+
+/// A tool call the run waits on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingToolCall {
+    /// The call's id.
+    pub tool_call_id: String,
+    /// The tool's id.
+    pub tool_name: String,
+    /// The call's input.
+    pub args: Value,
+    /// Why it waits.
+    pub kind: PendingKind,
+    /// What the tool suspended with (for `kind: suspended`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend_payload: Option<Value>,
+    /// JSON Schema of the accepted resume data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_schema: Option<Value>,
+}
+
+/// The stored state of a run, without its messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    /// The run's id (UUID v7 unless the caller chose one).
+    pub run_id: String,
+    /// The agent that owns it.
+    pub agent_id: String,
+    /// An optional conversation thread the run belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    /// Where it is.
+    pub status: RunStatus,
+    /// Bumped by every write; the compare-and-set token.
+    pub version: i64,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// When it was last written.
+    pub updated_at: DateTime<Utc>,
+    /// The tool calls it waits on (empty unless suspended).
+    pub pending: Vec<PendingToolCall>,
+    /// Results already produced in the current step, kept while other calls
+    /// of the step are pending (never re-run).
+    #[serde(default)]
+    pub step_results: Vec<ToolResult>,
+    /// How many messages the run has (the next message's sequence number).
+    pub message_count: i64,
+    /// How many model steps it has taken.
+    pub steps: u32,
+    /// Tokens used so far.
+    pub usage: Usage,
+    /// The error, for a failed run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Free-form data the host attaches (e.g. the CLI records the model it
+    /// started with).
+    #[serde(default)]
+    pub metadata: Value,
+}
+
+impl RunRecord {
+    /// The ids of the pending tool calls.
+    pub fn pending_ids(&self) -> Vec<String> {
+        self.pending.iter().map(|p| p.tool_call_id.clone()).collect()
+    }
+}
+
+/// One write of a run: the new row state and the messages to append, applied
+/// only if the stored version is still `expected_version`.
+#[derive(Debug, Clone, Copy)]
+pub struct RunUpdate<'a> {
+    /// The run.
+    pub run_id: &'a str,
+    /// The version the writer read; the write fails with
+    /// [`StoreError::Conflict`] if it changed.
+    pub expected_version: i64,
+    /// The new status.
+    pub status: RunStatus,
+    /// The new pending calls.
+    pub pending: &'a [PendingToolCall],
+    /// The new step results.
+    pub step_results: &'a [ToolResult],
+    /// Messages to append, numbered from the stored `message_count`.
+    pub append: &'a [Message],
+    /// The new step count.
+    pub steps: u32,
+    /// The new usage total.
+    pub usage: Usage,
+    /// The error, for a failed run.
+    pub error: Option<&'a str>,
+}
+
+/// Which runs to list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunQuery {
+    /// Only runs with this status.
+    pub status: Option<RunStatus>,
+    /// Only runs of this agent.
+    pub agent_id: Option<String>,
+    /// At most this many (all when `None`).
+    pub limit: Option<u32>,
+    /// Skip this many (for paging).
+    pub offset: u32,
+}
+
+/// What can go wrong in a store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No run has this id.
+    #[error("run {run_id} not found")]
+    NotFound {
+        /// The id asked for.
+        run_id: String,
+    },
+    /// A run with this id already exists.
+    #[error("run {run_id} already exists")]
+    AlreadyExists {
+        /// The id.
+        run_id: String,
+    },
+    /// The run changed since it was read (another process resumed or wrote
+    /// it first).
+    #[error("run {run_id} was changed by someone else (expected version {expected_version})")]
+    Conflict {
+        /// The run.
+        run_id: String,
+        /// The version the writer expected.
+        expected_version: i64,
+    },
+    /// A stored row could not be read.
+    #[error("run {run_id} is stored corrupt: {detail}")]
+    Corrupt {
+        /// The run.
+        run_id: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A row was written by a newer askloop.
+    #[error(
+        "run {run_id} was stored by a newer askloop (layout version {found}, this build reads up to {supported}); upgrade askloop to read it"
+    )]
+    NewerSchema {
+        /// The run.
+        run_id: String,
+        /// The row's layout version.
+        found: i32,
+        /// The newest this build reads.
+        supported: i32,
+    },
+    /// The store could not be opened from what was given.
+    #[error("{0}")]
+    InvalidLocation(String),
+    /// The database failed.
+    #[error("store error: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl StoreError {
+    /// Wraps a database error.
+    pub fn backend(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        StoreError::Backend(Box::new(err))
+    }
+
+    /// Whether this is a lost compare-and-set.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Conflict { .. })
+    }
+}
+
+/// Durable (or in-memory) storage of runs.
+///
+/// Implementations must make [`RunStore::claim`] and [`RunStore::update`]
+/// atomic compare-and-sets: of many concurrent callers with the same expected
+/// version, exactly one succeeds and the others get
+/// [`StoreError::Conflict`].
+#[async_trait]
+pub trait RunStore: Send + Sync + fmt::Debug + 'static {
+    /// Stores a new run with its first messages. `run.message_count` must be
+    /// `messages.len()`.
+    async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError>;
+
+    /// Reads a run's row, or `None` if there is no such run.
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
+
+    /// Reads a run's messages, oldest first.
+    async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError>;
+
+    /// Moves a suspended run at `expected_version` to `running` and bumps its
+    /// version, in one compare-and-set. Returns the new version.
+    async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError>;
+
+    /// Writes a step: the row's new state and the new messages, if the
+    /// version is still `expected_version`. Returns the new version.
+    async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError>;
+
+    /// Lists runs, newest first.
+    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// Deletes finished runs (completed, failed, cancelled) last written
+    /// before `before`, with their messages. Returns how many were deleted.
+    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+}

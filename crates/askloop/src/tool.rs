@@ -1,0 +1,480 @@
+//! Tools: what a model can call, and the suspension primitive.
+//!
+//! A tool either finishes with a [`ToolOutput`] or suspends with a payload
+//! ([`ToolContext::suspend`]). A suspended tool is executed again, with the
+//! answer in [`ToolContext::resume_data`], when the run is resumed.
+//!
+//! ```
+//! use askloop::{FunctionTool, ToolOutput};
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Add { a: i64, b: i64 }
+//!
+//! let add = FunctionTool::builder("add")
+//!     .description("Adds two numbers.")
+//!     .input::<Add>()
+//!     .execute(|input: Add, _ctx| async move { Ok(ToolOutput::text((input.a + input.b).to_string()).into()) });
+//! # let _ = add;
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::message::ToolContent;
+
+/// A tool the model can call.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The tool's id: the function name the model calls.
+    fn id(&self) -> &str;
+
+    /// What the tool does and when to use it, for the model.
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the input. The model's input is checked against it
+    /// before [`Tool::execute`] runs.
+    fn input_schema(&self) -> &Value;
+
+    /// JSON Schema of what the tool suspends with, if it suspends.
+    fn suspend_schema(&self) -> Option<&Value> {
+        None
+    }
+
+    /// JSON Schema of the resume data the tool accepts after suspending.
+    fn resume_schema(&self) -> Option<&Value> {
+        None
+    }
+
+    /// JSON Schema of the resume data for one suspension. Defaults to
+    /// [`Tool::resume_schema`]; a tool whose accepted answers depend on what
+    /// it asked (like `ask_user` and its labels) narrows it here.
+    fn resume_schema_for(&self, _suspend_payload: &Value) -> Option<Value> {
+        self.resume_schema().cloned()
+    }
+
+    /// Checks resume data before anything is written. The default checks it
+    /// against [`Tool::resume_schema_for`].
+    fn check_resume_data(&self, data: &Value, suspend_payload: &Value) -> Result<(), InvalidResume> {
+        match self.resume_schema_for(suspend_payload) {
+            Some(schema) => check_against_schema(&schema, data).map_err(|reason| InvalidResume {
+                reason,
+                accepted: None,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether every call needs a person's approval before it runs.
+    fn requires_approval(&self) -> bool {
+        false
+    }
+
+    /// Runs the tool with its checked input.
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError>;
+}
+
+impl fmt::Debug for dyn Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tool").field("id", &self.id()).finish()
+    }
+}
+
+/// Why resume data was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidResume {
+    /// What was wrong.
+    pub reason: String,
+    /// The accepted values, when they are a fixed set (the labels of a
+    /// question).
+    pub accepted: Option<Vec<String>>,
+}
+
+/// What a tool finished with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// What the model receives.
+    pub content: ToolContent,
+    /// Whether this is an error the model should see and react to.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A text result.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput {
+            content: ToolContent::Text(text.into()),
+            is_error: false,
+        }
+    }
+
+    /// A JSON result.
+    pub fn json(value: Value) -> Self {
+        ToolOutput {
+            content: ToolContent::Json(value),
+            is_error: false,
+        }
+    }
+
+    /// An error result the model can read (and retry after).
+    pub fn error(text: impl Into<String>) -> Self {
+        ToolOutput {
+            content: ToolContent::Text(text.into()),
+            is_error: true,
+        }
+    }
+}
+
+/// How a tool execution ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutcome {
+    /// The tool finished.
+    Output(ToolOutput),
+    /// The tool suspended, waiting for resume data.
+    Suspended(Value),
+}
+
+impl From<ToolOutput> for ToolOutcome {
+    fn from(output: ToolOutput) -> Self {
+        ToolOutcome::Output(output)
+    }
+}
+
+/// A tool failed. The model is told the message (as an is-error result) and
+/// the stream shows a `tool-error` chunk; the run goes on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+impl ToolError {
+    /// A tool error with a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolError(message.into())
+    }
+}
+
+/// What a tool knows about the call it is executing.
+#[derive(Debug, Clone, Default)]
+pub struct ToolContext {
+    run_id: Option<String>,
+    tool_call_id: Option<String>,
+    can_suspend: bool,
+    resume_data: Option<Value>,
+    suspend_payload: Option<Value>,
+}
+
+impl ToolContext {
+    /// A context for executing a tool outside an agent run: no run, no
+    /// suspension.
+    pub fn standalone() -> Self {
+        ToolContext::default()
+    }
+
+    /// A context inside an agent run, where the tool may suspend.
+    pub(crate) fn in_run(run_id: &str, tool_call_id: &str) -> Self {
+        ToolContext {
+            run_id: Some(run_id.to_owned()),
+            tool_call_id: Some(tool_call_id.to_owned()),
+            can_suspend: true,
+            resume_data: None,
+            suspend_payload: None,
+        }
+    }
+
+    /// The same context, for re-executing after a resume.
+    pub(crate) fn resumed(mut self, suspend_payload: Option<Value>, resume_data: Option<Value>) -> Self {
+        self.suspend_payload = suspend_payload;
+        self.resume_data = resume_data;
+        self
+    }
+
+    /// The run's id, inside an agent run.
+    pub fn run_id(&self) -> Option<&str> {
+        self.run_id.as_deref()
+    }
+
+    /// The tool call's id, inside an agent run.
+    pub fn tool_call_id(&self) -> Option<&str> {
+        self.tool_call_id.as_deref()
+    }
+
+    /// Whether [`ToolContext::suspend`] is available (inside an agent run).
+    pub fn can_suspend(&self) -> bool {
+        self.can_suspend
+    }
+
+    /// The answer, when the tool is executed again after a resume.
+    pub fn resume_data(&self) -> Option<&Value> {
+        self.resume_data.as_ref()
+    }
+
+    /// What the tool suspended with, when executed again after a resume.
+    pub fn suspend_payload(&self) -> Option<&Value> {
+        self.suspend_payload.as_ref()
+    }
+
+    /// Suspends the tool call with a payload for the person. The agent stores
+    /// the run, emits `tool-call-suspended`, and executes the tool again with
+    /// the resume data when the run is resumed.
+    ///
+    /// Fails outside an agent run, where there is no run to store.
+    pub fn suspend(&self, payload: Value) -> Result<ToolOutcome, SuspendUnavailable> {
+        if self.can_suspend {
+            Ok(ToolOutcome::Suspended(payload))
+        } else {
+            Err(SuspendUnavailable)
+        }
+    }
+}
+
+/// `suspend` was called outside an agent run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("suspend is only available inside an agent run")]
+pub struct SuspendUnavailable;
+
+impl From<SuspendUnavailable> for ToolError {
+    fn from(err: SuspendUnavailable) -> Self {
+        ToolError(err.to_string())
+    }
+}
+
+/// Checks a value against a JSON Schema, returning every problem in one
+/// readable line.
+pub fn check_against_schema(schema: &Value, value: &Value) -> Result<(), String> {
+    let validator = jsonschema::validator_for(schema).map_err(|err| format!("the schema itself is invalid: {err}"))?;
+    describe_errors(&validator, value)
+}
+
+pub(crate) fn describe_errors(validator: &jsonschema::Validator, value: &Value) -> Result<(), String> {
+    let problems: Vec<String> = validator
+        .iter_errors(value)
+        .map(|err| {
+            let path = err.instance_path().to_string();
+            if path.is_empty() {
+                err.to_string()
+            } else {
+                format!("at {path}: {err}")
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+type ExecuteFn = dyn Fn(Value, ToolContext) -> Pin<Box<dyn Future<Output = Result<ToolOutcome, ToolError>> + Send>>
+    + Send
+    + Sync;
+
+/// A tool made from a closure, with its input schema derived from a Rust type
+/// (via `schemars`) or given by hand.
+pub struct FunctionTool {
+    id: String,
+    description: String,
+    input_schema: Value,
+    suspend_schema: Option<Value>,
+    resume_schema: Option<Value>,
+    requires_approval: bool,
+    execute: Arc<ExecuteFn>,
+}
+
+impl fmt::Debug for FunctionTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FunctionTool")
+            .field("id", &self.id)
+            .field("requires_approval", &self.requires_approval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FunctionTool {
+    /// Starts building a tool with an id.
+    pub fn builder(id: impl Into<String>) -> FunctionToolBuilder<Value> {
+        FunctionToolBuilder {
+            id: id.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+            suspend_schema: None,
+            resume_schema: None,
+            requires_approval: false,
+            input: PhantomData,
+        }
+    }
+}
+
+/// Builds a [`FunctionTool`]. `I` is the input type the closure receives.
+#[derive(Debug)]
+pub struct FunctionToolBuilder<I> {
+    id: String,
+    description: String,
+    input_schema: Value,
+    suspend_schema: Option<Value>,
+    resume_schema: Option<Value>,
+    requires_approval: bool,
+    input: PhantomData<fn() -> I>,
+}
+
+impl<I> FunctionToolBuilder<I> {
+    /// The description the model reads.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// Derives the input schema from `T` and passes the closure a `T`.
+    pub fn input<T: schemars::JsonSchema + DeserializeOwned>(self) -> FunctionToolBuilder<T> {
+        let schema = schemars::schema_for!(T);
+        FunctionToolBuilder {
+            id: self.id,
+            description: self.description,
+            input_schema: schema.to_value(),
+            suspend_schema: self.suspend_schema,
+            resume_schema: self.resume_schema,
+            requires_approval: self.requires_approval,
+            input: PhantomData,
+        }
+    }
+
+    /// Sets the input schema by hand; the closure receives the raw JSON.
+    pub fn input_schema(self, schema: Value) -> FunctionToolBuilder<Value> {
+        FunctionToolBuilder {
+            id: self.id,
+            description: self.description,
+            input_schema: schema,
+            suspend_schema: self.suspend_schema,
+            resume_schema: self.resume_schema,
+            requires_approval: self.requires_approval,
+            input: PhantomData,
+        }
+    }
+
+    /// JSON Schema of the suspend payload.
+    pub fn suspend_schema(mut self, schema: Value) -> Self {
+        self.suspend_schema = Some(schema);
+        self
+    }
+
+    /// JSON Schema of the resume data; answers are checked against it
+    /// before anything is written.
+    pub fn resume_schema(mut self, schema: Value) -> Self {
+        self.resume_schema = Some(schema);
+        self
+    }
+
+    /// Every call needs a person's approval before it runs.
+    pub fn requires_approval(mut self, yes: bool) -> Self {
+        self.requires_approval = yes;
+        self
+    }
+}
+
+impl<I: DeserializeOwned + Send + 'static> FunctionToolBuilder<I> {
+    /// Finishes the tool with the function that runs it.
+    pub fn execute<F, Fut>(self, f: F) -> FunctionTool
+    where
+        F: Fn(I, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ToolOutcome, ToolError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let execute: Arc<ExecuteFn> = Arc::new(move |input: Value, ctx: ToolContext| {
+            let f = Arc::clone(&f);
+            Box::pin(async move {
+                let input: I = serde_json::from_value(input)
+                    .map_err(|err| ToolError(format!("invalid input: {err}")))?;
+                f(input, ctx).await
+            })
+        });
+        FunctionTool {
+            id: self.id,
+            description: self.description,
+            input_schema: self.input_schema,
+            suspend_schema: self.suspend_schema,
+            resume_schema: self.resume_schema,
+            requires_approval: self.requires_approval,
+            execute,
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for FunctionTool {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn input_schema(&self) -> &Value {
+        &self.input_schema
+    }
+
+    fn suspend_schema(&self) -> Option<&Value> {
+        self.suspend_schema.as_ref()
+    }
+
+    fn resume_schema(&self) -> Option<&Value> {
+        self.resume_schema.as_ref()
+    }
+
+    fn requires_approval(&self) -> bool {
+        self.requires_approval
+    }
+
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {
+        (self.execute)(input, ctx).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Deserialize, schemars::JsonSchema)]
+    struct Add {
+        a: i64,
+        b: i64,
+    }
+
+    fn add_tool() -> FunctionTool {
+        FunctionTool::builder("add")
+            .description("Adds.")
+            .input::<Add>()
+            .execute(|input: Add, _ctx| async move { Ok(ToolOutput::text((input.a + input.b).to_string()).into()) })
+    }
+
+    #[tokio::test]
+    async fn function_tool_derives_schema_from_type_and_runs() {
+        let tool = add_tool();
+        assert_eq!(tool.input_schema()["properties"]["a"]["type"], "integer");
+        let outcome = tool.execute(json!({"a": 2, "b": 3}), ToolContext::standalone()).await.unwrap();
+        assert_eq!(outcome, ToolOutcome::Output(ToolOutput::text("5")));
+    }
+
+    #[test]
+    fn schema_check_reports_path_and_reason() {
+        let tool = add_tool();
+        let err = check_against_schema(tool.input_schema(), &json!({"a": "x", "b": 1})).unwrap_err();
+        assert!(err.contains("/a"), "{err}");
+        assert!(err.contains("integer"), "{err}");
+    }
+
+    #[test]
+    fn suspend_outside_a_run_is_unavailable() {
+        assert_eq!(ToolContext::standalone().suspend(json!({})), Err(SuspendUnavailable));
+        let ctx = ToolContext::in_run("r", "c");
+        assert_eq!(ctx.suspend(json!({"q": 1})), Ok(ToolOutcome::Suspended(json!({"q": 1}))));
+    }
+}

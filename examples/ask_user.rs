@@ -40,7 +40,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // The person answers the free-text question...
-    let mut resumed = agent.resume_stream("The main repo", ResumeOptions::run(&run_id)).await?;
+    let mut resumed = agent
+        .resume_stream("The main repo", ResumeOptions::run(&run_id))
+        .await?;
     let mut tool_call_id = None;
     while let Some(chunk) = resumed.next().await {
         if let ChunkKind::ToolCallSuspended(s) = &chunk.kind {
@@ -56,7 +58,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // ...then picks two options of the multi-select one.
     let tool_call_id = tool_call_id.ok_or("the agent did not ask its second question")?;
     let answer = json!(["Add tests", "Update docs"]);
-    let resumed = agent.resume_stream(answer, ResumeOptions::call(&run_id, tool_call_id)).await?;
+    let resumed = agent
+        .resume_stream(answer, ResumeOptions::call(&run_id, tool_call_id))
+        .await?;
     let mut text = resumed.text_stream();
     while let Some(delta) = text.next().await {
         print!("{delta}");

@@ -294,7 +294,9 @@ impl Tool for AskUser {
         if input.selection_mode.is_some() && options.is_none() {
             return Ok(ToolOutput::error("Failed to ask user: selectionMode requires options.").into());
         }
-        let mode = options.as_ref().map(|_| input.selection_mode.unwrap_or(SelectionMode::SingleSelect));
+        let mode = options
+            .as_ref()
+            .map(|_| input.selection_mode.unwrap_or(SelectionMode::SingleSelect));
 
         if let Some(answer) = ctx.resume_data() {
             return Ok(ToolOutput::text(format!("User answered: {}", answer_text(answer))).into());
@@ -358,7 +360,11 @@ mod tests {
 
     #[tokio::test]
     async fn options_without_mode_resolve_to_single_select() {
-        let outcome = run(json!({"question": "Env?", "options": [{"label": "a"}, {"label": "b"}]}), in_run()).await;
+        let outcome = run(
+            json!({"question": "Env?", "options": [{"label": "a"}, {"label": "b"}]}),
+            in_run(),
+        )
+        .await;
         assert_eq!(
             outcome,
             ToolOutcome::Suspended(json!({
@@ -403,7 +409,11 @@ mod tests {
     #[tokio::test]
     async fn resumed_with_array_answers_joined() {
         let ctx = in_run().resumed(Some(json!({})), Some(json!(["a", "b"])));
-        let outcome = run(json!({"question": "Q?", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "multi_select"}), ctx).await;
+        let outcome = run(
+            json!({"question": "Q?", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "multi_select"}),
+            ctx,
+        )
+        .await;
         assert_eq!(outcome, ToolOutcome::Output(ToolOutput::text("User answered: a, b")));
     }
 
@@ -413,14 +423,18 @@ mod tests {
 
     #[test]
     fn answers_are_checked_against_the_question() {
-        let single = question(json!({"question": "Q", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "single_select"}));
+        let single = question(
+            json!({"question": "Q", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "single_select"}),
+        );
         assert!(single.check_answer(&json!("a"), false).is_ok());
         let err = single.check_answer(&json!("c"), false).unwrap_err();
         assert_eq!(err.accepted, Some(vec!["a".to_string(), "b".to_string()]));
         assert!(single.check_answer(&json!(["a"]), false).is_err());
         assert!(single.check_answer(&json!("c"), true).is_ok());
 
-        let multi = question(json!({"question": "Q", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "multi_select"}));
+        let multi = question(
+            json!({"question": "Q", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "multi_select"}),
+        );
         assert!(multi.check_answer(&json!(["a", "b"]), false).is_ok());
         assert!(multi.check_answer(&json!([]), false).is_err());
         assert!(multi.check_answer(&json!(["a", "a"]), false).is_err());
@@ -436,7 +450,10 @@ mod tests {
     #[test]
     fn answer_schema_lists_labels() {
         let single = question(json!({"question": "Q", "options": [{"label": "a"}, {"label": "b"}]}));
-        assert_eq!(single.answer_schema(false), json!({"type": "string", "enum": ["a", "b"]}));
+        assert_eq!(
+            single.answer_schema(false),
+            json!({"type": "string", "enum": ["a", "b"]})
+        );
     }
 
     #[test]

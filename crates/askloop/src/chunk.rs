@@ -408,17 +408,35 @@ mod tests {
     #[test]
     fn type_name_matches_serialized_type_for_every_kind() {
         let kinds = vec![
-            ChunkKind::Start(Start { id: "a".into(), message_id: "m".into() }),
-            ChunkKind::StepStart(StepStart { message_id: "m".into(), started_at: 1, warnings: vec![] }),
+            ChunkKind::Start(Start {
+                id: "a".into(),
+                message_id: "m".into(),
+            }),
+            ChunkKind::StepStart(StepStart {
+                message_id: "m".into(),
+                started_at: 1,
+                warnings: vec![],
+            }),
             ChunkKind::TextStart(TextId { id: "t".into() }),
             ChunkKind::TextEnd(TextId { id: "t".into() }),
-            ChunkKind::ToolCallInputStreamingEnd(ToolCallId { tool_call_id: "c".into() }),
-            ChunkKind::Error(ErrorPayload { error: ErrorDetail { message: "x".into() } }),
+            ChunkKind::ToolCallInputStreamingEnd(ToolCallId {
+                tool_call_id: "c".into(),
+            }),
+            ChunkKind::Error(ErrorPayload {
+                error: ErrorDetail { message: "x".into() },
+            }),
             ChunkKind::Abort(AbortPayload { reason: None }),
             ChunkKind::Finish(StepFinish {
                 message_id: "m".into(),
-                step_result: StepResult { reason: FinishReason::Stop, is_continued: false },
-                output: StepOutput { text: String::new(), tool_calls: vec![], usage: Usage::default() },
+                step_result: StepResult {
+                    reason: FinishReason::Stop,
+                    is_continued: false,
+                },
+                output: StepOutput {
+                    text: String::new(),
+                    tool_calls: vec![],
+                    usage: Usage::default(),
+                },
             }),
         ];
         for kind in kinds {
@@ -433,7 +451,9 @@ mod tests {
         let raw = r#"{"type":"tool-call-suspended","runId":"614c","from":"AGENT","payload":{"toolCallId":"call_2","toolName":"ask_user","suspendPayload":{"question":"Which environment should I deploy to?","options":[{"label":"staging"},{"label":"production"}],"selectionMode":"single_select"},"args":{"question":"Which environment should I deploy to?"},"resumeSchema":"{}"}}"#;
         let chunk: Chunk = serde_json::from_str(raw).unwrap();
         assert_eq!(chunk.type_name(), "tool-call-suspended");
-        let ChunkKind::ToolCallSuspended(payload) = chunk.kind else { panic!("wrong kind") };
+        let ChunkKind::ToolCallSuspended(payload) = chunk.kind else {
+            panic!("wrong kind")
+        };
         assert_eq!(payload.suspend_payload["selectionMode"], "single_select");
     }
 }

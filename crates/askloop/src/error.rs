@@ -22,7 +22,10 @@ pub enum RunError {
         status: RunStatus,
     },
     /// The named tool call is not one the run waits on.
-    #[error("run {run_id} is not waiting on tool call {tool_call_id}; pending tool calls: {}", list(pending))]
+    #[error(
+        "run {run_id} is not waiting on tool call {tool_call_id}; pending tool calls: {}",
+        list(pending)
+    )]
     ToolCallNotPending {
         /// The run.
         run_id: String,
@@ -40,7 +43,10 @@ pub enum RunError {
         pending: Vec<String>,
     },
     /// The answer does not fit the question. The run stays suspended.
-    #[error("invalid answer for tool call {tool_call_id} of run {run_id}: {reason}{}", accepted_text(accepted))]
+    #[error(
+        "invalid answer for tool call {tool_call_id} of run {run_id}: {reason}{}",
+        accepted_text(accepted)
+    )]
     InvalidAnswer {
         /// The run.
         run_id: String,

@@ -153,7 +153,11 @@ impl ScriptedModel {
             ))
         })?;
         if let Some(message) = &turn.error {
-            return Err(ModelError::Script(format!("{}: turn {}: {message}", self.name, index + 1)));
+            return Err(ModelError::Script(format!(
+                "{}: turn {}: {message}",
+                self.name,
+                index + 1
+            )));
         }
 
         let mut events = Vec::new();
@@ -164,7 +168,10 @@ impl ScriptedModel {
             events.extend(split_text(&text).into_iter().map(ModelEvent::TextDelta));
         }
         for (i, call) in turn.tool_calls.iter().enumerate() {
-            let id = call.id.clone().unwrap_or_else(|| format!("call_{}_{}", index + 1, i + 1));
+            let id = call
+                .id
+                .clone()
+                .unwrap_or_else(|| format!("call_{}_{}", index + 1, i + 1));
             let arguments = call.args.to_string();
             output_chars += arguments.len();
             events.push(ModelEvent::ToolCallStart {
@@ -327,7 +334,14 @@ mod tests {
 
         let history = vec![
             Message::user("a trip"),
-            Message::assistant("", vec![ToolCall { id: "c".into(), name: "ask_user".into(), args: json!({}) }]),
+            Message::assistant(
+                "",
+                vec![ToolCall {
+                    id: "c".into(),
+                    name: "ask_user".into(),
+                    args: json!({}),
+                }],
+            ),
             Message::Tool(ToolResult {
                 tool_call_id: "c".into(),
                 tool_name: "ask_user".into(),
@@ -344,7 +358,13 @@ mod tests {
             })
             .collect();
         assert_eq!(text, "Booked for a trip: User answered: Paris");
-        assert!(matches!(second.last(), Some(ModelEvent::Finish { reason: FinishReason::Stop, .. })));
+        assert!(matches!(
+            second.last(),
+            Some(ModelEvent::Finish {
+                reason: FinishReason::Stop,
+                ..
+            })
+        ));
     }
 
     #[tokio::test]
@@ -365,6 +385,9 @@ mod tests {
     fn bad_script_error_says_what_is_expected() {
         let err = ScriptedModel::from_json("s.json", r#"{"turn": []}"#).unwrap_err();
         assert!(err.to_string().contains("expected"), "{err}");
-        assert!(matches!(ScriptedModel::from_json("s", r#"{"turns": []}"#), Err(ScriptError::Empty { .. })));
+        assert!(matches!(
+            ScriptedModel::from_json("s", r#"{"turns": []}"#),
+            Err(ScriptError::Empty { .. })
+        ));
     }
 }

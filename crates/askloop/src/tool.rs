@@ -65,10 +65,9 @@ pub trait Tool: Send + Sync + 'static {
     /// against [`Tool::resume_schema_for`].
     fn check_resume_data(&self, data: &Value, suspend_payload: &Value) -> Result<(), InvalidResume> {
         match self.resume_schema_for(suspend_payload) {
-            Some(schema) => check_against_schema(&schema, data).map_err(|reason| InvalidResume {
-                reason,
-                accepted: None,
-            }),
+            Some(schema) => {
+                check_against_schema(&schema, data).map_err(|reason| InvalidResume { reason, accepted: None })
+            }
             None => Ok(()),
         }
     }
@@ -272,9 +271,8 @@ pub(crate) fn describe_errors(validator: &jsonschema::Validator, value: &Value) 
     }
 }
 
-type ExecuteFn = dyn Fn(Value, ToolContext) -> Pin<Box<dyn Future<Output = Result<ToolOutcome, ToolError>> + Send>>
-    + Send
-    + Sync;
+type ExecuteFn =
+    dyn Fn(Value, ToolContext) -> Pin<Box<dyn Future<Output = Result<ToolOutcome, ToolError>> + Send>> + Send + Sync;
 
 /// A tool made from a closure, with its input schema derived from a Rust type
 /// (via `schemars`) or given by hand.
@@ -389,8 +387,8 @@ impl<I: DeserializeOwned + Send + 'static> FunctionToolBuilder<I> {
         let execute: Arc<ExecuteFn> = Arc::new(move |input: Value, ctx: ToolContext| {
             let f = Arc::clone(&f);
             Box::pin(async move {
-                let input: I = serde_json::from_value(input)
-                    .map_err(|err| ToolError(format!("invalid input: {err}")))?;
+                let input: I =
+                    serde_json::from_value(input).map_err(|err| ToolError(format!("invalid input: {err}")))?;
                 f(input, ctx).await
             })
         });
@@ -459,7 +457,10 @@ mod tests {
     async fn function_tool_derives_schema_from_type_and_runs() {
         let tool = add_tool();
         assert_eq!(tool.input_schema()["properties"]["a"]["type"], "integer");
-        let outcome = tool.execute(json!({"a": 2, "b": 3}), ToolContext::standalone()).await.unwrap();
+        let outcome = tool
+            .execute(json!({"a": 2, "b": 3}), ToolContext::standalone())
+            .await
+            .unwrap();
         assert_eq!(outcome, ToolOutcome::Output(ToolOutput::text("5")));
     }
 
@@ -475,6 +476,9 @@ mod tests {
     fn suspend_outside_a_run_is_unavailable() {
         assert_eq!(ToolContext::standalone().suspend(json!({})), Err(SuspendUnavailable));
         let ctx = ToolContext::in_run("r", "c");
-        assert_eq!(ctx.suspend(json!({"q": 1})), Ok(ToolOutcome::Suspended(json!({"q": 1}))));
+        assert_eq!(
+            ctx.suspend(json!({"q": 1})),
+            Ok(ToolOutcome::Suspended(json!({"q": 1})))
+        );
     }
 }

@@ -37,10 +37,21 @@ pub(crate) struct RunState {
 /// What a resume does to its pending call, already checked.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ResumeAction {
-    Answer { tool_call_id: String, data: Value },
-    DeclineQuestion { tool_call_id: String, reason: Option<String> },
-    Approve { tool_call_id: String },
-    Deny { tool_call_id: String, reason: Option<String> },
+    Answer {
+        tool_call_id: String,
+        data: Value,
+    },
+    DeclineQuestion {
+        tool_call_id: String,
+        reason: Option<String>,
+    },
+    Approve {
+        tool_call_id: String,
+    },
+    Deny {
+        tool_call_id: String,
+        reason: Option<String>,
+    },
 }
 
 impl ResumeAction {
@@ -136,7 +147,11 @@ impl Driver {
             status,
             finish_reason,
             text: self.text,
-            pending: if status == RunStatus::Suspended { record.pending } else { Vec::new() },
+            pending: if status == RunStatus::Suspended {
+                record.pending
+            } else {
+                Vec::new()
+            },
             usage: record.usage,
             error,
         }
@@ -178,7 +193,10 @@ impl Driver {
 
             match machine::after_model(&calls) {
                 AfterModel::Complete => {
-                    if let Err(err) = self.save(RunStatus::Completed, vec![assistant], Vec::new(), Vec::new(), None).await {
+                    if let Err(err) = self
+                        .save(RunStatus::Completed, vec![assistant], Vec::new(), Vec::new(), None)
+                        .await
+                    {
                         return self.store_failed(err).await;
                     }
                     let finish = step_finish(&turn, Vec::new(), turn.usage, false);
@@ -224,7 +242,10 @@ impl Driver {
                     let mut append = Vec::with_capacity(ordered.len() + 1);
                     append.push(assistant);
                     append.extend(ordered.into_iter().map(Message::Tool));
-                    if let Err(err) = self.save(RunStatus::Running, append, Vec::new(), Vec::new(), None).await {
+                    if let Err(err) = self
+                        .save(RunStatus::Running, append, Vec::new(), Vec::new(), None)
+                        .await
+                    {
                         return self.store_failed(err).await;
                     }
                     for chunk in result_chunks {
@@ -309,11 +330,16 @@ impl Driver {
         }
 
         let Some(assistant_calls) = last_tool_calls(&self.state.messages) else {
-            return self.fail("the stored conversation has no tool calls to answer".to_owned()).await;
+            return self
+                .fail("the stored conversation has no tool calls to answer".to_owned())
+                .await;
         };
         match machine::after_tools(&assistant_calls, &pending, &results) {
             AfterTools::Wait => {
-                if let Err(err) = self.save(RunStatus::Suspended, Vec::new(), pending, results, None).await {
+                if let Err(err) = self
+                    .save(RunStatus::Suspended, Vec::new(), pending, results, None)
+                    .await
+                {
                     return self.store_failed(err).await;
                 }
                 if let Some(chunk) = chunk {
@@ -324,7 +350,10 @@ impl Driver {
             }
             AfterTools::Continue(ordered) => {
                 let append: Vec<Message> = ordered.into_iter().map(Message::Tool).collect();
-                if let Err(err) = self.save(RunStatus::Running, append, Vec::new(), Vec::new(), None).await {
+                if let Err(err) = self
+                    .save(RunStatus::Running, append, Vec::new(), Vec::new(), None)
+                    .await
+                {
                     return self.store_failed(err).await;
                 }
                 if let Some(chunk) = chunk {
@@ -447,8 +476,10 @@ impl Driver {
                         }))
                         .await;
                     }
-                    self.emit(ChunkKind::ToolCallInputStreamingEnd(ToolCallId { tool_call_id: id.clone() }))
-                        .await;
+                    self.emit(ChunkKind::ToolCallInputStreamingEnd(ToolCallId {
+                        tool_call_id: id.clone(),
+                    }))
+                    .await;
                     let (args, malformed) = parse_arguments(&arguments);
                     let call = ToolCall { id, name, args };
                     self.emit(ChunkKind::ToolCall(ToolCallPayload::from(&call))).await;
@@ -530,7 +561,9 @@ impl Driver {
             return error_result(call, format!("Unknown tool {}.", call.name));
         };
         let tool = Arc::clone(&registered.tool);
-        let run = AssertUnwindSafe(tool.execute(call.args.clone(), ctx)).catch_unwind().await;
+        let run = AssertUnwindSafe(tool.execute(call.args.clone(), ctx))
+            .catch_unwind()
+            .await;
         match run {
             Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output.content, output.is_error),
             Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(PendingToolCall {
@@ -583,13 +616,21 @@ impl Driver {
     /// Marks the run failed (best effort) and emits the `error` chunk.
     async fn fail(&mut self, message: String) -> Ended {
         if let Err(err) = self
-            .save(RunStatus::Failed, Vec::new(), Vec::new(), Vec::new(), Some(message.clone()))
+            .save(
+                RunStatus::Failed,
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+                Some(message.clone()),
+            )
             .await
         {
             tracing::warn!(run_id = %self.state.record.run_id, error = %err, "could not record the run's failure");
         }
         self.emit(ChunkKind::Error(ErrorPayload {
-            error: ErrorDetail { message: message.clone() },
+            error: ErrorDetail {
+                message: message.clone(),
+            },
         }))
         .await;
         Ended::Failed(message)
@@ -599,22 +640,24 @@ impl Driver {
     /// compare-and-set to a cancel ends the stream with `abort`.
     async fn store_failed(&mut self, err: StoreError) -> Ended {
         if err.is_conflict() {
-            if let Ok(Some(now)) = self.agent.store.get(&self.state.record.run_id).await {
-                if now.status == RunStatus::Cancelled {
-                    self.state.record = now;
-                    self.emit(ChunkKind::Abort(AbortPayload {
-                        reason: Some("the run was cancelled".into()),
-                    }))
-                    .await;
-                    return Ended::Cancelled;
-                }
+            if let Ok(Some(now)) = self.agent.store.get(&self.state.record.run_id).await
+                && now.status == RunStatus::Cancelled
+            {
+                self.state.record = now;
+                self.emit(ChunkKind::Abort(AbortPayload {
+                    reason: Some("the run was cancelled".into()),
+                }))
+                .await;
+                return Ended::Cancelled;
             }
             let message = format!(
                 "run {} was changed by someone else while this process drove it; its step was not written",
                 self.state.record.run_id
             );
             self.emit(ChunkKind::Error(ErrorPayload {
-                error: ErrorDetail { message: message.clone() },
+                error: ErrorDetail {
+                    message: message.clone(),
+                },
             }))
             .await;
             return Ended::Failed(message);

@@ -189,6 +189,12 @@ mod tests {
         let mut run = suspended_run(&["a"]);
         run.status = RunStatus::Completed;
         let err = resume_target(&run, Some("a")).unwrap_err();
-        assert!(matches!(err, RunError::NotSuspended { status: RunStatus::Completed, .. }));
+        assert!(matches!(
+            err,
+            RunError::NotSuspended {
+                status: RunStatus::Completed,
+                ..
+            }
+        ));
     }
 }

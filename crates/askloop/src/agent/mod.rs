@@ -105,7 +105,9 @@ pub struct AgentBuilder {
 
 impl fmt::Debug for AgentBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AgentBuilder").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("AgentBuilder")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -201,10 +203,11 @@ impl AgentBuilder {
         let mut specs = Vec::new();
         for tool in self.tools {
             let tool_id = tool.id().to_owned();
-            let validator = jsonschema::validator_for(tool.input_schema()).map_err(|err| BuildError::InvalidSchema {
-                tool_id: tool_id.clone(),
-                reason: err.to_string(),
-            })?;
+            let validator =
+                jsonschema::validator_for(tool.input_schema()).map_err(|err| BuildError::InvalidSchema {
+                    tool_id: tool_id.clone(),
+                    reason: err.to_string(),
+                })?;
             let needs_approval = tool.requires_approval()
                 || self.approve_tools.contains(&tool_id)
                 || (self.approve_all && tool_id != ASK_USER_TOOL_ID);
@@ -473,7 +476,8 @@ impl Agent {
         tool_call_id: Option<&str>,
         reason: Option<String>,
     ) -> Result<AgentStream, RunError> {
-        self.decide(call_options(run_id, tool_call_id), Decision::Decline(reason)).await
+        self.decide(call_options(run_id, tool_call_id), Decision::Decline(reason))
+            .await
     }
 
     /// Cancels a suspended (or running) run: its status becomes `cancelled`
@@ -515,13 +519,9 @@ impl Agent {
     }
 
     async fn load(&self, run_id: &str) -> Result<RunRecord, RunError> {
-        self.inner
-            .store
-            .get(run_id)
-            .await?
-            .ok_or_else(|| RunError::UnknownRun {
-                run_id: run_id.to_owned(),
-            })
+        self.inner.store.get(run_id).await?.ok_or_else(|| RunError::UnknownRun {
+            run_id: run_id.to_owned(),
+        })
     }
 
     async fn decide(&self, options: ResumeOptions, decision: Decision) -> Result<AgentStream, RunError> {

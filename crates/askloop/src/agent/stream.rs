@@ -45,17 +45,15 @@ pub struct AgentStream {
 
 impl fmt::Debug for AgentStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AgentStream").field("run_id", &self.run_id).finish_non_exhaustive()
+        f.debug_struct("AgentStream")
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
     }
 }
 
 impl AgentStream {
     pub(crate) fn new(run_id: String, chunks: mpsc::Receiver<Chunk>, output: oneshot::Receiver<StreamOutput>) -> Self {
-        AgentStream {
-            run_id,
-            chunks,
-            output,
-        }
+        AgentStream { run_id, chunks, output }
     }
 
     /// The run's id: keep it to resume the run later.

@@ -344,9 +344,12 @@ enum Decision {
     Decline(Option<String>),
 }
 
-/// How many times a resume retries when another answer to the same run
-/// (for a different call) wins the compare-and-set first.
-const CLAIM_ATTEMPTS: usize = 5;
+/// How many times a resume tries to claim a run when another answer to the
+/// same run (for a different call of the step) holds it.
+const CLAIM_ATTEMPTS: u32 = 12;
+
+/// First wait before such a retry, doubled each time (capped at 64x).
+const CLAIM_BACKOFF_MS: u64 = 2;
 
 impl Agent {
     /// Starts building an agent with an id.
@@ -530,6 +533,13 @@ impl Agent {
         loop {
             attempt += 1;
             let run = self.load(run_id).await?;
+            if run.status == RunStatus::Running
+                && attempt < CLAIM_ATTEMPTS
+                && sibling_answer_in_flight(&run, options.tool_call_id.as_deref())
+            {
+                claim_backoff(attempt).await;
+                continue;
+            }
             let target = machine::resume_target(&run, options.tool_call_id.as_deref())?;
             let action = self.check_decision(&run, target, &decision)?;
             match self.inner.store.claim(run_id, run.version).await {
@@ -541,17 +551,16 @@ impl Agent {
                     let state = RunState { record, messages };
                     return Ok(self.spawn(state, Some(action)));
                 }
-                // Another answer to the same run won; if ours is still
-                // wanted (a different call of the same step), try again.
                 Err(StoreError::Conflict { .. }) if attempt < CLAIM_ATTEMPTS => {
                     let now = self.load(run_id).await?;
-                    let still_pending = now.status == RunStatus::Suspended
-                        && now.pending.iter().any(|p| p.tool_call_id == action.tool_call_id());
-                    if !still_pending {
+                    let retry = matches!(now.status, RunStatus::Suspended | RunStatus::Running)
+                        && sibling_answer_in_flight(&now, Some(action.tool_call_id()));
+                    if !retry {
                         return Err(RunError::Conflict {
                             run_id: run_id.to_owned(),
                         });
                     }
+                    claim_backoff(attempt).await;
                 }
                 Err(StoreError::Conflict { .. }) => {
                     return Err(RunError::Conflict {
@@ -653,6 +662,19 @@ impl Agent {
         });
         AgentStream::new(run_id, chunk_rx, output_rx)
     }
+}
+
+/// Whether another process may hold the run to answer a *different* call of
+/// the same step: several calls are pending and ours is one of them. Then a
+/// lost claim is worth retrying once that (short) write lands. With a single
+/// pending call, whoever won answered ours: that is a plain conflict.
+fn sibling_answer_in_flight(run: &RunRecord, tool_call_id: Option<&str>) -> bool {
+    run.pending.len() > 1 && tool_call_id.is_some_and(|id| run.pending.iter().any(|p| p.tool_call_id == id))
+}
+
+async fn claim_backoff(attempt: u32) {
+    let wait = CLAIM_BACKOFF_MS.saturating_mul(1 << attempt.min(6));
+    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
 }
 
 fn call_options(run_id: &str, tool_call_id: Option<&str>) -> ResumeOptions {

@@ -1,0 +1,500 @@
+//! The agent loop: chunk order, tools, approval, failures.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use askloop::{
+    Agent, AskUser, ChunkKind, FunctionTool, MemoryStore, Message, ResumeOptions, RunError, RunStatus, RunStore,
+    ToolOutput,
+};
+use common::*;
+use serde::Deserialize;
+use serde_json::json;
+
+const ASK_THEN_ANSWER: &str = r#"{"turns": [
+  {"text": "Let me ask.", "toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?", "options": [{"label": "staging"}, {"label": "production"}]}}]},
+  {"text": "Deploying to {{toolResults}}."}
+]}"#;
+
+#[tokio::test]
+async fn fresh_stream_chunk_order_ends_with_suspension_and_no_finish() {
+    let agent = agent_with(CountingModel::new(ASK_THEN_ANSWER), Arc::new(MemoryStore::new()));
+    let (chunks, _) = run(&agent, "Deploy").await;
+    let types = types(&chunks);
+    let expected_prefix = ["start", "step-start", "text-start"];
+    assert_eq!(&types[..3], expected_prefix);
+    let after_text: Vec<&str> = types.iter().copied().skip_while(|t| *t != "text-end").collect();
+    assert_eq!(after_text[0], "text-end");
+    assert_eq!(after_text[1], "tool-call-input-streaming-start");
+    assert!(after_text[2..].iter().take_while(|t| **t == "tool-call-delta").count() >= 1);
+    assert_eq!(
+        &types[types.len() - 3..],
+        ["tool-call-input-streaming-end", "tool-call", "tool-call-suspended"]
+    );
+    assert!(!types.contains(&"finish") && !types.contains(&"step-finish"));
+    assert!(chunks.iter().all(|c| c.run_id == chunks[0].run_id));
+}
+
+#[tokio::test]
+async fn resumed_stream_starts_with_tool_result_and_finishes() {
+    let agent = agent_with(CountingModel::new(ASK_THEN_ANSWER), Arc::new(MemoryStore::new()));
+    let (_, output) = run(&agent, "Deploy").await;
+    let (chunks, out) = agent
+        .resume_stream("staging", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let types = types(&chunks);
+    assert_eq!(&types[..4], ["tool-result", "step-finish", "step-start", "text-start"]);
+    assert_eq!(&types[types.len() - 3..], ["text-end", "step-finish", "finish"]);
+    assert!(!types.contains(&"start") && !types.contains(&"tool-call"));
+    let ChunkKind::ToolResult(result) = &chunks[0].kind else {
+        panic!()
+    };
+    assert_eq!(result.result.content, json!("User answered: staging"));
+    assert!(!result.result.is_error);
+    assert_eq!(text_of(&chunks), "Deploying to User answered: staging.");
+    assert_eq!(out.text, "Deploying to User answered: staging.");
+    assert_eq!(
+        chunks[0].run_id, output.run_id,
+        "the resumed stream continues the same run id"
+    );
+}
+
+#[tokio::test]
+async fn caller_chosen_run_id_is_used() {
+    let agent = agent_with(CountingModel::new(ASK_THEN_ANSWER), Arc::new(MemoryStore::new()));
+    let stream = agent
+        .stream_with("Deploy", askloop::StreamOptions::with_run_id("interop-1"))
+        .await
+        .unwrap();
+    assert_eq!(stream.run_id(), "interop-1");
+    let (chunks, _) = stream.collect().await;
+    assert!(chunks.iter().all(|c| c.run_id == "interop-1"));
+    let again = agent
+        .stream_with("Deploy", askloop::StreamOptions::with_run_id("interop-1"))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        again,
+        RunError::Store(askloop::StoreError::AlreadyExists { .. })
+    ));
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Deploy {
+    env: String,
+}
+
+fn deploy_tool(executions: Arc<AtomicUsize>) -> FunctionTool {
+    FunctionTool::builder("deploy")
+        .description("Deploys.")
+        .input::<Deploy>()
+        .requires_approval(true)
+        .execute(move |input: Deploy, _ctx| {
+            let executions = executions.clone();
+            async move {
+                executions.fetch_add(1, Ordering::SeqCst);
+                Ok(ToolOutput::text(format!("{}-approved", input.env)).into())
+            }
+        })
+}
+
+const DEPLOY: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "deploy", "args": {"env": "staging"}}]},
+  {"text": "Deploying to {{toolResults}}."}
+]}"#;
+
+fn approval_agent(executions: Arc<AtomicUsize>) -> (Agent, Arc<CountingModel>) {
+    let model = CountingModel::new(DEPLOY);
+    let agent = Agent::builder("approver")
+        .model(model.clone())
+        .tool(deploy_tool(executions))
+        .build()
+        .unwrap();
+    (agent, model)
+}
+
+#[tokio::test]
+async fn tool_needing_approval_suspends_before_running_and_approve_runs_it() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let (agent, model) = approval_agent(executions.clone());
+    let (chunks, output) = run(&agent, "Deploy").await;
+    assert_eq!(types(&chunks).last(), Some(&"tool-call-approval"));
+    let ChunkKind::ToolCallApproval(approval) = &chunks.last().unwrap().kind else {
+        panic!()
+    };
+    let schema: serde_json::Value = serde_json::from_str(&approval.resume_schema).unwrap();
+    assert_eq!(schema["required"], json!(["approved"]));
+    assert_eq!(executions.load(Ordering::SeqCst), 0, "nothing runs before approval");
+    assert_eq!(output.pending[0].kind, askloop::PendingKind::Approval);
+
+    let (chunks, out) = agent
+        .approve_tool_call(&output.run_id, None)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(types(&chunks)[0], "tool-result");
+    assert_eq!(executions.load(Ordering::SeqCst), 1);
+    assert_eq!(out.text, "Deploying to staging-approved.");
+    assert_eq!(model.calls(), 2);
+}
+
+#[tokio::test]
+async fn declined_tool_never_runs_and_the_model_sees_the_reason() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let (agent, _) = approval_agent(executions.clone());
+    let (_, output) = run(&agent, "Deploy").await;
+    let (chunks, out) = agent
+        .decline_tool_call(&output.run_id, None, Some("not on a Friday".into()))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let ChunkKind::ToolOutputDenied(denied) = &chunks[0].kind else {
+        panic!("{:?}", chunks[0])
+    };
+    assert_eq!(denied.approval.reason.as_deref(), Some("not on a Friday"));
+    assert!(!denied.approval.approved);
+    assert_eq!(executions.load(Ordering::SeqCst), 0);
+    assert_eq!(out.text, "Deploying to not on a Friday.");
+}
+
+#[tokio::test]
+async fn declined_without_reason_gives_the_model_the_default_reason() {
+    let (agent, _) = approval_agent(Arc::new(AtomicUsize::new(0)));
+    let (_, output) = run(&agent, "Deploy").await;
+    let out = agent
+        .decline_tool_call(&output.run_id, None, None)
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.text, "Deploying to Tool call was not approved by the user.");
+}
+
+#[tokio::test]
+async fn approval_can_be_given_as_resume_data_and_bad_shapes_are_refused() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let (agent, _) = approval_agent(executions.clone());
+    let (_, output) = run(&agent, "Deploy").await;
+    let err = agent
+        .resume_stream("yes", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::InvalidAnswer { .. }), "{err:?}");
+    let out = agent
+        .resume_stream(json!({"approved": true}), ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.status, RunStatus::Completed);
+    assert_eq!(executions.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn approving_a_question_is_refused_with_what_to_do_instead() {
+    let agent = agent_with(CountingModel::new(ASK_THEN_ANSWER), Arc::new(MemoryStore::new()));
+    let (_, output) = run(&agent, "Deploy").await;
+    let err = agent.approve_tool_call(&output.run_id, None).await.unwrap_err();
+    assert!(matches!(err, RunError::WrongPendingKind { .. }), "{err:?}");
+    assert!(err.to_string().contains("answer it"));
+}
+
+#[tokio::test]
+async fn require_tool_approval_applies_to_every_tool_but_ask_user() {
+    let add = FunctionTool::builder("add")
+        .input_schema(json!({"type": "object"}))
+        .execute(|_input: serde_json::Value, _ctx| async { Ok(ToolOutput::text("3").into()) });
+    let agent = Agent::builder("a")
+        .model(CountingModel::new(ASK_THEN_ANSWER))
+        .tool(AskUser::new())
+        .tool(add)
+        .require_tool_approval(true)
+        .build()
+        .unwrap();
+    assert!(agent.needs_approval("add"));
+    assert!(!agent.needs_approval("ask_user"));
+}
+
+#[tokio::test]
+async fn invalid_tool_input_becomes_an_error_result_the_model_can_read() {
+    let script = r#"{"turns": [
+      {"toolCalls": [{"name": "ask_user", "args": {"question": ""}}, {"name": "nope", "args": {}}]},
+      {"text": "Errors: {{toolResults}}"}
+    ]}"#;
+    let agent = agent_with(CountingModel::new(script), Arc::new(MemoryStore::new()));
+    let (chunks, out) = run(&agent, "x").await;
+    let errors: Vec<String> = chunks
+        .iter()
+        .filter_map(|c| match &c.kind {
+            ChunkKind::ToolError(e) => Some(e.error.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 2);
+    assert!(
+        errors[0].starts_with("Invalid input for tool ask_user"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[1].contains("Unknown tool nope") && errors[1].contains("ask_user"),
+        "{}",
+        errors[1]
+    );
+    assert_eq!(out.status, RunStatus::Completed);
+    assert!(out.text.contains("Invalid input for tool ask_user"));
+}
+
+#[derive(Debug)]
+struct MalformedArgsModel;
+
+#[async_trait::async_trait]
+impl askloop::Model for MalformedArgsModel {
+    fn name(&self) -> &str {
+        "malformed"
+    }
+    async fn stream(&self, request: askloop::ModelRequest<'_>) -> Result<askloop::ModelStream, askloop::ModelError> {
+        use askloop::ModelEvent;
+        let events = if request.messages.iter().any(Message::is_assistant) {
+            vec![
+                ModelEvent::TextDelta("retrying".into()),
+                ModelEvent::Finish {
+                    reason: askloop::FinishReason::Stop,
+                    usage: Default::default(),
+                },
+            ]
+        } else {
+            vec![
+                ModelEvent::ToolCall {
+                    id: "c1".into(),
+                    name: "ask_user".into(),
+                    arguments: "{\"question\": ".into(),
+                },
+                ModelEvent::Finish {
+                    reason: askloop::FinishReason::ToolCalls,
+                    usage: Default::default(),
+                },
+            ]
+        };
+        Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
+    }
+}
+
+#[tokio::test]
+async fn malformed_tool_arguments_become_an_error_result_not_a_failed_run() {
+    let store = Arc::new(MemoryStore::new());
+    let agent = agent_with(Arc::new(MalformedArgsModel), store.clone());
+    let (chunks, out) = run(&agent, "x").await;
+    let types = types(&chunks);
+    // A call sent whole still shows as streamed input.
+    assert!(types.contains(&"tool-call-input-streaming-start"));
+    assert!(types.contains(&"tool-error"));
+    assert_eq!(out.status, RunStatus::Completed);
+    let messages = store.messages(&out.run_id).await.unwrap();
+    let Message::Tool(result) = &messages[2] else {
+        panic!("{messages:?}")
+    };
+    assert!(result.is_error);
+    assert!(result.content.to_model_text().contains("not valid JSON"));
+}
+
+#[tokio::test]
+async fn model_error_gives_an_error_chunk_and_a_failed_run_with_the_message_stored() {
+    let script = r#"{"turns": [{"error": "the model fell over"}]}"#;
+    let store = Arc::new(MemoryStore::new());
+    let agent = agent_with(CountingModel::new(script), store.clone());
+    let (chunks, out) = run(&agent, "x").await;
+    assert_eq!(types(&chunks).last(), Some(&"error"));
+    assert_eq!(out.status, RunStatus::Failed);
+    let stored = store.get(&out.run_id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RunStatus::Failed);
+    assert!(stored.error.unwrap().contains("the model fell over"));
+}
+
+#[tokio::test]
+async fn store_write_failure_gives_an_error_chunk_and_no_suspension_chunk() {
+    let store = Arc::new(FlakyStore::default());
+    store.fail_suspend.store(true, Ordering::SeqCst);
+    let agent = agent_with(CountingModel::new(ASK_THEN_ANSWER), store.clone());
+    let (chunks, out) = run(&agent, "Deploy").await;
+    let types = types(&chunks);
+    assert!(!types.contains(&"tool-call-suspended"), "{types:?}");
+    assert_eq!(types.last(), Some(&"error"));
+    assert_eq!(out.status, RunStatus::Failed);
+    assert!(out.error.unwrap().contains("disk full"));
+}
+
+#[tokio::test]
+async fn step_limit_fails_the_run_with_a_typed_message() {
+    // A tool that always asks for another step, so the model never stops.
+    let looping = FunctionTool::builder("again")
+        .input_schema(json!({"type": "object"}))
+        .execute(|_i: serde_json::Value, _c| async { Ok(ToolOutput::text("again").into()) });
+    let turns: Vec<String> = (0..5)
+        .map(|i| format!(r#"{{"toolCalls": [{{"name": "again", "id": "c{i}"}}]}}"#))
+        .collect();
+    let loop_script = format!(r#"{{"turns": [{}]}}"#, turns.join(","));
+    let agent = Agent::builder("a")
+        .model(CountingModel::new(&loop_script))
+        .tool(looping)
+        .max_steps(3)
+        .build()
+        .unwrap();
+    let (chunks, out) = run(&agent, "x").await;
+    assert_eq!(out.status, RunStatus::Failed);
+    assert!(
+        out.error.as_deref().unwrap().contains("step limit of 3"),
+        "{:?}",
+        out.error
+    );
+    assert_eq!(types(&chunks).last(), Some(&"error"));
+}
+
+#[tokio::test]
+async fn past_the_end_of_the_script_the_run_fails_naming_the_turn() {
+    let script = r#"{"turns": [{"toolCalls": [{"name": "ask_user", "args": {"question": "Q?"}}]}]}"#;
+    let agent = agent_with(CountingModel::new(script), Arc::new(MemoryStore::new()));
+    let (_, output) = run(&agent, "x").await;
+    let out = agent
+        .resume_stream("a", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.status, RunStatus::Failed);
+    assert!(out.error.unwrap().contains("turn 2"));
+}
+
+#[tokio::test]
+async fn generate_returns_the_outcome_without_streaming() {
+    let agent = agent_with(
+        CountingModel::new(r#"{"turns": [{"text": "hello there"}]}"#),
+        Arc::new(MemoryStore::new()),
+    );
+    let out = agent.generate("hi").await.unwrap();
+    assert_eq!(out.status, RunStatus::Completed);
+    assert_eq!(out.text, "hello there");
+    assert!(out.usage.total_tokens > 0);
+}
+
+#[tokio::test]
+async fn text_stream_yields_only_text() {
+    let agent = agent_with(
+        CountingModel::new(r#"{"turns": [{"text": "one two three"}]}"#),
+        Arc::new(MemoryStore::new()),
+    );
+    use futures::StreamExt;
+    let texts: Vec<String> = agent.stream("hi").await.unwrap().text_stream().collect().await;
+    assert!(texts.len() > 1);
+    assert_eq!(texts.concat(), "one two three");
+}
+
+#[tokio::test]
+async fn a_run_survives_in_the_store_and_another_agent_instance_resumes_it() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let first = agent_with(CountingModel::new(ASK_THEN_ANSWER), store.clone());
+    let (_, output) = run(&first, "Deploy").await;
+    drop(first);
+    let second = agent_with(CountingModel::new(ASK_THEN_ANSWER), store.clone());
+    let out = second
+        .resume_stream("production", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.text, "Deploying to User answered: production.");
+}
+
+#[tokio::test]
+async fn suspended_tool_gets_its_payload_and_answer_when_executed_again() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen_in_tool = seen.clone();
+    let confirm = FunctionTool::builder("confirm")
+        .input_schema(json!({"type": "object"}))
+        .resume_schema(json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}))
+        .execute(move |_input: serde_json::Value, ctx| {
+            let seen = seen_in_tool.clone();
+            async move {
+                match ctx.resume_data() {
+                    None => Ok(ctx.suspend(json!({"ask": "sure?"}))?),
+                    Some(data) => {
+                        seen.lock().unwrap().push((
+                            ctx.suspend_payload().cloned(),
+                            data.clone(),
+                            ctx.run_id().map(String::from),
+                        ));
+                        Ok(ToolOutput::json(json!({"confirmed": data["ok"]})).into())
+                    }
+                }
+            }
+        });
+    let script = r#"{"turns": [{"toolCalls": [{"name": "confirm"}]}, {"text": "{{toolResults}}"}]}"#;
+    let agent = Agent::builder("a")
+        .model(CountingModel::new(script))
+        .tool(confirm)
+        .build()
+        .unwrap();
+    let (chunks, output) = run(&agent, "x").await;
+    assert_eq!(types(&chunks).last(), Some(&"tool-call-suspended"));
+    // Resume data is checked against the tool's resume schema first.
+    let err = agent
+        .resume_stream(json!({"ok": "yes"}), ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::InvalidAnswer { .. }), "{err:?}");
+    let out = agent
+        .resume_stream(json!({"ok": true}), ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.text, r#"{"confirmed":true}"#);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0].0, Some(json!({"ask": "sure?"})));
+    assert_eq!(seen[0].1, json!({"ok": true}));
+    assert_eq!(seen[0].2.as_deref(), Some(output.run_id.as_str()));
+}
+
+#[tokio::test]
+async fn cancel_while_running_ends_the_stream_with_abort() {
+    // A tool that cancels its own run mid-step: the driver's next write
+    // loses the compare-and-set to the cancel and ends with `abort`.
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let holder: Arc<std::sync::OnceLock<Agent>> = Arc::new(std::sync::OnceLock::new());
+    let holder_in_tool = holder.clone();
+    let stopper = FunctionTool::builder("stop")
+        .input_schema(json!({"type": "object"}))
+        .execute(move |_i: serde_json::Value, ctx| {
+            let holder = holder_in_tool.clone();
+            async move {
+                let agent = holder.get().unwrap();
+                agent.cancel_run(ctx.run_id().unwrap()).await.unwrap();
+                Ok(ToolOutput::text("stopped").into())
+            }
+        });
+    let script = r#"{"turns": [{"toolCalls": [{"name": "stop"}]}, {"text": "never"}]}"#;
+    let model = CountingModel::new(script);
+    let agent = Agent::builder("a")
+        .model(model.clone())
+        .tool(stopper)
+        .store(store.clone())
+        .build()
+        .unwrap();
+    holder.set(agent.clone()).unwrap();
+    let (chunks, out) = run(&agent, "x").await;
+    assert_eq!(types(&chunks).last(), Some(&"abort"));
+    assert_eq!(out.status, RunStatus::Cancelled);
+    assert_eq!(model.calls(), 1);
+    assert_eq!(
+        store.get(&out.run_id).await.unwrap().unwrap().status,
+        RunStatus::Cancelled
+    );
+}

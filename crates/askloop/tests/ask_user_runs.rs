@@ -1,0 +1,448 @@
+//! ask_user inside agent runs: the three prompt shapes, answers checked
+//! against the question, decline and cancel, several questions in one step.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use askloop::{ChunkKind, MemoryStore, ResumeOptions, RunError, RunStatus, RunStore};
+use common::*;
+use serde_json::{Value, json};
+
+const FREE_TEXT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Which repo?"}}]},
+  {"text": "Done: {{toolResults}}"}
+]}"#;
+
+const SINGLE: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?", "options": [{"label": "staging"}, {"label": "production", "description": "careful"}]}}]},
+  {"text": "Deploying: {{toolResults}}"}
+]}"#;
+
+const MULTI: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "What next?", "options": [{"label": "Add tests"}, {"label": "Update docs"}, {"label": "Refactor"}], "selectionMode": "multi_select"}}]},
+  {"text": "Plan: {{toolResults}}"}
+]}"#;
+
+fn setup(script: &str) -> (askloop::Agent, Arc<CountingModel>, Arc<MemoryStore>) {
+    let model = CountingModel::new(script);
+    let store = Arc::new(MemoryStore::new());
+    (agent_with(model.clone(), store.clone()), model, store)
+}
+
+fn suspend_payload(chunks: &[askloop::Chunk]) -> Value {
+    chunks
+        .iter()
+        .find_map(|c| match &c.kind {
+            ChunkKind::ToolCallSuspended(s) => Some(s.suspend_payload.clone()),
+            _ => None,
+        })
+        .expect("a tool-call-suspended chunk")
+}
+
+#[tokio::test]
+async fn free_text_question_suspends_with_question_and_no_mode() {
+    let (agent, _, _) = setup(FREE_TEXT);
+    let (chunks, output) = run(&agent, "Summarize my project").await;
+    assert_eq!(suspend_payload(&chunks), json!({"question": "Which repo?"}));
+    assert_eq!(output.status, RunStatus::Suspended);
+    assert_eq!(output.finish_reason, askloop::FinishReason::Suspended);
+    assert_eq!(output.pending.len(), 1);
+}
+
+#[tokio::test]
+async fn single_select_question_defaults_mode_and_keeps_descriptions() {
+    let (agent, _, _) = setup(SINGLE);
+    let (chunks, _) = run(&agent, "Deploy").await;
+    assert_eq!(
+        suspend_payload(&chunks),
+        json!({"question": "Which environment?", "options": [{"label": "staging"}, {"label": "production", "description": "careful"}], "selectionMode": "single_select"})
+    );
+}
+
+#[tokio::test]
+async fn suspended_chunk_carries_a_resume_schema_listing_the_labels() {
+    let (agent, _, _) = setup(SINGLE);
+    let (chunks, _) = run(&agent, "Deploy").await;
+    let schema = chunks
+        .iter()
+        .find_map(|c| match &c.kind {
+            ChunkKind::ToolCallSuspended(s) => s.resume_schema.clone(),
+            _ => None,
+        })
+        .unwrap();
+    let schema: Value = serde_json::from_str(&schema).unwrap();
+    assert_eq!(schema["enum"], json!(["staging", "production"]));
+}
+
+#[tokio::test]
+async fn multi_select_answer_reaches_the_model_joined_with_commas() {
+    let (agent, model, _) = setup(MULTI);
+    let (chunks, output) = run(&agent, "Plan").await;
+    assert_eq!(suspend_payload(&chunks)["selectionMode"], "multi_select");
+    let resumed = agent
+        .resume_stream(json!(["Add tests", "Update docs"]), ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap();
+    let output = resumed.output().await;
+    assert_eq!(output.status, RunStatus::Completed);
+    assert_eq!(output.text, "Plan: User answered: Add tests, Update docs");
+    assert_eq!(model.calls(), 2);
+}
+
+#[tokio::test]
+async fn selection_mode_without_options_is_an_error_result_the_model_sees_and_no_suspension() {
+    let script = r#"{"turns": [
+      {"toolCalls": [{"name": "ask_user", "args": {"question": "Q?", "selectionMode": "multi_select"}}]},
+      {"text": "Model saw: {{toolResults}}"}
+    ]}"#;
+    let (agent, _, _) = setup(script);
+    let (chunks, output) = run(&agent, "x").await;
+    assert!(!types(&chunks).contains(&"tool-call-suspended"));
+    let result = chunks
+        .iter()
+        .find_map(|c| match &c.kind {
+            ChunkKind::ToolResult(r) => Some(r.result.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(result.is_error);
+    assert_eq!(
+        result.content,
+        json!("Failed to ask user: selectionMode requires options.")
+    );
+    assert_eq!(output.status, RunStatus::Completed);
+    assert_eq!(
+        output.text,
+        "Model saw: Failed to ask user: selectionMode requires options."
+    );
+}
+
+/// Every way an answer can be wrong is refused before anything is written;
+/// the run stays suspended and a good answer still works afterwards.
+#[tokio::test]
+async fn invalid_answers_are_rejected_and_the_run_stays_suspended_and_answerable() {
+    let cases: &[(&str, Vec<Value>, Value)] = &[
+        (
+            SINGLE,
+            vec![json!("qa"), json!(["staging"]), json!(""), json!(3), json!(null)],
+            json!("staging"),
+        ),
+        (
+            MULTI,
+            vec![
+                json!("Add tests"),
+                json!([]),
+                json!(["Add tests", "Add tests"]),
+                json!(["Nope"]),
+                json!([1]),
+            ],
+            json!(["Refactor"]),
+        ),
+        (
+            FREE_TEXT,
+            vec![json!(""), json!("   "), json!(["a"]), json!({"a": 1})],
+            json!("main"),
+        ),
+    ];
+    for (script, bad_answers, good) in cases {
+        let (agent, model, store) = setup(script);
+        let (_, output) = run(&agent, "x").await;
+        let before = store.get(&output.run_id).await.unwrap().unwrap();
+        let messages_before = store.messages(&output.run_id).await.unwrap();
+        for bad in bad_answers {
+            let err = agent
+                .resume_stream(bad.clone(), ResumeOptions::run(&output.run_id))
+                .await
+                .expect_err("a bad answer must be refused");
+            let RunError::InvalidAnswer {
+                run_id, tool_call_id, ..
+            } = &err
+            else {
+                panic!("expected InvalidAnswer for {bad}, got {err:?}")
+            };
+            assert_eq!(run_id, &output.run_id);
+            assert_eq!(tool_call_id, &before.pending[0].tool_call_id);
+            assert_eq!(
+                store.get(&output.run_id).await.unwrap().unwrap(),
+                before,
+                "run changed after {bad}"
+            );
+            assert_eq!(store.messages(&output.run_id).await.unwrap(), messages_before);
+        }
+        let resumed = agent
+            .resume_stream(good.clone(), ResumeOptions::run(&output.run_id))
+            .await
+            .unwrap();
+        assert_eq!(resumed.output().await.status, RunStatus::Completed);
+        assert_eq!(model.calls(), 2);
+    }
+}
+
+#[tokio::test]
+async fn rejected_single_select_answer_names_the_accepted_labels() {
+    let (agent, _, _) = setup(SINGLE);
+    let (_, output) = run(&agent, "x").await;
+    let err = agent
+        .resume_stream("qa", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap_err();
+    let RunError::InvalidAnswer { accepted, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        accepted.as_deref(),
+        Some(&["staging".to_string(), "production".to_string()][..])
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("\"staging\"") && message.contains("\"production\""),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn free_text_outside_labels_is_accepted_when_the_host_allows_it() {
+    let model = CountingModel::new(SINGLE);
+    let agent = askloop::Agent::builder("a")
+        .model(model)
+        .tool(askloop::AskUser::new().allow_free_text_answers(true))
+        .build()
+        .unwrap();
+    let (_, output) = run(&agent, "x").await;
+    let resumed = agent
+        .resume_stream("qa", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap();
+    assert_eq!(resumed.output().await.text, "Deploying: User answered: qa");
+}
+
+#[tokio::test]
+async fn declining_a_question_tells_the_model_with_the_reason_and_the_run_goes_on() {
+    let (agent, model, _) = setup(FREE_TEXT);
+    let (_, output) = run(&agent, "x").await;
+    let resumed = agent
+        .decline_tool_call(&output.run_id, None, Some("not now".into()))
+        .await
+        .unwrap();
+    let (chunks, output) = resumed.collect().await;
+    assert_eq!(types(&chunks)[0], "tool-result");
+    assert_eq!(output.status, RunStatus::Completed);
+    assert_eq!(output.text, "Done: The user declined to answer: not now");
+    assert_eq!(model.calls(), 2);
+}
+
+#[tokio::test]
+async fn cancelling_a_suspended_run_stops_it_without_calling_the_model() {
+    let (agent, model, store) = setup(FREE_TEXT);
+    let (_, output) = run(&agent, "x").await;
+    agent.cancel_run(&output.run_id).await.unwrap();
+    let stored = store.get(&output.run_id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RunStatus::Cancelled);
+    assert!(stored.pending.is_empty());
+    let err = agent
+        .resume_stream("main", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RunError::NotSuspended {
+                status: RunStatus::Cancelled,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(matches!(
+        agent.cancel_run(&output.run_id).await,
+        Err(RunError::NotSuspended { .. })
+    ));
+    assert_eq!(model.calls(), 1);
+}
+
+#[tokio::test]
+async fn resuming_an_unknown_run_is_a_typed_error_naming_it() {
+    let (agent, _, _) = setup(FREE_TEXT);
+    let err = agent
+        .resume_stream("x", ResumeOptions::run("no-such-run"))
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, RunError::UnknownRun { run_id } if run_id == "no-such-run"));
+    assert!(err.to_string().contains("no-such-run"));
+}
+
+#[tokio::test]
+async fn resuming_a_completed_run_is_refused_and_changes_nothing() {
+    let (agent, model, store) = setup(FREE_TEXT);
+    let (_, output) = run(&agent, "x").await;
+    agent
+        .resume_stream("main", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    let before = store.get(&output.run_id).await.unwrap().unwrap();
+    let err = agent
+        .resume_stream("main", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RunError::NotSuspended {
+                status: RunStatus::Completed,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(store.get(&output.run_id).await.unwrap().unwrap(), before);
+    assert_eq!(model.calls(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_resumes_of_one_run_exactly_one_wins() {
+    let (agent, model, _) = setup(FREE_TEXT);
+    let (_, output) = run(&agent, "x").await;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let agent = agent.clone();
+        let run_id = output.run_id.clone();
+        tasks.push(tokio::spawn(async move {
+            agent
+                .resume_stream(format!("answer {i}"), ResumeOptions::run(run_id))
+                .await
+        }));
+    }
+    let mut winners = Vec::new();
+    let mut losers = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(stream) => winners.push(stream.output().await),
+            Err(RunError::Conflict { .. } | RunError::NotSuspended { .. }) => losers += 1,
+            Err(other) => panic!("unexpected error {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one resume must win");
+    assert_eq!(losers, 7);
+    assert_eq!(winners[0].status, RunStatus::Completed);
+    assert_eq!(model.calls(), 2, "the model is called once more, by the winner only");
+}
+
+const THREE_QUESTIONS: &str = r#"{"turns": [
+  {"toolCalls": [
+    {"name": "ask_user", "args": {"question": "Name?"}},
+    {"name": "ask_user", "args": {"question": "Colour?", "options": [{"label": "red"}, {"label": "blue"}]}},
+    {"name": "ask_user", "args": {"question": "Extras?", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "multi_select"}}
+  ]},
+  {"text": "Got: {{toolResults}}"}
+]}"#;
+
+#[tokio::test]
+async fn three_questions_in_one_step_answered_in_reverse_order_call_the_model_once_after_the_last() {
+    let (agent, model, store) = setup(THREE_QUESTIONS);
+    let (chunks, output) = run(&agent, "x").await;
+    let ids = suspended_ids(&chunks);
+    assert_eq!(ids.len(), 3);
+    assert_eq!(output.pending.len(), 3);
+
+    let answers = [json!("Ada"), json!("blue"), json!(["a", "b"])];
+    for (i, answer) in answers.iter().enumerate().rev() {
+        let stream = agent
+            .resume_stream(answer.clone(), ResumeOptions::call(&output.run_id, &ids[i]))
+            .await
+            .unwrap();
+        let (chunks, out) = stream.collect().await;
+        assert_eq!(
+            types(&chunks)[0],
+            "tool-result",
+            "a resumed stream starts with its tool-result"
+        );
+        if i > 0 {
+            assert_eq!(out.status, RunStatus::Suspended);
+            // The stream names what is still pending, as chunks and in its output.
+            let still: Vec<String> = ids[..i].to_vec();
+            assert_eq!(suspended_ids(&chunks), still);
+            assert_eq!(
+                out.pending.iter().map(|p| p.tool_call_id.clone()).collect::<Vec<_>>(),
+                still
+            );
+            assert_eq!(model.calls(), 1, "the model waits for every answer");
+        } else {
+            assert_eq!(out.status, RunStatus::Completed);
+            assert_eq!(
+                out.text,
+                "Got: User answered: Ada; User answered: blue; User answered: a, b"
+            );
+        }
+    }
+    assert_eq!(model.calls(), 2);
+    // The tool results were appended once, in call order.
+    let messages = store.messages(&output.run_id).await.unwrap();
+    assert_eq!(messages.len(), 1 + 1 + 3 + 1);
+}
+
+#[tokio::test]
+async fn resume_without_tool_call_id_while_several_are_pending_lists_them() {
+    let (agent, _, store) = setup(THREE_QUESTIONS);
+    let (chunks, output) = run(&agent, "x").await;
+    let before = store.get(&output.run_id).await.unwrap().unwrap();
+    let err = agent
+        .resume_stream("Ada", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap_err();
+    let RunError::AmbiguousResume { pending, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(pending, &suspended_ids(&chunks));
+    for id in pending {
+        assert!(err.to_string().contains(id.as_str()));
+    }
+    assert_eq!(store.get(&output.run_id).await.unwrap().unwrap(), before);
+}
+
+#[tokio::test]
+async fn resume_of_a_tool_call_that_is_not_pending_lists_the_pending_ones() {
+    let (agent, _, _) = setup(FREE_TEXT);
+    let (chunks, output) = run(&agent, "x").await;
+    let err = agent
+        .resume_stream("a", ResumeOptions::call(&output.run_id, "call_nope"))
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, RunError::ToolCallNotPending { pending, .. } if pending == &suspended_ids(&chunks)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_answers_to_different_questions_of_one_step_both_land() {
+    let (agent, model, _) = setup(THREE_QUESTIONS);
+    let (chunks, output) = run(&agent, "x").await;
+    let ids = suspended_ids(&chunks);
+    let answers = [json!("Ada"), json!("red"), json!(["b"])];
+    let mut tasks = Vec::new();
+    for (id, answer) in ids.iter().zip(answers) {
+        let agent = agent.clone();
+        let options = ResumeOptions::call(&output.run_id, id);
+        tasks.push(tokio::spawn(async move {
+            agent
+                .resume_stream(answer, options)
+                .await
+                .map(|s| async { s.output().await })
+        }));
+    }
+    let mut completed = 0;
+    for task in tasks {
+        let stream = task
+            .await
+            .unwrap()
+            .expect("an answer to a different pending call must land");
+        if stream.await.status == RunStatus::Completed {
+            completed += 1;
+        }
+    }
+    let stored = agent.get_run(&output.run_id).await.unwrap();
+    assert_eq!(stored.status, RunStatus::Completed);
+    assert_eq!(completed, 1, "exactly one answer completes the step");
+    assert_eq!(model.calls(), 2, "the model is called once, after the last answer");
+}

@@ -1,0 +1,122 @@
+//! Helpers shared by the agent tests: a model that counts its calls and a
+//! store that can be told to fail.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use askloop::{
+    Agent, AskUser, Chunk, ChunkKind, MemoryStore, Message, Model, ModelError, ModelRequest, ModelStream, RunQuery,
+    RunRecord, RunStatus, RunStore, RunUpdate, ScriptedModel, StoreError, StreamOutput,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+/// A scripted model that counts how often it was called.
+#[derive(Debug)]
+pub struct CountingModel {
+    inner: ScriptedModel,
+    pub calls: AtomicUsize,
+}
+
+impl CountingModel {
+    pub fn new(script: &str) -> Arc<Self> {
+        Arc::new(CountingModel {
+            inner: ScriptedModel::from_json("test-script", script).unwrap(),
+            calls: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Model for CountingModel {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.stream(request).await
+    }
+}
+
+/// A memory store whose writes of a given status fail on demand.
+#[derive(Debug, Default)]
+pub struct FlakyStore {
+    pub inner: MemoryStore,
+    pub fail_suspend: AtomicBool,
+    pub fail_all_updates: AtomicBool,
+}
+
+#[async_trait]
+impl RunStore for FlakyStore {
+    async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
+        self.inner.create(run, messages).await
+    }
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.inner.get(run_id).await
+    }
+    async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {
+        self.inner.messages(run_id).await
+    }
+    async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
+        self.inner.claim(run_id, expected_version).await
+    }
+    async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
+        let refuse = self.fail_all_updates.load(Ordering::SeqCst)
+            || (update.status == RunStatus::Suspended && self.fail_suspend.load(Ordering::SeqCst));
+        if refuse {
+            return Err(StoreError::backend(std::io::Error::other("disk full")));
+        }
+        self.inner.update(update).await
+    }
+    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.list(query).await
+    }
+    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.inner.prune(before).await
+    }
+}
+
+pub fn agent_with(model: Arc<dyn Model>, store: Arc<dyn RunStore>) -> Agent {
+    Agent::builder("assistant")
+        .instructions("Ask when in doubt.")
+        .model(model)
+        .tool(AskUser::new())
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+pub fn types(chunks: &[Chunk]) -> Vec<&'static str> {
+    chunks.iter().map(Chunk::type_name).collect()
+}
+
+/// Streams a fresh run to its end.
+pub async fn run(agent: &Agent, input: &str) -> (Vec<Chunk>, StreamOutput) {
+    agent.stream(input).await.unwrap().collect().await
+}
+
+pub fn suspended_ids(chunks: &[Chunk]) -> Vec<String> {
+    chunks
+        .iter()
+        .filter_map(|c| match &c.kind {
+            ChunkKind::ToolCallSuspended(s) => Some(s.tool_call_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn text_of(chunks: &[Chunk]) -> String {
+    chunks
+        .iter()
+        .filter_map(|c| match &c.kind {
+            ChunkKind::TextDelta(d) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}

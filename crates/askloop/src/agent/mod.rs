@@ -553,8 +553,13 @@ impl Agent {
                 }
                 Err(StoreError::Conflict { .. }) if attempt < CLAIM_ATTEMPTS => {
                     let now = self.load(run_id).await?;
-                    let retry = matches!(now.status, RunStatus::Suspended | RunStatus::Running)
-                        && sibling_answer_in_flight(&now, Some(action.tool_call_id()));
+                    let ours = action.tool_call_id();
+                    let retry = match now.status {
+                        // Someone else's answer landed and ours is still wanted.
+                        RunStatus::Suspended => now.pending.iter().any(|p| p.tool_call_id == ours),
+                        RunStatus::Running => sibling_answer_in_flight(&now, Some(ours)),
+                        _ => false,
+                    };
                     if !retry {
                         return Err(RunError::Conflict {
                             run_id: run_id.to_owned(),

@@ -1,0 +1,971 @@
+//! The run store conformance suite: what every [`RunStore`] must do, written
+//! once and run against [`MemoryStore`], [`SqliteStore`] and
+//! [`PostgresStore`] (enable the `conformance` feature).
+//!
+//! Each case is an async function taking a [`Subject`]: a fresh, empty store
+//! and, for stores that have rows, a [`RawRows`] handle that can damage a
+//! row the way a bad disk, a bad hand edit or a newer askloop would. The
+//! [`store_conformance_tests!`](crate::store_conformance_tests) and
+//! [`raw_row_conformance_tests!`](crate::raw_row_conformance_tests) macros
+//! turn the cases into `#[tokio::test]`s:
+//!
+//! ```ignore
+//! askloop_store::store_conformance_tests!(askloop_store::conformance::sqlite_subject());
+//! askloop_store::raw_row_conformance_tests!(askloop_store::conformance::sqlite_subject());
+//! ```
+//!
+//! Cases panic (assert) on a failure; they are test code.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use askloop::{
+    MemoryStore, Message, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, RunQuery, RunRecord, RunStatus, RunStore,
+    RunUpdate, StoreError, ToolCall, ToolContent, ToolResult, Usage,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use futures::future::BoxFuture;
+use serde_json::json;
+
+use crate::{PostgresOptions, PostgresStore, SqliteStore};
+
+/// A store under test, empty.
+pub struct Subject {
+    /// The store.
+    pub store: Arc<dyn RunStore>,
+    /// Raw access to its rows, for stores that have rows.
+    pub raw: Option<Arc<dyn RawRows>>,
+    /// Kept alive while the test runs (a temporary directory, ...).
+    _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Run when the subject is dropped, even after a failed assertion.
+    cleanup: Option<BoxFuture<'static, ()>>,
+}
+
+impl std::fmt::Debug for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subject")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Subject {
+    fn drop(&mut self) {
+        if let Some(cleanup) = self.cleanup.take() {
+            // Drop cannot await; a short-lived runtime on its own thread can.
+            let done = std::thread::spawn(move || {
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    rt.block_on(cleanup);
+                }
+            })
+            .join();
+            if done.is_err() {
+                eprintln!("conformance: cleaning up a test store panicked");
+            }
+        }
+    }
+}
+
+/// Direct access to a SQL store's rows, to write what askloop itself never
+/// writes.
+#[async_trait]
+pub trait RawRows: Send + Sync {
+    /// Makes the run's row unparsable (its pending calls).
+    async fn corrupt_run(&self, run_id: &str);
+    /// Makes one stored message unparsable.
+    async fn corrupt_message(&self, run_id: &str, seq: i64);
+    /// Sets the layout version the row claims to be written with.
+    async fn set_schema_version(&self, run_id: &str, version: i32);
+    /// How many message rows the run has.
+    async fn message_rows(&self, run_id: &str) -> i64;
+}
+
+#[async_trait]
+impl RawRows for SqliteStore {
+    async fn corrupt_run(&self, run_id: &str) {
+        sqlx::query("UPDATE runs SET pending = '[{\"toolCallId\": ' WHERE run_id = ?")
+            .bind(run_id)
+            .execute(&self.writer)
+            .await
+            .expect("corrupting a run row");
+    }
+
+    async fn corrupt_message(&self, run_id: &str, seq: i64) {
+        sqlx::query("UPDATE messages SET body = '{\"role\": ' WHERE run_id = ? AND seq = ?")
+            .bind(run_id)
+            .bind(seq)
+            .execute(&self.writer)
+            .await
+            .expect("corrupting a message row");
+    }
+
+    async fn set_schema_version(&self, run_id: &str, version: i32) {
+        sqlx::query("UPDATE runs SET schema_version = ? WHERE run_id = ?")
+            .bind(version)
+            .bind(run_id)
+            .execute(&self.writer)
+            .await
+            .expect("setting a row's layout version");
+    }
+
+    async fn message_rows(&self, run_id: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE run_id = ?")
+            .bind(run_id)
+            .fetch_one(&self.readers)
+            .await
+            .expect("counting message rows")
+    }
+}
+
+#[async_trait]
+impl RawRows for PostgresStore {
+    // JSONB holds only valid JSON, so damage here is JSON of the wrong shape,
+    // which askloop cannot read either.
+    async fn corrupt_run(&self, run_id: &str) {
+        sqlx::query("UPDATE runs SET pending = '{\"toolCallId\": 7}'::jsonb WHERE run_id = $1")
+            .bind(run_id)
+            .execute(&self.pool)
+            .await
+            .expect("corrupting a run row");
+    }
+
+    async fn corrupt_message(&self, run_id: &str, seq: i64) {
+        sqlx::query("UPDATE messages SET body = '{\"role\": \"robot\"}'::jsonb WHERE run_id = $1 AND seq = $2")
+            .bind(run_id)
+            .bind(seq)
+            .execute(&self.pool)
+            .await
+            .expect("corrupting a message row");
+    }
+
+    async fn set_schema_version(&self, run_id: &str, version: i32) {
+        sqlx::query("UPDATE runs SET schema_version = $1 WHERE run_id = $2")
+            .bind(version)
+            .bind(run_id)
+            .execute(&self.pool)
+            .await
+            .expect("setting a row's layout version");
+    }
+
+    async fn message_rows(&self, run_id: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_one(&self.pool)
+            .await
+            .expect("counting message rows")
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Subjects
+
+/// An empty [`MemoryStore`].
+pub async fn memory_subject() -> Option<Subject> {
+    Some(Subject {
+        store: Arc::new(MemoryStore::new()),
+        raw: None,
+        _keep: None,
+        cleanup: None,
+    })
+}
+
+/// An empty [`SqliteStore`] in a new temporary directory.
+pub async fn sqlite_subject() -> Option<Subject> {
+    let dir = tempfile::tempdir().expect("creating a temporary directory");
+    let store = SqliteStore::open(dir.path().join("runs.db"))
+        .await
+        .expect("opening a SQLite store");
+    Some(Subject {
+        store: Arc::new(store.clone()),
+        raw: Some(Arc::new(store)),
+        _keep: Some(Box::new(dir)),
+        cleanup: None,
+    })
+}
+
+/// The environment variable naming the PostgreSQL server for tests.
+pub const TEST_DATABASE_URL_VAR: &str = "ASKLOOP_TEST_DATABASE_URL";
+
+/// The PostgreSQL URL for tests, or `None` (after saying why) when it is not
+/// set outside CI. Under CI (`CI=true`) a missing URL fails the test: a
+/// PostgreSQL test must never pass by not running.
+pub fn postgres_test_url(test: &str) -> Option<String> {
+    match std::env::var(TEST_DATABASE_URL_VAR) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => panic!(
+            "{test}: {TEST_DATABASE_URL_VAR} is not set and CI=true: PostgreSQL tests must run in CI \
+             (.ci/run sets it to postgres://postgres@127.0.0.1:5432/test)"
+        ),
+        _ => {
+            eprintln!(
+                "{test}: skipped: {TEST_DATABASE_URL_VAR} is not set (e.g. \
+                 {TEST_DATABASE_URL_VAR}=postgres://postgres@127.0.0.1:5432/test runs it)"
+            );
+            None
+        }
+    }
+}
+
+/// A uniquely named schema for one test, so tests share a database in
+/// parallel.
+pub fn unique_schema_name() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
+    format!("askloop_test_{}_{}_{n}", std::process::id(), nanos)
+}
+
+/// Drops a test schema and everything in it.
+pub async fn drop_schema(url: &str, schema: &str) {
+    let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+    else {
+        eprintln!("could not connect to drop the test schema {schema}");
+        return;
+    };
+    let dropped = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await;
+    if let Err(err) = dropped {
+        eprintln!("could not drop the test schema {schema}: {err}");
+    }
+    pool.close().await;
+}
+
+/// An empty [`PostgresStore`] in its own new schema (dropped afterwards), or
+/// `None` when PostgreSQL tests are skipped (see [`postgres_test_url`]).
+pub async fn postgres_subject() -> Option<Subject> {
+    let url = postgres_test_url("postgres conformance")?;
+    let schema = unique_schema_name();
+    let store = PostgresStore::connect_with(&url, PostgresOptions::default().schema(&schema).max_connections(8))
+        .await
+        .unwrap_or_else(|e| panic!("connecting to PostgreSQL at {url} (from {TEST_DATABASE_URL_VAR}): {e}"));
+    let pool_owner = store.clone();
+    Some(Subject {
+        store: Arc::new(store.clone()),
+        raw: Some(Arc::new(store)),
+        _keep: None,
+        cleanup: Some(Box::pin(async move {
+            pool_owner.close().await;
+            drop_schema(&url, &schema).await;
+        })),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Building runs
+
+/// A time the SQL stores keep exactly (they store microseconds).
+fn at(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(Duration::microseconds(1)).unwrap_or(t)
+}
+
+fn base_time() -> DateTime<Utc> {
+    at(Utc::now())
+}
+
+/// A new run record, as an agent creates it.
+pub fn new_run(run_id: &str, agent_id: &str, created_at: DateTime<Utc>, messages: usize) -> RunRecord {
+    RunRecord {
+        run_id: run_id.to_owned(),
+        agent_id: agent_id.to_owned(),
+        thread_id: None,
+        status: RunStatus::Running,
+        version: 0,
+        created_at: at(created_at),
+        updated_at: at(created_at),
+        pending: Vec::new(),
+        step_results: Vec::new(),
+        message_count: messages as i64,
+        steps: 0,
+        usage: Usage::default(),
+        error: None,
+        metadata: json!({"model": "scripted"}),
+    }
+}
+
+fn user(text: &str) -> Message {
+    Message::user(text)
+}
+
+fn ask_call(id: &str, question: &str) -> ToolCall {
+    ToolCall {
+        id: id.to_owned(),
+        name: "ask_user".to_owned(),
+        args: json!({"question": question}),
+    }
+}
+
+fn pending_question(id: &str, question: &str) -> PendingToolCall {
+    PendingToolCall {
+        tool_call_id: id.to_owned(),
+        tool_name: "ask_user".to_owned(),
+        args: json!({"question": question}),
+        kind: PendingKind::Suspended,
+        suspend_payload: Some(json!({"question": question, "selectionMode": "free-text"})),
+        resume_schema: Some(json!({"type": "string"})),
+    }
+}
+
+fn tool_result(id: &str, text: &str) -> ToolResult {
+    ToolResult {
+        tool_call_id: id.to_owned(),
+        tool_name: "ask_user".to_owned(),
+        content: ToolContent::Text(text.to_owned()),
+        is_error: false,
+    }
+}
+
+fn step<'a>(
+    run_id: &'a str,
+    expected_version: i64,
+    status: RunStatus,
+    pending: &'a [PendingToolCall],
+    append: &'a [Message],
+) -> RunUpdate<'a> {
+    RunUpdate {
+        run_id,
+        expected_version,
+        status,
+        pending,
+        step_results: &[],
+        append,
+        steps: 1,
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+            total_tokens: 15,
+        },
+        error: None,
+    }
+}
+
+/// Creates a run and suspends it on one question; returns its version.
+async fn suspended_run(store: &dyn RunStore, run_id: &str, agent_id: &str, created_at: DateTime<Utc>) -> i64 {
+    let messages = [user("book a trip")];
+    store
+        .create(&new_run(run_id, agent_id, created_at, 1), &messages)
+        .await
+        .unwrap();
+    let pending = [pending_question("call_1", "Which city?")];
+    let assistant = [Message::assistant("", vec![ask_call("call_1", "Which city?")])];
+    store
+        .update(step(run_id, 0, RunStatus::Suspended, &pending, &assistant))
+        .await
+        .unwrap()
+}
+
+fn ids(runs: &[RunRecord]) -> Vec<&str> {
+    runs.iter().map(|r| r.run_id.as_str()).collect()
+}
+
+fn expect_conflict<T: std::fmt::Debug>(result: Result<T, StoreError>, run_id: &str) {
+    match result {
+        Err(StoreError::Conflict { run_id: id, .. }) => assert_eq!(id, run_id),
+        other => panic!("expected a conflict on {run_id}, got {other:?}"),
+    }
+}
+
+fn expect_not_found<T: std::fmt::Debug>(result: Result<T, StoreError>, run_id: &str) {
+    match result {
+        Err(StoreError::NotFound { run_id: id }) => assert_eq!(id, run_id),
+        other => panic!("expected {run_id} not found, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Cases every store passes
+
+/// A created run reads back as written, with its first messages.
+pub async fn create_then_get_returns_the_run_and_its_messages(s: &Subject) {
+    let mut run = new_run("run-a", "agent-1", base_time(), 2);
+    run.thread_id = Some("thread-9".into());
+    let messages = [user("hello"), Message::assistant("hi", vec![])];
+    s.store.create(&run, &messages).await.unwrap();
+
+    assert_eq!(s.store.get("run-a").await.unwrap(), Some(run));
+    assert_eq!(s.store.messages("run-a").await.unwrap(), messages);
+}
+
+/// Creating an existing id fails and keeps the first run.
+pub async fn creating_an_existing_run_is_refused_and_keeps_the_first(s: &Subject) {
+    let first = new_run("run-a", "agent-1", base_time(), 1);
+    s.store.create(&first, &[user("first")]).await.unwrap();
+    let second = new_run("run-a", "agent-2", base_time(), 1);
+    match s.store.create(&second, &[user("second")]).await {
+        Err(StoreError::AlreadyExists { run_id }) => assert_eq!(run_id, "run-a"),
+        other => panic!("expected AlreadyExists, got {other:?}"),
+    }
+    assert_eq!(s.store.get("run-a").await.unwrap().unwrap().agent_id, "agent-1");
+    assert_eq!(s.store.messages("run-a").await.unwrap(), [user("first")]);
+}
+
+/// An unknown run is `None` with no messages; claiming or writing it is
+/// `NotFound`.
+pub async fn an_unknown_run_is_absent_and_cannot_be_claimed_or_written(s: &Subject) {
+    assert_eq!(s.store.get("nope").await.unwrap(), None);
+    assert!(s.store.messages("nope").await.unwrap().is_empty());
+    expect_not_found(s.store.claim("nope", 0).await, "nope");
+    expect_not_found(
+        s.store.update(step("nope", 0, RunStatus::Running, &[], &[])).await,
+        "nope",
+    );
+}
+
+/// Each write appends only its new messages, in order, and bumps the version.
+pub async fn updates_append_only_new_messages_in_order(s: &Subject) {
+    let run = new_run("run-a", "agent-1", base_time(), 1);
+    s.store.create(&run, &[user("m0")]).await.unwrap();
+
+    let v1 = s
+        .store
+        .update(step(
+            "run-a",
+            0,
+            RunStatus::Running,
+            &[],
+            &[Message::assistant("m1", vec![])],
+        ))
+        .await
+        .unwrap();
+    let v2 = s
+        .store
+        .update(step("run-a", v1, RunStatus::Running, &[], &[]))
+        .await
+        .unwrap();
+    let v3 = s
+        .store
+        .update(step(
+            "run-a",
+            v2,
+            RunStatus::Running,
+            &[],
+            &[user("m2"), Message::assistant("m3", vec![])],
+        ))
+        .await
+        .unwrap();
+    assert!(v1 > 0 && v2 > v1 && v3 > v2, "versions {v1}, {v2}, {v3} must grow");
+
+    let stored = s.store.get("run-a").await.unwrap().unwrap();
+    assert_eq!(stored.version, v3);
+    assert_eq!(stored.message_count, 4);
+    assert_eq!(stored.created_at, run.created_at);
+    assert!(stored.updated_at >= run.updated_at);
+    let texts: Vec<String> = s
+        .store
+        .messages("run-a")
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| match m {
+            Message::User { content } | Message::Assistant { content, .. } => content.clone(),
+            other => panic!("unexpected message {other:?}"),
+        })
+        .collect();
+    assert_eq!(texts, ["m0", "m1", "m2", "m3"]);
+}
+
+/// A write at a stale version is a conflict and changes nothing.
+pub async fn an_update_at_a_stale_version_is_a_conflict_and_changes_nothing(s: &Subject) {
+    s.store
+        .create(&new_run("run-a", "agent-1", base_time(), 1), &[user("m0")])
+        .await
+        .unwrap();
+    let v1 = s
+        .store
+        .update(step("run-a", 0, RunStatus::Running, &[], &[user("m1")]))
+        .await
+        .unwrap();
+    let before = s.store.get("run-a").await.unwrap().unwrap();
+
+    expect_conflict(
+        s.store
+            .update(step("run-a", 0, RunStatus::Completed, &[], &[user("late")]))
+            .await,
+        "run-a",
+    );
+    assert_eq!(s.store.get("run-a").await.unwrap().unwrap(), before);
+    assert_eq!(before.version, v1);
+    assert_eq!(s.store.messages("run-a").await.unwrap(), [user("m0"), user("m1")]);
+}
+
+/// Suspending stores the pending calls with payloads and resume schemas and
+/// the step's results; claiming moves the run to running at a new version;
+/// completing records the answer and the final reply.
+pub async fn suspend_claim_and_complete_round_trip(s: &Subject) {
+    s.store
+        .create(&new_run("run-a", "agent-1", base_time(), 1), &[user("two questions")])
+        .await
+        .unwrap();
+    let pending = [pending_question("call_2", "Which date?")];
+    let assistant = [Message::assistant(
+        "",
+        vec![ask_call("call_1", "Which city?"), ask_call("call_2", "Which date?")],
+    )];
+    let results = [tool_result("call_1", "User answered: Paris")];
+    let suspended = s
+        .store
+        .update(RunUpdate {
+            step_results: &results,
+            ..step("run-a", 0, RunStatus::Suspended, &pending, &assistant)
+        })
+        .await
+        .unwrap();
+
+    let run = s.store.get("run-a").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Suspended);
+    assert_eq!(run.pending, pending);
+    assert_eq!(run.step_results, results);
+    assert_eq!(run.steps, 1);
+    assert_eq!(run.usage.total_tokens, 15);
+    assert_eq!(
+        s.store
+            .list(&RunQuery {
+                status: Some(RunStatus::Suspended),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let claimed = s.store.claim("run-a", suspended).await.unwrap();
+    assert!(claimed > suspended);
+    let run = s.store.get("run-a").await.unwrap().unwrap();
+    assert_eq!((run.status, run.version), (RunStatus::Running, claimed));
+    assert_eq!(
+        run.pending, pending,
+        "a claim leaves the pending calls for the resuming driver"
+    );
+
+    let answers = [
+        Message::Tool(tool_result("call_1", "User answered: Paris")),
+        Message::Tool(tool_result("call_2", "User answered: Friday")),
+        Message::assistant("Booked Paris on Friday", vec![]),
+    ];
+    let done = s
+        .store
+        .update(step("run-a", claimed, RunStatus::Completed, &[], &answers))
+        .await
+        .unwrap();
+    let run = s.store.get("run-a").await.unwrap().unwrap();
+    assert_eq!((run.status, run.version), (RunStatus::Completed, done));
+    assert!(run.pending.is_empty() && run.step_results.is_empty());
+    assert_eq!(run.message_count, 5);
+    assert_eq!(s.store.messages("run-a").await.unwrap()[2..], answers);
+}
+
+/// A failed run keeps its error.
+pub async fn a_failed_run_keeps_its_error(s: &Subject) {
+    s.store
+        .create(&new_run("run-a", "agent-1", base_time(), 1), &[user("m0")])
+        .await
+        .unwrap();
+    s.store
+        .update(RunUpdate {
+            error: Some("model error: rate limited"),
+            ..step("run-a", 0, RunStatus::Failed, &[], &[])
+        })
+        .await
+        .unwrap();
+    let run = s.store.get("run-a").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error.as_deref(), Some("model error: rate limited"));
+}
+
+/// Only a suspended run at the expected version can be claimed.
+pub async fn claiming_a_run_that_is_not_suspended_or_at_another_version_is_a_conflict(s: &Subject) {
+    s.store
+        .create(&new_run("running", "agent-1", base_time(), 1), &[user("m0")])
+        .await
+        .unwrap();
+    expect_conflict(s.store.claim("running", 0).await, "running");
+
+    let version = suspended_run(s.store.as_ref(), "waiting", "agent-1", base_time()).await;
+    expect_conflict(s.store.claim("waiting", version - 1).await, "waiting");
+    expect_conflict(s.store.claim("waiting", version + 1).await, "waiting");
+    let run = s.store.get("waiting").await.unwrap().unwrap();
+    assert_eq!((run.status, run.version), (RunStatus::Suspended, version));
+
+    s.store.claim("waiting", version).await.unwrap();
+    expect_conflict(s.store.claim("waiting", version).await, "waiting");
+}
+
+/// Of 20 tasks claiming one run at the same version, exactly one wins; the
+/// others get `Conflict`.
+pub async fn of_twenty_concurrent_claims_exactly_one_wins(s: &Subject) {
+    let version = suspended_run(s.store.as_ref(), "run-a", "agent-1", base_time()).await;
+    let start = Arc::new(tokio::sync::Barrier::new(20));
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let store = Arc::clone(&s.store);
+            let start = Arc::clone(&start);
+            tokio::spawn(async move {
+                start.wait().await;
+                store.claim("run-a", version).await
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    let mut conflicts = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(v) => won.push(v),
+            Err(StoreError::Conflict { .. }) => conflicts += 1,
+            Err(other) => panic!("a claim failed with something other than a conflict: {other}"),
+        }
+    }
+    assert_eq!(won.len(), 1, "exactly one claim must win, {} did", won.len());
+    assert_eq!(conflicts, 19);
+    let run = s.store.get("run-a").await.unwrap().unwrap();
+    assert_eq!((run.status, run.version), (RunStatus::Running, won[0]));
+}
+
+/// Of 10 writers at one version, exactly one step (with its messages) is
+/// written.
+pub async fn of_ten_concurrent_updates_at_one_version_exactly_one_is_written(s: &Subject) {
+    s.store
+        .create(&new_run("run-a", "agent-1", base_time(), 1), &[user("m0")])
+        .await
+        .unwrap();
+    let start = Arc::new(tokio::sync::Barrier::new(10));
+    let tasks: Vec<_> = (0..10)
+        .map(|i| {
+            let store = Arc::clone(&s.store);
+            let start = Arc::clone(&start);
+            tokio::spawn(async move {
+                start.wait().await;
+                let append = [user(&format!("writer {i}")), user(&format!("writer {i} again"))];
+                store
+                    .update(step("run-a", 0, RunStatus::Running, &[], &append))
+                    .await
+                    .map(|_| i)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(i) => winners.push(i),
+            Err(StoreError::Conflict { .. }) => {}
+            Err(other) => panic!("an update failed with something other than a conflict: {other}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one update must win, {} did", winners.len());
+    let i = winners[0];
+    assert_eq!(
+        s.store.messages("run-a").await.unwrap(),
+        [
+            user("m0"),
+            user(&format!("writer {i}")),
+            user(&format!("writer {i} again"))
+        ]
+    );
+    assert_eq!(s.store.get("run-a").await.unwrap().unwrap().message_count, 3);
+}
+
+/// Listing is newest first; runs created at the same instant come in
+/// descending id order, compared bytewise (whatever a database's locale).
+pub async fn list_is_newest_first_then_by_id_descending(s: &Subject) {
+    let t0 = base_time() - Duration::hours(1);
+    let runs = [
+        ("r-old", t0),
+        ("r-new", t0 + Duration::minutes(30)),
+        // Same instant: bytewise "b" > "a-2" > "Z" > "A_1" (a locale order
+        // would put "a-2" before "A_1" and "Z" last).
+        ("A_1", t0 + Duration::minutes(10)),
+        ("Z", t0 + Duration::minutes(10)),
+        ("a-2", t0 + Duration::minutes(10)),
+        ("b", t0 + Duration::minutes(10)),
+        ("r-mid", t0 + Duration::minutes(20)),
+    ];
+    for (id, created) in runs {
+        s.store
+            .create(&new_run(id, "agent-1", created, 1), &[user(id)])
+            .await
+            .unwrap();
+    }
+    let listed = s.store.list(&RunQuery::default()).await.unwrap();
+    assert_eq!(ids(&listed), ["r-new", "r-mid", "b", "a-2", "Z", "A_1", "r-old"]);
+}
+
+/// Listing filters by status, by agent, and by both.
+pub async fn list_filters_by_status_and_agent(s: &Subject) {
+    let t0 = base_time() - Duration::hours(1);
+    suspended_run(s.store.as_ref(), "s-1", "agent-1", t0).await;
+    suspended_run(s.store.as_ref(), "s-2", "agent-2", t0 + Duration::seconds(1)).await;
+    s.store
+        .create(&new_run("r-1", "agent-1", t0 + Duration::seconds(2), 1), &[user("x")])
+        .await
+        .unwrap();
+    s.store
+        .create(&new_run("r-2", "agent-2", t0 + Duration::seconds(3), 1), &[user("x")])
+        .await
+        .unwrap();
+
+    let query = |status: Option<RunStatus>, agent: Option<&str>| RunQuery {
+        status,
+        agent_id: agent.map(str::to_owned),
+        ..Default::default()
+    };
+    let suspended = s.store.list(&query(Some(RunStatus::Suspended), None)).await.unwrap();
+    assert_eq!(ids(&suspended), ["s-2", "s-1"]);
+    let agent_1 = s.store.list(&query(None, Some("agent-1"))).await.unwrap();
+    assert_eq!(ids(&agent_1), ["r-1", "s-1"]);
+    let both = s
+        .store
+        .list(&query(Some(RunStatus::Running), Some("agent-2")))
+        .await
+        .unwrap();
+    assert_eq!(ids(&both), ["r-2"]);
+    let none = s.store.list(&query(Some(RunStatus::Completed), None)).await.unwrap();
+    assert!(none.is_empty());
+    assert!(s.store.list(&query(None, Some("agent-3"))).await.unwrap().is_empty());
+}
+
+/// Pages of `limit` from `offset` add up to the whole listing.
+pub async fn list_pages_with_limit_and_offset(s: &Subject) {
+    let t0 = base_time() - Duration::hours(1);
+    for i in 0..7 {
+        let id = format!("run-{i}");
+        s.store
+            .create(&new_run(&id, "agent-1", t0 + Duration::seconds(i), 1), &[user("x")])
+            .await
+            .unwrap();
+    }
+    let all = s.store.list(&RunQuery::default()).await.unwrap();
+    assert_eq!(all.len(), 7);
+    let mut paged = Vec::new();
+    for page in 0..4 {
+        let query = RunQuery {
+            limit: Some(3),
+            offset: page * 3,
+            ..Default::default()
+        };
+        let runs = s.store.list(&query).await.unwrap();
+        assert!(runs.len() <= 3);
+        paged.extend(runs);
+    }
+    assert_eq!(ids(&paged), ids(&all));
+    let page_two = RunQuery {
+        limit: Some(2),
+        offset: 2,
+        ..Default::default()
+    };
+    assert_eq!(ids(&s.store.list(&page_two).await.unwrap()), ["run-4", "run-3"]);
+    let past_end = RunQuery {
+        offset: 7,
+        ..Default::default()
+    };
+    assert!(s.store.list(&past_end).await.unwrap().is_empty());
+    let zero = RunQuery {
+        limit: Some(0),
+        ..Default::default()
+    };
+    assert!(s.store.list(&zero).await.unwrap().is_empty());
+}
+
+/// `prune` deletes completed, failed and cancelled runs last written before
+/// the cutoff, with their messages, and nothing else.
+pub async fn prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages(s: &Subject) {
+    let now = base_time();
+    let old = now - Duration::days(30);
+    let cutoff = now - Duration::days(7);
+    let with_status = |id: &str, status: RunStatus, written: DateTime<Utc>| {
+        let mut run = new_run(id, "agent-1", written, 2);
+        run.status = status;
+        run
+    };
+    let runs = [
+        with_status("old-completed", RunStatus::Completed, old),
+        with_status("old-failed", RunStatus::Failed, old),
+        with_status("old-cancelled", RunStatus::Cancelled, old),
+        with_status("old-suspended", RunStatus::Suspended, old),
+        with_status("old-running", RunStatus::Running, old),
+        with_status("new-completed", RunStatus::Completed, now),
+    ];
+    for run in &runs {
+        s.store
+            .create(run, &[user("q"), Message::assistant("a", vec![])])
+            .await
+            .unwrap();
+    }
+
+    assert_eq!(s.store.prune(cutoff).await.unwrap(), 3);
+    let left: HashSet<String> = s
+        .store
+        .list(&RunQuery::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    let expected: HashSet<String> = ["old-suspended", "old-running", "new-completed"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(left, expected);
+    for gone in ["old-completed", "old-failed", "old-cancelled"] {
+        assert_eq!(s.store.get(gone).await.unwrap(), None);
+        assert!(s.store.messages(gone).await.unwrap().is_empty());
+        if let Some(raw) = &s.raw {
+            assert_eq!(raw.message_rows(gone).await, 0, "messages of {gone} must be deleted");
+        }
+    }
+    assert_eq!(s.store.messages("old-suspended").await.unwrap().len(), 2);
+    assert_eq!(s.store.prune(cutoff).await.unwrap(), 0);
+}
+
+// ---------------------------------------------------------------------------
+// Cases for stores with rows
+
+fn raw(s: &Subject) -> &dyn RawRows {
+    s.raw.as_deref().expect("this case needs a store with raw row access")
+}
+
+/// A run row that cannot be parsed is `Corrupt` naming the run; other runs
+/// read, list and claim as before, and the listing leaves the bad one out.
+pub async fn a_corrupt_run_row_is_reported_for_that_run_only(s: &Subject) {
+    let t0 = base_time() - Duration::hours(1);
+    let good_1 = suspended_run(s.store.as_ref(), "good-1", "agent-1", t0).await;
+    suspended_run(s.store.as_ref(), "bad", "agent-1", t0 + Duration::seconds(1)).await;
+    suspended_run(s.store.as_ref(), "good-2", "agent-1", t0 + Duration::seconds(2)).await;
+    raw(s).corrupt_run("bad").await;
+
+    match s.store.get("bad").await {
+        Err(StoreError::Corrupt { run_id, detail }) => {
+            assert_eq!(run_id, "bad");
+            assert!(detail.contains("pending"), "the detail names the column: {detail}");
+        }
+        other => panic!("expected Corrupt for run bad, got {other:?}"),
+    }
+    assert!(s.store.get("good-1").await.unwrap().is_some());
+    let listed = s.store.list(&RunQuery::default()).await.unwrap();
+    assert_eq!(ids(&listed), ["good-2", "good-1"]);
+    let suspended = RunQuery {
+        status: Some(RunStatus::Suspended),
+        agent_id: Some("agent-1".into()),
+        ..Default::default()
+    };
+    assert_eq!(ids(&s.store.list(&suspended).await.unwrap()), ["good-2", "good-1"]);
+    s.store.claim("good-1", good_1).await.unwrap();
+}
+
+/// A message that cannot be parsed is `Corrupt` naming the run and the
+/// message; the run's row and other runs' messages read as before.
+pub async fn a_corrupt_message_is_reported_for_that_run_only(s: &Subject) {
+    let t0 = base_time();
+    suspended_run(s.store.as_ref(), "good", "agent-1", t0).await;
+    suspended_run(s.store.as_ref(), "bad", "agent-1", t0).await;
+    raw(s).corrupt_message("bad", 1).await;
+
+    match s.store.messages("bad").await {
+        Err(StoreError::Corrupt { run_id, detail }) => {
+            assert_eq!(run_id, "bad");
+            assert!(detail.contains("message 1"), "the detail names the message: {detail}");
+        }
+        other => panic!("expected Corrupt for run bad, got {other:?}"),
+    }
+    assert_eq!(s.store.get("bad").await.unwrap().unwrap().status, RunStatus::Suspended);
+    assert_eq!(s.store.messages("good").await.unwrap().len(), 2);
+}
+
+/// A row written by a newer askloop is refused naming the run (reading,
+/// claiming and writing it), is left out of listings, and is not changed.
+pub async fn a_row_from_a_newer_askloop_is_refused_and_left_unchanged(s: &Subject) {
+    let t0 = base_time();
+    let version = suspended_run(s.store.as_ref(), "future", "agent-1", t0).await;
+    suspended_run(s.store.as_ref(), "today", "agent-1", t0).await;
+    let newer = RUN_SCHEMA_VERSION + 1;
+    raw(s).set_schema_version("future", newer).await;
+
+    let expect_newer = |result: Result<(), StoreError>, what: &str| match result {
+        Err(StoreError::NewerSchema {
+            run_id,
+            found,
+            supported,
+        }) => {
+            assert_eq!(run_id, "future", "{what}");
+            assert_eq!((found, supported), (newer, RUN_SCHEMA_VERSION), "{what}");
+        }
+        other => panic!("{what}: expected NewerSchema for run future, got {other:?}"),
+    };
+    expect_newer(s.store.get("future").await.map(|_| ()), "get");
+    expect_newer(s.store.claim("future", version).await.map(|_| ()), "claim");
+    expect_newer(
+        s.store
+            .update(step("future", version, RunStatus::Completed, &[], &[user("x")]))
+            .await
+            .map(|_| ()),
+        "update",
+    );
+    assert_eq!(ids(&s.store.list(&RunQuery::default()).await.unwrap()), ["today"]);
+
+    // Back at this build's layout, the row is exactly as it was.
+    raw(s).set_schema_version("future", RUN_SCHEMA_VERSION).await;
+    let run = s.store.get("future").await.unwrap().unwrap();
+    assert_eq!(
+        (run.status, run.version, run.message_count),
+        (RunStatus::Suspended, version, 2)
+    );
+    assert_eq!(raw(s).message_rows("future").await, 2);
+}
+
+/// Generates a `#[tokio::test]` per store conformance case, for a subject
+/// expression (an `async` producing `Option<Subject>`; `None` skips).
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($subject:expr) => {
+        $crate::__conformance_cases!($subject;
+            create_then_get_returns_the_run_and_its_messages,
+            creating_an_existing_run_is_refused_and_keeps_the_first,
+            an_unknown_run_is_absent_and_cannot_be_claimed_or_written,
+            updates_append_only_new_messages_in_order,
+            an_update_at_a_stale_version_is_a_conflict_and_changes_nothing,
+            suspend_claim_and_complete_round_trip,
+            a_failed_run_keeps_its_error,
+            claiming_a_run_that_is_not_suspended_or_at_another_version_is_a_conflict,
+            of_twenty_concurrent_claims_exactly_one_wins,
+            of_ten_concurrent_updates_at_one_version_exactly_one_is_written,
+            list_is_newest_first_then_by_id_descending,
+            list_filters_by_status_and_agent,
+            list_pages_with_limit_and_offset,
+            prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages
+        );
+    };
+}
+
+/// Generates a `#[tokio::test]` per raw-row case (corrupt and newer rows),
+/// for stores that implement [`RawRows`].
+#[macro_export]
+macro_rules! raw_row_conformance_tests {
+    ($subject:expr) => {
+        $crate::__conformance_cases!($subject;
+            a_corrupt_run_row_is_reported_for_that_run_only,
+            a_corrupt_message_is_reported_for_that_run_only,
+            a_row_from_a_newer_askloop_is_refused_and_left_unchanged
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let Some(subject) = $subject.await else { return };
+                $crate::conformance::$case(&subject).await;
+            }
+        )*
+    };
+}

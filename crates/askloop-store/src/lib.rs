@@ -1,0 +1,89 @@
+//! Durable run stores for askloop: [`SqliteStore`] (one file, no set-up, the
+//! default) and [`PostgresStore`] (several askloop processes or machines
+//! sharing runs). Both implement [`askloop::RunStore`] and pass the same
+//! conformance suite as [`askloop::MemoryStore`].
+//!
+//! [`open`] picks one from a string, the way the CLI and server take it:
+//!
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let dir = tempfile::tempdir().unwrap();
+//! let location = dir.path().join("askloop/runs.db");
+//! let store = askloop_store::open(location.to_str().unwrap()).await.unwrap();
+//! # let _ = store;
+//! // store is an Arc<dyn askloop::RunStore>: hand it to Agent::builder(..).store(store)
+//! # });
+//! ```
+//!
+//! # Tables
+//!
+//! `runs` holds one row per run: its status, version (the compare-and-set
+//! token), pending tool calls with their payloads and resume schemas, the
+//! results already produced in the current step, usage, error, metadata and
+//! the layout version it was written with. `messages` is append-only, keyed
+//! by (run id, sequence): a step writes the run's row and only its new
+//! messages, so the cost of a write does not grow with the conversation.
+//!
+//! # Unreadable rows
+//!
+//! A row written by a newer askloop is refused with
+//! [`StoreError::NewerSchema`]; a row that cannot be parsed is
+//! [`StoreError::Corrupt`], naming the run. Either affects only that run:
+//! [`RunStore::get`] and [`RunStore::messages`] of it fail, while
+//! [`RunStore::list`] leaves it out (logging a `tracing` warning with the
+//! reason), so one bad row never hides the others. A listed page can
+//! therefore hold fewer runs than its limit; the next page still starts at
+//! `offset + limit`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod location;
+mod postgres;
+mod row;
+mod sqlite;
+
+use std::sync::Arc;
+
+use askloop::{RunRecord, RunStore, StoreError};
+
+pub use postgres::{PostgresOptions, PostgresStore};
+pub use sqlite::{DEFAULT_BUSY_TIMEOUT, SqliteOptions, SqliteStore, SqliteSync};
+
+use location::Location;
+
+/// Opens the run store at `location`:
+///
+/// - a file path, or `sqlite://PATH` (also `sqlite:PATH`): a SQLite file,
+///   created with its directory if missing, in WAL mode with a busy timeout;
+/// - `postgres://...` or `postgresql://...`: a PostgreSQL connection pool.
+///   A `search_path` in the URL's `options` parameter
+///   (`?options=-c%20search_path%3Dmy_schema`) chooses an existing schema.
+///
+/// The tables are created or brought up to date before this returns.
+/// Anything else is [`StoreError::InvalidLocation`], whose message lists the
+/// accepted forms.
+pub async fn open(location: &str) -> Result<Arc<dyn RunStore>, StoreError> {
+    match Location::parse(location)? {
+        Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path).await?)),
+        Location::Postgres(url) => Ok(Arc::new(PostgresStore::connect(&url).await?)),
+    }
+}
+
+/// The runs of a listing that can be read. Corrupt rows and rows of a newer
+/// layout are logged and left out (see the crate documentation); any other
+/// error fails the listing.
+fn readable_runs(rows: impl Iterator<Item = Result<RunRecord, StoreError>>) -> Result<Vec<RunRecord>, StoreError> {
+    let mut runs = Vec::new();
+    for row in rows {
+        match row {
+            Ok(run) => runs.push(run),
+            Err(err @ (StoreError::Corrupt { .. } | StoreError::NewerSchema { .. })) => {
+                tracing::warn!(error = %err, "left an unreadable run out of a listing");
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(runs)
+}

@@ -1,0 +1,281 @@
+//! Turning stored columns into a [`RunRecord`] and back, the same way for
+//! every SQL store.
+//!
+//! Each backend reads its columns into a [`StoredRun`] (JSON as text, the
+//! status as text); [`StoredRun::into_record`] checks the layout version
+//! first and then parses, so a row written by a newer askloop is refused
+//! rather than misread, and a row that cannot be parsed is a
+//! [`StoreError::Corrupt`] naming the run.
+
+use askloop::{
+    Message, PendingToolCall, RUN_SCHEMA_VERSION, RunRecord, RunStatus, RunUpdate, StoreError, ToolResult, Usage,
+};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The columns of one `runs` row, as read from any backend.
+#[derive(Debug)]
+pub(crate) struct StoredRun {
+    pub(crate) run_id: String,
+    pub(crate) agent_id: String,
+    pub(crate) thread_id: Option<String>,
+    pub(crate) status: String,
+    pub(crate) version: i64,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
+    pub(crate) pending: String,
+    pub(crate) step_results: String,
+    pub(crate) message_count: i64,
+    pub(crate) steps: i64,
+    pub(crate) usage: String,
+    pub(crate) error: Option<String>,
+    pub(crate) metadata: String,
+    pub(crate) schema_version: i32,
+}
+
+impl StoredRun {
+    /// The record, or why it cannot be read.
+    pub(crate) fn into_record(self) -> Result<RunRecord, StoreError> {
+        check_schema_version(&self.run_id, self.schema_version)?;
+        let run_id = self.run_id;
+        let corrupt = |detail: String| StoreError::Corrupt {
+            run_id: run_id.clone(),
+            detail,
+        };
+        let status: RunStatus = self.status.parse().map_err(|e| corrupt(format!("status: {e}")))?;
+        let pending: Vec<PendingToolCall> =
+            parse_column(&self.pending).map_err(|e| corrupt(format!("pending: {e}")))?;
+        let step_results: Vec<ToolResult> =
+            parse_column(&self.step_results).map_err(|e| corrupt(format!("step_results: {e}")))?;
+        let usage: Usage = parse_column(&self.usage).map_err(|e| corrupt(format!("usage: {e}")))?;
+        let metadata = parse_column(&self.metadata).map_err(|e| corrupt(format!("metadata: {e}")))?;
+        let steps =
+            u32::try_from(self.steps).map_err(|_| corrupt(format!("steps: {} is not a step count", self.steps)))?;
+        if self.message_count < 0 {
+            return Err(corrupt(format!("message_count: {} is negative", self.message_count)));
+        }
+        Ok(RunRecord {
+            run_id,
+            agent_id: self.agent_id,
+            thread_id: self.thread_id,
+            status,
+            version: self.version,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            pending,
+            step_results,
+            message_count: self.message_count,
+            steps,
+            usage,
+            error: self.error,
+            metadata,
+        })
+    }
+}
+
+/// Refuses a row written with a newer layout than this build reads.
+pub(crate) fn check_schema_version(run_id: &str, found: i32) -> Result<(), StoreError> {
+    if found > RUN_SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            run_id: run_id.to_owned(),
+            found,
+            supported: RUN_SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+fn parse_column<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_str(text)
+}
+
+/// Parses one stored message body; `seq` names it in the error.
+pub(crate) fn parse_message(run_id: &str, seq: i64, body: &str) -> Result<Message, StoreError> {
+    serde_json::from_str(body).map_err(|e| StoreError::Corrupt {
+        run_id: run_id.to_owned(),
+        detail: format!("message {seq}: {e}"),
+    })
+}
+
+/// A value serialised for a JSON column. Serialising askloop's own types
+/// cannot fail (their maps have string keys), but if it ever did the write is
+/// refused with the reason rather than storing something unreadable.
+pub(crate) fn to_json<T: Serialize + ?Sized>(run_id: &str, what: &str, value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt {
+        run_id: run_id.to_owned(),
+        detail: format!("{what} could not be serialised: {e}"),
+    })
+}
+
+/// The JSON columns of a run as they are written.
+#[derive(Debug)]
+pub(crate) struct JsonColumns {
+    pub(crate) pending: String,
+    pub(crate) step_results: String,
+    pub(crate) usage: String,
+}
+
+impl JsonColumns {
+    pub(crate) fn of_record(run: &RunRecord) -> Result<Self, StoreError> {
+        Self::build(&run.run_id, &run.pending, &run.step_results, &run.usage)
+    }
+
+    pub(crate) fn of_update(update: &RunUpdate<'_>) -> Result<Self, StoreError> {
+        Self::build(update.run_id, update.pending, update.step_results, &update.usage)
+    }
+
+    fn build(
+        run_id: &str,
+        pending: &[PendingToolCall],
+        step_results: &[ToolResult],
+        usage: &Usage,
+    ) -> Result<Self, StoreError> {
+        Ok(JsonColumns {
+            pending: to_json(run_id, "pending", pending)?,
+            step_results: to_json(run_id, "step_results", step_results)?,
+            usage: to_json(run_id, "usage", usage)?,
+        })
+    }
+}
+
+/// Message bodies to append, serialised.
+pub(crate) fn message_bodies(run_id: &str, messages: &[Message]) -> Result<Vec<String>, StoreError> {
+    messages.iter().map(|m| to_json(run_id, "a message", m)).collect()
+}
+
+/// The status and version of a row, read to say why a compare-and-set
+/// changed nothing.
+#[derive(Debug)]
+pub(crate) struct RowState {
+    pub(crate) status: String,
+    pub(crate) version: i64,
+    pub(crate) schema_version: i32,
+}
+
+/// Why a compare-and-set on `run_id` matched no row: the run is missing,
+/// newer than this build, or was changed by someone else.
+pub(crate) fn explain_missed_write(run_id: &str, expected_version: i64, state: Option<RowState>) -> StoreError {
+    match state {
+        None => StoreError::NotFound {
+            run_id: run_id.to_owned(),
+        },
+        Some(state) => match check_schema_version(run_id, state.schema_version) {
+            Err(newer) => newer,
+            Ok(()) => {
+                tracing::debug!(
+                    run_id,
+                    expected_version,
+                    found_version = state.version,
+                    status = %state.status,
+                    "compare-and-set lost"
+                );
+                StoreError::Conflict {
+                    run_id: run_id.to_owned(),
+                    expected_version,
+                }
+            }
+        },
+    }
+}
+
+/// The stored names of the finished statuses, which `prune` deletes.
+pub(crate) const FINISHED: [RunStatus; 3] = [RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored() -> StoredRun {
+        StoredRun {
+            run_id: "r1".into(),
+            agent_id: "a".into(),
+            thread_id: None,
+            status: "suspended".into(),
+            version: 3,
+            created_at: DateTime::<Utc>::UNIX_EPOCH,
+            updated_at: DateTime::<Utc>::UNIX_EPOCH,
+            pending: "[]".into(),
+            step_results: "[]".into(),
+            message_count: 2,
+            steps: 1,
+            usage: r#"{"inputTokens":1,"outputTokens":2,"totalTokens":3}"#.into(),
+            error: None,
+            metadata: "null".into(),
+            schema_version: RUN_SCHEMA_VERSION,
+        }
+    }
+
+    #[test]
+    fn a_readable_row_becomes_its_record() {
+        let record = stored().into_record().unwrap();
+        assert_eq!(record.status, RunStatus::Suspended);
+        assert_eq!(record.usage.total_tokens, 3);
+        assert_eq!(record.steps, 1);
+    }
+
+    #[test]
+    fn a_newer_layout_is_refused_before_anything_is_parsed() {
+        let row = StoredRun {
+            schema_version: RUN_SCHEMA_VERSION + 1,
+            pending: "not json at all".into(),
+            ..stored()
+        };
+        match row.into_record() {
+            Err(StoreError::NewerSchema { run_id, found, .. }) => {
+                assert_eq!(run_id, "r1");
+                assert_eq!(found, RUN_SCHEMA_VERSION + 1);
+            }
+            other => panic!("expected NewerSchema, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unparsable_column_is_corrupt_naming_the_run_and_the_column() {
+        let row = StoredRun {
+            step_results: "{".into(),
+            ..stored()
+        };
+        match row.into_record() {
+            Err(StoreError::Corrupt { run_id, detail }) => {
+                assert_eq!(run_id, "r1");
+                assert!(detail.starts_with("step_results"), "{detail}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unknown_status_or_negative_steps_is_corrupt() {
+        let bad_status = StoredRun {
+            status: "sleeping".into(),
+            ..stored()
+        };
+        assert!(matches!(bad_status.into_record(), Err(StoreError::Corrupt { .. })));
+        let bad_steps = StoredRun { steps: -1, ..stored() };
+        assert!(matches!(bad_steps.into_record(), Err(StoreError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn a_missed_write_is_explained_by_what_the_row_holds() {
+        assert!(matches!(
+            explain_missed_write("r", 1, None),
+            StoreError::NotFound { .. }
+        ));
+        let changed = RowState {
+            status: "running".into(),
+            version: 2,
+            schema_version: RUN_SCHEMA_VERSION,
+        };
+        assert!(explain_missed_write("r", 1, Some(changed)).is_conflict());
+        let newer = RowState {
+            status: "suspended".into(),
+            version: 1,
+            schema_version: RUN_SCHEMA_VERSION + 1,
+        };
+        assert!(matches!(
+            explain_missed_write("r", 1, Some(newer)),
+            StoreError::NewerSchema { .. }
+        ));
+    }
+}

@@ -1,0 +1,449 @@
+//! The Messages stream parser: `message_start`, `content_block_start`,
+//! `ping`, `content_block_delta` (`text_delta`, `input_json_delta`),
+//! `content_block_stop`, `message_delta`, `message_stop` and `error` events
+//! into [`ModelEvent`]s.
+//!
+//! A `tool_use` block is complete at its `content_block_stop`; its input is
+//! the `input_json_delta` fragments joined, or, when they are all empty
+//! (a tool without parameters), the start block's `input` (`{}`). Thinking
+//! blocks, signatures and block types this parser does not know are skipped.
+//! The event's kind is read from the JSON `type`, so a missing `event:` line
+//! does not matter.
+
+use std::collections::{HashMap, VecDeque};
+
+use askloop::{FinishReason, ModelError, ModelEvent, Usage};
+use eventsource_stream::Event;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::http::ErrorDetail;
+use crate::http::StreamParser;
+use crate::openai::shorten;
+
+#[derive(Debug, Deserialize)]
+struct WireEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    message: Option<MessageStart>,
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    content_block: Option<ContentBlock>,
+    #[serde(default)]
+    delta: Option<WireDelta>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<ErrorDetail>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MessageStart {
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ContentBlock {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireDelta {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    partial_json: Option<String>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+}
+
+/// A `tool_use` block being streamed.
+#[derive(Debug)]
+struct OpenToolUse {
+    id: String,
+    name: String,
+    start_input: Option<Value>,
+    json: String,
+}
+
+/// Parses one streamed Messages turn.
+#[derive(Debug)]
+pub(crate) struct MessagesStreamParser {
+    provider: String,
+    fallback_id: String,
+    tools: HashMap<usize, OpenToolUse>,
+    stop_reason: Option<FinishReason>,
+    input_tokens: u64,
+    output_tokens: u64,
+    stopped: bool,
+}
+
+impl MessagesStreamParser {
+    /// `fallback_id` names the request, for a `tool_use` block without id.
+    pub(crate) fn new(provider: impl Into<String>, fallback_id: impl Into<String>) -> Self {
+        MessagesStreamParser {
+            provider: provider.into(),
+            fallback_id: fallback_id.into(),
+            tools: HashMap::new(),
+            stop_reason: None,
+            input_tokens: 0,
+            output_tokens: 0,
+            stopped: false,
+        }
+    }
+
+    fn take_usage(&mut self, usage: Option<WireUsage>) {
+        if let Some(usage) = usage {
+            // Anthropic's counts are cumulative: the latest report wins.
+            if let Some(input) = usage.input_tokens {
+                self.input_tokens = input;
+            }
+            if let Some(output) = usage.output_tokens {
+                self.output_tokens = output;
+            }
+        }
+    }
+
+    fn on_wire_event(&mut self, event: WireEvent, out: &mut VecDeque<ModelEvent>) -> Result<bool, ModelError> {
+        match event.kind.as_str() {
+            "message_start" => self.take_usage(event.message.and_then(|m| m.usage)),
+            "content_block_start" => {
+                let (Some(index), Some(block)) = (event.index, event.content_block) else {
+                    return Ok(false);
+                };
+                match block.kind.as_str() {
+                    "text" => {
+                        if let Some(text) = block.text.filter(|t| !t.is_empty()) {
+                            out.push_back(ModelEvent::TextDelta(text));
+                        }
+                    }
+                    "tool_use" => {
+                        let id = block
+                            .id
+                            .filter(|id| !id.is_empty())
+                            .unwrap_or_else(|| format!("toolu_{}_{index}", self.fallback_id));
+                        let name = block.name.unwrap_or_default();
+                        out.push_back(ModelEvent::ToolCallStart {
+                            id: id.clone(),
+                            name: name.clone(),
+                        });
+                        self.tools.insert(
+                            index,
+                            OpenToolUse {
+                                id,
+                                name,
+                                start_input: block.input,
+                                json: String::new(),
+                            },
+                        );
+                    }
+                    // thinking, redacted_thinking, server tools: not for the agent.
+                    _ => {}
+                }
+            }
+            "content_block_delta" => {
+                let Some(delta) = event.delta else {
+                    return Ok(false);
+                };
+                match delta.kind.as_deref() {
+                    Some("text_delta") => {
+                        if let Some(text) = delta.text.filter(|t| !t.is_empty()) {
+                            out.push_back(ModelEvent::TextDelta(text));
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        if let (Some(index), Some(piece)) = (event.index, delta.partial_json)
+                            && !piece.is_empty()
+                            && let Some(tool) = self.tools.get_mut(&index)
+                        {
+                            tool.json.push_str(&piece);
+                            out.push_back(ModelEvent::ToolCallDelta {
+                                id: tool.id.clone(),
+                                args_delta: piece,
+                            });
+                        }
+                    }
+                    // thinking_delta, signature_delta, citations_delta, ...
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                if let Some(tool) = event.index.and_then(|i| self.tools.remove(&i)) {
+                    out.push_back(complete_call(tool));
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
+                    self.stop_reason = Some(stop_reason(&reason));
+                }
+                self.take_usage(event.usage);
+            }
+            "message_stop" => {
+                self.stopped = true;
+                return Ok(true);
+            }
+            "error" => {
+                let message = event.error.map_or_else(|| "unknown error".to_owned(), |e| e.describe());
+                return Err(ModelError::Stream {
+                    provider: self.provider.clone(),
+                    message,
+                });
+            }
+            // ping, and event types added after this was written.
+            _ => {}
+        }
+        Ok(false)
+    }
+}
+
+fn complete_call(tool: OpenToolUse) -> ModelEvent {
+    let arguments = if !tool.json.trim().is_empty() {
+        tool.json
+    } else {
+        match tool.start_input {
+            Some(Value::Object(map)) if !map.is_empty() => Value::Object(map).to_string(),
+            // `""` (or nothing) streamed for a tool without parameters.
+            _ => "{}".to_owned(),
+        }
+    };
+    ModelEvent::ToolCall {
+        id: tool.id,
+        name: tool.name,
+        arguments,
+    }
+}
+
+impl StreamParser for MessagesStreamParser {
+    fn on_event(&mut self, event: &Event, out: &mut VecDeque<ModelEvent>) -> Result<bool, ModelError> {
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let wire: WireEvent = serde_json::from_str(data).map_err(|err| ModelError::Protocol {
+            provider: self.provider.clone(),
+            message: format!(
+                "a `{}` event is not a Messages stream event ({err}): {}",
+                event.event,
+                shorten(data)
+            ),
+        })?;
+        self.on_wire_event(wire, out)
+    }
+
+    fn on_end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        if !self.stopped && self.stop_reason.is_none() {
+            return Err(ModelError::Transport {
+                provider: self.provider.clone(),
+                message: "the connection closed before the response was complete".to_owned(),
+            });
+        }
+        // A tool block left open by a server that skipped its stop event.
+        let mut open: Vec<(usize, OpenToolUse)> = self.tools.drain().collect();
+        open.sort_by_key(|(index, _)| *index);
+        out.extend(open.into_iter().map(|(_, tool)| complete_call(tool)));
+        out.push_back(ModelEvent::Finish {
+            reason: self.stop_reason.clone().unwrap_or(FinishReason::Stop),
+            usage: Usage {
+                input_tokens: self.input_tokens,
+                output_tokens: self.output_tokens,
+                total_tokens: self.input_tokens + self.output_tokens,
+            },
+        });
+        Ok(())
+    }
+}
+
+fn stop_reason(reason: &str) -> FinishReason {
+    match reason {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "tool_use" => FinishReason::ToolCalls,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "refusal" => FinishReason::ContentFilter,
+        _ => FinishReason::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::parse_sse_text;
+
+    fn parse(text: &str) -> Vec<Result<ModelEvent, ModelError>> {
+        parse_sse_text(text, MessagesStreamParser::new("anthropic", "run1_2"))
+    }
+
+    fn ok(text: &str) -> Vec<ModelEvent> {
+        parse(text).into_iter().map(|e| e.unwrap()).collect()
+    }
+
+    fn text_of(events: &[ModelEvent]) -> String {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                ModelEvent::TextDelta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn calls_of(events: &[ModelEvent]) -> Vec<(String, String, String)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                ModelEvent::ToolCall { id, name, arguments } => Some((id.clone(), name.clone(), arguments.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn finish_of(events: &[ModelEvent]) -> (FinishReason, Usage) {
+        match events.last() {
+            Some(ModelEvent::Finish { reason, usage }) => (reason.clone(), *usage),
+            other => panic!("last event is not Finish: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn recorded_text_answer_streams_every_delta_and_final_usage() {
+        let events = ok(include_str!("../../tests/fixtures/anthropic/text_only_sonnet46.sse"));
+        assert_eq!(
+            events.iter().filter(|e| matches!(e, ModelEvent::TextDelta(_))).count(),
+            8
+        );
+        assert!(text_of(&events).starts_with("A solar eclipse occurs when the Moon"));
+        assert_eq!(
+            finish_of(&events),
+            (
+                FinishReason::Stop,
+                Usage {
+                    input_tokens: 33,
+                    output_tokens: 134,
+                    total_tokens: 167
+                }
+            )
+        );
+        let after = ok(include_str!(
+            "../../tests/fixtures/anthropic/text_after_tool_result_sonnet46.sse"
+        ));
+        assert_eq!(text_of(&after), "The result of 2 - 5 is **-3**.");
+    }
+
+    #[test]
+    fn recorded_lone_tool_use_streams_start_deltas_and_complete_call() {
+        let events = ok(include_str!("../../tests/fixtures/anthropic/tool_use_only_haiku45.sse"));
+        assert_eq!(
+            events[0],
+            ModelEvent::ToolCallStart {
+                id: "toolu_REDACTED_1".into(),
+                name: "get_weather".into()
+            }
+        );
+        // The empty first fragment is not emitted.
+        let deltas = events
+            .iter()
+            .filter(|e| matches!(e, ModelEvent::ToolCallDelta { .. }))
+            .count();
+        assert_eq!(deltas, 2);
+        assert_eq!(
+            calls_of(&events),
+            vec![(
+                "toolu_REDACTED_1".into(),
+                "get_weather".into(),
+                r#"{"city": "Paris"}"#.into()
+            )]
+        );
+        assert_eq!(finish_of(&events).0, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn recorded_text_then_nested_tool_input_is_joined_exactly() {
+        let events = ok(include_str!(
+            "../../tests/fixtures/anthropic/text_then_tool_use_nested_sonnet46.sse"
+        ));
+        assert_eq!(
+            text_of(&events),
+            "I'll book this trip right away with exactly the values you specified!"
+        );
+        let calls = calls_of(&events);
+        assert_eq!(calls.len(), 1);
+        let input: Value = serde_json::from_str(&calls[0].2).unwrap();
+        assert_eq!(
+            input,
+            serde_json::json!({"itinerary": {"city": "Kyoto", "days": 3, "activities": ["temples", "tea ceremony"], "lodging": {"name": "Sakura Inn", "rooms": 2}}})
+        );
+    }
+
+    #[test]
+    fn recorded_tool_use_with_empty_input_becomes_an_empty_object() {
+        let events = ok(include_str!(
+            "../../tests/fixtures/anthropic/tool_use_empty_input_sonnet46.sse"
+        ));
+        assert_eq!(
+            calls_of(&events),
+            vec![("toolu_REDACTED_1".into(), "ping".into(), "{}".into())]
+        );
+    }
+
+    #[test]
+    fn recorded_thinking_block_is_skipped_and_the_text_kept() {
+        let events = ok(include_str!(
+            "../../tests/fixtures/anthropic/thinking_then_text_sonnet46.sse"
+        ));
+        let text = text_of(&events);
+        assert!(text.starts_with("## Setting Up the Problem"), "{text}");
+        assert!(!text.contains("I need to find"), "thinking leaked into the text");
+        assert_eq!(finish_of(&events).1.output_tokens, 353);
+    }
+
+    #[test]
+    fn error_event_mid_stream_is_a_stream_error_after_the_text_so_far() {
+        let sse = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":5}}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+        );
+        let events = parse(sse);
+        assert_eq!(events[0], Ok(ModelEvent::TextDelta("Hi".into())));
+        match &events[1] {
+            Err(ModelError::Stream { message, .. }) => {
+                assert_eq!(message, "Overloaded (type: overloaded_error)")
+            }
+            other => panic!("expected a stream error, got {other:?}"),
+        }
+        assert_eq!(events.len(), 2);
+    }
+
+    #[test]
+    fn a_stream_cut_before_message_stop_is_an_error() {
+        let sse = "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"x\",\"input\":{}}}\n\n";
+        let events = parse(sse);
+        assert!(
+            matches!(events.last(), Some(Err(ModelError::Transport { .. }))),
+            "{events:?}"
+        );
+        assert!(!events.iter().any(|e| matches!(e, Ok(ModelEvent::ToolCall { .. }))));
+    }
+}

@@ -1,0 +1,513 @@
+//! What every provider shares on the wire: the HTTP client settings, retries
+//! before a response streams, error bodies, and the SSE event stream with its
+//! idle timeout.
+//!
+//! The one rule that shapes this module: a request is retried only while
+//! nothing of its answer has reached the agent. Once the first byte of a
+//! successful response body is read, a failure is an error event in the
+//! model's stream (the agent then fails the run), never a second request
+//! whose text would be emitted twice.
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hasher};
+use std::pin::Pin;
+use std::time::Duration;
+
+use askloop::{ModelError, ModelEvent, ModelStream};
+use bytes::Bytes;
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::{RequestBuilder, Response, StatusCode};
+use serde::Deserialize;
+
+/// How a provider talks HTTP: timeouts and retries.
+///
+/// ```
+/// use std::time::Duration;
+/// use askloop_providers::{HttpConfig, RetryPolicy};
+///
+/// let http = HttpConfig {
+///     idle_timeout: Duration::from_secs(60),
+///     retry: RetryPolicy { max_retries: 5, ..RetryPolicy::default() },
+///     ..HttpConfig::default()
+/// };
+/// assert_eq!(http.connect_timeout, Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpConfig {
+    /// How long opening a connection (TCP and TLS) may take.
+    pub connect_timeout: Duration,
+    /// How long the server may stay silent: waiting for the response
+    /// headers, and between two events of the stream. Generous by default,
+    /// because reasoning models can think for minutes before the first token.
+    pub idle_timeout: Duration,
+    /// When failed requests are tried again.
+    pub retry: RetryPolicy,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Retries of a request that failed before its response began to stream:
+/// connection errors, HTTP 408, 429 and 5xx (Anthropic's 529 overload
+/// included). Exponential backoff with jitter; a `Retry-After` (or OpenAI's
+/// `retry-after-ms`) header is honoured instead when present.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0 disables retries).
+    pub max_retries: u32,
+    /// The wait before the first retry; it doubles at each retry.
+    pub initial_backoff: Duration,
+    /// The longest computed wait between two attempts.
+    pub max_backoff: Duration,
+    /// The longest `Retry-After` honoured; a server asking for a longer wait
+    /// gets its error returned at once rather than a run that hangs.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(8),
+            max_retry_after: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (0-based): exponential, capped,
+    /// with "equal jitter" (between half and all of the computed wait) so
+    /// that many clients failing together do not retry together.
+    fn backoff(&self, retry: u32) -> Duration {
+        let exp = self
+            .initial_backoff
+            .saturating_mul(2u32.saturating_pow(retry.min(16)))
+            .min(self.max_backoff);
+        let half = exp / 2;
+        let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+        let jitter = if nanos == 0 { 0 } else { random_u64() % (nanos + 1) };
+        half + Duration::from_nanos(jitter)
+    }
+}
+
+/// A random number without a dependency: std's hasher keys are random per
+/// `RandomState`.
+fn random_u64() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(0);
+    hasher.finish()
+}
+
+/// Builds the `reqwest` client for a provider.
+pub(crate) fn client(provider: &str, http: &HttpConfig) -> Result<reqwest::Client, ModelError> {
+    reqwest::Client::builder()
+        .connect_timeout(http.connect_timeout)
+        .build()
+        .map_err(|err| ModelError::Transport {
+            provider: provider.to_owned(),
+            message: format!("cannot build the HTTP client: {err}"),
+        })
+}
+
+/// Sends a request, retrying what may be retried, and returns a response
+/// with a success status whose body has not been read yet.
+///
+/// `make` builds a fresh request for each attempt (a request is consumed by
+/// sending it).
+pub(crate) async fn send_with_retries(
+    provider: &str,
+    http: &HttpConfig,
+    make: impl Fn() -> RequestBuilder,
+) -> Result<Response, ModelError> {
+    let mut retry = 0u32;
+    loop {
+        let attempt = tokio::time::timeout(http.idle_timeout, make().send()).await;
+        let (error, wait) = match attempt {
+            Err(_) => (
+                ModelError::Transport {
+                    provider: provider.to_owned(),
+                    message: format!("no response within {:?}", http.idle_timeout),
+                },
+                None,
+            ),
+            Ok(Err(err)) => {
+                if err.is_builder() {
+                    return Err(transport(provider, &err));
+                }
+                (transport(provider, &err), None)
+            }
+            Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+            Ok(Ok(response)) => {
+                let status = response.status();
+                let wait = retry_after(response.headers());
+                let body = read_error_body(response, http.idle_timeout).await;
+                let error = ModelError::Api {
+                    provider: provider.to_owned(),
+                    status: status.as_u16(),
+                    message: error_message(&body),
+                };
+                if !is_retryable(status) {
+                    return Err(error);
+                }
+                (error, wait)
+            }
+        };
+        if retry >= http.retry.max_retries {
+            return Err(with_attempts(error, retry + 1));
+        }
+        let wait = match wait {
+            Some(wait) if wait > http.retry.max_retry_after => return Err(error),
+            Some(wait) => wait,
+            None => http.retry.backoff(retry),
+        };
+        tracing::debug!(provider, retry = retry + 1, ?wait, error = %error, "retrying model request");
+        tokio::time::sleep(wait).await;
+        retry += 1;
+    }
+}
+
+/// Says how many attempts were made, so a failed run tells that retrying
+/// happened and did not help.
+fn with_attempts(error: ModelError, attempts: u32) -> ModelError {
+    if attempts <= 1 {
+        return error;
+    }
+    match error {
+        ModelError::Api {
+            provider,
+            status,
+            message,
+        } => ModelError::Api {
+            provider,
+            status,
+            message: format!("{message} (after {attempts} attempts)"),
+        },
+        ModelError::Transport { provider, message } => ModelError::Transport {
+            provider,
+            message: format!("{message} (after {attempts} attempts)"),
+        },
+        other => other,
+    }
+}
+
+fn is_retryable(status: StatusCode) -> bool {
+    status == StatusCode::REQUEST_TIMEOUT || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()
+}
+
+/// The wait a server asked for: `retry-after-ms` (OpenAI) or `Retry-After`
+/// in seconds. An HTTP date is not honoured (the computed backoff applies).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let number = |name: &str| -> Option<f64> {
+        let value: f64 = headers.get(name)?.to_str().ok()?.trim().parse().ok()?;
+        (value.is_finite() && value >= 0.0).then_some(value)
+    };
+    if let Some(ms) = number("retry-after-ms") {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    number(RETRY_AFTER.as_str()).map(Duration::from_secs_f64)
+}
+
+/// Reads an error body, at most a few KB and within the idle timeout.
+async fn read_error_body(response: Response, idle: Duration) -> String {
+    const LIMIT: usize = 8 * 1024;
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while body.len() < LIMIT {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Ok(Some(Ok(bytes))) => body.extend_from_slice(&bytes),
+            _ => break,
+        }
+    }
+    body.truncate(LIMIT);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// `{"error": {"message", "type", "code"}}`, the shape of both OpenAI's and
+/// Anthropic's error bodies (Anthropic adds `"type": "error"` outside).
+#[derive(Debug, Deserialize)]
+pub(crate) struct ErrorEnvelope {
+    pub(crate) error: ErrorDetail,
+}
+
+/// The inner error object; every field optional, because OpenAI-compatible
+/// servers vary.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ErrorDetail {
+    #[serde(default)]
+    pub(crate) message: Option<String>,
+    #[serde(default, rename = "type")]
+    pub(crate) kind: Option<String>,
+    #[serde(default)]
+    pub(crate) code: Option<serde_json::Value>,
+}
+
+impl ErrorDetail {
+    /// `message (type, code)`, with what is there.
+    pub(crate) fn describe(&self) -> String {
+        let mut text = self.message.clone().unwrap_or_else(|| "no message".to_owned());
+        let mut extra = Vec::new();
+        if let Some(kind) = &self.kind {
+            extra.push(format!("type: {kind}"));
+        }
+        match &self.code {
+            Some(serde_json::Value::String(code)) => extra.push(format!("code: {code}")),
+            Some(serde_json::Value::Number(code)) => extra.push(format!("code: {code}")),
+            _ => {}
+        }
+        if !extra.is_empty() {
+            text.push_str(&format!(" ({})", extra.join(", ")));
+        }
+        text
+    }
+}
+
+/// The message of an error body: the provider's own message when the body
+/// is a JSON error envelope (or `{"error": "text"}`), the body itself
+/// (shortened) otherwise.
+pub(crate) fn error_message(body: &str) -> String {
+    if let Ok(envelope) = serde_json::from_str::<ErrorEnvelope>(body) {
+        return envelope.error.describe();
+    }
+    #[derive(Deserialize)]
+    struct Plain {
+        error: String,
+    }
+    if let Ok(plain) = serde_json::from_str::<Plain>(body) {
+        return plain.error;
+    }
+    let trimmed = body.trim();
+    if trimmed.is_empty() {
+        return "empty response body".to_owned();
+    }
+    const SHOWN: usize = 500;
+    match trimmed.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}...", &trimmed[..cut]),
+        None => trimmed.to_owned(),
+    }
+}
+
+pub(crate) fn transport(provider: &str, err: &reqwest::Error) -> ModelError {
+    ModelError::Transport {
+        provider: provider.to_owned(),
+        message: error_chain(err),
+    }
+}
+
+/// An error with its causes: reqwest's own message hides them ("error
+/// sending request"), the chain says what happened (connection refused, ...).
+fn error_chain(err: &reqwest::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+/// A provider's stream parser: fed SSE events, it produces model events.
+pub(crate) trait StreamParser: Send + 'static {
+    /// Handles one SSE event; pushes what it yields into `out`. Returns
+    /// `Ok(true)` when the event ended the stream (`[DONE]`,
+    /// `message_stop`).
+    fn on_event(&mut self, event: &Event, out: &mut VecDeque<ModelEvent>) -> Result<bool, ModelError>;
+
+    /// The body ended (or the stream was ended by [`Self::on_event`]): pushes
+    /// what is still held back, or fails when the response was cut short.
+    fn on_end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
+}
+
+type SseStream = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+
+struct SseState<P> {
+    provider: String,
+    events: SseStream,
+    parser: P,
+    idle: Duration,
+    ready: VecDeque<ModelEvent>,
+    done: bool,
+}
+
+/// Turns a successful streaming response into model events. Dropping the
+/// returned stream drops the response body, which closes the connection and
+/// so cancels the request.
+pub(crate) fn model_stream<P: StreamParser>(
+    provider: &str,
+    response: Response,
+    parser: P,
+    idle: Duration,
+) -> ModelStream {
+    let bytes: Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>> = Box::pin(response.bytes_stream());
+    let state = SseState {
+        provider: provider.to_owned(),
+        events: Box::pin(bytes.eventsource()),
+        parser,
+        idle,
+        ready: VecDeque::new(),
+        done: false,
+    };
+    Box::pin(futures::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(event) = state.ready.pop_front() {
+                return Some((Ok(event), state));
+            }
+            if state.done {
+                return None;
+            }
+            match state.next_events().await {
+                Ok(()) => {}
+                Err(err) => {
+                    // Nothing after an error: the turn is over.
+                    state.done = true;
+                    state.ready.clear();
+                    return Some((Err(err), state));
+                }
+            }
+        }
+    }))
+}
+
+impl<P: StreamParser> SseState<P> {
+    /// Reads until the parser has something to say or the stream ends.
+    async fn next_events(&mut self) -> Result<(), ModelError> {
+        match tokio::time::timeout(self.idle, self.events.next()).await {
+            Err(_) => Err(ModelError::Transport {
+                provider: self.provider.clone(),
+                message: format!(
+                    "the stream stalled: no data for {:?} (the response was cut short)",
+                    self.idle
+                ),
+            }),
+            Ok(None) => {
+                self.done = true;
+                self.parser.on_end(&mut self.ready)
+            }
+            Ok(Some(Err(EventStreamError::Transport(err)))) => Err(ModelError::Transport {
+                provider: self.provider.clone(),
+                message: format!(
+                    "the connection broke while the response streamed: {}",
+                    error_chain(&err)
+                ),
+            }),
+            Ok(Some(Err(err))) => Err(ModelError::Protocol {
+                provider: self.provider.clone(),
+                message: format!("invalid server-sent events: {err}"),
+            }),
+            Ok(Some(Ok(event))) => {
+                if self.parser.on_event(&event, &mut self.ready)? {
+                    self.done = true;
+                    self.parser.on_end(&mut self.ready)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Replays SSE text through a parser, as if it came from a server: for
+/// parser tests against recorded streams.
+#[cfg(test)]
+pub(crate) fn parse_sse_text<P: StreamParser>(text: &str, mut parser: P) -> Vec<Result<ModelEvent, ModelError>> {
+    let bytes = futures::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from(text.to_owned()))]);
+    let events: Vec<_> = futures::executor::block_on(bytes.eventsource().collect());
+    let mut out = VecDeque::new();
+    let mut results = Vec::new();
+    let mut ended = false;
+    for event in events {
+        let Ok(event) = event else { continue };
+        match parser.on_event(&event, &mut out) {
+            Ok(done) => {
+                results.extend(out.drain(..).map(Ok));
+                if done {
+                    ended = true;
+                    break;
+                }
+            }
+            Err(err) => {
+                results.extend(out.drain(..).map(Ok));
+                results.push(Err(err));
+                return results;
+            }
+        }
+    }
+    let _ = ended;
+    match parser.on_end(&mut out) {
+        Ok(()) => results.extend(out.drain(..).map(Ok)),
+        Err(err) => results.push(Err(err)),
+    }
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered_within_half_to_full() {
+        let policy = RetryPolicy {
+            max_retries: 5,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(300),
+            max_retry_after: Duration::from_secs(1),
+        };
+        for _ in 0..50 {
+            let first = policy.backoff(0);
+            assert!(first >= Duration::from_millis(50) && first <= Duration::from_millis(100));
+            let third = policy.backoff(2);
+            assert!(third >= Duration::from_millis(150) && third <= Duration::from_millis(300));
+        }
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_openai_milliseconds() {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, "2".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
+        headers.insert("retry-after-ms", "150".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(150)));
+        let mut date = HeaderMap::new();
+        date.insert(RETRY_AFTER, "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        assert_eq!(retry_after(&date), None);
+    }
+
+    #[test]
+    fn error_message_surfaces_the_provider_message_type_and_code() {
+        let openai = include_str!("../tests/fixtures/openai/error_400_invalid_temperature.json");
+        let message = error_message(openai);
+        assert!(
+            message.starts_with("Invalid 'temperature': decimal above maximum value."),
+            "{message}"
+        );
+        assert!(message.contains("invalid_request_error") && message.contains("decimal_above_max_value"));
+
+        let anthropic = include_str!("../tests/fixtures/anthropic/error_404_not_found_streaming.json");
+        assert_eq!(
+            error_message(anthropic),
+            "model: claude-nonexistent-rig-test (type: not_found_error)"
+        );
+        assert_eq!(error_message("upstream exploded"), "upstream exploded");
+        assert_eq!(error_message(r#"{"error":"model not found"}"#), "model not found");
+        assert_eq!(error_message(""), "empty response body");
+    }
+
+    #[test]
+    fn only_timeouts_rate_limits_and_server_errors_are_retried() {
+        for code in [408, 429, 500, 502, 503, 529] {
+            assert!(is_retryable(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+        for code in [400, 401, 403, 404, 422] {
+            assert!(!is_retryable(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! OpenAI-compatible Chat Completions: OpenAI itself, Ollama, vLLM,
+//! LM Studio, OpenRouter, Groq and anything else that speaks
+//! `POST {base}/chat/completions` with `stream: true`.
+
+mod request;
+mod stream;
+
+use askloop::{Model, ModelError, ModelRequest, ModelStream};
+use async_trait::async_trait;
+
+use crate::http::{self, HttpConfig};
+
+pub(crate) use stream::shorten;
+
+/// Where and how to reach an OpenAI-compatible server.
+///
+/// ```
+/// use askloop_providers::OpenAiConfig;
+///
+/// let config = OpenAiConfig::new("qwen2.5", "http://127.0.0.1:11434/v1").provider("ollama");
+/// assert_eq!(config.api_key, None);
+/// ```
+#[derive(Clone, PartialEq)]
+pub struct OpenAiConfig {
+    /// The model id sent in the request, e.g. `gpt-4o-mini`.
+    pub model: String,
+    /// The base URL, up to and including the version: `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer <key>` when set.
+    pub api_key: Option<String>,
+    /// The provider's name in errors and logs (`openai`, `ollama`, ...).
+    pub provider: String,
+    /// Timeouts and retries.
+    pub http: HttpConfig,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("provider", &self.provider)
+            .field("http", &self.http)
+            .finish()
+    }
+}
+
+impl OpenAiConfig {
+    /// A model at a base URL, without a key, named `openai` in errors.
+    pub fn new(model: impl Into<String>, base_url: impl Into<String>) -> Self {
+        OpenAiConfig {
+            model: model.into(),
+            base_url: base_url.into(),
+            api_key: None,
+            provider: "openai".to_owned(),
+            http: HttpConfig::default(),
+        }
+    }
+
+    /// Sets the API key.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Sets the provider's name used in errors.
+    pub fn provider(mut self, provider: impl Into<String>) -> Self {
+        self.provider = provider.into();
+        self
+    }
+
+    /// Sets timeouts and retries.
+    pub fn http(mut self, http: HttpConfig) -> Self {
+        self.http = http;
+        self
+    }
+}
+
+/// A model behind an OpenAI-compatible Chat Completions endpoint.
+#[derive(Debug, Clone)]
+pub struct OpenAiModel {
+    name: String,
+    config: OpenAiConfig,
+    url: String,
+    client: reqwest::Client,
+}
+
+impl OpenAiModel {
+    /// A model called `name` (what [`Model::name`] returns, e.g. the spec
+    /// `openai/gpt-4o-mini`) reached with `config`.
+    pub fn new(name: impl Into<String>, config: OpenAiConfig) -> Result<Self, ModelError> {
+        let client = http::client(&config.provider, &config.http)?;
+        let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
+        Ok(OpenAiModel {
+            name: name.into(),
+            config,
+            url,
+            client,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl Model for OpenAiModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
+        let provider = &self.config.provider;
+        let body = serde_json::to_vec(&request::chat_request(&self.config.model, &request)).map_err(|err| {
+            ModelError::Protocol {
+                provider: provider.clone(),
+                message: format!("cannot serialise the request: {err}"),
+            }
+        })?;
+        let body = bytes::Bytes::from(body);
+        let response = http::send_with_retries(provider, &self.config.http, || {
+            let mut builder = self
+                .client
+                .post(&self.url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header(reqwest::header::ACCEPT, "text/event-stream")
+                .body(body.clone());
+            if let Some(key) = &self.config.api_key {
+                builder = builder.bearer_auth(key);
+            }
+            builder
+        })
+        .await?;
+        // Made-up call ids, when a server sends none, name the request.
+        let fallback_id = format!("{}_{}", request.run_id, request.messages.len());
+        let parser = stream::ChatStreamParser::new(provider.clone(), fallback_id);
+        Ok(http::model_stream(
+            provider,
+            response,
+            parser,
+            self.config.http.idle_timeout,
+        ))
+    }
+}

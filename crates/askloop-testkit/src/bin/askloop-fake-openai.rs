@@ -1,0 +1,114 @@
+//! `askloop-fake-openai`: the benchmark's fake OpenAI-compatible server as a
+//! program, so other frameworks can be measured against the same server.
+//!
+//! ```text
+//! askloop-fake-openai [--port PORT] [--workload deploy|long:T]
+//! ```
+//!
+//! Prints `listening on http://127.0.0.1:PORT/v1` once ready and serves until
+//! interrupted. Requests are not recorded (memory stays flat).
+
+use std::process::ExitCode;
+
+use askloop_testkit::{FakeServer, workload};
+
+const USAGE: &str = "usage: askloop-fake-openai [--port PORT] [--workload deploy|long:T]";
+
+enum Workload {
+    Deploy,
+    Long(usize),
+}
+
+struct Args {
+    port: u16,
+    workload: Workload,
+}
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut parsed = Args {
+        port: 0,
+        workload: Workload::Deploy,
+    };
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) => (flag.to_owned(), Some(value.to_owned())),
+            None => (arg, None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or(format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--port" => {
+                let text = value()?;
+                parsed.port = text
+                    .parse()
+                    .map_err(|_| format!("--port: `{text}` is not a port number"))?;
+            }
+            "--workload" => {
+                let text = value()?;
+                parsed.workload = match text.as_str() {
+                    "deploy" => Workload::Deploy,
+                    long => {
+                        let t = long
+                            .strip_prefix("long:")
+                            .and_then(|t| t.parse::<usize>().ok())
+                            .filter(|t| *t > 0)
+                            .ok_or(format!("--workload: expected deploy or long:T (T > 0), got `{text}`"))?;
+                        Workload::Long(t)
+                    }
+                };
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    Ok(parsed)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(problem) => {
+            if !problem.is_empty() {
+                eprintln!("askloop-fake-openai: {problem}");
+            }
+            eprintln!("{USAGE}");
+            return if problem.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("askloop-fake-openai: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let builder = FakeServer::builder().port(args.port).record_requests(false);
+        let builder = match args.workload {
+            Workload::Deploy => builder.responder(workload::deploy_responder()),
+            Workload::Long(t) => builder.responder(workload::long_responder(t)),
+        };
+        let server = match builder.start().await {
+            Ok(server) => server,
+            Err(err) => {
+                eprintln!("askloop-fake-openai: cannot listen on 127.0.0.1:{}: {err}", args.port);
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("listening on {}", server.openai_base_url());
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            eprintln!("askloop-fake-openai: cannot wait for Ctrl-C: {err}");
+            return ExitCode::FAILURE;
+        }
+        ExitCode::SUCCESS
+    })
+}

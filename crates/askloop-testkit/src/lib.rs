@@ -1,0 +1,39 @@
+//! Fake OpenAI-compatible and Anthropic servers that stream scripted
+//! responses, for testing agents (askloop's and your own) and benchmarking.
+//!
+//! A [`FakeServer`] listens on `127.0.0.1`, answers
+//! `POST /v1/chat/completions` in OpenAI's wire format and
+//! `POST /v1/messages` in Anthropic's, and records every request. Answers
+//! come from a queue of [`FakeResponse`]s, then from a responder closure that
+//! sees the request body; any request can be made to fail
+//! ([`FakeServerBuilder::fail_request`]). A [`FakeTurn`] can stream every
+//! quirk real servers have (whole tool calls in one chunk, no ids, a finish
+//! reason in the same chunk, error events mid-stream, dropped connections,
+//! delays).
+//!
+//! ```
+//! use askloop_testkit::{FakeServer, FakeTurn, FakeResponse, workload};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let server = FakeServer::builder()
+//!     .respond(FakeTurn::text_in("Hello there", 3))
+//!     .responder(workload::deploy_responder())
+//!     .start()
+//!     .await
+//!     .unwrap();
+//! // Point an OpenAI client at server.openai_base_url(), an Anthropic one
+//! // at server.anthropic_base_url(); then inspect server.requests().
+//! assert_eq!(server.request_count(), 0);
+//! # });
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod response;
+mod server;
+mod wire;
+pub mod workload;
+
+pub use response::{FakeError, FakeResponse, FakeToolCall, FakeTurn, Finish, split_even};
+pub use server::{FakeServer, FakeServerBuilder, RecordedRequest, Responder};
+pub use wire::WireFormat;

@@ -1,0 +1,393 @@
+//! [`FakeServer`]: an axum server on `127.0.0.1` that answers
+//! `POST /v1/chat/completions` (OpenAI format) and `POST /v1/messages`
+//! (Anthropic format) with scripted streams, and records what it received.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::Response;
+use axum::routing::post;
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::response::{FakeError, FakeResponse};
+use crate::wire::{self, RequestInfo, WireFormat};
+
+/// Makes a response from a request body: lets an answer depend on the
+/// conversation.
+pub type Responder = Arc<dyn Fn(&Value) -> FakeResponse + Send + Sync>;
+
+/// One request the server received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    /// 1-based, in arrival order.
+    pub number: usize,
+    /// The method, e.g. `POST`.
+    pub method: String,
+    /// The path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// The headers, names in lower case.
+    pub headers: Vec<(String, String)>,
+    /// The JSON body (`Null` when it was not JSON).
+    pub body: Value,
+}
+
+impl RecordedRequest {
+    /// The first value of a header (name in any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Builds a [`FakeServer`].
+///
+/// ```
+/// use askloop_testkit::{FakeResponse, FakeServer, FakeError};
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let server = FakeServer::builder()
+///     .fail_request(1, FakeError::new(429, "slow down").retry_after(0))
+///     .respond(FakeResponse::text("Hello"))
+///     .start()
+///     .await
+///     .unwrap();
+/// assert!(server.openai_base_url().ends_with("/v1"));
+/// # });
+/// ```
+pub struct FakeServerBuilder {
+    port: u16,
+    queue: VecDeque<FakeResponse>,
+    overrides: HashMap<usize, FakeResponse>,
+    responder: Option<Responder>,
+    record: bool,
+}
+
+impl fmt::Debug for FakeServerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeServerBuilder")
+            .field("port", &self.port)
+            .field("queue", &self.queue.len())
+            .field("overrides", &self.overrides.keys().collect::<Vec<_>>())
+            .field("responder", &self.responder.is_some())
+            .field("record", &self.record)
+            .finish()
+    }
+}
+
+impl FakeServerBuilder {
+    /// Listens on this port of 127.0.0.1 (default 0: any free port).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Queues a response: requests take queued responses in order, before
+    /// the responder is asked.
+    pub fn respond(mut self, response: impl Into<FakeResponse>) -> Self {
+        self.queue.push_back(response.into());
+        self
+    }
+
+    /// Answers request number `n` (1-based, counting every request) with
+    /// this instead, e.g. an error status; the queue is not consumed.
+    pub fn fail_request(mut self, n: usize, response: impl Into<FakeResponse>) -> Self {
+        self.overrides.insert(n, response.into());
+        self
+    }
+
+    /// Answers with this closure when the queue is empty.
+    pub fn responder(mut self, responder: impl Fn(&Value) -> FakeResponse + Send + Sync + 'static) -> Self {
+        self.responder = Some(Arc::new(responder));
+        self
+    }
+
+    /// Whether requests are recorded (default yes). A benchmark turns it off:
+    /// a long run's bodies grow with the conversation.
+    pub fn record_requests(mut self, record: bool) -> Self {
+        self.record = record;
+        self
+    }
+
+    /// Binds and starts serving on the current tokio runtime.
+    pub async fn start(self) -> std::io::Result<FakeServer> {
+        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], self.port))).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(self.queue),
+            overrides: Mutex::new(self.overrides),
+            responder: self.responder,
+            record: self.record,
+            count: AtomicUsize::new(0),
+            requests: Mutex::new(Vec::new()),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/chat/completions", post(chat_completions))
+            .route("/v1/messages", post(messages))
+            .fallback(not_found)
+            .with_state(Arc::clone(&shared));
+        let task = tokio::spawn(async move {
+            if let Err(err) = axum::serve(listener, app).await {
+                eprintln!("askloop-testkit: fake server stopped: {err}");
+            }
+        });
+        Ok(FakeServer { addr, shared, task })
+    }
+}
+
+struct Shared {
+    queue: Mutex<VecDeque<FakeResponse>>,
+    overrides: Mutex<HashMap<usize, FakeResponse>>,
+    responder: Option<Responder>,
+    record: bool,
+    count: AtomicUsize,
+    requests: Mutex<Vec<RecordedRequest>>,
+}
+
+/// A lock that survives a panicking test thread.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A fake model server on 127.0.0.1. Stops when dropped.
+///
+/// The same script answers both APIs; the route called decides the wire
+/// format: `{openai_base_url}/chat/completions` streams OpenAI chunks,
+/// `{anthropic_base_url}/v1/messages` Anthropic events.
+pub struct FakeServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl fmt::Debug for FakeServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeServer")
+            .field("addr", &self.addr)
+            .field("requests", &self.request_count())
+            .finish()
+    }
+}
+
+impl FakeServer {
+    /// A builder with an empty script, recording requests, on a free port.
+    pub fn builder() -> FakeServerBuilder {
+        FakeServerBuilder {
+            port: 0,
+            queue: VecDeque::new(),
+            overrides: HashMap::new(),
+            responder: None,
+            record: true,
+        }
+    }
+
+    /// Starts a server that answers every request with `responder`.
+    pub async fn with_responder(
+        responder: impl Fn(&Value) -> FakeResponse + Send + Sync + 'static,
+    ) -> std::io::Result<FakeServer> {
+        FakeServer::builder().responder(responder).start().await
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>/v1`: the base URL of its OpenAI-compatible API.
+    pub fn openai_base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// `http://127.0.0.1:<port>`: the base URL of its Anthropic API.
+    pub fn anthropic_base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Queues another response.
+    pub fn push(&self, response: impl Into<FakeResponse>) {
+        lock(&self.shared.queue).push_back(response.into());
+    }
+
+    /// Answers request number `n` (1-based) with this response.
+    pub fn fail_request(&self, n: usize, response: impl Into<FakeResponse>) {
+        lock(&self.shared.overrides).insert(n, response.into());
+    }
+
+    /// How many requests arrived.
+    pub fn request_count(&self) -> usize {
+        self.shared.count.load(Ordering::SeqCst)
+    }
+
+    /// The requests received so far (empty when recording is off).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.requests).clone()
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(WireFormat::OpenAi, &shared, method, uri, headers, body).await
+}
+
+async fn messages(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(WireFormat::Anthropic, &shared, method, uri, headers, body).await
+}
+
+async fn not_found(uri: Uri) -> Response {
+    let message = format!(
+        "the fake server has no route {}; use POST /v1/chat/completions or POST /v1/messages",
+        uri.path()
+    );
+    error_response(WireFormat::OpenAi, &FakeError::new(404, message))
+}
+
+async fn answer(
+    format: WireFormat,
+    shared: &Shared,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let number = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
+    let json: Result<Value, _> = serde_json::from_slice(&body);
+    let json_body = json.as_ref().map_or(Value::Null, Clone::clone);
+    if shared.record {
+        lock(&shared.requests).push(RecordedRequest {
+            number,
+            method: method.to_string(),
+            path: uri.path().to_owned(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_owned(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body: json_body,
+        });
+    }
+    let Ok(request) = json else {
+        return error_response(format, &FakeError::new(400, "the request body is not JSON"));
+    };
+    let response = next_response(shared, number, &request);
+    let info = RequestInfo {
+        number,
+        model: request
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("fake-model")
+            .to_owned(),
+        input_tokens: (body.len() as u64 / 4).max(1),
+    };
+    match response {
+        FakeResponse::Error(error) => error_response(format, &error),
+        FakeResponse::RawSse(text) => sse_response(vec![Bytes::from(text)], None, Duration::ZERO),
+        FakeResponse::Turn(turn) => {
+            if !turn.delay.is_zero() {
+                tokio::time::sleep(turn.delay).await;
+            }
+            let frames = wire::turn_frames(format, &turn, &info);
+            sse_response(frames, turn.disconnect_after, turn.frame_delay)
+        }
+    }
+}
+
+fn next_response(shared: &Shared, number: usize, request: &Value) -> FakeResponse {
+    if let Some(response) = lock(&shared.overrides).remove(&number) {
+        return response;
+    }
+    if let Some(response) = lock(&shared.queue).pop_front() {
+        return response;
+    }
+    match &shared.responder {
+        Some(responder) => responder(request),
+        None => FakeResponse::status(
+            500,
+            format!("the fake server has no response scripted for request {number}"),
+        ),
+    }
+}
+
+fn error_response(format: WireFormat, error: &FakeError) -> Response {
+    let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = Response::new(Body::from(wire::error_body(format, error)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(seconds) = error.retry_after {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// The failure that makes hyper drop the connection mid-body.
+#[derive(Debug)]
+struct Disconnect;
+
+impl fmt::Display for Disconnect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the fake server dropped the connection on purpose")
+    }
+}
+
+impl std::error::Error for Disconnect {}
+
+/// Streams frames, one HTTP chunk each, as a real server does.
+fn sse_response(frames: Vec<Bytes>, disconnect_after: Option<usize>, frame_delay: Duration) -> Response {
+    let cut = disconnect_after.unwrap_or(usize::MAX);
+    let body = if frame_delay.is_zero() && disconnect_after.is_none() {
+        Body::from_stream(futures::stream::iter(frames.into_iter().map(Ok::<_, Infallible>)))
+    } else {
+        let items = frames.into_iter().take(cut).map(Ok).chain(
+            // After the cut, an error: hyper aborts the connection.
+            disconnect_after.map(|_| Err(Disconnect)),
+        );
+        let stream = futures::stream::unfold(items, move |mut items| async move {
+            let item = items.next()?;
+            if item.is_ok() && !frame_delay.is_zero() {
+                tokio::time::sleep(frame_delay).await;
+            }
+            Some((item, items))
+        });
+        Body::from_stream(stream)
+    };
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}

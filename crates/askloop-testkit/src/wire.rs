@@ -1,0 +1,389 @@
+//! Renders a [`FakeTurn`] as the SSE frames a real server sends, in the
+//! shapes of the recorded OpenAI and Anthropic streams.
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::response::{FakeError, FakeTurn, Finish};
+
+/// Which API a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireFormat {
+    /// OpenAI Chat Completions (`/v1/chat/completions`).
+    OpenAi,
+    /// Anthropic Messages (`/v1/messages`).
+    Anthropic,
+}
+
+/// Facts about the request a response is rendered for.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestInfo {
+    /// 1-based request number on this server.
+    pub(crate) number: usize,
+    /// The `model` of the request body.
+    pub(crate) model: String,
+    /// A rough token estimate of the request.
+    pub(crate) input_tokens: u64,
+}
+
+/// The SSE frames of a turn, in order. A frame is one event, blank line
+/// included.
+pub(crate) fn turn_frames(format: WireFormat, turn: &FakeTurn, info: &RequestInfo) -> Vec<Bytes> {
+    match format {
+        WireFormat::OpenAi => openai_frames(turn, info),
+        WireFormat::Anthropic => anthropic_frames(turn, info),
+    }
+}
+
+/// The error body a provider sends with an error status.
+pub(crate) fn error_body(format: WireFormat, error: &FakeError) -> Vec<u8> {
+    if let Some(raw) = &error.raw_body {
+        return raw.clone().into_bytes();
+    }
+    let body = match format {
+        WireFormat::OpenAi => json!({"error": {
+            "message": error.message,
+            "type": openai_error_type(error.status),
+            "param": null,
+            "code": null,
+        }}),
+        WireFormat::Anthropic => json!({
+            "type": "error",
+            "error": {"type": anthropic_error_type(error.status), "message": error.message},
+        }),
+    };
+    body.to_string().into_bytes()
+}
+
+fn openai_error_type(status: u16) -> &'static str {
+    match status {
+        400 | 404 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        429 => "rate_limit_exceeded",
+        _ => "server_error",
+    }
+}
+
+fn anthropic_error_type(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+fn data_frame(value: &Value) -> Bytes {
+    let mut frame = Vec::with_capacity(256);
+    frame.extend_from_slice(b"data: ");
+    // Writing a Value to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut frame, value);
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
+}
+
+fn event_frame(event: &str, value: &Value) -> Bytes {
+    let mut frame = Vec::with_capacity(256);
+    frame.extend_from_slice(b"event: ");
+    frame.extend_from_slice(event.as_bytes());
+    frame.extend_from_slice(b"\ndata: ");
+    let _ = serde_json::to_writer(&mut frame, value);
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
+}
+
+fn openai_finish(finish: &Finish) -> String {
+    match finish {
+        Finish::Stop => "stop".to_owned(),
+        Finish::ToolCalls => "tool_calls".to_owned(),
+        Finish::Length => "length".to_owned(),
+        Finish::Other(other) => other.clone(),
+    }
+}
+
+fn anthropic_stop(finish: &Finish) -> String {
+    match finish {
+        Finish::Stop => "end_turn".to_owned(),
+        Finish::ToolCalls => "tool_use".to_owned(),
+        Finish::Length => "max_tokens".to_owned(),
+        Finish::Other(other) => other.clone(),
+    }
+}
+
+/// OpenAI: a role chunk, content chunks, for each call a head chunk and
+/// argument chunks, a finish chunk, a usage chunk (`choices: []`), `[DONE]`.
+fn openai_frames(turn: &FakeTurn, info: &RequestInfo) -> Vec<Bytes> {
+    let id = format!("chatcmpl-fake-{}", info.number);
+    let chunk = |delta: Value, finish: Option<String>| {
+        data_frame(&json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000u64,
+            "model": info.model,
+            "system_fingerprint": "fp_askloop_fake",
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+            "usage": null,
+        }))
+    };
+    let finish = openai_finish(&turn.finish_or_default());
+    // Content chunks; the last one may carry the finish reason (Ollama).
+    let mut deltas: Vec<Value> = Vec::new();
+    if !turn.whole_calls || turn.tool_calls.is_empty() {
+        let content = if turn.tool_calls.is_empty() {
+            json!("")
+        } else {
+            Value::Null
+        };
+        deltas.push(json!({"role": "assistant", "content": content}));
+    }
+    deltas.extend(
+        turn.text
+            .iter()
+            .filter(|t| !t.is_empty())
+            .map(|text| json!({"content": text})),
+    );
+    for (index, call) in turn.tool_calls.iter().enumerate() {
+        let call_id = (!turn.without_ids).then(|| {
+            call.id
+                .clone()
+                .unwrap_or_else(|| format!("call_{}_{index}", info.number))
+        });
+        let mut head = json!({"index": index, "type": "function", "function": {"name": call.name, "arguments": ""}});
+        if let Some(call_id) = &call_id {
+            head["id"] = json!(call_id);
+        }
+        if turn.whole_calls {
+            head["function"]["arguments"] = json!(call.arguments.concat());
+            deltas.push(json!({"role": "assistant", "content": "", "tool_calls": [head]}));
+            continue;
+        }
+        deltas.push(json!({"tool_calls": [head]}));
+        deltas.extend(
+            call.arguments
+                .iter()
+                .filter(|piece| !piece.is_empty())
+                .map(|piece| json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})),
+        );
+    }
+    let mut frames = Vec::with_capacity(deltas.len() + 3);
+    let last = deltas.len().saturating_sub(1);
+    for (i, delta) in deltas.into_iter().enumerate() {
+        let finish_here =
+            (turn.finish_in_last_chunk && turn.stream_error.is_none() && i == last).then(|| finish.clone());
+        frames.push(chunk(delta, finish_here));
+    }
+    if let Some(message) = &turn.stream_error {
+        frames.push(data_frame(
+            &json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}}),
+        ));
+        return frames;
+    }
+    if !turn.finish_in_last_chunk {
+        frames.push(chunk(json!({}), Some(finish)));
+    }
+    if !turn.no_usage {
+        frames.push(data_frame(&json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000u64,
+            "model": info.model,
+            "system_fingerprint": "fp_askloop_fake",
+            "choices": [],
+            "usage": {
+                "prompt_tokens": info.input_tokens,
+                "completion_tokens": turn.output_tokens,
+                "total_tokens": info.input_tokens + turn.output_tokens,
+            },
+        })));
+    }
+    frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    frames
+}
+
+/// Anthropic: `message_start`, blocks (`content_block_start`, deltas,
+/// `content_block_stop`; a `ping` after the first start), `message_delta`,
+/// `message_stop`.
+fn anthropic_frames(turn: &FakeTurn, info: &RequestInfo) -> Vec<Bytes> {
+    let mut frames = Vec::new();
+    frames.push(event_frame(
+        "message_start",
+        &json!({"type": "message_start", "message": {
+            "id": format!("msg_fake_{}", info.number),
+            "type": "message",
+            "role": "assistant",
+            "model": info.model,
+            "content": [],
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": {"input_tokens": info.input_tokens, "output_tokens": 1},
+        }}),
+    ));
+    let ping = || event_frame("ping", &json!({"type": "ping"}));
+    let mut index = 0usize;
+    let text: Vec<&String> = turn.text.iter().filter(|t| !t.is_empty()).collect();
+    if !text.is_empty() {
+        frames.push(event_frame(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+        ));
+        frames.push(ping());
+        for piece in text {
+            frames.push(event_frame(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}),
+            ));
+        }
+        frames.push(event_frame(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
+    for (n, call) in turn.tool_calls.iter().enumerate() {
+        let mut block = json!({"type": "tool_use", "name": call.name, "input": {}});
+        if !turn.without_ids {
+            block["id"] = json!(
+                call.id
+                    .clone()
+                    .unwrap_or_else(|| format!("toolu_fake_{}_{n}", info.number))
+            );
+        }
+        frames.push(event_frame(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": block}),
+        ));
+        if index == 0 {
+            frames.push(ping());
+        }
+        let pieces: Vec<String> = if turn.whole_calls {
+            vec![String::new(), call.arguments.concat()]
+        } else {
+            std::iter::once(String::new())
+                .chain(call.arguments.iter().cloned())
+                .collect()
+        };
+        for piece in pieces {
+            frames.push(event_frame(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+            ));
+        }
+        frames.push(event_frame(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
+    if index == 0 {
+        frames.push(ping());
+    }
+    if let Some(message) = &turn.stream_error {
+        frames.push(event_frame(
+            "error",
+            &json!({"type": "error", "error": {"type": "overloaded_error", "message": message}}),
+        ));
+        return frames;
+    }
+    let mut usage = json!({"output_tokens": turn.output_tokens});
+    if turn.no_usage {
+        usage = json!({});
+    }
+    frames.push(event_frame(
+        "message_delta",
+        &json!({"type": "message_delta", "delta": {"stop_reason": anthropic_stop(&turn.finish_or_default()), "stop_sequence": null}, "usage": usage}),
+    ));
+    frames.push(event_frame("message_stop", &json!({"type": "message_stop"})));
+    frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response::FakeToolCall;
+
+    fn info() -> RequestInfo {
+        RequestInfo {
+            number: 1,
+            model: "gpt-4o-mini".into(),
+            input_tokens: 10,
+        }
+    }
+
+    fn datas(frames: &[Bytes]) -> Vec<Value> {
+        frames
+            .iter()
+            .filter_map(|f| {
+                let text = std::str::from_utf8(f).unwrap();
+                let data = text.lines().find_map(|l| l.strip_prefix("data: "))?;
+                serde_json::from_str(data).ok()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn openai_tool_turn_has_role_head_pieces_finish_usage_and_done() {
+        let turn = FakeTurn::default().call(FakeToolCall::new("ask_user", &json!({"question": "Which?"}), 4));
+        let frames = openai_frames(&turn, &info());
+        assert_eq!(frames.len(), 1 + 1 + 4 + 1 + 1 + 1);
+        let values = datas(&frames);
+        assert_eq!(
+            values[0]["choices"][0]["delta"],
+            json!({"role": "assistant", "content": null})
+        );
+        assert_eq!(values[1]["choices"][0]["delta"]["tool_calls"][0]["id"], "call_1_0");
+        assert_eq!(values[6]["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(values[7]["choices"], json!([]));
+        assert_eq!(values[7]["usage"]["prompt_tokens"], 10);
+        assert_eq!(frames.last().unwrap().as_ref(), b"data: [DONE]\n\n");
+    }
+
+    #[test]
+    fn openai_ollama_quirks_put_the_whole_call_and_finish_in_one_chunk() {
+        let turn = FakeTurn::tool_call("t", json!({"a": 1}))
+            .whole_calls()
+            .finish_in_last_chunk()
+            .without_ids()
+            .no_usage();
+        let values = datas(&openai_frames(&turn, &info()));
+        assert_eq!(values.len(), 1);
+        let choice = &values[0]["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["delta"]["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
+        assert!(choice["delta"]["tool_calls"][0].get("id").is_none());
+    }
+
+    #[test]
+    fn anthropic_turn_has_the_recorded_event_sequence() {
+        let turn = FakeTurn::text_in("Hello there", 2).call(FakeToolCall::new("t", &json!({}), 1));
+        let frames = anthropic_frames(&turn, &info());
+        let events: Vec<String> = frames
+            .iter()
+            .map(|f| std::str::from_utf8(f).unwrap().lines().next().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            events,
+            [
+                "message_start",
+                "content_block_start",
+                "ping",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+            .iter()
+            .map(|e| format!("event: {e}"))
+            .collect::<Vec<_>>()
+        );
+        let values = datas(&frames);
+        assert_eq!(values[10]["delta"]["stop_reason"], "tool_use");
+    }
+}

@@ -1,0 +1,195 @@
+//! The benchmark workloads of issue 6, as responders: the answer depends
+//! only on the conversation in the request, so any number of runs (and any
+//! framework) can share one server.
+//!
+//! - [`deploy_responder`]: the first request gets one streamed `ask_user`
+//!   call ("Which environment should I deploy to?", staging / production,
+//!   single select: a role chunk, the tool-call head, the arguments in 4
+//!   pieces, `tool_calls`, usage, `[DONE]`); a request whose last message is
+//!   a tool result gets `Deploying to <tool result>.` in 20 text deltas.
+//! - [`long_responder`]: `ask_user` with "Question k of T?" (free text)
+//!   while the conversation holds fewer than T tool results, then the same
+//!   closing text.
+//!
+//! Both understand OpenAI (`role: "tool"` messages) and Anthropic
+//! (`tool_result` blocks) request bodies.
+
+use serde_json::{Value, json};
+
+use crate::response::{FakeResponse, FakeToolCall, FakeTurn};
+
+/// The question of the deploy workload.
+pub const DEPLOY_QUESTION: &str = "Which environment should I deploy to?";
+
+/// The system prompt the benchmark's agent uses.
+pub const DEPLOY_SYSTEM: &str = "You are a deployment assistant. Before deploying, always ask the user which environment to use with the ask_user tool.";
+
+/// The benchmark's user message.
+pub const DEPLOY_PROMPT: &str = "Deploy the app. Ask me which environment first.";
+
+/// The `ask_user` arguments of the deploy question.
+pub fn deploy_arguments() -> Value {
+    json!({
+        "question": DEPLOY_QUESTION,
+        "options": [{"label": "staging"}, {"label": "production"}],
+        "selectionMode": "single_select",
+    })
+}
+
+/// The closing text for a tool result: `Deploying to <result>.`
+pub fn deploy_text(tool_result: &str) -> String {
+    format!("Deploying to {tool_result}.")
+}
+
+/// The turn that asks the deploy question.
+pub fn deploy_question_turn(call_id: &str) -> FakeTurn {
+    FakeTurn::default()
+        .call(FakeToolCall::new("ask_user", &deploy_arguments(), 4).id(call_id))
+        .output_tokens(24)
+}
+
+/// The turn that closes the run: the text in 20 deltas.
+pub fn deploy_answer_turn(tool_result: &str) -> FakeTurn {
+    FakeTurn::text_in(&deploy_text(tool_result), 20).output_tokens(8)
+}
+
+/// The deploy workload (one question, then the closing text).
+pub fn deploy_responder() -> impl Fn(&Value) -> FakeResponse + Send + Sync + 'static {
+    |body: &Value| match last_tool_result(body) {
+        Some(result) => deploy_answer_turn(&result).into(),
+        None => deploy_question_turn("call_ask_1").into(),
+    }
+}
+
+/// The `long T` workload: T free-text questions in a row, then the closing
+/// text for the last answer.
+pub fn long_responder(t: usize) -> impl Fn(&Value) -> FakeResponse + Send + Sync + 'static {
+    move |body: &Value| {
+        let answered = tool_result_count(body);
+        if answered >= t {
+            let last = last_tool_result(body).unwrap_or_default();
+            return deploy_answer_turn(&last).into();
+        }
+        let k = answered + 1;
+        let args = json!({"question": format!("Question {k} of {t}?")});
+        FakeTurn::default()
+            .call(FakeToolCall::new("ask_user", &args, 4).id(format!("call_ask_{k}")))
+            .output_tokens(16)
+            .into()
+    }
+}
+
+fn messages(body: &Value) -> &[Value] {
+    body.get("messages")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The text of a tool result: a string, or Anthropic's list of text blocks.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The tool result content when the last message of the request is a tool
+/// result (OpenAI `role: "tool"`, or an Anthropic user turn ending in a
+/// `tool_result` block).
+pub fn last_tool_result(body: &Value) -> Option<String> {
+    let last = messages(body).last()?;
+    match last.get("role").and_then(Value::as_str)? {
+        "tool" => Some(content_text(last.get("content").unwrap_or(&Value::Null))),
+        "user" => {
+            let block = last.get("content")?.as_array()?.last()?;
+            (block.get("type").and_then(Value::as_str) == Some("tool_result"))
+                .then(|| content_text(block.get("content").unwrap_or(&Value::Null)))
+        }
+        _ => None,
+    }
+}
+
+/// How many tool results the conversation holds.
+pub fn tool_result_count(body: &Value) -> usize {
+    messages(body)
+        .iter()
+        .map(|m| match m.get("role").and_then(Value::as_str) {
+            Some("tool") => 1,
+            Some("user") => m.get("content").and_then(Value::as_array).map_or(0, |blocks| {
+                blocks
+                    .iter()
+                    .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+                    .count()
+            }),
+            _ => 0,
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(response: FakeResponse) -> FakeTurn {
+        match response {
+            FakeResponse::Turn(turn) => turn,
+            other => panic!("not a turn: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn deploy_asks_first_then_answers_with_the_tool_result_in_20_pieces() {
+        let responder = deploy_responder();
+        let first = turn(responder(&json!({"messages": [{"role": "user", "content": "Deploy"}]})));
+        assert_eq!(first.tool_calls.len(), 1);
+        assert_eq!(first.tool_calls[0].arguments.len(), 4);
+        let args: Value = serde_json::from_str(&first.tool_calls[0].arguments.concat()).unwrap();
+        assert_eq!(args, deploy_arguments());
+
+        let openai = json!({"messages": [
+            {"role": "user", "content": "Deploy"},
+            {"role": "assistant", "content": null, "tool_calls": []},
+            {"role": "tool", "tool_call_id": "c", "content": "User answered: staging"}
+        ]});
+        let second = turn(responder(&openai));
+        assert_eq!(second.text.len(), 20);
+        assert_eq!(second.text.concat(), "Deploying to User answered: staging.");
+
+        let anthropic = json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Deploy"}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "ask_user", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "User answered: production"}]}
+        ]});
+        assert_eq!(
+            turn(responder(&anthropic)).text.concat(),
+            "Deploying to User answered: production."
+        );
+    }
+
+    #[test]
+    fn long_keeps_asking_until_t_results_then_closes() {
+        let responder = long_responder(2);
+        let ask = |n: usize| {
+            let mut messages = vec![json!({"role": "user", "content": "go"})];
+            for i in 0..n {
+                messages.push(json!({"role": "assistant", "content": null}));
+                messages.push(
+                    json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("answer-{}", i + 1)}),
+                );
+            }
+            turn(responder(&json!({ "messages": messages })))
+        };
+        let first: Value = serde_json::from_str(&ask(0).tool_calls[0].arguments.concat()).unwrap();
+        assert_eq!(first["question"], "Question 1 of 2?");
+        let second = ask(1);
+        assert_eq!(second.tool_calls[0].id.as_deref(), Some("call_ask_2"));
+        let done = ask(2);
+        assert!(done.tool_calls.is_empty());
+        assert_eq!(done.text.concat(), "Deploying to answer-2.");
+    }
+}

@@ -160,7 +160,7 @@ pub struct FakeTurn {
     pub disconnect_after: Option<usize>,
     /// Waits this long before the response headers.
     pub delay: Duration,
-    /// Waits this long before each SSE frame.
+    /// Waits this long before each SSE frame but the first.
     pub frame_delay: Duration,
 }
 
@@ -246,7 +246,7 @@ impl FakeTurn {
         self
     }
 
-    /// Waits before each SSE frame.
+    /// Waits before each SSE frame but the first.
     pub fn frame_delay(mut self, delay: Duration) -> Self {
         self.frame_delay = delay;
         self

@@ -17,6 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::post;
 use bytes::Bytes;
+use futures::StreamExt;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -133,6 +134,7 @@ impl FakeServerBuilder {
             record: self.record,
             count: AtomicUsize::new(0),
             requests: Mutex::new(Vec::new()),
+            open_streams: Arc::new(AtomicUsize::new(0)),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
@@ -156,6 +158,7 @@ struct Shared {
     record: bool,
     count: AtomicUsize,
     requests: Mutex<Vec<RecordedRequest>>,
+    open_streams: Arc<AtomicUsize>,
 }
 
 /// A lock that survives a panicking test thread.
@@ -230,6 +233,12 @@ impl FakeServer {
     /// How many requests arrived.
     pub fn request_count(&self) -> usize {
         self.shared.count.load(Ordering::SeqCst)
+    }
+
+    /// How many response bodies are streaming right now. A body stops
+    /// counting when it is sent whole or when the client goes away.
+    pub fn open_streams(&self) -> usize {
+        self.shared.open_streams.load(Ordering::SeqCst)
     }
 
     /// The requests received so far (empty when recording is off).
@@ -315,13 +324,13 @@ async fn answer(
     };
     match response {
         FakeResponse::Error(error) => error_response(format, &error),
-        FakeResponse::RawSse(text) => sse_response(vec![Bytes::from(text)], None, Duration::ZERO),
+        FakeResponse::RawSse(text) => sse_response(shared, vec![Bytes::from(text)], None, Duration::ZERO),
         FakeResponse::Turn(turn) => {
             if !turn.delay.is_zero() {
                 tokio::time::sleep(turn.delay).await;
             }
             let frames = wire::turn_frames(format, &turn, &info);
-            sse_response(frames, turn.disconnect_after, turn.frame_delay)
+            sse_response(shared, frames, turn.disconnect_after, turn.frame_delay)
         }
     }
 }
@@ -354,6 +363,10 @@ fn error_response(format: WireFormat, error: &FakeError) -> Response {
     response
 }
 
+/// How long the headers and frames before a deliberate disconnect get to
+/// reach the client.
+const DISCONNECT_FLUSH: Duration = Duration::from_millis(20);
+
 /// The failure that makes hyper drop the connection mid-body.
 #[derive(Debug)]
 struct Disconnect;
@@ -366,22 +379,52 @@ impl fmt::Display for Disconnect {
 
 impl std::error::Error for Disconnect {}
 
-/// Streams frames, one HTTP chunk each, as a real server does.
-fn sse_response(frames: Vec<Bytes>, disconnect_after: Option<usize>, frame_delay: Duration) -> Response {
-    let cut = disconnect_after.unwrap_or(usize::MAX);
+/// Counts a streaming body while it lives.
+struct OpenStream(Arc<AtomicUsize>);
+
+impl OpenStream {
+    fn new(counter: &Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        OpenStream(Arc::clone(counter))
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Streams frames, one HTTP chunk each, as a real server does. The frame
+/// delay is waited before every frame but the first.
+fn sse_response(
+    shared: &Shared,
+    frames: Vec<Bytes>,
+    disconnect_after: Option<usize>,
+    frame_delay: Duration,
+) -> Response {
+    let open = OpenStream::new(&shared.open_streams);
     let body = if frame_delay.is_zero() && disconnect_after.is_none() {
-        Body::from_stream(futures::stream::iter(frames.into_iter().map(Ok::<_, Infallible>)))
+        Body::from_stream(futures::stream::iter(frames).map(move |frame| {
+            let _counted = &open;
+            Ok::<_, Infallible>(frame)
+        }))
     } else {
+        let cut = disconnect_after.unwrap_or(usize::MAX);
         let items = frames.into_iter().take(cut).map(Ok).chain(
             // After the cut, an error: hyper aborts the connection.
             disconnect_after.map(|_| Err(Disconnect)),
         );
-        let stream = futures::stream::unfold(items, move |mut items| async move {
+        let stream = futures::stream::unfold((items, open, true), move |(mut items, open, first)| async move {
             let item = items.next()?;
-            if item.is_ok() && !frame_delay.is_zero() {
-                tokio::time::sleep(frame_delay).await;
+            match &item {
+                Ok(_) if !first && !frame_delay.is_zero() => tokio::time::sleep(frame_delay).await,
+                // Let what was written reach the client before the cut, so it
+                // sees a response that breaks off, not one that never came.
+                Err(_) => tokio::time::sleep(DISCONNECT_FLUSH).await,
+                Ok(_) => {}
             }
-            Some((item, items))
+            Some((item, (items, open, false)))
         });
         Body::from_stream(stream)
     };

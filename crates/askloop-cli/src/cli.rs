@@ -1,0 +1,140 @@
+//! The command line as typed: raw flags, parsed by clap. `config.rs` turns
+//! them into settings; nothing else reads these types.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const EXIT_CODES: &str = "\
+Exit status:
+  0  the run completed (or the command succeeded)
+  1  failure: unknown run, run not suspended, another resume won, database unreachable, model error
+  2  bad usage: bad flags, an answer the question does not accept, malformed --answer-json,
+     a resume without --tool-call-id while several questions are pending
+  3  the run is suspended, waiting for an answer (answer it with `askloop resume`)";
+
+/// Talk to an agent that stops to ask you things, and answer it now or later.
+#[derive(Debug, Parser)]
+#[command(name = "askloop", version, about, after_help = EXIT_CODES, after_long_help = EXIT_CODES)]
+pub struct Cli {
+    /// Where runs are stored: a SQLite file path, sqlite://PATH or postgres://URL.
+    /// Default: $XDG_DATA_HOME/askloop/askloop.db (or ~/.local/share/askloop/askloop.db).
+    #[arg(long, env = "ASKLOOP_DB", global = true, value_name = "PATH_OR_URL")]
+    pub db: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// The model, e.g. openai/gpt-4o-mini, anthropic/claude-sonnet-4-5, ollama/qwen2.5.
+    #[arg(long, env = "ASKLOOP_MODEL", value_name = "SPEC", conflicts_with = "script")]
+    pub model: Option<String>,
+    /// A scripted model file ({"turns": [...]}) instead of a real model.
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Chat with the default agent; answer its questions as they come.
+    Chat {
+        /// The first message; you are asked for it when left out.
+        prompt: Option<String>,
+        #[command(flatten)]
+        model: ModelArgs,
+    },
+    /// Start one run without prompting; print its questions and exit.
+    Run {
+        /// What to ask the agent.
+        prompt: String,
+        /// Print every chunk as one JSON object per line, and nothing else on stdout.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        model: ModelArgs,
+    },
+    /// Answer a pending question and continue the run.
+    Resume(ResumeArgs),
+    /// List runs, newest first; `runs show RUN_ID` shows one.
+    Runs(RunsArgs),
+    /// Approve a tool call that waits for approval.
+    Approve {
+        /// The run.
+        run_id: String,
+        /// Which call, when several are pending.
+        #[arg(long)]
+        tool_call_id: Option<String>,
+        /// Print every chunk as one JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decline a tool call (or a question); the agent is told and goes on.
+    Decline {
+        /// The run.
+        run_id: String,
+        /// Which call, when several are pending.
+        #[arg(long)]
+        tool_call_id: Option<String>,
+        /// Why, shown to the model.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Print every chunk as one JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the HTTP API and web inbox (not available yet).
+    Serve,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run to continue.
+    pub run_id: String,
+    /// Which pending call to answer (needed when several are pending).
+    #[arg(long)]
+    pub tool_call_id: Option<String>,
+    /// The answer. Repeat it to pick several options of a multi-select question.
+    #[arg(long, conflicts_with_all = ["answer_json", "decline"])]
+    pub answer: Vec<String>,
+    /// The resume data as JSON, passed exactly (e.g. '["a","b"]' or '{"approved":true}').
+    #[arg(long, value_name = "JSON", conflicts_with = "decline")]
+    pub answer_json: Option<String>,
+    /// Decline the question instead of answering it.
+    #[arg(long)]
+    pub decline: bool,
+    /// Why you decline, shown to the model.
+    #[arg(long, requires = "decline")]
+    pub reason: Option<String>,
+    /// Print every chunk as one JSON object per line, and nothing else on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    pub show: Option<RunsCommand>,
+    /// Only runs with this status: running, suspended, completed, failed, cancelled.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// At most this many runs.
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// Print one JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Show one run: status, pending questions, conversation.
+    Show {
+        /// The run.
+        run_id: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}

@@ -1,0 +1,105 @@
+//! `askloop chat`: a conversation in the terminal, answering the agent's
+//! questions as they come.
+
+use askloop::{Agent, Message, PendingKind, Question, ResumeOptions, RunError, RunStatus, StreamOptions, StreamOutput};
+
+use super::{Context, announce};
+use crate::cli::ModelArgs;
+use crate::exit::{CliError, Done};
+use crate::prompt::{self, Prompter, Reply};
+use crate::render::{self, Format};
+use crate::setup::{self, ModelChoice, RunOrigin};
+
+pub async fn chat(ctx: &Context, first: Option<String>, model: &ModelArgs) -> Result<Done, CliError> {
+    let choice = setup::choose_model(model)?;
+    announce(&choice);
+    let store = setup::open_store(ctx.db.as_deref()).await?;
+    let origin = RunOrigin::new(choice.clone());
+    let agent = setup::agent(&origin, store.clone(), false)?;
+    let mut prompter = prompt::for_stdin();
+    let mut history: Vec<Message> = Vec::new();
+    let mut next = first;
+
+    loop {
+        let text = match next.take() {
+            Some(text) => text,
+            None => match prompter.message("You:")? {
+                Some(text) if text.trim().is_empty() => continue,
+                Some(text) => text,
+                None => return Ok(Done::Ok),
+            },
+        };
+        history.push(Message::user(text));
+        let options = StreamOptions::default().metadata(origin.to_metadata());
+        let stream = agent.stream_with(history.clone(), options).await?;
+        let output = render::print_stream(stream, Format::Human).await;
+        let output = match answer_until_done(ctx, &agent, prompter.as_mut(), output).await? {
+            Some(output) => output,
+            None => return Ok(Done::Suspended),
+        };
+        if output.status != RunStatus::Completed {
+            return Ok(Done::from_status(output.status));
+        }
+        if choice == ModelChoice::Demo {
+            eprintln!("askloop: the offline demo ends here.");
+            return Ok(Done::Ok);
+        }
+        history = store.messages(&output.run_id).await?;
+    }
+}
+
+/// Prompts for every pending call and resumes, until the run is no longer
+/// suspended. `None` when the person left a question open.
+async fn answer_until_done(
+    ctx: &Context,
+    agent: &Agent,
+    prompter: &mut dyn Prompter,
+    mut output: StreamOutput,
+) -> Result<Option<StreamOutput>, CliError> {
+    while output.status == RunStatus::Suspended {
+        let Some(call) = output.pending.first().cloned() else {
+            break;
+        };
+        let run_id = output.run_id.clone();
+        let stream = match call.kind {
+            PendingKind::Approval => match prompter.approve(&call.tool_name, &call.args)? {
+                Some(true) => agent.approve_tool_call(&run_id, Some(&call.tool_call_id)).await?,
+                Some(false) => agent.decline_tool_call(&run_id, Some(&call.tool_call_id), None).await?,
+                None => return left(ctx, &output),
+            },
+            PendingKind::Suspended => {
+                let Some(question) = call.suspend_payload.as_ref().and_then(Question::from_payload) else {
+                    return left(ctx, &output);
+                };
+                match prompter.ask(&question)? {
+                    Reply::Answer(data) => {
+                        match agent
+                            .resume_stream(data, ResumeOptions::call(&run_id, &call.tool_call_id))
+                            .await
+                        {
+                            Ok(stream) => stream,
+                            Err(err @ RunError::InvalidAnswer { .. }) => {
+                                eprintln!("askloop: {err}");
+                                continue;
+                            }
+                            Err(err) => return Err(err.into()),
+                        }
+                    }
+                    Reply::Left => return left(ctx, &output),
+                }
+            }
+        };
+        output = render::print_stream(stream, Format::Human).await;
+    }
+    Ok(Some(output))
+}
+
+/// The person left a question open: say how to answer (or decline) later.
+fn left(ctx: &Context, output: &StreamOutput) -> Result<Option<StreamOutput>, CliError> {
+    eprintln!("\naskloop: run {} stays suspended. Answer later:", output.run_id);
+    eprint!(
+        "{}",
+        render::describe_pending(&ctx.askloop(), &output.run_id, &output.pending)
+    );
+    Ok(None)
+}

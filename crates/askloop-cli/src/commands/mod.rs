@@ -1,0 +1,92 @@
+//! One module per command. Each returns how it ended ([`Done`]) or a
+//! [`CliError`]; `main` turns either into the exit status.
+
+mod chat;
+mod decide;
+mod run;
+mod runs;
+
+use askloop::{AgentStream, StreamOutput};
+
+use crate::cli::{Cli, Command, RunsCommand};
+use crate::exit::{CliError, Done};
+use crate::render::{self, Format};
+use crate::setup::ModelChoice;
+
+/// Runs the command the user typed.
+pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
+    let ctx = Context { db: cli.db };
+    match cli.command {
+        Command::Chat { prompt, model } => chat::chat(&ctx, prompt, &model).await,
+        Command::Run { prompt, json, model } => run::run(&ctx, prompt, json, &model).await,
+        Command::Resume(args) => decide::resume(&ctx, args).await,
+        Command::Approve {
+            run_id,
+            tool_call_id,
+            json,
+        } => decide::approve(&ctx, &run_id, tool_call_id.as_deref(), json).await,
+        Command::Decline {
+            run_id,
+            tool_call_id,
+            reason,
+            json,
+        } => decide::decline(&ctx, &run_id, tool_call_id.as_deref(), reason, json).await,
+        Command::Runs(args) => match args.show {
+            Some(RunsCommand::Show { run_id, json }) => runs::show(&ctx, &run_id, json).await,
+            None => runs::list(&ctx, args.status.as_deref(), args.limit, args.json).await,
+        },
+        Command::Serve => Err(CliError::failure(
+            "`askloop serve` (the HTTP API and web inbox) is not available yet; use run, resume, approve and decline",
+        )),
+    }
+}
+
+/// What every command shares.
+#[derive(Debug)]
+pub struct Context {
+    /// `--db` as given (None: the default file).
+    pub db: Option<String>,
+}
+
+impl Context {
+    /// The command prefix to print in hints, so they work as typed.
+    pub fn askloop(&self) -> String {
+        match &self.db {
+            Some(db) => format!("askloop --db {}", render::shell_quote(db)),
+            None => "askloop".to_owned(),
+        }
+    }
+}
+
+fn format(json: bool) -> Format {
+    if json { Format::Json } else { Format::Human }
+}
+
+/// Says so when the offline demo stands in for a model.
+fn announce(choice: &ModelChoice) {
+    if *choice == ModelChoice::Demo {
+        eprintln!(
+            "askloop: using the built-in offline demo (a scripted model, not a real one); for a real model pass --model openai/gpt-4o-mini (OPENAI_API_KEY), anthropic/claude-sonnet-4-5 (ANTHROPIC_API_KEY) or ollama/qwen2.5"
+        );
+    }
+}
+
+/// Prints a stream to its end; when the run suspends, prints what it waits
+/// on and how to answer (to stdout for people, to stderr with `--json`).
+async fn finish(ctx: &Context, stream: AgentStream, json: bool) -> Done {
+    let output = render::print_stream(stream, format(json)).await;
+    report(ctx, &output, json);
+    Done::from_status(output.status)
+}
+
+fn report(ctx: &Context, output: &StreamOutput, json: bool) {
+    if output.status != askloop::RunStatus::Suspended {
+        return;
+    }
+    let text = render::describe_pending(&ctx.askloop(), &output.run_id, &output.pending);
+    if json {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+}

@@ -1,0 +1,100 @@
+//! Exit statuses and the one error type the commands return. The status is
+//! chosen here, in one place, from what went wrong.
+
+use std::fmt;
+use std::process::ExitCode;
+
+use askloop::{RunError, RunStatus, StoreError};
+
+/// Bad usage: flags, an answer the question does not accept, ambiguous
+/// resume.
+pub const USAGE: u8 = 2;
+/// Any other failure.
+pub const FAILURE: u8 = 1;
+/// The run waits for an answer.
+pub const SUSPENDED: u8 = 3;
+
+/// How a command ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    /// Completed (or nothing to run).
+    Ok,
+    /// The run waits for an answer.
+    Suspended,
+    /// The run failed; its error was already printed.
+    RunFailed,
+}
+
+impl Done {
+    pub fn from_status(status: RunStatus) -> Self {
+        match status {
+            RunStatus::Completed | RunStatus::Cancelled => Done::Ok,
+            RunStatus::Suspended => Done::Suspended,
+            _ => Done::RunFailed,
+        }
+    }
+
+    pub fn code(self) -> ExitCode {
+        ExitCode::from(match self {
+            Done::Ok => 0,
+            Done::Suspended => SUSPENDED,
+            Done::RunFailed => FAILURE,
+        })
+    }
+}
+
+/// A command failed: one line for people, and its exit status.
+#[derive(Debug)]
+pub struct CliError {
+    pub status: u8,
+    pub message: String,
+}
+
+impl CliError {
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            status: USAGE,
+            message: message.into(),
+        }
+    }
+
+    pub fn failure(message: impl Into<String>) -> Self {
+        CliError {
+            status: FAILURE,
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> ExitCode {
+        ExitCode::from(self.status)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<RunError> for CliError {
+    fn from(err: RunError) -> Self {
+        let message = err.to_string();
+        match err {
+            RunError::InvalidAnswer { .. }
+            | RunError::AmbiguousResume { .. }
+            | RunError::ToolCallNotPending { .. }
+            | RunError::WrongPendingKind { .. }
+            | RunError::InvalidInput(_) => CliError::usage(message),
+            _ => CliError::failure(message),
+        }
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::InvalidLocation(message) => CliError::usage(message),
+            other => CliError::failure(other.to_string()),
+        }
+    }
+}

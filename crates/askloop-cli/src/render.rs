@@ -1,0 +1,239 @@
+//! Printing a stream: text to stdout as it arrives, everything meant for
+//! people about the run to stderr; or, with `--json`, every chunk as one JSON
+//! line on stdout and nothing else there.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use askloop::{AgentStream, Chunk, ChunkKind, PendingKind, PendingToolCall, Question, StreamOutput};
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// How chunks are shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Human,
+    Json,
+}
+
+/// Prints a stream to its end and returns how it ended.
+pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutput {
+    let mut spinner = Spinner::new(format == Format::Human && std::io::stderr().is_terminal());
+    let mut stdout = std::io::stdout();
+    let mut at_line_start = true;
+    while let Some(chunk) = stream.next().await {
+        if format == Format::Json {
+            print_json(&mut stdout, &chunk);
+            continue;
+        }
+        match &chunk.kind {
+            ChunkKind::StepStart(_) => spinner.start(),
+            ChunkKind::TextDelta(delta) => {
+                spinner.stop();
+                let _ = write!(stdout, "{}", delta.text);
+                let _ = stdout.flush();
+                at_line_start = delta.text.ends_with('\n');
+            }
+            ChunkKind::ToolCallInputStreamingStart(_) | ChunkKind::ToolCall(_) => spinner.stop(),
+            ChunkKind::ToolResult(result) => {
+                spinner.stop();
+                end_line(&mut stdout, &mut at_line_start);
+                let content = match &result.result.content {
+                    serde_json::Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                let marker = if result.result.is_error { "failed" } else { "->" };
+                eprintln!("  [{}] {marker} {}", result.tool_name, one_line(&content));
+            }
+            ChunkKind::ToolError(err) => {
+                spinner.stop();
+                end_line(&mut stdout, &mut at_line_start);
+                eprintln!("  [{}] error: {}", err.tool_name, one_line(&err.error));
+            }
+            ChunkKind::ToolOutputDenied(denied) => {
+                end_line(&mut stdout, &mut at_line_start);
+                eprintln!("  [{}] declined", denied.tool_name);
+            }
+            ChunkKind::Error(err) => {
+                spinner.stop();
+                end_line(&mut stdout, &mut at_line_start);
+                eprintln!("askloop: the run failed: {}", err.error.message);
+            }
+            ChunkKind::Abort(_) => {
+                spinner.stop();
+                end_line(&mut stdout, &mut at_line_start);
+                eprintln!("askloop: the run was cancelled");
+            }
+            ChunkKind::Finish(_) | ChunkKind::ToolCallSuspended(_) | ChunkKind::ToolCallApproval(_) => {
+                spinner.stop();
+                end_line(&mut stdout, &mut at_line_start);
+            }
+            _ => {}
+        }
+    }
+    spinner.stop();
+    end_line(&mut stdout, &mut at_line_start);
+    stream_output_done(stream).await
+}
+
+async fn stream_output_done(stream: AgentStream) -> StreamOutput {
+    stream.output().await
+}
+
+fn print_json(out: &mut impl Write, chunk: &Chunk) {
+    match serde_json::to_string(chunk) {
+        Ok(line) => {
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+        Err(err) => eprintln!("askloop: could not encode a chunk: {err}"),
+    }
+}
+
+fn end_line(out: &mut impl Write, at_line_start: &mut bool) {
+    if !*at_line_start {
+        let _ = writeln!(out);
+        let _ = out.flush();
+        *at_line_start = true;
+    }
+}
+
+fn one_line(text: &str) -> String {
+    let line = text.replace('\n', " ");
+    if line.chars().count() > 200 {
+        let cut: String = line.chars().take(200).collect();
+        format!("{cut}...")
+    } else {
+        line
+    }
+}
+
+/// Describes pending calls and how to answer each, for people.
+pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]) -> String {
+    let mut text = String::new();
+    let several = pending.len() > 1;
+    for call in pending {
+        let id_flag = if several {
+            format!(" --tool-call-id {}", call.tool_call_id)
+        } else {
+            String::new()
+        };
+        match call.kind {
+            PendingKind::Suspended => {
+                let question = call.suspend_payload.as_ref().and_then(Question::from_payload);
+                match question {
+                    Some(q) => {
+                        text.push_str(&format!("Question: {}\n", q.text));
+                        for option in &q.options {
+                            match &option.description {
+                                Some(d) => text.push_str(&format!("  - {} ({d})\n", option.label)),
+                                None => text.push_str(&format!("  - {}\n", option.label)),
+                            }
+                        }
+                        let how = match q.mode {
+                            None => "free text".to_owned(),
+                            Some(askloop::SelectionMode::SingleSelect) => "pick one".to_owned(),
+                            Some(askloop::SelectionMode::MultiSelect) => "pick one or more: repeat --answer".to_owned(),
+                        };
+                        text.push_str(&format!("  run {run_id}, tool call {} ({how})\n", call.tool_call_id));
+                        let example = q.options.first().map_or("your answer", |o| o.label.as_str());
+                        text.push_str(&format!(
+                            "  answer: {askloop} resume {run_id}{id_flag} --answer {}\n",
+                            shell_quote(example)
+                        ));
+                    }
+                    None => {
+                        let payload = call.suspend_payload.clone().unwrap_or_default();
+                        text.push_str(&format!("Tool {} waits for input: {payload}\n", call.tool_name));
+                        text.push_str(&format!("  run {run_id}, tool call {}\n", call.tool_call_id));
+                        text.push_str(&format!(
+                            "  answer: {askloop} resume {run_id}{id_flag} --answer-json '<JSON>'\n"
+                        ));
+                    }
+                }
+                text.push_str(&format!("  decline: {askloop} decline {run_id}{id_flag}\n"));
+            }
+            PendingKind::Approval => {
+                text.push_str(&format!("Approval needed: {} with {}\n", call.tool_name, call.args));
+                text.push_str(&format!("  run {run_id}, tool call {}\n", call.tool_call_id));
+                text.push_str(&format!("  approve: {askloop} approve {run_id}{id_flag}\n"));
+                text.push_str(&format!(
+                    "  decline: {askloop} decline {run_id}{id_flag} --reason '...'\n"
+                ));
+            }
+        }
+    }
+    text
+}
+
+/// Quotes a word for a shell command line when it needs it.
+pub fn shell_quote(text: &str) -> String {
+    if !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:@".contains(c)) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// A spinner on stderr while the model thinks; nothing off a terminal.
+struct Spinner {
+    enabled: bool,
+    bar: Option<ProgressBar>,
+}
+
+impl Spinner {
+    fn new(enabled: bool) -> Self {
+        Spinner { enabled, bar: None }
+    }
+
+    fn start(&mut self) {
+        if !self.enabled || self.bar.is_some() {
+            return;
+        }
+        let bar = ProgressBar::new_spinner();
+        if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+            bar.set_style(style);
+        }
+        bar.set_message("thinking");
+        bar.enable_steady_tick(Duration::from_millis(100));
+        self.bar = Some(bar);
+    }
+
+    fn stop(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pending_question_shows_options_ids_and_the_resume_line() {
+        let pending = vec![PendingToolCall {
+            tool_call_id: "call_1".into(),
+            tool_name: "ask_user".into(),
+            args: json!({}),
+            kind: PendingKind::Suspended,
+            suspend_payload: Some(
+                json!({"question": "Env?", "options": [{"label": "staging"}, {"label": "prod env"}], "selectionMode": "single_select"}),
+            ),
+            resume_schema: None,
+        }];
+        let text = describe_pending("askloop", "r1", &pending);
+        assert!(text.contains("Question: Env?"));
+        assert!(text.contains("  - prod env"));
+        assert!(text.contains("tool call call_1"));
+        assert!(text.contains("askloop resume r1 --answer staging"));
+    }
+
+    #[test]
+    fn shell_quote_quotes_only_when_needed() {
+        assert_eq!(shell_quote("staging"), "staging");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+}

@@ -1,0 +1,181 @@
+//! Resolved settings, and the agent a run is driven by.
+//!
+//! A run records how its agent was made (the model or script, the
+//! instructions) in its metadata, so `resume`, `approve` and `decline` need
+//! only the store: answering tomorrow, from another terminal, does not
+//! require knowing how the run was started.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use askloop::{Agent, AskUser, Model, RunRecord, RunStore, ScriptedModel};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::cli::ModelArgs;
+use crate::demo;
+use crate::exit::CliError;
+
+/// The default agent's id.
+pub const AGENT_ID: &str = "assistant";
+
+/// The default agent's instructions.
+pub const INSTRUCTIONS: &str = "You are a helpful assistant working with a person in a terminal. When a request is \
+ambiguous, when you are about to act on an assumption, or when there are several reasonable options, ask the \
+person with the ask_user tool instead of guessing: give 2-4 options for a choice, none for an open question. \
+To write a file, use write_file; the person approves each write. Keep answers short.";
+
+/// The metadata key under which the CLI records a run's origin.
+const ORIGIN_KEY: &str = "askloopCli";
+
+/// Which model drives a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum ModelChoice {
+    /// The built-in offline demo script.
+    Demo,
+    /// A script file (absolute path).
+    Script { path: PathBuf },
+    /// A real model, e.g. `openai/gpt-4o-mini`.
+    Spec { spec: String },
+}
+
+/// How a run's agent was made, stored with the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunOrigin {
+    pub agent_id: String,
+    pub model: ModelChoice,
+    pub instructions: String,
+}
+
+impl RunOrigin {
+    pub fn new(model: ModelChoice) -> Self {
+        RunOrigin {
+            agent_id: AGENT_ID.to_owned(),
+            model,
+            instructions: INSTRUCTIONS.to_owned(),
+        }
+    }
+
+    pub fn to_metadata(&self) -> Value {
+        let origin = serde_json::to_value(self).unwrap_or(Value::Null);
+        serde_json::json!({ ORIGIN_KEY: origin })
+    }
+
+    /// Reads the origin a run was started with.
+    pub fn of_run(run: &RunRecord) -> Result<RunOrigin, CliError> {
+        let origin = run.metadata.get(ORIGIN_KEY).cloned().ok_or_else(|| {
+            CliError::failure(format!(
+                "run {} was not started by the askloop command (it has no record of its model); resume it from the program that started it",
+                run.run_id
+            ))
+        })?;
+        serde_json::from_value(origin).map_err(|err| {
+            CliError::failure(format!(
+                "run {} has an unreadable record of its model: {err}",
+                run.run_id
+            ))
+        })
+    }
+}
+
+/// Picks the model from flags and environment: `--model`, then `--script`,
+/// then a provider key in the environment, then the offline demo.
+pub fn choose_model(args: &ModelArgs) -> Result<ModelChoice, CliError> {
+    if let Some(spec) = &args.model {
+        return Ok(ModelChoice::Spec { spec: spec.clone() });
+    }
+    if let Some(path) = &args.script {
+        let path = std::path::absolute(path)
+            .map_err(|err| CliError::usage(format!("script path {}: {err}", path.display())))?;
+        // Read it now so a missing or bad script fails before a run is stored.
+        ScriptedModel::from_file(&path).map_err(|err| CliError::usage(err.to_string()))?;
+        return Ok(ModelChoice::Script { path });
+    }
+    if env_set("OPENAI_API_KEY") {
+        return Ok(ModelChoice::Spec {
+            spec: "openai/gpt-4o-mini".to_owned(),
+        });
+    }
+    if env_set("ANTHROPIC_API_KEY") {
+        return Ok(ModelChoice::Spec {
+            spec: "anthropic/claude-sonnet-4-5".to_owned(),
+        });
+    }
+    Ok(ModelChoice::Demo)
+}
+
+fn env_set(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.trim().is_empty())
+}
+
+/// Makes the model for a choice. `stored` says whether the choice comes from
+/// a stored run (a vanished script is then a failure, not bad usage).
+pub fn make_model(choice: &ModelChoice, stored: bool) -> Result<Arc<dyn Model>, CliError> {
+    match choice {
+        ModelChoice::Demo => Ok(Arc::new(demo::model())),
+        ModelChoice::Script { path } => match ScriptedModel::from_file(path) {
+            Ok(model) => Ok(Arc::new(model)),
+            Err(err) if stored => Err(CliError::failure(format!(
+                "the run was started with a script that can no longer be read: {err}"
+            ))),
+            Err(err) => Err(CliError::usage(err.to_string())),
+        },
+        ModelChoice::Spec { spec } => askloop_providers::from_spec(spec).map_err(|err| {
+            if stored {
+                CliError::failure(err.to_string())
+            } else {
+                CliError::usage(err.to_string())
+            }
+        }),
+    }
+}
+
+/// The agent for an origin.
+pub fn agent(origin: &RunOrigin, store: Arc<dyn RunStore>, stored: bool) -> Result<Agent, CliError> {
+    let model = make_model(&origin.model, stored)?;
+    Agent::builder(origin.agent_id.clone())
+        .name("Assistant")
+        .instructions(origin.instructions.clone())
+        .model(model)
+        .tool(AskUser::new())
+        .tool(crate::tools::write_file())
+        .store(store)
+        .build()
+        .map_err(|err| CliError::failure(err.to_string()))
+}
+
+/// Where runs are stored when `--db` is not given.
+pub fn default_db() -> Result<String, CliError> {
+    let base = match std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or_else(|| {
+                CliError::usage("cannot find a place for the database: set --db, ASKLOOP_DB, XDG_DATA_HOME or HOME")
+            })?;
+            Path::new(&home).join(".local").join("share")
+        }
+    };
+    Ok(base.join("askloop").join("askloop.db").display().to_string())
+}
+
+/// Opens the store named by `--db` (or the default).
+pub async fn open_store(db: Option<&str>) -> Result<Arc<dyn RunStore>, CliError> {
+    let location = match db {
+        Some(location) => location.to_owned(),
+        None => default_db()?,
+    };
+    askloop_store::open(&location).await.map_err(|err| match err {
+        askloop::StoreError::InvalidLocation(message) => CliError::usage(message),
+        other => CliError::failure(format!("cannot open the database {location}: {other}")),
+    })
+}
+
+/// Loads a run, or says there is no such run.
+pub async fn load_run(store: &Arc<dyn RunStore>, run_id: &str) -> Result<RunRecord, CliError> {
+    store
+        .get(run_id)
+        .await?
+        .ok_or_else(|| CliError::failure(format!("no run with id {run_id}")))
+}

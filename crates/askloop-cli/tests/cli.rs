@@ -1,0 +1,558 @@
+//! The real `askloop` binary, driven as a person or a script would.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("runs.db")
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ASKLOOP_MODEL")
+            .env("ASKLOOP_DB", self.db())
+            .env("NO_COLOR", "1")
+            .current_dir(self.dir.path());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+
+    fn run_with_input(&self, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .cmd()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    fn script(&self, name: &str, json: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, json).unwrap();
+        path
+    }
+
+    fn show(&self, run_id: &str) -> Value {
+        let out = self.run(&["runs", "show", run_id, "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn only_run_id(&self) -> String {
+        let out = self.run(&["runs", "--json"]);
+        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        runs[0]["runId"].as_str().unwrap().to_owned()
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited normally")
+}
+
+const SUSPENDED: i32 = 3;
+
+#[test]
+fn run_with_the_offline_demo_says_so_prints_the_question_and_exits_suspended() {
+    let env = Env::new();
+    let out = env.run(&["run", "Plan my project"]);
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    assert!(stderr(&out).contains("offline demo"), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("Question: What should the project be called?"), "{text}");
+    let run_id = env.only_run_id();
+    assert!(text.contains(&format!("resume {run_id} --answer")), "{text}");
+    assert!(text.contains("tool call call_1_1"), "{text}");
+}
+
+#[test]
+fn json_output_is_only_chunk_envelopes_one_per_line() {
+    let env = Env::new();
+    let out = env.run(&["run", "--json", "Plan my project"]);
+    assert_eq!(code(&out), SUSPENDED);
+    let lines: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.len() > 3);
+    for chunk in &lines {
+        assert_eq!(chunk["from"], "AGENT");
+        assert!(chunk["type"].is_string() && chunk["runId"].is_string() && chunk.get("payload").is_some());
+    }
+    assert_eq!(lines[0]["type"], "start");
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "tool-call-suspended");
+    assert_eq!(
+        last["payload"]["suspendPayload"],
+        json!({"question": "What should the project be called?"})
+    );
+    // The people-facing hint went to stderr.
+    assert!(stderr(&out).contains("askloop"));
+}
+
+#[test]
+fn runs_lists_and_shows_a_suspended_run_as_json() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let list: Value = serde_json::from_slice(&env.run(&["runs", "--json", "--status", "suspended"]).stdout).unwrap();
+    let run = &list[0];
+    for key in ["runId", "agentId", "status", "createdAt", "updatedAt"] {
+        assert!(run.get(key).is_some(), "missing {key} in {run}");
+    }
+    assert_eq!(run["status"], "suspended");
+    let run_id = run["runId"].as_str().unwrap();
+    let shown = env.show(run_id);
+    assert_eq!(shown["runId"], run_id);
+    assert_eq!(shown["agentId"], "assistant");
+    let pending = &shown["pending"][0];
+    assert_eq!(pending["toolCallId"], "call_1_1");
+    assert_eq!(pending["toolName"], "ask_user");
+    assert_eq!(pending["kind"], "suspended");
+    assert_eq!(
+        pending["suspendPayload"]["question"],
+        "What should the project be called?"
+    );
+    assert_eq!(shown["messages"][0]["role"], "user");
+    let none: Value = serde_json::from_slice(&env.run(&["runs", "--json", "--status", "completed"]).stdout).unwrap();
+    assert_eq!(none, json!([]));
+    let human = stdout(&env.run(&["runs"]));
+    assert!(
+        human.contains(run_id) && human.contains("What should the project be called?"),
+        "{human}"
+    );
+}
+
+#[test]
+fn resume_takes_each_answer_shape_and_completes_the_demo() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    let out = env.run(&["resume", &run_id, "--answer", "Zed"]);
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    assert!(stdout(&out).contains("Which language should it use?"));
+    let out = env.run(&["resume", &run_id, "--answer-json", "\"Rust\""]);
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    // A multi-select question: repeat --answer to pick several.
+    let out = env.run(&["resume", &run_id, "--answer", "CI", "--answer", "Docs"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Extras noted (User answered: CI, Docs)"),
+        "{}",
+        stdout(&out)
+    );
+    let shown = env.show(&run_id);
+    assert_eq!(shown["status"], "completed");
+    let answers: Vec<&str> = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        answers,
+        ["User answered: Zed", "User answered: Rust", "User answered: CI, Docs"]
+    );
+}
+
+#[test]
+fn a_single_answer_to_a_multi_select_question_is_shaped_as_a_list() {
+    let env = Env::new();
+    let script = env.script(
+        "multi.json",
+        r#"{"turns": [{"toolCalls": [{"name": "ask_user", "args": {"question": "Which?", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "multi_select"}}]}, {"text": "{{toolResults}}"}]}"#,
+    );
+    env.run(&["run", "--script", script.to_str().unwrap(), "go"]);
+    let run_id = env.only_run_id();
+    let out = env.run(&["resume", &run_id, "--answer", "b"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "User answered: b");
+}
+
+#[test]
+fn a_rejected_answer_lists_the_labels_exits_2_and_a_good_one_then_works() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    env.run(&["resume", &run_id, "--answer", "Zed"]);
+    let before = env.show(&run_id);
+    let out = env.run(&["resume", &run_id, "--answer", "Go"]);
+    assert_eq!(code(&out), 2);
+    let message = stderr(&out);
+    assert!(message.contains("\"Rust\", \"TypeScript\", \"Python\""), "{message}");
+    assert_eq!(message.lines().count(), 1, "one clear line: {message}");
+    assert_eq!(env.show(&run_id), before, "a rejected answer changes nothing");
+    let out = env.run(&["resume", &run_id, "--answer", "Python"]);
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+}
+
+#[test]
+fn malformed_answer_json_is_bad_usage_and_changes_nothing() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    let before = env.show(&run_id);
+    let out = env.run(&["resume", &run_id, "--answer-json", "{not json"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--answer-json is not valid JSON"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(env.show(&run_id), before);
+}
+
+#[test]
+fn unknown_and_finished_runs_fail_with_status_1_and_one_line() {
+    let env = Env::new();
+    let out = env.run(&["resume", "no-such-run", "--answer", "x"]);
+    assert_eq!(code(&out), 1);
+    assert_eq!(stderr(&out).trim(), "askloop: no run with id no-such-run");
+    let script = env.script("text.json", r#"{"turns": [{"text": "hello"}]}"#);
+    let out = env.run(&["run", "--script", script.to_str().unwrap(), "hi"]);
+    assert_eq!(code(&out), 0);
+    assert_eq!(stdout(&out).trim(), "hello");
+    let run_id = env.only_run_id();
+    let out = env.run(&["resume", &run_id, "--answer", "x"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("is completed, not suspended"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_missing_or_bad_script_is_one_clear_line() {
+    let env = Env::new();
+    let out = env.run(&["run", "--script", "nope.json", "hi"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("cannot read script"), "{}", stderr(&out));
+    let bad = env.script("bad.json", "{\"turns\": 3}");
+    let out = env.run(&["run", "--script", bad.to_str().unwrap(), "hi"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("is not valid"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"));
+}
+
+#[test]
+fn an_unusable_database_location_fails_cleanly() {
+    let env = Env::new();
+    let out = env.run(&["--db", "mysql://nowhere/x", "runs"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("postgres://"), "{}", stderr(&out));
+    let out = env.run(&["--db", "postgres://nobody@127.0.0.1:1/none", "runs"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"));
+}
+
+const TWO_QUESTIONS: &str = r#"{"turns": [
+  {"toolCalls": [
+    {"name": "ask_user", "args": {"question": "First?"}},
+    {"name": "ask_user", "args": {"question": "Second?", "options": [{"label": "x"}, {"label": "y"}]}}
+  ]},
+  {"text": "Got {{toolResults}}"}
+]}"#;
+
+#[test]
+fn resume_without_tool_call_id_while_several_are_pending_lists_their_ids() {
+    let env = Env::new();
+    let script = env.script("two.json", TWO_QUESTIONS);
+    let out = env.run(&["run", "--script", script.to_str().unwrap(), "go"]);
+    assert_eq!(code(&out), SUSPENDED);
+    assert!(stdout(&out).contains("--tool-call-id call_1_1"), "{}", stdout(&out));
+    let run_id = env.only_run_id();
+    let out = env.run(&["resume", &run_id, "--answer", "x"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("call_1_1, call_1_2"), "{}", stderr(&out));
+    let out = env.run(&["resume", &run_id, "--tool-call-id", "call_1_2", "--answer", "y"]);
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    let out = env.run(&["resume", &run_id, "--tool-call-id", "call_1_1", "--answer", "hi"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Got User answered: hi; User answered: y");
+}
+
+#[test]
+fn decline_a_question_with_a_reason_and_the_run_goes_on() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    let out = env.run(&["decline", &run_id, "--reason", "no name yet"]);
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    let shown = env.show(&run_id);
+    let declined = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert_eq!(declined["content"], "The user declined to answer: no name yet");
+}
+
+const WRITE: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "write_file", "args": {"path": "notes/plan.txt", "content": "ship it"}}]},
+  {"text": "Result: {{toolResults}}"}
+]}"#;
+
+#[test]
+fn approve_runs_the_waiting_tool_and_decline_never_runs_it() {
+    let env = Env::new();
+    let script = env.script("write.json", WRITE);
+    let out = env.run(&["run", "--script", script.to_str().unwrap(), "write"]);
+    assert_eq!(code(&out), SUSPENDED);
+    assert!(stdout(&out).contains("Approval needed: write_file"), "{}", stdout(&out));
+    let target = env.dir.path().join("notes/plan.txt");
+    assert!(!target.exists(), "nothing is written before approval");
+    let run_id = env.only_run_id();
+    let out = env.run(&["approve", &run_id]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "ship it");
+    assert!(stdout(&out).contains("Result: Wrote 7 bytes to notes/plan.txt"));
+
+    std::fs::remove_file(&target).unwrap();
+    env.run(&["run", "--script", script.to_str().unwrap(), "write again"]);
+    let run_id = env.only_run_id();
+    let out = env.run(&["decline", &run_id, "--reason", "not today"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!target.exists(), "a declined call never runs");
+    assert!(stdout(&out).contains("Result: not today"), "{}", stdout(&out));
+}
+
+#[test]
+fn two_resume_processes_racing_on_one_run_one_wins_one_reports_it() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    let spawn = |answer: &str| {
+        env.cmd()
+            .args(["resume", &run_id, "--answer", answer])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("Zed"), spawn("Ada"));
+    let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+    let winners: Vec<&Output> = outs.iter().filter(|o| code(o) == SUSPENDED).collect();
+    let losers: Vec<&Output> = outs.iter().filter(|o| code(o) == 1).collect();
+    assert_eq!(winners.len(), 1, "{:?}", outs.iter().map(stderr).collect::<Vec<_>>());
+    assert_eq!(losers.len(), 1);
+    let why = stderr(losers[0]);
+    assert!(
+        why.contains("someone else") || why.contains("not suspended") || why.contains("is running"),
+        "{why}"
+    );
+    let shown = env.show(&run_id);
+    let answers = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .count();
+    assert_eq!(answers, 1, "the question was answered exactly once");
+}
+
+#[test]
+fn chat_on_the_offline_demo_completes_after_three_answers_read_line_by_line() {
+    let env = Env::new();
+    let out = env.run_with_input(&["chat"], "Plan my project\nZed\n2\n1, 3\n");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Extras noted (User answered: CI, Docs)"),
+        "{}",
+        stdout(&out)
+    );
+    let err = stderr(&out);
+    assert!(err.contains("1) Rust - fast and safe"), "{err}");
+    let run_id = env.only_run_id();
+    let shown = env.show(&run_id);
+    assert_eq!(shown["status"], "completed");
+    let answers: Vec<&str> = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            "User answered: Zed",
+            "User answered: TypeScript",
+            "User answered: CI, Docs"
+        ]
+    );
+}
+
+#[test]
+fn chat_input_ending_at_a_question_leaves_the_run_suspended_with_the_resume_line() {
+    let env = Env::new();
+    let out = env.run_with_input(&["chat", "Plan my project"], "Zed\n");
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    let run_id = env.only_run_id();
+    let err = stderr(&out);
+    assert!(err.contains("stays suspended"), "{err}");
+    assert!(err.contains(&format!("resume {run_id} --answer Rust")), "{err}");
+    assert!(err.contains(&format!("decline {run_id}")), "{err}");
+    assert_eq!(env.show(&run_id)["status"], "suspended");
+}
+
+#[test]
+fn resume_with_no_answer_reads_it_from_piped_stdin() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    let out = env.run_with_input(&["resume", &run_id], "Zed\n");
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    assert!(stdout(&out).contains("Which language"));
+    let out = env.run(&["resume", &run_id]);
+    assert_eq!(code(&out), SUSPENDED, "no input: the question stays open");
+    assert!(stderr(&out).contains("no answer given"), "{}", stderr(&out));
+}
+
+#[test]
+fn serve_is_reserved_and_says_it_is_not_available_yet() {
+    let env = Env::new();
+    let out = env.run(&["serve"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("not available yet"));
+}
+
+#[test]
+fn help_documents_the_exit_statuses() {
+    let env = Env::new();
+    let out = env.run(&["--help"]);
+    let text = stdout(&out);
+    assert!(text.contains("3  the run is suspended"), "{text}");
+    assert!(text.contains("2  bad usage"), "{text}");
+}
+
+mod pty {
+    //! The interactive prompts, through a real pseudo-terminal.
+    use super::*;
+    use rexpect::process::WaitStatus;
+
+    const DOWN: &str = "\x1b[B";
+    const ESC: &str = "\x1b";
+
+    /// Types keys the way a person does: after the prompt has settled (a
+    /// prompt switches the terminal to raw mode while it draws itself).
+    fn press(p: &mut rexpect::session::PtySession, keys: &str) {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        p.send(keys).unwrap();
+        p.flush().unwrap();
+    }
+
+    fn spawn(env: &Env, args: &[&str]) -> rexpect::session::PtySession {
+        let mut cmd = env.cmd();
+        cmd.args(args).env("TERM", "xterm-256color");
+        rexpect::session::spawn_command(cmd, Some(20_000)).unwrap()
+    }
+
+    fn exit_code(session: &mut rexpect::session::PtySession) -> i32 {
+        match session.process().wait().unwrap() {
+            WaitStatus::Exited(_, code) => code,
+            other => panic!("unexpected end {other:?}"),
+        }
+    }
+
+    fn answers(env: &Env) -> Vec<String> {
+        let run_id = env.only_run_id();
+        env.show(&run_id)["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn arrow_keys_space_and_enter_answer_all_three_demo_questions() {
+        let env = Env::new();
+        let mut p = spawn(&env, &["chat", "Plan my project"]);
+        p.exp_string("What should the project be called?").unwrap();
+        press(&mut p, "Zed\r");
+        p.exp_string("Which language should it use?").unwrap();
+        p.exp_string("Python").unwrap();
+        press(&mut p, DOWN);
+        press(&mut p, "\r");
+        p.exp_string("Which extras do you want?").unwrap();
+        p.exp_string("Docs").unwrap();
+        press(&mut p, " ");
+        press(&mut p, DOWN);
+        press(&mut p, DOWN);
+        press(&mut p, " ");
+        press(&mut p, "\r");
+        p.exp_string("end of the demo").unwrap();
+        p.exp_eof().unwrap();
+        assert_eq!(exit_code(&mut p), 0);
+        assert_eq!(
+            answers(&env),
+            [
+                "User answered: Zed",
+                "User answered: TypeScript",
+                "User answered: CI, Docs"
+            ]
+        );
+    }
+
+    #[test]
+    fn esc_at_a_question_leaves_the_run_suspended_and_prints_the_resume_line() {
+        let env = Env::new();
+        let mut p = spawn(&env, &["chat", "Plan my project"]);
+        p.exp_string("What should the project be called?").unwrap();
+        press(&mut p, ESC);
+        p.exp_string("stays suspended").unwrap();
+        p.exp_string("resume").unwrap();
+        p.exp_eof().unwrap();
+        assert_eq!(exit_code(&mut p), 3);
+        let run_id = env.only_run_id();
+        assert_eq!(env.show(&run_id)["status"], "suspended");
+    }
+
+    #[test]
+    fn resume_on_a_terminal_with_no_answer_shows_the_question_as_a_prompt() {
+        let env = Env::new();
+        env.run(&["run", "Plan my project"]);
+        let run_id = env.only_run_id();
+        env.run(&["resume", &run_id, "--answer", "Zed"]);
+        let mut p = spawn(&env, &["resume", &run_id]);
+        p.exp_string("Which language should it use?").unwrap();
+        p.exp_string("Python").unwrap();
+        press(&mut p, DOWN);
+        press(&mut p, DOWN);
+        press(&mut p, "\r");
+        p.exp_string("Which extras").unwrap();
+        p.exp_eof().unwrap();
+        assert_eq!(exit_code(&mut p), 3);
+        assert_eq!(answers(&env)[1], "User answered: Python");
+    }
+}

@@ -291,8 +291,8 @@ async fn answer(
 ) -> Response {
     let number = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
     let json: Result<Value, _> = serde_json::from_slice(&body);
-    let json_body = json.as_ref().map_or(Value::Null, Clone::clone);
     if shared.record {
+        let json_body = json.as_ref().map_or(Value::Null, Clone::clone);
         lock(&shared.requests).push(RecordedRequest {
             number,
             method: method.to_string(),

@@ -16,6 +16,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
@@ -142,6 +143,11 @@ impl FakeServerBuilder {
             .route("/v1/messages", post(messages))
             .fallback(not_found)
             .with_state(Arc::clone(&shared));
+        // Without TCP_NODELAY, small SSE frames meet delayed ACKs and every
+        // response waits tens of milliseconds: latency no real server has.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             if let Err(err) = axum::serve(listener, app).await {
                 eprintln!("askloop-testkit: fake server stopped: {err}");

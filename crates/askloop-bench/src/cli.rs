@@ -1,0 +1,199 @@
+//! Command-line arguments, parsed into raw values and then resolved into one
+//! [`Config`]; the rest of the program never sees raw flags.
+
+use std::fmt;
+
+/// Usage, printed with every argument error.
+pub const USAGE: &str = "usage: askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] \
+MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M";
+
+/// The model name sent to the server by default.
+pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+
+/// The key sent by default: the fake server ignores it.
+pub const DEFAULT_API_KEY: &str = "sk-askloop-bench";
+
+/// What to measure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// N sequential round trips after 3 warm-ups.
+    Roundtrip(usize),
+    /// K runs suspended at once, then resumed at once.
+    Concurrent(usize),
+    /// Suspend in one process, resume in another.
+    Restart,
+    /// One run asking T questions in a row.
+    Long(usize),
+    /// M runs, at most 100 in flight, all suspended then all resumed.
+    Waiting(usize),
+    /// Hidden: the suspending half of `restart`, in a child process.
+    RestartSuspend,
+    /// Hidden: the resuming half of `restart`, in a child process.
+    RestartResume(String),
+}
+
+/// Where the model server and the store are, and how to reach them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// An external OpenAI-compatible server; `None` starts the fake one.
+    pub base_url: Option<String>,
+    /// The store location; `None` makes a fresh SQLite file.
+    pub db: Option<String>,
+    /// The model name sent in requests.
+    pub model: String,
+    /// The API key sent in requests.
+    pub api_key: String,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// What to measure.
+    pub mode: Mode,
+    /// Against what.
+    pub target: Target,
+}
+
+/// An argument the bench cannot use; the message fits one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgError(pub String);
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ArgError {}
+
+/// Parses the arguments after the program name. `Ok(None)` asks for help.
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, ArgError> {
+    let mut target = Target {
+        base_url: None,
+        db: None,
+        model: DEFAULT_MODEL.to_owned(),
+        api_key: DEFAULT_API_KEY.to_owned(),
+    };
+    let mut positional = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        if !arg.starts_with("--") || arg == "--" {
+            if arg == "-h" {
+                return Ok(None);
+            }
+            positional.push(arg);
+            continue;
+        }
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) => (flag.to_owned(), Some(value.to_owned())),
+            None => (arg, None),
+        };
+        if flag == "--help" {
+            return Ok(None);
+        }
+        let value = match inline.or_else(|| args.next()) {
+            Some(value) if !value.trim().is_empty() => value,
+            _ => return Err(ArgError(format!("{flag} needs a value"))),
+        };
+        match flag.as_str() {
+            "--base-url" => target.base_url = Some(check_base_url(&value)?),
+            "--db" => target.db = Some(value),
+            "--model" => target.model = value,
+            "--api-key" => target.api_key = value,
+            other => return Err(ArgError(format!("unknown option `{other}`"))),
+        }
+    }
+    let mode = parse_mode(&positional)?;
+    Ok(Some(Config { mode, target }))
+}
+
+fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
+    let words: Vec<&str> = positional.iter().map(String::as_str).collect();
+    let mode = match words.as_slice() {
+        ["roundtrip", n] => Mode::Roundtrip(count("roundtrip", n)?),
+        ["concurrent", k] => Mode::Concurrent(count("concurrent", k)?),
+        ["restart"] => Mode::Restart,
+        ["long", t] => Mode::Long(count("long", t)?),
+        ["waiting", m] => Mode::Waiting(count("waiting", m)?),
+        ["__restart-suspend"] => Mode::RestartSuspend,
+        ["__restart-resume", run_id] => Mode::RestartResume((*run_id).to_owned()),
+        [] => return Err(ArgError("no mode given".into())),
+        [mode @ ("roundtrip" | "concurrent" | "long" | "waiting")] => {
+            return Err(ArgError(format!("mode `{mode}` needs a count, e.g. `{mode} 10`")));
+        }
+        [mode, ..] if ["roundtrip", "concurrent", "restart", "long", "waiting"].contains(mode) => {
+            return Err(ArgError(format!(
+                "too many arguments for mode `{mode}`: {}",
+                words[1..].join(" ")
+            )));
+        }
+        [other, ..] => return Err(ArgError(format!("unknown mode `{other}`"))),
+    };
+    Ok(mode)
+}
+
+/// The most runs or turns a mode accepts: beyond it a typo, not a benchmark.
+const MAX_COUNT: usize = 10_000_000;
+
+fn count(mode: &str, text: &str) -> Result<usize, ArgError> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=MAX_COUNT).contains(&n) => Ok(n),
+        _ => Err(ArgError(format!(
+            "{mode}: `{text}` is not a count between 1 and {MAX_COUNT}"
+        ))),
+    }
+}
+
+fn check_base_url(url: &str) -> Result<String, ArgError> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| ArgError(format!("--base-url `{url}` must start with http:// or https://")))?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(ArgError(format!("--base-url `{url}` has no host")));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn options_go_anywhere_and_defaults_fill_the_rest() {
+        let config = parse(args("roundtrip 200 --db /tmp/x.db --model=m")).unwrap().unwrap();
+        assert_eq!(config.mode, Mode::Roundtrip(200));
+        assert_eq!(config.target.db.as_deref(), Some("/tmp/x.db"));
+        assert_eq!(config.target.model, "m");
+        assert_eq!(config.target.base_url, None);
+        assert_eq!(config.target.api_key, DEFAULT_API_KEY);
+        let config = parse(args("--base-url http://127.0.0.1:9/v1/ restart"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(config.mode, Mode::Restart);
+        assert_eq!(config.target.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
+    }
+
+    #[test]
+    fn bad_modes_counts_and_urls_are_one_line_errors() {
+        for line in [
+            "",
+            "fly 3",
+            "roundtrip",
+            "roundtrip ten",
+            "roundtrip 0",
+            "roundtrip -1",
+            "restart 3",
+            "long 5 --db",
+            "waiting 5 --base-url ftp://x",
+            "waiting 5 --frobnicate 1",
+        ] {
+            let err = parse(args(line)).unwrap_err();
+            assert!(!err.0.is_empty() && !err.0.contains('\n'), "{line}: {err}");
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Where a benchmark runs: the model server (external, or the testkit's fake
+//! one started in this process) and the store (given, or a fresh SQLite file
+//! in a temporary directory), and the agent of issue 6 built on them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use askloop::{Agent, AskUser};
+use askloop_providers::{OpenAiConfig, OpenAiModel};
+use askloop_testkit::{FakeServer, workload};
+use tempfile::TempDir;
+
+use crate::cli::Target;
+
+/// The agent's id.
+pub const AGENT_ID: &str = "deployment-assistant";
+
+/// Which scripted conversation the in-process fake server plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// One question, then `Deploying to <answer>.`
+    Deploy,
+    /// T questions in a row, then the closing text.
+    Long(usize),
+}
+
+/// The model server and the store of one benchmark.
+#[derive(Debug)]
+pub struct Environment {
+    /// The OpenAI-compatible base URL, up to and including `/v1`.
+    pub base_url: String,
+    /// The store location, as `askloop_store::open` takes it.
+    pub db: String,
+    /// The SQLite file, when the store is one (for its size).
+    pub db_file: Option<PathBuf>,
+    target: Target,
+    // Dropped last: the server and the temporary directory outlive the agent.
+    _server: Option<InProcessServer>,
+    _dir: Option<TempDir>,
+}
+
+impl Environment {
+    /// Starts what the target leaves out and checks the server answers.
+    pub async fn prepare(target: &Target, workload: Workload) -> anyhow::Result<Environment> {
+        let (base_url, server) = match &target.base_url {
+            Some(url) => {
+                check_reachable(url).await?;
+                (url.clone(), None)
+            }
+            None => {
+                let server = InProcessServer::start(workload)?;
+                (server.base_url.clone(), Some(server))
+            }
+        };
+        let (db, dir) = match &target.db {
+            Some(db) => (db.clone(), None),
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("askloop-bench-")
+                    .tempdir()
+                    .context("cannot create a temporary directory for the SQLite store")?;
+                let path = dir.path().join("runs.db");
+                let db = path
+                    .to_str()
+                    .ok_or_else(|| anyhow!("the temporary directory's path is not UTF-8"))?
+                    .to_owned();
+                (db, Some(dir))
+            }
+        };
+        Ok(Environment {
+            db_file: sqlite_file(&db),
+            base_url,
+            db,
+            target: target.clone(),
+            _server: server,
+            _dir: dir,
+        })
+    }
+
+    /// The benchmark's agent: issue 6's instructions, `ask_user`, the store,
+    /// and an OpenAI-compatible model at the base URL.
+    pub async fn agent(&self) -> anyhow::Result<Agent> {
+        let store = askloop_store::open(&self.db)
+            .await
+            .with_context(|| format!("cannot open the store at {}", self.db))?;
+        let config = OpenAiConfig::new(&self.target.model, &self.base_url)
+            .api_key(&self.target.api_key)
+            .provider("openai-compatible");
+        let name = format!("openai-compatible/{}@{}", self.target.model, self.base_url);
+        let model = OpenAiModel::new(name, config).context("cannot build the model client")?;
+        let agent = Agent::builder(AGENT_ID)
+            .instructions(workload::DEPLOY_SYSTEM)
+            .model(Arc::new(model))
+            .tool(AskUser::new())
+            .store(store)
+            .build()?;
+        Ok(agent)
+    }
+
+    /// The bytes the SQLite store holds on disk (the file and its WAL);
+    /// `None` for PostgreSQL.
+    pub fn db_bytes(&self) -> Option<u64> {
+        let file = self.db_file.as_ref()?;
+        let size = |path: &PathBuf| std::fs::metadata(path).map_or(0, |m| m.len());
+        let mut wal = file.clone().into_os_string();
+        wal.push("-wal");
+        Some(size(file) + size(&PathBuf::from(wal)))
+    }
+}
+
+/// The SQLite file a location names, as `askloop_store::open` reads it.
+fn sqlite_file(location: &str) -> Option<PathBuf> {
+    if location.starts_with("postgres://") || location.starts_with("postgresql://") {
+        return None;
+    }
+    let path = location
+        .strip_prefix("sqlite://")
+        .or_else(|| location.strip_prefix("sqlite:"))
+        .unwrap_or(location);
+    Some(PathBuf::from(path.split('?').next().unwrap_or(path)))
+}
+
+/// Fails fast, with the address, when nothing listens at the base URL
+/// (instead of the provider's retries with backoff on every run).
+async fn check_reachable(base_url: &str) -> anyhow::Result<()> {
+    let (https, rest) = match base_url.strip_prefix("https://") {
+        Some(rest) => (true, rest),
+        None => (false, base_url.strip_prefix("http://").unwrap_or(base_url)),
+    };
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    let has_port = match authority.rfind(']') {
+        Some(end) => authority[end..].contains(':'),
+        None => authority.contains(':'),
+    };
+    let address = if has_port {
+        authority.to_owned()
+    } else {
+        format!("{authority}:{}", if https { 443 } else { 80 })
+    };
+    match tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(&address)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => bail!("cannot reach --base-url {base_url} ({address}): {err}"),
+        Err(_) => bail!("cannot reach --base-url {base_url} ({address}): no answer within 5 s"),
+    }
+}
+
+/// The testkit's fake OpenAI-compatible server on a thread and a
+/// single-threaded runtime of its own, as the `askloop-fake-openai` program
+/// runs it, so it does not compete with the agent for the bench's workers.
+#[derive(Debug)]
+struct InProcessServer {
+    base_url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl InProcessServer {
+    fn start(workload: Workload) -> anyhow::Result<InProcessServer> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<String, String>>();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("fake-openai".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
+                    Err(err) => {
+                        let _ = ready_tx.send(Err(format!("cannot start its runtime: {err}")));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let builder = FakeServer::builder().record_requests(false);
+                    let builder = match workload {
+                        Workload::Deploy => builder.responder(workload::deploy_responder()),
+                        Workload::Long(t) => builder.responder(workload::long_responder(t)),
+                    };
+                    match builder.start().await {
+                        Ok(server) => {
+                            let _ = ready_tx.send(Ok(server.openai_base_url()));
+                            let _ = stop_rx.await;
+                            drop(server);
+                        }
+                        Err(err) => {
+                            let _ = ready_tx.send(Err(format!("cannot listen: {err}")));
+                        }
+                    }
+                });
+            })
+            .context("cannot start the fake server's thread")?;
+        let base_url = ready_rx
+            .recv()
+            .map_err(|_| anyhow!("the fake server's thread stopped before it was ready"))?
+            .map_err(|err| anyhow!("the in-process fake server {err}"))?;
+        Ok(InProcessServer {
+            base_url,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for InProcessServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_locations_name_their_file_and_postgres_none() {
+        assert_eq!(sqlite_file("/tmp/a.db"), Some(PathBuf::from("/tmp/a.db")));
+        assert_eq!(sqlite_file("sqlite:///tmp/a.db"), Some(PathBuf::from("/tmp/a.db")));
+        assert_eq!(sqlite_file("sqlite:a.db?mode=rwc"), Some(PathBuf::from("a.db")));
+        assert_eq!(sqlite_file("postgres://u@h/db"), None);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_base_url_is_a_clear_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let err = check_reachable(&format!("http://127.0.0.1:{port}/v1"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
+    }
+}

@@ -1,0 +1,81 @@
+//! `askloop-bench`: the ask-the-user round trip benchmark of issue 6.
+//!
+//! ```text
+//! askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] MODE
+//!   roundtrip N | concurrent K | restart | long T | waiting M
+//! ```
+//!
+//! Each mode prints one JSON line (`"impl":"askloop"`). Without
+//! `--base-url` the testkit's fake OpenAI-compatible server runs inside this
+//! process (its CPU then counts in the figures); without `--db` the store is
+//! a fresh SQLite file in a temporary directory, removed at the end. Every
+//! run is checked: a run that does not end with the expected text is not
+//! counted in `ok` and makes the exit status non-zero. See
+//! `docs/benchmarks.md` for the figures.
+#![forbid(unsafe_code)]
+
+mod cli;
+mod environment;
+mod measure;
+mod modes;
+mod run;
+
+use std::process::ExitCode;
+
+use cli::{Config, Mode, USAGE};
+use modes::{Report, one_line};
+
+fn main() -> ExitCode {
+    let config = match cli::parse(std::env::args().skip(1)) {
+        Ok(Some(config)) => config,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            eprintln!("askloop-bench: {err}; run `askloop-bench --help` for usage");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("askloop-bench: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(config));
+    // The runtime goes before the exit status: no task outlives the report.
+    drop(runtime);
+    match result {
+        Ok(report) => {
+            println!("{}", report.line);
+            if report.failed == 0 {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!(
+                "askloop-bench: {} run(s) did not end correctly; first: {}",
+                report.failed,
+                report.failures.join(" | ")
+            );
+            ExitCode::FAILURE
+        }
+        Err(err) => {
+            eprintln!("askloop-bench: {}", one_line(&format!("{err:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<Report> {
+    let target = &config.target;
+    match config.mode {
+        Mode::Roundtrip(n) => modes::roundtrip(target, n).await,
+        Mode::Concurrent(k) => modes::concurrent(target, k).await,
+        Mode::Restart => modes::restart(target).await,
+        Mode::Long(t) => modes::long(target, t).await,
+        Mode::Waiting(m) => modes::waiting(target, m).await,
+        Mode::RestartSuspend => modes::restart_suspend(target).await,
+        Mode::RestartResume(run_id) => modes::restart_resume(target, &run_id).await,
+    }
+}

@@ -1,0 +1,137 @@
+//! `long T`: one run that asks T questions in a row, answered `answer-k`;
+//! the cost of a resume must stay flat as the conversation grows.
+
+use std::time::{Duration, Instant};
+
+use serde::{Serialize, Serializer};
+
+use super::{Failures, IMPL, Report};
+use crate::cli::Target;
+use crate::environment::{Environment, Workload};
+use crate::measure;
+use crate::run;
+
+/// Resumes around a turn whose median is reported.
+const WINDOW: usize = 5;
+
+#[derive(Debug, Serialize)]
+struct Figures {
+    #[serde(rename = "impl")]
+    implementation: &'static str,
+    mode: &'static str,
+    t: usize,
+    resume_ms_at: ResumePoints,
+    total_s: f64,
+    db_bytes: Option<u64>,
+    peak_rss_mb: f64,
+    ok: usize,
+}
+
+/// Turn -> median resume time, serialised as a JSON object in turn order.
+#[derive(Debug)]
+struct ResumePoints(Vec<(usize, f64)>);
+
+impl Serialize for ResumePoints {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(turn, ms)| (turn.to_string(), ms)))
+    }
+}
+
+/// The turns reported: 1, 10, 100 and T, leaving out those past T (a run of
+/// 12 turns reports 1, 10 and 12).
+fn points(t: usize) -> Vec<usize> {
+    let mut points: Vec<usize> = [1, 10, 100].into_iter().filter(|p| *p < t).collect();
+    points.push(t);
+    points
+}
+
+/// The 1-based turns whose resumes make a point's median: the 5 around it,
+/// shifted to stay within 1..=T.
+fn window(point: usize, t: usize) -> std::ops::RangeInclusive<usize> {
+    let first = point
+        .saturating_sub(WINDOW / 2)
+        .clamp(1, t.saturating_sub(WINDOW - 1).max(1));
+    first..=(first + WINDOW - 1).min(t)
+}
+
+fn question(k: usize, t: usize) -> String {
+    format!("Question {k} of {t}?")
+}
+
+/// Stops at the first wrong step (`ok` 0), reporting what was measured.
+pub async fn long(target: &Target, t: usize) -> anyhow::Result<Report> {
+    let environment = Environment::prepare(target, Workload::Long(t)).await?;
+    let agent = environment.agent().await?;
+    let mut failures = Failures::default();
+    let mut resumes: Vec<Duration> = Vec::with_capacity(t);
+
+    let started = Instant::now();
+    let result = async {
+        let first = run::start(&agent).await?;
+        first.expect_question(&question(1, t))?;
+        let run_id = first.run_id;
+        for k in 1..=t {
+            let resumed = run::resume(&agent, &run_id, &format!("answer-{k}")).await?;
+            if k < t {
+                resumed.expect_question(&question(k + 1, t))?;
+            } else {
+                resumed.expect_text(&format!("Deploying to User answered: answer-{t}."))?;
+            }
+            resumes.push(resumed.elapsed);
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    let total = started.elapsed();
+    let ok = match result {
+        Ok(()) => 1,
+        Err(err) => {
+            failures.push(err);
+            0
+        }
+    };
+
+    let resume_ms_at = points(t)
+        .into_iter()
+        .filter_map(|point| {
+            let turns = window(point, t);
+            let measured = resumes.get(turns.start() - 1..(*turns.end()).min(resumes.len()))?;
+            (!measured.is_empty()).then(|| (point, measure::median_ms(measured)))
+        })
+        .collect();
+    let figures = Figures {
+        implementation: IMPL,
+        mode: "long",
+        t,
+        resume_ms_at: ResumePoints(resume_ms_at),
+        total_s: measure::secs(total),
+        db_bytes: environment.db_bytes(),
+        peak_rss_mb: measure::peak_rss_mb(),
+        ok,
+    };
+    drop(agent);
+    Report::new(&figures, failures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn points_leave_out_turns_past_the_last() {
+        assert_eq!(points(1000), vec![1, 10, 100, 1000]);
+        assert_eq!(points(12), vec![1, 10, 12]);
+        assert_eq!(points(10), vec![1, 10]);
+        assert_eq!(points(1), vec![1]);
+    }
+
+    #[test]
+    fn windows_hold_five_turns_inside_the_run() {
+        assert_eq!(window(1, 1000), 1..=5);
+        assert_eq!(window(10, 1000), 8..=12);
+        assert_eq!(window(1000, 1000), 996..=1000);
+        assert_eq!(window(12, 12), 8..=12);
+        assert_eq!(window(1, 3), 1..=3);
+        assert_eq!(window(3, 3), 1..=3);
+    }
+}

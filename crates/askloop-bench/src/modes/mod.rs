@@ -1,0 +1,65 @@
+//! The benchmark modes of issue 6, each producing one JSON line.
+
+mod concurrent;
+mod long;
+mod restart;
+mod roundtrip;
+mod waiting;
+
+use serde::Serialize;
+
+pub use concurrent::concurrent;
+pub use long::long;
+pub use restart::{restart, restart_resume, restart_suspend};
+pub use roundtrip::roundtrip;
+pub use waiting::waiting;
+
+/// Every report names the implementation, so lines from several frameworks
+/// can be compared.
+pub const IMPL: &str = "askloop";
+
+/// What a mode measured: its JSON line, and the runs that went wrong.
+#[derive(Debug)]
+pub struct Report {
+    /// The one JSON line.
+    pub line: String,
+    /// One line per run that did not end correctly (the first few).
+    pub failures: Vec<String>,
+    /// How many runs went wrong in all.
+    pub failed: usize,
+}
+
+impl Report {
+    /// A report of `figures`, with the failures of its runs.
+    pub fn new(figures: &impl Serialize, failures: Failures) -> anyhow::Result<Report> {
+        Ok(Report {
+            line: serde_json::to_string(figures)?,
+            failures: failures.first,
+            failed: failures.count,
+        })
+    }
+}
+
+/// Runs that went wrong: counted, the first few kept to show.
+#[derive(Debug, Default)]
+pub struct Failures {
+    first: Vec<String>,
+    count: usize,
+}
+
+impl Failures {
+    const KEPT: usize = 3;
+
+    /// Records a failure.
+    pub fn push(&mut self, failure: impl std::fmt::Display) {
+        self.count += 1;
+        if self.first.len() < Self::KEPT {
+            self.first.push(one_line(&format!("{failure:#}")));
+        }
+    }
+}
+
+/// An error on one line, whatever its sources printed.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

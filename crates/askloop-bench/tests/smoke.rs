@@ -1,0 +1,149 @@
+//! Every mode of the real `askloop-bench` binary, at tiny sizes: one JSON
+//! line with the mode's keys, and every run correct. No timing assertions:
+//! timing belongs in the benchmark, not in tests.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_askloop-bench");
+
+fn bench(args: &[&str]) -> Value {
+    let output = Command::new(BENCH).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{args:?} failed: {stderr}\n{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?} should print one line: {stdout}");
+    let report: Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(report["impl"], "askloop", "{report}");
+    report
+}
+
+fn assert_keys(report: &Value, keys: &[&str]) {
+    let object = report.as_object().unwrap();
+    let mut present: Vec<&str> = object.keys().map(String::as_str).collect();
+    present.sort_unstable();
+    let mut expected: Vec<&str> = keys.to_vec();
+    expected.sort_unstable();
+    assert_eq!(present, expected, "{report}");
+}
+
+#[test]
+fn roundtrip_reports_its_timings_cpu_and_memory() {
+    let report = bench(&["roundtrip", "2"]);
+    assert_keys(
+        &report,
+        &[
+            "impl",
+            "mode",
+            "n",
+            "total_s",
+            "roundtrips_per_s",
+            "p50_suspend_ms",
+            "p99_suspend_ms",
+            "p50_resume_ms",
+            "p99_resume_ms",
+            "cpu_ms_per_roundtrip",
+            "peak_rss_mb",
+        ],
+    );
+    assert_eq!(report["mode"], "roundtrip");
+    assert_eq!(report["n"], 2);
+    assert!(report["peak_rss_mb"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn concurrent_runs_all_complete() {
+    let report = bench(&["concurrent", "5"]);
+    assert_keys(
+        &report,
+        &[
+            "impl",
+            "mode",
+            "k",
+            "all_suspended_s",
+            "all_resumed_s",
+            "runs_per_s",
+            "peak_rss_mb",
+            "ok",
+        ],
+    );
+    assert_eq!(report["k"], 5);
+    assert_eq!(report["ok"], 5);
+}
+
+#[test]
+fn restart_resumes_in_a_fresh_process() {
+    let report = bench(&["restart"]);
+    assert_keys(&report, &["impl", "mode", "ok", "cold_suspend_ms", "cold_resume_ms"]);
+    assert_eq!(report["mode"], "restart");
+    assert_eq!(report["ok"], 1);
+}
+
+#[test]
+fn long_answers_every_question_and_reports_resumes_at_its_points() {
+    let report = bench(&["long", "12"]);
+    assert_keys(
+        &report,
+        &[
+            "impl",
+            "mode",
+            "t",
+            "resume_ms_at",
+            "total_s",
+            "db_bytes",
+            "peak_rss_mb",
+            "ok",
+        ],
+    );
+    assert_eq!(report["t"], 12);
+    assert_eq!(report["ok"], 1);
+    let points: Vec<&String> = report["resume_ms_at"].as_object().unwrap().keys().collect();
+    assert_eq!(points, ["1", "10", "12"]);
+    assert!(report["db_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn waiting_runs_all_complete() {
+    let report = bench(&["waiting", "20"]);
+    assert_keys(
+        &report,
+        &[
+            "impl",
+            "mode",
+            "m",
+            "all_suspended_s",
+            "all_resumed_s",
+            "peak_rss_mb_suspended",
+            "peak_rss_mb_end",
+            "ok",
+        ],
+    );
+    assert_eq!(report["m"], 20);
+    assert_eq!(report["ok"], 20);
+}
+
+#[test]
+fn bad_input_is_one_line_on_stderr_and_a_failure() {
+    let unused_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let unreachable = format!("http://127.0.0.1:{unused_port}/v1");
+    for args in [
+        vec!["fly", "3"],
+        vec!["roundtrip", "many"],
+        vec!["roundtrip", "0"],
+        vec!["waiting"],
+        vec!["--base-url", unreachable.as_str(), "roundtrip", "2"],
+    ] {
+        let output = Command::new(BENCH).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} should fail");
+        assert!(output.stdout.is_empty(), "{args:?} printed a report");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("askloop-bench: "), "{args:?}: {stderr}");
+    }
+}

@@ -81,6 +81,9 @@ pub trait RawRows: Send + Sync {
     async fn set_schema_version(&self, run_id: &str, version: i32);
     /// How many message rows the run has.
     async fn message_rows(&self, run_id: &str) -> i64;
+    /// Deletes the run's messages from `keep` on and sets its message count
+    /// to `keep` (benchmarks reset a run between measured cycles with it).
+    async fn truncate_messages(&self, run_id: &str, keep: i64);
 }
 
 #[async_trait]
@@ -117,6 +120,27 @@ impl RawRows for SqliteStore {
             .fetch_one(&self.readers)
             .await
             .expect("counting message rows")
+    }
+
+    async fn truncate_messages(&self, run_id: &str, keep: i64) {
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .expect("starting a write");
+        sqlx::query("DELETE FROM messages WHERE run_id = ? AND seq >= ?")
+            .bind(run_id)
+            .bind(keep)
+            .execute(&mut *tx)
+            .await
+            .expect("deleting messages");
+        sqlx::query("UPDATE runs SET message_count = ? WHERE run_id = ?")
+            .bind(keep)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .expect("setting the message count");
+        tx.commit().await.expect("committing");
     }
 }
 
@@ -156,6 +180,23 @@ impl RawRows for PostgresStore {
             .fetch_one(&self.pool)
             .await
             .expect("counting message rows")
+    }
+
+    async fn truncate_messages(&self, run_id: &str, keep: i64) {
+        let mut tx = self.pool.begin().await.expect("starting a write");
+        sqlx::query("DELETE FROM messages WHERE run_id = $1 AND seq >= $2")
+            .bind(run_id)
+            .bind(keep)
+            .execute(&mut *tx)
+            .await
+            .expect("deleting messages");
+        sqlx::query("UPDATE runs SET message_count = $1 WHERE run_id = $2")
+            .bind(keep)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .expect("setting the message count");
+        tx.commit().await.expect("committing");
     }
 }
 

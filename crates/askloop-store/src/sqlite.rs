@@ -189,7 +189,11 @@ impl SqliteStore {
             .await
             .map_err(cannot_open)?;
         if let Err(err) = MIGRATOR.run(&writer).await {
-            let racy = matches!(&err, sqlx::migrate::MigrateError::Execute(e) if is_database_error(e));
+            let racy = matches!(
+                &err,
+                sqlx::migrate::MigrateError::Execute(e) | sqlx::migrate::MigrateError::ExecuteMigration(e, _)
+                    if is_database_error(e)
+            );
             writer.close().await;
             let err = StoreError::Backend(Box::new(err));
             return Err(if racy {

@@ -30,7 +30,7 @@ use crate::http::{ErrorDetail, StreamParser};
 struct Chunk {
     #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     choices: Vec<Choice>,
     #[serde(default)]
     usage: Option<WireUsage>,
@@ -41,7 +41,7 @@ struct Chunk {
 #[derive(Debug, Deserialize)]
 struct Choice {
     #[serde(default)]
-    index: u32,
+    index: Option<u32>,
     #[serde(default)]
     delta: Option<Delta>,
     #[serde(default)]
@@ -82,6 +82,15 @@ struct WireUsage {
     completion_tokens: u64,
     #[serde(default)]
     total_tokens: Option<u64>,
+}
+
+/// `null` read as an empty list: some servers send `"choices": null`.
+fn null_as_empty<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// A tool call being assembled from its fragments.
@@ -146,7 +155,7 @@ impl ChatStreamParser {
             };
         }
         // One answer is asked for (no `n`); other choices are ignored.
-        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+        for choice in chunk.choices.into_iter().filter(|c| c.index.unwrap_or(0) == 0) {
             if let Some(delta) = choice.delta {
                 if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                     out.push_back(ModelEvent::TextDelta(text));
@@ -496,6 +505,14 @@ mod tests {
 
         let no_response_id = "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"a\",\"arguments\":\"\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
         assert_eq!(calls_of(&ok(no_response_id))[0].0, "call_run1_2_0");
+    }
+
+    #[test]
+    fn nulls_where_lists_and_numbers_are_expected_are_tolerated() {
+        let sse = "data: {\"id\":null,\"choices\":null,\"usage\":null}\n\ndata: {\"choices\":[{\"index\":null,\"delta\":{\"content\":\"ok\",\"tool_calls\":null},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        let events = ok(sse);
+        assert_eq!(text_of(&events), "ok");
+        assert_eq!(finish_of(&events).0, FinishReason::Stop);
     }
 
     #[test]

@@ -63,7 +63,10 @@ use location::Location;
 ///
 /// The tables are created or brought up to date before this returns.
 /// Anything else is [`StoreError::InvalidLocation`], whose message lists the
-/// accepted forms.
+/// accepted forms; so is a SQLite file that cannot be created or opened. A
+/// PostgreSQL server that cannot be reached (after retrying for 30 s: a
+/// server may start before its database) or refuses the connection is
+/// [`StoreError::Backend`], naming the server without its password.
 pub async fn open(location: &str) -> Result<Arc<dyn RunStore>, StoreError> {
     match Location::parse(location)? {
         Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path).await?)),

@@ -86,8 +86,12 @@ impl PostgresStore {
                 redact(url)
             ))
         })?;
+        // The URL was fine; the server was not there or refused us.
         let cannot_connect = |e: sqlx::Error| {
-            StoreError::InvalidLocation(format!("cannot connect to PostgreSQL at {}: {e}", redact(url)))
+            StoreError::backend(ConnectError {
+                message: format!("cannot connect to PostgreSQL at {}", redact(url)),
+                source: e,
+            })
         };
         if let Some(schema) = &options.schema {
             check_schema_name(schema)?;
@@ -152,6 +156,14 @@ impl PostgresStore {
         })
         .transpose()
     }
+}
+
+/// A failure to reach the server, saying which server.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}: {source}")]
+struct ConnectError {
+    message: String,
+    source: sqlx::Error,
 }
 
 /// Refuses schema names that would need quoting rules to be safe.

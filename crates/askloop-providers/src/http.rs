@@ -146,7 +146,13 @@ pub(crate) async fn send_with_retries(
                 }
                 (transport(provider, &err), None)
             }
-            Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+            Ok(Ok(response)) if response.status().is_success() => {
+                return if is_json(response.headers()) {
+                    Err(json_instead_of_stream(provider, response, http.idle_timeout).await)
+                } else {
+                    Ok(response)
+                };
+            }
             Ok(Ok(response)) => {
                 let status = response.status();
                 let wait = retry_after(response.headers());
@@ -173,6 +179,35 @@ pub(crate) async fn send_with_retries(
         tracing::debug!(provider, retry = retry + 1, ?wait, error = %error, "retrying model request");
         tokio::time::sleep(wait).await;
         retry += 1;
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/json"))
+}
+
+/// A success status with a JSON body where an event stream was asked for:
+/// some proxies and servers report errors this way. Their message is
+/// surfaced; anything else says what came instead of the stream.
+async fn json_instead_of_stream(provider: &str, response: Response, idle: Duration) -> ModelError {
+    let status = response.status().as_u16();
+    let body = read_error_body(response, idle).await;
+    if let Ok(envelope) = serde_json::from_str::<ErrorEnvelope>(&body) {
+        return ModelError::Api {
+            provider: provider.to_owned(),
+            status,
+            message: envelope.error.describe(),
+        };
+    }
+    ModelError::Protocol {
+        provider: provider.to_owned(),
+        message: format!(
+            "expected an event stream (text/event-stream) but got JSON; does the server support `stream: true`? body: {}",
+            error_message(&body)
+        ),
     }
 }
 

@@ -227,3 +227,22 @@ async fn dropping_the_model_stream_closes_the_connection() {
     assert_eq!(server.open_streams(), 0, "the client dropped the response body");
     assert_eq!(server.request_count(), 1);
 }
+
+#[tokio::test]
+async fn a_json_error_with_status_200_instead_of_a_stream_is_reported_with_its_message() {
+    let server = FakeServer::builder()
+        .respond(FakeError::new(200, "").raw_body(r#"{"error":{"message":"model 'x' not found","type":"not_found"}}"#))
+        .respond(FakeError::new(200, "").raw_body(r#"{"id":"chatcmpl-1","choices":[]}"#))
+        .start()
+        .await
+        .unwrap();
+    let agent = deploy_agent(openai_model(&server, quick_http(3)));
+    let first = agent.stream("Hi").await.unwrap().output().await;
+    assert_eq!(first.status, RunStatus::Failed);
+    let message = first.error.unwrap();
+    assert!(message.contains("model 'x' not found"), "{message}");
+    let second = agent.stream("Hi").await.unwrap().output().await;
+    let message = second.error.unwrap();
+    assert!(message.contains("expected an event stream"), "{message}");
+    assert_eq!(server.request_count(), 2, "not retried");
+}

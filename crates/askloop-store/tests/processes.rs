@@ -293,11 +293,9 @@ async fn postgres_of_two_processes_resuming_one_run_exactly_one_wins() {
 }
 
 // ---------------------------------------------------------------------------
-// Load on one SQLite file
+// Load: 50 runs resumed at once from two processes
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_fifty_concurrent_resumes_from_two_processes_all_complete_without_lock_errors() {
-    let target = Target::sqlite();
+async fn fifty_concurrent_resumes_from_two_processes_all_complete_without_lock_errors(target: Target) {
     let run_ids: Vec<String> = (0..50).map(|i| format!("run-load-{i:02}")).collect();
     let mut args = vec!["start-many", target.location()];
     args.extend(run_ids.iter().map(String::as_str));
@@ -342,4 +340,18 @@ async fn sqlite_fifty_concurrent_resumes_from_two_processes_all_complete_without
         assert_eq!(run.status, RunStatus::Completed, "{run_id}");
         assert_eq!(store.messages(run_id).await.unwrap().len(), 4, "{run_id}");
     }
+    target.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_fifty_concurrent_resumes_from_two_processes_all_complete_without_lock_errors() {
+    fifty_concurrent_resumes_from_two_processes_all_complete_without_lock_errors(Target::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_fifty_concurrent_resumes_from_two_processes_all_complete() {
+    let Some(target) = Target::postgres("postgres_fifty_concurrent_resumes_from_two_processes_all_complete") else {
+        return;
+    };
+    fifty_concurrent_resumes_from_two_processes_all_complete_without_lock_errors(target).await;
 }

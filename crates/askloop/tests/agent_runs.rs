@@ -498,3 +498,65 @@ async fn cancel_while_running_ends_the_stream_with_abort() {
         RunStatus::Cancelled
     );
 }
+
+const TWO_IN_A_ROW: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "First?"}}]},
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Second?"}}]},
+  {"text": "{{input}} / last: {{toolResults}}"}
+]}"#;
+
+#[tokio::test]
+async fn resuming_in_the_process_that_suspended_skips_reading_the_conversation_back() {
+    let store = Arc::new(FlakyStore::default());
+    let agent = agent_with(CountingModel::new(TWO_IN_A_ROW), store.clone());
+    let (_, output) = run(&agent, "trip").await;
+    agent
+        .resume_stream("a", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    let out = agent
+        .resume_stream("b", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.text, "trip / last: User answered: b");
+    assert_eq!(store.message_reads.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_run_changed_by_another_process_is_read_back_not_taken_from_the_cache() {
+    let store = Arc::new(FlakyStore::default());
+    let here = agent_with(CountingModel::new(TWO_IN_A_ROW), store.clone());
+    let elsewhere = agent_with(CountingModel::new(TWO_IN_A_ROW), store.clone());
+    let (_, output) = run(&here, "trip").await;
+    // Another process answers the first question; its write bumps the version.
+    elsewhere
+        .resume_stream("from elsewhere", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    // This process still holds the conversation as of the first suspension.
+    let out = here
+        .resume_stream("b", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.status, RunStatus::Completed);
+    // One read by the other process (it never had the run), one by this
+    // process, whose cached copy is older than the stored run.
+    assert_eq!(store.message_reads.load(Ordering::SeqCst), 2);
+    let messages = store.messages(&output.run_id).await.unwrap();
+    let answers: Vec<String> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some(r.content.to_model_text()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers, ["User answered: from elsewhere", "User answered: b"]);
+}

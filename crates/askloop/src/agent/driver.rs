@@ -135,7 +135,10 @@ impl Driver {
     }
 
     fn output(self, ended: Ended) -> StreamOutput {
-        let record = self.state.record;
+        let RunState { record, messages } = self.state;
+        if matches!(ended, Ended::Suspended) {
+            self.agent.conversations.put(&record.run_id, record.version, messages);
+        }
         let (status, finish_reason, error) = match ended {
             Ended::Completed => (RunStatus::Completed, FinishReason::Stop, None),
             Ended::Suspended => (RunStatus::Suspended, FinishReason::Suspended, None),

@@ -1,6 +1,7 @@
 //! [`Agent`]: a model, instructions and tools, driving runs that can stop to
 //! ask a person and carry on when the answer comes.
 
+mod cache;
 mod driver;
 mod machine;
 mod stream;
@@ -22,6 +23,7 @@ use crate::tool::{InvalidResume, Tool};
 
 pub use stream::{AgentStream, StreamOutput};
 
+use cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
 use driver::{Driver, ResumeAction, RunState};
 
 /// How many model calls one stream (or resume) may make, by default.
@@ -82,6 +84,7 @@ pub(crate) struct AgentInner {
     pub(crate) specs: Vec<ToolSpec>,
     pub(crate) store: Arc<dyn RunStore>,
     pub(crate) max_steps: u32,
+    pub(crate) conversations: ConversationCache,
 }
 
 pub(crate) struct RegisteredTool {
@@ -101,6 +104,7 @@ pub struct AgentBuilder {
     max_steps: u32,
     approve_all: bool,
     approve_tools: HashSet<String>,
+    cached_messages: usize,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -195,6 +199,15 @@ impl AgentBuilder {
         self
     }
 
+    /// How many messages, across runs, this process keeps of the runs it
+    /// suspended, so resuming them here skips reading their conversation
+    /// back from the store (0 turns it off). Entries are checked against the
+    /// run's version, so another process's writes are never missed.
+    pub fn conversation_cache(mut self, messages: usize) -> Self {
+        self.cached_messages = messages;
+        self
+    }
+
     /// Builds the agent, checking tool schemas once here rather than on
     /// every call.
     pub fn build(self) -> Result<Agent, BuildError> {
@@ -241,6 +254,7 @@ impl AgentBuilder {
                 specs,
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
                 max_steps: self.max_steps,
+                conversations: ConversationCache::new(self.cached_messages),
             }),
         })
     }
@@ -364,6 +378,7 @@ impl Agent {
             max_steps: DEFAULT_MAX_STEPS,
             approve_all: false,
             approve_tools: HashSet::new(),
+            cached_messages: DEFAULT_CACHED_MESSAGES,
         }
     }
 
@@ -544,7 +559,10 @@ impl Agent {
             let action = self.check_decision(&run, target, &decision)?;
             match self.inner.store.claim(run_id, run.version).await {
                 Ok(version) => {
-                    let messages = self.inner.store.messages(run_id).await?;
+                    let messages = match self.inner.conversations.take(run_id, run.version) {
+                        Some(messages) => messages,
+                        None => self.inner.store.messages(run_id).await?,
+                    };
                     let mut record = run;
                     record.version = version;
                     record.status = RunStatus::Running;

@@ -50,6 +50,7 @@ pub struct FlakyStore {
     pub inner: MemoryStore,
     pub fail_suspend: AtomicBool,
     pub fail_all_updates: AtomicBool,
+    pub message_reads: AtomicUsize,
 }
 
 #[async_trait]
@@ -61,6 +62,7 @@ impl RunStore for FlakyStore {
         self.inner.get(run_id).await
     }
     async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {
+        self.message_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.messages(run_id).await
     }
     async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {

@@ -1,0 +1,220 @@
+//! The run store conformance suite: what every [`RunStore`] must do, written
+//! once and run against [`MemoryStore`], [`SqliteStore`] and
+//! [`PostgresStore`] (enable the `conformance` feature).
+//!
+//! Each case is an async function taking a [`Subject`]: a fresh, empty store
+//! and, for stores that have rows, a [`RawRows`] handle that can damage a
+//! row the way a bad disk, a bad hand edit or a newer askloop would. The
+//! [`store_conformance_tests!`](crate::store_conformance_tests) and
+//! [`raw_row_conformance_tests!`](crate::raw_row_conformance_tests) macros
+//! turn the cases into `#[tokio::test]`s:
+//!
+//! ```ignore
+//! askloop_store::store_conformance_tests!(askloop_store::conformance::sqlite_subject());
+//! askloop_store::raw_row_conformance_tests!(askloop_store::conformance::sqlite_subject());
+//! ```
+//!
+//! Cases panic (assert) on a failure; they are test code.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+mod cases;
+mod raw;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use askloop::{MemoryStore, RunStore};
+use chrono::Utc;
+use futures::future::BoxFuture;
+
+use crate::{PostgresOptions, PostgresStore, SqliteStore};
+
+pub use cases::*;
+pub use raw::RawRows;
+
+/// A store under test, empty.
+pub struct Subject {
+    /// The store.
+    pub store: Arc<dyn RunStore>,
+    /// Raw access to its rows, for stores that have rows.
+    pub raw: Option<Arc<dyn RawRows>>,
+    /// Kept alive while the test runs (a temporary directory, ...).
+    _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Run when the subject is dropped, even after a failed assertion.
+    cleanup: Option<BoxFuture<'static, ()>>,
+}
+
+impl std::fmt::Debug for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subject")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Subject {
+    fn drop(&mut self) {
+        if let Some(cleanup) = self.cleanup.take() {
+            // Drop cannot await; a short-lived runtime on its own thread can.
+            let done = std::thread::spawn(move || {
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    rt.block_on(cleanup);
+                }
+            })
+            .join();
+            if done.is_err() {
+                eprintln!("conformance: cleaning up a test store panicked");
+            }
+        }
+    }
+}
+// ---------------------------------------------------------------------------
+// Subjects
+
+/// An empty [`MemoryStore`].
+pub async fn memory_subject() -> Option<Subject> {
+    Some(Subject {
+        store: Arc::new(MemoryStore::new()),
+        raw: None,
+        _keep: None,
+        cleanup: None,
+    })
+}
+
+/// An empty [`SqliteStore`] in a new temporary directory.
+pub async fn sqlite_subject() -> Option<Subject> {
+    let dir = tempfile::tempdir().expect("creating a temporary directory");
+    let store = SqliteStore::open(dir.path().join("runs.db"))
+        .await
+        .expect("opening a SQLite store");
+    Some(Subject {
+        store: Arc::new(store.clone()),
+        raw: Some(Arc::new(store)),
+        _keep: Some(Box::new(dir)),
+        cleanup: None,
+    })
+}
+
+/// The environment variable naming the PostgreSQL server for tests.
+pub const TEST_DATABASE_URL_VAR: &str = "ASKLOOP_TEST_DATABASE_URL";
+
+/// The PostgreSQL URL for tests, or `None` (after saying why) when it is not
+/// set outside CI. Under CI (`CI=true`) a missing URL fails the test: a
+/// PostgreSQL test must never pass by not running.
+pub fn postgres_test_url(test: &str) -> Option<String> {
+    match std::env::var(TEST_DATABASE_URL_VAR) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => panic!(
+            "{test}: {TEST_DATABASE_URL_VAR} is not set and CI=true: PostgreSQL tests must run in CI \
+             (.ci/run sets it to postgres://postgres@127.0.0.1:5432/test)"
+        ),
+        _ => {
+            eprintln!(
+                "{test}: skipped: {TEST_DATABASE_URL_VAR} is not set (e.g. \
+                 {TEST_DATABASE_URL_VAR}=postgres://postgres@127.0.0.1:5432/test runs it)"
+            );
+            None
+        }
+    }
+}
+
+/// A uniquely named schema for one test, so tests share a database in
+/// parallel.
+pub fn unique_schema_name() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
+    format!("askloop_test_{}_{}_{n}", std::process::id(), nanos)
+}
+
+/// Drops a test schema and everything in it.
+pub async fn drop_schema(url: &str, schema: &str) {
+    let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+    else {
+        eprintln!("could not connect to drop the test schema {schema}");
+        return;
+    };
+    let dropped = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await;
+    if let Err(err) = dropped {
+        eprintln!("could not drop the test schema {schema}: {err}");
+    }
+    pool.close().await;
+}
+
+/// An empty [`PostgresStore`] in its own new schema (dropped afterwards), or
+/// `None` when PostgreSQL tests are skipped (see [`postgres_test_url`]).
+pub async fn postgres_subject() -> Option<Subject> {
+    let url = postgres_test_url("postgres conformance")?;
+    let schema = unique_schema_name();
+    let store = PostgresStore::connect_with(&url, PostgresOptions::default().schema(&schema).max_connections(8))
+        .await
+        .unwrap_or_else(|e| panic!("connecting to PostgreSQL at {url} (from {TEST_DATABASE_URL_VAR}): {e}"));
+    let pool_owner = store.clone();
+    Some(Subject {
+        store: Arc::new(store.clone()),
+        raw: Some(Arc::new(store)),
+        _keep: None,
+        cleanup: Some(Box::pin(async move {
+            pool_owner.close().await;
+            drop_schema(&url, &schema).await;
+        })),
+    })
+}
+
+/// Generates a `#[tokio::test]` per store conformance case, for a subject
+/// expression (an `async` producing `Option<Subject>`; `None` skips).
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($subject:expr) => {
+        $crate::__conformance_cases!($subject;
+            create_then_get_returns_the_run_and_its_messages,
+            creating_an_existing_run_is_refused_and_keeps_the_first,
+            an_unknown_run_is_absent_and_cannot_be_claimed_or_written,
+            updates_append_only_new_messages_in_order,
+            an_update_at_a_stale_version_is_a_conflict_and_changes_nothing,
+            suspend_claim_and_complete_round_trip,
+            a_failed_run_keeps_its_error,
+            claiming_a_run_that_is_not_suspended_or_at_another_version_is_a_conflict,
+            of_twenty_concurrent_claims_exactly_one_wins,
+            of_ten_concurrent_updates_at_one_version_exactly_one_is_written,
+            list_is_newest_first_then_by_id_descending,
+            list_filters_by_status_and_agent,
+            list_pages_with_limit_and_offset,
+            prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages
+        );
+    };
+}
+
+/// Generates a `#[tokio::test]` per raw-row case (corrupt and newer rows),
+/// for stores that implement [`RawRows`].
+#[macro_export]
+macro_rules! raw_row_conformance_tests {
+    ($subject:expr) => {
+        $crate::__conformance_cases!($subject;
+            a_corrupt_run_row_is_reported_for_that_run_only,
+            a_corrupt_message_is_reported_for_that_run_only,
+            a_row_from_a_newer_askloop_is_refused_and_left_unchanged
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let Some(subject) = $subject.await else { return };
+                $crate::conformance::$case(&subject).await;
+            }
+        )*
+    };
+}

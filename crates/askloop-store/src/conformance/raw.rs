@@ -1,0 +1,138 @@
+//! Raw access to a SQL store's rows, for the cases about damaged rows and
+//! for benchmarks that reset a run between measured cycles.
+#![allow(clippy::expect_used)]
+
+use async_trait::async_trait;
+
+use crate::{PostgresStore, SqliteStore};
+
+/// Direct access to a SQL store's rows, to write what askloop itself never
+/// writes.
+#[async_trait]
+pub trait RawRows: Send + Sync {
+    /// Makes the run's row unparsable (its pending calls).
+    async fn corrupt_run(&self, run_id: &str);
+    /// Makes one stored message unparsable.
+    async fn corrupt_message(&self, run_id: &str, seq: i64);
+    /// Sets the layout version the row claims to be written with.
+    async fn set_schema_version(&self, run_id: &str, version: i32);
+    /// How many message rows the run has.
+    async fn message_rows(&self, run_id: &str) -> i64;
+    /// Deletes the run's messages from `keep` on and sets its message count
+    /// to `keep` (benchmarks reset a run between measured cycles with it).
+    async fn truncate_messages(&self, run_id: &str, keep: i64);
+}
+
+#[async_trait]
+impl RawRows for SqliteStore {
+    async fn corrupt_run(&self, run_id: &str) {
+        sqlx::query("UPDATE runs SET pending = '[{\"toolCallId\": ' WHERE run_id = ?")
+            .bind(run_id)
+            .execute(&self.writer)
+            .await
+            .expect("corrupting a run row");
+    }
+
+    async fn corrupt_message(&self, run_id: &str, seq: i64) {
+        sqlx::query("UPDATE messages SET body = '{\"role\": ' WHERE run_id = ? AND seq = ?")
+            .bind(run_id)
+            .bind(seq)
+            .execute(&self.writer)
+            .await
+            .expect("corrupting a message row");
+    }
+
+    async fn set_schema_version(&self, run_id: &str, version: i32) {
+        sqlx::query("UPDATE runs SET schema_version = ? WHERE run_id = ?")
+            .bind(version)
+            .bind(run_id)
+            .execute(&self.writer)
+            .await
+            .expect("setting a row's layout version");
+    }
+
+    async fn message_rows(&self, run_id: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE run_id = ?")
+            .bind(run_id)
+            .fetch_one(&self.readers)
+            .await
+            .expect("counting message rows")
+    }
+
+    async fn truncate_messages(&self, run_id: &str, keep: i64) {
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .expect("starting a write");
+        sqlx::query("DELETE FROM messages WHERE run_id = ? AND seq >= ?")
+            .bind(run_id)
+            .bind(keep)
+            .execute(&mut *tx)
+            .await
+            .expect("deleting messages");
+        sqlx::query("UPDATE runs SET message_count = ? WHERE run_id = ?")
+            .bind(keep)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .expect("setting the message count");
+        tx.commit().await.expect("committing");
+    }
+}
+
+#[async_trait]
+impl RawRows for PostgresStore {
+    // JSONB holds only valid JSON, so damage here is JSON of the wrong shape,
+    // which askloop cannot read either.
+    async fn corrupt_run(&self, run_id: &str) {
+        sqlx::query("UPDATE runs SET pending = '{\"toolCallId\": 7}'::jsonb WHERE run_id = $1")
+            .bind(run_id)
+            .execute(&self.pool)
+            .await
+            .expect("corrupting a run row");
+    }
+
+    async fn corrupt_message(&self, run_id: &str, seq: i64) {
+        sqlx::query("UPDATE messages SET body = '{\"role\": \"robot\"}'::jsonb WHERE run_id = $1 AND seq = $2")
+            .bind(run_id)
+            .bind(seq)
+            .execute(&self.pool)
+            .await
+            .expect("corrupting a message row");
+    }
+
+    async fn set_schema_version(&self, run_id: &str, version: i32) {
+        sqlx::query("UPDATE runs SET schema_version = $1 WHERE run_id = $2")
+            .bind(version)
+            .bind(run_id)
+            .execute(&self.pool)
+            .await
+            .expect("setting a row's layout version");
+    }
+
+    async fn message_rows(&self, run_id: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_one(&self.pool)
+            .await
+            .expect("counting message rows")
+    }
+
+    async fn truncate_messages(&self, run_id: &str, keep: i64) {
+        let mut tx = self.pool.begin().await.expect("starting a write");
+        sqlx::query("DELETE FROM messages WHERE run_id = $1 AND seq >= $2")
+            .bind(run_id)
+            .bind(keep)
+            .execute(&mut *tx)
+            .await
+            .expect("deleting messages");
+        sqlx::query("UPDATE runs SET message_count = $1 WHERE run_id = $2")
+            .bind(keep)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .expect("setting the message count");
+        tx.commit().await.expect("committing");
+    }
+}

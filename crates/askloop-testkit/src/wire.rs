@@ -2,6 +2,7 @@
 //! shapes of the recorded OpenAI and Anthropic streams.
 
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::response::{FakeError, FakeTurn, Finish};
@@ -113,67 +114,174 @@ fn anthropic_stop(finish: &Finish) -> String {
     }
 }
 
+/// A `chat.completion.chunk`, typed rather than built as a `Value`: the
+/// benchmark runs this server in its own process, so its CPU counts.
+#[derive(Serialize)]
+struct ChunkOut<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    system_fingerprint: &'static str,
+    choices: &'a [ChoiceOut<'a>],
+    usage: Option<UsageOut>,
+}
+
+#[derive(Serialize)]
+struct ChoiceOut<'a> {
+    index: u32,
+    delta: &'a DeltaOut<'a>,
+    logprobs: Option<()>,
+    finish_reason: Option<&'a str>,
+}
+
+#[derive(Serialize, Default)]
+struct DeltaOut<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    /// `Some(None)` is `"content": null`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<Option<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<[CallOut<'a>; 1]>,
+}
+
+#[derive(Serialize)]
+struct CallOut<'a> {
+    index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    function: FunctionOut<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionOut<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct UsageOut {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+}
+
+/// The first chunk of a call: index, id, type, name, and its arguments
+/// (empty, or all of them for a whole call).
+fn call_head<'a>(index: usize, id: Option<&'a str>, name: &'a str, arguments: &'a str) -> CallOut<'a> {
+    CallOut {
+        index,
+        id,
+        kind: Some("function"),
+        function: FunctionOut {
+            name: Some(name),
+            arguments,
+        },
+    }
+}
+
+fn data_frame_of<T: Serialize>(value: &T) -> Bytes {
+    let mut frame = Vec::with_capacity(320);
+    frame.extend_from_slice(b"data: ");
+    // Serialising these types to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut frame, value);
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
+}
+
 /// OpenAI: a role chunk, content chunks, for each call a head chunk and
 /// argument chunks, a finish chunk, a usage chunk (`choices: []`), `[DONE]`.
 fn openai_frames(turn: &FakeTurn, info: &RequestInfo) -> Vec<Bytes> {
     let id = format!("chatcmpl-fake-{}", info.number);
-    let chunk = |delta: Value, finish: Option<String>| {
-        data_frame(&json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": 1_700_000_000u64,
-            "model": info.model,
-            "system_fingerprint": "fp_askloop_fake",
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-            "usage": null,
-        }))
-    };
     let finish = openai_finish(&turn.finish_or_default());
-    // Content chunks; the last one may carry the finish reason (Ollama).
-    let mut deltas: Vec<Value> = Vec::new();
+    let call_ids: Vec<Option<String>> = turn
+        .tool_calls
+        .iter()
+        .enumerate()
+        .map(|(index, call)| {
+            (!turn.without_ids).then(|| {
+                call.id
+                    .clone()
+                    .unwrap_or_else(|| format!("call_{}_{index}", info.number))
+            })
+        })
+        .collect();
+    let whole_arguments: Vec<String> = if turn.whole_calls {
+        turn.tool_calls.iter().map(|c| c.arguments.concat()).collect()
+    } else {
+        Vec::new()
+    };
+
+    let mut deltas: Vec<DeltaOut<'_>> = Vec::new();
     if !turn.whole_calls || turn.tool_calls.is_empty() {
-        let content = if turn.tool_calls.is_empty() {
-            json!("")
-        } else {
-            Value::Null
-        };
-        deltas.push(json!({"role": "assistant", "content": content}));
-    }
-    deltas.extend(
-        turn.text
-            .iter()
-            .filter(|t| !t.is_empty())
-            .map(|text| json!({"content": text})),
-    );
-    for (index, call) in turn.tool_calls.iter().enumerate() {
-        let call_id = (!turn.without_ids).then(|| {
-            call.id
-                .clone()
-                .unwrap_or_else(|| format!("call_{}_{index}", info.number))
+        let content = if turn.tool_calls.is_empty() { Some("") } else { None };
+        deltas.push(DeltaOut {
+            role: Some("assistant"),
+            content: Some(content),
+            ..DeltaOut::default()
         });
-        let mut head = json!({"index": index, "type": "function", "function": {"name": call.name, "arguments": ""}});
-        if let Some(call_id) = &call_id {
-            head["id"] = json!(call_id);
-        }
+    }
+    deltas.extend(turn.text.iter().filter(|t| !t.is_empty()).map(|text| DeltaOut {
+        content: Some(Some(text)),
+        ..DeltaOut::default()
+    }));
+    for (index, call) in turn.tool_calls.iter().enumerate() {
         if turn.whole_calls {
-            head["function"]["arguments"] = json!(call.arguments.concat());
-            deltas.push(json!({"role": "assistant", "content": "", "tool_calls": [head]}));
+            deltas.push(DeltaOut {
+                role: Some("assistant"),
+                content: Some(Some("")),
+                tool_calls: Some([call_head(
+                    index,
+                    call_ids[index].as_deref(),
+                    &call.name,
+                    &whole_arguments[index],
+                )]),
+            });
             continue;
         }
-        deltas.push(json!({"tool_calls": [head]}));
-        deltas.extend(
-            call.arguments
-                .iter()
-                .filter(|piece| !piece.is_empty())
-                .map(|piece| json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})),
-        );
+        deltas.push(DeltaOut {
+            tool_calls: Some([call_head(index, call_ids[index].as_deref(), &call.name, "")]),
+            ..DeltaOut::default()
+        });
+        deltas.extend(call.arguments.iter().filter(|p| !p.is_empty()).map(|piece| DeltaOut {
+            tool_calls: Some([CallOut {
+                index,
+                id: None,
+                kind: None,
+                function: FunctionOut {
+                    name: None,
+                    arguments: piece,
+                },
+            }]),
+            ..DeltaOut::default()
+        }));
     }
+
+    let chunk = |delta: &DeltaOut<'_>, finish_reason: Option<&str>| {
+        data_frame_of(&ChunkOut {
+            id: &id,
+            object: "chat.completion.chunk",
+            created: 1_700_000_000,
+            model: &info.model,
+            system_fingerprint: "fp_askloop_fake",
+            choices: &[ChoiceOut {
+                index: 0,
+                delta,
+                logprobs: None,
+                finish_reason,
+            }],
+            usage: None,
+        })
+    };
     let mut frames = Vec::with_capacity(deltas.len() + 3);
     let last = deltas.len().saturating_sub(1);
-    for (i, delta) in deltas.into_iter().enumerate() {
-        let finish_here =
-            (turn.finish_in_last_chunk && turn.stream_error.is_none() && i == last).then(|| finish.clone());
-        frames.push(chunk(delta, finish_here));
+    for (i, delta) in deltas.iter().enumerate() {
+        let finish_here = turn.finish_in_last_chunk && turn.stream_error.is_none() && i == last;
+        frames.push(chunk(delta, finish_here.then_some(finish.as_str())));
     }
     if let Some(message) = &turn.stream_error {
         frames.push(data_frame(
@@ -182,22 +290,22 @@ fn openai_frames(turn: &FakeTurn, info: &RequestInfo) -> Vec<Bytes> {
         return frames;
     }
     if !turn.finish_in_last_chunk {
-        frames.push(chunk(json!({}), Some(finish)));
+        frames.push(chunk(&DeltaOut::default(), Some(&finish)));
     }
     if !turn.no_usage {
-        frames.push(data_frame(&json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": 1_700_000_000u64,
-            "model": info.model,
-            "system_fingerprint": "fp_askloop_fake",
-            "choices": [],
-            "usage": {
-                "prompt_tokens": info.input_tokens,
-                "completion_tokens": turn.output_tokens,
-                "total_tokens": info.input_tokens + turn.output_tokens,
-            },
-        })));
+        frames.push(data_frame_of(&ChunkOut {
+            id: &id,
+            object: "chat.completion.chunk",
+            created: 1_700_000_000,
+            model: &info.model,
+            system_fingerprint: "fp_askloop_fake",
+            choices: &[],
+            usage: Some(UsageOut {
+                prompt_tokens: info.input_tokens,
+                completion_tokens: turn.output_tokens,
+                total_tokens: info.input_tokens + turn.output_tokens,
+            }),
+        }));
     }
     frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
     frames

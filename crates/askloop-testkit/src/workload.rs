@@ -16,7 +16,7 @@
 
 use serde_json::{Value, json};
 
-use crate::response::{FakeResponse, FakeToolCall, FakeTurn};
+use crate::response::{FakeResponse, FakeToolCall, FakeTurn, split_even};
 
 /// The question of the deploy workload.
 pub const DEPLOY_QUESTION: &str = "Which environment should I deploy to?";
@@ -26,6 +26,10 @@ pub const DEPLOY_SYSTEM: &str = "You are a deployment assistant. Before deployin
 
 /// The benchmark's user message.
 pub const DEPLOY_PROMPT: &str = "Deploy the app. Ask me which environment first.";
+
+/// The `ask_user` arguments text of the deploy question, keys in the order a
+/// model writes them (and Mastra's recorded traffic shows).
+pub const DEPLOY_ARGUMENTS_JSON: &str = r#"{"question":"Which environment should I deploy to?","options":[{"label":"staging"},{"label":"production"}],"selectionMode":"single_select"}"#;
 
 /// The `ask_user` arguments of the deploy question.
 pub fn deploy_arguments() -> Value {
@@ -43,9 +47,12 @@ pub fn deploy_text(tool_result: &str) -> String {
 
 /// The turn that asks the deploy question.
 pub fn deploy_question_turn(call_id: &str) -> FakeTurn {
-    FakeTurn::default()
-        .call(FakeToolCall::new("ask_user", &deploy_arguments(), 4).id(call_id))
-        .output_tokens(24)
+    let call = FakeToolCall {
+        id: Some(call_id.to_owned()),
+        name: "ask_user".to_owned(),
+        arguments: split_even(DEPLOY_ARGUMENTS_JSON, 4),
+    };
+    FakeTurn::default().call(call).output_tokens(24)
 }
 
 /// The turn that closes the run: the text in 20 deltas.
@@ -148,7 +155,9 @@ mod tests {
         let first = turn(responder(&json!({"messages": [{"role": "user", "content": "Deploy"}]})));
         assert_eq!(first.tool_calls.len(), 1);
         assert_eq!(first.tool_calls[0].arguments.len(), 4);
-        let args: Value = serde_json::from_str(&first.tool_calls[0].arguments.concat()).unwrap();
+        let text = first.tool_calls[0].arguments.concat();
+        assert!(text.starts_with(r#"{"question":"Which environment"#), "{text}");
+        let args: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(args, deploy_arguments());
 
         let openai = json!({"messages": [

@@ -18,7 +18,14 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 
 use crate::row::{FINISHED, JsonColumns, RowState, StoredRun, explain_missed_write, message_bodies, parse_message};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+/// The embedded migrations. A database migrated further by a newer askloop
+/// still opens: migrations only add, and each row's layout version decides
+/// whether this build may read it (see `row.rs`).
+fn migrator() -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("./migrations/postgres");
+    migrator.set_ignore_missing(true);
+    migrator
+}
 
 /// How [`PostgresStore::connect_with`] connects.
 #[derive(Debug, Clone)]
@@ -124,7 +131,7 @@ impl PostgresStore {
             .map_err(cannot_connect)?;
         // sqlx holds an advisory lock while migrating, so servers starting
         // together apply each migration once.
-        MIGRATOR.run(&pool).await.map_err(StoreError::backend)?;
+        migrator().run(&pool).await.map_err(StoreError::backend)?;
         Ok(PostgresStore {
             pool,
             schema: options.schema,

@@ -37,7 +37,14 @@ use sqlx::sqlite::{
 
 use crate::row::{FINISHED, JsonColumns, RowState, StoredRun, explain_missed_write, message_bodies, parse_message};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+/// The embedded migrations. A database migrated further by a newer askloop
+/// still opens: migrations only add, and each row's layout version decides
+/// whether this build may read it (see `row.rs`).
+fn migrator() -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("./migrations/sqlite");
+    migrator.set_ignore_missing(true);
+    migrator
+}
 
 /// How long a write waits for another process's write lock by default.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -188,7 +195,7 @@ impl SqliteStore {
             .connect_with(connect.clone())
             .await
             .map_err(cannot_open)?;
-        if let Err(err) = MIGRATOR.run(&writer).await {
+        if let Err(err) = migrator().run(&writer).await {
             let racy = matches!(
                 &err,
                 sqlx::migrate::MigrateError::Execute(e) | sqlx::migrate::MigrateError::ExecuteMigration(e, _)

@@ -133,3 +133,30 @@ async fn an_unreachable_postgres_server_is_an_error_naming_it() {
         Ok(_) => panic!("nothing listens on port 1"),
     }
 }
+
+#[tokio::test]
+async fn a_file_migrated_further_by_a_newer_askloop_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = askloop_store::open(path.to_str().unwrap()).await.unwrap();
+    store
+        .create(&new_run("r1", "a", Utc::now(), 1), &[Message::user("hi")])
+        .await
+        .unwrap();
+    drop(store);
+    // As if a newer askloop had applied a migration this build does not know.
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', true, x'00', 1)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    let store = askloop_store::open(path.to_str().unwrap()).await.unwrap();
+    assert_eq!(store.get("r1").await.unwrap().unwrap().agent_id, "a");
+}

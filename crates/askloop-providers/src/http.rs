@@ -123,9 +123,10 @@ pub(crate) fn client(provider: &str, http: &HttpConfig) -> Result<reqwest::Clien
 /// with a success status whose body has not been read yet.
 ///
 /// `make` builds a fresh request for each attempt (a request is consumed by
-/// sending it).
+/// sending it); `url` is only for error messages.
 pub(crate) async fn send_with_retries(
     provider: &str,
+    url: &str,
     http: &HttpConfig,
     make: impl Fn() -> RequestBuilder,
 ) -> Result<Response, ModelError> {
@@ -160,7 +161,15 @@ pub(crate) async fn send_with_retries(
                 let error = ModelError::Api {
                     provider: provider.to_owned(),
                     status: status.as_u16(),
-                    message: error_message(&body),
+                    message: if status == StatusCode::NOT_FOUND {
+                        // Most often a base URL without (or with a doubled) `/v1`.
+                        format!(
+                            "{} (POST {url}: check the base URL and the model name)",
+                            error_message(&body)
+                        )
+                    } else {
+                        error_message(&body)
+                    },
                 };
                 if !is_retryable(status) {
                     return Err(error);

@@ -49,7 +49,7 @@ impl ResolvedSpec {
 /// |---|---|---|
 /// | `openai/<model>` | `OPENAI_API_KEY` (required) | `OPENAI_BASE_URL`, default `https://api.openai.com/v1` |
 /// | `anthropic/<model>` | `ANTHROPIC_API_KEY` (required) | `ANTHROPIC_BASE_URL`, default `https://api.anthropic.com` |
-/// | `ollama/<model>` | none | `OLLAMA_BASE_URL`, default `http://127.0.0.1:11434/v1` |
+/// | `ollama/<model>` | none | `OLLAMA_BASE_URL` (`/v1` added if missing), default `http://127.0.0.1:11434/v1` |
 /// | `openai-compatible/<model>@<base-url>` | `OPENAI_COMPATIBLE_API_KEY` (optional) | the given URL, up to and including `/v1` |
 ///
 /// A missing key is [`ModelError::MissingApiKey`] naming the variable, before
@@ -109,7 +109,13 @@ pub fn resolve_spec(
             ResolvedSpec::OpenAi(OpenAiConfig::new(model, base).api_key(key).http(http))
         }
         "ollama" => {
-            let base = var("OLLAMA_BASE_URL").unwrap_or_else(|| OLLAMA_DEFAULT_BASE_URL.to_owned());
+            // Ollama serves its OpenAI-compatible API under /v1 only; a base
+            // written the way Ollama's own clients take it (no /v1) gets it.
+            let base = match var("OLLAMA_BASE_URL") {
+                Some(base) if base.trim_end_matches('/').ends_with("/v1") => base,
+                Some(base) => format!("{}/v1", base.trim_end_matches('/')),
+                None => OLLAMA_DEFAULT_BASE_URL.to_owned(),
+            };
             ResolvedSpec::OpenAi(OpenAiConfig::new(model, base).provider("ollama").http(http))
         }
         "openai-compatible" => {
@@ -196,6 +202,12 @@ mod tests {
             panic!("not openai-compatible")
         };
         assert_eq!(ollama.base_url, "http://gpu-box:11434/v1");
+        let ResolvedSpec::OpenAi(ollama) =
+            resolve("ollama/qwen2.5", &[("OLLAMA_BASE_URL", "http://gpu-box:11434/")]).unwrap()
+        else {
+            panic!("not openai-compatible")
+        };
+        assert_eq!(ollama.base_url, "http://gpu-box:11434/v1", "/v1 is added for Ollama");
         let ResolvedSpec::Anthropic(anthropic) = resolve(
             "anthropic/claude-sonnet-4-5",
             &[("ANTHROPIC_API_KEY", "k"), ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")],

@@ -246,3 +246,27 @@ async fn a_json_error_with_status_200_instead_of_a_stream_is_reported_with_its_m
     assert!(message.contains("expected an event stream"), "{message}");
     assert_eq!(server.request_count(), 2, "not retried");
 }
+
+#[tokio::test]
+async fn a_404_names_the_url_that_was_called() {
+    let server = FakeServer::builder().start().await.unwrap();
+    // A base URL the server does not serve.
+    let config = OpenAiConfig::new("gpt-4o-mini", format!("{}/v2", server.anthropic_base_url())).http(quick_http(3));
+    let model = OpenAiModel::new("openai/gpt-4o-mini", config).unwrap();
+    let messages = [askloop::Message::user("hi")];
+    let request = ModelRequest {
+        run_id: "r",
+        system: None,
+        messages: &messages,
+        tools: &[],
+    };
+    let Err(ModelError::Api { status, message, .. }) = model.stream(request).await else {
+        panic!("expected an API error");
+    };
+    assert_eq!(status, 404);
+    assert!(
+        message.contains("/v2/chat/completions") && message.contains("check the base URL"),
+        "{message}"
+    );
+    assert_eq!(server.request_count(), 1, "a 404 is not retried");
+}

@@ -279,12 +279,44 @@ async fn messages(
     answer(WireFormat::Anthropic, &shared, method, uri, headers, body).await
 }
 
-async fn not_found(uri: Uri) -> Response {
+/// Any other path: recorded and counted like the rest (a wrong base URL is
+/// worth seeing in a test), answered 404.
+async fn not_found(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let number = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
+    if shared.record {
+        let recorded = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        record(&shared, number, &method, &uri, &headers, recorded);
+    }
     let message = format!(
-        "the fake server has no route {}; use POST /v1/chat/completions or POST /v1/messages",
+        "the fake server has no route {} {}; use POST /v1/chat/completions or POST /v1/messages",
+        method,
         uri.path()
     );
     error_response(WireFormat::OpenAi, &FakeError::new(404, message))
+}
+
+fn record(shared: &Shared, number: usize, method: &Method, uri: &Uri, headers: &HeaderMap, body: Value) {
+    lock(&shared.requests).push(RecordedRequest {
+        number,
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        headers: headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body,
+    });
 }
 
 async fn answer(
@@ -298,22 +330,8 @@ async fn answer(
     let number = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
     let json: Result<Value, _> = serde_json::from_slice(&body);
     if shared.record {
-        let json_body = json.as_ref().map_or(Value::Null, Clone::clone);
-        lock(&shared.requests).push(RecordedRequest {
-            number,
-            method: method.to_string(),
-            path: uri.path().to_owned(),
-            headers: headers
-                .iter()
-                .map(|(n, v)| {
-                    (
-                        n.as_str().to_owned(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
-                .collect(),
-            body: json_body,
-        });
+        let recorded = json.as_ref().map_or(Value::Null, Clone::clone);
+        record(shared, number, &method, &uri, &headers, recorded);
     }
     let Ok(request) = json else {
         return error_response(format, &FakeError::new(400, "the request body is not JSON"));

@@ -127,7 +127,7 @@ impl Model for AnthropicModel {
             message: format!("cannot serialise the request: {err}"),
         })?;
         let body = bytes::Bytes::from(body);
-        let response = http::send_with_retries(PROVIDER, &self.config.http, || {
+        let response = http::send_with_retries(PROVIDER, &self.url, &self.config.http, || {
             self.client
                 .post(&self.url)
                 .header("x-api-key", &self.config.api_key)

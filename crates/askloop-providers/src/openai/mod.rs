@@ -121,7 +121,7 @@ impl Model for OpenAiModel {
             }
         })?;
         let body = bytes::Bytes::from(body);
-        let response = http::send_with_retries(provider, &self.config.http, || {
+        let response = http::send_with_retries(provider, &self.url, &self.config.http, || {
             let mut builder = self
                 .client
                 .post(&self.url)

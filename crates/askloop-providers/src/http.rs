@@ -1,6 +1,6 @@
-//! What every provider shares on the wire: the HTTP client settings, retries
-//! before a response streams, error bodies, and the SSE event stream with its
-//! idle timeout.
+//! What every provider shares on the wire: the HTTP client settings,
+//! retries before a response streams, and error bodies. The event stream
+//! that follows a successful response is in `sse.rs`.
 //!
 //! The one rule that shapes this module: a request is retried only while
 //! nothing of its answer has reached the agent. Once the first byte of a
@@ -8,15 +8,11 @@
 //! model's stream (the agent then fails the run), never a second request
 //! whose text would be emitted twice.
 
-use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
-use std::pin::Pin;
 use std::time::Duration;
 
-use askloop::{ModelError, ModelEvent, ModelStream};
-use bytes::Bytes;
-use eventsource_stream::{Event, EventStreamError, Eventsource};
-use futures::{Stream, StreamExt};
+use askloop::ModelError;
+use futures::StreamExt;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
@@ -349,7 +345,7 @@ pub(crate) fn transport(provider: &str, err: &reqwest::Error) -> ModelError {
 
 /// An error with its causes: reqwest's own message hides them ("error
 /// sending request"), the chain says what happened (connection refused, ...).
-fn error_chain(err: &reqwest::Error) -> String {
+pub(crate) fn error_chain(err: &reqwest::Error) -> String {
     let mut message = err.to_string();
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
@@ -358,139 +354,6 @@ fn error_chain(err: &reqwest::Error) -> String {
         source = cause.source();
     }
     message
-}
-
-/// A provider's stream parser: fed SSE events, it produces model events.
-pub(crate) trait StreamParser: Send + 'static {
-    /// Handles one SSE event; pushes what it yields into `out`. Returns
-    /// `Ok(true)` when the event ended the stream (`[DONE]`,
-    /// `message_stop`).
-    fn on_event(&mut self, event: &Event, out: &mut VecDeque<ModelEvent>) -> Result<bool, ModelError>;
-
-    /// The body ended (or the stream was ended by [`Self::on_event`]): pushes
-    /// what is still held back, or fails when the response was cut short.
-    fn on_end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
-}
-
-type SseStream = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
-
-struct SseState<P> {
-    provider: String,
-    events: SseStream,
-    parser: P,
-    idle: Duration,
-    ready: VecDeque<ModelEvent>,
-    done: bool,
-}
-
-/// Turns a successful streaming response into model events. Dropping the
-/// returned stream drops the response body, which closes the connection and
-/// so cancels the request.
-pub(crate) fn model_stream<P: StreamParser>(
-    provider: &str,
-    response: Response,
-    parser: P,
-    idle: Duration,
-) -> ModelStream {
-    let bytes: Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>> = Box::pin(response.bytes_stream());
-    let state = SseState {
-        provider: provider.to_owned(),
-        events: Box::pin(bytes.eventsource()),
-        parser,
-        idle,
-        ready: VecDeque::new(),
-        done: false,
-    };
-    Box::pin(futures::stream::unfold(state, |mut state| async move {
-        loop {
-            if let Some(event) = state.ready.pop_front() {
-                return Some((Ok(event), state));
-            }
-            if state.done {
-                return None;
-            }
-            match state.next_events().await {
-                Ok(()) => {}
-                Err(err) => {
-                    // Nothing after an error: the turn is over.
-                    state.done = true;
-                    state.ready.clear();
-                    return Some((Err(err), state));
-                }
-            }
-        }
-    }))
-}
-
-impl<P: StreamParser> SseState<P> {
-    /// Reads until the parser has something to say or the stream ends.
-    async fn next_events(&mut self) -> Result<(), ModelError> {
-        match tokio::time::timeout(self.idle, self.events.next()).await {
-            Err(_) => Err(ModelError::Transport {
-                provider: self.provider.clone(),
-                message: format!(
-                    "the stream stalled: no data for {:?} (the response was cut short)",
-                    self.idle
-                ),
-            }),
-            Ok(None) => {
-                self.done = true;
-                self.parser.on_end(&mut self.ready)
-            }
-            Ok(Some(Err(EventStreamError::Transport(err)))) => Err(ModelError::Transport {
-                provider: self.provider.clone(),
-                message: format!(
-                    "the connection broke while the response streamed: {}",
-                    error_chain(&err)
-                ),
-            }),
-            Ok(Some(Err(err))) => Err(ModelError::Protocol {
-                provider: self.provider.clone(),
-                message: format!("invalid server-sent events: {err}"),
-            }),
-            Ok(Some(Ok(event))) => {
-                if self.parser.on_event(&event, &mut self.ready)? {
-                    self.done = true;
-                    self.parser.on_end(&mut self.ready)?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-/// Replays SSE text through a parser, as if it came from a server: for
-/// parser tests against recorded streams.
-#[cfg(test)]
-pub(crate) fn parse_sse_text<P: StreamParser>(text: &str, mut parser: P) -> Vec<Result<ModelEvent, ModelError>> {
-    let bytes = futures::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from(text.to_owned()))]);
-    let events: Vec<_> = futures::executor::block_on(bytes.eventsource().collect());
-    let mut out = VecDeque::new();
-    let mut results = Vec::new();
-    let mut ended = false;
-    for event in events {
-        let Ok(event) = event else { continue };
-        match parser.on_event(&event, &mut out) {
-            Ok(done) => {
-                results.extend(out.drain(..).map(Ok));
-                if done {
-                    ended = true;
-                    break;
-                }
-            }
-            Err(err) => {
-                results.extend(out.drain(..).map(Ok));
-                results.push(Err(err));
-                return results;
-            }
-        }
-    }
-    let _ = ended;
-    match parser.on_end(&mut out) {
-        Ok(()) => results.extend(out.drain(..).map(Ok)),
-        Err(err) => results.push(Err(err)),
-    }
-    results
 }
 
 #[cfg(test)]

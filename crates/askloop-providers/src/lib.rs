@@ -30,6 +30,7 @@ mod anthropic;
 mod http;
 mod openai;
 mod spec;
+mod sse;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicConfig, AnthropicModel, DEFAULT_MAX_TOKENS};
 pub use http::{HttpConfig, RetryPolicy};

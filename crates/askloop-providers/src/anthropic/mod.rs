@@ -139,7 +139,7 @@ impl Model for AnthropicModel {
         .await?;
         let fallback_id = format!("{}_{}", request.run_id, request.messages.len());
         let parser = stream::MessagesStreamParser::new(PROVIDER, fallback_id);
-        Ok(http::model_stream(
+        Ok(crate::sse::model_stream(
             PROVIDER,
             response,
             parser,

@@ -18,8 +18,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::http::ErrorDetail;
-use crate::http::StreamParser;
 use crate::openai::shorten;
+use crate::sse::StreamParser;
 
 #[derive(Debug, Deserialize)]
 struct WireEvent {
@@ -288,7 +288,7 @@ fn stop_reason(reason: &str) -> FinishReason {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::parse_sse_text;
+    use crate::sse::parse_sse_text;
 
     fn parse(text: &str) -> Vec<Result<ModelEvent, ModelError>> {
         parse_sse_text(text, MessagesStreamParser::new("anthropic", "run1_2"))

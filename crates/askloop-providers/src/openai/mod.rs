@@ -137,7 +137,7 @@ impl Model for OpenAiModel {
         // Made-up call ids, when a server sends none, name the request.
         let fallback_id = format!("{}_{}", request.run_id, request.messages.len());
         let parser = stream::ChatStreamParser::new(provider.clone(), fallback_id);
-        Ok(http::model_stream(
+        Ok(crate::sse::model_stream(
             provider,
             response,
             parser,

@@ -23,7 +23,8 @@ use askloop::{FinishReason, ModelError, ModelEvent, Usage};
 use eventsource_stream::Event;
 use serde::Deserialize;
 
-use crate::http::{ErrorDetail, StreamParser};
+use crate::http::ErrorDetail;
+use crate::sse::StreamParser;
 
 /// One `chat.completion.chunk`. Every field is optional: servers differ.
 #[derive(Debug, Deserialize)]
@@ -315,7 +316,7 @@ pub(crate) fn shorten(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::parse_sse_text;
+    use crate::sse::parse_sse_text;
 
     fn parse(text: &str) -> Vec<Result<ModelEvent, ModelError>> {
         parse_sse_text(text, ChatStreamParser::new("openai", "run1_2"))

@@ -1,4 +1,4 @@
-//! What one resume costs the SQLite store, for a run with 10 messages and
+//! What one resume costs the SQLite store (and PostgreSQL), for a run with 10 messages and
 //! one with 1,000 (issue 3: the second within 1.5x of the first).
 //!
 //! A resume, as `Agent::resume_stream` does it, is: read the run, claim it,
@@ -15,7 +15,8 @@
 //! Each measured cycle starts from a run of exactly 10 or 1,000 messages:
 //! between cycles (untimed) the 2 appended messages are deleted again.
 //! Each runs with `synchronous = FULL` (the default: an fsync per commit) and
-//! `NORMAL`. Run with:
+//! `NORMAL`, and against PostgreSQL when `ASKLOOP_TEST_DATABASE_URL` is set.
+//! Run with:
 //!
 //! ```text
 //! cargo bench -p askloop-store --bench resume
@@ -29,7 +30,7 @@ use askloop::{
     Message, PendingKind, PendingToolCall, RunRecord, RunStatus, RunStore, RunUpdate, ToolCall, ToolContent,
     ToolResult, Usage,
 };
-use askloop_store::conformance::RawRows;
+use askloop_store::conformance::{self, RawRows};
 use askloop_store::{SqliteOptions, SqliteStore, SqliteSync};
 use chrono::Utc;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -74,20 +75,33 @@ fn pending() -> Vec<PendingToolCall> {
 }
 
 struct Fixture {
-    store: Arc<SqliteStore>,
+    store: Arc<dyn RunStore>,
+    raw: Arc<dyn RawRows>,
     run_id: String,
     messages: i64,
     version: i64,
-    _dir: tempfile::TempDir,
+    /// Keeps the store's file or schema until the fixture is dropped.
+    _keep: Box<dyn std::any::Any>,
 }
 
-async fn fixture(size: usize, sync: SqliteSync) -> Fixture {
+async fn sqlite_fixture(size: usize, sync: SqliteSync) -> Fixture {
     // Under target/, on the same disk as a real store (not a tmpfs), so an
     // fsync costs what it costs.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let store = SqliteStore::open_with(dir.path().join("bench.db"), SqliteOptions::default().sync(sync))
         .await
         .unwrap();
+    seed(Arc::new(store.clone()), Arc::new(store), size, Box::new(dir)).await
+}
+
+async fn postgres_fixture(size: usize) -> Option<Fixture> {
+    let subject = conformance::postgres_subject().await?;
+    let (store, raw) = (Arc::clone(&subject.store), subject.raw.clone()?);
+    Some(seed(store, raw, size, Box::new(subject)).await)
+}
+
+/// A suspended run of exactly `size` messages.
+async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep: Box<dyn std::any::Any>) -> Fixture {
     let run_id = format!("bench-{size}");
     let messages: Vec<Message> = (0..size).map(message).collect();
     let now = Utc::now();
@@ -124,11 +138,12 @@ async fn fixture(size: usize, sync: SqliteSync) -> Fixture {
         .await
         .unwrap();
     Fixture {
-        store: Arc::new(store),
+        store,
+        raw,
         run_id,
         messages: size as i64,
         version,
-        _dir: dir,
+        _keep: keep,
     }
 }
 
@@ -169,37 +184,55 @@ impl Fixture {
         let spent = started.elapsed();
         if write {
             // Untimed: back to exactly `messages` messages.
-            self.store.truncate_messages(&self.run_id, self.messages).await;
+            self.raw.truncate_messages(&self.run_id, self.messages).await;
         }
         spent
     }
 }
 
+const MEASURES: [(&str, bool, bool); 3] = [
+    ("resume_writes", false, true),
+    ("read_messages", true, false),
+    ("resume_cycle", true, true),
+];
+
+fn measure(c: &mut Criterion, rt: &tokio::runtime::Runtime, backend: &str, fixtures: &mut [(usize, Fixture)]) {
+    for (name, read_messages, write) in MEASURES {
+        let mut group = c.benchmark_group(format!("{backend}/{name}"));
+        for (size, fx) in fixtures.iter_mut() {
+            group.bench_function(BenchmarkId::from_parameter(*size), |b| {
+                b.iter_custom(|iters| {
+                    rt.block_on(async {
+                        let mut total = Duration::ZERO;
+                        for _ in 0..iters {
+                            total += fx.cycle(read_messages, write).await;
+                        }
+                        total
+                    })
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    for (sync, sync_name) in [(SqliteSync::Full, "full"), (SqliteSync::Normal, "normal")] {
-        for (name, read_messages, write) in [
-            ("resume_writes", false, true),
-            ("read_messages", true, false),
-            ("resume_cycle", true, true),
-        ] {
-            let mut group = c.benchmark_group(format!("sqlite_{sync_name}/{name}"));
-            for size in SIZES {
-                let mut fx = rt.block_on(fixture(size, sync));
-                group.bench_function(BenchmarkId::from_parameter(size), |b| {
-                    b.iter_custom(|iters| {
-                        rt.block_on(async {
-                            let mut total = Duration::ZERO;
-                            for _ in 0..iters {
-                                total += fx.cycle(read_messages, write).await;
-                            }
-                            total
-                        })
-                    })
-                });
-            }
-            group.finish();
-        }
+    for (sync, name) in [(SqliteSync::Full, "sqlite_full"), (SqliteSync::Normal, "sqlite_normal")] {
+        let mut fixtures: Vec<_> = SIZES
+            .iter()
+            .map(|&size| (size, rt.block_on(sqlite_fixture(size, sync))))
+            .collect();
+        measure(c, &rt, name, &mut fixtures);
+    }
+    // PostgreSQL when ASKLOOP_TEST_DATABASE_URL names a server (a schema of
+    // its own, dropped afterwards).
+    let postgres: Option<Vec<_>> = SIZES
+        .iter()
+        .map(|&size| rt.block_on(postgres_fixture(size)).map(|fx| (size, fx)))
+        .collect();
+    if let Some(mut fixtures) = postgres {
+        measure(c, &rt, "postgres", &mut fixtures);
     }
 }
 

@@ -9,7 +9,8 @@
 //! ([`FakeServerBuilder::fail_request`]). A [`FakeTurn`] can stream every
 //! quirk real servers have (whole tool calls in one chunk, no ids, a finish
 //! reason in the same chunk, error events mid-stream, dropped connections,
-//! delays).
+//! delays). A request without `stream: true` gets the same turn as one JSON
+//! body (`chat.completion` / `message`), for clients that do not stream.
 //!
 //! ```
 //! use askloop_testkit::{FakeServer, FakeTurn, FakeResponse, workload};

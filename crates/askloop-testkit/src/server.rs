@@ -353,6 +353,14 @@ async fn answer(
             if !turn.delay.is_zero() {
                 tokio::time::sleep(turn.delay).await;
             }
+            // Both APIs answer with one JSON body unless asked to stream.
+            if request.get("stream").and_then(Value::as_bool) != Some(true) {
+                let mut response = Response::new(Body::from(wire::whole_body(format, &turn, &info)));
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                return response;
+            }
             let frames = wire::turn_frames(format, &turn, &info);
             sse_response(shared, frames, turn.disconnect_after, turn.frame_delay)
         }

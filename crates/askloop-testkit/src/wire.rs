@@ -114,6 +114,75 @@ fn anthropic_stop(finish: &Finish) -> String {
     }
 }
 
+/// The whole answer as one JSON body, for a request without `stream: true`
+/// (`chat.completion` or a Messages `message`). Stream-only quirks
+/// (disconnects, error events, frame delays) do not apply.
+pub(crate) fn whole_body(format: WireFormat, turn: &FakeTurn, info: &RequestInfo) -> Vec<u8> {
+    let text: String = turn.text.concat();
+    let body = match format {
+        WireFormat::OpenAi => {
+            let calls: Vec<Value> = turn
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(index, call)| {
+                    let mut out = json!({"type": "function", "function": {"name": call.name, "arguments": call.arguments.concat()}});
+                    if !turn.without_ids {
+                        out["id"] = json!(call.id.clone().unwrap_or_else(|| format!("call_{}_{index}", info.number)));
+                    }
+                    out
+                })
+                .collect();
+            let mut message = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }, "refusal": null});
+            if !calls.is_empty() {
+                message["tool_calls"] = Value::Array(calls);
+            }
+            json!({
+                "id": format!("chatcmpl-fake-{}", info.number),
+                "object": "chat.completion",
+                "created": 1_700_000_000u64,
+                "model": info.model,
+                "system_fingerprint": "fp_askloop_fake",
+                "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": openai_finish(&turn.finish_or_default())}],
+                "usage": {
+                    "prompt_tokens": info.input_tokens,
+                    "completion_tokens": turn.output_tokens,
+                    "total_tokens": info.input_tokens + turn.output_tokens,
+                },
+            })
+        }
+        WireFormat::Anthropic => {
+            let mut content = Vec::new();
+            if !text.is_empty() {
+                content.push(json!({"type": "text", "text": text}));
+            }
+            for (n, call) in turn.tool_calls.iter().enumerate() {
+                let input: Value = serde_json::from_str(&call.arguments.concat()).unwrap_or_else(|_| json!({}));
+                let mut block = json!({"type": "tool_use", "name": call.name, "input": input});
+                if !turn.without_ids {
+                    block["id"] = json!(
+                        call.id
+                            .clone()
+                            .unwrap_or_else(|| format!("toolu_fake_{}_{n}", info.number))
+                    );
+                }
+                content.push(block);
+            }
+            json!({
+                "id": format!("msg_fake_{}", info.number),
+                "type": "message",
+                "role": "assistant",
+                "model": info.model,
+                "content": content,
+                "stop_reason": anthropic_stop(&turn.finish_or_default()),
+                "stop_sequence": null,
+                "usage": {"input_tokens": info.input_tokens, "output_tokens": turn.output_tokens},
+            })
+        }
+    };
+    body.to_string().into_bytes()
+}
+
 /// A `chat.completion.chunk`, typed rather than built as a `Value`: the
 /// benchmark runs this server in its own process, so its CPU counts.
 #[derive(Serialize)]
@@ -429,6 +498,23 @@ mod tests {
                 serde_json::from_str(data).ok()
             })
             .collect()
+    }
+
+    #[test]
+    fn a_whole_body_holds_the_text_and_calls_of_the_turn() {
+        let turn =
+            FakeTurn::text_in("Let me ask.", 3).call(FakeToolCall::new("ask_user", &json!({"question": "Q?"}), 4));
+        let openai: Value = serde_json::from_slice(&whole_body(WireFormat::OpenAi, &turn, &info())).unwrap();
+        let message = &openai["choices"][0]["message"];
+        assert_eq!(message["content"], "Let me ask.");
+        assert_eq!(
+            message["tool_calls"][0]["function"]["arguments"],
+            "{\"question\":\"Q?\"}"
+        );
+        assert_eq!(openai["choices"][0]["finish_reason"], "tool_calls");
+        let anthropic: Value = serde_json::from_slice(&whole_body(WireFormat::Anthropic, &turn, &info())).unwrap();
+        assert_eq!(anthropic["content"][1]["input"], json!({"question": "Q?"}));
+        assert_eq!(anthropic["stop_reason"], "tool_use");
     }
 
     #[test]

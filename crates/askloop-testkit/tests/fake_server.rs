@@ -33,23 +33,27 @@ async fn requests_are_recorded_and_scripted_failures_hit_the_nth_request() {
         .unwrap();
     let url = format!("{}/chat/completions", server.openai_base_url());
 
-    let first = post(&url, &json!({"model": "m", "messages": []})).await;
+    let first = post(&url, &json!({"model": "m", "stream": true, "messages": []})).await;
     assert_eq!(first.status(), 200);
     assert_eq!(first.headers()["content-type"], "text/event-stream");
     let first_body = first.text().await.unwrap();
     assert!(first_body.contains("\"content\":\"first\""), "{first_body}");
 
-    let limited = post(&url, &json!({"model": "m", "n": 2})).await;
+    let limited = post(&url, &json!({"model": "m", "stream": true, "n": 2})).await;
     assert_eq!(limited.status(), 429);
     assert_eq!(limited.headers()["retry-after"], "7");
     let error: Value = limited.json().await.unwrap();
     assert_eq!(error["error"]["message"], "slow down");
 
     // The failure did not consume the queue.
-    let third = post(&url, &json!({"model": "m"})).await.text().await.unwrap();
+    let third = post(&url, &json!({"model": "m", "stream": true}))
+        .await
+        .text()
+        .await
+        .unwrap();
     assert!(third.contains("\"content\":\"second\""), "{third}");
     // Nothing left: a clear 500.
-    let fourth = post(&url, &json!({"model": "m"})).await;
+    let fourth = post(&url, &json!({"model": "m", "stream": true})).await;
     assert_eq!(fourth.status(), 500);
     assert!(
         fourth
@@ -65,7 +69,7 @@ async fn requests_are_recorded_and_scripted_failures_hit_the_nth_request() {
     assert_eq!(requests[1].method, "POST");
     assert_eq!(requests[1].path, "/v1/chat/completions");
     assert_eq!(requests[1].header("X-Test"), Some("yes"));
-    assert_eq!(requests[1].body, json!({"model": "m", "n": 2}));
+    assert_eq!(requests[1].body, json!({"model": "m", "stream": true, "n": 2}));
 }
 
 #[tokio::test]
@@ -77,7 +81,11 @@ async fn the_route_decides_the_wire_format_and_errors_take_its_shape() {
         .await
         .unwrap();
     let url = format!("{}/v1/messages", server.anthropic_base_url());
-    let stream = post(&url, &json!({"model": "claude"})).await.text().await.unwrap();
+    let stream = post(&url, &json!({"model": "claude", "stream": true}))
+        .await
+        .text()
+        .await
+        .unwrap();
     assert!(stream.starts_with("event: message_start\n"), "{stream}");
     assert!(
         stream.trim_end().ends_with("data: {\"type\":\"message_stop\"}"),
@@ -104,7 +112,7 @@ async fn the_deploy_workload_streams_the_benchmark_shapes() {
     let url = format!("{}/chat/completions", server.openai_base_url());
     let ask = post(
         &url,
-        &json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Deploy"}]}),
+        &json!({"model": "gpt-4o-mini", "stream": true, "messages": [{"role": "user", "content": "Deploy"}]}),
     )
     .await
     .text()
@@ -137,7 +145,7 @@ async fn the_deploy_workload_streams_the_benchmark_shapes() {
 
     let answer = post(
         &url,
-        &json!({"model": "gpt-4o-mini", "messages": [
+        &json!({"model": "gpt-4o-mini", "stream": true, "messages": [
             {"role": "user", "content": "Deploy"},
             {"role": "assistant", "content": null, "tool_calls": [{"id": "call_ask_1", "type": "function", "function": {"name": "ask_user", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "call_ask_1", "content": "User answered: staging"}
@@ -231,7 +239,7 @@ async fn the_fake_openai_program_serves_the_long_workload_on_the_port_it_prints(
 
     let body = post(
         &format!("{base}/chat/completions"),
-        &json!({"model": "gpt-4o-mini", "messages": [
+        &json!({"model": "gpt-4o-mini", "stream": true, "messages": [
             {"role": "user", "content": "go"},
             {"role": "assistant", "content": null},
             {"role": "tool", "tool_call_id": "call_ask_1", "content": "answer-1"}
@@ -268,4 +276,21 @@ fn the_fake_openai_program_rejects_a_bad_workload_with_usage() {
         stderr.contains("expected deploy or long:T") && stderr.contains("usage:"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn a_request_that_does_not_ask_to_stream_gets_one_json_body() {
+    let server = FakeServer::with_responder(workload::deploy_responder()).await.unwrap();
+    let response = post(
+        &format!("{}/chat/completions", server.openai_base_url()),
+        &json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Deploy"}]}),
+    )
+    .await;
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["object"], "chat.completion");
+    let call = &body["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "ask_user");
+    let arguments: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments, workload::deploy_arguments());
 }

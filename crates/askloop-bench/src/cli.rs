@@ -4,7 +4,7 @@
 use std::fmt;
 
 /// Usage, printed with every argument error.
-pub const USAGE: &str = "usage: askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] \
+pub const USAGE: &str = "usage: askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] [--detail] \
 MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M";
 
 /// The model name sent to the server by default.
@@ -43,6 +43,9 @@ pub struct Target {
     pub model: String,
     /// The API key sent in requests.
     pub api_key: String,
+    /// Print a breakdown of the figures to stderr (`long`: the store's share
+    /// of each resume).
+    pub detail: bool,
 }
 
 /// The resolved configuration.
@@ -73,6 +76,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
         db: None,
         model: DEFAULT_MODEL.to_owned(),
         api_key: DEFAULT_API_KEY.to_owned(),
+        detail: false,
     };
     let mut positional = Vec::new();
     let mut args = args.into_iter();
@@ -90,6 +94,10 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
         };
         if flag == "--help" {
             return Ok(None);
+        }
+        if flag == "--detail" && inline.is_none() {
+            target.detail = true;
+            continue;
         }
         let value = match inline.or_else(|| args.next()) {
             Some(value) if !value.trim().is_empty() => value,

@@ -13,6 +13,7 @@ use askloop_testkit::{FakeServer, workload};
 use tempfile::TempDir;
 
 use crate::cli::Target;
+use crate::store_clock::{StoreClock, TimedStore};
 
 /// The agent's id.
 pub const AGENT_ID: &str = "deployment-assistant";
@@ -82,9 +83,17 @@ impl Environment {
     /// The benchmark's agent: issue 6's instructions, `ask_user`, the store,
     /// and an OpenAI-compatible model at the base URL.
     pub async fn agent(&self) -> anyhow::Result<Agent> {
-        let store = askloop_store::open(&self.db)
+        self.timed_agent(None).await
+    }
+
+    /// [`Environment::agent`], its store timed by `clock` when given.
+    pub async fn timed_agent(&self, clock: Option<Arc<StoreClock>>) -> anyhow::Result<Agent> {
+        let mut store = askloop_store::open(&self.db)
             .await
             .with_context(|| format!("cannot open the store at {}", self.db))?;
+        if let Some(clock) = clock {
+            store = Arc::new(TimedStore { inner: store, clock });
+        }
         let config = OpenAiConfig::new(&self.target.model, &self.base_url)
             .api_key(&self.target.api_key)
             .provider("openai-compatible");

@@ -19,6 +19,7 @@ mod environment;
 mod measure;
 mod modes;
 mod run;
+mod store_clock;
 
 use std::process::ExitCode;
 

@@ -1,6 +1,7 @@
 //! `long T`: one run that asks T questions in a row, answered `answer-k`;
 //! the cost of a resume must stay flat as the conversation grows.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Serialize, Serializer};
@@ -10,6 +11,7 @@ use crate::cli::Target;
 use crate::environment::{Environment, Workload};
 use crate::measure;
 use crate::run;
+use crate::store_clock::StoreClock;
 
 /// Resumes around a turn whose median is reported.
 const WINDOW: usize = 5;
@@ -37,6 +39,28 @@ impl Serialize for ResumePoints {
     }
 }
 
+/// What `--detail` adds on stderr: the store's share of each resume (the
+/// run row: get, claim, update; and the read of the whole conversation).
+#[derive(Debug, Serialize)]
+struct Detail {
+    detail: &'static str,
+    resume_ms_at: ResumePoints,
+    store_row_ms_at: ResumePoints,
+    store_messages_ms_at: ResumePoints,
+}
+
+/// The median of the resumes around each reported turn.
+fn medians_at(t: usize, per_turn: &[Duration]) -> Vec<(usize, f64)> {
+    points(t)
+        .into_iter()
+        .filter_map(|point| {
+            let turns = window(point, t);
+            let measured = per_turn.get(turns.start() - 1..(*turns.end()).min(per_turn.len()))?;
+            (!measured.is_empty()).then(|| (point, measure::median_ms(measured)))
+        })
+        .collect()
+}
+
 /// The turns reported: 1, 10, 100 and T, leaving out those past T (a run of
 /// 12 turns reports 1, 10 and 12).
 fn points(t: usize) -> Vec<usize> {
@@ -61,9 +85,12 @@ fn question(k: usize, t: usize) -> String {
 /// Stops at the first wrong step (`ok` 0), reporting what was measured.
 pub async fn long(target: &Target, t: usize) -> anyhow::Result<Report> {
     let environment = Environment::prepare(target, Workload::Long(t)).await?;
-    let agent = environment.agent().await?;
+    let clock = target.detail.then(|| Arc::new(StoreClock::default()));
+    let agent = environment.timed_agent(clock.clone()).await?;
     let mut failures = Failures::default();
     let mut resumes: Vec<Duration> = Vec::with_capacity(t);
+    // Per resume, with --detail: (store row operations, conversation read).
+    let mut store_times: Vec<(Duration, Duration)> = Vec::new();
 
     let started = Instant::now();
     let result = async {
@@ -71,6 +98,7 @@ pub async fn long(target: &Target, t: usize) -> anyhow::Result<Report> {
         first.expect_question(&question(1, t))?;
         let run_id = first.run_id;
         for k in 1..=t {
+            let before = clock.as_ref().map(|c| c.read());
             let resumed = run::resume(&agent, &run_id, &format!("answer-{k}")).await?;
             if k < t {
                 resumed.expect_question(&question(k + 1, t))?;
@@ -78,6 +106,10 @@ pub async fn long(target: &Target, t: usize) -> anyhow::Result<Report> {
                 resumed.expect_text(&format!("Deploying to User answered: answer-{t}."))?;
             }
             resumes.push(resumed.elapsed);
+            if let (Some(clock), Some((row, messages))) = (&clock, before) {
+                let (row_now, messages_now) = clock.read();
+                store_times.push((row_now - row, messages_now - messages));
+            }
         }
         anyhow::Ok(())
     }
@@ -91,14 +123,19 @@ pub async fn long(target: &Target, t: usize) -> anyhow::Result<Report> {
         }
     };
 
-    let resume_ms_at = points(t)
-        .into_iter()
-        .filter_map(|point| {
-            let turns = window(point, t);
-            let measured = resumes.get(turns.start() - 1..(*turns.end()).min(resumes.len()))?;
-            (!measured.is_empty()).then(|| (point, measure::median_ms(measured)))
-        })
-        .collect();
+    let resume_ms_at = medians_at(t, &resumes);
+    if target.detail {
+        let column = |f: fn(&(Duration, Duration)) -> Duration| {
+            ResumePoints(medians_at(t, &store_times.iter().map(f).collect::<Vec<_>>()))
+        };
+        let detail = Detail {
+            detail: "long",
+            resume_ms_at: ResumePoints(resume_ms_at.clone()),
+            store_row_ms_at: column(|(row, _)| *row),
+            store_messages_ms_at: column(|(_, messages)| *messages),
+        };
+        eprintln!("{}", serde_json::to_string(&detail)?);
+    }
     let figures = Figures {
         implementation: IMPL,
         mode: "long",

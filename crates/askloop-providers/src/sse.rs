@@ -27,7 +27,44 @@ pub(crate) trait StreamParser: Send + 'static {
     fn on_end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
 }
 
-type SseStream = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+/// Why the body stopped before its end.
+#[derive(Debug)]
+enum BodyError {
+    /// The connection failed.
+    Transport(reqwest::Error),
+    /// No bytes for the idle timeout.
+    Idle,
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::Transport(err) => f.write_str(&error_chain(err)),
+            BodyError::Idle => f.write_str("idle"),
+        }
+    }
+}
+
+type SseStream = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<BodyError>>> + Send>>;
+
+/// The body's bytes, failing with [`BodyError::Idle`] when none come for
+/// `idle`. Idleness is measured on bytes, not events, so SSE comments that
+/// servers send as keep-alives (`: processing`) keep a slow turn alive.
+fn body_with_idle_timeout(
+    response: Response,
+    idle: Duration,
+) -> impl Stream<Item = Result<Bytes, BodyError>> + Send + 'static {
+    let body = Box::pin(response.bytes_stream());
+    futures::stream::unfold(Some(body), move |body| async move {
+        let mut body = body?;
+        match tokio::time::timeout(idle, body.next()).await {
+            Err(_) => Some((Err(BodyError::Idle), None)),
+            Ok(None) => None,
+            Ok(Some(Ok(bytes))) => Some((Ok(bytes), Some(body))),
+            Ok(Some(Err(err))) => Some((Err(BodyError::Transport(err)), None)),
+        }
+    })
+}
 
 struct SseState<P> {
     provider: String,
@@ -47,10 +84,9 @@ pub(crate) fn model_stream<P: StreamParser>(
     parser: P,
     idle: Duration,
 ) -> ModelStream {
-    let bytes: Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>> = Box::pin(response.bytes_stream());
     let state = SseState {
         provider: provider.to_owned(),
-        events: Box::pin(bytes.eventsource()),
+        events: Box::pin(body_with_idle_timeout(response, idle).eventsource()),
         parser,
         idle,
         ready: VecDeque::new(),
@@ -80,30 +116,27 @@ pub(crate) fn model_stream<P: StreamParser>(
 impl<P: StreamParser> SseState<P> {
     /// Reads until the parser has something to say or the stream ends.
     async fn next_events(&mut self) -> Result<(), ModelError> {
-        match tokio::time::timeout(self.idle, self.events.next()).await {
-            Err(_) => Err(ModelError::Transport {
+        match self.events.next().await {
+            None => {
+                self.done = true;
+                self.parser.on_end(&mut self.ready)
+            }
+            Some(Err(EventStreamError::Transport(BodyError::Idle))) => Err(ModelError::Transport {
                 provider: self.provider.clone(),
                 message: format!(
                     "the stream stalled: no data for {:?} (the response was cut short)",
                     self.idle
                 ),
             }),
-            Ok(None) => {
-                self.done = true;
-                self.parser.on_end(&mut self.ready)
-            }
-            Ok(Some(Err(EventStreamError::Transport(err)))) => Err(ModelError::Transport {
+            Some(Err(EventStreamError::Transport(err))) => Err(ModelError::Transport {
                 provider: self.provider.clone(),
-                message: format!(
-                    "the connection broke while the response streamed: {}",
-                    error_chain(&err)
-                ),
+                message: format!("the connection broke while the response streamed: {err}"),
             }),
-            Ok(Some(Err(err))) => Err(ModelError::Protocol {
+            Some(Err(err)) => Err(ModelError::Protocol {
                 provider: self.provider.clone(),
                 message: format!("invalid server-sent events: {err}"),
             }),
-            Ok(Some(Ok(event))) => {
+            Some(Ok(event)) => {
                 if self.parser.on_event(&event, &mut self.ready)? {
                     self.done = true;
                     self.parser.on_end(&mut self.ready)?;

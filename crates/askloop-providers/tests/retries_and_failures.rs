@@ -197,6 +197,29 @@ async fn a_stalled_stream_hits_the_idle_timeout() {
 }
 
 #[tokio::test]
+async fn keep_alive_comments_keep_a_slow_stream_within_the_idle_timeout() {
+    // Silent for 350 ms between frames (idle timeout: 200 ms), but for
+    // comments every 50 ms.
+    let server = FakeServer::builder()
+        .respond(
+            FakeTurn::text("thinking hard")
+                .frame_delay(Duration::from_millis(350))
+                .keep_alive(Duration::from_millis(50)),
+        )
+        .start()
+        .await
+        .unwrap();
+    let http = HttpConfig {
+        idle_timeout: Duration::from_millis(200),
+        ..quick_http(0)
+    };
+    let agent = deploy_agent(openai_model(&server, http));
+    let output = agent.stream("Hi").await.unwrap().output().await;
+    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error);
+    assert_eq!(output.text, "thinking hard");
+}
+
+#[tokio::test]
 async fn dropping_the_model_stream_closes_the_connection() {
     // Six frames a second apart: sent whole, the body would stream for
     // five seconds or more.

@@ -162,6 +162,9 @@ pub struct FakeTurn {
     pub delay: Duration,
     /// Waits this long before each SSE frame but the first.
     pub frame_delay: Duration,
+    /// While waiting between frames, sends an SSE comment (`: keep-alive`)
+    /// this often, as servers do while a model thinks.
+    pub keep_alive: Option<Duration>,
 }
 
 impl FakeTurn {
@@ -249,6 +252,12 @@ impl FakeTurn {
     /// Waits before each SSE frame but the first.
     pub fn frame_delay(mut self, delay: Duration) -> Self {
         self.frame_delay = delay;
+        self
+    }
+
+    /// Sends `: keep-alive` comments this often while waiting between frames.
+    pub fn keep_alive(mut self, every: Duration) -> Self {
+        self.keep_alive = Some(every);
         self
     }
 

@@ -348,7 +348,14 @@ async fn answer(
     };
     match response {
         FakeResponse::Error(error) => error_response(format, &error),
-        FakeResponse::RawSse(text) => sse_response(shared, vec![Bytes::from(text)], None, Duration::ZERO),
+        FakeResponse::RawSse(text) => {
+            let pacing = Pacing {
+                frame_delay: Duration::ZERO,
+                keep_alive: None,
+                disconnect_after: None,
+            };
+            sse_response(shared, vec![Bytes::from(text)], pacing)
+        }
         FakeResponse::Turn(turn) => {
             if !turn.delay.is_zero() {
                 tokio::time::sleep(turn.delay).await;
@@ -362,7 +369,12 @@ async fn answer(
                 return response;
             }
             let frames = wire::turn_frames(format, &turn, &info);
-            sse_response(shared, frames, turn.disconnect_after, turn.frame_delay)
+            let pacing = Pacing {
+                frame_delay: turn.frame_delay,
+                keep_alive: turn.keep_alive,
+                disconnect_after: turn.disconnect_after,
+            };
+            sse_response(shared, frames, pacing)
         }
     }
 }
@@ -427,36 +439,57 @@ impl Drop for OpenStream {
     }
 }
 
-/// Streams frames, one HTTP chunk each, as a real server does. The frame
-/// delay is waited before every frame but the first.
-fn sse_response(
-    shared: &Shared,
-    frames: Vec<Bytes>,
-    disconnect_after: Option<usize>,
+/// When frames go out: the delay between them, keep-alive comments while
+/// waiting, and where the connection is cut.
+#[derive(Debug, Clone, Copy)]
+struct Pacing {
     frame_delay: Duration,
-) -> Response {
+    keep_alive: Option<Duration>,
+    disconnect_after: Option<usize>,
+}
+
+impl Pacing {
+    /// Each item with the wait before it: the frame delay before every frame
+    /// but the first (split by keep-alive comments), and after a cut an
+    /// error, which makes hyper abort the connection.
+    fn schedule(self, frames: Vec<Bytes>) -> Vec<(Duration, Result<Bytes, Disconnect>)> {
+        let mut timed = Vec::with_capacity(frames.len() + 1);
+        let cut = self.disconnect_after.unwrap_or(usize::MAX);
+        for (i, frame) in frames.into_iter().take(cut).enumerate() {
+            let mut wait = if i == 0 { Duration::ZERO } else { self.frame_delay };
+            if let Some(every) = self.keep_alive.filter(|every| !every.is_zero()) {
+                while wait > every {
+                    timed.push((every, Ok(Bytes::from_static(b": keep-alive\n\n"))));
+                    wait -= every;
+                }
+            }
+            timed.push((wait, Ok(frame)));
+        }
+        if self.disconnect_after.is_some() {
+            // What was written reaches the client before the cut, so it sees
+            // a response that breaks off, not one that never came.
+            timed.push((DISCONNECT_FLUSH, Err(Disconnect)));
+        }
+        timed
+    }
+}
+
+/// Streams frames, one HTTP chunk each, as a real server does.
+fn sse_response(shared: &Shared, frames: Vec<Bytes>, pacing: Pacing) -> Response {
     let open = OpenStream::new(&shared.open_streams);
-    let body = if frame_delay.is_zero() && disconnect_after.is_none() {
+    let body = if pacing.frame_delay.is_zero() && pacing.disconnect_after.is_none() {
         Body::from_stream(futures::stream::iter(frames).map(move |frame| {
             let _counted = &open;
             Ok::<_, Infallible>(frame)
         }))
     } else {
-        let cut = disconnect_after.unwrap_or(usize::MAX);
-        let items = frames.into_iter().take(cut).map(Ok).chain(
-            // After the cut, an error: hyper aborts the connection.
-            disconnect_after.map(|_| Err(Disconnect)),
-        );
-        let stream = futures::stream::unfold((items, open, true), move |(mut items, open, first)| async move {
-            let item = items.next()?;
-            match &item {
-                Ok(_) if !first && !frame_delay.is_zero() => tokio::time::sleep(frame_delay).await,
-                // Let what was written reach the client before the cut, so it
-                // sees a response that breaks off, not one that never came.
-                Err(_) => tokio::time::sleep(DISCONNECT_FLUSH).await,
-                Ok(_) => {}
+        let timed = pacing.schedule(frames);
+        let stream = futures::stream::unfold((timed.into_iter(), open), |(mut items, open)| async move {
+            let (wait, item) = items.next()?;
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
             }
-            Some((item, (items, open, false)))
+            Some((item, (items, open)))
         });
         Body::from_stream(stream)
     };

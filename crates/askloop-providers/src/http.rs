@@ -35,8 +35,9 @@ pub struct HttpConfig {
     /// How long opening a connection (TCP and TLS) may take.
     pub connect_timeout: Duration,
     /// How long the server may stay silent: waiting for the response
-    /// headers, and between two reads of the body (keep-alive comments count). Generous by default,
-    /// because reasoning models can think for minutes before the first token.
+    /// headers, and between two reads of the body (keep-alive comments
+    /// count). Generous by default, because reasoning models can think for
+    /// minutes before the first token.
     pub idle_timeout: Duration,
     /// When failed requests are tried again.
     pub retry: RetryPolicy,

@@ -168,7 +168,7 @@ pub async fn open_store(db: Option<&str>) -> Result<Arc<dyn RunStore>, CliError>
     };
     askloop_store::open(&location).await.map_err(|err| match err {
         askloop::StoreError::InvalidLocation(message) => CliError::usage(message),
-        other => CliError::failure(format!("cannot open the database {location}: {other}")),
+        other => CliError::failure(format!("cannot open the database: {other}")),
     })
 }
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 use askloop::{Message, RUN_SCHEMA_VERSION, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::Row;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection, Row};
 
 use crate::row::{FINISHED, JsonColumns, RowState, StoredRun, explain_missed_write, message_bodies, parse_message};
 
@@ -67,6 +67,9 @@ impl PostgresOptions {
     }
 }
 
+/// How long opening a store waits for the server's first answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Runs stored in PostgreSQL.
 ///
 /// Cloning is cheap and shares the pool.
@@ -100,6 +103,25 @@ impl PostgresStore {
                 source: e,
             })
         };
+        // One direct connection first, so a server that is not there fails
+        // at once: the pool would retry a refused connection for its whole
+        // acquire timeout.
+        match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect)).await {
+            Ok(Ok(probe)) => {
+                let _ = probe.close().await;
+            }
+            Ok(Err(err)) => return Err(cannot_connect(err)),
+            Err(_) => {
+                return Err(StoreError::backend(ConnectError {
+                    message: format!(
+                        "cannot connect to PostgreSQL at {}: no answer within {}s",
+                        redact(url),
+                        CONNECT_TIMEOUT.as_secs()
+                    ),
+                    source: sqlx::Error::PoolTimedOut,
+                }));
+            }
+        }
         if let Some(schema) = &options.schema {
             check_schema_name(schema)?;
             // Created over a plain connection first: the pool's connections

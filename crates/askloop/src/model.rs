@@ -129,8 +129,8 @@ pub enum ModelError {
         /// The provider's error message.
         message: String,
     },
-    /// The provider could not be reached, or the connection broke.
-    #[error("could not reach {provider}: {message}")]
+    /// The provider could not be reached, or the connection broke mid-stream.
+    #[error("the connection to {provider} failed: {message}")]
     Transport {
         /// The provider.
         provider: String,

@@ -412,6 +412,26 @@ fn chat_on_the_offline_demo_completes_after_three_answers_read_line_by_line() {
 }
 
 #[test]
+fn chat_with_a_model_carries_the_conversation_into_the_next_message() {
+    let env = Env::new();
+    let script = env.script(
+        "talk.json",
+        r#"{"turns": [{"text": "Hello, {{input}}."}, {"text": "You said more."}]}"#,
+    );
+    let out = env.run_with_input(&["chat", "--script", script.to_str().unwrap()], "Ada\nand more\n");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("Hello, Ada."), "{text}");
+    // The second message started a run whose conversation holds the first
+    // exchange, so the script moved on to its second turn.
+    assert!(text.contains("You said more."), "{text}");
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+    let latest = env.show(runs[0]["runId"].as_str().unwrap());
+    assert_eq!(latest["messages"].as_array().unwrap().len(), 4);
+}
+
+#[test]
 fn chat_input_ending_at_a_question_leaves_the_run_suspended_with_the_resume_line() {
     let env = Env::new();
     let out = env.run_with_input(&["chat", "Plan my project"], "Zed\n");

@@ -129,9 +129,15 @@ fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
         [mode @ ("roundtrip" | "concurrent" | "long" | "waiting")] => {
             return Err(ArgError(format!("mode `{mode}` needs a count, e.g. `{mode} 10`")));
         }
-        [mode, ..] if ["roundtrip", "concurrent", "restart", "long", "waiting"].contains(mode) => {
+        ["restart", ..] => {
             return Err(ArgError(format!(
-                "too many arguments for mode `{mode}`: {}",
+                "mode `restart` takes no arguments; got `{}`",
+                words[1..].join(" ")
+            )));
+        }
+        [mode, ..] if ["roundtrip", "concurrent", "long", "waiting"].contains(mode) => {
+            return Err(ArgError(format!(
+                "mode `{mode}` takes one count; got `{}`",
                 words[1..].join(" ")
             )));
         }

@@ -560,3 +560,48 @@ async fn a_run_changed_by_another_process_is_read_back_not_taken_from_the_cache(
         .collect();
     assert_eq!(answers, ["User answered: from elsewhere", "User answered: b"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_stream_mid_run_still_brings_the_run_to_its_stored_suspension() {
+    use futures::StreamExt;
+    #[derive(Debug)]
+    struct SlowModel(Arc<CountingModel>);
+    #[async_trait::async_trait]
+    impl askloop::Model for SlowModel {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        async fn stream(
+            &self,
+            request: askloop::ModelRequest<'_>,
+        ) -> Result<askloop::ModelStream, askloop::ModelError> {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            self.0.stream(request).await
+        }
+    }
+    let store = Arc::new(MemoryStore::new());
+    let agent = agent_with(Arc::new(SlowModel(CountingModel::new(ASK_THEN_ANSWER))), store.clone());
+    let mut stream = agent.stream("Deploy").await.unwrap();
+    let run_id = stream.run_id().to_owned();
+    let first = stream.next().await.unwrap();
+    assert_eq!(first.type_name(), "start");
+    // The model has not answered yet: the run is mid-step when its reader goes.
+    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Running);
+    drop(stream);
+    let mut status = RunStatus::Running;
+    for _ in 0..200 {
+        status = store.get(&run_id).await.unwrap().unwrap().status;
+        if status != RunStatus::Running {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(status, RunStatus::Suspended, "the run went on without its reader");
+    let out = agent
+        .resume_stream("staging", ResumeOptions::run(&run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.text, "Deploying to User answered: staging.");
+}

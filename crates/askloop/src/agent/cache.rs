@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use crate::message::Message;
 
 /// How many messages the cache holds across all runs, by default.
-pub(crate) const DEFAULT_CACHED_MESSAGES: usize = 50_000;
+pub(crate) const DEFAULT_CACHED_MESSAGES: usize = 4_096;
 
 #[derive(Debug)]
 struct Entry {

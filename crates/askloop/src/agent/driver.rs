@@ -13,9 +13,9 @@ use std::sync::Arc;
 use chrono::Utc;
 use futures::{FutureExt, StreamExt, future::join_all};
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use super::machine::{self, AfterModel, AfterTools};
+use super::stream::Outbox;
 use super::{AgentInner, StreamOutput, approval_schema};
 use crate::chunk::*;
 use crate::error::RunError;
@@ -99,7 +99,7 @@ enum Ended {
 pub(crate) struct Driver {
     agent: Arc<AgentInner>,
     state: RunState,
-    chunks: mpsc::Sender<Chunk>,
+    chunks: Outbox,
     /// The text the model produced in this stream.
     text: String,
     /// Model calls made in this stream.
@@ -107,7 +107,7 @@ pub(crate) struct Driver {
 }
 
 impl Driver {
-    pub(crate) fn new(agent: Arc<AgentInner>, state: RunState, chunks: mpsc::Sender<Chunk>) -> Self {
+    pub(crate) fn new(agent: Arc<AgentInner>, state: RunState, chunks: Outbox) -> Self {
         Driver {
             agent,
             state,
@@ -160,10 +160,12 @@ impl Driver {
         }
     }
 
+    /// Leaves a chunk for the stream. (Async so emitting stays a visible
+    /// step of the driver, though it never waits: the stream polls the
+    /// driver only once it has handed out what was left.)
     async fn emit(&self, kind: ChunkKind) {
-        // A reader that went away stops receiving chunks; the run itself
-        // goes on to its next stored state.
-        let _ = self.chunks.send(Chunk::new(&self.state.record.run_id, kind)).await;
+        let chunk = Chunk::new(&self.state.record.run_id, kind);
+        self.chunks.lock().unwrap_or_else(|p| p.into_inner()).push_back(chunk);
     }
 
     /// Model steps until the run completes, suspends or fails.

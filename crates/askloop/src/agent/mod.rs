@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
 
 use crate::ask_user::ASK_USER_TOOL_ID;
 use crate::error::RunError;
@@ -28,9 +27,6 @@ use driver::{Driver, ResumeAction, RunState};
 
 /// How many model calls one stream (or resume) may make, by default.
 pub const DEFAULT_MAX_STEPS: u32 = 25;
-
-/// Chunks buffered between the run's task and a slow reader.
-const CHUNK_BUFFER: usize = 256;
 
 /// An agent: a model, instructions and tools, with a store for its runs.
 ///
@@ -675,15 +671,10 @@ impl Agent {
     }
 
     fn spawn(&self, state: RunState, action: Option<ResumeAction>) -> AgentStream {
-        let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_BUFFER);
-        let (output_tx, output_rx) = oneshot::channel();
+        let outbox = stream::Outbox::default();
         let run_id = state.record.run_id.clone();
-        let driver = Driver::new(Arc::clone(&self.inner), state, chunk_tx);
-        tokio::spawn(async move {
-            let output = driver.run(action).await;
-            let _ = output_tx.send(output);
-        });
-        AgentStream::new(run_id, chunk_rx, output_rx)
+        let driver = Driver::new(Arc::clone(&self.inner), state, Arc::clone(&outbox));
+        AgentStream::new(run_id, outbox, driver.run(action))
     }
 }
 

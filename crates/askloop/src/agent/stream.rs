@@ -1,12 +1,20 @@
 //! [`AgentStream`]: the chunks of one stream of a run, and its final
 //! [`StreamOutput`].
+//!
+//! The run is driven inside the stream itself: polling the stream polls the
+//! driver, which leaves its chunks in a small outbox the stream hands out.
+//! No task, no channel and no cross-thread wake-up per chunk. If the stream
+//! is dropped before the run reaches a stored state, the rest of the run is
+//! spawned onto the runtime, so dropping a stream never strands a run.
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
-use tokio::sync::{mpsc, oneshot};
 
 use crate::chunk::{Chunk, ChunkKind};
 use crate::message::{FinishReason, Usage};
@@ -32,28 +40,40 @@ pub struct StreamOutput {
     pub error: Option<String>,
 }
 
+/// Where the driver leaves chunks for the stream to hand out.
+pub(crate) type Outbox = Arc<Mutex<VecDeque<Chunk>>>;
+
+type DriverFuture = Pin<Box<dyn Future<Output = StreamOutput> + Send>>;
+
 /// The chunks of one stream of a run.
-///
-/// The run is driven by a task of its own: dropping the stream stops the
-/// chunks, not the run, which still reaches its next stored state (suspended,
-/// completed or failed).
 pub struct AgentStream {
     run_id: String,
-    chunks: mpsc::Receiver<Chunk>,
-    output: oneshot::Receiver<StreamOutput>,
+    outbox: Outbox,
+    driver: Option<DriverFuture>,
+    output: Option<StreamOutput>,
 }
 
 impl fmt::Debug for AgentStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AgentStream")
             .field("run_id", &self.run_id)
+            .field("running", &self.driver.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl AgentStream {
-    pub(crate) fn new(run_id: String, chunks: mpsc::Receiver<Chunk>, output: oneshot::Receiver<StreamOutput>) -> Self {
-        AgentStream { run_id, chunks, output }
+    pub(crate) fn new(
+        run_id: String,
+        outbox: Outbox,
+        driver: impl Future<Output = StreamOutput> + Send + 'static,
+    ) -> Self {
+        AgentStream {
+            run_id,
+            outbox,
+            driver: Some(Box::pin(driver)),
+            output: None,
+        }
     }
 
     /// The run's id: keep it to resume the run later.
@@ -63,17 +83,17 @@ impl AgentStream {
 
     /// Reads the rest of the stream and returns how it ended.
     pub async fn output(mut self) -> StreamOutput {
-        while self.chunks.recv().await.is_some() {}
-        self.finish().await
+        while self.next().await.is_some() {}
+        self.finish()
     }
 
     /// Reads the rest of the stream, returning its chunks and how it ended.
     pub async fn collect(mut self) -> (Vec<Chunk>, StreamOutput) {
         let mut chunks = Vec::new();
-        while let Some(chunk) = self.chunks.recv().await {
+        while let Some(chunk) = self.next().await {
             chunks.push(chunk);
         }
-        let output = self.finish().await;
+        let output = self.finish();
         (chunks, output)
     }
 
@@ -88,17 +108,20 @@ impl AgentStream {
         .boxed()
     }
 
-    async fn finish(self) -> StreamOutput {
-        let run_id = self.run_id;
-        self.output.await.unwrap_or_else(|_| StreamOutput {
-            run_id,
+    fn finish(&mut self) -> StreamOutput {
+        self.output.take().unwrap_or_else(|| StreamOutput {
+            run_id: self.run_id.clone(),
             status: RunStatus::Failed,
             finish_reason: FinishReason::Error,
             text: String::new(),
             pending: Vec::new(),
             usage: Usage::default(),
-            error: Some("the run's task ended without reporting an outcome".into()),
+            error: Some("the stream's outcome was already taken".into()),
         })
+    }
+
+    fn pop(&self) -> Option<Chunk> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner()).pop_front()
     }
 }
 
@@ -106,6 +129,40 @@ impl Stream for AgentStream {
     type Item = Chunk;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Chunk>> {
-        self.chunks.poll_recv(cx)
+        loop {
+            if let Some(chunk) = self.pop() {
+                return Poll::Ready(Some(chunk));
+            }
+            let Some(driver) = self.driver.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match driver.as_mut().poll(cx) {
+                Poll::Ready(output) => {
+                    self.driver = None;
+                    self.output = Some(output);
+                }
+                // The driver left chunks and waits on I/O: hand them out.
+                Poll::Pending if !self.outbox.lock().unwrap_or_else(|p| p.into_inner()).is_empty() => {}
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl Drop for AgentStream {
+    fn drop(&mut self) {
+        // The reader went away mid-run: finish the run on the runtime so it
+        // still reaches its next stored state (suspended, completed or failed).
+        if let Some(driver) = self.driver.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(driver);
+                }
+                Err(_) => tracing::warn!(
+                    run_id = %self.run_id,
+                    "an agent stream was dropped mid-run outside a Tokio runtime; the run stays running"
+                ),
+            }
+        }
     }
 }

@@ -189,9 +189,14 @@ impl SqliteStore {
                 OpenError::Fatal(err)
             }
         };
+        // No ping before each acquire (`test_before_acquire`, on by default):
+        // a SQLite connection is a file opened in this process, not a socket,
+        // so it cannot go stale while idle, and the ping is one more hand-off
+        // to the connection's thread per store call.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
+            .test_before_acquire(false)
             .connect_with(connect.clone())
             .await
             .map_err(cannot_open)?;
@@ -211,6 +216,7 @@ impl SqliteStore {
         }
         let readers = SqlitePoolOptions::new()
             .max_connections(options.readers)
+            .test_before_acquire(false)
             .connect_with(connect.clone().create_if_missing(false))
             .await
             .map_err(cannot_open)?;
@@ -302,20 +308,40 @@ fn stored_run(row: &SqliteRow) -> Result<StoredRun, StoreError> {
     })
 }
 
+/// How many messages one `INSERT` writes at most: 3 variables a row keeps a
+/// statement at 768 variables, under SQLite's limit even in builds older than
+/// 3.32 (999).
+const MESSAGES_PER_INSERT: usize = 256;
+
+/// `INSERT INTO messages ... VALUES (?, ?, ?), (?, ?, ?), ...` for `rows` rows.
+fn insert_messages_sql(rows: usize) -> String {
+    const HEAD: &str = "INSERT INTO messages (run_id, seq, body) VALUES (?, ?, ?)";
+    const ROW: &str = ", (?, ?, ?)";
+    let mut sql = String::with_capacity(HEAD.len() + ROW.len() * rows.saturating_sub(1));
+    sql.push_str(HEAD);
+    for _ in 1..rows {
+        sql.push_str(ROW);
+    }
+    sql
+}
+
+/// Appends `bodies` numbered from `first_seq`, in one statement per
+/// [`MESSAGES_PER_INSERT`] messages (each statement is one hand-off to the
+/// connection's thread).
 async fn insert_messages(
-    tx: &mut sqlx::SqliteConnection,
+    conn: &mut sqlx::SqliteConnection,
     run_id: &str,
     first_seq: i64,
     bodies: &[String],
 ) -> Result<(), StoreError> {
-    for (seq, body) in (first_seq..).zip(bodies) {
-        sqlx::query("INSERT INTO messages (run_id, seq, body) VALUES (?, ?, ?)")
-            .bind(run_id)
-            .bind(seq)
-            .bind(body)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::backend)?;
+    let mut seq = first_seq;
+    for chunk in bodies.chunks(MESSAGES_PER_INSERT) {
+        let mut insert = sqlx::query(sqlx::AssertSqlSafe(insert_messages_sql(chunk.len())));
+        for body in chunk {
+            insert = insert.bind(run_id).bind(seq).bind(body);
+            seq += 1;
+        }
+        insert.execute(&mut *conn).await.map_err(StoreError::backend)?;
     }
     Ok(())
 }

@@ -12,8 +12,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::sse::SseEvent;
 use askloop::{FinishReason, ModelError, ModelEvent, Usage};
-use eventsource_stream::Event;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -236,7 +236,7 @@ fn complete_call(tool: OpenToolUse) -> ModelEvent {
 }
 
 impl StreamParser for MessagesStreamParser {
-    fn on_event(&mut self, event: &Event, out: &mut VecDeque<ModelEvent>) -> Result<bool, ModelError> {
+    fn on_event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<ModelEvent>) -> Result<bool, ModelError> {
         let data = event.data.trim();
         if data.is_empty() {
             return Ok(false);
@@ -288,7 +288,7 @@ fn stop_reason(reason: &str) -> FinishReason {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sse::parse_sse_text;
+    use crate::sse::{parse_sse_chunks, parse_sse_text};
 
     fn parse(text: &str) -> Vec<Result<ModelEvent, ModelError>> {
         parse_sse_text(text, MessagesStreamParser::new("anthropic", "run1_2"))
@@ -445,5 +445,25 @@ mod tests {
             "{events:?}"
         );
         assert!(!events.iter().any(|e| matches!(e, Ok(ModelEvent::ToolCall { .. }))));
+    }
+
+    #[test]
+    fn recorded_streams_read_one_byte_at_a_time_give_the_same_events() {
+        for text in [
+            include_str!("../../tests/fixtures/anthropic/text_after_tool_result_sonnet46.sse"),
+            include_str!("../../tests/fixtures/anthropic/text_only_sonnet46.sse"),
+            include_str!("../../tests/fixtures/anthropic/text_then_tool_use_nested_sonnet46.sse"),
+            include_str!("../../tests/fixtures/anthropic/thinking_then_text_sonnet46.sse"),
+            include_str!("../../tests/fixtures/anthropic/tool_use_empty_input_sonnet46.sse"),
+            include_str!("../../tests/fixtures/anthropic/tool_use_only_haiku45.sse"),
+        ] {
+            let whole = parse(text);
+            let split = parse_sse_chunks(
+                text.as_bytes().chunks(1),
+                MessagesStreamParser::new("anthropic", "run1_2"),
+            );
+            assert_eq!(split, whole);
+            assert!(whole.iter().all(Result::is_ok), "{whole:?}");
+        }
     }
 }

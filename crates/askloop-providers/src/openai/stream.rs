@@ -19,8 +19,8 @@
 
 use std::collections::VecDeque;
 
+use crate::sse::SseEvent;
 use askloop::{FinishReason, ModelError, ModelEvent, Usage};
-use eventsource_stream::Event;
 use serde::Deserialize;
 
 use crate::http::ErrorDetail;
@@ -257,7 +257,7 @@ impl ChatStreamParser {
 }
 
 impl StreamParser for ChatStreamParser {
-    fn on_event(&mut self, event: &Event, out: &mut VecDeque<ModelEvent>) -> Result<bool, ModelError> {
+    fn on_event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<ModelEvent>) -> Result<bool, ModelError> {
         let data = event.data.trim();
         if data == "[DONE]" {
             self.saw_done = true;
@@ -316,7 +316,7 @@ pub(crate) fn shorten(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sse::parse_sse_text;
+    use crate::sse::{parse_sse_chunks, parse_sse_text};
 
     fn parse(text: &str) -> Vec<Result<ModelEvent, ModelError>> {
         parse_sse_text(text, ChatStreamParser::new("openai", "run1_2"))
@@ -552,5 +552,23 @@ mod tests {
             matches!(events.last(), Some(Err(ModelError::Protocol { .. }))),
             "{events:?}"
         );
+    }
+
+    #[test]
+    fn recorded_streams_read_one_byte_at_a_time_give_the_same_events() {
+        for text in [
+            include_str!("../../tests/fixtures/openai/text_after_tool_result_gpt4o_mini.sse"),
+            include_str!("../../tests/fixtures/openai/text_plain_gpt41_nano.sse"),
+            include_str!("../../tests/fixtures/openai/tool_call_single_gpt4o_mini.sse"),
+            include_str!("../../tests/fixtures/openai/tool_call_zero_args_gpt4o_mini.sse"),
+            include_str!("../../tests/fixtures/openai/tool_calls_parallel_gpt41_mini.sse"),
+            include_str!("../../tests/fixtures/ollama/v1_parallel_tool_calls_single_chunk_qwen25_coder.sse"),
+            include_str!("../../tests/fixtures/ollama/v1_tool_call_single_chunk_llama31_8b.sse"),
+        ] {
+            let whole = parse(text);
+            let split = parse_sse_chunks(text.as_bytes().chunks(1), ChatStreamParser::new("openai", "run1_2"));
+            assert_eq!(split, whole);
+            assert!(whole.iter().all(Result::is_ok), "{whole:?}");
+        }
     }
 }

@@ -13,6 +13,10 @@
 //! first and then tried to write could fail at once with "database is
 //! locked" (`SQLITE_BUSY_SNAPSHOT`), which no busy timeout retries.
 //!
+//! Writes go through a queue to one writer task (`writes.rs`), which
+//! commits the writes queued at the same moment in one transaction, so they
+//! share one fsync (group commit); each keeps its own result.
+//!
 //! # Durability
 //!
 //! `synchronous = FULL` by default: a commit is on disk (the WAL is fsynced)
@@ -25,9 +29,10 @@
 //! power-loss guarantee for throughput choose [`SqliteSync::Normal`].
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use askloop::{Message, RUN_SCHEMA_VERSION, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::{Message, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -35,7 +40,8 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 
-use crate::row::{FINISHED, JsonColumns, RowState, StoredRun, explain_missed_write, message_bodies, parse_message};
+use crate::row::{JsonColumns, StoredRun, message_bodies, parse_message};
+use writes::{NewRun, Step, Write, WriteQueue};
 
 /// The embedded migrations. A database migrated further by a newer askloop
 /// still opens: migrations only add, and each row's layout version decides
@@ -125,7 +131,10 @@ impl SqliteOptions {
 /// ```
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// The one write connection. Writes go through `writes`; only the
+    /// conformance suite's raw row access uses the pool directly.
     pub(crate) writer: SqlitePool,
+    writes: Arc<WriteQueue>,
     pub(crate) readers: SqlitePool,
     path: PathBuf,
 }
@@ -221,6 +230,7 @@ impl SqliteStore {
             .await
             .map_err(cannot_open)?;
         Ok(SqliteStore {
+            writes: Arc::new(WriteQueue::new(writer.clone())),
             writer,
             readers,
             path: path.to_path_buf(),
@@ -232,26 +242,12 @@ impl SqliteStore {
         &self.path
     }
 
-    /// Closes the connections (waiting for writes in flight).
+    /// Closes the connections (waiting for writes in flight). Writes after
+    /// this fail.
     pub async fn close(&self) {
+        self.writes.close().await;
         self.writer.close().await;
         self.readers.close().await;
-    }
-
-    async fn row_state(&self, run_id: &str) -> Result<Option<RowState>, StoreError> {
-        let row = sqlx::query("SELECT status, version, schema_version FROM runs WHERE run_id = ?")
-            .bind(run_id)
-            .fetch_optional(&self.readers)
-            .await
-            .map_err(StoreError::backend)?;
-        row.map(|row| {
-            Ok(RowState {
-                status: row.try_get("status").map_err(StoreError::backend)?,
-                version: row.try_get("version").map_err(StoreError::backend)?,
-                schema_version: row.try_get("schema_version").map_err(StoreError::backend)?,
-            })
-        })
-        .transpose()
     }
 }
 
@@ -272,6 +268,8 @@ macro_rules! run_columns {
          message_count, steps, usage, error, metadata, schema_version"
     };
 }
+
+mod writes;
 
 fn micros(at: DateTime<Utc>) -> i64 {
     at.timestamp_micros()
@@ -352,43 +350,23 @@ impl RunStore for SqliteStore {
         let json = JsonColumns::of_record(run)?;
         let metadata = crate::row::to_json(&run.run_id, "metadata", &run.metadata)?;
         let bodies = message_bodies(&run.run_id, messages)?;
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(StoreError::backend)?;
-        let inserted = sqlx::query(concat!(
-            "INSERT INTO runs (",
-            run_columns!(),
-            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        ))
-        .bind(&run.run_id)
-        .bind(&run.agent_id)
-        .bind(&run.thread_id)
-        .bind(run.status.as_str())
-        .bind(run.version)
-        .bind(micros(run.created_at))
-        .bind(micros(run.updated_at))
-        .bind(&json.pending)
-        .bind(&json.step_results)
-        .bind(bodies.len() as i64)
-        .bind(i64::from(run.steps))
-        .bind(&json.usage)
-        .bind(&run.error)
-        .bind(&metadata)
-        .bind(RUN_SCHEMA_VERSION)
-        .execute(&mut *tx)
-        .await;
-        if let Err(err) = inserted {
-            if err.as_database_error().is_some_and(|e| e.is_unique_violation()) {
-                return Err(StoreError::AlreadyExists {
-                    run_id: run.run_id.clone(),
-                });
-            }
-            return Err(StoreError::backend(err));
-        }
-        insert_messages(&mut tx, &run.run_id, 0, &bodies).await?;
-        tx.commit().await.map_err(StoreError::backend)
+        let run = NewRun {
+            run_id: run.run_id.clone(),
+            agent_id: run.agent_id.clone(),
+            thread_id: run.thread_id.clone(),
+            status: run.status.as_str(),
+            version: run.version,
+            created_at: micros(run.created_at),
+            updated_at: micros(run.updated_at),
+            pending: json.pending,
+            step_results: json.step_results,
+            steps: i64::from(run.steps),
+            usage: json.usage,
+            error: run.error.clone(),
+            metadata,
+        };
+        self.writes.write(Write::Create { run, bodies }).await?;
+        Ok(())
     }
 
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -419,75 +397,28 @@ impl RunStore for SqliteStore {
     }
 
     async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
-        // One statement: the status and version test and the write happen
-        // under SQLite's single write lock, so of concurrent claimants in any
-        // number of processes exactly one matches the row.
-        let claimed = sqlx::query(
-            "UPDATE runs SET status = 'running', version = version + 1, updated_at = ? \
-             WHERE run_id = ? AND status = 'suspended' AND version = ? AND schema_version <= ? \
-             RETURNING version",
-        )
-        .bind(micros(Utc::now()))
-        .bind(run_id)
-        .bind(expected_version)
-        .bind(RUN_SCHEMA_VERSION)
-        .fetch_optional(&self.writer)
-        .await
-        .map_err(StoreError::backend)?;
-        match claimed {
-            Some(row) => row.try_get("version").map_err(StoreError::backend),
-            None => Err(explain_missed_write(
-                run_id,
+        self.writes
+            .write(Write::Claim {
+                run_id: run_id.to_owned(),
                 expected_version,
-                self.row_state(run_id).await?,
-            )),
-        }
+            })
+            .await
     }
 
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
         let json = JsonColumns::of_update(&update)?;
         let bodies = message_bodies(update.run_id, update.append)?;
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(StoreError::backend)?;
-        let written = sqlx::query(
-            "UPDATE runs SET status = ?, version = version + 1, updated_at = ?, pending = ?, step_results = ?, \
-             message_count = message_count + ?, steps = ?, usage = ?, error = ?, schema_version = ? \
-             WHERE run_id = ? AND version = ? AND schema_version <= ? \
-             RETURNING version, message_count",
-        )
-        .bind(update.status.as_str())
-        .bind(micros(Utc::now()))
-        .bind(&json.pending)
-        .bind(&json.step_results)
-        .bind(bodies.len() as i64)
-        .bind(i64::from(update.steps))
-        .bind(&json.usage)
-        .bind(update.error)
-        .bind(RUN_SCHEMA_VERSION)
-        .bind(update.run_id)
-        .bind(update.expected_version)
-        .bind(RUN_SCHEMA_VERSION)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::backend)?;
-        let Some(row) = written else {
-            tx.rollback().await.map_err(StoreError::backend)?;
-            return Err(explain_missed_write(
-                update.run_id,
-                update.expected_version,
-                self.row_state(update.run_id).await?,
-            ));
+        let step = Step {
+            run_id: update.run_id.to_owned(),
+            expected_version: update.expected_version,
+            status: update.status.as_str(),
+            pending: json.pending,
+            step_results: json.step_results,
+            steps: i64::from(update.steps),
+            usage: json.usage,
+            error: update.error.map(str::to_owned),
         };
-        let version: i64 = row.try_get("version").map_err(StoreError::backend)?;
-        let message_count: i64 = row.try_get("message_count").map_err(StoreError::backend)?;
-        // Only the new messages, numbered on from what was stored.
-        let first_seq = message_count - bodies.len() as i64;
-        insert_messages(&mut tx, update.run_id, first_seq, &bodies).await?;
-        tx.commit().await.map_err(StoreError::backend)?;
-        Ok(version)
+        self.writes.write(Write::Update { step, bodies }).await
     }
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
@@ -532,17 +463,8 @@ impl RunStore for SqliteStore {
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        // Messages go with their run (ON DELETE CASCADE), in the same
-        // statement.
-        let done = sqlx::query("DELETE FROM runs WHERE status IN (?, ?, ?) AND updated_at < ?")
-            .bind(FINISHED[0].as_str())
-            .bind(FINISHED[1].as_str())
-            .bind(FINISHED[2].as_str())
-            .bind(micros(before))
-            .execute(&self.writer)
-            .await
-            .map_err(StoreError::backend)?;
-        Ok(done.rows_affected())
+        let deleted = self.writes.write(Write::Prune { before: micros(before) }).await?;
+        Ok(u64::try_from(deleted).unwrap_or_default())
     }
 }
 

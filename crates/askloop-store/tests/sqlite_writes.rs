@@ -1,7 +1,11 @@
-//! The SQLite store's write path: messages inserted in chunks of several rows.
+//! The SQLite store's write path: messages inserted in chunks of several
+//! rows, and many writes at once from one store (committed together in
+//! groups) each landing with its own result.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use askloop::{Message, RunStatus, RunStore, RunUpdate, Usage};
+use std::sync::Arc;
+
+use askloop::{Message, RunStatus, RunStore, RunUpdate, StoreError, Usage};
 use askloop_store::SqliteStore;
 use askloop_store::conformance::new_run;
 use chrono::Utc;
@@ -11,10 +15,14 @@ fn users(prefix: &str, n: usize) -> Vec<Message> {
 }
 
 fn step<'a>(run_id: &'a str, expected_version: i64, append: &'a [Message]) -> RunUpdate<'a> {
+    step_to(run_id, expected_version, RunStatus::Running, append)
+}
+
+fn step_to<'a>(run_id: &'a str, expected_version: i64, status: RunStatus, append: &'a [Message]) -> RunUpdate<'a> {
     RunUpdate {
         run_id,
         expected_version,
-        status: RunStatus::Running,
+        status,
         pending: &[],
         step_results: &[],
         append,
@@ -48,4 +56,97 @@ async fn many_messages_are_written_in_chunks_in_order() {
     assert_eq!(stored.len(), 1113);
     assert_eq!(stored, expected);
     assert_eq!(store.get("r1").await.unwrap().unwrap().message_count, 1113);
+}
+
+/// 200 runs written at once from one store, each created, stepped three
+/// times and suspended: every write lands, with its own version, and every
+/// run holds exactly its own messages in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_concurrent_writes_to_different_runs_all_land_with_their_versions() {
+    let (_dir, store) = open().await;
+    let store = Arc::new(store);
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let run_id = format!("run-{i}");
+                let first = [Message::user(format!("{run_id} start"))];
+                store.create(&new_run(&run_id, "a", Utc::now(), 1), &first).await?;
+                let mut versions = Vec::new();
+                for k in 0..3 {
+                    let append = [
+                        Message::user(format!("{run_id} step {k}")),
+                        Message::user(format!("{run_id} step {k} again")),
+                    ];
+                    let status = if k == 2 {
+                        RunStatus::Suspended
+                    } else {
+                        RunStatus::Running
+                    };
+                    versions.push(store.update(step_to(&run_id, k, status, &append)).await?);
+                }
+                Ok::<_, StoreError>(versions)
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap(), [1, 2, 3]);
+    }
+    for i in 0..200 {
+        let run_id = format!("run-{i}");
+        let run = store.get(&run_id).await.unwrap().unwrap();
+        assert_eq!(
+            (run.status, run.version, run.message_count),
+            (RunStatus::Suspended, 3, 7)
+        );
+        let mut expected = vec![Message::user(format!("{run_id} start"))];
+        for k in 0..3 {
+            expected.push(Message::user(format!("{run_id} step {k}")));
+            expected.push(Message::user(format!("{run_id} step {k} again")));
+        }
+        assert_eq!(store.messages(&run_id).await.unwrap(), expected);
+    }
+}
+
+/// 50 suspended runs, each claimed by 4 tasks at once (200 claims queued
+/// together, so claims of one run share batches): exactly one claim of each
+/// run wins, the others are conflicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_concurrent_claims_of_each_run_exactly_one_wins() {
+    let (_dir, store) = open().await;
+    let store = Arc::new(store);
+    for i in 0..50 {
+        let run_id = format!("run-{i}");
+        store.create(&new_run(&run_id, "a", Utc::now(), 0), &[]).await.unwrap();
+        store
+            .update(step_to(&run_id, 0, RunStatus::Suspended, &[]))
+            .await
+            .unwrap();
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(200));
+    let tasks: Vec<_> = (0..200)
+        .map(|n| {
+            let store = Arc::clone(&store);
+            let start = Arc::clone(&start);
+            tokio::spawn(async move {
+                let run_id = format!("run-{}", n % 50);
+                start.wait().await;
+                (run_id.clone(), store.claim(&run_id, 1).await)
+            })
+        })
+        .collect();
+    let mut wins = std::collections::HashMap::new();
+    for task in tasks {
+        let (run_id, claimed) = task.await.unwrap();
+        match claimed {
+            Ok(version) => {
+                assert_eq!(version, 2);
+                *wins.entry(run_id).or_insert(0) += 1;
+            }
+            Err(StoreError::Conflict { .. }) => {}
+            Err(other) => panic!("a claim of {run_id} failed with {other}"),
+        }
+    }
+    assert_eq!(wins.len(), 50);
+    assert!(wins.values().all(|&n| n == 1), "{wins:?}");
 }

@@ -31,6 +31,7 @@ mod http;
 mod openai;
 mod spec;
 mod sse;
+mod wire;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicConfig, AnthropicModel, DEFAULT_MAX_TOKENS};
 pub use http::{HttpConfig, RetryPolicy};

@@ -20,19 +20,22 @@ use serde_json::Value;
 use crate::http::ErrorDetail;
 use crate::openai::shorten;
 use crate::sse::StreamParser;
+use crate::wire::Text;
 
+/// One Messages stream event. Strings are borrowed from the event's text
+/// where they have no escapes.
 #[derive(Debug, Deserialize)]
-struct WireEvent {
-    #[serde(rename = "type")]
-    kind: String,
+struct WireEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Text<'a>,
     #[serde(default)]
     message: Option<MessageStart>,
     #[serde(default)]
     index: Option<usize>,
-    #[serde(default)]
-    content_block: Option<ContentBlock>,
-    #[serde(default)]
-    delta: Option<WireDelta>,
+    #[serde(default, borrow)]
+    content_block: Option<ContentBlock<'a>>,
+    #[serde(default, borrow)]
+    delta: Option<WireDelta<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -46,29 +49,29 @@ struct MessageStart {
 }
 
 #[derive(Debug, Deserialize)]
-struct ContentBlock {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
+struct ContentBlock<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Text<'a>,
+    #[serde(default, borrow)]
+    id: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    name: Option<Text<'a>>,
     #[serde(default)]
     input: Option<Value>,
-    #[serde(default)]
-    text: Option<String>,
+    #[serde(default, borrow)]
+    text: Option<Text<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct WireDelta {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    #[serde(default)]
-    text: Option<String>,
-    #[serde(default)]
-    partial_json: Option<String>,
-    #[serde(default)]
-    stop_reason: Option<String>,
+struct WireDelta<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    text: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Text<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,7 +129,7 @@ impl MessagesStreamParser {
         }
     }
 
-    fn on_wire_event(&mut self, event: WireEvent, out: &mut VecDeque<ModelEvent>) -> Result<bool, ModelError> {
+    fn on_wire_event(&mut self, event: WireEvent<'_>, out: &mut VecDeque<ModelEvent>) -> Result<bool, ModelError> {
         match event.kind.as_str() {
             "message_start" => self.take_usage(event.message.and_then(|m| m.usage)),
             "content_block_start" => {
@@ -136,15 +139,15 @@ impl MessagesStreamParser {
                 match block.kind.as_str() {
                     "text" => {
                         if let Some(text) = block.text.filter(|t| !t.is_empty()) {
-                            out.push_back(ModelEvent::TextDelta(text));
+                            out.push_back(ModelEvent::TextDelta(text.into_owned()));
                         }
                     }
                     "tool_use" => {
                         let id = block
                             .id
                             .filter(|id| !id.is_empty())
-                            .unwrap_or_else(|| format!("toolu_{}_{index}", self.fallback_id));
-                        let name = block.name.unwrap_or_default();
+                            .map_or_else(|| format!("toolu_{}_{index}", self.fallback_id), Text::into_owned);
+                        let name = block.name.map(Text::into_owned).unwrap_or_default();
                         out.push_back(ModelEvent::ToolCallStart {
                             id: id.clone(),
                             name: name.clone(),
@@ -167,10 +170,10 @@ impl MessagesStreamParser {
                 let Some(delta) = event.delta else {
                     return Ok(false);
                 };
-                match delta.kind.as_deref() {
+                match delta.kind.as_ref().map(Text::as_str) {
                     Some("text_delta") => {
                         if let Some(text) = delta.text.filter(|t| !t.is_empty()) {
-                            out.push_back(ModelEvent::TextDelta(text));
+                            out.push_back(ModelEvent::TextDelta(text.into_owned()));
                         }
                     }
                     Some("input_json_delta") => {
@@ -178,10 +181,10 @@ impl MessagesStreamParser {
                             && !piece.is_empty()
                             && let Some(tool) = self.tools.get_mut(&index)
                         {
-                            tool.json.push_str(&piece);
+                            tool.json.push_str(piece.as_str());
                             out.push_back(ModelEvent::ToolCallDelta {
                                 id: tool.id.clone(),
-                                args_delta: piece,
+                                args_delta: piece.into_owned(),
                             });
                         }
                     }
@@ -196,7 +199,7 @@ impl MessagesStreamParser {
             }
             "message_delta" => {
                 if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
-                    self.stop_reason = Some(stop_reason(&reason));
+                    self.stop_reason = Some(stop_reason(reason.as_str()));
                 }
                 self.take_usage(event.usage);
             }
@@ -241,7 +244,7 @@ impl StreamParser for MessagesStreamParser {
         if data.is_empty() {
             return Ok(false);
         }
-        let wire: WireEvent = serde_json::from_str(data).map_err(|err| ModelError::Protocol {
+        let wire: WireEvent<'_> = serde_json::from_str(data).map_err(|err| ModelError::Protocol {
             provider: self.provider.clone(),
             message: format!(
                 "a `{}` event is not a Messages stream event ({err}): {}",

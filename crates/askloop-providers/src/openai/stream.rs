@@ -25,14 +25,16 @@ use serde::Deserialize;
 
 use crate::http::ErrorDetail;
 use crate::sse::StreamParser;
+use crate::wire::Text;
 
 /// One `chat.completion.chunk`. Every field is optional: servers differ.
+/// Strings are borrowed from the event's text where they have no escapes.
 #[derive(Debug, Deserialize)]
-struct Chunk {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default, deserialize_with = "null_as_empty")]
-    choices: Vec<Choice>,
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    id: Option<Text<'a>>,
+    #[serde(default, borrow, deserialize_with = "null_as_empty")]
+    choices: Vec<Choice<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -40,39 +42,39 @@ struct Chunk {
 }
 
 #[derive(Debug, Deserialize)]
-struct Choice {
+struct Choice<'a> {
     #[serde(default)]
     index: Option<u32>,
-    #[serde(default)]
-    delta: Option<Delta>,
-    #[serde(default)]
-    finish_reason: Option<String>,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Text<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Delta {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    tool_calls: Option<Vec<ToolCallDelta>>,
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolCallDelta<'a>>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct ToolCallDelta {
+struct ToolCallDelta<'a> {
     #[serde(default)]
     index: Option<usize>,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    function: Option<FunctionDelta>,
+    #[serde(default, borrow)]
+    id: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    function: Option<FunctionDelta<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct FunctionDelta {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    arguments: Option<String>,
+struct FunctionDelta<'a> {
+    #[serde(default, borrow)]
+    name: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    arguments: Option<Text<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,7 +138,7 @@ impl ChatStreamParser {
         }
     }
 
-    fn on_chunk(&mut self, chunk: Chunk, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+    fn on_chunk(&mut self, chunk: Chunk<'_>, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
         if let Some(error) = chunk.error {
             return Err(ModelError::Stream {
                 provider: self.provider.clone(),
@@ -144,7 +146,7 @@ impl ChatStreamParser {
             });
         }
         if self.response_id.is_none() {
-            self.response_id = chunk.id.filter(|id| !id.is_empty());
+            self.response_id = chunk.id.filter(|id| !id.is_empty()).map(Text::into_owned);
         }
         if let Some(usage) = chunk.usage {
             self.usage = Usage {
@@ -159,21 +161,21 @@ impl ChatStreamParser {
         for choice in chunk.choices.into_iter().filter(|c| c.index.unwrap_or(0) == 0) {
             if let Some(delta) = choice.delta {
                 if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-                    out.push_back(ModelEvent::TextDelta(text));
+                    out.push_back(ModelEvent::TextDelta(text.into_owned()));
                 }
                 for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
                     self.on_call_delta(position, call, out);
                 }
             }
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
-                self.finish = Some(finish_reason(&reason));
+                self.finish = Some(finish_reason(reason.as_str()));
                 self.flush_calls(out);
             }
         }
         Ok(())
     }
 
-    fn on_call_delta(&mut self, position: usize, delta: ToolCallDelta, out: &mut VecDeque<ModelEvent>) {
+    fn on_call_delta(&mut self, position: usize, delta: ToolCallDelta<'_>, out: &mut VecDeque<ModelEvent>) {
         // Servers that omit `index` send one call per chunk in order, or all
         // calls whole in one chunk: the id, else the position, tells them apart.
         let index = match (delta.index, &delta.id) {
@@ -181,7 +183,7 @@ impl ChatStreamParser {
             (None, Some(id)) => self
                 .calls
                 .iter()
-                .find(|c| c.id.as_deref() == Some(id))
+                .find(|c| c.id.as_deref() == Some(id.as_str()))
                 .map_or(self.calls.len(), |c| c.index),
             (None, None) => self.calls.last().map_or(position, |c| c.index),
         };
@@ -195,24 +197,26 @@ impl ChatStreamParser {
                 self.calls.len() - 1
             }
         };
-        let fallback = self.made_up_id(index);
         let call = &mut self.calls[slot];
         if call.id.is_none() {
-            call.id = delta.id.filter(|id| !id.is_empty());
+            call.id = delta.id.filter(|id| !id.is_empty()).map(Text::into_owned);
         }
         if let Some(function) = delta.function {
             if call.name.is_empty()
                 && let Some(name) = function.name
             {
-                call.name = name;
+                call.name = name.into_owned();
             }
             if let Some(arguments) = function.arguments {
-                call.arguments.push_str(&arguments);
+                call.arguments.push_str(arguments.as_str());
             }
         }
         if !call.started && !call.name.is_empty() {
             call.started = true;
-            let id = call.id.get_or_insert(fallback).clone();
+            let id = call
+                .id
+                .get_or_insert_with(|| made_up_id(self.response_id.as_deref(), &self.fallback_id, index))
+                .clone();
             out.push_back(ModelEvent::ToolCallStart {
                 id,
                 name: call.name.clone(),
@@ -227,13 +231,6 @@ impl ChatStreamParser {
         }
     }
 
-    fn made_up_id(&self, index: usize) -> String {
-        match &self.response_id {
-            Some(response) => format!("call_{response}_{index}"),
-            None => format!("call_{}_{index}", self.fallback_id),
-        }
-    }
-
     /// Emits every assembled call, in index order, once.
     fn flush_calls(&mut self, out: &mut VecDeque<ModelEvent>) {
         if self.calls_flushed {
@@ -245,7 +242,7 @@ impl ChatStreamParser {
         for call in calls {
             let id = match call.id {
                 Some(id) => id,
-                None => self.made_up_id(call.index),
+                None => made_up_id(self.response_id.as_deref(), &self.fallback_id, call.index),
             };
             out.push_back(ModelEvent::ToolCall {
                 id,
@@ -266,7 +263,7 @@ impl StreamParser for ChatStreamParser {
         if data.is_empty() {
             return Ok(false);
         }
-        let chunk: Chunk = serde_json::from_str(data).map_err(|err| ModelError::Protocol {
+        let chunk: Chunk<'_> = serde_json::from_str(data).map_err(|err| ModelError::Protocol {
             provider: self.provider.clone(),
             message: format!(
                 "a stream event is not a chat completion chunk ({err}): {}",
@@ -292,6 +289,15 @@ impl StreamParser for ChatStreamParser {
             usage: self.usage,
         });
         Ok(())
+    }
+}
+
+/// A call id for a server that sent none: from the response id, else the
+/// request (`fallback`), and the call's index.
+fn made_up_id(response_id: Option<&str>, fallback: &str, index: usize) -> String {
+    match response_id {
+        Some(response) => format!("call_{response}_{index}"),
+        None => format!("call_{fallback}_{index}"),
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use askloop::ModelError;
 use futures::StreamExt;
-use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
 
@@ -114,6 +114,46 @@ pub(crate) fn client(provider: &str, http: &HttpConfig) -> Result<reqwest::Clien
             provider: provider.to_owned(),
             message: format!("cannot build the HTTP client: {err}"),
         })
+}
+
+/// A request URL parsed once, when the model is built, rather than for
+/// every request. A URL that does not parse (or has no host) is kept as
+/// text and given to reqwest as before, so it fails the same way: a
+/// builder error at the first attempt, not retried.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    text: String,
+    parsed: Option<reqwest::Url>,
+}
+
+impl Endpoint {
+    pub(crate) fn new(text: String) -> Self {
+        let parsed = reqwest::Url::parse(&text).ok().filter(reqwest::Url::has_host);
+        Endpoint { text, parsed }
+    }
+
+    /// The URL as configured, for error messages.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// A `POST` to this URL.
+    pub(crate) fn post(&self, client: &reqwest::Client) -> RequestBuilder {
+        match &self.parsed {
+            Some(url) => client.post(url.clone()),
+            None => client.post(&self.text),
+        }
+    }
+}
+
+/// A header value checked once, when the model is built (an API key),
+/// marked sensitive so that it is never logged. `None` when the value is
+/// not a valid header value: the caller then sets it the usual way, which
+/// fails the request as before.
+pub(crate) fn sensitive_header(value: String) -> Option<HeaderValue> {
+    let mut value = HeaderValue::try_from(value).ok()?;
+    value.set_sensitive(true);
+    Some(value)
 }
 
 /// Sends a request, retrying what may be retried, and returns a response
@@ -407,6 +447,32 @@ mod tests {
         assert_eq!(error_message("upstream exploded"), "upstream exploded");
         assert_eq!(error_message(r#"{"error":"model not found"}"#), "model not found");
         assert_eq!(error_message(""), "empty response body");
+    }
+
+    #[test]
+    fn an_endpoint_is_parsed_once_and_a_bad_one_fails_as_reqwest_would() {
+        let client = reqwest::Client::new();
+        let good = Endpoint::new("http://127.0.0.1:9/v1/chat/completions".to_owned());
+        assert_eq!(good.as_str(), "http://127.0.0.1:9/v1/chat/completions");
+        let request = good.post(&client).build().unwrap();
+        assert_eq!(request.url().as_str(), "http://127.0.0.1:9/v1/chat/completions");
+        assert_eq!(request.method(), reqwest::Method::POST);
+        for bad in ["not a url/chat/completions", "unix:/tmp/socket"] {
+            let endpoint = Endpoint::new(bad.to_owned());
+            let ours = endpoint.post(&client).build().unwrap_err();
+            let theirs = client.post(bad).build().unwrap_err();
+            assert!(ours.is_builder(), "{ours}");
+            assert_eq!(ours.to_string(), theirs.to_string());
+        }
+    }
+
+    #[test]
+    fn a_key_header_is_sensitive_and_an_invalid_one_is_left_to_reqwest() {
+        let value = sensitive_header("Bearer sk-test".to_owned()).unwrap();
+        assert!(value.is_sensitive());
+        assert_eq!(value.to_str().unwrap(), "Bearer sk-test");
+        assert_eq!(format!("{value:?}"), "Sensitive");
+        assert!(sensitive_header("Bearer sk\ntest".to_owned()).is_none());
     }
 
     #[test]

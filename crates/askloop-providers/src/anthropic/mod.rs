@@ -85,7 +85,7 @@ impl AnthropicConfig {
 pub struct AnthropicModel {
     name: String,
     config: AnthropicConfig,
-    url: String,
+    endpoint: http::Endpoint,
     client: reqwest::Client,
 }
 
@@ -103,7 +103,7 @@ impl AnthropicModel {
         Ok(AnthropicModel {
             name: name.into(),
             config,
-            url,
+            endpoint: http::Endpoint::new(url),
             client,
         })
     }
@@ -127,9 +127,9 @@ impl Model for AnthropicModel {
             message: format!("cannot serialise the request: {err}"),
         })?;
         let body = bytes::Bytes::from(body);
-        let response = http::send_with_retries(PROVIDER, &self.url, &self.config.http, || {
-            self.client
-                .post(&self.url)
+        let response = http::send_with_retries(PROVIDER, self.endpoint.as_str(), &self.config.http, || {
+            self.endpoint
+                .post(&self.client)
                 .header("x-api-key", &self.config.api_key)
                 .header("anthropic-version", ANTHROPIC_VERSION)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")

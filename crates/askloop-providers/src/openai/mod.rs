@@ -7,6 +7,7 @@ mod stream;
 
 use askloop::{Model, ModelError, ModelRequest, ModelStream};
 use async_trait::async_trait;
+use reqwest::header::HeaderValue;
 
 use crate::http::{self, HttpConfig};
 
@@ -82,7 +83,9 @@ impl OpenAiConfig {
 pub struct OpenAiModel {
     name: String,
     config: OpenAiConfig,
-    url: String,
+    endpoint: http::Endpoint,
+    /// `Bearer <key>`, when there is a key and it is a valid header value.
+    authorization: Option<HeaderValue>,
     client: reqwest::Client,
 }
 
@@ -92,10 +95,15 @@ impl OpenAiModel {
     pub fn new(name: impl Into<String>, config: OpenAiConfig) -> Result<Self, ModelError> {
         let client = http::client(&config.provider, &config.http)?;
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
+        let authorization = config
+            .api_key
+            .as_ref()
+            .and_then(|key| http::sensitive_header(format!("Bearer {key}")));
         Ok(OpenAiModel {
             name: name.into(),
             config,
-            url,
+            endpoint: http::Endpoint::new(url),
+            authorization,
             client,
         })
     }
@@ -121,15 +129,23 @@ impl Model for OpenAiModel {
             }
         })?;
         let body = bytes::Bytes::from(body);
-        let response = http::send_with_retries(provider, &self.url, &self.config.http, || {
+        let response = http::send_with_retries(provider, self.endpoint.as_str(), &self.config.http, || {
             let mut builder = self
-                .client
-                .post(&self.url)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .header(reqwest::header::ACCEPT, "text/event-stream")
+                .endpoint
+                .post(&self.client)
+                .header(
+                    reqwest::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )
+                .header(reqwest::header::ACCEPT, HeaderValue::from_static("text/event-stream"))
                 .body(body.clone());
-            if let Some(key) = &self.config.api_key {
-                builder = builder.bearer_auth(key);
+            match (&self.authorization, &self.config.api_key) {
+                (Some(authorization), _) => {
+                    builder = builder.header(reqwest::header::AUTHORIZATION, authorization.clone());
+                }
+                // Not a valid header value: reqwest reports it.
+                (None, Some(key)) => builder = builder.bearer_auth(key),
+                (None, None) => {}
             }
             builder
         })

@@ -8,7 +8,8 @@ use clap::{Args, Parser, Subcommand};
 const EXIT_CODES: &str = "\
 Exit status:
   0  the run completed (or the command succeeded)
-  1  failure: unknown run, run not suspended, another resume won, database unreachable, model error
+  1  failure: unknown run, run not suspended, question already answered or another resume won,
+     database unreachable, model error
   2  bad usage: bad flags, an answer the question does not accept, malformed --answer-json,
      a resume without --tool-call-id while several questions are pending
   3  the run is suspended, waiting for an answer (answer it with `askloop resume`)";

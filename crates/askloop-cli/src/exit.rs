@@ -82,7 +82,6 @@ impl From<RunError> for CliError {
         match err {
             RunError::InvalidAnswer { .. }
             | RunError::AmbiguousResume { .. }
-            | RunError::ToolCallNotPending { .. }
             | RunError::WrongPendingKind { .. }
             | RunError::InvalidInput(_) => CliError::usage(message),
             _ => CliError::failure(message),

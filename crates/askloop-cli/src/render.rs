@@ -111,13 +111,10 @@ fn one_line(text: &str) -> String {
 /// Describes pending calls and how to answer each, for people.
 pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]) -> String {
     let mut text = String::new();
-    let several = pending.len() > 1;
     for call in pending {
-        let id_flag = if several {
-            format!(" --tool-call-id {}", call.tool_call_id)
-        } else {
-            String::new()
-        };
+        // Always name the call: if the run moves on before the person
+        // answers, a line without it would answer the next question instead.
+        let id_flag = format!(" --tool-call-id {}", shell_quote(&call.tool_call_id));
         match call.kind {
             PendingKind::Suspended => {
                 let question = call.suspend_payload.as_ref().and_then(Question::from_payload);
@@ -227,7 +224,7 @@ mod tests {
         assert!(text.contains("Question: Env?"));
         assert!(text.contains("  - prod env"));
         assert!(text.contains("tool call call_1"));
-        assert!(text.contains("askloop resume r1 --answer staging"));
+        assert!(text.contains("askloop resume r1 --tool-call-id call_1 --answer staging"));
     }
 
     #[test]

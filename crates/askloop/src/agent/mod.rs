@@ -329,7 +329,10 @@ pub struct ResumeOptions {
 }
 
 impl ResumeOptions {
-    /// Resumes the run's only pending call.
+    /// Resumes the run's only pending call, whichever it is when the resume
+    /// arrives (Mastra's `resumeStream(data, { runId })`). When others may
+    /// answer the same run, prefer [`ResumeOptions::call`]: if the run moved
+    /// on to its next question meanwhile, this form would answer that one.
     pub fn run(run_id: impl Into<String>) -> Self {
         ResumeOptions {
             run_id: run_id.into(),

@@ -5,9 +5,12 @@
 mod request;
 mod stream;
 
-use askloop::{Model, ModelError, ModelRequest, ModelStream};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use askloop::{Model, ModelError, ModelRequest, ModelStream, ToolSpec};
 use async_trait::async_trait;
 use reqwest::header::HeaderValue;
+use serde_json::value::RawValue;
 
 use crate::http::{self, HttpConfig};
 
@@ -86,7 +89,41 @@ pub struct OpenAiModel {
     endpoint: http::Endpoint,
     /// `Bearer <key>`, when there is a key and it is a valid header value.
     authorization: Option<HeaderValue>,
+    tools: Arc<ToolsCache>,
     client: reqwest::Client,
+}
+
+/// The `tools` of the last request, serialised. An agent sends the same
+/// tools with every request, and their schemas are a large part of a short
+/// conversation's body; they are serialised again only when they differ
+/// (compared exactly, see [`request::same_tools`]).
+#[derive(Debug, Default)]
+struct ToolsCache(Mutex<Option<Arc<CachedTools>>>);
+
+#[derive(Debug)]
+struct CachedTools {
+    specs: Vec<ToolSpec>,
+    json: Box<RawValue>,
+}
+
+impl ToolsCache {
+    fn get(&self, specs: &[ToolSpec]) -> Result<Option<Arc<CachedTools>>, serde_json::Error> {
+        let last = self.0.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(last) = last
+            && request::same_tools(&last.specs, specs)
+        {
+            return Ok(Some(last));
+        }
+        let Some(json) = request::tools_json(specs)? else {
+            return Ok(None);
+        };
+        let tools = Arc::new(CachedTools {
+            specs: specs.to_vec(),
+            json,
+        });
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&tools));
+        Ok(Some(tools))
+    }
 }
 
 impl OpenAiModel {
@@ -104,6 +141,7 @@ impl OpenAiModel {
             config,
             endpoint: http::Endpoint::new(url),
             authorization,
+            tools: Arc::default(),
             client,
         })
     }
@@ -122,12 +160,14 @@ impl Model for OpenAiModel {
 
     async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
         let provider = &self.config.provider;
-        let body = serde_json::to_vec(&request::chat_request(&self.config.model, &request)).map_err(|err| {
-            ModelError::Protocol {
-                provider: provider.clone(),
-                message: format!("cannot serialise the request: {err}"),
-            }
-        })?;
+        let serialise_error = |err: serde_json::Error| ModelError::Protocol {
+            provider: provider.clone(),
+            message: format!("cannot serialise the request: {err}"),
+        };
+        let tools = self.tools.get(request.tools).map_err(serialise_error)?;
+        let tools = tools.as_deref().map(|tools| &*tools.json);
+        let body =
+            serde_json::to_vec(&request::chat_request(&self.config.model, &request, tools)).map_err(serialise_error)?;
         let body = bytes::Bytes::from(body);
         let response = http::send_with_retries(provider, self.endpoint.as_str(), &self.config.http, || {
             let mut builder = self
@@ -159,5 +199,34 @@ impl Model for OpenAiModel {
             parser,
             self.config.http.idle_timeout,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_tools_are_serialised_again_only_when_they_change() {
+        let spec = |name: &str| ToolSpec {
+            name: name.into(),
+            description: "d".into(),
+            input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+        };
+        let cache = ToolsCache::default();
+        assert!(cache.get(&[]).unwrap().is_none());
+        let first = cache.get(&[spec("a")]).unwrap().unwrap();
+        let again = cache.get(&[spec("a")]).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        let other = cache.get(&[spec("b")]).unwrap().unwrap();
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert_eq!(
+            other.json.get(),
+            r#"[{"type":"function","function":{"name":"b","description":"d","parameters":{"properties":{"q":{"type":"string"}},"type":"object"}}}]"#
+        );
+        assert!(cache.get(&[]).unwrap().is_none());
+        let back = cache.get(&[spec("a")]).unwrap().unwrap();
+        assert_eq!(back.json.get(), first.json.get());
     }
 }

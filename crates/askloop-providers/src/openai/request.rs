@@ -6,6 +6,7 @@
 use askloop::{Message, ModelRequest, ToolSpec};
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// `POST {base}/chat/completions` with `stream: true`.
 #[derive(Debug, Serialize)]
@@ -14,8 +15,10 @@ pub(crate) struct ChatRequest<'a> {
     pub(crate) messages: Vec<ChatMessage<'a>>,
     pub(crate) stream: bool,
     pub(crate) stream_options: StreamOptions,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) tools: Vec<ChatTool<'a>>,
+    /// The tools, serialised beforehand ([`tools_json`]): the same with
+    /// every request of a run, so the model keeps them (see `ToolsCache`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tool_choice: Option<&'static str>,
 }
@@ -75,21 +78,60 @@ pub(crate) struct ChatFunction<'a> {
     pub(crate) parameters: &'a Value,
 }
 
-/// The request body for one streamed turn.
-pub(crate) fn chat_request<'a>(model: &'a str, request: &ModelRequest<'a>) -> ChatRequest<'a> {
+/// The request body for one streamed turn. `tools` is
+/// [`tools_json`] of `request.tools`.
+pub(crate) fn chat_request<'a>(
+    model: &'a str,
+    request: &ModelRequest<'a>,
+    tools: Option<&'a RawValue>,
+) -> ChatRequest<'a> {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if let Some(system) = request.system.filter(|s| !s.is_empty()) {
         messages.push(ChatMessage::System { content: system });
     }
     messages.extend(request.messages.iter().filter_map(chat_message));
-    let tools: Vec<ChatTool<'a>> = request.tools.iter().map(chat_tool).collect();
     ChatRequest {
         model,
         messages,
         stream: true,
         stream_options: StreamOptions { include_usage: true },
-        tool_choice: (!tools.is_empty()).then_some("auto"),
+        tool_choice: tools.is_some().then_some("auto"),
         tools,
+    }
+}
+
+/// The `tools` of a request, serialised; `None` without tools (no `tools`
+/// and no `tool_choice` then).
+pub(crate) fn tools_json(specs: &[ToolSpec]) -> Result<Option<Box<RawValue>>, serde_json::Error> {
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    let tools: Vec<ChatTool<'_>> = specs.iter().map(chat_tool).collect();
+    serde_json::value::to_raw_value(&tools).map(Some)
+}
+
+/// Whether two tool lists serialise to the same `tools`: what
+/// [`chat_tool`] reads (name, description, schema), compared exactly (a
+/// schema's `0.0` and `-0.0` are equal numbers but not the same text).
+pub(crate) fn same_tools(a: &[ToolSpec], b: &[ToolSpec]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| {
+            a.name == b.name && a.description == b.description && same_value(&a.input_schema, &b.input_schema)
+        })
+}
+
+fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y && x.as_f64().map(f64::to_bits) == y.as_f64().map(f64::to_bits),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_value(x, y)),
+        // In order: the order they are written in.
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((kx, vx), (ky, vy))| kx == ky && same_value(vx, vy))
+        }
+        _ => a == b,
     }
 }
 
@@ -177,7 +219,8 @@ mod tests {
             messages: &messages,
             tools: &tools,
         };
-        let body = serde_json::to_value(chat_request("gpt-4o-mini", &request)).unwrap();
+        let tools = tools_json(request.tools).unwrap();
+        let body = serde_json::to_value(chat_request("gpt-4o-mini", &request, tools.as_deref())).unwrap();
         assert_eq!(
             body,
             json!({
@@ -214,12 +257,56 @@ mod tests {
             messages: &messages,
             tools: &[],
         };
-        let body = serde_json::to_value(chat_request("m", &request)).unwrap();
+        let tools = tools_json(request.tools).unwrap();
+        assert!(tools.is_none());
+        let body = serde_json::to_value(chat_request("m", &request, tools.as_deref())).unwrap();
         assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
         assert_eq!(body["messages"][0]["content"], "Let me check.");
         assert_eq!(
             body["messages"][0]["tool_calls"][0]["function"]["arguments"],
             "{\"a\": "
         );
+    }
+
+    #[test]
+    fn tools_compare_the_same_only_when_they_serialise_the_same() {
+        let spec = |schema: Value| ToolSpec {
+            name: "t".into(),
+            description: "d".into(),
+            input_schema: schema,
+        };
+        let a = vec![spec(
+            json!({"type": "object", "properties": {"x": {"minimum": 0.0, "enum": [1, 2]}}}),
+        )];
+        assert!(same_tools(&a, &a.clone()));
+        assert!(same_tools(&[], &[]));
+        for other in [
+            vec![],
+            vec![spec(
+                json!({"type": "object", "properties": {"x": {"minimum": -0.0, "enum": [1, 2]}}}),
+            )],
+            vec![spec(
+                json!({"type": "object", "properties": {"x": {"minimum": 0, "enum": [1, 2]}}}),
+            )],
+            vec![spec(
+                json!({"type": "object", "properties": {"x": {"minimum": 0.0, "enum": [2, 1]}}}),
+            )],
+            vec![spec(json!({"type": "object"}))],
+            vec![ToolSpec {
+                name: "u".into(),
+                ..a[0].clone()
+            }],
+            vec![ToolSpec {
+                description: "e".into(),
+                ..a[0].clone()
+            }],
+            vec![a[0].clone(), a[0].clone()],
+        ] {
+            assert!(!same_tools(&a, &other), "{other:?}");
+            assert_ne!(
+                tools_json(&a).unwrap().map(|t| t.get().to_owned()),
+                tools_json(&other).unwrap().map(|t| t.get().to_owned())
+            );
+        }
     }
 }

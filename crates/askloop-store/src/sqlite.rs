@@ -13,9 +13,10 @@
 //! first and then tried to write could fail at once with "database is
 //! locked" (`SQLITE_BUSY_SNAPSHOT`), which no busy timeout retries.
 //!
-//! Writes go through a queue to one writer task (`writes.rs`), which
-//! commits the writes queued at the same moment in one transaction, so they
-//! share one fsync (group commit); each keeps its own result.
+//! Writes that wait for each other are committed together (`writes.rs`): a
+//! write that finds nobody writing is written at once by its caller; those
+//! queued meanwhile are then committed in one transaction, sharing one fsync
+//! (group commit), each with its own result.
 //!
 //! # Durability
 //!

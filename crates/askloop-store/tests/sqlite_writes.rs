@@ -150,3 +150,108 @@ async fn of_concurrent_claims_of_each_run_exactly_one_wins() {
     assert_eq!(wins.len(), 50);
     assert!(wins.values().all(|&n| n == 1), "{wins:?}");
 }
+
+/// Writers that give up (their futures dropped while writing or queued, as
+/// when a client disconnects) neither stop the others nor leave the store
+/// stuck: every write that was awaited lands, and the store goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_giving_up_midway_leave_the_store_writing() {
+    let (_dir, store) = open().await;
+    let store = Arc::new(store);
+    let tasks: Vec<_> = (0..150)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            let task = tokio::spawn(async move {
+                let run_id = format!("run-{i}");
+                let first = [Message::user("start")];
+                store.create(&new_run(&run_id, "a", Utc::now(), 1), &first).await?;
+                let append = [Message::user("step")];
+                store.update(step(&run_id, 0, &append)).await
+            });
+            (i, task)
+        })
+        .collect();
+    let mut kept = Vec::new();
+    for (i, task) in tasks {
+        if i % 3 == 0 {
+            task.abort();
+        } else {
+            kept.push((i, task));
+        }
+    }
+    let all = async {
+        for (i, task) in kept {
+            assert_eq!(task.await.unwrap().unwrap(), 1, "run-{i}");
+        }
+        for i in (0..150).filter(|i| i % 3 != 0) {
+            let run = store.get(&format!("run-{i}")).await.unwrap().unwrap();
+            assert_eq!((run.version, run.message_count), (1, 2));
+        }
+        // An aborted writer's run is either absent or whole.
+        for i in (0..150).filter(|i| i % 3 == 0) {
+            let run_id = format!("run-{i}");
+            if let Some(run) = store.get(&run_id).await.unwrap() {
+                assert_eq!(store.messages(&run_id).await.unwrap().len() as i64, run.message_count);
+            }
+        }
+        store.create(&new_run("after", "a", Utc::now(), 0), &[]).await.unwrap();
+        store.close().await;
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), all)
+        .await
+        .expect("the store got stuck after writers gave up");
+}
+
+/// Writes in flight on a runtime that is shut down (their tasks dropped
+/// wherever they were) do not leave the store stuck for another runtime.
+/// (Writes queued from another runtime while that shutdown is under way may
+/// fail with a backend error; they never wait forever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_shut_down_mid_write_leaves_the_store_writing() {
+    let (_dir, store) = open().await;
+    let store = Arc::new(store);
+    let other = Arc::clone(&store);
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        for i in 0..100 {
+            let store = Arc::clone(&other);
+            runtime.spawn(async move {
+                let run_id = format!("gone-{i}");
+                let first = [Message::user("start")];
+                store.create(&new_run(&run_id, "a", Utc::now(), 1), &first).await
+            });
+        }
+        runtime.block_on(async { tokio::time::sleep(std::time::Duration::from_millis(5)).await });
+        // Waits until the runtime's tasks are dropped (wherever they were),
+        // but not for them to finish.
+        runtime.shutdown_timeout(std::time::Duration::from_secs(30));
+    })
+    .join()
+    .unwrap();
+    let after = async {
+        for i in 0..20 {
+            let run_id = format!("after-{i}");
+            let first = [Message::user("start")];
+            store
+                .create(&new_run(&run_id, "a", Utc::now(), 1), &first)
+                .await
+                .unwrap();
+            assert_eq!(store.update(step(&run_id, 0, &first)).await.unwrap(), 1);
+        }
+        // Whatever landed of the other runtime's writes is whole.
+        for i in 0..100 {
+            let run_id = format!("gone-{i}");
+            if let Some(run) = store.get(&run_id).await.unwrap() {
+                assert_eq!(store.messages(&run_id).await.unwrap().len() as i64, run.message_count);
+            }
+        }
+        store.close().await;
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), after)
+        .await
+        .expect("the store got stuck after a runtime was shut down mid-write");
+}

@@ -1,14 +1,15 @@
-//! Group commit: the writes of one [`SqliteStore`](super::SqliteStore),
-//! queued to one task that owns the write connection.
+//! Group commit: the writes of one [`SqliteStore`](super::SqliteStore)
+//! that wait for each other are committed together.
 //!
-//! With `synchronous = FULL` every commit costs an fsync, and writes of one
-//! process queue for the one write connection anyway. So instead of one
-//! transaction (and one fsync) per write, the writer task takes every write
-//! queued at that moment (up to [`MAX_BATCH`]) and runs them one after
-//! another in ONE `BEGIN IMMEDIATE ... COMMIT`: they share its fsync.
-//! Nothing is reported before the commit has returned, so a write reported
-//! `Ok` is as durable as before, and a crash mid-batch loses only writes that
-//! were not yet reported.
+//! With `synchronous = FULL` every commit costs an fsync, and the writes of
+//! one process queue for the one write connection anyway. A write that finds
+//! nobody writing is written at once by its caller, alone. Writes arriving
+//! while one is being written are queued; when it is done, a drain task takes
+//! every write queued at that moment (up to [`MAX_BATCH`]) and runs them one
+//! after another in ONE `BEGIN IMMEDIATE ... COMMIT`: they share its fsync,
+//! and so on until the queue is empty. Nothing is reported before the commit
+//! has returned, so a write reported `Ok` is as durable as before, and a
+//! crash mid-batch loses only writes that were not yet reported.
 //!
 //! Each write keeps its own result and stays all-or-nothing for itself:
 //!
@@ -26,21 +27,22 @@
 //! - A commit that fails fails every write of the batch (none is reported
 //!   `Ok`), as a single write's failed commit would.
 //!
-//! A batch of one is written as before the queue existed: in its own
+//! A write alone (and a batch of one) is written as before the queue
+//! existed, by its caller when nobody else is writing: in its own
 //! `BEGIN IMMEDIATE` transaction, or, when it is a single statement (a claim,
 //! a prune, a step without messages), without a transaction around it.
 //! Other processes are unaffected: the batch takes SQLite's write lock with
 //! `BEGIN IMMEDIATE` and theirs wait in the busy timeout, as before.
 
-use std::sync::{Mutex, PoisonError};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use askloop::{RUN_SCHEMA_VERSION, StoreError};
 use chrono::Utc;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{Connection as _, Row, Sqlite, SqliteConnection};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::{Notify, oneshot};
 
 use crate::row::{FINISHED, RowState, explain_missed_write};
 
@@ -252,19 +254,36 @@ struct Queued {
     reply: oneshot::Sender<Result<i64, StoreError>>,
 }
 
-/// The queue of a store's writes, shared by its clones.
+/// The writes of a store (shared by its clones), and whose turn it is to
+/// write.
+///
+/// A write that finds nobody writing is written at once by its own caller,
+/// alone, exactly as before the queue existed (no hand-off to another task).
+/// Writes that arrive meanwhile are queued; when the writer is done, a drain
+/// task commits the queue in batches until it is empty. So writes are only
+/// grouped when they actually wait for each other, and only one writer
+/// (caller or drain task) uses the write connection at a time.
 #[derive(Debug)]
 pub(crate) struct WriteQueue {
     pool: SqlitePool,
     state: Mutex<QueueState>,
+    /// Told when the queue becomes idle (for `close`).
+    idle: Notify,
 }
 
 #[derive(Debug, Default)]
 struct QueueState {
-    /// Into the writer task; `None` before the first write.
-    sender: Option<mpsc::UnboundedSender<Queued>>,
-    task: Option<JoinHandle<()>>,
+    /// Someone (a caller writing alone, or the drain task) is writing.
+    /// Not busy implies nothing queued.
+    busy: bool,
+    queued: VecDeque<Queued>,
     closed: bool,
+}
+
+impl std::fmt::Debug for Queued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.write.fmt(f)
+    }
 }
 
 /// An error for a write that could not be done, with a reason (several
@@ -277,74 +296,151 @@ fn failed(reason: impl Into<String>) -> StoreError {
     StoreError::backend(WriteFailed(reason.into()))
 }
 
+// Lives for one call, on the stack: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Role {
+    /// Nobody was writing: write it now.
+    Write(Write),
+    /// Queued: wait for the result.
+    Wait(oneshot::Receiver<Result<i64, StoreError>>),
+}
+
 impl WriteQueue {
     /// A queue writing through `pool` (one connection).
     pub(crate) fn new(pool: SqlitePool) -> Self {
         WriteQueue {
             pool,
             state: Mutex::new(QueueState::default()),
+            idle: Notify::new(),
         }
     }
 
-    /// Queues `write` and waits for its result, after its commit.
-    pub(crate) async fn write(&self, write: Write) -> Result<i64, StoreError> {
-        let (reply, result) = oneshot::channel();
-        self.enqueue(Queued { write, reply })?;
-        result
-            .await
-            .map_err(|_| failed("the SQLite store's writer stopped before the write was done"))?
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn enqueue(&self, queued: Queued) -> Result<(), StoreError> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.closed {
-            return Err(failed("the SQLite store is closed"));
-        }
-        let queued = match &state.sender {
-            Some(sender) => match sender.send(queued) {
-                Ok(()) => return Ok(()),
-                Err(mpsc::error::SendError(queued)) => queued,
-            },
-            None => queued,
+    /// Writes `write` (alone, or queued and committed with others) and
+    /// returns its result after its commit.
+    pub(crate) async fn write(self: &Arc<Self>, write: Write) -> Result<i64, StoreError> {
+        let role = {
+            let mut state = self.lock();
+            if state.closed {
+                return Err(failed("the SQLite store is closed"));
+            }
+            if state.busy {
+                let (reply, result) = oneshot::channel();
+                state.queued.push_back(Queued { write, reply });
+                Role::Wait(result)
+            } else {
+                state.busy = true;
+                Role::Write(write)
+            }
         };
-        // No writer task yet, or it is gone (the runtime it ran on was shut
-        // down): start one on the caller's runtime.
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|e| failed(format!("the SQLite store writes from a Tokio runtime: {e}")))?;
-        let (sender, receiver) = mpsc::unbounded_channel();
-        if sender.send(queued).is_err() {
-            return Err(failed("the SQLite store's writer could not be started"));
+        match role {
+            Role::Wait(result) => result
+                .await
+                .map_err(|_| failed("the SQLite store's writer stopped before the write was done"))?,
+            Role::Write(write) => {
+                // Dropped when the write is done or its caller gives up: then
+                // whatever was queued meanwhile is handed to a drain task.
+                let _turn = Turn(Arc::clone(self));
+                write_one(&self.pool, &write).await
+            }
         }
-        state.task = Some(runtime.spawn(run_writer(self.pool.clone(), receiver)));
-        state.sender = Some(sender);
-        Ok(())
+    }
+
+    /// Marks the queue idle (nothing queued) and tells `close`.
+    fn set_idle(&self, mut state: std::sync::MutexGuard<'_, QueueState>) {
+        state.busy = false;
+        drop(state);
+        self.idle.notify_waiters();
     }
 
     /// Refuses new writes and waits until the queued ones are done.
     pub(crate) async fn close(&self) {
-        let task = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.closed = true;
-            state.sender = None;
-            state.task.take()
-        };
-        if let Some(task) = task {
-            // The task ends once it has drained the queue (the sender is
-            // gone); an error here means its runtime is gone, with it.
-            let _ = task.await;
+        self.lock().closed = true;
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.lock().busy {
+                return;
+            }
+            notified.await;
         }
     }
 }
 
-/// The writer task: takes every write queued at that moment, up to
-/// [`MAX_BATCH`], and commits them together.
-async fn run_writer(pool: SqlitePool, mut queue: mpsc::UnboundedReceiver<Queued>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        // A caller that stopped waiting (its future was dropped) before its
-        // write started does not get it written, as before the queue.
-        batch.retain(|queued: &Queued| !queued.reply.is_closed());
-        write_batch(&pool, std::mem::take(&mut batch)).await;
+/// A caller's turn to write; when it ends, the writes queued meanwhile go to
+/// a drain task.
+struct Turn(Arc<WriteQueue>);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let state = self.0.lock();
+        if state.queued.is_empty() {
+            self.0.set_idle(state);
+            return;
+        }
+        drop(state);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(drain(Arc::clone(&self.0)));
+            }
+            Err(_) => {
+                // No runtime to write them on (cannot happen from an async
+                // caller): they fail rather than wait forever.
+                let mut state = self.0.lock();
+                state.queued.clear();
+                self.0.set_idle(state);
+            }
+        }
+    }
+}
+
+/// Commits the queued writes, in batches of up to [`MAX_BATCH`] (all those
+/// queued at that moment), until none is left.
+///
+/// The guard is made before the future is first polled, so that even a
+/// future dropped unpolled (spawned on a runtime that is shutting down)
+/// leaves the queue usable.
+fn drain(queue: Arc<WriteQueue>) -> impl Future<Output = ()> + Send {
+    let mut draining = Draining { queue, done: false };
+    async move {
+        loop {
+            let mut batch: Vec<Queued> = {
+                let mut state = draining.queue.lock();
+                if state.queued.is_empty() {
+                    draining.done = true;
+                    draining.queue.set_idle(state);
+                    return;
+                }
+                let n = state.queued.len().min(MAX_BATCH);
+                state.queued.drain(..n).collect()
+            };
+            // A caller that stopped waiting (its future was dropped) before
+            // its write started does not get it written, as before the queue.
+            batch.retain(|queued| !queued.reply.is_closed());
+            write_batch(&draining.queue.pool, batch).await;
+        }
+    }
+}
+
+/// The drain task's turn. Dropped before it is done only if the task is
+/// (its runtime shutting down): the writes still queued then fail rather
+/// than wait forever, and the next write starts afresh.
+struct Draining {
+    queue: Arc<WriteQueue>,
+    done: bool,
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut state = self.queue.lock();
+            state.queued.clear();
+            self.queue.set_idle(state);
+        }
     }
 }
 
@@ -421,33 +517,35 @@ async fn write_together(pool: &SqlitePool, batch: &[Queued]) -> Together {
 
 /// One write in its own transaction (or none, for a single statement), as
 /// before the queue existed.
+async fn write_one(pool: &SqlitePool, write: &Write) -> Result<i64, StoreError> {
+    let mut conn = pool.acquire().await.map_err(StoreError::backend)?;
+    if !write.needs_transaction() {
+        return write.apply(&mut conn).await;
+    }
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(StoreError::backend)?;
+    match write.apply(&mut tx).await {
+        Ok(value) => match tx.commit().await {
+            Ok(()) => Ok(value),
+            Err(e) => {
+                discard(conn);
+                Err(StoreError::backend(e))
+            }
+        },
+        Err(err) => {
+            if tx.rollback().await.is_err() {
+                discard(conn);
+            }
+            Err(err)
+        }
+    }
+}
+
+/// A queued write, alone.
 async fn write_alone(pool: &SqlitePool, queued: Queued) {
     if queued.reply.is_closed() {
         return;
     }
-    let result = async {
-        let mut conn = pool.acquire().await.map_err(StoreError::backend)?;
-        if !queued.write.needs_transaction() {
-            return queued.write.apply(&mut conn).await;
-        }
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(StoreError::backend)?;
-        match queued.write.apply(&mut tx).await {
-            Ok(value) => match tx.commit().await {
-                Ok(()) => Ok(value),
-                Err(e) => {
-                    discard(conn);
-                    Err(StoreError::backend(e))
-                }
-            },
-            Err(err) => {
-                if tx.rollback().await.is_err() {
-                    discard(conn);
-                }
-                Err(err)
-            }
-        }
-    }
-    .await;
+    let result = write_one(pool, &queued.write).await;
     let _ = queued.reply.send(result);
 }
 

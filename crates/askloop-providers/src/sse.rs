@@ -60,6 +60,9 @@ pub(crate) struct SseDecoder {
     /// Received bytes; `buf[pos..]` is not read yet.
     buf: Vec<u8>,
     pos: usize,
+    /// `buf[pos..searched]` holds no line end: a long line arriving in many
+    /// chunks is searched once, not again from its start at each chunk.
+    searched: usize,
     /// The data of the event being read, each line followed by `\n`.
     data: String,
     /// The type of the event being read (empty: `message`).
@@ -86,6 +89,7 @@ impl SseDecoder {
         } else if self.pos > 0 {
             self.buf.drain(..self.pos);
         }
+        self.searched -= self.pos.min(self.searched);
         self.pos = 0;
         self.buf.extend_from_slice(chunk);
     }
@@ -130,14 +134,17 @@ impl SseDecoder {
                     self.pos += 1;
                 }
             }
-            let rest = &self.buf[self.pos..];
-            let Some(end) = memchr::memchr2(b'\n', b'\r', rest) else {
+            let start = self.pos;
+            let from = self.searched.max(start);
+            let Some(found) = memchr::memchr2(b'\n', b'\r', &self.buf[from..]) else {
                 // A partial line (dropped if the body ended).
+                self.searched = self.buf.len();
                 return Ok(false);
             };
-            let start = self.pos;
-            self.pos += end + 1;
-            if rest[end] == b'\r' {
+            let end = from + found - start;
+            self.pos = start + end + 1;
+            self.searched = self.pos;
+            if self.buf[start + end] == b'\r' {
                 self.after_cr = true;
             }
             if end == 0 {
@@ -619,6 +626,15 @@ mod tests {
             one_byte_at_a_time(text.as_bytes()).unwrap(),
             vec![ev("message", "Kyōto ☀ 🦀")]
         );
+    }
+
+    #[test]
+    fn a_long_line_in_many_chunks_is_one_event() {
+        let long = "x".repeat(100_000);
+        let text = format!(": ping\ndata: {long}\r\ndata: {long}\r\n\r\ndata: end\n\n");
+        let expected = vec![ev("message", &format!("{long}\n{long}")), ev("message", "end")];
+        assert_eq!(decode(text.as_bytes().chunks(997)).unwrap(), expected);
+        assert_eq!(decode(text.as_bytes().chunks(1)).unwrap(), expected);
     }
 
     #[test]

@@ -263,7 +263,6 @@ struct Queued {
 /// task commits the queue in batches until it is empty. So writes are only
 /// grouped when they actually wait for each other, and only one writer
 /// (caller or drain task) uses the write connection at a time.
-#[derive(Debug)]
 pub(crate) struct WriteQueue {
     pool: SqlitePool,
     state: Mutex<QueueState>,
@@ -271,7 +270,7 @@ pub(crate) struct WriteQueue {
     idle: Notify,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct QueueState {
     /// Someone (a caller writing alone, or the drain task) is writing.
     /// Not busy implies nothing queued.
@@ -280,9 +279,16 @@ struct QueueState {
     closed: bool,
 }
 
-impl std::fmt::Debug for Queued {
+/// Shows the queue's state, not the queued writes (their messages can be
+/// large, and are the users' conversations).
+impl std::fmt::Debug for WriteQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.write.fmt(f)
+        let state = self.lock();
+        f.debug_struct("WriteQueue")
+            .field("busy", &state.busy)
+            .field("queued", &state.queued.len())
+            .field("closed", &state.closed)
+            .finish()
     }
 }
 

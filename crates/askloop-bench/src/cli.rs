@@ -5,7 +5,16 @@ use std::fmt;
 
 /// Usage, printed with every argument error.
 pub const USAGE: &str = "usage: askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] [--detail] \
-MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M";
+[--runtime multi|current] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M";
+
+/// Which Tokio runtime drives the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeKind {
+    /// Work-stealing workers, one per core (the default; what a server uses).
+    Multi,
+    /// One thread, like Node's event loop (one runtime per core in a server).
+    Current,
+}
 
 /// The model name sent to the server by default.
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
@@ -53,6 +62,8 @@ pub struct Target {
 pub struct Config {
     /// What to measure.
     pub mode: Mode,
+    /// The runtime it runs on.
+    pub runtime: RuntimeKind,
     /// Against what.
     pub target: Target,
 }
@@ -78,6 +89,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
         api_key: DEFAULT_API_KEY.to_owned(),
         detail: false,
     };
+    let mut runtime = RuntimeKind::Multi;
     let mut positional = Vec::new();
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -108,11 +120,18 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
             "--db" => target.db = Some(value),
             "--model" => target.model = value,
             "--api-key" => target.api_key = value,
+            "--runtime" => {
+                runtime = match value.as_str() {
+                    "multi" => RuntimeKind::Multi,
+                    "current" => RuntimeKind::Current,
+                    other => return Err(ArgError(format!("--runtime takes multi or current, not `{other}`"))),
+                }
+            }
             other => return Err(ArgError(format!("unknown option `{other}`"))),
         }
     }
     let mode = parse_mode(&positional)?;
-    Ok(Some(Config { mode, target }))
+    Ok(Some(Config { mode, runtime, target }))
 }
 
 fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {

@@ -23,7 +23,7 @@ mod store_clock;
 
 use std::process::ExitCode;
 
-use cli::{Config, Mode, USAGE};
+use cli::{Config, Mode, RuntimeKind, USAGE};
 use modes::{Report, one_line};
 
 fn main() -> ExitCode {
@@ -38,7 +38,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build();
+    let runtime = match config.runtime {
+        RuntimeKind::Multi => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        RuntimeKind::Current => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+    };
     let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(err) => {

@@ -489,7 +489,7 @@ mod pty {
     /// Types keys the way a person does: after the prompt has settled (a
     /// prompt switches the terminal to raw mode while it draws itself).
     fn press(p: &mut rexpect::session::PtySession, keys: &str) {
-        std::thread::sleep(std::time::Duration::from_millis(250));
+        std::thread::sleep(std::time::Duration::from_millis(400));
         p.send(keys).unwrap();
         p.flush().unwrap();
     }

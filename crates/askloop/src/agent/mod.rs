@@ -565,8 +565,18 @@ impl Agent {
                     let mut record = run;
                     record.version = version;
                     record.status = RunStatus::Running;
+                    // With other calls still pending, this answer ends in one
+                    // store write and no model call: make it before returning,
+                    // so answers to sibling questions never wait on a stream
+                    // its caller has not polled yet.
+                    let siblings_pending = record.pending.len() > 1;
                     let state = RunState { record, messages };
-                    return Ok(self.spawn(state, Some(action)));
+                    let stream = self.spawn(state, Some(action));
+                    return Ok(if siblings_pending {
+                        stream.settled().await
+                    } else {
+                        stream
+                    });
                 }
                 Err(StoreError::Conflict { .. }) if attempt < CLAIM_ATTEMPTS => {
                     let now = self.load(run_id).await?;

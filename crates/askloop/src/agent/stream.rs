@@ -76,6 +76,15 @@ impl AgentStream {
         }
     }
 
+    /// Drives the run to the end of this stream now, keeping its chunks to
+    /// be read as usual.
+    pub(crate) async fn settled(mut self) -> Self {
+        if let Some(driver) = self.driver.take() {
+            self.output = Some(driver.await);
+        }
+        self
+    }
+
     /// The run's id: keep it to resume the run later.
     pub fn run_id(&self) -> &str {
         &self.run_id

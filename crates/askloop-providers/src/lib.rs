@@ -31,6 +31,8 @@ mod http;
 mod openai;
 mod spec;
 mod sse;
+#[cfg(test)]
+mod test_support;
 mod wire;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicConfig, AnthropicModel, DEFAULT_MAX_TOKENS};

@@ -323,6 +323,7 @@ pub(crate) fn shorten(text: &str) -> String {
 mod tests {
     use super::*;
     use crate::sse::{parse_sse_chunks, parse_sse_text};
+    use crate::test_support::{calls_of, finish_of, text_of};
 
     fn parse(text: &str) -> Vec<Result<ModelEvent, ModelError>> {
         parse_sse_text(text, ChatStreamParser::new("openai", "run1_2"))
@@ -330,33 +331,6 @@ mod tests {
 
     fn ok(text: &str) -> Vec<ModelEvent> {
         parse(text).into_iter().map(|e| e.unwrap()).collect()
-    }
-
-    fn text_of(events: &[ModelEvent]) -> String {
-        events
-            .iter()
-            .filter_map(|e| match e {
-                ModelEvent::TextDelta(t) => Some(t.as_str()),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn calls_of(events: &[ModelEvent]) -> Vec<(String, String, String)> {
-        events
-            .iter()
-            .filter_map(|e| match e {
-                ModelEvent::ToolCall { id, name, arguments } => Some((id.clone(), name.clone(), arguments.clone())),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn finish_of(events: &[ModelEvent]) -> (FinishReason, Usage) {
-        match events.last() {
-            Some(ModelEvent::Finish { reason, usage }) => (reason.clone(), *usage),
-            other => panic!("last event is not Finish: {other:?}"),
-        }
     }
 
     #[test]

@@ -277,6 +277,10 @@ impl Tool for AskUser {
         }
     }
 
+    fn resume_is_pure(&self) -> bool {
+        true
+    }
+
     fn check_resume_data(&self, data: &Value, suspend_payload: &Value) -> Result<(), InvalidResume> {
         match Question::from_payload(suspend_payload) {
             Some(question) => question.check_answer(data, self.allow_free_text),

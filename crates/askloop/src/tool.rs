@@ -77,6 +77,17 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Whether executing this tool again with resume data has no effect
+    /// beyond producing its result (like `ask_user`, which only turns the
+    /// answer into text). The agent may then compute the result *before*
+    /// claiming the run and write both in one compare-and-set: one store
+    /// commit less per answer. Exactly-once still holds for the run; a
+    /// losing concurrent resume may have computed a result that is thrown
+    /// away, so say `true` only for tools where that is harmless.
+    fn resume_is_pure(&self) -> bool {
+        false
+    }
+
     /// Runs the tool with its checked input.
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError>;
 }

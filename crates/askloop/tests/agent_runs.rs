@@ -605,3 +605,51 @@ async fn dropping_a_stream_mid_run_still_brings_the_run_to_its_stored_suspension
         .await;
     assert_eq!(out.text, "Deploying to User answered: staging.");
 }
+
+#[tokio::test]
+async fn an_answer_is_written_as_the_compare_and_set_itself_with_no_separate_claim() {
+    let store = Arc::new(FlakyStore::default());
+    let agent = agent_with(CountingModel::new(ASK_THEN_ANSWER), store.clone());
+    let (_, output) = run(&agent, "Deploy").await;
+    let updates_before = store.updates.load(Ordering::SeqCst);
+    let out = agent
+        .resume_stream("staging", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.status, RunStatus::Completed);
+    assert_eq!(
+        store.claims.load(Ordering::SeqCst),
+        0,
+        "ask_user answers need no separate claim"
+    );
+    // One write for the answer (the compare-and-set), one for the finished run.
+    assert_eq!(store.updates.load(Ordering::SeqCst) - updates_before, 2);
+}
+
+#[tokio::test]
+async fn an_approval_claims_the_run_before_the_tool_runs() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(FlakyStore::default());
+    let agent = Agent::builder("approver")
+        .model(CountingModel::new(DEPLOY))
+        .tool(deploy_tool(executions.clone()))
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let (_, output) = run(&agent, "Deploy").await;
+    let out = agent
+        .approve_tool_call(&output.run_id, None)
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.status, RunStatus::Completed);
+    assert_eq!(
+        store.claims.load(Ordering::SeqCst),
+        1,
+        "a tool with effects runs only once the run is claimed"
+    );
+    assert_eq!(executions.load(Ordering::SeqCst), 1);
+}

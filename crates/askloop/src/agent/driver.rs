@@ -65,6 +65,33 @@ impl ResumeAction {
     }
 }
 
+/// Where a driver starts.
+pub(crate) enum Start {
+    /// A new run.
+    Fresh,
+    /// A claimed run, with the decision to apply.
+    Resume(ResumeAction),
+    /// A decision already applied and written (see `Driver::apply`).
+    Applied(Applied),
+}
+
+/// A decision applied to its call and written to the store.
+pub(crate) struct Applied {
+    /// The chunk that shows the call's result (none if it suspended again).
+    chunk: Option<ChunkKind>,
+    /// Whether calls of the step are still pending.
+    waiting: bool,
+}
+
+/// Why a decision could not be applied.
+pub(crate) enum ApplyFailed {
+    /// The write failed (a lost compare-and-set is `StoreError::Conflict`).
+    Store(StoreError),
+    /// The stored run is not in a state the decision fits (a bug, or a
+    /// damaged row).
+    Broken(String),
+}
+
 /// How one tool call ended in this stream.
 enum CallOutcome {
     /// A result, with the chunk that shows it.
@@ -118,18 +145,19 @@ impl Driver {
     }
 
     /// Drives the run until it completes, suspends or fails.
-    pub(crate) async fn run(mut self, action: Option<ResumeAction>) -> StreamOutput {
-        let ended = match action {
-            None => {
+    pub(crate) async fn run(mut self, start: Start) -> StreamOutput {
+        let ended = match start {
+            Start::Fresh => {
                 let message_id = new_id();
-                self.emit(ChunkKind::Start(Start {
+                self.emit(ChunkKind::Start(crate::chunk::Start {
                     id: self.agent.id.clone(),
                     message_id: message_id.clone(),
                 }))
                 .await;
                 self.steps(Some(message_id)).await
             }
-            Some(action) => self.resume(action).await,
+            Start::Resume(action) => self.resume(action).await,
+            Start::Applied(applied) => self.after_apply(applied).await,
         };
         self.output(ended)
     }
@@ -266,6 +294,17 @@ impl Driver {
 
     /// Applies a checked decision to its pending call, then carries on.
     async fn resume(&mut self, action: ResumeAction) -> Ended {
+        match self.apply(action).await {
+            Ok(applied) => self.after_apply(applied).await,
+            Err(ApplyFailed::Store(err)) => self.store_failed(err).await,
+            Err(ApplyFailed::Broken(message)) => self.fail(message).await,
+        }
+    }
+
+    /// Applies a checked decision to its pending call and writes the result,
+    /// as one compare-and-set on the version this driver holds. Emits
+    /// nothing: what the stream shows comes from [`Driver::after_apply`].
+    pub(crate) async fn apply(&mut self, action: ResumeAction) -> Result<Applied, ApplyFailed> {
         let target_id = action.tool_call_id().to_owned();
         let Some(position) = self
             .state
@@ -275,7 +314,9 @@ impl Driver {
             .position(|p| p.tool_call_id == target_id)
         else {
             // Checked before the claim; only a bug gets here.
-            return self.fail(format!("tool call {target_id} is no longer pending")).await;
+            return Err(ApplyFailed::Broken(format!(
+                "tool call {target_id} is no longer pending"
+            )));
         };
         let target = self.state.record.pending[position].clone();
         let call = ToolCall {
@@ -335,52 +376,53 @@ impl Driver {
         }
 
         let Some(assistant_calls) = last_tool_calls(&self.state.messages) else {
-            return self
-                .fail("the stored conversation has no tool calls to answer".to_owned())
-                .await;
+            return Err(ApplyFailed::Broken(
+                "the stored conversation has no tool calls to answer".to_owned(),
+            ));
         };
-        match machine::after_tools(&assistant_calls, &pending, &results) {
+        let waiting = match machine::after_tools(&assistant_calls, &pending, &results) {
             AfterTools::Wait => {
-                if let Err(err) = self
-                    .save(RunStatus::Suspended, Vec::new(), pending, results, None)
+                self.save(RunStatus::Suspended, Vec::new(), pending, results, None)
                     .await
-                {
-                    return self.store_failed(err).await;
-                }
-                if let Some(chunk) = chunk {
-                    self.emit(chunk).await;
-                }
-                self.emit_pending().await;
-                Ended::Suspended
+                    .map_err(ApplyFailed::Store)?;
+                true
             }
             AfterTools::Continue(ordered) => {
                 let append: Vec<Message> = ordered.into_iter().map(Message::Tool).collect();
-                if let Err(err) = self
-                    .save(RunStatus::Running, append, Vec::new(), Vec::new(), None)
+                self.save(RunStatus::Running, append, Vec::new(), Vec::new(), None)
                     .await
-                {
-                    return self.store_failed(err).await;
-                }
-                if let Some(chunk) = chunk {
-                    self.emit(chunk).await;
-                }
-                let (text, calls) = last_assistant(&self.state.messages);
-                self.emit(ChunkKind::StepFinish(StepFinish {
-                    message_id: new_id(),
-                    step_result: StepResult {
-                        reason: FinishReason::ToolCalls,
-                        is_continued: true,
-                    },
-                    output: StepOutput {
-                        text,
-                        tool_calls: calls.iter().map(ToolCallPayload::from).collect(),
-                        usage: Usage::default(),
-                    },
-                }))
-                .await;
-                self.steps(None).await
+                    .map_err(ApplyFailed::Store)?;
+                false
             }
+        };
+        Ok(Applied { chunk, waiting })
+    }
+
+    /// Shows an applied decision and carries on: ends suspended while calls
+    /// are pending, otherwise calls the model.
+    async fn after_apply(&mut self, applied: Applied) -> Ended {
+        if let Some(chunk) = applied.chunk {
+            self.emit(chunk).await;
         }
+        if applied.waiting {
+            self.emit_pending().await;
+            return Ended::Suspended;
+        }
+        let (text, calls) = last_assistant(&self.state.messages);
+        self.emit(ChunkKind::StepFinish(StepFinish {
+            message_id: new_id(),
+            step_result: StepResult {
+                reason: FinishReason::ToolCalls,
+                is_continued: true,
+            },
+            output: StepOutput {
+                text,
+                tool_calls: calls.iter().map(ToolCallPayload::from).collect(),
+                usage: Usage::default(),
+            },
+        }))
+        .await;
+        self.steps(None).await
     }
 
     /// Emits the suspension chunk of every pending call: a stream that

@@ -23,7 +23,7 @@ use crate::tool::{InvalidResume, Tool};
 pub use stream::{AgentStream, StreamOutput};
 
 use cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
-use driver::{Driver, ResumeAction, RunState};
+use driver::{ApplyFailed, Driver, ResumeAction, RunState, Start};
 
 /// How many model calls one stream (or resume) may make, by default.
 pub const DEFAULT_MAX_STEPS: u32 = 25;
@@ -357,6 +357,14 @@ enum Decision {
     Decline(Option<String>),
 }
 
+/// How one try at taking a suspended run went wrong.
+enum Attempt {
+    /// Another writer changed the run first.
+    Lost,
+    /// Anything else; not worth another try.
+    Failed(RunError),
+}
+
 /// How many times a resume tries to claim a run when another answer to the
 /// same run (for a different call of the step) holds it.
 const CLAIM_ATTEMPTS: u32 = 12;
@@ -458,7 +466,7 @@ impl Agent {
         };
         self.inner.store.create(&record, &messages).await?;
         let state = RunState { record, messages };
-        Ok(self.spawn(state, None))
+        Ok(self.spawn(state, Start::Fresh))
     }
 
     /// Runs to the end (or to a suspension) and returns the outcome.
@@ -556,35 +564,21 @@ impl Agent {
             }
             let target = machine::resume_target(&run, options.tool_call_id.as_deref())?;
             let action = self.check_decision(&run, target, &decision)?;
-            match self.inner.store.claim(run_id, run.version).await {
-                Ok(version) => {
-                    let messages = match self.inner.conversations.take(run_id, run.version) {
-                        Some(messages) => messages,
-                        None => self.inner.store.messages(run_id).await?,
-                    };
-                    let mut record = run;
-                    record.version = version;
-                    record.status = RunStatus::Running;
-                    // With other calls still pending, this answer ends in one
-                    // store write and no model call: make it before returning,
-                    // so answers to sibling questions never wait on a stream
-                    // its caller has not polled yet.
-                    let siblings_pending = record.pending.len() > 1;
-                    let state = RunState { record, messages };
-                    let stream = self.spawn(state, Some(action));
-                    return Ok(if siblings_pending {
-                        stream.settled().await
-                    } else {
-                        stream
-                    });
-                }
-                Err(StoreError::Conflict { .. }) if attempt < CLAIM_ATTEMPTS => {
+            let ours = action.tool_call_id().to_owned();
+            let tried = if self.is_pure(&run, &action) {
+                self.resume_pure(run, action).await
+            } else {
+                self.resume_claimed(run, action).await
+            };
+            match tried {
+                Ok(stream) => return Ok(stream),
+                // Another answer to the same run won. If ours is for another
+                // call of the same step and still wanted, try again.
+                Err(Attempt::Lost) if attempt < CLAIM_ATTEMPTS => {
                     let now = self.load(run_id).await?;
-                    let ours = action.tool_call_id();
                     let retry = match now.status {
-                        // Someone else's answer landed and ours is still wanted.
                         RunStatus::Suspended => now.pending.iter().any(|p| p.tool_call_id == ours),
-                        RunStatus::Running => sibling_answer_in_flight(&now, Some(ours)),
+                        RunStatus::Running => sibling_answer_in_flight(&now, Some(&ours)),
                         _ => false,
                     };
                     if !retry {
@@ -594,14 +588,85 @@ impl Agent {
                     }
                     claim_backoff(attempt).await;
                 }
-                Err(StoreError::Conflict { .. }) => {
+                Err(Attempt::Lost) => {
                     return Err(RunError::Conflict {
                         run_id: run_id.to_owned(),
                     });
                 }
-                Err(err) => return Err(err.into()),
+                Err(Attempt::Failed(err)) => return Err(err),
             }
         }
+    }
+
+    /// Whether a decision can be applied before the claim (see
+    /// [`Tool::resume_is_pure`]): declines always, answers when the tool
+    /// says so; never an approval, which runs the tool for real.
+    fn is_pure(&self, run: &RunRecord, action: &ResumeAction) -> bool {
+        match action {
+            ResumeAction::DeclineQuestion { .. } | ResumeAction::Deny { .. } => true,
+            ResumeAction::Approve { .. } => false,
+            ResumeAction::Answer { tool_call_id, .. } => run
+                .pending
+                .iter()
+                .find(|p| &p.tool_call_id == tool_call_id)
+                .and_then(|p| self.inner.tools.get(&p.tool_name))
+                .is_some_and(|t| t.tool.resume_is_pure()),
+        }
+    }
+
+    /// The conversation as of `run`'s version: this process's copy if it has
+    /// that one, else the store's.
+    async fn conversation(&self, run: &RunRecord) -> Result<Vec<Message>, RunError> {
+        match self.inner.conversations.take(&run.run_id, run.version) {
+            Some(messages) => Ok(messages),
+            None => Ok(self.inner.store.messages(&run.run_id).await?),
+        }
+    }
+
+    /// Computes the decision's result and writes it as the compare-and-set
+    /// on the version read: one commit for claim and answer.
+    async fn resume_pure(&self, run: RunRecord, action: ResumeAction) -> Result<AgentStream, Attempt> {
+        let messages = self.conversation(&run).await.map_err(Attempt::Failed)?;
+        let run_id = run.run_id.clone();
+        let outbox = stream::Outbox::default();
+        let mut driver = Driver::new(
+            Arc::clone(&self.inner),
+            RunState { record: run, messages },
+            Arc::clone(&outbox),
+        );
+        match driver.apply(action).await {
+            Ok(applied) => Ok(AgentStream::new(run_id, outbox, driver.run(Start::Applied(applied)))),
+            Err(ApplyFailed::Store(StoreError::Conflict { .. })) => Err(Attempt::Lost),
+            Err(ApplyFailed::Store(err)) => Err(Attempt::Failed(err.into())),
+            Err(ApplyFailed::Broken(detail)) => {
+                Err(Attempt::Failed(RunError::Store(StoreError::Corrupt { run_id, detail })))
+            }
+        }
+    }
+
+    /// Claims the run, then lets the stream apply the decision (the tool
+    /// may have effects, so it runs only once the run is ours).
+    async fn resume_claimed(&self, run: RunRecord, action: ResumeAction) -> Result<AgentStream, Attempt> {
+        let version = match self.inner.store.claim(&run.run_id, run.version).await {
+            Ok(version) => version,
+            Err(StoreError::Conflict { .. }) => return Err(Attempt::Lost),
+            Err(err) => return Err(Attempt::Failed(err.into())),
+        };
+        let messages = self.conversation(&run).await.map_err(Attempt::Failed)?;
+        let mut record = run;
+        record.version = version;
+        record.status = RunStatus::Running;
+        // With other calls still pending, this answer ends in one store
+        // write and no model call: make it before returning, so answers to
+        // sibling questions never wait on a stream its caller has not
+        // polled yet.
+        let siblings_pending = record.pending.len() > 1;
+        let stream = self.spawn(RunState { record, messages }, Start::Resume(action));
+        Ok(if siblings_pending {
+            stream.settled().await
+        } else {
+            stream
+        })
     }
 
     /// Checks a decision against the pending call, before anything is written.
@@ -683,11 +748,11 @@ impl Agent {
         }
     }
 
-    fn spawn(&self, state: RunState, action: Option<ResumeAction>) -> AgentStream {
+    fn spawn(&self, state: RunState, start: Start) -> AgentStream {
         let outbox = stream::Outbox::default();
         let run_id = state.record.run_id.clone();
         let driver = Driver::new(Arc::clone(&self.inner), state, Arc::clone(&outbox));
-        AgentStream::new(run_id, outbox, driver.run(action))
+        AgentStream::new(run_id, outbox, driver.run(start))
     }
 }
 

@@ -51,6 +51,8 @@ pub struct FlakyStore {
     pub fail_suspend: AtomicBool,
     pub fail_all_updates: AtomicBool,
     pub message_reads: AtomicUsize,
+    pub claims: AtomicUsize,
+    pub updates: AtomicUsize,
 }
 
 #[async_trait]
@@ -66,9 +68,11 @@ impl RunStore for FlakyStore {
         self.inner.messages(run_id).await
     }
     async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
         self.inner.claim(run_id, expected_version).await
     }
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
+        self.updates.fetch_add(1, Ordering::SeqCst);
         let refuse = self.fail_all_updates.load(Ordering::SeqCst)
             || (update.status == RunStatus::Suspended && self.fail_suspend.load(Ordering::SeqCst));
         if refuse {

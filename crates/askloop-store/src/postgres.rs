@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Row};
 
-use crate::row::{FINISHED, JsonColumns, RowState, StoredRun, explain_missed_write, message_bodies, parse_message};
+use crate::row::{FINISHED, JsonColumns, RowState, StoredRun, explain_missed_write, message_bodies, message_from_row};
 
 /// The embedded migrations. A database migrated further by a newer askloop
 /// still opens: migrations only add, and each row's layout version decides
@@ -176,14 +176,7 @@ impl PostgresStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(StoreError::backend)?;
-        row.map(|row| {
-            Ok(RowState {
-                status: row.try_get("status").map_err(StoreError::backend)?,
-                version: row.try_get("version").map_err(StoreError::backend)?,
-                schema_version: row.try_get("schema_version").map_err(StoreError::backend)?,
-            })
-        })
-        .transpose()
+        row.map(|row| RowState::from_row(&row)).transpose()
     }
 }
 
@@ -339,16 +332,7 @@ impl RunStore for PostgresStore {
             .fetch_all(&self.pool)
             .await
             .map_err(StoreError::backend)?;
-        rows.iter()
-            .map(|row| {
-                let seq: i64 = row.try_get("seq").map_err(StoreError::backend)?;
-                let body: String = row.try_get("body").map_err(|e| StoreError::Corrupt {
-                    run_id: run_id.to_owned(),
-                    detail: format!("message {seq}: {e}"),
-                })?;
-                parse_message(run_id, seq, &body)
-            })
-            .collect()
+        rows.iter().map(|row| message_from_row(run_id, row)).collect()
     }
 
     async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {

@@ -13,6 +13,7 @@ use askloop::{
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use sqlx::{ColumnIndex, Decode, Row, Type};
 
 /// The columns of one `runs` row, as read from any backend.
 #[derive(Debug)]
@@ -151,6 +152,41 @@ pub(crate) struct RowState {
     pub(crate) status: String,
     pub(crate) version: i64,
     pub(crate) schema_version: i32,
+}
+
+impl RowState {
+    /// Reads `status`, `version` and `schema_version` from a row of any backend.
+    pub(crate) fn from_row<R>(row: &R) -> Result<Self, StoreError>
+    where
+        R: Row,
+        for<'c> &'c str: ColumnIndex<R>,
+        for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+        for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+        for<'r> i32: Decode<'r, R::Database> + Type<R::Database>,
+    {
+        Ok(RowState {
+            status: row.try_get("status").map_err(StoreError::backend)?,
+            version: row.try_get("version").map_err(StoreError::backend)?,
+            schema_version: row.try_get("schema_version").map_err(StoreError::backend)?,
+        })
+    }
+}
+
+/// Reads one message from a row with `seq` and `body` (JSON text) columns,
+/// of any backend.
+pub(crate) fn message_from_row<R>(run_id: &str, row: &R) -> Result<Message, StoreError>
+where
+    R: Row,
+    for<'c> &'c str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let seq: i64 = row.try_get("seq").map_err(StoreError::backend)?;
+    let body: String = row.try_get("body").map_err(|e| StoreError::Corrupt {
+        run_id: run_id.to_owned(),
+        detail: format!("message {seq}: {e}"),
+    })?;
+    parse_message(run_id, seq, &body)
 }
 
 /// Why a compare-and-set on `run_id` matched no row: the run is missing,

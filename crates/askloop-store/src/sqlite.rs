@@ -41,7 +41,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 
-use crate::row::{JsonColumns, StoredRun, message_bodies, parse_message};
+use crate::row::{JsonColumns, StoredRun, message_bodies, message_from_row};
 use writes::{NewRun, Step, Write, WriteQueue};
 
 /// The embedded migrations. A database migrated further by a newer askloop
@@ -385,16 +385,7 @@ impl RunStore for SqliteStore {
             .fetch_all(&self.readers)
             .await
             .map_err(StoreError::backend)?;
-        rows.iter()
-            .map(|row| {
-                let seq: i64 = row.try_get("seq").map_err(StoreError::backend)?;
-                let body: String = row.try_get("body").map_err(|e| StoreError::Corrupt {
-                    run_id: run_id.to_owned(),
-                    detail: format!("message {seq}: {e}"),
-                })?;
-                parse_message(run_id, seq, &body)
-            })
-            .collect()
+        rows.iter().map(|row| message_from_row(run_id, row)).collect()
     }
 
     async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {

@@ -238,14 +238,7 @@ async fn row_state(conn: &mut SqliteConnection, run_id: &str) -> Result<Option<R
         .fetch_optional(&mut *conn)
         .await
         .map_err(StoreError::backend)?;
-    row.map(|row| {
-        Ok(RowState {
-            status: row.try_get("status").map_err(StoreError::backend)?,
-            version: row.try_get("version").map_err(StoreError::backend)?,
-            schema_version: row.try_get("schema_version").map_err(StoreError::backend)?,
-        })
-    })
-    .transpose()
+    row.map(|row| RowState::from_row(&row)).transpose()
 }
 
 /// A queued write and where its result goes.

@@ -1,7 +1,7 @@
 //! `askloop resume`, `approve` and `decline`: a person's decision on a
 //! pending call, then the rest of the run.
 
-use askloop::{Agent, PendingKind, PendingToolCall, Question, ResumeOptions, RunError, RunRecord, SelectionMode};
+use askloop::{Agent, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord, SelectionMode};
 use serde_json::Value;
 
 use super::{Context, finish};
@@ -20,38 +20,9 @@ async fn agent_for(ctx: &Context, run_id: &str) -> Result<(Agent, RunRecord), Cl
     Ok((agent, run))
 }
 
-/// The pending call a decision targets, with the same errors as the library.
-fn target<'a>(run: &'a RunRecord, tool_call_id: Option<&str>) -> Result<&'a PendingToolCall, CliError> {
-    if run.status != askloop::RunStatus::Suspended {
-        return Err(RunError::NotSuspended {
-            run_id: run.run_id.clone(),
-            status: run.status,
-        }
-        .into());
-    }
-    match tool_call_id {
-        Some(id) => run.pending.iter().find(|p| p.tool_call_id == id).ok_or_else(|| {
-            RunError::ToolCallNotPending {
-                run_id: run.run_id.clone(),
-                tool_call_id: id.to_owned(),
-                pending: run.pending_ids(),
-            }
-            .into()
-        }),
-        None => match run.pending.as_slice() {
-            [only] => Ok(only),
-            _ => Err(RunError::AmbiguousResume {
-                run_id: run.run_id.clone(),
-                pending: run.pending_ids(),
-            }
-            .into()),
-        },
-    }
-}
-
 pub async fn resume(ctx: &Context, args: ResumeArgs) -> Result<Done, CliError> {
     let (agent, run) = agent_for(ctx, &args.run_id).await?;
-    let call = target(&run, args.tool_call_id.as_deref())?.clone();
+    let call = run.resume_target(args.tool_call_id.as_deref())?.clone();
     let options = ResumeOptions::call(&run.run_id, &call.tool_call_id);
 
     if args.decline {
@@ -129,7 +100,7 @@ fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<
 
 pub async fn approve(ctx: &Context, run_id: &str, tool_call_id: Option<&str>, json: bool) -> Result<Done, CliError> {
     let (agent, run) = agent_for(ctx, run_id).await?;
-    let call = target(&run, tool_call_id)?;
+    let call = run.resume_target(tool_call_id)?;
     let stream = agent.approve_tool_call(run_id, Some(&call.tool_call_id)).await?;
     Ok(finish(ctx, stream, json).await)
 }
@@ -142,7 +113,7 @@ pub async fn decline(
     json: bool,
 ) -> Result<Done, CliError> {
     let (agent, run) = agent_for(ctx, run_id).await?;
-    let call = target(&run, tool_call_id)?;
+    let call = run.resume_target(tool_call_id)?;
     let stream = agent
         .decline_tool_call(run_id, Some(&call.tool_call_id), reason)
         .await?;

@@ -59,34 +59,38 @@ pub(crate) fn may_call_model(steps_this_stream: u32, max_steps: u32) -> bool {
     steps_this_stream < max_steps
 }
 
-/// Finds the pending call a resume targets, or says why it cannot.
-pub(crate) fn resume_target<'a>(
-    run: &'a RunRecord,
-    tool_call_id: Option<&str>,
-) -> Result<&'a PendingToolCall, RunError> {
-    if run.status != RunStatus::Suspended {
-        return Err(RunError::NotSuspended {
-            run_id: run.run_id.clone(),
-            status: run.status,
-        });
-    }
-    match tool_call_id {
-        Some(id) => run
-            .pending
-            .iter()
-            .find(|p| p.tool_call_id == id)
-            .ok_or_else(|| RunError::ToolCallNotPending {
-                run_id: run.run_id.clone(),
-                tool_call_id: id.to_owned(),
-                pending: run.pending_ids(),
-            }),
-        None => match run.pending.as_slice() {
-            [only] => Ok(only),
-            _ => Err(RunError::AmbiguousResume {
-                run_id: run.run_id.clone(),
-                pending: run.pending_ids(),
-            }),
-        },
+impl RunRecord {
+    /// The pending call a resume of this run targets: the one named, or the
+    /// only one when none is named. Says why there is none (the run is not
+    /// suspended, the call is not pending, several are pending), with the
+    /// same errors [`Agent::resume_stream`](crate::Agent::resume_stream)
+    /// returns, so a host can check before it asks a person anything.
+    pub fn resume_target(&self, tool_call_id: Option<&str>) -> Result<&PendingToolCall, RunError> {
+        if self.status != RunStatus::Suspended {
+            return Err(RunError::NotSuspended {
+                run_id: self.run_id.clone(),
+                status: self.status,
+            });
+        }
+        match tool_call_id {
+            Some(id) => {
+                self.pending
+                    .iter()
+                    .find(|p| p.tool_call_id == id)
+                    .ok_or_else(|| RunError::ToolCallNotPending {
+                        run_id: self.run_id.clone(),
+                        tool_call_id: id.to_owned(),
+                        pending: self.pending_ids(),
+                    })
+            }
+            None => match self.pending.as_slice() {
+                [only] => Ok(only),
+                _ => Err(RunError::AmbiguousResume {
+                    run_id: self.run_id.clone(),
+                    pending: self.pending_ids(),
+                }),
+            },
+        }
     }
 }
 
@@ -166,13 +170,13 @@ mod tests {
     #[test]
     fn resume_without_id_picks_the_only_pending_call() {
         let run = suspended_run(&["a"]);
-        assert_eq!(resume_target(&run, None).unwrap().tool_call_id, "a");
+        assert_eq!(run.resume_target(None).unwrap().tool_call_id, "a");
     }
 
     #[test]
     fn resume_without_id_is_ambiguous_with_several_pending_and_lists_them() {
         let run = suspended_run(&["a", "b"]);
-        let err = resume_target(&run, None).unwrap_err();
+        let err = run.resume_target(None).unwrap_err();
         assert!(matches!(&err, RunError::AmbiguousResume { pending, .. } if pending == &["a", "b"]));
         assert!(err.to_string().contains("a, b"));
     }
@@ -180,7 +184,7 @@ mod tests {
     #[test]
     fn resume_of_a_call_that_is_not_pending_lists_the_pending_ones() {
         let run = suspended_run(&["a"]);
-        let err = resume_target(&run, Some("zzz")).unwrap_err();
+        let err = run.resume_target(Some("zzz")).unwrap_err();
         assert!(matches!(err, RunError::ToolCallNotPending { ref pending, .. } if pending == &["a"]));
     }
 
@@ -188,7 +192,7 @@ mod tests {
     fn resume_of_a_run_that_is_not_suspended_names_its_status() {
         let mut run = suspended_run(&["a"]);
         run.status = RunStatus::Completed;
-        let err = resume_target(&run, Some("a")).unwrap_err();
+        let err = run.resume_target(Some("a")).unwrap_err();
         assert!(matches!(
             err,
             RunError::NotSuspended {

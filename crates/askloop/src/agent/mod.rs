@@ -562,7 +562,7 @@ impl Agent {
                 claim_backoff(attempt).await;
                 continue;
             }
-            let target = machine::resume_target(&run, options.tool_call_id.as_deref())?;
+            let target = run.resume_target(options.tool_call_id.as_deref())?;
             let action = self.check_decision(&run, target, &decision)?;
             let ours = action.tool_call_id().to_owned();
             let tried = if self.is_pure(&run, &action) {

@@ -89,8 +89,6 @@ pub fn choose_model(args: &ModelArgs) -> Result<ModelChoice, CliError> {
     if let Some(path) = &args.script {
         let path = std::path::absolute(path)
             .map_err(|err| CliError::usage(format!("script path {}: {err}", path.display())))?;
-        // Read it now so a missing or bad script fails before a run is stored.
-        ScriptedModel::from_file(&path).map_err(|err| CliError::usage(err.to_string()))?;
         return Ok(ModelChoice::Script { path });
     }
     if env_set("OPENAI_API_KEY") {
@@ -110,8 +108,9 @@ fn env_set(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.trim().is_empty())
 }
 
-/// Makes the model for a choice. `stored` says whether the choice comes from
-/// a stored run (a vanished script is then a failure, not bad usage).
+/// Makes the model for a choice, before anything is stored: a missing key or
+/// a missing or bad script fails here. `stored` says whether the choice comes
+/// from a stored run (a vanished script is then a failure, not bad usage).
 pub fn make_model(choice: &ModelChoice, stored: bool) -> Result<Arc<dyn Model>, CliError> {
     match choice {
         ModelChoice::Demo => Ok(Arc::new(demo::model())),
@@ -132,9 +131,8 @@ pub fn make_model(choice: &ModelChoice, stored: bool) -> Result<Arc<dyn Model>, 
     }
 }
 
-/// The agent for an origin.
-pub fn agent(origin: &RunOrigin, store: Arc<dyn RunStore>, stored: bool) -> Result<Agent, CliError> {
-    let model = make_model(&origin.model, stored)?;
+/// The agent for an origin, driven by `model` (from [`make_model`]).
+pub fn agent(origin: &RunOrigin, model: Arc<dyn Model>, store: Arc<dyn RunStore>) -> Result<Agent, CliError> {
     Agent::builder(origin.agent_id.clone())
         .name("Assistant")
         .instructions(origin.instructions.clone())

@@ -12,10 +12,11 @@ use crate::setup::{self, ModelChoice, RunOrigin};
 
 pub async fn chat(ctx: &Context, first: Option<String>, model: &ModelArgs) -> Result<Done, CliError> {
     let choice = setup::choose_model(model)?;
+    let model = setup::make_model(&choice, false)?;
     announce(&choice);
     let store = setup::open_store(ctx.db.as_deref()).await?;
     let origin = RunOrigin::new(choice.clone());
-    let agent = setup::agent(&origin, store.clone(), false)?;
+    let agent = setup::agent(&origin, model, store.clone())?;
     let mut prompter = prompt::for_stdin();
     let mut history: Vec<Message> = Vec::new();
     let mut next = first;

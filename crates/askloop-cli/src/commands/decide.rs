@@ -16,7 +16,8 @@ async fn agent_for(ctx: &Context, run_id: &str) -> Result<(Agent, RunRecord), Cl
     let store = setup::open_store(ctx.db.as_deref()).await?;
     let run = setup::load_run(&store, run_id).await?;
     let origin = RunOrigin::of_run(&run)?;
-    let agent = setup::agent(&origin, store, true)?;
+    let model = setup::make_model(&origin.model, true)?;
+    let agent = setup::agent(&origin, model, store)?;
     Ok((agent, run))
 }
 

@@ -12,10 +12,11 @@ pub async fn run(ctx: &Context, prompt: String, json: bool, model: &ModelArgs) -
         return Err(CliError::usage("the prompt is empty; say what the agent should do"));
     }
     let choice = setup::choose_model(model)?;
+    let model = setup::make_model(&choice, false)?;
     announce(&choice);
     let store = setup::open_store(ctx.db.as_deref()).await?;
     let origin = RunOrigin::new(choice);
-    let agent = setup::agent(&origin, store, false)?;
+    let agent = setup::agent(&origin, model, store)?;
     let options = StreamOptions::default().metadata(origin.to_metadata());
     let stream = agent.stream_with(prompt, options).await?;
     Ok(finish(ctx, stream, json).await)

@@ -73,10 +73,6 @@ pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutp
     }
     spinner.stop();
     end_line(&mut stdout, &mut at_line_start);
-    stream_output_done(stream).await
-}
-
-async fn stream_output_done(stream: AgentStream) -> StreamOutput {
     stream.output().await
 }
 

@@ -152,8 +152,7 @@ impl Driver {
                 self.emit(ChunkKind::Start(crate::chunk::Start {
                     id: self.agent.id.clone(),
                     message_id: message_id.clone(),
-                }))
-                .await;
+                }));
                 self.steps(Some(message_id)).await
             }
             Start::Resume(action) => self.resume(action).await,
@@ -188,10 +187,9 @@ impl Driver {
         }
     }
 
-    /// Leaves a chunk for the stream. (Async so emitting stays a visible
-    /// step of the driver, though it never waits: the stream polls the
-    /// driver only once it has handed out what was left.)
-    async fn emit(&self, kind: ChunkKind) {
+    /// Leaves a chunk for the stream. It never waits: the stream polls the
+    /// driver only once it has handed out what was left.
+    fn emit(&self, kind: ChunkKind) {
         let chunk = Chunk::new(&self.state.record.run_id, kind);
         self.chunks.lock().unwrap_or_else(|p| p.into_inner()).push_back(chunk);
     }
@@ -211,8 +209,7 @@ impl Driver {
                 message_id: message_id.clone(),
                 started_at: Utc::now().timestamp_millis(),
                 warnings: Vec::new(),
-            }))
-            .await;
+            }));
             self.steps_here += 1;
             self.state.record.steps += 1;
 
@@ -233,11 +230,11 @@ impl Driver {
                         return self.store_failed(err).await;
                     }
                     let finish = step_finish(&turn, Vec::new(), turn.usage, false);
-                    self.emit(ChunkKind::StepFinish(finish.clone())).await;
+                    self.emit(ChunkKind::StepFinish(finish.clone()));
                     let mut finish = finish;
                     finish.output.usage = self.state.record.usage;
                     finish.step_result.reason = turn.reason.clone();
-                    self.emit(ChunkKind::Finish(finish)).await;
+                    self.emit(ChunkKind::Finish(finish));
                     return Ended::Completed;
                 }
                 AfterModel::RunTools => {}
@@ -266,9 +263,9 @@ impl Driver {
                         return self.store_failed(err).await;
                     }
                     for chunk in result_chunks {
-                        self.emit(chunk).await;
+                        self.emit(chunk);
                     }
-                    self.emit_pending().await;
+                    self.emit_pending();
                     return Ended::Suspended;
                 }
                 AfterTools::Continue(ordered) => {
@@ -282,11 +279,10 @@ impl Driver {
                         return self.store_failed(err).await;
                     }
                     for chunk in result_chunks {
-                        self.emit(chunk).await;
+                        self.emit(chunk);
                     }
                     let payloads = calls.iter().map(ToolCallPayload::from).collect();
-                    self.emit(ChunkKind::StepFinish(step_finish(&turn, payloads, turn.usage, true)))
-                        .await;
+                    self.emit(ChunkKind::StepFinish(step_finish(&turn, payloads, turn.usage, true)));
                 }
             }
         }
@@ -402,10 +398,10 @@ impl Driver {
     /// are pending, otherwise calls the model.
     async fn after_apply(&mut self, applied: Applied) -> Ended {
         if let Some(chunk) = applied.chunk {
-            self.emit(chunk).await;
+            self.emit(chunk);
         }
         if applied.waiting {
-            self.emit_pending().await;
+            self.emit_pending();
             return Ended::Suspended;
         }
         let (text, calls) = last_assistant(&self.state.messages);
@@ -420,14 +416,13 @@ impl Driver {
                 tool_calls: calls.iter().map(ToolCallPayload::from).collect(),
                 usage: Usage::default(),
             },
-        }))
-        .await;
+        }));
         self.steps(None).await
     }
 
     /// Emits the suspension chunk of every pending call: a stream that
     /// suspends ends with what it waits on.
-    async fn emit_pending(&self) {
+    fn emit_pending(&self) {
         for p in &self.state.record.pending {
             let chunk = match p.kind {
                 PendingKind::Suspended => ChunkKind::ToolCallSuspended(ToolCallSuspended {
@@ -444,7 +439,7 @@ impl Driver {
                     resume_schema: p.resume_schema.clone().unwrap_or_else(approval_schema).to_string(),
                 }),
             };
-            self.emit(chunk).await;
+            self.emit(chunk);
         }
     }
 
@@ -479,22 +474,21 @@ impl Driver {
                         Some(id) => id.clone(),
                         None => {
                             let id = new_id();
-                            self.emit(ChunkKind::TextStart(TextId { id: id.clone() })).await;
+                            self.emit(ChunkKind::TextStart(TextId { id: id.clone() }));
                             text_id = Some(id.clone());
                             id
                         }
                     };
                     turn.text.push_str(&text);
                     self.text.push_str(&text);
-                    self.emit(ChunkKind::TextDelta(TextDelta { id, text })).await;
+                    self.emit(ChunkKind::TextDelta(TextDelta { id, text }));
                 }
                 ModelEvent::ToolCallStart { id, name } => {
-                    self.close_text(&mut text_id).await;
+                    self.close_text(&mut text_id);
                     self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
                         tool_call_id: id.clone(),
                         tool_name: name.clone(),
-                    }))
-                    .await;
+                    }));
                     names.insert(id, name);
                 }
                 ModelEvent::ToolCallDelta { id, args_delta } => {
@@ -503,33 +497,29 @@ impl Driver {
                         tool_call_id: id,
                         tool_name,
                         args_text_delta: args_delta,
-                    }))
-                    .await;
+                    }));
                 }
                 ModelEvent::ToolCall { id, name, arguments } => {
-                    self.close_text(&mut text_id).await;
+                    self.close_text(&mut text_id);
                     if names.remove(&id).is_none() {
                         // The provider sent the call whole (Ollama does):
                         // show it the way a streamed one looks.
                         self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
                             tool_call_id: id.clone(),
                             tool_name: name.clone(),
-                        }))
-                        .await;
+                        }));
                         self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
                             tool_call_id: id.clone(),
                             tool_name: name.clone(),
                             args_text_delta: arguments.clone(),
-                        }))
-                        .await;
+                        }));
                     }
                     self.emit(ChunkKind::ToolCallInputStreamingEnd(ToolCallId {
                         tool_call_id: id.clone(),
-                    }))
-                    .await;
+                    }));
                     let (args, malformed) = parse_arguments(&arguments);
                     let call = ToolCall { id, name, args };
-                    self.emit(ChunkKind::ToolCall(ToolCallPayload::from(&call))).await;
+                    self.emit(ChunkKind::ToolCall(ToolCallPayload::from(&call)));
                     turn.calls.push(ModelCall { call, malformed });
                 }
                 ModelEvent::Finish { reason, usage } => {
@@ -539,7 +529,7 @@ impl Driver {
                 }
             }
         }
-        self.close_text(&mut text_id).await;
+        self.close_text(&mut text_id);
         if !finished && turn.text.is_empty() && turn.calls.is_empty() {
             return Err(ModelError::Protocol {
                 provider: self.agent.model.name().to_owned(),
@@ -553,9 +543,9 @@ impl Driver {
         Ok(turn)
     }
 
-    async fn close_text(&self, text_id: &mut Option<String>) {
+    fn close_text(&self, text_id: &mut Option<String>) {
         if let Some(id) = text_id.take() {
-            self.emit(ChunkKind::TextEnd(TextId { id })).await;
+            self.emit(ChunkKind::TextEnd(TextId { id }));
         }
     }
 
@@ -678,8 +668,7 @@ impl Driver {
             error: ErrorDetail {
                 message: message.clone(),
             },
-        }))
-        .await;
+        }));
         Ended::Failed(message)
     }
 
@@ -693,8 +682,7 @@ impl Driver {
                 self.state.record = now;
                 self.emit(ChunkKind::Abort(AbortPayload {
                     reason: Some("the run was cancelled".into()),
-                }))
-                .await;
+                }));
                 return Ended::Cancelled;
             }
             let message = format!(
@@ -705,8 +693,7 @@ impl Driver {
                 error: ErrorDetail {
                     message: message.clone(),
                 },
-            }))
-            .await;
+            }));
             return Ended::Failed(message);
         }
         self.fail(format!(

@@ -1,22 +1,22 @@
 //! [`SqliteStore`]: runs in one SQLite file, the embedded default.
 //!
-//! # Concurrency
+//! # Threads and connections
 //!
 //! The file is in WAL mode, so readers never block the writer nor the writer
-//! readers. Each store holds two pools: one connection that does every write
-//! of this process, and a few connections for reads. Writers of one process
-//! therefore queue (asynchronously) for the one write connection instead of
-//! spinning in SQLite's busy handler, and at most one writer per process
-//! competes for the file lock; `busy_timeout` makes that competitor wait
-//! rather than fail. Every multi-statement write starts with `BEGIN
-//! IMMEDIATE`, which takes the write lock up front: a transaction that read
-//! first and then tried to write could fail at once with "database is
-//! locked" (`SQLITE_BUSY_SNAPSHOT`), which no busy timeout retries.
+//! readers. Each store has one write connection, owned by a thread of its
+//! own (`writes.rs`): a write is handed to that thread as one job (whatever
+//! the number of statements in it) and its caller waits asynchronously for
+//! the result. Writers of one process therefore queue for the one write
+//! connection instead of spinning in SQLite's busy handler, at most one
+//! writer per process competes for the file lock (`busy_timeout` makes it
+//! wait rather than fail), and writes queued behind each other are committed
+//! together, sharing one fsync (group commit).
 //!
-//! Writes that wait for each other are committed together (`writes.rs`): a
-//! write that finds nobody writing is written at once by its caller; those
-//! queued meanwhile are then committed in one transaction, sharing one fsync
-//! (group commit), each with its own result.
+//! Reads run on the calling thread, on one of a few read connections kept
+//! open: a read by key or of one run's messages is a few microseconds to a
+//! few milliseconds of work on pages SQLite mostly has in memory, and in WAL
+//! mode it never waits for a writer, so handing it to another thread and
+//! back would cost more than the read itself.
 //!
 //! # Durability
 //!
@@ -30,28 +30,19 @@
 //! power-loss guarantee for throughput choose [`SqliteSync::Normal`].
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use askloop::{Message, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::Row;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
+use rusqlite::{Connection, ToSql};
+use tokio::sync::oneshot;
 
-use crate::row::{JsonColumns, StoredRun, message_bodies, message_from_row};
-use writes::{NewRun, Step, Write, WriteQueue};
-
-/// The embedded migrations. A database migrated further by a newer askloop
-/// still opens: migrations only add, and each row's layout version decides
-/// whether this build may read it (see `row.rs`).
-fn migrator() -> sqlx::migrate::Migrator {
-    let mut migrator = sqlx::migrate!("./migrations/sqlite");
-    migrator.set_ignore_missing(true);
-    migrator
-}
+use crate::row::{JsonColumns, StoredRun, message_bodies, parse_message};
+use connection::Role;
+use writes::{Job, NewRun, Queued, Step, Write, failed};
 
 /// How long a write waits for another process's write lock by default.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,15 +59,6 @@ pub enum SqliteSync {
     /// ones can be lost to a power cut or an OS crash (the file stays
     /// consistent). Faster: no fsync per commit.
     Normal,
-}
-
-impl SqliteSync {
-    fn pragma(self) -> SqliteSynchronous {
-        match self {
-            SqliteSync::Full => SqliteSynchronous::Full,
-            SqliteSync::Normal => SqliteSynchronous::Normal,
-        }
-    }
 }
 
 /// How [`SqliteStore::open_with`] opens a file.
@@ -110,7 +92,8 @@ impl SqliteOptions {
         self
     }
 
-    /// How many connections serve reads (at least one).
+    /// How many read connections are kept open between reads (at least
+    /// one; 4 by default). More reads at once each open their own.
     pub fn readers(mut self, readers: u32) -> Self {
         self.readers = readers.max(1);
         self
@@ -132,12 +115,19 @@ impl SqliteOptions {
 /// ```
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    /// The one write connection. Writes go through `writes`; only the
-    /// conformance suite's raw row access uses the pool directly.
-    pub(crate) writer: SqlitePool,
-    writes: Arc<WriteQueue>,
-    pub(crate) readers: SqlitePool,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
     path: PathBuf,
+    options: SqliteOptions,
+    /// To the write thread, which stops when every sender is gone (the last
+    /// clone of the store dropped) or when asked to by `close`.
+    jobs: mpsc::Sender<Job>,
+    closed: AtomicBool,
+    /// Read connections not in use.
+    readers: Mutex<Vec<Connection>>,
 }
 
 /// How many times opening retries when another process is creating the same
@@ -163,23 +153,21 @@ impl SqliteStore {
                 ))
             })?;
         }
-        let connect = SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(options.sync.pragma())
-            .busy_timeout(options.busy_timeout)
-            .foreign_keys(true);
-
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match Self::connect(&path, &connect, &options).await {
+            // Opening touches the disk and may wait for another process's
+            // write lock (the busy timeout): not on the async runtime.
+            let (p, o) = (path.clone(), options.clone());
+            let connected = tokio::task::spawn_blocking(move || Self::connect(p, o))
+                .await
+                .map_err(|e| OpenError::Fatal(StoreError::backend(e)))
+                .and_then(|connected| connected);
+            match connected {
                 Ok(store) => return Ok(store),
                 // Two processes creating the same new file race on switching
-                // it to WAL and on the first migration (sqlx takes no lock for
-                // SQLite migrations). The loser sees "locked" or "already
-                // exists"; once the winner is done, a retry finds the tables.
+                // it to WAL; the loser may see "locked" at once. Once the
+                // winner is done, a retry finds the file ready.
                 Err(OpenError::Racy(err)) if attempt < OPEN_ATTEMPTS => {
                     tracing::debug!(path = %path.display(), attempt, error = %err, "opening the SQLite store again");
                     tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
@@ -189,9 +177,9 @@ impl SqliteStore {
         }
     }
 
-    async fn connect(path: &Path, connect: &SqliteConnectOptions, options: &SqliteOptions) -> Result<Self, OpenError> {
-        let cannot_open = |e: sqlx::Error| {
-            let racy = is_database_error(&e);
+    fn connect(path: PathBuf, options: SqliteOptions) -> Result<Self, OpenError> {
+        let cannot_open = |e: rusqlite::Error| {
+            let racy = is_busy(&e);
             let err = StoreError::InvalidLocation(format!("cannot open the SQLite store {}: {e}", path.display()));
             if racy {
                 OpenError::Racy(err)
@@ -199,56 +187,101 @@ impl SqliteStore {
                 OpenError::Fatal(err)
             }
         };
-        // No ping before each acquire (`test_before_acquire`, on by default):
-        // a SQLite connection is a file opened in this process, not a socket,
-        // so it cannot go stale while idle, and the ping is one more hand-off
-        // to the connection's thread per store call.
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .test_before_acquire(false)
-            .connect_with(connect.clone())
-            .await
-            .map_err(cannot_open)?;
-        if let Err(err) = migrator().run(&writer).await {
-            let racy = matches!(
-                &err,
-                sqlx::migrate::MigrateError::Execute(e) | sqlx::migrate::MigrateError::ExecuteMigration(e, _)
-                    if is_database_error(e)
-            );
-            writer.close().await;
-            let err = StoreError::Backend(Box::new(err));
+        let mut writer = connection::open(&path, Role::Writer, &options).map_err(cannot_open)?;
+        let mode = connection::switch_to_wal(&writer).map_err(cannot_open)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(OpenError::Fatal(StoreError::InvalidLocation(format!(
+                "cannot use the SQLite store {}: it stays in journal mode {mode:?}, and askloop needs WAL \
+                 (is it on a file system without shared memory, or held by another program in exclusive mode?)",
+                path.display()
+            ))));
+        }
+        if let Err(e) = connection::migrate(&mut writer) {
+            let racy = is_busy(&e);
+            let err = StoreError::Backend(Box::new(MigrationFailed(e)));
             return Err(if racy {
                 OpenError::Racy(err)
             } else {
                 OpenError::Fatal(err)
             });
         }
-        let readers = SqlitePoolOptions::new()
-            .max_connections(options.readers)
-            .test_before_acquire(false)
-            .connect_with(connect.clone().create_if_missing(false))
-            .await
-            .map_err(cannot_open)?;
+        // One read connection now: a file that cannot be read fails here,
+        // not at the first read.
+        let reader = connection::open(&path, Role::Reader, &options).map_err(cannot_open)?;
+        let (jobs, queue) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("askloop-sqlite".to_owned())
+            .spawn(move || writes::run(writer, queue))
+            .map_err(|e| OpenError::Fatal(StoreError::backend(e)))?;
         Ok(SqliteStore {
-            writes: Arc::new(WriteQueue::new(writer.clone())),
-            writer,
-            readers,
-            path: path.to_path_buf(),
+            shared: Arc::new(Shared {
+                path,
+                options,
+                jobs,
+                closed: AtomicBool::new(false),
+                readers: Mutex::new(vec![reader]),
+            }),
         })
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.shared.path
     }
 
-    /// Closes the connections (waiting for writes in flight). Writes after
-    /// this fail.
+    /// Closes the connections (waiting for writes in flight). Reads and
+    /// writes after this fail.
     pub async fn close(&self) {
-        self.writes.close().await;
-        self.writer.close().await;
-        self.readers.close().await;
+        self.shared.closed.store(true, Ordering::Release);
+        self.lock_readers().clear();
+        let (done, finished) = oneshot::channel();
+        if self.shared.jobs.send(Job::Close(done)).is_ok() {
+            // An error here means the thread had already stopped.
+            let _ = finished.await;
+        }
+    }
+
+    fn lock_readers(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        self.shared.readers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Hands `write` to the write thread and waits for its result.
+    async fn write(&self, write: Write) -> Result<i64, StoreError> {
+        if self.is_closed() {
+            return Err(failed("the SQLite store is closed"));
+        }
+        let (reply, result) = oneshot::channel();
+        self.shared
+            .jobs
+            .send(Job::Write(Queued { write, reply }))
+            .map_err(|_| failed("the SQLite store's write thread has stopped"))?;
+        result
+            .await
+            .map_err(|_| failed("the SQLite store's write thread stopped before the write was done"))?
+    }
+
+    /// Runs `read` on an idle read connection (or a new one), on this thread.
+    fn read<T>(&self, read: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        if self.is_closed() {
+            return Err(failed("the SQLite store is closed"));
+        }
+        let idle = self.lock_readers().pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => {
+                connection::open(&self.shared.path, Role::Reader, &self.shared.options).map_err(StoreError::backend)?
+            }
+        };
+        let result = read(&conn);
+        let mut idle = self.lock_readers();
+        if idle.len() < self.shared.options.readers as usize && !self.is_closed() {
+            idle.push(conn);
+        }
+        result
     }
 }
 
@@ -258,9 +291,18 @@ enum OpenError {
     Fatal(StoreError),
 }
 
-fn is_database_error(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Database(_))
+/// The file is locked by another connection (`SQLITE_BUSY`, `SQLITE_LOCKED`).
+fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
+
+/// Bringing the tables up to date failed.
+#[derive(Debug, thiserror::Error)]
+#[error("could not create or update the SQLite store's tables: {0}")]
+struct MigrationFailed(rusqlite::Error);
 
 /// The columns of `runs`, in the order [`stored_run`] reads them.
 macro_rules! run_columns {
@@ -270,79 +312,43 @@ macro_rules! run_columns {
     };
 }
 
+mod connection;
 mod writes;
 
 fn micros(at: DateTime<Utc>) -> i64 {
     at.timestamp_micros()
 }
 
-/// Reads a `runs` row. A column of the wrong type is a corrupt row.
-fn stored_run(row: &SqliteRow) -> Result<StoredRun, StoreError> {
-    let run_id: String = row.try_get("run_id").map_err(StoreError::backend)?;
+/// Reads a `runs` row (columns as in [`run_columns`]). A column of the wrong
+/// type is a corrupt row.
+fn stored_run(row: &rusqlite::Row<'_>) -> Result<StoredRun, StoreError> {
+    let run_id: String = row.get(0).map_err(StoreError::backend)?;
     let corrupt = |detail: String| StoreError::Corrupt {
         run_id: run_id.clone(),
         detail,
     };
-    let column = |e: sqlx::Error| corrupt(e.to_string());
-    let time = |name: &str| -> Result<DateTime<Utc>, StoreError> {
-        let value: i64 = row.try_get(name).map_err(column)?;
+    let column = |e: rusqlite::Error| corrupt(e.to_string());
+    let time = |index: usize, name: &str| -> Result<DateTime<Utc>, StoreError> {
+        let value: i64 = row.get(index).map_err(column)?;
         DateTime::from_timestamp_micros(value).ok_or_else(|| corrupt(format!("{name}: {value} is not a time")))
     };
     Ok(StoredRun {
-        agent_id: row.try_get("agent_id").map_err(column)?,
-        thread_id: row.try_get("thread_id").map_err(column)?,
-        status: row.try_get("status").map_err(column)?,
-        version: row.try_get("version").map_err(column)?,
-        created_at: time("created_at")?,
-        updated_at: time("updated_at")?,
-        pending: row.try_get("pending").map_err(column)?,
-        step_results: row.try_get("step_results").map_err(column)?,
-        message_count: row.try_get("message_count").map_err(column)?,
-        steps: row.try_get("steps").map_err(column)?,
-        usage: row.try_get("usage").map_err(column)?,
-        error: row.try_get("error").map_err(column)?,
-        metadata: row.try_get("metadata").map_err(column)?,
-        schema_version: row.try_get("schema_version").map_err(column)?,
+        agent_id: row.get(1).map_err(column)?,
+        thread_id: row.get(2).map_err(column)?,
+        status: row.get(3).map_err(column)?,
+        version: row.get(4).map_err(column)?,
+        created_at: time(5, "created_at")?,
+        updated_at: time(6, "updated_at")?,
+        pending: row.get(7).map_err(column)?,
+        step_results: row.get(8).map_err(column)?,
+        message_count: row.get(9).map_err(column)?,
+        steps: row.get(10).map_err(column)?,
+        usage: row.get(11).map_err(column)?,
+        error: row.get(12).map_err(column)?,
+        metadata: row.get(13).map_err(column)?,
+        schema_version: row.get(14).map_err(column)?,
         run_id: run_id.clone(),
     })
-}
-
-/// How many messages one `INSERT` writes at most: 3 variables a row keeps a
-/// statement at 768 variables, under SQLite's limit even in builds older than
-/// 3.32 (999).
-const MESSAGES_PER_INSERT: usize = 256;
-
-/// `INSERT INTO messages ... VALUES (?, ?, ?), (?, ?, ?), ...` for `rows` rows.
-fn insert_messages_sql(rows: usize) -> String {
-    const HEAD: &str = "INSERT INTO messages (run_id, seq, body) VALUES (?, ?, ?)";
-    const ROW: &str = ", (?, ?, ?)";
-    let mut sql = String::with_capacity(HEAD.len() + ROW.len() * rows.saturating_sub(1));
-    sql.push_str(HEAD);
-    for _ in 1..rows {
-        sql.push_str(ROW);
-    }
-    sql
-}
-
-/// Appends `bodies` numbered from `first_seq`, in one statement per
-/// [`MESSAGES_PER_INSERT`] messages (each statement is one hand-off to the
-/// connection's thread).
-async fn insert_messages(
-    conn: &mut sqlx::SqliteConnection,
-    run_id: &str,
-    first_seq: i64,
-    bodies: &[String],
-) -> Result<(), StoreError> {
-    let mut seq = first_seq;
-    for chunk in bodies.chunks(MESSAGES_PER_INSERT) {
-        let mut insert = sqlx::query(sqlx::AssertSqlSafe(insert_messages_sql(chunk.len())));
-        for body in chunk {
-            insert = insert.bind(run_id).bind(seq).bind(body);
-            seq += 1;
-        }
-        insert.execute(&mut *conn).await.map_err(StoreError::backend)?;
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -366,35 +372,52 @@ impl RunStore for SqliteStore {
             error: run.error.clone(),
             metadata,
         };
-        self.writes.write(Write::Create { run, bodies }).await?;
+        self.write(Write::Create { run, bodies }).await?;
         Ok(())
     }
 
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = ?"))
-            .bind(run_id)
-            .fetch_optional(&self.readers)
-            .await
-            .map_err(StoreError::backend)?;
-        row.map(|row| stored_run(&row)?.into_record()).transpose()
+        let row = self.read(|conn| {
+            let mut select = conn
+                .prepare_cached(concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = ?"))
+                .map_err(StoreError::backend)?;
+            let mut rows = select.query([run_id]).map_err(StoreError::backend)?;
+            match rows.next().map_err(StoreError::backend)? {
+                Some(row) => stored_run(row).map(Some),
+                None => Ok(None),
+            }
+        })?;
+        row.map(StoredRun::into_record).transpose()
     }
 
     async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {
-        let rows = sqlx::query("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq")
-            .bind(run_id)
-            .fetch_all(&self.readers)
-            .await
-            .map_err(StoreError::backend)?;
-        rows.iter().map(|row| message_from_row(run_id, row)).collect()
+        self.read(|conn| {
+            let mut select = conn
+                .prepare_cached("SELECT seq, body FROM messages WHERE run_id = ? ORDER BY seq")
+                .map_err(StoreError::backend)?;
+            let mut rows = select.query([run_id]).map_err(StoreError::backend)?;
+            let mut messages = Vec::new();
+            while let Some(row) = rows.next().map_err(StoreError::backend)? {
+                let seq: i64 = row.get(0).map_err(StoreError::backend)?;
+                let body = row
+                    .get_ref(1)
+                    .and_then(|value| value.as_str().map_err(Into::into))
+                    .map_err(|e| StoreError::Corrupt {
+                        run_id: run_id.to_owned(),
+                        detail: format!("message {seq}: {e}"),
+                    })?;
+                messages.push(parse_message(run_id, seq, body)?);
+            }
+            Ok(messages)
+        })
     }
 
     async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
-        self.writes
-            .write(Write::Claim {
-                run_id: run_id.to_owned(),
-                expected_version,
-            })
-            .await
+        self.write(Write::Claim {
+            run_id: run_id.to_owned(),
+            expected_version,
+        })
+        .await
     }
 
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
@@ -410,7 +433,7 @@ impl RunStore for SqliteStore {
             usage: json.usage,
             error: update.error.map(str::to_owned),
         };
-        self.writes.write(Write::Update { step, bodies }).await
+        self.write(Write::Update { step, bodies }).await
     }
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
@@ -436,26 +459,33 @@ impl RunStore for SqliteStore {
                 " FROM runs WHERE status = ? AND agent_id = ? ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?"
             ),
         };
-        let mut q = sqlx::query(sql);
-        if let Some(status) = query.status {
-            q = q.bind(status.as_str());
-        }
-        if let Some(agent_id) = &query.agent_id {
-            q = q.bind(agent_id);
-        }
+        let status = query.status.map(|status| status.as_str());
         // SQLite reads a negative LIMIT as "no limit".
         let limit = query.limit.map_or(-1, i64::from);
-        let rows = q
-            .bind(limit)
-            .bind(i64::from(query.offset))
-            .fetch_all(&self.readers)
-            .await
-            .map_err(StoreError::backend)?;
-        crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
+        let offset = i64::from(query.offset);
+        let mut values: Vec<&dyn ToSql> = Vec::with_capacity(4);
+        if let Some(status) = &status {
+            values.push(status);
+        }
+        if let Some(agent_id) = &query.agent_id {
+            values.push(agent_id);
+        }
+        values.push(&limit);
+        values.push(&offset);
+        let rows = self.read(|conn| {
+            let mut select = conn.prepare_cached(sql).map_err(StoreError::backend)?;
+            let mut rows = select.query(values.as_slice()).map_err(StoreError::backend)?;
+            let mut stored = Vec::new();
+            while let Some(row) = rows.next().map_err(StoreError::backend)? {
+                stored.push(stored_run(row));
+            }
+            Ok(stored)
+        })?;
+        crate::readable_runs(rows.into_iter().map(|row| row?.into_record()))
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let deleted = self.writes.write(Write::Prune { before: micros(before) }).await?;
+        let deleted = self.write(Write::Prune { before: micros(before) }).await?;
         Ok(u64::try_from(deleted).unwrap_or_default())
     }
 }

@@ -23,61 +23,68 @@ pub trait RawRows: Send + Sync {
     async fn truncate_messages(&self, run_id: &str, keep: i64);
 }
 
+/// A connection of its own to the store's file: raw writes go around the
+/// store, as another program's would.
+fn sqlite_connection(store: &SqliteStore) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(store.path()).expect("opening the SQLite file");
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .expect("setting a busy timeout");
+    conn
+}
+
 #[async_trait]
 impl RawRows for SqliteStore {
     async fn corrupt_run(&self, run_id: &str) {
-        sqlx::query("UPDATE runs SET pending = '[{\"toolCallId\": ' WHERE run_id = ?")
-            .bind(run_id)
-            .execute(&self.writer)
-            .await
+        sqlite_connection(self)
+            .execute(
+                "UPDATE runs SET pending = '[{\"toolCallId\": ' WHERE run_id = ?",
+                [run_id],
+            )
             .expect("corrupting a run row");
     }
 
     async fn corrupt_message(&self, run_id: &str, seq: i64) {
-        sqlx::query("UPDATE messages SET body = '{\"role\": ' WHERE run_id = ? AND seq = ?")
-            .bind(run_id)
-            .bind(seq)
-            .execute(&self.writer)
-            .await
+        sqlite_connection(self)
+            .execute(
+                "UPDATE messages SET body = '{\"role\": ' WHERE run_id = ? AND seq = ?",
+                rusqlite::params![run_id, seq],
+            )
             .expect("corrupting a message row");
     }
 
     async fn set_schema_version(&self, run_id: &str, version: i32) {
-        sqlx::query("UPDATE runs SET schema_version = ? WHERE run_id = ?")
-            .bind(version)
-            .bind(run_id)
-            .execute(&self.writer)
-            .await
+        sqlite_connection(self)
+            .execute(
+                "UPDATE runs SET schema_version = ? WHERE run_id = ?",
+                rusqlite::params![version, run_id],
+            )
             .expect("setting a row's layout version");
     }
 
     async fn message_rows(&self, run_id: &str) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE run_id = ?")
-            .bind(run_id)
-            .fetch_one(&self.readers)
-            .await
+        sqlite_connection(self)
+            .query_row("SELECT COUNT(*) FROM messages WHERE run_id = ?", [run_id], |row| {
+                row.get(0)
+            })
             .expect("counting message rows")
     }
 
     async fn truncate_messages(&self, run_id: &str, keep: i64) {
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
+        let mut conn = sqlite_connection(self);
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .expect("starting a write");
-        sqlx::query("DELETE FROM messages WHERE run_id = ? AND seq >= ?")
-            .bind(run_id)
-            .bind(keep)
-            .execute(&mut *tx)
-            .await
-            .expect("deleting messages");
-        sqlx::query("UPDATE runs SET message_count = ? WHERE run_id = ?")
-            .bind(keep)
-            .bind(run_id)
-            .execute(&mut *tx)
-            .await
-            .expect("setting the message count");
-        tx.commit().await.expect("committing");
+        tx.execute(
+            "DELETE FROM messages WHERE run_id = ? AND seq >= ?",
+            rusqlite::params![run_id, keep],
+        )
+        .expect("deleting messages");
+        tx.execute(
+            "UPDATE runs SET message_count = ? WHERE run_id = ?",
+            rusqlite::params![keep, run_id],
+        )
+        .expect("setting the message count");
+        tx.commit().expect("committing");
     }
 }
 

@@ -1,15 +1,20 @@
-//! Group commit: the writes of one [`SqliteStore`](super::SqliteStore)
-//! that wait for each other are committed together.
+//! The write thread of a [`SqliteStore`](super::SqliteStore): every write of
+//! the store, one thread, one connection, and group commit.
 //!
-//! With `synchronous = FULL` every commit costs an fsync, and the writes of
-//! one process queue for the one write connection anyway. A write that finds
-//! nobody writing is written at once by its caller, alone. Writes arriving
-//! while one is being written are queued; when it is done, a drain task takes
-//! every write queued at that moment (up to [`MAX_BATCH`]) and runs them one
-//! after another in ONE `BEGIN IMMEDIATE ... COMMIT`: they share its fsync,
-//! and so on until the queue is empty. Nothing is reported before the commit
-//! has returned, so a write reported `Ok` is as durable as before, and a
-//! crash mid-batch loses only writes that were not yet reported.
+//! A write is serialised by its caller (JSON, message bodies) and handed to
+//! the thread as one job; the caller then waits for its result. One hand-off
+//! per write, whatever the number of statements in it: the thread runs
+//! `BEGIN IMMEDIATE`, the statements and `COMMIT` itself, with statements
+//! prepared once and kept.
+//!
+//! With `synchronous = FULL` every commit costs an fsync. When the thread
+//! picks up a job it also takes every job queued behind it (up to
+//! [`MAX_BATCH`]) and commits them in ONE transaction: they share its fsync.
+//! A job alone is written alone: in its own `BEGIN IMMEDIATE` transaction,
+//! or, when it is a single statement (a claim, a prune, a step without
+//! messages), without a transaction around it. Nothing is reported before
+//! the commit has returned, so a write reported `Ok` is on disk, and a crash
+//! mid-batch loses only writes that were not yet reported.
 //!
 //! Each write keeps its own result and stays all-or-nothing for itself:
 //!
@@ -27,29 +32,28 @@
 //! - A commit that fails fails every write of the batch (none is reported
 //!   `Ok`), as a single write's failed commit would.
 //!
-//! A write alone (and a batch of one) is written as before the queue
-//! existed, by its caller when nobody else is writing: in its own
-//! `BEGIN IMMEDIATE` transaction, or, when it is a single statement (a claim,
-//! a prune, a step without messages), without a transaction around it.
-//! Other processes are unaffected: the batch takes SQLite's write lock with
-//! `BEGIN IMMEDIATE` and theirs wait in the busy timeout, as before.
+//! A caller that stops waiting (its future dropped: a client gone, a runtime
+//! shut down) before the thread takes its job does not get it written; once
+//! taken, the write is done whole or not at all. Other processes are
+//! unaffected: the thread takes SQLite's write lock with `BEGIN IMMEDIATE`
+//! and theirs wait in the busy timeout.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::mpsc;
 
 use askloop::{RUN_SCHEMA_VERSION, StoreError};
 use chrono::Utc;
-use sqlx::pool::PoolConnection;
-use sqlx::sqlite::SqlitePool;
-use sqlx::{Connection as _, Row, Sqlite, SqliteConnection};
-use tokio::sync::{Notify, oneshot};
+use rusqlite::{Connection, OptionalExtension, ToSql, params};
+use tokio::sync::oneshot;
 
 use crate::row::{FINISHED, RowState, explain_missed_write};
 
-use super::insert_messages;
-
 /// The most writes committed together.
 pub(crate) const MAX_BATCH: usize = 128;
+
+/// How many messages one `INSERT` writes at most: 3 variables a row keeps a
+/// statement at 768 variables, under SQLite's limit even in builds older than
+/// 3.32 (999).
+const MESSAGES_PER_INSERT: usize = 256;
 
 /// A `runs` row to insert, serialised.
 #[derive(Debug)]
@@ -83,7 +87,7 @@ pub(crate) struct Step {
 }
 
 /// One write, with everything it writes already serialised (by the caller,
-/// not by the writer task).
+/// not by the write thread).
 #[derive(Debug)]
 pub(crate) enum Write {
     /// `create`: the row and its first messages. Result 0.
@@ -96,6 +100,16 @@ pub(crate) enum Write {
     /// `prune`, of runs last written before this time (microseconds).
     /// Result: how many were deleted.
     Prune { before: i64 },
+}
+
+/// `SQLITE_CONSTRAINT_PRIMARYKEY` and `SQLITE_CONSTRAINT_UNIQUE`.
+fn is_unique_violation(err: &rusqlite::Error) -> bool {
+    matches!(
+        err,
+        rusqlite::Error::SqliteFailure(e, _)
+            if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                || e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+    )
 }
 
 impl Write {
@@ -111,77 +125,85 @@ impl Write {
     /// Runs the write on `conn` (inside the batch's transaction, if any). A
     /// refusal (`Conflict`, `NotFound`, ...) has changed nothing; any
     /// `Backend` error may have left part of the write behind.
-    async fn apply(&self, conn: &mut SqliteConnection) -> Result<i64, StoreError> {
+    fn apply(&self, conn: &Connection) -> Result<i64, StoreError> {
         match self {
             Write::Create { run, bodies } => {
-                let inserted = sqlx::query(concat!(
-                    "INSERT INTO runs (",
-                    run_columns!(),
-                    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ))
-                .bind(&run.run_id)
-                .bind(&run.agent_id)
-                .bind(&run.thread_id)
-                .bind(run.status)
-                .bind(run.version)
-                .bind(run.created_at)
-                .bind(run.updated_at)
-                .bind(&run.pending)
-                .bind(&run.step_results)
-                .bind(bodies.len() as i64)
-                .bind(run.steps)
-                .bind(&run.usage)
-                .bind(&run.error)
-                .bind(&run.metadata)
-                .bind(RUN_SCHEMA_VERSION)
-                .execute(&mut *conn)
-                .await;
-                if let Err(err) = inserted {
-                    if err.as_database_error().is_some_and(|e| e.is_unique_violation()) {
+                let mut insert = conn
+                    .prepare_cached(concat!(
+                        "INSERT INTO runs (",
+                        run_columns!(),
+                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    ))
+                    .map_err(StoreError::backend)?;
+                let inserted = insert.execute(params![
+                    run.run_id,
+                    run.agent_id,
+                    run.thread_id,
+                    run.status,
+                    run.version,
+                    run.created_at,
+                    run.updated_at,
+                    run.pending,
+                    run.step_results,
+                    bodies.len() as i64,
+                    run.steps,
+                    run.usage,
+                    run.error,
+                    run.metadata,
+                    RUN_SCHEMA_VERSION,
+                ]);
+                match inserted {
+                    Ok(_) => {}
+                    Err(err) if is_unique_violation(&err) => {
                         return Err(StoreError::AlreadyExists {
                             run_id: run.run_id.clone(),
                         });
                     }
-                    return Err(StoreError::backend(err));
+                    Err(err) => return Err(StoreError::backend(err)),
                 }
-                insert_messages(conn, &run.run_id, 0, bodies).await?;
+                insert_messages(conn, &run.run_id, 0, bodies)?;
                 Ok(0)
             }
             Write::Update { step, bodies } => {
-                let written = sqlx::query(
-                    "UPDATE runs SET status = ?, version = version + 1, updated_at = ?, pending = ?, \
-                     step_results = ?, message_count = message_count + ?, steps = ?, usage = ?, error = ?, \
-                     schema_version = ? \
-                     WHERE run_id = ? AND version = ? AND schema_version <= ? \
-                     RETURNING version, message_count",
-                )
-                .bind(step.status)
-                .bind(Utc::now().timestamp_micros())
-                .bind(&step.pending)
-                .bind(&step.step_results)
-                .bind(bodies.len() as i64)
-                .bind(step.steps)
-                .bind(&step.usage)
-                .bind(&step.error)
-                .bind(RUN_SCHEMA_VERSION)
-                .bind(&step.run_id)
-                .bind(step.expected_version)
-                .bind(RUN_SCHEMA_VERSION)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(StoreError::backend)?;
-                let Some(row) = written else {
+                let mut update = conn
+                    .prepare_cached(
+                        "UPDATE runs SET status = ?, version = version + 1, updated_at = ?, pending = ?, \
+                         step_results = ?, message_count = message_count + ?, steps = ?, usage = ?, error = ?, \
+                         schema_version = ? \
+                         WHERE run_id = ? AND version = ? AND schema_version <= ? \
+                         RETURNING version, message_count",
+                    )
+                    .map_err(StoreError::backend)?;
+                let written = update
+                    .query_row(
+                        params![
+                            step.status,
+                            Utc::now().timestamp_micros(),
+                            step.pending,
+                            step.step_results,
+                            bodies.len() as i64,
+                            step.steps,
+                            step.usage,
+                            step.error,
+                            RUN_SCHEMA_VERSION,
+                            step.run_id,
+                            step.expected_version,
+                            RUN_SCHEMA_VERSION,
+                        ],
+                        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
+                    )
+                    .optional()
+                    .map_err(StoreError::backend)?;
+                let Some((version, message_count)) = written else {
                     return Err(explain_missed_write(
                         &step.run_id,
                         step.expected_version,
-                        row_state(conn, &step.run_id).await?,
+                        row_state(conn, &step.run_id)?,
                     ));
                 };
-                let version: i64 = row.try_get("version").map_err(StoreError::backend)?;
-                let message_count: i64 = row.try_get("message_count").map_err(StoreError::backend)?;
                 // Only the new messages, numbered on from what was stored.
                 let first_seq = message_count - bodies.len() as i64;
-                insert_messages(conn, &step.run_id, first_seq, bodies).await?;
+                insert_messages(conn, &step.run_id, first_seq, bodies)?;
                 Ok(version)
             }
             Write::Claim {
@@ -192,265 +214,173 @@ impl Write {
                 // happen under SQLite's single write lock, so of concurrent
                 // claimants in any number of processes (or in one batch)
                 // exactly one matches the row.
-                let claimed = sqlx::query(
-                    "UPDATE runs SET status = 'running', version = version + 1, updated_at = ? \
-                     WHERE run_id = ? AND status = 'suspended' AND version = ? AND schema_version <= ? \
-                     RETURNING version",
-                )
-                .bind(Utc::now().timestamp_micros())
-                .bind(run_id)
-                .bind(expected_version)
-                .bind(RUN_SCHEMA_VERSION)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(StoreError::backend)?;
+                let claimed = conn
+                    .prepare_cached(
+                        "UPDATE runs SET status = 'running', version = version + 1, updated_at = ? \
+                         WHERE run_id = ? AND status = 'suspended' AND version = ? AND schema_version <= ? \
+                         RETURNING version",
+                    )
+                    .and_then(|mut claim| {
+                        claim
+                            .query_row(
+                                params![
+                                    Utc::now().timestamp_micros(),
+                                    run_id,
+                                    expected_version,
+                                    RUN_SCHEMA_VERSION
+                                ],
+                                |row| row.get::<_, i64>(0),
+                            )
+                            .optional()
+                    })
+                    .map_err(StoreError::backend)?;
                 match claimed {
-                    Some(row) => row.try_get("version").map_err(StoreError::backend),
+                    Some(version) => Ok(version),
                     None => Err(explain_missed_write(
                         run_id,
                         *expected_version,
-                        row_state(conn, run_id).await?,
+                        row_state(conn, run_id)?,
                     )),
                 }
             }
             Write::Prune { before } => {
                 // Messages go with their run (ON DELETE CASCADE), in the
                 // same statement.
-                let done = sqlx::query("DELETE FROM runs WHERE status IN (?, ?, ?) AND updated_at < ?")
-                    .bind(FINISHED[0].as_str())
-                    .bind(FINISHED[1].as_str())
-                    .bind(FINISHED[2].as_str())
-                    .bind(before)
-                    .execute(&mut *conn)
-                    .await
+                let deleted = conn
+                    .prepare_cached("DELETE FROM runs WHERE status IN (?, ?, ?) AND updated_at < ?")
+                    .and_then(|mut prune| {
+                        prune.execute(params![
+                            FINISHED[0].as_str(),
+                            FINISHED[1].as_str(),
+                            FINISHED[2].as_str(),
+                            before
+                        ])
+                    })
                     .map_err(StoreError::backend)?;
-                Ok(i64::try_from(done.rows_affected()).unwrap_or(i64::MAX))
+                Ok(i64::try_from(deleted).unwrap_or(i64::MAX))
             }
         }
     }
 }
 
+/// `INSERT INTO messages ... VALUES (?, ?, ?), (?, ?, ?), ...` for `rows` rows.
+fn insert_messages_sql(rows: usize) -> String {
+    const HEAD: &str = "INSERT INTO messages (run_id, seq, body) VALUES (?, ?, ?)";
+    const ROW: &str = ", (?, ?, ?)";
+    let mut sql = String::with_capacity(HEAD.len() + ROW.len() * rows.saturating_sub(1));
+    sql.push_str(HEAD);
+    for _ in 1..rows {
+        sql.push_str(ROW);
+    }
+    sql
+}
+
+/// Appends `bodies` numbered from `first_seq`, in one statement per
+/// [`MESSAGES_PER_INSERT`] messages.
+fn insert_messages(conn: &Connection, run_id: &str, first_seq: i64, bodies: &[String]) -> Result<(), StoreError> {
+    let mut seq = first_seq;
+    for chunk in bodies.chunks(MESSAGES_PER_INSERT) {
+        let seqs: Vec<i64> = (seq..).take(chunk.len()).collect();
+        let mut values: Vec<&dyn ToSql> = Vec::with_capacity(chunk.len() * 3);
+        for (body, seq) in chunk.iter().zip(&seqs) {
+            values.push(&run_id);
+            values.push(seq);
+            values.push(body);
+        }
+        conn.prepare_cached(&insert_messages_sql(chunk.len()))
+            .and_then(|mut insert| insert.execute(values.as_slice()))
+            .map_err(StoreError::backend)?;
+        seq += chunk.len() as i64;
+    }
+    Ok(())
+}
+
 /// The status and version of a row, read on the write connection so that a
 /// write earlier in the same batch is seen.
-async fn row_state(conn: &mut SqliteConnection, run_id: &str) -> Result<Option<RowState>, StoreError> {
-    let row = sqlx::query("SELECT status, version, schema_version FROM runs WHERE run_id = ?")
-        .bind(run_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(StoreError::backend)?;
-    row.map(|row| RowState::from_row(&row)).transpose()
+fn row_state(conn: &Connection, run_id: &str) -> Result<Option<RowState>, StoreError> {
+    conn.prepare_cached("SELECT status, version, schema_version FROM runs WHERE run_id = ?")
+        .and_then(|mut read| {
+            read.query_row([run_id], |row| {
+                Ok(RowState {
+                    status: row.get(0)?,
+                    version: row.get(1)?,
+                    schema_version: row.get(2)?,
+                })
+            })
+            .optional()
+        })
+        .map_err(StoreError::backend)
 }
 
-/// A queued write and where its result goes.
-struct Queued {
-    write: Write,
-    reply: oneshot::Sender<Result<i64, StoreError>>,
+/// A write handed to the thread and where its result goes.
+pub(crate) struct Queued {
+    pub(crate) write: Write,
+    pub(crate) reply: oneshot::Sender<Result<i64, StoreError>>,
 }
 
-/// The writes of a store (shared by its clones), and whose turn it is to
-/// write.
-///
-/// A write that finds nobody writing is written at once by its own caller,
-/// alone, exactly as before the queue existed (no hand-off to another task).
-/// Writes that arrive meanwhile are queued; when the writer is done, a drain
-/// task commits the queue in batches until it is empty. So writes are only
-/// grouped when they actually wait for each other, and only one writer
-/// (caller or drain task) uses the write connection at a time.
-pub(crate) struct WriteQueue {
-    pool: SqlitePool,
-    state: Mutex<QueueState>,
-    /// Told when the queue becomes idle (for `close`).
-    idle: Notify,
-}
-
-#[derive(Default)]
-struct QueueState {
-    /// Someone (a caller writing alone, or the drain task) is writing.
-    /// Not busy implies nothing queued.
-    busy: bool,
-    queued: VecDeque<Queued>,
-    closed: bool,
-}
-
-/// Shows the queue's state, not the queued writes (their messages can be
-/// large, and are the users' conversations).
-impl std::fmt::Debug for WriteQueue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = self.lock();
-        f.debug_struct("WriteQueue")
-            .field("busy", &state.busy)
-            .field("queued", &state.queued.len())
-            .field("closed", &state.closed)
-            .finish()
-    }
+/// What the write thread is asked to do.
+// Moved once into the channel: boxing the write would cost an allocation per
+// write for nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Job {
+    Write(Queued),
+    /// Finish the jobs before this one, answer, and stop.
+    Close(oneshot::Sender<()>),
 }
 
 /// An error for a write that could not be done, with a reason (several
 /// writes of a batch each get their own).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-struct WriteFailed(String);
+pub(crate) struct WriteFailed(pub(crate) String);
 
-fn failed(reason: impl Into<String>) -> StoreError {
+pub(crate) fn failed(reason: impl Into<String>) -> StoreError {
     StoreError::backend(WriteFailed(reason.into()))
 }
 
-// Lives for one call, on the stack: its size does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Role {
-    /// Nobody was writing: write it now.
-    Write(Write),
-    /// Queued: wait for the result.
-    Wait(oneshot::Receiver<Result<i64, StoreError>>),
-}
-
-impl WriteQueue {
-    /// A queue writing through `pool` (one connection).
-    pub(crate) fn new(pool: SqlitePool) -> Self {
-        WriteQueue {
-            pool,
-            state: Mutex::new(QueueState::default()),
-            idle: Notify::new(),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Writes `write` (alone, or queued and committed with others) and
-    /// returns its result after its commit.
-    pub(crate) async fn write(self: &Arc<Self>, write: Write) -> Result<i64, StoreError> {
-        let role = {
-            let mut state = self.lock();
-            if state.closed {
-                return Err(failed("the SQLite store is closed"));
+/// The write thread's loop: until the store is closed or dropped (every
+/// sender gone), takes the next job and those queued behind it, and writes
+/// them. The connection is closed when the loop ends.
+pub(crate) fn run(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
+    let mut batch = Vec::new();
+    while let Ok(job) = jobs.recv() {
+        let mut close = None;
+        let mut next = Some(job);
+        while let Some(job) = next.take() {
+            match job {
+                Job::Write(queued) => batch.push(queued),
+                Job::Close(done) => {
+                    close = Some(done);
+                    break;
+                }
             }
-            if state.busy {
-                let (reply, result) = oneshot::channel();
-                state.queued.push_back(Queued { write, reply });
-                Role::Wait(result)
-            } else {
-                state.busy = true;
-                Role::Write(write)
-            }
-        };
-        match role {
-            Role::Wait(result) => result
-                .await
-                .map_err(|_| failed("the SQLite store's writer stopped before the write was done"))?,
-            Role::Write(write) => {
-                // Dropped when the write is done or its caller gives up: then
-                // whatever was queued meanwhile is handed to a drain task.
-                let _turn = Turn(Arc::clone(self));
-                write_one(&self.pool, &write).await
+            if batch.len() < MAX_BATCH {
+                next = jobs.try_recv().ok();
             }
         }
-    }
-
-    /// Marks the queue idle (nothing queued) and tells `close`.
-    fn set_idle(&self, mut state: std::sync::MutexGuard<'_, QueueState>) {
-        state.busy = false;
-        drop(state);
-        self.idle.notify_waiters();
-    }
-
-    /// Refuses new writes and waits until the queued ones are done.
-    pub(crate) async fn close(&self) {
-        self.lock().closed = true;
-        loop {
-            let notified = self.idle.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if !self.lock().busy {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-/// A caller's turn to write; when it ends, the writes queued meanwhile go to
-/// a drain task.
-struct Turn(Arc<WriteQueue>);
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let state = self.0.lock();
-        if state.queued.is_empty() {
-            self.0.set_idle(state);
+        // A caller that stopped waiting before its write was taken does not
+        // get it written.
+        batch.retain(|queued| !queued.reply.is_closed());
+        write_batch(&mut conn, std::mem::take(&mut batch));
+        if let Some(done) = close {
+            let _ = done.send(());
             return;
         }
-        drop(state);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(drain(Arc::clone(&self.0)));
-            }
-            Err(_) => {
-                // No runtime to write them on (cannot happen from an async
-                // caller): they fail rather than wait forever.
-                let mut state = self.0.lock();
-                state.queued.clear();
-                self.0.set_idle(state);
-            }
-        }
     }
 }
 
-/// Commits the queued writes, in batches of up to [`MAX_BATCH`] (all those
-/// queued at that moment), until none is left.
-///
-/// The guard is made before the future is first polled, so that even a
-/// future dropped unpolled (spawned on a runtime that is shutting down)
-/// leaves the queue usable.
-fn drain(queue: Arc<WriteQueue>) -> impl Future<Output = ()> + Send {
-    let mut draining = Draining { queue, done: false };
-    async move {
-        loop {
-            let mut batch: Vec<Queued> = {
-                let mut state = draining.queue.lock();
-                if state.queued.is_empty() {
-                    draining.done = true;
-                    draining.queue.set_idle(state);
-                    return;
-                }
-                let n = state.queued.len().min(MAX_BATCH);
-                state.queued.drain(..n).collect()
-            };
-            // A caller that stopped waiting (its future was dropped) before
-            // its write started does not get it written, as before the queue.
-            batch.retain(|queued| !queued.reply.is_closed());
-            write_batch(&draining.queue.pool, batch).await;
-        }
-    }
-}
-
-/// The drain task's turn. Dropped before it is done only if the task is
-/// (its runtime shutting down): the writes still queued then fail rather
-/// than wait forever, and the next write starts afresh.
-struct Draining {
-    queue: Arc<WriteQueue>,
-    done: bool,
-}
-
-impl Drop for Draining {
-    fn drop(&mut self) {
-        if !self.done {
-            let mut state = self.queue.lock();
-            state.queued.clear();
-            self.queue.set_idle(state);
-        }
-    }
-}
-
-async fn write_batch(pool: &SqlitePool, mut batch: Vec<Queued>) {
+/// Writes `batch`: alone if it is one write, otherwise together in one
+/// transaction (falling back to one by one if a statement fails), and sends
+/// each write its result.
+pub(crate) fn write_batch(conn: &mut Connection, mut batch: Vec<Queued>) {
     if batch.len() <= 1 {
         if let Some(queued) = batch.pop() {
-            write_alone(pool, queued).await;
+            let result = write_one(conn, &queued.write);
+            let _ = queued.reply.send(result);
         }
         return;
     }
-    match write_together(pool, &batch).await {
+    match write_together(conn, &batch) {
         Together::Committed(results) => {
             for (queued, result) in batch.into_iter().zip(results) {
                 let _ = queued.reply.send(result);
@@ -464,7 +394,8 @@ async fn write_batch(pool: &SqlitePool, mut batch: Vec<Queued>) {
         Together::RolledBack(err) => {
             tracing::debug!(error = %err, writes = batch.len(), "a group commit was rolled back; writing its writes one by one");
             for queued in batch {
-                write_alone(pool, queued).await;
+                let result = write_one(conn, &queued.write);
+                let _ = queued.reply.send(result);
             }
         }
     }
@@ -473,85 +404,79 @@ async fn write_batch(pool: &SqlitePool, mut batch: Vec<Queued>) {
 enum Together {
     /// Committed: each write's own result.
     Committed(Vec<Result<i64, StoreError>>),
-    /// Nothing could be written (no connection, no write lock, the commit
-    /// failed): every write fails with this.
+    /// Nothing could be written (no write lock, the commit failed): every
+    /// write fails with this.
     Failed(String),
     /// A statement failed and the batch was rolled back: nothing was
     /// written, so each write can be run again alone.
     RolledBack(StoreError),
 }
 
-async fn write_together(pool: &SqlitePool, batch: &[Queued]) -> Together {
-    let mut conn = match pool.acquire().await {
-        Ok(conn) => conn,
-        Err(e) => return Together::Failed(format!("no connection to the SQLite store: {e}")),
-    };
-    let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
-        Ok(tx) => tx,
-        Err(e) => return Together::Failed(format!("could not start a write: {e}")),
-    };
+fn write_together(conn: &Connection, batch: &[Queued]) -> Together {
+    if let Err(e) = begin(conn) {
+        return Together::Failed(format!("could not start a write: {e}"));
+    }
     let mut results = Vec::with_capacity(batch.len());
     for queued in batch {
-        match queued.write.apply(&mut tx).await {
+        match queued.write.apply(conn) {
             Err(err @ StoreError::Backend(_)) => {
-                // SQLite may already have rolled the transaction back itself
-                // (e.g. on an I/O error); then ROLLBACK fails and sqlx's
-                // count of open transactions is off: use a new connection.
-                if tx.rollback().await.is_err() {
-                    discard(conn);
-                }
+                rollback(conn);
                 return Together::RolledBack(err);
             }
             result => results.push(result),
         }
     }
-    match tx.commit().await {
+    match commit(conn) {
         Ok(()) => Together::Committed(results),
-        Err(e) => {
-            discard(conn);
-            Together::Failed(format!("the write could not be committed: {e}"))
-        }
+        Err(e) => Together::Failed(format!("the write could not be committed: {e}")),
     }
 }
 
-/// One write in its own transaction (or none, for a single statement), as
-/// before the queue existed.
-async fn write_one(pool: &SqlitePool, write: &Write) -> Result<i64, StoreError> {
-    let mut conn = pool.acquire().await.map_err(StoreError::backend)?;
+/// One write in its own transaction (or none, for a single statement).
+fn write_one(conn: &Connection, write: &Write) -> Result<i64, StoreError> {
     if !write.needs_transaction() {
-        return write.apply(&mut conn).await;
+        return write.apply(conn);
     }
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(StoreError::backend)?;
-    match write.apply(&mut tx).await {
-        Ok(value) => match tx.commit().await {
-            Ok(()) => Ok(value),
-            Err(e) => {
-                discard(conn);
-                Err(StoreError::backend(e))
-            }
-        },
+    begin(conn).map_err(StoreError::backend)?;
+    match write.apply(conn) {
+        Ok(value) => commit(conn).map(|()| value).map_err(StoreError::backend),
         Err(err) => {
-            if tx.rollback().await.is_err() {
-                discard(conn);
-            }
+            rollback(conn);
             Err(err)
         }
     }
 }
 
-/// A queued write, alone.
-async fn write_alone(pool: &SqlitePool, queued: Queued) {
-    if queued.reply.is_closed() {
-        return;
-    }
-    let result = write_one(pool, &queued.write).await;
-    let _ = queued.reply.send(result);
+/// `BEGIN IMMEDIATE`: the write lock up front (a transaction that read first
+/// and then wrote could fail at once with `SQLITE_BUSY_SNAPSHOT`, which no
+/// busy timeout retries). A transaction some failure left open is rolled
+/// back first, so that one failure cannot stop every later write.
+fn begin(conn: &Connection) -> rusqlite::Result<()> {
+    rollback(conn);
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([]).map(drop)
 }
 
-/// Closes a connection whose transaction state is unknown instead of giving
-/// it back to the pool (which opens a new one when needed).
-fn discard(mut conn: PoolConnection<Sqlite>) {
-    conn.close_on_drop();
+/// Commits; if the commit fails, makes sure no transaction is left open (a
+/// failed `COMMIT` can leave it open, e.g. when the lock is busy).
+fn commit(conn: &Connection) -> rusqlite::Result<()> {
+    let committed = conn.prepare_cached("COMMIT").and_then(|mut commit| commit.execute([]));
+    match committed {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            rollback(conn);
+            Err(e)
+        }
+    }
+}
+
+/// Rolls back the open transaction, if SQLite has not already done so itself
+/// (as it does on some errors, an I/O error for one).
+fn rollback(conn: &Connection) {
+    if !conn.is_autocommit()
+        && let Err(e) = conn.execute_batch("ROLLBACK")
+    {
+        tracing::warn!(error = %e, "rolling back a failed SQLite write failed");
+    }
 }
 
 #[cfg(test)]
@@ -563,6 +488,17 @@ mod tests {
 
     use super::*;
     use crate::SqliteStore;
+
+    /// A write connection of its own to the store's file, as the write
+    /// thread has.
+    fn raw(store: &SqliteStore) -> Connection {
+        crate::sqlite::connection::open(
+            store.path(),
+            crate::sqlite::connection::Role::Writer,
+            &Default::default(),
+        )
+        .unwrap()
+    }
 
     async fn store() -> (tempfile::TempDir, SqliteStore) {
         let dir = tempfile::tempdir().unwrap();
@@ -651,7 +587,7 @@ mod tests {
                 (Queued { write, reply }, result)
             })
             .unzip();
-        write_batch(&store.writer, queued).await;
+        write_batch(&mut raw(store), queued);
         let mut out = Vec::new();
         for result in results {
             out.push(result.await.expect("every write of a batch gets its result"));
@@ -764,10 +700,11 @@ mod tests {
         let (_dir, store) = store().await;
         suspended(&store, "new").await;
         suspended(&store, "old").await;
-        sqlx::query("UPDATE runs SET schema_version = ? WHERE run_id = 'new'")
-            .bind(RUN_SCHEMA_VERSION + 1)
-            .execute(&store.writer)
-            .await
+        raw(&store)
+            .execute(
+                "UPDATE runs SET schema_version = ? WHERE run_id = 'new'",
+                [RUN_SCHEMA_VERSION + 1],
+            )
             .unwrap();
         let results = batch(
             &store,
@@ -781,9 +718,12 @@ mod tests {
         assert!(matches!(&results[0], Err(StoreError::NewerSchema { run_id, .. }) if run_id == "new"));
         assert_eq!(*results[1].as_ref().unwrap(), 2);
         assert!(matches!(&results[2], Err(StoreError::NewerSchema { run_id, .. }) if run_id == "new"));
-        let row: (i64, i64) = sqlx::query_as("SELECT version, message_count FROM runs WHERE run_id = 'new'")
-            .fetch_one(&store.readers)
-            .await
+        let row: (i64, i64) = raw(&store)
+            .query_row(
+                "SELECT version, message_count FROM runs WHERE run_id = 'new'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
             .unwrap();
         assert_eq!(row, (1, 1));
     }
@@ -797,9 +737,11 @@ mod tests {
         let (_dir, store) = store().await;
         suspended(&store, "a").await;
         suspended(&store, "broken").await;
-        sqlx::query("INSERT INTO messages (run_id, seq, body) VALUES ('broken', 1, '\"stray\"')")
-            .execute(&store.writer)
-            .await
+        raw(&store)
+            .execute(
+                "INSERT INTO messages (run_id, seq, body) VALUES ('broken', 1, '\"stray\"')",
+                [],
+            )
             .unwrap();
         let results = batch(
             &store,
@@ -824,9 +766,10 @@ mod tests {
             (broken.status, broken.version, broken.message_count),
             (RunStatus::Running, 2, 1)
         );
-        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE run_id = 'broken'")
-            .fetch_one(&store.readers)
-            .await
+        let rows: i64 = raw(&store)
+            .query_row("SELECT COUNT(*) FROM messages WHERE run_id = 'broken'", [], |row| {
+                row.get(0)
+            })
             .unwrap();
         assert_eq!(rows, 2, "the first message and the stray one");
         assert_eq!(store.get("a").await.unwrap().unwrap().message_count, 2);

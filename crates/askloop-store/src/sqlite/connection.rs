@@ -1,0 +1,100 @@
+//! Opening the file: connections, their settings, and the tables.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use super::SqliteOptions;
+
+/// The tables' migrations, in order: `(version, SQL)`. Migrations only add,
+/// so a file migrated further by a newer askloop still opens, and each row's
+/// layout version decides whether this build may read it (see `row.rs`).
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/sqlite/0001_runs.sql"))];
+
+/// How many prepared statements a connection keeps (the write connection
+/// uses about ten, plus one per size of multi-row message `INSERT`).
+const STATEMENT_CACHE: usize = 64;
+
+/// What a connection is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The store's one write connection: creates the file, switches it to
+    /// WAL and brings the tables up to date.
+    Writer,
+    /// A read connection of an existing file: it cannot write.
+    Reader,
+}
+
+/// Opens a connection to `path` with the store's settings.
+pub(crate) fn open(path: &Path, role: Role, options: &SqliteOptions) -> rusqlite::Result<Connection> {
+    let flags = match role {
+        Role::Writer => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+        Role::Reader => OpenFlags::SQLITE_OPEN_READ_WRITE,
+    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(options.busy_timeout)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    match role {
+        Role::Writer => conn.execute_batch(match options.sync {
+            super::SqliteSync::Full => "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+            super::SqliteSync::Normal => "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+        })?,
+        Role::Reader => conn.execute_batch("PRAGMA query_only = ON;")?,
+    }
+    Ok(conn)
+}
+
+/// Switches the file to WAL (the file remembers it) and returns the journal
+/// mode it is in afterwards: `wal`, unless the file system or another
+/// program's exclusive lock prevents it.
+pub(crate) fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
+    conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+}
+
+/// Brings the tables up to date: applies, in one `BEGIN IMMEDIATE`
+/// transaction, the migrations the file has not seen. The file's level is
+/// SQLite's `user_version`; two processes migrating one new file at once
+/// take turns on the write lock, and the second finds nothing to do.
+pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let latest = MIGRATIONS.last().map_or(0, |(version, _)| *version);
+    if user_version(conn)? >= latest {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut level = user_version(&tx)?;
+    if level == 0 {
+        level = sqlx_level(&tx)?;
+    }
+    for (version, sql) in MIGRATIONS {
+        if *version > level {
+            tx.execute_batch(sql)?;
+        }
+    }
+    if latest > level {
+        tx.pragma_update(None, "user_version", latest)?;
+    }
+    tx.commit()
+}
+
+fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |row| row.get(0))
+}
+
+/// The level of a file created before askloop kept it in `user_version`,
+/// when sqlx's migrator recorded it in `_sqlx_migrations` (same migrations,
+/// same versions); 0 for a new file.
+fn sqlx_level(conn: &Connection) -> rusqlite::Result<i64> {
+    let recorded: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !recorded {
+        return Ok(0);
+    }
+    conn.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success",
+        [],
+        |row| row.get(0),
+    )
+}

@@ -21,7 +21,8 @@
 //! # Durability
 //!
 //! `synchronous = FULL` by default: a commit is on disk (the WAL is fsynced)
-//! before `update` returns. askloop's promise is that a client that saw
+//! before `update` or `claim` returns. (`create` alone is not fsynced: the
+//! next commit's fsync covers it; see `writes.rs`.) askloop's promise is that a client that saw
 //! `tool-call-suspended` can always resume, and a question may wait for
 //! days; with `NORMAL` a commit survives the process being killed (SIGKILL,
 //! a panic, an OOM kill) but the last commits can be lost to a power cut or
@@ -209,9 +210,10 @@ impl SqliteStore {
         // not at the first read.
         let reader = connection::open(&path, Role::Reader, &options).map_err(cannot_open)?;
         let (jobs, queue) = mpsc::channel();
+        let sync = options.sync;
         std::thread::Builder::new()
             .name("askloop-sqlite".to_owned())
-            .spawn(move || writes::run(writer, queue))
+            .spawn(move || writes::run(writer, queue, sync))
             .map_err(|e| OpenError::Fatal(StoreError::backend(e)))?;
         Ok(SqliteStore {
             shared: Arc::new(Shared {

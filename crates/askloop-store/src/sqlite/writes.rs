@@ -32,6 +32,19 @@
 //! - A commit that fails fails every write of the batch (none is reported
 //!   `Ok`), as a single write's failed commit would.
 //!
+//! # Which commits are fsynced
+//!
+//! With [`SqliteSync::Full`] every commit is fsynced before its writes are
+//! reported, except a batch made only of new runs (`create`): it is
+//! committed without an fsync of its own, and made durable by the next
+//! commit's fsync (the WAL is one file written in order, so an fsync of it
+//! covers every commit before). What a power cut can lose is then a run that
+//! has not yet asked or answered anything, only taken its caller's input
+//! (which the caller still has); every commit whose effect can leave the
+//! machine (a question shown, an answer taken, a tool's side effect, a
+//! result) is on disk before it does. A process crash loses nothing either
+//! way: the commit is in the OS's page cache.
+//!
 //! A caller that stops waiting (its future dropped: a client gone, a runtime
 //! shut down) before the thread takes its job does not get it written; once
 //! taken, the write is done whole or not at all. Other processes are
@@ -46,6 +59,8 @@ use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use tokio::sync::oneshot;
 
 use crate::row::{FINISHED, RowState, explain_missed_write};
+
+use super::SqliteSync;
 
 /// The most writes committed together.
 pub(crate) const MAX_BATCH: usize = 128;
@@ -113,6 +128,13 @@ fn is_unique_violation(err: &rusqlite::Error) -> bool {
 }
 
 impl Write {
+    /// Whether, with [`SqliteSync::Full`], the write must be fsynced before
+    /// it is reported, rather than by the next commit (see the module's
+    /// documentation).
+    fn needs_own_fsync(&self) -> bool {
+        !matches!(self, Write::Create { .. })
+    }
+
     /// Whether the write is more than one statement, so that alone it needs
     /// a transaction around it to be all-or-nothing.
     fn needs_transaction(&self) -> bool {
@@ -341,7 +363,8 @@ pub(crate) fn failed(reason: impl Into<String>) -> StoreError {
 /// The write thread's loop: until the store is closed or dropped (every
 /// sender gone), takes the next job and those queued behind it, and writes
 /// them. The connection is closed when the loop ends.
-pub(crate) fn run(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
+pub(crate) fn run(mut conn: Connection, jobs: mpsc::Receiver<Job>, sync: SqliteSync) {
+    let mut syncing = Syncing::new(sync);
     let mut batch = Vec::new();
     while let Ok(job) = jobs.recv() {
         let mut close = None;
@@ -361,7 +384,7 @@ pub(crate) fn run(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
         // A caller that stopped waiting before its write was taken does not
         // get it written.
         batch.retain(|queued| !queued.reply.is_closed());
-        write_batch(&mut conn, std::mem::take(&mut batch));
+        write_batch(&mut conn, &mut syncing, std::mem::take(&mut batch));
         if let Some(done) = close {
             let _ = done.send(());
             return;
@@ -369,10 +392,53 @@ pub(crate) fn run(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
     }
 }
 
+/// The write connection's `synchronous` setting, switched per batch: with
+/// [`SqliteSync::Full`], a batch of new runs only is committed with
+/// `NORMAL` (no fsync of its own).
+#[derive(Debug)]
+pub(crate) struct Syncing {
+    configured: SqliteSync,
+    /// The connection is at `NORMAL` while configured `FULL`.
+    relaxed: bool,
+}
+
+impl Syncing {
+    /// The connection was opened with `configured`.
+    pub(crate) fn new(configured: SqliteSync) -> Self {
+        Syncing {
+            configured,
+            relaxed: false,
+        }
+    }
+
+    /// Sets the connection up for `batch`. An error means the batch could
+    /// not be made as durable as it must be, and must not be written.
+    fn prepare(&mut self, conn: &Connection, batch: &[Queued]) -> rusqlite::Result<()> {
+        let relax = self.configured == SqliteSync::Full && !batch.iter().any(|queued| queued.write.needs_own_fsync());
+        if relax != self.relaxed {
+            let pragma = if relax {
+                "PRAGMA synchronous = NORMAL"
+            } else {
+                "PRAGMA synchronous = FULL"
+            };
+            conn.prepare_cached(pragma)?.execute([])?;
+            self.relaxed = relax;
+        }
+        Ok(())
+    }
+}
+
 /// Writes `batch`: alone if it is one write, otherwise together in one
 /// transaction (falling back to one by one if a statement fails), and sends
 /// each write its result.
-pub(crate) fn write_batch(conn: &mut Connection, mut batch: Vec<Queued>) {
+pub(crate) fn write_batch(conn: &mut Connection, syncing: &mut Syncing, mut batch: Vec<Queued>) {
+    if let Err(e) = syncing.prepare(conn, &batch) {
+        let reason = format!("could not set how the write reaches the disk: {e}");
+        for queued in batch {
+            let _ = queued.reply.send(Err(failed(reason.clone())));
+        }
+        return;
+    }
     if batch.len() <= 1 {
         if let Some(queued) = batch.pop() {
             let result = write_one(conn, &queued.write);
@@ -587,7 +653,7 @@ mod tests {
                 (Queued { write, reply }, result)
             })
             .unzip();
-        write_batch(&mut raw(store), queued);
+        write_batch(&mut raw(store), &mut Syncing::new(SqliteSync::Full), queued);
         let mut out = Vec::new();
         for result in results {
             out.push(result.await.expect("every write of a batch gets its result"));
@@ -780,6 +846,80 @@ mod tests {
             "run missing not found"
         );
         store.create(&record("d", 0), &[]).await.unwrap();
+    }
+
+    /// Writes `writes` as one batch on `conn` with `syncing`; then the
+    /// connection's `synchronous` setting (1 NORMAL, 2 FULL).
+    async fn synchronous_after(conn: &mut Connection, syncing: &mut Syncing, writes: Vec<Write>) -> i64 {
+        let (queued, results): (Vec<_>, Vec<_>) = writes
+            .into_iter()
+            .map(|write| {
+                let (reply, result) = oneshot::channel();
+                (Queued { write, reply }, result)
+            })
+            .unzip();
+        write_batch(conn, syncing, queued);
+        for result in results {
+            // Written or refused, but answered.
+            result.await.unwrap().ok();
+        }
+        conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap()
+    }
+
+    /// With FULL, a batch of new runs only is committed without an fsync
+    /// of its own (NORMAL); any batch with another write is fsynced (FULL),
+    /// also when new runs are in it. With NORMAL nothing is switched.
+    #[tokio::test]
+    async fn only_a_batch_of_new_runs_skips_its_own_fsync() {
+        let (_dir, store) = store().await;
+        let mut conn = raw(&store);
+        let mut full = Syncing::new(SqliteSync::Full);
+        assert_eq!(
+            synchronous_after(&mut conn, &mut full, vec![new_run("a", &["a0"])]).await,
+            1
+        );
+        assert_eq!(
+            synchronous_after(&mut conn, &mut full, vec![new_run("b", &[]), new_run("c", &["c0"])]).await,
+            1
+        );
+        assert_eq!(
+            synchronous_after(&mut conn, &mut full, vec![step("a", 0, RunStatus::Suspended, &["a1"])]).await,
+            2
+        );
+        assert_eq!(
+            synchronous_after(&mut conn, &mut full, vec![new_run("d", &[]), claim("missing", 0)]).await,
+            2,
+            "a refused write still makes its batch durable"
+        );
+        assert_eq!(
+            synchronous_after(&mut conn, &mut full, vec![new_run("e", &[])]).await,
+            1
+        );
+        assert_eq!(
+            synchronous_after(&mut conn, &mut full, vec![step("e", 0, RunStatus::Completed, &[])]).await,
+            2
+        );
+
+        let mut normal_conn = crate::sqlite::connection::open(
+            store.path(),
+            crate::sqlite::connection::Role::Writer,
+            &crate::SqliteOptions::default().sync(SqliteSync::Normal),
+        )
+        .unwrap();
+        let mut normal = Syncing::new(SqliteSync::Normal);
+        assert_eq!(
+            synchronous_after(&mut normal_conn, &mut normal, vec![new_run("f", &[])]).await,
+            1
+        );
+        assert_eq!(
+            synchronous_after(
+                &mut normal_conn,
+                &mut normal,
+                vec![step("f", 0, RunStatus::Completed, &[])]
+            )
+            .await,
+            1
+        );
     }
 
     #[tokio::test]

@@ -432,6 +432,9 @@ impl Syncing {
 /// transaction (falling back to one by one if a statement fails), and sends
 /// each write its result.
 pub(crate) fn write_batch(conn: &mut Connection, syncing: &mut Syncing, mut batch: Vec<Queued>) {
+    if batch.is_empty() {
+        return;
+    }
     if let Err(e) = syncing.prepare(conn, &batch) {
         let reason = format!("could not set how the write reaches the disk: {e}");
         for queued in batch {

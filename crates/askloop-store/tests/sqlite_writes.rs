@@ -1,6 +1,7 @@
-//! The SQLite store's write path: messages inserted in chunks of several
-//! rows, and many writes at once from one store (committed together in
-//! groups) each landing with its own result.
+//! The SQLite store's threads: messages inserted in chunks of several rows,
+//! many writes at once from one store (committed together in groups by its
+//! write thread) each landing with its own result, reads that never wait for
+//! a writer, and closing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -254,4 +255,55 @@ async fn a_runtime_shut_down_mid_write_leaves_the_store_writing() {
     tokio::time::timeout(std::time::Duration::from_secs(60), after)
         .await
         .expect("the store got stuck after a runtime was shut down mid-write");
+}
+
+/// Reads run on the caller's thread and, in WAL mode, never wait for a
+/// writer: with another connection holding the write lock in an open
+/// transaction, the store still reads the last committed state at once,
+/// and its own write waits (busy timeout) and lands once the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_do_not_wait_for_another_connections_write_lock() {
+    let (_dir, store) = open().await;
+    let first = [Message::user("start")];
+    store.create(&new_run("r1", "a", Utc::now(), 1), &first).await.unwrap();
+
+    let other = rusqlite::Connection::open(store.path()).unwrap();
+    other
+        .execute_batch("BEGIN IMMEDIATE; UPDATE runs SET steps = 99 WHERE run_id = 'r1';")
+        .unwrap();
+
+    let read = async {
+        let run = store.get("r1").await.unwrap().unwrap();
+        (run.steps, store.messages("r1").await.unwrap().len())
+    };
+    let (steps, messages) = tokio::time::timeout(std::time::Duration::from_secs(2), read)
+        .await
+        .expect("a read waited for another connection's write lock");
+    assert_eq!((steps, messages), (0, 1), "the uncommitted write is not seen");
+
+    let store2 = store.clone();
+    let write = tokio::spawn(async move {
+        let append = [Message::user("step")];
+        store2.update(step("r1", 0, &append)).await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!write.is_finished(), "the store's write must wait for the lock");
+    other.execute_batch("ROLLBACK;").unwrap();
+    assert_eq!(write.await.unwrap().unwrap(), 1);
+    let run = store.get("r1").await.unwrap().unwrap();
+    assert_eq!((run.steps, run.message_count), (1, 2));
+}
+
+/// After `close`, reads and writes fail with an error that says so, and a
+/// second `close` returns.
+#[tokio::test]
+async fn after_close_reads_and_writes_say_the_store_is_closed() {
+    let (_dir, store) = open().await;
+    store.create(&new_run("r1", "a", Utc::now(), 0), &[]).await.unwrap();
+    store.close().await;
+    let read = store.get("r1").await.unwrap_err().to_string();
+    assert!(read.contains("closed"), "{read}");
+    let write = store.claim("r1", 0).await.unwrap_err().to_string();
+    assert!(write.contains("closed"), "{write}");
+    store.close().await;
 }

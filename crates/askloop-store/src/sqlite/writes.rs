@@ -649,6 +649,16 @@ mod tests {
 
     /// Writes `writes` as one batch; their results in order.
     async fn batch(store: &SqliteStore, writes: Vec<Write>) -> Vec<Result<i64, StoreError>> {
+        batch_on(&mut raw(store), &mut Syncing::new(SqliteSync::Full), writes).await
+    }
+
+    /// Writes `writes` as one batch on `conn` with `syncing`; their results
+    /// in order.
+    async fn batch_on(
+        conn: &mut Connection,
+        syncing: &mut Syncing,
+        writes: Vec<Write>,
+    ) -> Vec<Result<i64, StoreError>> {
         let (queued, results): (Vec<_>, Vec<_>) = writes
             .into_iter()
             .map(|write| {
@@ -656,7 +666,7 @@ mod tests {
                 (Queued { write, reply }, result)
             })
             .unzip();
-        write_batch(&mut raw(store), &mut Syncing::new(SqliteSync::Full), queued);
+        write_batch(conn, syncing, queued);
         let mut out = Vec::new();
         for result in results {
             out.push(result.await.expect("every write of a batch gets its result"));
@@ -854,18 +864,8 @@ mod tests {
     /// Writes `writes` as one batch on `conn` with `syncing`; then the
     /// connection's `synchronous` setting (1 NORMAL, 2 FULL).
     async fn synchronous_after(conn: &mut Connection, syncing: &mut Syncing, writes: Vec<Write>) -> i64 {
-        let (queued, results): (Vec<_>, Vec<_>) = writes
-            .into_iter()
-            .map(|write| {
-                let (reply, result) = oneshot::channel();
-                (Queued { write, reply }, result)
-            })
-            .unzip();
-        write_batch(conn, syncing, queued);
-        for result in results {
-            // Written or refused, but answered.
-            result.await.unwrap().ok();
-        }
+        // Written or refused, but answered.
+        batch_on(conn, syncing, writes).await;
         conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap()
     }
 

@@ -18,15 +18,28 @@ fn timeval(tv: nix::sys::time::TimeVal) -> Duration {
     Duration::from_micros(micros)
 }
 
-/// The process's peak resident memory so far, in MB (10^6 bytes).
+/// The process's peak resident memory so far, in MB (10^6 bytes): `VmHWM`
+/// in `/proc/self/status`, where there is one.
 ///
-/// Linux reports `ru_maxrss` in KiB; it is the same figure as `VmHWM` in
-/// `/proc/self/status`.
+/// Not `ru_maxrss`: Linux carries it over an `execve` from the process that
+/// forked (its parent's memory at the fork), so under `cargo run` it reports
+/// cargo's ~100 MB. `VmHWM` belongs to the memory of this program alone.
+/// Elsewhere `ru_maxrss` is the best there is.
 pub fn peak_rss_mb() -> f64 {
-    match getrusage(UsageWho::RUSAGE_SELF) {
-        Ok(usage) => round3(usage.max_rss().max(0) as f64 * 1024.0 / 1e6),
-        Err(_) => 0.0,
-    }
+    let kib = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| vm_hwm_kib(&status))
+        .unwrap_or_else(|| match getrusage(UsageWho::RUSAGE_SELF) {
+            Ok(usage) => u64::try_from(usage.max_rss()).unwrap_or_default(),
+            Err(_) => 0,
+        });
+    round3(kib as f64 * 1024.0 / 1e6)
+}
+
+/// The `VmHWM:` line of a `/proc/PID/status` text, in KiB.
+fn vm_hwm_kib(status: &str) -> Option<u64> {
+    let value = status.lines().find_map(|line| line.strip_prefix("VmHWM:"))?;
+    value.trim().strip_suffix("kB")?.trim().parse().ok()
 }
 
 /// Milliseconds with microsecond precision.
@@ -72,6 +85,14 @@ mod tests {
         assert_eq!(percentile_ms(&values[..1], 99.0), 1.0);
         assert_eq!(median_ms(&[3, 1, 2].map(Duration::from_millis)), 2.0);
         assert_eq!(percentile_ms(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn the_peak_is_read_from_the_vm_hwm_line() {
+        let status = "Name:\taskloop-bench\nVmPeak:\t  123456 kB\nVmHWM:\t   17408 kB\nVmRSS:\t   17000 kB\n";
+        assert_eq!(vm_hwm_kib(status), Some(17408));
+        assert_eq!(vm_hwm_kib("Name:\tx\n"), None);
+        assert_eq!(vm_hwm_kib("VmHWM:\tlots\n"), None);
     }
 
     #[test]

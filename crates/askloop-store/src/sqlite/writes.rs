@@ -13,8 +13,9 @@
 //! A job alone is written alone: in its own `BEGIN IMMEDIATE` transaction,
 //! or, when it is a single statement (a claim, a prune, a step without
 //! messages), without a transaction around it. Nothing is reported before
-//! the commit has returned, so a write reported `Ok` is on disk, and a crash
-//! mid-batch loses only writes that were not yet reported.
+//! the commit has returned, so a write reported `Ok` is on disk (but for the
+//! one exception below), and a crash mid-batch loses only writes that were
+//! not yet reported.
 //!
 //! Each write keeps its own result and stays all-or-nothing for itself:
 //!

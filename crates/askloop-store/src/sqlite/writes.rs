@@ -576,24 +576,10 @@ mod tests {
         (dir, store)
     }
 
+    /// A new run of agent `agent` with `messages` messages, as the conformance
+    /// suite makes them.
     fn record(run_id: &str, messages: usize) -> RunRecord {
-        let now = Utc::now();
-        RunRecord {
-            run_id: run_id.to_owned(),
-            agent_id: "agent".to_owned(),
-            thread_id: None,
-            status: RunStatus::Running,
-            version: 0,
-            created_at: now,
-            updated_at: now,
-            pending: Vec::new(),
-            step_results: Vec::new(),
-            message_count: messages as i64,
-            steps: 0,
-            usage: Usage::default(),
-            error: None,
-            metadata: serde_json::Value::Null,
-        }
+        crate::conformance::new_run(run_id, "agent", Utc::now(), messages)
     }
 
     fn bodies(texts: &[&str]) -> Vec<String> {

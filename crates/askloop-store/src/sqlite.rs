@@ -180,13 +180,8 @@ impl SqliteStore {
 
     fn connect(path: PathBuf, options: SqliteOptions) -> Result<Self, OpenError> {
         let cannot_open = |e: rusqlite::Error| {
-            let racy = is_busy(&e);
             let err = StoreError::InvalidLocation(format!("cannot open the SQLite store {}: {e}", path.display()));
-            if racy {
-                OpenError::Racy(err)
-            } else {
-                OpenError::Fatal(err)
-            }
+            OpenError::new(is_busy(&e), err)
         };
         let mut writer = connection::open(&path, Role::Writer, &options).map_err(cannot_open)?;
         let mode = connection::switch_to_wal(&writer).map_err(cannot_open)?;
@@ -199,12 +194,7 @@ impl SqliteStore {
         }
         if let Err(e) = connection::migrate(&mut writer) {
             let racy = is_busy(&e);
-            let err = StoreError::Backend(Box::new(MigrationFailed(e)));
-            return Err(if racy {
-                OpenError::Racy(err)
-            } else {
-                OpenError::Fatal(err)
-            });
+            return Err(OpenError::new(racy, StoreError::Backend(Box::new(MigrationFailed(e)))));
         }
         // One read connection now: a file that cannot be read fails here,
         // not at the first read.
@@ -291,6 +281,17 @@ enum OpenError {
     /// Possibly another process opening the same file; worth a retry.
     Racy(StoreError),
     Fatal(StoreError),
+}
+
+impl OpenError {
+    /// `err`, worth a retry if it came of another connection's lock.
+    fn new(racy: bool, err: StoreError) -> Self {
+        if racy {
+            OpenError::Racy(err)
+        } else {
+            OpenError::Fatal(err)
+        }
+    }
 }
 
 /// The file is locked by another connection (`SQLITE_BUSY`, `SQLITE_LOCKED`).

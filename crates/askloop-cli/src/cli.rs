@@ -84,8 +84,35 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Serve the HTTP API and web inbox (not available yet).
-    Serve,
+    /// Serve the HTTP API (Mastra-compatible agent routes, /api/runs) for the agents of askloop.toml.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on. Without ASKLOOP_API_TOKEN, only a loopback address is
+    /// accepted unless --allow-unauthenticated is given.
+    #[arg(long, default_value = "127.0.0.1:4111", value_name = "HOST:PORT")]
+    pub addr: String,
+    /// The agents to serve. Default: ./askloop.toml if it exists, else one agent,
+    /// `assistant`, with ask_user and the model of --model / --script / the environment.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Listen beyond loopback without ASKLOOP_API_TOKEN (anyone who reaches the port can
+    /// answer and cancel runs).
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
+    /// Allow browser calls from this origin (CORS); repeat it, or give * for any origin.
+    #[arg(long, value_name = "ORIGIN")]
+    pub cors_origin: Vec<String>,
+    /// The largest request body accepted, in bytes.
+    #[arg(long, default_value_t = askloop_server::DEFAULT_BODY_LIMIT, value_name = "BYTES")]
+    pub max_body_bytes: usize,
+    /// Seconds open streams may run on after SIGTERM or Ctrl-C.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub shutdown_grace: u64,
 }
 
 #[derive(Debug, Args)]

@@ -5,6 +5,7 @@ mod chat;
 mod decide;
 mod run;
 mod runs;
+mod serve;
 
 use askloop::{AgentStream, StreamOutput};
 
@@ -35,9 +36,7 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
             Some(RunsCommand::Show { run_id, json }) => runs::show(&ctx, &run_id, json).await,
             None => runs::list(&ctx, args.status.as_deref(), args.limit, args.json).await,
         },
-        Command::Serve => Err(CliError::failure(
-            "`askloop serve` (the HTTP API and web inbox) is not available yet; use run, resume, approve and decline",
-        )),
+        Command::Serve(args) => serve::serve(&ctx, args).await,
     }
 }
 

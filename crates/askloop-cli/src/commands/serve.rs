@@ -1,0 +1,130 @@
+//! `askloop serve`: the HTTP API for the agents of a configuration file (or
+//! the default agent), on the store given by `--db`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use askloop_server::{Server, ServerConfig, ServerOptions};
+
+use super::{Context, announce};
+use crate::cli::ServeArgs;
+use crate::exit::{CliError, Done};
+use crate::setup;
+
+/// The configuration file read when `--config` is not given, if it exists.
+const DEFAULT_CONFIG: &str = "askloop.toml";
+
+pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
+    let addr: SocketAddr = args.addr.parse().map_err(|err| {
+        CliError::usage(format!(
+            "--addr {}: {err}; give HOST:PORT, e.g. 127.0.0.1:4111",
+            args.addr
+        ))
+    })?;
+    let config = match config_path(args.config.as_deref()) {
+        Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
+        None => ServerConfig::default_agent(),
+    };
+    let choice = setup::choose_model(&args.model)?;
+    let store = setup::open_store(ctx.db.as_deref()).await?;
+    let uses_default = config
+        .agents
+        .iter()
+        .any(|a| a.model == askloop_server::ModelSource::Default);
+    let agents = config
+        .build_agents(&store, &|| {
+            setup::make_model(&choice, false).map_err(|err| err.to_string())
+        })
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    if uses_default {
+        announce(&choice);
+    }
+    let token = std::env::var("ASKLOOP_API_TOKEN").ok().filter(|t| !t.is_empty());
+    let protected = token.is_some();
+    let options = ServerOptions::default()
+        .token(token)
+        .allow_unauthenticated(args.allow_unauthenticated)
+        .cors_origins(args.cors_origin)
+        .body_limit(args.max_body_bytes)
+        .shutdown_grace(Duration::from_secs(args.shutdown_grace));
+    let ids: Vec<String> = agents.iter().map(|a| a.id().to_owned()).collect();
+    let server = Server::new(agents, store)
+        .map_err(|err| CliError::usage(err.to_string()))?
+        .options(options);
+    server
+        .check_exposure(addr)
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|err| CliError::failure(format!("cannot listen on {addr}: {err}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|err| CliError::failure(err.to_string()))?;
+    if !protected {
+        eprintln!(
+            "askloop: no ASKLOOP_API_TOKEN set: the API needs no token{}",
+            if bound.ip().is_loopback() {
+                ", so it listens on loopback only (anyone on this machine can answer runs)"
+            } else {
+                " and listens beyond loopback (--allow-unauthenticated)"
+            }
+        );
+    }
+    let source = config
+        .path
+        .as_ref()
+        .map_or_else(|| "the default agent".to_owned(), |p| p.display().to_string());
+    eprintln!(
+        "askloop: serving {} ({}) from {source} on http://{bound}/api",
+        if ids.len() == 1 {
+            "1 agent".to_owned()
+        } else {
+            format!("{} agents", ids.len())
+        },
+        ids.join(", ")
+    );
+    server
+        .serve(listener, shutdown_signal())
+        .await
+        .map_err(|err| CliError::failure(err.to_string()))?;
+    eprintln!("askloop: stopped");
+    Ok(Done::Ok)
+}
+
+/// `--config` as given, else `./askloop.toml` when it exists.
+fn config_path(given: Option<&Path>) -> Option<PathBuf> {
+    match given {
+        Some(path) => Some(path.to_path_buf()),
+        None => Some(PathBuf::from(DEFAULT_CONFIG)).filter(|p| p.is_file()),
+    }
+}
+
+/// Completes on SIGTERM or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %err, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+    eprintln!("askloop: shutting down; open streams may finish");
+}

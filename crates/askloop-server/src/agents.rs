@@ -1,0 +1,317 @@
+//! Mastra's agent routes: `/api/agents/...`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use askloop::{Agent, Message, ResumeOptions, RunQuery, RunStatus, StreamOptions};
+use axum::Json;
+use axum::extract::State;
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath};
+use crate::sse;
+use crate::wire::{
+    AgentInfo, DecisionRequest, GenerateResponse, PendingCall, ResumeRequest, StreamRequest, SuspendedRun,
+    SuspendedRuns, ToolInfo,
+};
+
+type AppStateRef = State<Arc<AppState>>;
+
+/// `GET /api/agents`: every agent, keyed by id.
+pub(crate) async fn list(State(state): AppStateRef) -> Json<BTreeMap<String, AgentInfo>> {
+    Json(
+        state
+            .agents
+            .iter()
+            .map(|agent| (agent.id().to_owned(), info(agent)))
+            .collect(),
+    )
+}
+
+/// `GET /api/agents/{agentId}`.
+pub(crate) async fn get(
+    State(state): AppStateRef,
+    ApiPath(agent_id): ApiPath<String>,
+) -> Result<Json<AgentInfo>, ApiError> {
+    Ok(Json(info(state.agent(&agent_id)?)))
+}
+
+fn info(agent: &Agent) -> AgentInfo {
+    let model = agent.model().name().to_owned();
+    let (provider, model_id) = match model.split_once('/') {
+        Some((provider, id)) => (provider.to_owned(), id.to_owned()),
+        None => (String::new(), model),
+    };
+    AgentInfo {
+        id: agent.id().to_owned(),
+        name: agent.name().to_owned(),
+        description: String::new(),
+        instructions: agent.instructions().unwrap_or_default().to_owned(),
+        agents: BTreeMap::new(),
+        tools: agent
+            .tool_specs()
+            .iter()
+            .map(|spec| {
+                let tool = ToolInfo {
+                    id: spec.name.clone(),
+                    description: spec.description.clone(),
+                    input_schema: json!({"json": spec.input_schema}).to_string(),
+                    require_approval: agent.needs_approval(&spec.name),
+                };
+                (spec.name.clone(), tool)
+            })
+            .collect(),
+        workflows: BTreeMap::new(),
+        provider,
+        model_id,
+        default_options: BTreeMap::new(),
+    }
+}
+
+/// `POST /api/agents/{agentId}/stream`: starts a run and streams it.
+pub(crate) async fn stream(
+    State(state): AppStateRef,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(request): ApiJson<StreamRequest>,
+) -> Result<Response, ApiError> {
+    let agent = state.agent(&agent_id)?;
+    let (messages, options) = start_options(request)?;
+    let stream = agent.stream_with(messages, options).await?;
+    let span = tracing::info_span!("run", agent_id = %agent_id, run_id = %stream.run_id(), tool_call_id = tracing::field::Empty);
+    Ok(sse::respond(&state, stream, span))
+}
+
+/// `POST /api/agents/{agentId}/generate`: runs to the end or to a
+/// suspension and answers with the outcome as JSON.
+pub(crate) async fn generate(
+    State(state): AppStateRef,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(request): ApiJson<StreamRequest>,
+) -> Result<Json<GenerateResponse>, ApiError> {
+    let agent = state.agent(&agent_id)?;
+    let (messages, options) = start_options(request)?;
+    let stream = agent.stream_with(messages, options).await?;
+    let span = tracing::info_span!("run", agent_id = %agent_id, run_id = %stream.run_id());
+    // On a task of the server's, so a client that hangs up does not stop
+    // the run short of its next stored state.
+    let driven = state.runs.spawn(tracing::Instrument::instrument(stream.output(), span));
+    let output = driven
+        .await
+        .map_err(|err| ApiError::Internal(format!("the run's driver stopped: {err}")))?;
+    let suspend_payload = output.pending.iter().find_map(|p| p.suspend_payload.clone());
+    Ok(Json(GenerateResponse {
+        text: output.text,
+        finish_reason: output.finish_reason,
+        run_id: output.run_id,
+        status: output.status,
+        usage: output.usage,
+        suspend_payload,
+        pending_tool_calls: output.pending.into_iter().map(PendingCall::from).collect(),
+        error: output.error,
+    }))
+}
+
+/// `POST /api/agents/{agentId}/resume-stream`: answers a pending call and
+/// streams the rest of the run.
+pub(crate) async fn resume_stream(
+    State(state): AppStateRef,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(request): ApiJson<ResumeRequest>,
+) -> Result<Response, ApiError> {
+    let agent = owning_agent(&state, &agent_id, &request.run_id).await?;
+    let options = match &request.tool_call_id {
+        Some(call) => ResumeOptions::call(&request.run_id, call),
+        None => ResumeOptions::run(&request.run_id),
+    };
+    let stream = agent.resume_stream(request.resume_data, options).await?;
+    Ok(sse::respond(
+        &state,
+        stream,
+        run_span(&agent_id, &request.run_id, request.tool_call_id.as_deref()),
+    ))
+}
+
+/// `POST /api/agents/{agentId}/approve-tool-call`.
+pub(crate) async fn approve(
+    State(state): AppStateRef,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(request): ApiJson<DecisionRequest>,
+) -> Result<Response, ApiError> {
+    let agent = owning_agent(&state, &agent_id, &request.run_id).await?;
+    let stream = agent
+        .approve_tool_call(&request.run_id, request.tool_call_id.as_deref())
+        .await?;
+    Ok(sse::respond(
+        &state,
+        stream,
+        run_span(&agent_id, &request.run_id, request.tool_call_id.as_deref()),
+    ))
+}
+
+/// `POST /api/agents/{agentId}/decline-tool-call`.
+pub(crate) async fn decline(
+    State(state): AppStateRef,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(request): ApiJson<DecisionRequest>,
+) -> Result<Response, ApiError> {
+    let agent = owning_agent(&state, &agent_id, &request.run_id).await?;
+    let stream = agent
+        .decline_tool_call(&request.run_id, request.tool_call_id.as_deref(), request.reason)
+        .await?;
+    Ok(sse::respond(
+        &state,
+        stream,
+        run_span(&agent_id, &request.run_id, request.tool_call_id.as_deref()),
+    ))
+}
+
+/// `GET /api/agents/{agentId}/suspended-runs`: the agent's runs waiting on
+/// a person, newest first.
+pub(crate) async fn suspended_runs(
+    State(state): AppStateRef,
+    ApiPath(agent_id): ApiPath<String>,
+) -> Result<Json<SuspendedRuns>, ApiError> {
+    let agent = state.agent(&agent_id)?;
+    let query = RunQuery {
+        status: Some(RunStatus::Suspended),
+        agent_id: Some(agent.id().to_owned()),
+        ..Default::default()
+    };
+    let runs: Vec<SuspendedRun> = state
+        .store
+        .list(&query)
+        .await?
+        .into_iter()
+        .map(SuspendedRun::of)
+        .collect();
+    Ok(Json(SuspendedRuns {
+        total: runs.len(),
+        runs,
+    }))
+}
+
+fn run_span(agent_id: &str, run_id: &str, tool_call_id: Option<&str>) -> tracing::Span {
+    tracing::info_span!("run", agent_id = %agent_id, run_id = %run_id, tool_call_id = tool_call_id.unwrap_or(""))
+}
+
+/// The agent of the route, if the run is one of its runs: a run of another
+/// agent is not found here (its tools and model are another agent's).
+async fn owning_agent<'a>(state: &'a AppState, agent_id: &str, run_id: &str) -> Result<&'a Agent, ApiError> {
+    let agent = state.agent(agent_id)?;
+    match agent.store().get(run_id).await? {
+        Some(run) if run.agent_id == agent.id() => Ok(agent),
+        _ => Err(ApiError::UnknownRun {
+            run_id: run_id.to_owned(),
+            agent_id: Some(agent_id.to_owned()),
+        }),
+    }
+}
+
+fn start_options(request: StreamRequest) -> Result<(Vec<Message>, StreamOptions), ApiError> {
+    let messages = input_messages(&request.messages)?;
+    let mut options = StreamOptions::default();
+    options.run_id = request.run_id;
+    options.thread_id = request.thread_id;
+    Ok((messages, options))
+}
+
+const MESSAGES_SHAPE: &str = "`messages` must be a string or an array of {role, content} with role user or assistant and content a string or an array of {type: \"text\", text} parts";
+
+/// Mastra's `messages`: a string, or `{role, content}` objects whose content
+/// is a string or text parts.
+fn input_messages(messages: &Value) -> Result<Vec<Message>, ApiError> {
+    let bad = |detail: String| ApiError::BadRequest(format!("{detail}; {MESSAGES_SHAPE}"));
+    let items = match messages {
+        Value::String(text) => return Ok(vec![Message::user(text.clone())]),
+        Value::Array(items) => items,
+        other => return Err(bad(format!("`messages` is {}", kind(other)))),
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        if let Value::String(text) = item {
+            out.push(Message::user(text.clone()));
+            continue;
+        }
+        let role = item.get("role").and_then(Value::as_str);
+        let content = item
+            .get("content")
+            .map(text_content)
+            .transpose()
+            .map_err(|d| bad(format!("messages[{i}].content {d}")))?;
+        let content = content.ok_or_else(|| bad(format!("messages[{i}] has no content")))?;
+        match role {
+            Some("user") => out.push(Message::user(content)),
+            Some("assistant") => out.push(Message::assistant(content, Vec::new())),
+            Some(other) => return Err(bad(format!("messages[{i}] has role {other:?}"))),
+            None => return Err(bad(format!("messages[{i}] has no role"))),
+        }
+    }
+    if out.is_empty() {
+        return Err(bad("`messages` is empty".to_owned()));
+    }
+    Ok(out)
+}
+
+fn text_content(content: &Value) -> Result<String, String> {
+    match content {
+        Value::String(text) => Ok(text.clone()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for part in parts {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(piece)) => text.push_str(piece),
+                    _ => return Err(format!("has a part that is not {{type: \"text\", text}}: {part}")),
+                }
+            }
+            Ok(text)
+        }
+        other => Err(format!("is {}", kind(other))),
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_may_be_a_string_or_role_content_objects_with_text_parts() {
+        assert_eq!(input_messages(&json!("Hi")).unwrap(), vec![Message::user("Hi")]);
+        let parts = json!([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                           {"role": "assistant", "content": "ok"}]);
+        assert_eq!(
+            input_messages(&parts).unwrap(),
+            vec![Message::user("ab"), Message::assistant("ok", Vec::new())]
+        );
+    }
+
+    #[test]
+    fn messages_of_another_shape_are_refused_with_the_accepted_shape() {
+        for bad in [
+            json!(3),
+            json!([]),
+            json!([{"role": "tool", "content": "x"}]),
+            json!([{"role": "user"}]),
+            json!([{"role": "user", "content": [{"type": "image"}]}]),
+        ] {
+            let err = input_messages(&bad).unwrap_err().to_string();
+            assert!(err.contains("must be a string or an array"), "{err}");
+        }
+    }
+}

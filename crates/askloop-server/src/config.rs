@@ -1,0 +1,338 @@
+//! `askloop.toml`: the agents a server serves.
+//!
+//! The file is read in two passes, as ripgrep reads its flags: serde reads
+//! it into raw values ([`raw`]), then [`ServerConfig::from_toml`] checks them
+//! and resolves them into one [`ServerConfig`]; nothing else sees the raw
+//! values. Every problem is one [`ConfigError`] naming the file, the key and
+//! what is wrong.
+//!
+//! ```toml
+//! [agents.deployer]
+//! name = "Deployer"
+//! instructions = "Ask which environment before deploying."
+//! model = "openai/gpt-4o-mini"      # or: script = "deployer.json" (relative to this file)
+//! tools = ["ask_user", "write_file"]
+//! require_approval = ["write_file"]  # write_file always needs approval; list others here
+//! allow_free_text = true             # answers outside the offered options are accepted
+//! ```
+
+mod raw;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use askloop::{Agent, AskUser, Model, RunStore, ScriptedModel};
+
+use crate::tools::{WRITE_FILE_TOOL_ID, write_file};
+
+/// The default agent's id, when there is no configuration file.
+pub const DEFAULT_AGENT_ID: &str = "assistant";
+
+/// The default agent's instructions.
+pub const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant. When a request is ambiguous, when you are \
+about to act on an assumption, or when there are several reasonable options, ask the person with the ask_user \
+tool instead of guessing: give 2-4 options for a choice, none for an open question. Keep answers short.";
+
+/// The agents to serve, checked.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// The file they came from (`None`: the built-in default).
+    pub path: Option<PathBuf>,
+    /// The agents, ordered by id.
+    pub agents: Vec<AgentConfig>,
+}
+
+/// One agent, checked.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct AgentConfig {
+    /// The id (the key under `[agents]`).
+    pub id: String,
+    /// The display name (defaults to the id).
+    pub name: String,
+    /// The instructions (system prompt).
+    pub instructions: String,
+    /// The model.
+    pub model: ModelSource,
+    /// The tools, in the order given.
+    pub tools: Vec<ToolKind>,
+    /// Tools whose calls wait for approval (`write_file` always does).
+    pub require_approval: Vec<ToolKind>,
+    /// Whether choice questions accept answers outside their options.
+    pub allow_free_text: bool,
+    /// Most model calls per stream, when not the default.
+    pub max_steps: Option<u32>,
+    /// Where `write_file` writes.
+    pub write_dir: PathBuf,
+}
+
+/// Where an agent's model comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ModelSource {
+    /// The server's default model (the `askloop` command: `--model`,
+    /// `--script`, the environment, else the offline demo).
+    Default,
+    /// A model spec, e.g. `openai/gpt-4o-mini`.
+    Spec(String),
+    /// A scripted model file (absolute path).
+    Script(PathBuf),
+}
+
+/// A built-in tool an agent can be given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ToolKind {
+    /// `ask_user`: free-text, single-select and multi-select questions.
+    AskUser,
+    /// `write_file`: writes a file under `write_dir`, after approval.
+    WriteFile,
+}
+
+impl ToolKind {
+    /// Every tool, for messages.
+    pub const ALL: [ToolKind; 2] = [ToolKind::AskUser, ToolKind::WriteFile];
+
+    /// The tool's id.
+    pub fn id(self) -> &'static str {
+        match self {
+            ToolKind::AskUser => askloop::ASK_USER_TOOL_ID,
+            ToolKind::WriteFile => WRITE_FILE_TOOL_ID,
+        }
+    }
+
+    fn from_id(id: &str) -> Option<ToolKind> {
+        ToolKind::ALL.into_iter().find(|t| t.id() == id)
+    }
+}
+
+/// A configuration file that cannot be used: which file, which key, what is
+/// wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {}{}: {problem}", file.display(), if key.is_empty() { "(top level)" } else { key }, line.map(|l| format!(" (line {l})")).unwrap_or_default())]
+pub struct ConfigError {
+    /// The file.
+    pub file: PathBuf,
+    /// The key, e.g. `agents.deployer.tools[1]`; empty for the whole file.
+    pub key: String,
+    /// The line, when known.
+    pub line: Option<usize>,
+    /// What is wrong, and what would be accepted.
+    pub problem: String,
+}
+
+impl ConfigError {
+    fn new(file: &Path, key: impl Into<String>, problem: impl Into<String>) -> Self {
+        ConfigError {
+            file: file.to_path_buf(),
+            key: key.into(),
+            line: None,
+            problem: problem.into(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The configuration without a file: one agent, `assistant`, with
+    /// `ask_user` and the server's default model.
+    pub fn default_agent() -> Self {
+        ServerConfig {
+            path: None,
+            agents: vec![AgentConfig {
+                id: DEFAULT_AGENT_ID.to_owned(),
+                name: "Assistant".to_owned(),
+                instructions: DEFAULT_INSTRUCTIONS.to_owned(),
+                model: ModelSource::Default,
+                tools: vec![ToolKind::AskUser],
+                require_approval: Vec::new(),
+                allow_free_text: false,
+                max_steps: None,
+                write_dir: PathBuf::from("."),
+            }],
+        }
+    }
+
+    /// Reads and checks a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| ConfigError::new(path, "", format!("cannot read the file: {err}")))?;
+        Self::from_toml(path, &text)
+    }
+
+    /// Checks configuration text; `path` names it in errors and anchors
+    /// relative paths (`script`, `write_dir`).
+    pub fn from_toml(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let raw = raw::parse(path, text)?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let base = std::path::absolute(&base).unwrap_or(base);
+        if raw.agents.is_empty() {
+            return Err(ConfigError::new(
+                path,
+                "agents",
+                "no agents: add at least one table like [agents.assistant] with instructions = \"...\"",
+            ));
+        }
+        let agents = raw
+            .agents
+            .into_iter()
+            .map(|(id, agent)| resolve_agent(path, &base, id, agent))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ServerConfig {
+            path: Some(path.to_path_buf()),
+            agents,
+        })
+    }
+
+    /// Builds the agents on `store`. `default_model` makes the model of
+    /// agents that name none. A model that cannot be made (a missing key, an
+    /// unreadable script) is an error naming the agent's key.
+    pub fn build_agents(
+        &self,
+        store: &Arc<dyn RunStore>,
+        default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
+    ) -> Result<Vec<Agent>, ConfigError> {
+        let file = self
+            .path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("(built-in configuration)"));
+        self.agents
+            .iter()
+            .map(|agent| agent.build(&file, store, default_model))
+            .collect()
+    }
+}
+
+impl AgentConfig {
+    fn build(
+        &self,
+        file: &Path,
+        store: &Arc<dyn RunStore>,
+        default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
+    ) -> Result<Agent, ConfigError> {
+        let key = |field: &str| format!("agents.{}.{field}", self.id);
+        let model = match &self.model {
+            ModelSource::Default => default_model().map_err(|err| ConfigError::new(file, key("model"), err))?,
+            ModelSource::Spec(spec) => askloop_providers::from_spec(spec)
+                .map_err(|err| ConfigError::new(file, key("model"), err.to_string()))?,
+            ModelSource::Script(script) => Arc::new(
+                ScriptedModel::from_file(script)
+                    .map_err(|err| ConfigError::new(file, key("script"), err.to_string()))?,
+            ),
+        };
+        let mut builder = Agent::builder(self.id.clone())
+            .name(self.name.clone())
+            .instructions(self.instructions.clone())
+            .model(model)
+            .store(Arc::clone(store));
+        if let Some(steps) = self.max_steps {
+            builder = builder.max_steps(steps);
+        }
+        for tool in &self.tools {
+            builder = match tool {
+                ToolKind::AskUser => builder.tool(AskUser::new().allow_free_text_answers(self.allow_free_text)),
+                ToolKind::WriteFile => builder.tool(write_file(self.write_dir.clone())),
+            };
+        }
+        for tool in &self.require_approval {
+            builder = builder.require_approval_for(tool.id());
+        }
+        builder
+            .build()
+            .map_err(|err| ConfigError::new(file, format!("agents.{}", self.id), err.to_string()))
+    }
+}
+
+fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Result<AgentConfig, ConfigError> {
+    let key = |field: &str| format!("agents.{id}.{field}");
+    if !valid_id(&id) {
+        return Err(ConfigError::new(
+            file,
+            format!("agents.{id}"),
+            "an agent id may hold only letters, digits, '-' and '_' (it is part of the URL /api/agents/{agentId})",
+        ));
+    }
+    let model = match (raw.model, raw.script) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::new(
+                file,
+                key("script"),
+                "give either model or script, not both",
+            ));
+        }
+        (Some(spec), None) if spec.trim().is_empty() => {
+            return Err(ConfigError::new(
+                file,
+                key("model"),
+                "the model is empty; give a spec like openai/gpt-4o-mini, or leave the key out for the server's default model",
+            ));
+        }
+        (Some(spec), None) => ModelSource::Spec(spec),
+        (None, Some(script)) => ModelSource::Script(base.join(script)),
+        (None, None) => ModelSource::Default,
+    };
+    let tools = tool_list(
+        file,
+        &key("tools"),
+        raw.tools.unwrap_or_else(|| vec!["ask_user".to_owned()]),
+    )?;
+    let require_approval = tool_list(file, &key("require_approval"), raw.require_approval.unwrap_or_default())?;
+    if let Some(missing) = require_approval.iter().find(|t| !tools.contains(t)) {
+        return Err(ConfigError::new(
+            file,
+            key("require_approval"),
+            format!(
+                "{} needs approval but is not in this agent's tools; add it to tools or remove it here",
+                missing.id()
+            ),
+        ));
+    }
+    if raw.max_steps == Some(0) {
+        return Err(ConfigError::new(file, key("max_steps"), "must be at least 1"));
+    }
+    Ok(AgentConfig {
+        name: raw.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| id.clone()),
+        instructions: raw.instructions.unwrap_or_else(|| DEFAULT_INSTRUCTIONS.to_owned()),
+        model,
+        tools,
+        require_approval,
+        allow_free_text: raw.allow_free_text.unwrap_or(false),
+        max_steps: raw.max_steps,
+        write_dir: base.join(raw.write_dir.unwrap_or_else(|| PathBuf::from("."))),
+        id,
+    })
+}
+
+fn tool_list(file: &Path, key: &str, names: Vec<String>) -> Result<Vec<ToolKind>, ConfigError> {
+    let mut tools = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let tool = ToolKind::from_id(name).ok_or_else(|| {
+            let known: Vec<&str> = ToolKind::ALL.iter().map(|t| t.id()).collect();
+            ConfigError::new(
+                file,
+                format!("{key}[{i}]"),
+                format!("unknown tool {name:?}; known tools: {}", known.join(", ")),
+            )
+        })?;
+        if tools.contains(&tool) {
+            return Err(ConfigError::new(
+                file,
+                format!("{key}[{i}]"),
+                format!("{name} is listed twice"),
+            ));
+        }
+        tools.push(tool);
+    }
+    Ok(tools)
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+impl fmt::Display for ToolKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.id())
+    }
+}

@@ -1,0 +1,53 @@
+//! `askloop.toml` as written: serde reads it into these, refusing unknown
+//! keys (a typo would otherwise be silently ignored), and the error names
+//! the key path and the line.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub(super) agents: BTreeMap<String, RawAgent>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAgent {
+    pub(super) name: Option<String>,
+    pub(super) instructions: Option<String>,
+    pub(super) model: Option<String>,
+    pub(super) script: Option<PathBuf>,
+    pub(super) tools: Option<Vec<String>>,
+    pub(super) require_approval: Option<Vec<String>>,
+    pub(super) allow_free_text: Option<bool>,
+    pub(super) max_steps: Option<u32>,
+    pub(super) write_dir: Option<PathBuf>,
+}
+
+pub(super) fn parse(file: &Path, text: &str) -> Result<RawConfig, ConfigError> {
+    let deserializer = toml::Deserializer::parse(text).map_err(|err| toml_error(file, text, "", &err))?;
+    serde_path_to_error::deserialize(deserializer).map_err(|err| {
+        let key = err.path().to_string();
+        let key = if key == "." { String::new() } else { key };
+        toml_error(file, text, &key, err.inner())
+    })
+}
+
+fn toml_error(file: &Path, text: &str, key: &str, err: &toml::de::Error) -> ConfigError {
+    ConfigError {
+        file: file.to_path_buf(),
+        key: key.to_owned(),
+        line: err.span().map(|span| line_of(text, span.start)),
+        problem: err.message().trim().to_owned(),
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset).map_or(1, |before| before.matches('\n').count() + 1)
+}

@@ -1,0 +1,364 @@
+//! The askloop HTTP server: agents whose runs stop to ask a person, served
+//! over HTTP so a browser or any program can answer them.
+//!
+//! - Mastra's agent routes under `/api` (`GET /api/agents`,
+//!   `POST /api/agents/{agentId}/stream`, `resume-stream`,
+//!   `approve-tool-call`, `decline-tool-call`, `generate`,
+//!   `suspended-runs`) with Mastra's bodies and SSE framing, so
+//!   `@mastra/client-js` works unchanged.
+//! - askloop's own routes: `GET /api/runs`, `GET /api/runs/{runId}`,
+//!   `POST /api/runs/{runId}/cancel`, and `GET /healthz`.
+//! - Errors are `{"error": {"code", "message"}}` with the status chosen in
+//!   one place ([`ApiError`]).
+//! - With a token, every `/api` route needs `Authorization: Bearer <token>`;
+//!   without one, [`Server::serve`] refuses to listen beyond loopback unless
+//!   told otherwise.
+//!
+//! Several servers sharing one PostgreSQL store behave as one service: a run
+//! suspended through one is answered through another, and of two concurrent
+//! answers exactly one wins (the other gets a 409).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use askloop::{Agent, AskUser, MemoryStore, RunStore, ScriptedModel};
+//! use askloop_server::{Server, ServerOptions};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+//! let model = ScriptedModel::from_json("demo", r#"{"turns": [{"text": "Hello"}]}"#)?;
+//! let agent = Agent::builder("assistant").model(Arc::new(model)).tool(AskUser::new()).store(store.clone()).build()?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:4111").await?;
+//! Server::new(vec![agent], store)?
+//!     .options(ServerOptions::default())
+//!     .serve(listener, async { let _ = tokio::signal::ctrl_c().await; })
+//!     .await?;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod agents;
+mod auth;
+pub mod config;
+mod error;
+mod extract;
+mod runs;
+mod sse;
+pub mod tools;
+mod wire;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use askloop::{Agent, RunStore};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, Method, Request, header};
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::trace::TraceLayer;
+
+pub use config::{AgentConfig, ConfigError, ModelSource, ServerConfig, ToolKind};
+pub use error::ApiError;
+
+/// The default limit on request bodies: 1 MiB, far above any answer or
+/// prompt a person types, far below what would hurt the server.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// How long open streams may run on after a shutdown signal, by default.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How the server guards and limits requests.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerOptions {
+    /// When set, every `/api` route needs `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Listen beyond loopback without a token (anyone who can reach the
+    /// port can then answer and cancel runs).
+    pub allow_unauthenticated: bool,
+    /// Origins allowed to call the API from a browser (CORS); empty: CORS
+    /// off; `*`: any origin.
+    pub cors_origins: Vec<String>,
+    /// The largest request body accepted, in bytes (larger: 413).
+    pub body_limit: usize,
+    /// How long open streams may run on after a shutdown signal.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            token: None,
+            allow_unauthenticated: false,
+            cors_origins: Vec::new(),
+            body_limit: DEFAULT_BODY_LIMIT,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+impl fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("allow_unauthenticated", &self.allow_unauthenticated)
+            .field("cors_origins", &self.cors_origins)
+            .field("body_limit", &self.body_limit)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+impl ServerOptions {
+    /// Sets the bearer token (`None`, or an empty string: no token).
+    pub fn token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Allows listening beyond loopback without a token.
+    pub fn allow_unauthenticated(mut self, yes: bool) -> Self {
+        self.allow_unauthenticated = yes;
+        self
+    }
+
+    /// Sets the origins allowed by CORS.
+    pub fn cors_origins(mut self, origins: Vec<String>) -> Self {
+        self.cors_origins = origins;
+        self
+    }
+
+    /// Sets the body limit in bytes.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// Sets the shutdown grace period.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+}
+
+/// Why the server could not be set up or could not serve.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// Two agents share an id.
+    #[error("two agents have the id {0}; agent ids must be unique")]
+    DuplicateAgent(String),
+    /// No agent was given.
+    #[error("the server needs at least one agent")]
+    NoAgents,
+    /// Listening beyond loopback without a token was not allowed.
+    #[error(
+        "refusing to listen on {addr} without a token: anyone who can reach it could answer and cancel runs. Set ASKLOOP_API_TOKEN, listen on 127.0.0.1, or allow it explicitly (--allow-unauthenticated)"
+    )]
+    Unprotected {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// A CORS origin is not a valid header value.
+    #[error("invalid CORS origin {0:?}: give an origin like https://example.com, or *")]
+    InvalidOrigin(String),
+    /// Listening or serving failed.
+    #[error("server I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub(crate) struct AppState {
+    /// The agents, in the order given.
+    pub(crate) agents: Vec<Agent>,
+    pub(crate) by_id: HashMap<String, usize>,
+    pub(crate) store: Arc<dyn RunStore>,
+    /// The runs driven for streams of this server, so a shutdown can wait
+    /// for them to reach a stored state.
+    pub(crate) runs: TaskTracker,
+    pub(crate) token: Option<String>,
+    pub(crate) body_limit: usize,
+}
+
+impl AppState {
+    pub(crate) fn agent(&self, agent_id: &str) -> Result<&Agent, ApiError> {
+        self.by_id
+            .get(agent_id)
+            .map(|&i| &self.agents[i])
+            .ok_or_else(|| ApiError::UnknownAgent {
+                agent_id: agent_id.to_owned(),
+                known: self.agents.iter().map(|a| a.id().to_owned()).collect(),
+            })
+    }
+}
+
+/// The HTTP server: agents, the store they share, and options.
+#[derive(Debug)]
+pub struct Server {
+    agents: Vec<Agent>,
+    store: Arc<dyn RunStore>,
+    options: ServerOptions,
+    runs: TaskTracker,
+}
+
+impl Server {
+    /// A server for these agents. `store` must be the store the agents
+    /// were built with: `/api/runs` lists it.
+    pub fn new(agents: Vec<Agent>, store: Arc<dyn RunStore>) -> Result<Server, ServerError> {
+        if agents.is_empty() {
+            return Err(ServerError::NoAgents);
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = agents.iter().find(|a| !seen.insert(a.id().to_owned())) {
+            return Err(ServerError::DuplicateAgent(dup.id().to_owned()));
+        }
+        Ok(Server {
+            agents,
+            store,
+            options: ServerOptions::default(),
+            runs: TaskTracker::new(),
+        })
+    }
+
+    /// Sets the options.
+    pub fn options(mut self, options: ServerOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The routes, to serve yourself or to nest in a bigger application.
+    pub fn router(&self) -> Result<Router, ServerError> {
+        let state = Arc::new(AppState {
+            by_id: self
+                .agents
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (a.id().to_owned(), i))
+                .collect(),
+            agents: self.agents.clone(),
+            store: Arc::clone(&self.store),
+            runs: self.runs.clone(),
+            token: self.options.token.clone(),
+            body_limit: self.options.body_limit,
+        });
+        let api = Router::new()
+            .route("/agents", get(agents::list))
+            .route("/agents/{agent_id}", get(agents::get))
+            .route("/agents/{agent_id}/stream", post(agents::stream))
+            .route("/agents/{agent_id}/generate", post(agents::generate))
+            .route("/agents/{agent_id}/resume-stream", post(agents::resume_stream))
+            .route("/agents/{agent_id}/approve-tool-call", post(agents::approve))
+            .route("/agents/{agent_id}/decline-tool-call", post(agents::decline))
+            .route("/agents/{agent_id}/suspended-runs", get(agents::suspended_runs))
+            .route("/runs", get(runs::list))
+            .route("/runs/{run_id}", get(runs::get))
+            .route("/runs/{run_id}/cancel", post(runs::cancel))
+            .route_layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&state),
+                auth::require_token,
+            ));
+        let mut router = Router::new()
+            .nest("/api", api)
+            .route("/healthz", get(runs::health))
+            .fallback(unknown_route)
+            .method_not_allowed_fallback(wrong_method)
+            .layer(DefaultBodyLimit::max(self.options.body_limit))
+            .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                tracing::info_span!("request", method = %request.method(), path = %request.uri().path())
+            }))
+            .with_state(state);
+        if let Some(cors) = cors_layer(&self.options.cors_origins)? {
+            router = router.layer(cors);
+        }
+        Ok(router)
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then stops accepting
+    /// connections, lets open streams finish within the grace period, and
+    /// waits (as long again at most) for runs whose client went away to
+    /// reach their next stored state. Every step is one store write, so a
+    /// run cut off after that is left at its last stored step, never half
+    /// written.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let addr = listener.local_addr()?;
+        self.check_exposure(addr)?;
+        let router = self.router()?;
+        let grace = self.options.shutdown_grace;
+        let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
+        let graceful = axum::serve(listener, router).with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new connections; open streams may finish");
+            let _ = stopping_tx.send(true);
+        });
+        tokio::select! {
+            served = graceful => served?,
+            _ = async {
+                let _ = stopping.wait_for(|s| *s).await;
+                tokio::time::sleep(grace).await;
+            } => tracing::warn!(?grace, "grace period over: closing the streams still open"),
+        }
+        self.runs.close();
+        if tokio::time::timeout(grace, self.runs.wait()).await.is_err() {
+            tracing::warn!(
+                runs = self.runs.len(),
+                "runs still between two stored steps at exit; they stay at their last stored step"
+            );
+        }
+        Ok(())
+    }
+
+    /// Refuses a listener beyond loopback without a token, unless allowed.
+    pub fn check_exposure(&self, addr: SocketAddr) -> Result<(), ServerError> {
+        if self.options.token.is_none() && !addr.ip().is_loopback() && !self.options.allow_unauthenticated {
+            return Err(ServerError::Unprotected { addr });
+        }
+        Ok(())
+    }
+}
+
+fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let values = origins
+            .iter()
+            .map(|o| HeaderValue::from_str(o).map_err(|_| ServerError::InvalidOrigin(o.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(values)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
+    ))
+}
+
+async fn unknown_route(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::UnknownRoute {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}
+
+async fn wrong_method(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}

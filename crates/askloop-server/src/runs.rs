@@ -1,0 +1,211 @@
+//! askloop's own routes: `/api/runs` (every run of the store, paged),
+//! `/api/runs/{runId}`, `/api/runs/{runId}/cancel`, and `/healthz`.
+
+use std::sync::Arc;
+
+use askloop::{RunQuery, RunRecord, RunStatus};
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{ApiPath, ApiQuery};
+use crate::wire::{Cancelled, RunDetail, RunPage, RunSummary};
+
+/// Runs per page when `limit` is not given.
+const DEFAULT_PAGE: u32 = 50;
+/// The most runs one page holds.
+const MAX_PAGE: u32 = 500;
+
+/// `GET /api/runs` query.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ListQuery {
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    agent_id: Option<String>,
+    #[serde(default)]
+    limit: Option<u32>,
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+/// Where the previous page ended: the last run it showed (runs are listed
+/// by creation time, then id, newest first) and how many runs came before
+/// it. The offset is where to start reading; the key drops runs created
+/// since the previous page, which push older ones further down.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Cursor {
+    #[serde(rename = "o")]
+    offset: u32,
+    #[serde(rename = "t")]
+    created_at: DateTime<Utc>,
+    #[serde(rename = "r")]
+    run_id: String,
+}
+
+impl Cursor {
+    fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(serde_json::to_vec(self).unwrap_or_default())
+    }
+
+    fn decode(text: &str) -> Result<Cursor, ApiError> {
+        URL_SAFE_NO_PAD
+            .decode(text)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "cursor {text:?} is not one this server gave out; pass the nextCursor of the previous page, or no cursor for the first page"
+                ))
+            })
+    }
+
+    /// Whether `run` comes after the cursor's run in the listing order.
+    fn is_before(&self, run: &RunRecord) -> bool {
+        (run.created_at, run.run_id.as_str()) < (self.created_at, self.run_id.as_str())
+    }
+}
+
+/// `GET /api/runs?status=&agentId=&limit=&cursor=`: runs, newest first.
+pub(crate) async fn list(
+    State(state): State<Arc<AppState>>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<RunPage>, ApiError> {
+    let status = query
+        .status
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<RunStatus>().map_err(ApiError::BadRequest))
+        .transpose()?;
+    let limit = match query.limit {
+        None => DEFAULT_PAGE,
+        Some(n) if (1..=MAX_PAGE).contains(&n) => n,
+        Some(n) => {
+            return Err(ApiError::BadRequest(format!(
+                "limit {n} is out of range; give 1 to {MAX_PAGE}"
+            )));
+        }
+    };
+    let cursor = query
+        .cursor
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .map(Cursor::decode)
+        .transpose()?;
+    let filter = RunQuery {
+        status,
+        agent_id: query.agent_id.filter(|a| !a.is_empty()),
+        ..Default::default()
+    };
+    let (runs, next) = page(&state, filter, limit, cursor).await?;
+    Ok(Json(RunPage {
+        runs: runs.into_iter().map(RunSummary::from).collect(),
+        next_cursor: next.map(|c| c.encode()),
+    }))
+}
+
+/// Reads one page after `cursor`. It starts `limit` runs early (runs may
+/// have left a status-filtered listing since the previous page), skips what
+/// the previous page showed or anything newer, and reads on until the page
+/// is full.
+async fn page(
+    state: &AppState,
+    mut filter: RunQuery,
+    limit: u32,
+    cursor: Option<Cursor>,
+) -> Result<(Vec<RunRecord>, Option<Cursor>), ApiError> {
+    let mut offset = cursor.as_ref().map_or(0, |c| c.offset.saturating_sub(limit));
+    // Each run kept, with its position in the listing; one more than the
+    // page, to know whether another page follows.
+    let mut runs: Vec<(u32, RunRecord)> = Vec::with_capacity(limit as usize + 1);
+    loop {
+        filter.offset = offset;
+        filter.limit = Some(limit + 1);
+        let batch = state.store.list(&filter).await?;
+        let read = batch.len() as u32;
+        for (i, run) in batch.into_iter().enumerate() {
+            if runs.len() <= limit as usize && cursor.as_ref().is_none_or(|c| c.is_before(&run)) {
+                runs.push((offset + i as u32, run));
+            }
+        }
+        offset += read;
+        if runs.len() > limit as usize || read <= limit {
+            break;
+        }
+    }
+    let more = runs.len() > limit as usize;
+    runs.truncate(limit as usize);
+    let next = match runs.last() {
+        Some((position, last)) if more => Some(Cursor {
+            offset: position + 1,
+            created_at: last.created_at,
+            run_id: last.run_id.clone(),
+        }),
+        _ => None,
+    };
+    Ok((runs.into_iter().map(|(_, run)| run).collect(), next))
+}
+
+/// `GET /api/runs/{runId}`: the run, what it waits on, its conversation.
+pub(crate) async fn get(
+    State(state): State<Arc<AppState>>,
+    ApiPath(run_id): ApiPath<String>,
+) -> Result<Json<RunDetail>, ApiError> {
+    let run = load(&state, &run_id).await?;
+    let messages = state.store.messages(&run_id).await?;
+    Ok(Json(RunDetail {
+        version: run.version,
+        usage: run.usage,
+        summary: RunSummary::from(run),
+        messages,
+    }))
+}
+
+/// `POST /api/runs/{runId}/cancel`: the run stops where it is; its status
+/// becomes `cancelled`. A finished run cannot be cancelled (409).
+pub(crate) async fn cancel(
+    State(state): State<Arc<AppState>>,
+    ApiPath(run_id): ApiPath<String>,
+) -> Result<Json<Cancelled>, ApiError> {
+    let run = load(&state, &run_id).await?;
+    // Cancelling needs the run's agent only to write through its store;
+    // a run of an agent this server does not serve is left alone.
+    let agent = state.agent(&run.agent_id)?;
+    agent.cancel_run(&run_id).await?;
+    Ok(Json(Cancelled {
+        run_id,
+        status: RunStatus::Cancelled,
+    }))
+}
+
+async fn load(state: &AppState, run_id: &str) -> Result<RunRecord, ApiError> {
+    state.store.get(run_id).await?.ok_or_else(|| ApiError::UnknownRun {
+        run_id: run_id.to_owned(),
+        agent_id: None,
+    })
+}
+
+/// `GET /healthz`: 200 when the store answers, 503 when it does not. Needs
+/// no token, for load balancers.
+pub(crate) async fn health(State(state): State<Arc<AppState>>) -> Response {
+    match state.store.get("healthz").await {
+        Ok(_) => (StatusCode::OK, Json(json!({"status": "ok"}))).into_response(),
+        Err(err) => {
+            tracing::warn!(error = %err, "health check: the store does not answer");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "unavailable", "error": {"code": "store_unavailable", "message": err.to_string()}})),
+            )
+                .into_response()
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The JSON bodies of the routes: what clients send and what they get.
+//! Mastra's routes use Mastra's field names and order (recorded from a real
+//! Mastra server); askloop's own routes follow the same camelCase style.
+
+use std::collections::BTreeMap;
+
+use askloop::{Message, PendingKind, PendingToolCall, RunRecord, RunStatus, Usage};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `POST /api/agents/{agentId}/stream` and `/generate`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StreamRequest {
+    /// A string, or an array of `{role, content}`.
+    pub(crate) messages: Value,
+    /// The run's id, chosen by the caller.
+    #[serde(default)]
+    pub(crate) run_id: Option<String>,
+    /// The conversation thread.
+    #[serde(default)]
+    pub(crate) thread_id: Option<String>,
+}
+
+/// `POST /api/agents/{agentId}/resume-stream`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ResumeRequest {
+    pub(crate) run_id: String,
+    #[serde(default)]
+    pub(crate) tool_call_id: Option<String>,
+    /// Required; `null` is an answer like any other (and usually refused).
+    pub(crate) resume_data: Value,
+}
+
+/// `POST /api/agents/{agentId}/approve-tool-call` and `/decline-tool-call`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DecisionRequest {
+    pub(crate) run_id: String,
+    #[serde(default)]
+    pub(crate) tool_call_id: Option<String>,
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+}
+
+/// One agent in `GET /api/agents`, in Mastra's shape (the fields a client
+/// reads; Mastra's internals such as processors are left out).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AgentInfo {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) instructions: String,
+    pub(crate) agents: BTreeMap<String, Value>,
+    pub(crate) tools: BTreeMap<String, ToolInfo>,
+    pub(crate) workflows: BTreeMap<String, Value>,
+    pub(crate) provider: String,
+    pub(crate) model_id: String,
+    pub(crate) default_options: BTreeMap<String, Value>,
+}
+
+/// One tool in [`AgentInfo`]. `inputSchema` is JSON text of
+/// `{"json": <schema>}`, as Mastra sends it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ToolInfo {
+    pub(crate) id: String,
+    pub(crate) description: String,
+    pub(crate) input_schema: String,
+    pub(crate) require_approval: bool,
+}
+
+/// `GET /api/agents/{agentId}/suspended-runs`.
+#[derive(Debug, Serialize)]
+pub(crate) struct SuspendedRuns {
+    pub(crate) runs: Vec<SuspendedRun>,
+    pub(crate) total: usize,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SuspendedRun {
+    pub(crate) run_id: String,
+    pub(crate) status: RunStatus,
+    pub(crate) suspended_at: String,
+    pub(crate) tool_calls: Vec<SuspendedCall>,
+}
+
+/// A pending call as Mastra lists it: the question (`suspendPayload`) for a
+/// suspended tool, the input (`args`) for a call waiting on approval.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SuspendedCall {
+    pub(crate) tool_call_id: String,
+    pub(crate) tool_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) args: Option<Value>,
+    pub(crate) requires_approval: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) suspend_payload: Option<Value>,
+}
+
+impl SuspendedRun {
+    pub(crate) fn of(run: RunRecord) -> Self {
+        SuspendedRun {
+            suspended_at: timestamp(run.updated_at),
+            run_id: run.run_id,
+            status: run.status,
+            tool_calls: run
+                .pending
+                .into_iter()
+                .map(|p| match p.kind {
+                    PendingKind::Approval => SuspendedCall {
+                        tool_call_id: p.tool_call_id,
+                        tool_name: p.tool_name,
+                        args: Some(p.args),
+                        requires_approval: true,
+                        suspend_payload: None,
+                    },
+                    PendingKind::Suspended => SuspendedCall {
+                        tool_call_id: p.tool_call_id,
+                        tool_name: p.tool_name,
+                        args: None,
+                        requires_approval: false,
+                        suspend_payload: Some(p.suspend_payload.unwrap_or(Value::Null)),
+                    },
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `POST /api/agents/{agentId}/generate`: how the run ended. A suspended
+/// run has `finishReason: "suspended"`, its `runId` and the calls it waits
+/// on; `suspendPayload` is the first question's, as Mastra reports it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GenerateResponse {
+    pub(crate) text: String,
+    pub(crate) finish_reason: askloop::FinishReason,
+    pub(crate) run_id: String,
+    pub(crate) status: RunStatus,
+    pub(crate) usage: Usage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) suspend_payload: Option<Value>,
+    pub(crate) pending_tool_calls: Vec<PendingCall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+}
+
+/// A pending call in askloop's own shapes: everything needed to show and
+/// answer it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PendingCall {
+    pub(crate) tool_call_id: String,
+    pub(crate) tool_name: String,
+    /// `suspended` (answer it with resume-stream) or `approval` (approve or
+    /// decline it).
+    pub(crate) kind: PendingKind,
+    pub(crate) requires_approval: bool,
+    pub(crate) args: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) suspend_payload: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resume_schema: Option<Value>,
+}
+
+impl From<PendingToolCall> for PendingCall {
+    fn from(p: PendingToolCall) -> Self {
+        PendingCall {
+            requires_approval: p.kind == PendingKind::Approval,
+            tool_call_id: p.tool_call_id,
+            tool_name: p.tool_name,
+            kind: p.kind,
+            args: p.args,
+            suspend_payload: p.suspend_payload,
+            resume_schema: p.resume_schema,
+        }
+    }
+}
+
+/// One run in `GET /api/runs`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunSummary {
+    pub(crate) run_id: String,
+    pub(crate) agent_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) thread_id: Option<String>,
+    pub(crate) status: RunStatus,
+    pub(crate) created_at: String,
+    pub(crate) updated_at: String,
+    pub(crate) steps: u32,
+    pub(crate) pending_tool_calls: Vec<PendingCall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+}
+
+impl From<RunRecord> for RunSummary {
+    fn from(run: RunRecord) -> Self {
+        RunSummary {
+            run_id: run.run_id,
+            agent_id: run.agent_id,
+            thread_id: run.thread_id,
+            status: run.status,
+            created_at: timestamp(run.created_at),
+            updated_at: timestamp(run.updated_at),
+            steps: run.steps,
+            pending_tool_calls: run.pending.into_iter().map(PendingCall::from).collect(),
+            error: run.error,
+        }
+    }
+}
+
+/// `GET /api/runs`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunPage {
+    pub(crate) runs: Vec<RunSummary>,
+    /// Pass as `cursor` for the next (older) page; `null` on the last page.
+    pub(crate) next_cursor: Option<String>,
+}
+
+/// `GET /api/runs/{runId}`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunDetail {
+    #[serde(flatten)]
+    pub(crate) summary: RunSummary,
+    pub(crate) version: i64,
+    pub(crate) usage: Usage,
+    pub(crate) messages: Vec<Message>,
+}
+
+/// `POST /api/runs/{runId}/cancel`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Cancelled {
+    pub(crate) run_id: String,
+    pub(crate) status: RunStatus,
+}
+
+/// RFC 3339 with milliseconds and `Z`, as Mastra writes times.
+pub(crate) fn timestamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}

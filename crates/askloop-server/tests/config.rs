@@ -1,0 +1,207 @@
+//! `askloop.toml`: a good file becomes agents that behave as configured; a
+//! bad one is one error naming the file, the key and the problem.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use askloop::{Model, RunStore};
+use askloop_server::{ConfigError, ModelSource, ServerConfig, ToolKind};
+use common::*;
+use serde_json::{Value, json};
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn load_err(text: &str) -> (PathBuf, ConfigError) {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let path = write(&dir, "askloop.toml", text);
+    (path.clone(), ServerConfig::load(&path).unwrap_err())
+}
+
+fn no_default() -> Result<Arc<dyn Model>, String> {
+    Err("no default model in this test".into())
+}
+
+#[test]
+fn a_full_agent_table_resolves_every_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "askloop.toml",
+        r#"
+[agents.deployer]
+name = "Deployer"
+instructions = "Ask before deploying."
+script = "deploy.json"
+tools = ["ask_user", "write_file"]
+require_approval = ["write_file"]
+allow_free_text = true
+max_steps = 5
+write_dir = "out"
+
+[agents.helper]
+model = "openai/gpt-4o-mini"
+"#,
+    );
+    let config = ServerConfig::load(&path).unwrap();
+    assert_eq!(config.path.as_deref(), Some(path.as_path()));
+    let [deployer, helper] = &config.agents[..] else { panic!("{config:?}") };
+    assert_eq!(deployer.id, "deployer");
+    assert_eq!(deployer.name, "Deployer");
+    assert_eq!(deployer.instructions, "Ask before deploying.");
+    let base = std::path::absolute(dir.path()).unwrap();
+    assert_eq!(deployer.model, ModelSource::Script(base.join("deploy.json")));
+    assert_eq!(deployer.tools, [ToolKind::AskUser, ToolKind::WriteFile]);
+    assert_eq!(deployer.require_approval, [ToolKind::WriteFile]);
+    assert!(deployer.allow_free_text);
+    assert_eq!(deployer.max_steps, Some(5));
+    assert_eq!(deployer.write_dir, base.join("out"));
+    assert_eq!(helper.name, "helper");
+    assert_eq!(helper.model, ModelSource::Spec("openai/gpt-4o-mini".into()));
+    assert_eq!(helper.tools, [ToolKind::AskUser]);
+    assert!(!helper.allow_free_text);
+}
+
+#[test]
+fn without_a_file_there_is_one_assistant_with_ask_user_on_the_default_model() {
+    let config = ServerConfig::default_agent();
+    assert_eq!(config.path, None);
+    let [agent] = &config.agents[..] else { panic!() };
+    assert_eq!(agent.id, "assistant");
+    assert_eq!(agent.tools, [ToolKind::AskUser]);
+    assert_eq!(agent.model, ModelSource::Default);
+}
+
+#[test]
+fn bad_files_are_one_error_naming_the_file_the_key_and_the_problem() {
+    let cases: Vec<(&str, &str, &str)> = vec![
+        ("[agents.a]\nmodle = \"openai/gpt-4o-mini\"\n", "agents.a.modle", "unknown field `modle`"),
+        ("[agents.a]\ntools = [\"ask_user\", \"shell\"]\n", "agents.a.tools[1]", "unknown tool \"shell\"; known tools: ask_user, write_file"),
+        ("[agents.a]\ntools = \"ask_user\"\n", "agents.a.tools", "invalid type"),
+        ("[agents.a]\nmodel = \"openai/x\"\nscript = \"s.json\"\n", "agents.a.script", "either model or script"),
+        ("[agents.a]\nrequire_approval = [\"write_file\"]\n", "agents.a.require_approval", "not in this agent's tools"),
+        ("[agents.a]\nmax_steps = 0\n", "agents.a.max_steps", "at least 1"),
+        ("[agents.a]\nmax_steps = -3\n", "agents.a.max_steps", "invalid value"),
+        ("[agents.a]\nallow_free_text = \"yes\"\n", "agents.a.allow_free_text", "invalid type"),
+        ("[agents.\"a b\"]\n", "agents.a b", "letters, digits"),
+        ("[agent.a]\n", "agent", "unknown field `agent`"),
+        ("", "agents", "no agents"),
+        ("[agents.a\nname = 1\n", "", "unclosed table"),
+        ("[agents.a]\ntools = [\"ask_user\", \"ask_user\"]\n", "agents.a.tools[1]", "listed twice"),
+    ];
+    for (text, key, problem) in cases {
+        let (path, err) = load_err(text);
+        assert_eq!(err.file, path, "{text}");
+        assert_eq!(err.key, key, "{text}: {err}");
+        assert!(err.problem.contains(problem), "{text}: {err}");
+        let message = err.to_string();
+        assert!(message.starts_with(&path.display().to_string()), "{message}");
+        if !key.is_empty() {
+            assert!(message.contains(key), "{message}");
+        }
+    }
+}
+
+#[test]
+fn a_syntax_error_names_its_line() {
+    let (_, err) = load_err("[agents.a]\nname = \"x\"\ninstructions = \n");
+    assert_eq!(err.line, Some(3), "{err}");
+    assert!(err.to_string().contains("(line 3)"), "{err}");
+}
+
+#[test]
+fn a_missing_file_is_an_error_naming_it() {
+    let err = ServerConfig::load(Path::new("/nonexistent/askloop.toml")).unwrap_err();
+    assert!(err.to_string().starts_with("/nonexistent/askloop.toml: "), "{err}");
+    assert!(err.problem.contains("cannot read"), "{err}");
+}
+
+#[test]
+fn models_that_cannot_be_made_are_errors_naming_the_agent_key() {
+    let store = memory_store();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "askloop.toml", "[agents.a]\nscript = \"missing.json\"\n");
+    let err = ServerConfig::load(&path).unwrap().build_agents(&store, &no_default).unwrap_err();
+    assert_eq!(err.key, "agents.a.script");
+    assert_eq!(err.file, path);
+
+    let path = write(dir.path(), "askloop.toml", "[agents.b]\nmodel = \"nosuchprovider/x\"\n");
+    let err = ServerConfig::load(&path).unwrap().build_agents(&store, &no_default).unwrap_err();
+    assert_eq!(err.key, "agents.b.model");
+
+    let path = write(dir.path(), "askloop.toml", "[agents.c]\n");
+    let err = ServerConfig::load(&path).unwrap().build_agents(&store, &no_default).unwrap_err();
+    assert_eq!(err.key, "agents.c.model");
+    assert!(err.problem.contains("no default model in this test"));
+}
+
+#[tokio::test]
+async fn configured_agents_serve_with_their_tools_approvals_and_free_text_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "ask.json",
+        r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?", "options": [{"label": "staging"}, {"label": "production"}]}}]},
+  {"toolCalls": [{"name": "write_file", "args": {"path": "notes/env.txt", "content": "deploy notes"}}]},
+  {"text": "Done: {{toolResults}}"}
+]}"#,
+    );
+    let path = write(
+        dir.path(),
+        "askloop.toml",
+        r#"
+[agents.free]
+name = "Free"
+script = "ask.json"
+tools = ["ask_user", "write_file"]
+allow_free_text = true
+write_dir = "files"
+
+[agents.strict]
+script = "ask.json"
+"#,
+    );
+    let store: Arc<dyn RunStore> = memory_store();
+    let agents = ServerConfig::load(&path).unwrap().build_agents(&store, &no_default).unwrap();
+    let server = TestServer::start(agents, store).await;
+
+    let listed: Value = server.get("/api/agents").await.json().await.unwrap();
+    assert_eq!(listed["free"]["name"], "Free");
+    assert_eq!(listed["free"]["tools"]["write_file"]["requireApproval"], true);
+    assert_eq!(keys(&listed["strict"]["tools"]), ["ask_user"]);
+
+    // strict: an answer outside the options is refused.
+    let started = server.post_sse("/api/agents/strict/stream", json!({"messages": "go"})).await;
+    let run_id = started.chunks[0]["runId"].as_str().unwrap().to_owned();
+    let refused = server
+        .post("/api/agents/strict/resume-stream", json!({"runId": run_id, "resumeData": "qa"}))
+        .await;
+    assert_eq!(refused.status(), 422);
+
+    // free: accepted, then write_file waits for approval and writes under write_dir.
+    let started = server.post_sse("/api/agents/free/stream", json!({"messages": "go"})).await;
+    let run_id = started.chunks[0]["runId"].as_str().unwrap().to_owned();
+    let answered = server
+        .post_sse("/api/agents/free/resume-stream", json!({"runId": run_id, "resumeData": "qa"}))
+        .await;
+    assert_eq!(answered.status, 200);
+    let approval = answered.first("tool-call-approval");
+    assert_eq!(approval["payload"]["toolName"], "write_file");
+    let approved = server
+        .post_sse(
+            "/api/agents/free/approve-tool-call",
+            json!({"runId": run_id, "toolCallId": approval["payload"]["toolCallId"]}),
+        )
+        .await;
+    assert_eq!(approved.types().last().unwrap(), "finish");
+    let written = std::fs::read_to_string(dir.path().join("files/notes/env.txt")).unwrap();
+    assert_eq!(written, "deploy notes");
+    assert!(approved.text().starts_with("Done: "), "{}", approved.text());
+}

@@ -6,7 +6,6 @@
 //! emit the tool results and any suspension. A client that saw
 //! `tool-call-suspended` can therefore always resume, from any process.
 
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -20,7 +19,7 @@ use super::{AgentInner, StreamOutput, approval_schema};
 use crate::chunk::*;
 use crate::error::RunError;
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
-use crate::model::{ModelError, ModelEvent, ModelRequest};
+use crate::model::{ModelError, ModelEvent, ModelRequest, ToolCallIds};
 use crate::store::{PendingKind, PendingToolCall, RunRecord, RunStatus, RunUpdate, StoreError};
 use crate::tool::{ToolContext, ToolOutcome, describe_errors};
 
@@ -461,7 +460,12 @@ impl Driver {
             usage: Usage::default(),
         };
         let mut text_id: Option<String> = None;
-        let mut names: HashMap<String, String> = HashMap::new();
+        // Calls whose input is streaming: (the model's id, the call's id in
+        // the run, the tool). Ids are made unique per turn here, whatever the
+        // model sent, so every chunk, pending call and result of a step names
+        // exactly one call.
+        let mut ids = ToolCallIds::new();
+        let mut open: Vec<(String, String, String)> = Vec::new();
         let mut finished = false;
 
         while let Some(event) = events.next().await {
@@ -483,25 +487,43 @@ impl Driver {
                     self.text.push_str(&text);
                     self.emit(ChunkKind::TextDelta(TextDelta { id, text }));
                 }
-                ModelEvent::ToolCallStart { id, name } => {
+                ModelEvent::ToolCallStart { id: model_id, name } => {
                     self.close_text(&mut text_id);
+                    let id = ids.claim(&model_id);
                     self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
                         tool_call_id: id.clone(),
                         tool_name: name.clone(),
                     }));
-                    names.insert(id, name);
+                    open.push((model_id, id, name));
                 }
-                ModelEvent::ToolCallDelta { id, args_delta } => {
-                    let tool_name = names.get(&id).cloned().unwrap_or_default();
+                ModelEvent::ToolCallDelta {
+                    id: model_id,
+                    args_delta,
+                } => {
+                    // The latest call started under this id is the one streaming.
+                    let (id, tool_name) = match open.iter().rev().find(|(m, _, _)| *m == model_id) {
+                        Some((_, id, name)) => (id.clone(), name.clone()),
+                        None => (model_id, String::new()),
+                    };
                     self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
                         tool_call_id: id,
                         tool_name,
                         args_text_delta: args_delta,
                     }));
                 }
-                ModelEvent::ToolCall { id, name, arguments } => {
+                ModelEvent::ToolCall {
+                    id: model_id,
+                    name,
+                    arguments,
+                } => {
                     self.close_text(&mut text_id);
-                    if names.remove(&id).is_none() {
+                    // Calls started under one id finish in the order they started.
+                    let started = open.iter().position(|(m, _, _)| *m == model_id);
+                    let id = match started {
+                        Some(position) => open.remove(position).1,
+                        None => ids.claim(&model_id),
+                    };
+                    if started.is_none() {
                         // The provider sent the call whole (Ollama does):
                         // show it the way a streamed one looks.
                         self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {

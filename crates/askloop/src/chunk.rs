@@ -14,13 +14,18 @@
 //! assert_eq!(json["payload"]["text"], "Hi");
 //! ```
 
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::message::{FinishReason, ToolCall, Usage};
 
 /// One chunk of an agent stream.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Serialised with its keys in Mastra's order, `type, runId, from, payload`
+/// (written by hand: a flattened adjacently tagged enum would put `runId`
+/// first); read in any order.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Chunk {
     /// The run that emitted it.
@@ -45,6 +50,44 @@ impl Chunk {
     /// The wire name of the chunk's type, e.g. `tool-call-suspended`.
     pub fn type_name(&self) -> &'static str {
         self.kind.type_name()
+    }
+}
+
+impl Serialize for Chunk {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut chunk = serializer.serialize_struct("Chunk", 4)?;
+        chunk.serialize_field("type", self.type_name())?;
+        chunk.serialize_field("runId", &self.run_id)?;
+        chunk.serialize_field("from", &self.from)?;
+        chunk.serialize_field("payload", &PayloadOf(&self.kind))?;
+        chunk.end()
+    }
+}
+
+/// A chunk kind's payload alone, for [`Chunk`]'s serialisation.
+struct PayloadOf<'a>(&'a ChunkKind);
+
+impl Serialize for PayloadOf<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            ChunkKind::Start(p) => p.serialize(serializer),
+            ChunkKind::StepStart(p) => p.serialize(serializer),
+            ChunkKind::TextStart(p) => p.serialize(serializer),
+            ChunkKind::TextDelta(p) => p.serialize(serializer),
+            ChunkKind::TextEnd(p) => p.serialize(serializer),
+            ChunkKind::ToolCallInputStreamingStart(p) => p.serialize(serializer),
+            ChunkKind::ToolCallDelta(p) => p.serialize(serializer),
+            ChunkKind::ToolCallInputStreamingEnd(p) => p.serialize(serializer),
+            ChunkKind::ToolCall(p) => p.serialize(serializer),
+            ChunkKind::ToolResult(p) => p.serialize(serializer),
+            ChunkKind::ToolError(p) => p.serialize(serializer),
+            ChunkKind::ToolCallSuspended(p) => p.serialize(serializer),
+            ChunkKind::ToolCallApproval(p) => p.serialize(serializer),
+            ChunkKind::ToolOutputDenied(p) => p.serialize(serializer),
+            ChunkKind::StepFinish(p) | ChunkKind::Finish(p) => p.serialize(serializer),
+            ChunkKind::Error(p) => p.serialize(serializer),
+            ChunkKind::Abort(p) => p.serialize(serializer),
+        }
     }
 }
 
@@ -403,6 +446,36 @@ mod tests {
         );
         let back: Chunk = serde_json::from_value(value).unwrap();
         assert_eq!(back, chunk);
+    }
+
+    #[test]
+    fn chunk_keys_come_in_mastras_order_type_run_id_from_payload() {
+        let chunk = Chunk::new(
+            "r1",
+            ChunkKind::TextDelta(TextDelta {
+                id: "t1".into(),
+                text: "Hi".into(),
+            }),
+        );
+        assert_eq!(
+            serde_json::to_string(&chunk).unwrap(),
+            r#"{"type":"text-delta","runId":"r1","from":"AGENT","payload":{"id":"t1","text":"Hi"}}"#
+        );
+        let call = Chunk::new(
+            "r1",
+            ChunkKind::ToolCall(ToolCallPayload {
+                tool_call_id: "c1".into(),
+                tool_name: "t".into(),
+                args: serde_json::from_str(r#"{"zeta":1,"alpha":{"y":2,"b":3}}"#).unwrap(),
+            }),
+        );
+        assert_eq!(
+            serde_json::to_string(&call).unwrap(),
+            r#"{"type":"tool-call","runId":"r1","from":"AGENT","payload":{"toolCallId":"c1","toolName":"t","args":{"zeta":1,"alpha":{"y":2,"b":3}}}}"#,
+            "args keep the model's key order"
+        );
+        let back: Chunk = serde_json::from_str(&serde_json::to_string(&call).unwrap()).unwrap();
+        assert_eq!(back, call);
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //!     .unwrap();
 //! // Outside an agent run there is no one to ask: the question comes back as text.
 //! let ToolOutcome::Output(output) = outcome else { unreachable!() };
-//! assert_eq!(output.content.to_model_text(), "[Question for user]: Which city?");
+//! assert_eq!(output.model_content().to_model_text(), "[Question for user]: Which city?");
+//! // Streams show Mastra's `{content, isError}`.
+//! assert_eq!(output.value["content"], "[Question for user]: Which city?");
 //! # });
 //! # fn tokio_test_block(f: impl std::future::Future<Output = ()>) {
 //! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
@@ -27,6 +29,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::message::ToolContent;
 use crate::tool::{InvalidResume, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};
 
 /// The tool's id, as the model calls it.
@@ -292,14 +295,14 @@ impl Tool for AskUser {
         check_options(input.options.as_deref().unwrap_or_default())?;
         let options = input.options.filter(|o| !o.is_empty());
         if input.selection_mode.is_some() && options.is_none() {
-            return Ok(ToolOutput::error("Failed to ask user: selectionMode requires options.").into());
+            return Ok(reply("Failed to ask user: selectionMode requires options.", true).into());
         }
         let mode = options
             .as_ref()
             .map(|_| input.selection_mode.unwrap_or(SelectionMode::SingleSelect));
 
         if let Some(answer) = ctx.resume_data() {
-            return Ok(ToolOutput::text(format!("User answered: {}", answer_text(answer))).into());
+            return Ok(reply(format!("User answered: {}", answer_text(answer)), false).into());
         }
 
         if !ctx.can_suspend() {
@@ -311,7 +314,7 @@ impl Tool for AskUser {
             if let Some(mode) = mode {
                 text.push_str(&format!("\nSelection mode: {}", mode.as_str()));
             }
-            return Ok(ToolOutput::text(text).into());
+            return Ok(reply(text, false).into());
         }
 
         let payload = AskUserPayload {
@@ -380,6 +383,17 @@ fn check_options(options: &[AskUserOption]) -> Result<(), ToolError> {
     Ok(())
 }
 
+/// What `ask_user` returns: Mastra's `{content, isError}` on the wire; the
+/// model is told the content.
+fn reply(content: impl Into<String>, is_error: bool) -> ToolOutput {
+    let content = content.into();
+    ToolOutput {
+        value: json!({"content": content, "isError": is_error}),
+        for_model: Some(ToolContent::Text(content)),
+        is_error,
+    }
+}
+
 /// The answer as the model reads it: arrays joined with `", "`.
 fn answer_text(answer: &Value) -> String {
     match answer {
@@ -441,14 +455,14 @@ mod tests {
         let outcome = run(json!({"question": "Q?", "selectionMode": "multi_select"}), in_run()).await;
         assert_eq!(
             outcome,
-            ToolOutcome::Output(ToolOutput::error("Failed to ask user: selectionMode requires options."))
+            ToolOutcome::Output(reply("Failed to ask user: selectionMode requires options.", true))
         );
     }
 
     #[tokio::test]
     async fn outside_a_run_returns_readable_fallback_text() {
         let plain = run(json!({"question": "Q?"}), ToolContext::standalone()).await;
-        assert_eq!(plain, ToolOutcome::Output(ToolOutput::text("[Question for user]: Q?")));
+        assert_eq!(plain, ToolOutcome::Output(reply("[Question for user]: Q?", false)));
         let choice = run(
             json!({"question": "Q?", "options": [{"label": "a"}, {"label": "b"}]}),
             ToolContext::standalone(),
@@ -456,8 +470,9 @@ mod tests {
         .await;
         assert_eq!(
             choice,
-            ToolOutcome::Output(ToolOutput::text(
-                "[Question for user]: Q?\nOptions: a, b\nSelection mode: single_select"
+            ToolOutcome::Output(reply(
+                "[Question for user]: Q?\nOptions: a, b\nSelection mode: single_select",
+                false
             ))
         );
     }
@@ -470,7 +485,14 @@ mod tests {
             ctx,
         )
         .await;
-        assert_eq!(outcome, ToolOutcome::Output(ToolOutput::text("User answered: a, b")));
+        let ToolOutcome::Output(output) = outcome else {
+            panic!("expected an output")
+        };
+        assert_eq!(
+            output.value,
+            json!({"content": "User answered: a, b", "isError": false})
+        );
+        assert_eq!(output.model_content(), ToolContent::Text("User answered: a, b".into()));
     }
 
     fn question(payload: Value) -> Question {

@@ -272,19 +272,12 @@ pub struct ToolResultPayload {
     pub tool_name: String,
     /// The call's input.
     pub args: Value,
-    /// What the tool returned: `{"content", "isError"}`, as Mastra's
-    /// `ask_user` does.
-    pub result: ToolResultValue,
-}
-
-/// The result object inside `tool-result`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolResultValue {
-    /// The tool's content (text or JSON).
-    pub content: Value,
-    /// Whether the tool reported an error.
-    pub is_error: bool,
+    /// What the tool returned, as it returned it ([`ToolOutput::value`]):
+    /// `"staging-approved"` for a tool that returns a string, Mastra's
+    /// `{"content", "isError"}` for `ask_user`.
+    ///
+    /// [`ToolOutput::value`]: crate::ToolOutput::value
+    pub result: Value,
 }
 
 /// Payload of `tool-error`.

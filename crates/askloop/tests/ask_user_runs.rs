@@ -107,10 +107,9 @@ async fn selection_mode_without_options_is_an_error_result_the_model_sees_and_no
             _ => None,
         })
         .unwrap();
-    assert!(result.is_error);
     assert_eq!(
-        result.content,
-        json!("Failed to ask user: selectionMode requires options.")
+        result,
+        json!({"content": "Failed to ask user: selectionMode requires options.", "isError": true})
     );
     assert_eq!(output.status, RunStatus::Completed);
     assert_eq!(

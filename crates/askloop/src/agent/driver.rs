@@ -21,7 +21,7 @@ use crate::error::RunError;
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 use crate::model::{ModelError, ModelEvent, ModelRequest, ToolCallIds};
 use crate::store::{PendingKind, PendingToolCall, RunRecord, RunStatus, RunUpdate, StoreError};
-use crate::tool::{ToolContext, ToolOutcome, describe_errors};
+use crate::tool::{ToolContext, ToolOutcome, ToolOutput, describe_errors};
 
 /// The default reason a model is given for a declined call.
 const NOT_APPROVED: &str = "Tool call was not approved by the user";
@@ -332,7 +332,7 @@ impl Driver {
                     Some(reason) if !reason.trim().is_empty() => format!("The user declined to answer: {reason}"),
                     _ => "The user declined to answer.".to_owned(),
                 };
-                done_result(&call, ToolContent::Text(text), false)
+                done_result(&call, ToolOutput::text(text))
             }
             ResumeAction::Deny { reason, .. } => {
                 let reason = reason.filter(|r| !r.trim().is_empty());
@@ -624,7 +624,7 @@ impl Driver {
             .catch_unwind()
             .await;
         match run {
-            Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output.content, output.is_error),
+            Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output),
             Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(PendingToolCall {
                 tool_call_id: call.id.clone(),
                 tool_name: call.name.clone(),
@@ -742,22 +742,21 @@ fn parse_arguments(arguments: &str) -> (Value, Option<String>) {
     }
 }
 
-fn done_result(call: &ToolCall, content: ToolContent, is_error: bool) -> CallOutcome {
+/// A finished call: the chunk shows the tool's own value, the model is told
+/// its model content.
+fn done_result(call: &ToolCall, output: ToolOutput) -> CallOutcome {
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: output.model_content(),
+        is_error: output.is_error,
+    };
     let chunk = ChunkKind::ToolResult(ToolResultPayload {
         tool_call_id: call.id.clone(),
         tool_name: call.name.clone(),
         args: call.args.clone(),
-        result: ToolResultValue {
-            content: content.to_value(),
-            is_error,
-        },
+        result: output.value,
     });
-    let result = ToolResult {
-        tool_call_id: call.id.clone(),
-        tool_name: call.name.clone(),
-        content,
-        is_error,
-    };
     CallOutcome::Done(result, chunk)
 }
 

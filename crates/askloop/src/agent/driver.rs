@@ -9,13 +9,14 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt, future::join_all};
 use serde_json::Value;
 
 use super::machine::{self, AfterModel, AfterTools};
 use super::stream::Outbox;
 use super::{AgentInner, StreamOutput, approval_schema};
+use crate::chunk::finish::StepReport;
 use crate::chunk::*;
 use crate::error::RunError;
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
@@ -107,7 +108,7 @@ struct ModelCall {
 
 /// One model turn, complete.
 struct Turn {
-    message_id: String,
+    started_at: DateTime<Utc>,
     text: String,
     calls: Vec<ModelCall>,
     reason: FinishReason,
@@ -126,6 +127,9 @@ pub(crate) struct Driver {
     agent: Arc<AgentInner>,
     state: RunState,
     chunks: Outbox,
+    /// The id of the message this stream's steps produce (one per stream,
+    /// as Mastra's: `start`, every `step-start` and `step-finish`, `finish`).
+    message_id: String,
     /// The text the model produced in this stream.
     text: String,
     /// Model calls made in this stream.
@@ -138,6 +142,7 @@ impl Driver {
             agent,
             state,
             chunks,
+            message_id: new_id(),
             text: String::new(),
             steps_here: 0,
         }
@@ -147,12 +152,11 @@ impl Driver {
     pub(crate) async fn run(mut self, start: Start) -> StreamOutput {
         let ended = match start {
             Start::Fresh => {
-                let message_id = new_id();
                 self.emit(ChunkKind::Start(crate::chunk::Start {
                     id: self.agent.id.clone(),
-                    message_id: message_id.clone(),
+                    message_id: self.message_id.clone(),
                 }));
-                self.steps(Some(message_id)).await
+                self.steps().await
             }
             Start::Resume(action) => self.resume(action).await,
             Start::Applied(applied) => self.after_apply(applied).await,
@@ -194,7 +198,7 @@ impl Driver {
     }
 
     /// Model steps until the run completes, suspends or fails.
-    async fn steps(&mut self, mut first_message_id: Option<String>) -> Ended {
+    async fn steps(&mut self) -> Ended {
         loop {
             if !machine::may_call_model(self.steps_here, self.agent.max_steps) {
                 let err = RunError::StepLimit {
@@ -203,16 +207,17 @@ impl Driver {
                 };
                 return self.fail(err.to_string()).await;
             }
-            let message_id = first_message_id.take().unwrap_or_else(new_id);
+            let started_at = Utc::now();
             self.emit(ChunkKind::StepStart(StepStart {
-                message_id: message_id.clone(),
-                started_at: Utc::now().timestamp_millis(),
+                message_id: self.message_id.clone(),
+                started_at: started_at.timestamp_millis(),
                 warnings: Vec::new(),
+                request: serde_json::Map::new(),
             }));
             self.steps_here += 1;
             self.state.record.steps += 1;
 
-            let turn = match self.model_turn(message_id).await {
+            let turn = match self.model_turn(started_at).await {
                 Ok(turn) => turn,
                 Err(err) => return self.fail(err.to_string()).await,
             };
@@ -228,12 +233,9 @@ impl Driver {
                     {
                         return self.store_failed(err).await;
                     }
-                    let finish = step_finish(&turn, Vec::new(), turn.usage, false);
+                    let finish = self.report(&turn, false);
                     self.emit(ChunkKind::StepFinish(finish.clone()));
-                    let mut finish = finish;
-                    finish.output.usage = self.state.record.usage;
-                    finish.step_result.reason = turn.reason.clone();
-                    self.emit(ChunkKind::Finish(finish));
+                    self.emit(ChunkKind::Finish(finish.into_finish(self.state.record.usage)));
                     return Ended::Completed;
                 }
                 AfterModel::RunTools => {}
@@ -280,8 +282,7 @@ impl Driver {
                     for chunk in result_chunks {
                         self.emit(chunk);
                     }
-                    let payloads = calls.iter().map(ToolCallPayload::from).collect();
-                    self.emit(ChunkKind::StepFinish(step_finish(&turn, payloads, turn.usage, true)));
+                    self.emit(ChunkKind::StepFinish(self.report(&turn, true)));
                 }
             }
         }
@@ -403,20 +404,18 @@ impl Driver {
             self.emit_pending();
             return Ended::Suspended;
         }
-        let (text, calls) = last_assistant(&self.state.messages);
-        self.emit(ChunkKind::StepFinish(StepFinish {
-            message_id: new_id(),
-            step_result: StepResult {
-                reason: FinishReason::ToolCalls,
-                is_continued: true,
-            },
-            output: StepOutput {
-                text,
-                tool_calls: calls.iter().map(ToolCallPayload::from).collect(),
-                usage: Usage::default(),
-            },
-        }));
-        self.steps(None).await
+        // The step's turn ran in an earlier stream: its usage is not known here.
+        let finish = StepFinish::report(StepReport {
+            message_id: &self.message_id,
+            model_name: self.agent.model.name(),
+            started_at: None,
+            reason: FinishReason::ToolCalls,
+            is_continued: true,
+            usage: Usage::default(),
+            conversation: &self.state.messages,
+        });
+        self.emit(ChunkKind::StepFinish(finish));
+        self.steps().await
     }
 
     /// Emits the suspension chunk of every pending call: a stream that
@@ -442,8 +441,22 @@ impl Driver {
         }
     }
 
+    /// The `step-finish` payload of a turn of this stream, once its step is
+    /// stored (the conversation ends with it).
+    fn report(&self, turn: &Turn, is_continued: bool) -> StepFinish {
+        StepFinish::report(StepReport {
+            message_id: &self.message_id,
+            model_name: self.agent.model.name(),
+            started_at: Some(turn.started_at),
+            reason: turn.reason.clone(),
+            is_continued,
+            usage: turn.usage,
+            conversation: &self.state.messages,
+        })
+    }
+
     /// Streams one model turn, emitting its chunks as they arrive.
-    async fn model_turn(&mut self, message_id: String) -> Result<Turn, ModelError> {
+    async fn model_turn(&mut self, started_at: DateTime<Utc>) -> Result<Turn, ModelError> {
         let request = ModelRequest {
             run_id: &self.state.record.run_id,
             system: self.agent.instructions.as_deref(),
@@ -453,7 +466,7 @@ impl Driver {
         let mut events = self.agent.model.stream(request).await?;
 
         let mut turn = Turn {
-            message_id,
+            started_at,
             text: String::new(),
             calls: Vec::new(),
             reason: FinishReason::Stop,
@@ -776,38 +789,12 @@ fn error_result(call: &ToolCall, message: String) -> CallOutcome {
     CallOutcome::Done(result, chunk)
 }
 
-fn step_finish(turn: &Turn, tool_calls: Vec<ToolCallPayload>, usage: Usage, is_continued: bool) -> StepFinish {
-    StepFinish {
-        message_id: turn.message_id.clone(),
-        step_result: StepResult {
-            reason: turn.reason.clone(),
-            is_continued,
-        },
-        output: StepOutput {
-            text: turn.text.clone(),
-            tool_calls,
-            usage,
-        },
-    }
-}
-
 /// The tool calls of the last assistant message.
 fn last_tool_calls(messages: &[Message]) -> Option<Vec<ToolCall>> {
     messages.iter().rev().find_map(|m| match m {
         Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(tool_calls.clone()),
         _ => None,
     })
-}
-
-fn last_assistant(messages: &[Message]) -> (String, Vec<ToolCall>) {
-    messages
-        .iter()
-        .rev()
-        .find_map(|m| match m {
-            Message::Assistant { content, tool_calls } => Some((content.clone(), tool_calls.clone())),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

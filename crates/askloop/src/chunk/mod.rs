@@ -18,7 +18,15 @@ use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::message::{FinishReason, ToolCall, Usage};
+use crate::message::ToolCall;
+
+mod conversation;
+pub(crate) mod finish;
+
+pub use conversation::{ContentPart, ConversationMessages, ModelMessage, ModelRole, ToolResultOutput};
+pub use finish::{
+    ModelMetadata, StepFinish, StepMetadata, StepOutput, StepRecord, StepResponse, StepResult, StepUsage,
+};
 
 /// One chunk of an agent stream.
 ///
@@ -74,7 +82,12 @@ impl Serialize for PayloadOf<'_> {
             ChunkKind::StepStart(p) => p.serialize(serializer),
             ChunkKind::TextStart(p) => p.serialize(serializer),
             ChunkKind::TextDelta(p) => p.serialize(serializer),
-            ChunkKind::TextEnd(p) => p.serialize(serializer),
+            // Mastra repeats the type inside this one payload.
+            ChunkKind::TextEnd(p) => TextEndPayload {
+                kind: "text-end",
+                id: &p.id,
+            }
+            .serialize(serializer),
             ChunkKind::ToolCallInputStreamingStart(p) => p.serialize(serializer),
             ChunkKind::ToolCallDelta(p) => p.serialize(serializer),
             ChunkKind::ToolCallInputStreamingEnd(p) => p.serialize(serializer),
@@ -89,6 +102,14 @@ impl Serialize for PayloadOf<'_> {
             ChunkKind::Abort(p) => p.serialize(serializer),
         }
     }
+}
+
+/// The payload of `text-end` as Mastra writes it.
+#[derive(Serialize)]
+struct TextEndPayload<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: &'a str,
 }
 
 /// The emitter of a chunk.
@@ -190,6 +211,10 @@ pub struct StepStart {
     /// Provider warnings (always empty for now; kept for Mastra's shape).
     #[serde(default)]
     pub warnings: Vec<Value>,
+    /// The request sent to the model, as Mastra reports it. Mastra's is
+    /// empty too; askloop keeps the key so Mastra clients find it.
+    #[serde(default)]
+    pub request: serde_json::Map<String, Value>,
 }
 
 /// Payload of `text-start` and `text-end`.
@@ -352,40 +377,6 @@ pub struct ApprovalDecision {
     pub reason: Option<String>,
 }
 
-/// Payload of `step-finish` and `finish`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepFinish {
-    /// The step's message id.
-    pub message_id: String,
-    /// Why the step ended.
-    pub step_result: StepResult,
-    /// What the step (or, for `finish`, the last step) produced.
-    pub output: StepOutput,
-}
-
-/// Why a step ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepResult {
-    /// The reason.
-    pub reason: FinishReason,
-    /// Whether another step follows.
-    pub is_continued: bool,
-}
-
-/// What a step produced.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepOutput {
-    /// The step's text.
-    pub text: String,
-    /// The step's tool calls.
-    pub tool_calls: Vec<ToolCallPayload>,
-    /// Tokens used (for `finish`: by the whole run so far).
-    pub usage: Usage,
-}
-
 /// Payload of `error`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -482,6 +473,7 @@ mod tests {
                 message_id: "m".into(),
                 started_at: 1,
                 warnings: vec![],
+                request: Default::default(),
             }),
             ChunkKind::TextStart(TextId { id: "t".into() }),
             ChunkKind::TextEnd(TextId { id: "t".into() }),
@@ -492,18 +484,15 @@ mod tests {
                 error: ErrorDetail { message: "x".into() },
             }),
             ChunkKind::Abort(AbortPayload { reason: None }),
-            ChunkKind::Finish(StepFinish {
-                message_id: "m".into(),
-                step_result: StepResult {
-                    reason: FinishReason::Stop,
-                    is_continued: false,
-                },
-                output: StepOutput {
-                    text: String::new(),
-                    tool_calls: vec![],
-                    usage: Usage::default(),
-                },
-            }),
+            ChunkKind::Finish(StepFinish::report(finish::StepReport {
+                message_id: "m",
+                model_name: "scripted",
+                started_at: None,
+                reason: crate::FinishReason::Stop,
+                is_continued: false,
+                usage: crate::Usage::default(),
+                conversation: &[],
+            })),
         ];
         for kind in kinds {
             let chunk = Chunk::new("r", kind);

@@ -38,11 +38,15 @@ pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutp
             ChunkKind::ToolResult(result) => {
                 spinner.stop();
                 end_line(&mut stdout, &mut at_line_start);
-                let content = match &result.result.content {
+                // `ask_user` returns Mastra's `{content, isError}`; other
+                // tools their own value.
+                let value = &result.result;
+                let content = match value.get("content").unwrap_or(value) {
                     serde_json::Value::String(text) => text.clone(),
                     other => other.to_string(),
                 };
-                let marker = if result.result.is_error { "failed" } else { "->" };
+                let failed = value.get("isError").and_then(serde_json::Value::as_bool) == Some(true);
+                let marker = if failed { "failed" } else { "->" };
                 eprintln!("  [{}] {marker} {}", result.tool_name, one_line(&content));
             }
             ChunkKind::ToolError(err) => {

@@ -228,3 +228,110 @@ async fn parallel_ask_user_calls_suspend_together_and_one_request_follows_both_a
         .collect();
     assert_eq!(results, ["call_a", "call_b"]);
 }
+
+/// Two `ask_user` calls the server gives one id, answered one at a time with
+/// different answers: each tool result the next request carries answers its
+/// own call, under the id the assistant message gave that call.
+async fn two_questions_under_one_id_keep_their_own_answers(
+    model: impl Fn(&FakeServer) -> std::sync::Arc<dyn askloop::Model>,
+) -> Vec<Value> {
+    let server = FakeServer::builder()
+        .respond(
+            FakeTurn::default()
+                .call(FakeToolCall::new("ask_user", &json!({"question": "Where?"}), 3).id("dup"))
+                .call(FakeToolCall::new("ask_user", &json!({"question": "When?"}), 2).id("dup")),
+        )
+        .respond(FakeResponse::text("Done."))
+        .start()
+        .await
+        .unwrap();
+    let store = std::sync::Arc::new(askloop::MemoryStore::new());
+    let agent = askloop::Agent::builder("assistant")
+        .model(model(&server))
+        .tool(askloop::AskUser::new())
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let (chunks, output) = agent.stream("Plan").await.unwrap().collect().await;
+    assert_eq!(output.pending.len(), 2, "{:?}", output.error);
+    let ids: Vec<String> = output.pending.iter().map(|p| p.tool_call_id.clone()).collect();
+    assert_ne!(ids[0], ids[1], "each question has its own id");
+    let questions: Vec<&Value> = output.pending.iter().map(|p| &p.args["question"]).collect();
+    assert_eq!(questions, [&json!("Where?"), &json!("When?")]);
+    assert_eq!(count(&chunks, "tool-call-suspended"), 2);
+
+    for (id, answer) in ids.iter().zip(["Kyoto", "Monday"]) {
+        agent
+            .resume_stream(answer, ResumeOptions::call(&output.run_id, id))
+            .await
+            .unwrap()
+            .output()
+            .await;
+    }
+    let stored: Vec<(String, String)> = askloop::RunStore::messages(store.as_ref(), &output.run_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            askloop::Message::Tool(r) => Some((r.tool_call_id, r.content.to_model_text())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            (ids[0].clone(), "User answered: Kyoto".to_owned()),
+            (ids[1].clone(), "User answered: Monday".to_owned())
+        ]
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "one model call after both answers");
+    requests[1].body["messages"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn openai_two_questions_under_one_id_each_carry_their_own_answer_to_the_model() {
+    let messages = two_questions_under_one_id_keep_their_own_answers(|s| openai_model(s, quick_http(0))).await;
+    let call_ids: Vec<&str> = messages[1]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(call_ids.len(), 2);
+    assert_ne!(call_ids[0], call_ids[1]);
+    assert_eq!(
+        messages[2],
+        json!({"role": "tool", "tool_call_id": call_ids[0], "content": "User answered: Kyoto"})
+    );
+    assert_eq!(
+        messages[3],
+        json!({"role": "tool", "tool_call_id": call_ids[1], "content": "User answered: Monday"})
+    );
+}
+
+#[tokio::test]
+async fn anthropic_two_questions_under_one_id_each_carry_their_own_answer_to_the_model() {
+    let messages = two_questions_under_one_id_keep_their_own_answers(|s| anthropic_model(s, quick_http(0))).await;
+    let call_ids: Vec<&str> = messages[1]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(call_ids.len(), 2);
+    assert_ne!(call_ids[0], call_ids[1]);
+    for id in &call_ids {
+        assert!(
+            id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{id}"
+        );
+    }
+    assert_eq!(
+        messages[2]["content"],
+        json!([
+            {"type": "tool_result", "tool_use_id": call_ids[0], "content": "User answered: Kyoto"},
+            {"type": "tool_result", "tool_use_id": call_ids[1], "content": "User answered: Monday"}
+        ])
+    );
+}

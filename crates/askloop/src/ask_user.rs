@@ -16,7 +16,9 @@
 //!     .unwrap();
 //! // Outside an agent run there is no one to ask: the question comes back as text.
 //! let ToolOutcome::Output(output) = outcome else { unreachable!() };
-//! assert_eq!(output.content.to_model_text(), "[Question for user]: Which city?");
+//! assert_eq!(output.model_content().to_model_text(), "[Question for user]: Which city?");
+//! // Streams show Mastra's `{content, isError}`.
+//! assert_eq!(output.value["content"], "[Question for user]: Which city?");
 //! # });
 //! # fn tokio_test_block(f: impl std::future::Future<Output = ()>) {
 //! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
@@ -27,6 +29,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::message::ToolContent;
 use crate::tool::{InvalidResume, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};
 
 /// The tool's id, as the model calls it.
@@ -40,7 +43,7 @@ together (it defaults to \"single_select\" when options are given).";
 
 /// One choice offered to the user.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AskUserOption {
     /// Short text shown for this choice; returned to the model when chosen.
     pub label: String,
@@ -69,9 +72,10 @@ impl SelectionMode {
     }
 }
 
-/// The tool's input, as the model sends it.
+/// The tool's input, as the model sends it. Unknown keys are refused, as in
+/// Mastra: the model is told which key was unexpected.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AskUserInput {
     /// The question to ask. Must not be empty.
     #[schemars(length(min = 1))]
@@ -227,14 +231,8 @@ impl Default for AskUser {
 impl AskUser {
     /// The tool with strict answer checking.
     pub fn new() -> Self {
-        let mut input_schema = schemars::schema_for!(AskUserInput).to_value();
-        if let Some(object) = input_schema.as_object_mut() {
-            // Models read this schema: keep it to the point.
-            object.remove("$schema");
-            object.remove("title");
-        }
         AskUser {
-            input_schema,
+            input_schema: input_schema(),
             resume_schema: json!({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
             allow_free_text: false,
         }
@@ -294,16 +292,17 @@ impl Tool for AskUser {
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {
         let input: AskUserInput =
             serde_json::from_value(input).map_err(|err| ToolError(format!("Failed to ask user: {err}")))?;
+        check_options(input.options.as_deref().unwrap_or_default())?;
         let options = input.options.filter(|o| !o.is_empty());
         if input.selection_mode.is_some() && options.is_none() {
-            return Ok(ToolOutput::error("Failed to ask user: selectionMode requires options.").into());
+            return Ok(reply("Failed to ask user: selectionMode requires options.", true).into());
         }
         let mode = options
             .as_ref()
             .map(|_| input.selection_mode.unwrap_or(SelectionMode::SingleSelect));
 
         if let Some(answer) = ctx.resume_data() {
-            return Ok(ToolOutput::text(format!("User answered: {}", answer_text(answer))).into());
+            return Ok(reply(format!("User answered: {}", answer_text(answer)), false).into());
         }
 
         if !ctx.can_suspend() {
@@ -315,7 +314,7 @@ impl Tool for AskUser {
             if let Some(mode) = mode {
                 text.push_str(&format!("\nSelection mode: {}", mode.as_str()));
             }
-            return Ok(ToolOutput::text(text).into());
+            return Ok(reply(text, false).into());
         }
 
         let payload = AskUserPayload {
@@ -325,6 +324,73 @@ impl Tool for AskUser {
         };
         let payload = serde_json::to_value(payload).map_err(|err| ToolError(err.to_string()))?;
         Ok(ctx.suspend(payload)?)
+    }
+}
+
+/// The input schema models are given, written out rather than derived: every
+/// object closed with `additionalProperties: false` and no `null` types, so
+/// OpenAI's strict tool mode accepts it; optional keys are simply left out.
+fn input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "question": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The question to ask the user. Should be clear and specific."
+            },
+            "options": {
+                "type": "array",
+                "description": "Optional choices. If provided, shows a selection list. If omitted, shows a free-text input.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "label": {"type": "string", "description": "Short display text for this option (1-5 words)"},
+                        "description": {"type": "string", "description": "Explanation of what this option means"}
+                    },
+                    "required": ["label"],
+                    "additionalProperties": false
+                }
+            },
+            "selectionMode": {
+                "type": "string",
+                "enum": ["single_select", "multi_select"],
+                "description": "Controls how many provided options the user can select. Defaults to single_select when options are provided. Requires options."
+            }
+        },
+        "required": ["question"],
+        "additionalProperties": false
+    })
+}
+
+/// Refuses options a person could not tell apart or pick: an empty (or
+/// blank) label, or a label offered twice.
+fn check_options(options: &[AskUserOption]) -> Result<(), ToolError> {
+    for (position, option) in options.iter().enumerate() {
+        if option.label.trim().is_empty() {
+            return Err(ToolError(format!(
+                "Failed to ask user: option {} has an empty label. Every option needs a short, non-empty label.",
+                position + 1
+            )));
+        }
+        if options[..position].iter().any(|o| o.label == option.label) {
+            return Err(ToolError(format!(
+                "Failed to ask user: the label {:?} is offered twice. Every option needs its own label.",
+                option.label
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What `ask_user` returns: Mastra's `{content, isError}` on the wire; the
+/// model is told the content.
+fn reply(content: impl Into<String>, is_error: bool) -> ToolOutput {
+    let content = content.into();
+    ToolOutput {
+        value: json!({"content": content, "isError": is_error}),
+        for_model: Some(ToolContent::Text(content)),
+        is_error,
     }
 }
 
@@ -389,14 +455,14 @@ mod tests {
         let outcome = run(json!({"question": "Q?", "selectionMode": "multi_select"}), in_run()).await;
         assert_eq!(
             outcome,
-            ToolOutcome::Output(ToolOutput::error("Failed to ask user: selectionMode requires options."))
+            ToolOutcome::Output(reply("Failed to ask user: selectionMode requires options.", true))
         );
     }
 
     #[tokio::test]
     async fn outside_a_run_returns_readable_fallback_text() {
         let plain = run(json!({"question": "Q?"}), ToolContext::standalone()).await;
-        assert_eq!(plain, ToolOutcome::Output(ToolOutput::text("[Question for user]: Q?")));
+        assert_eq!(plain, ToolOutcome::Output(reply("[Question for user]: Q?", false)));
         let choice = run(
             json!({"question": "Q?", "options": [{"label": "a"}, {"label": "b"}]}),
             ToolContext::standalone(),
@@ -404,8 +470,9 @@ mod tests {
         .await;
         assert_eq!(
             choice,
-            ToolOutcome::Output(ToolOutput::text(
-                "[Question for user]: Q?\nOptions: a, b\nSelection mode: single_select"
+            ToolOutcome::Output(reply(
+                "[Question for user]: Q?\nOptions: a, b\nSelection mode: single_select",
+                false
             ))
         );
     }
@@ -418,7 +485,14 @@ mod tests {
             ctx,
         )
         .await;
-        assert_eq!(outcome, ToolOutcome::Output(ToolOutput::text("User answered: a, b")));
+        let ToolOutcome::Output(output) = outcome else {
+            panic!("expected an output")
+        };
+        assert_eq!(
+            output.value,
+            json!({"content": "User answered: a, b", "isError": false})
+        );
+        assert_eq!(output.model_content(), ToolContent::Text("User answered: a, b".into()));
     }
 
     fn question(payload: Value) -> Question {
@@ -458,6 +532,64 @@ mod tests {
             single.answer_schema(false),
             json!({"type": "string", "enum": ["a", "b"]})
         );
+    }
+
+    /// Every object in a schema, depth first.
+    fn objects(value: &Value, out: &mut Vec<Value>) {
+        match value {
+            Value::Object(map) => {
+                if map.get("type") == Some(&json!("object")) {
+                    out.push(value.clone());
+                }
+                map.values().for_each(|v| objects(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| objects(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn input_schema_closes_every_object_and_has_no_null_types() {
+        let schema = AskUser::new().input_schema().clone();
+        let mut found = Vec::new();
+        objects(&schema, &mut found);
+        assert_eq!(found.len(), 2, "the input and an option");
+        for object in &found {
+            assert_eq!(object["additionalProperties"], json!(false), "{object}");
+        }
+        let text = schema.to_string();
+        assert!(!text.contains("null"), "{text}");
+        assert!(!text.contains("anyOf") && !text.contains("$ref"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn unknown_keys_in_the_input_are_refused_naming_the_key() {
+        let tool = AskUser::new();
+        let err = crate::tool::check_against_schema(tool.input_schema(), &json!({"question": "Q", "urgency": "high"}))
+            .unwrap_err();
+        assert!(err.contains("urgency"), "{err}");
+        let nested = json!({"question": "Q", "options": [{"label": "a", "colour": "red"}]});
+        let err = crate::tool::check_against_schema(tool.input_schema(), &nested).unwrap_err();
+        assert!(err.contains("colour"), "{err}");
+        // Executed directly (without the agent's schema check) too.
+        let err = tool.execute(nested, in_run()).await.unwrap_err();
+        assert!(err.0.contains("colour"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_empty_or_blank_label_is_refused_and_nothing_is_asked() {
+        for label in ["", "   "] {
+            let input = json!({"question": "Env?", "options": [{"label": "staging"}, {"label": label}]});
+            let err = AskUser::new().execute(input, in_run()).await.unwrap_err();
+            assert!(err.0.contains("option 2 has an empty label"), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_label_offered_twice_is_refused() {
+        let input = json!({"question": "Env?", "options": [{"label": "a"}, {"label": "a"}]});
+        let err = AskUser::new().execute(input, in_run()).await.unwrap_err();
+        assert!(err.0.contains("offered twice"), "{err}");
     }
 
     #[test]

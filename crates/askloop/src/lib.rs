@@ -33,7 +33,7 @@ pub use ask_user::{ASK_USER_TOOL_ID, AskUser, AskUserInput, AskUserOption, Quest
 pub use chunk::{Chunk, ChunkKind};
 pub use error::RunError;
 pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
-pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolSpec};
+pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolCallIds, ToolSpec};
 pub use scripted::{Script, ScriptError, ScriptedModel};
 pub use store::{
     MemoryStore, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,

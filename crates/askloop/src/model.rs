@@ -157,3 +157,66 @@ pub enum ModelError {
     #[error("{0}")]
     Script(String),
 }
+
+/// Gives every tool call of one model turn an id that no other call of the
+/// turn has.
+///
+/// A run answers, stores and reports its pending calls by id, so two calls of
+/// one step must never share one. Some servers send the same id twice
+/// (`call_0` for every call) or none at all; this keeps the model's id when it
+/// is new in the turn and otherwise makes a fresh one from it. Fresh ids use
+/// only `[A-Za-z0-9_-]`, which every provider accepts back, and depend only on
+/// the ids seen before, so the same turn always gets the same ids.
+///
+/// The agent applies it to every turn of every [`Model`]; stream parsers use
+/// it too, so their own events are unambiguous.
+///
+/// ```
+/// use askloop::model::ToolCallIds;
+/// let mut ids = ToolCallIds::new();
+/// assert_eq!(ids.claim("call_0"), "call_0");
+/// assert_eq!(ids.claim("call_0"), "call_0_2");
+/// assert_eq!(ids.claim(""), "call_1");
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ToolCallIds {
+    used: std::collections::HashSet<String>,
+}
+
+impl ToolCallIds {
+    /// No ids used yet: the start of a turn.
+    pub fn new() -> Self {
+        ToolCallIds::default()
+    }
+
+    /// Whether `id` was already given out in this turn.
+    pub fn is_used(&self, id: &str) -> bool {
+        self.used.contains(id)
+    }
+
+    /// The id for the next call: `proposed` when it is not empty and not yet
+    /// used in this turn, otherwise a fresh one.
+    pub fn claim(&mut self, proposed: &str) -> String {
+        if !proposed.is_empty() && !self.used.contains(proposed) {
+            self.used.insert(proposed.to_owned());
+            return proposed.to_owned();
+        }
+        // Short enough for OpenAI's 40-character limit on call ids.
+        let base: String = proposed
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .take(30)
+            .collect();
+        let (base, first) = if base.is_empty() {
+            ("call".to_owned(), 1)
+        } else {
+            (base, 2)
+        };
+        let fresh = (first..)
+            .map(|n| format!("{base}_{n}"))
+            .find(|candidate| !self.used.contains(candidate))
+            .unwrap_or_else(|| base.clone());
+        self.used.insert(fresh.clone());
+        fresh
+    }
+}

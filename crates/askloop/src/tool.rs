@@ -109,10 +109,29 @@ pub struct InvalidResume {
 }
 
 /// What a tool finished with.
+///
+/// `value` is the tool's own return value: it is the `result` of the
+/// `tool-result` chunk, as in Mastra. The model is told the same value (a
+/// string as it is, other JSON as JSON text) unless [`ToolOutput::for_model`]
+/// gives it something else.
+///
+/// ```
+/// use askloop::{ToolContent, ToolOutput};
+/// use serde_json::json;
+///
+/// let plain = ToolOutput::text("5");
+/// assert_eq!(plain.value, json!("5"));
+///
+/// let booking = ToolOutput::json(json!({"id": 7, "seats": [12, 13]})).for_model("Booked seats 12 and 13.");
+/// assert_eq!(booking.value["seats"], json!([12, 13]));
+/// assert_eq!(booking.model_content(), ToolContent::Text("Booked seats 12 and 13.".into()));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutput {
-    /// What the model receives.
-    pub content: ToolContent,
+    /// What the tool returned, as streams show it.
+    pub value: Value,
+    /// What the model is told instead of `value`, when set.
+    pub for_model: Option<ToolContent>,
     /// Whether this is an error the model should see and react to.
     pub is_error: bool,
 }
@@ -120,16 +139,14 @@ pub struct ToolOutput {
 impl ToolOutput {
     /// A text result.
     pub fn text(text: impl Into<String>) -> Self {
-        ToolOutput {
-            content: ToolContent::Text(text.into()),
-            is_error: false,
-        }
+        Self::json(Value::String(text.into()))
     }
 
     /// A JSON result.
     pub fn json(value: Value) -> Self {
         ToolOutput {
-            content: ToolContent::Json(value),
+            value,
+            for_model: None,
             is_error: false,
         }
     }
@@ -137,8 +154,24 @@ impl ToolOutput {
     /// An error result the model can read (and retry after).
     pub fn error(text: impl Into<String>) -> Self {
         ToolOutput {
-            content: ToolContent::Text(text.into()),
             is_error: true,
+            ..Self::text(text)
+        }
+    }
+
+    /// Tells the model `content` instead of the value (a summary of a large
+    /// value, or the text inside a wrapper object).
+    pub fn for_model(mut self, content: impl Into<ToolContent>) -> Self {
+        self.for_model = Some(content.into());
+        self
+    }
+
+    /// What the model is told.
+    pub fn model_content(&self) -> ToolContent {
+        match (&self.for_model, &self.value) {
+            (Some(content), _) => content.clone(),
+            (None, Value::String(text)) => ToolContent::Text(text.clone()),
+            (None, value) => ToolContent::Json(value.clone()),
         }
     }
 }
@@ -473,6 +506,21 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(outcome, ToolOutcome::Output(ToolOutput::text("5")));
+    }
+
+    #[test]
+    fn the_model_is_told_the_value_unless_told_otherwise() {
+        assert_eq!(ToolOutput::text("5").model_content(), ToolContent::Text("5".into()));
+        assert_eq!(
+            ToolOutput::json(json!({"a": 1})).model_content(),
+            ToolContent::Json(json!({"a": 1}))
+        );
+        let wrapped = ToolOutput::json(json!({"content": "hi", "isError": false})).for_model("hi");
+        assert_eq!(wrapped.model_content(), ToolContent::Text("hi".into()));
+        assert_eq!(wrapped.value["content"], "hi");
+        let failed = ToolOutput::error("no");
+        assert!(failed.is_error);
+        assert_eq!(failed.value, json!("no"));
     }
 
     #[test]

@@ -55,8 +55,11 @@ async fn resumed_stream_starts_with_tool_result_and_finishes() {
     let ChunkKind::ToolResult(result) = &chunks[0].kind else {
         panic!()
     };
-    assert_eq!(result.result.content, json!("User answered: staging"));
-    assert!(!result.result.is_error);
+    // ask_user returns Mastra's `{content, isError}`; the model is told the content.
+    assert_eq!(
+        result.result,
+        json!({"content": "User answered: staging", "isError": false})
+    );
     assert_eq!(text_of(&chunks), "Deploying to User answered: staging.");
     assert_eq!(out.text, "Deploying to User answered: staging.");
     assert_eq!(
@@ -139,7 +142,14 @@ async fn tool_needing_approval_suspends_before_running_and_approve_runs_it() {
         .unwrap()
         .collect()
         .await;
-    assert_eq!(types(&chunks)[0], "tool-result");
+    let ChunkKind::ToolResult(result) = &chunks[0].kind else {
+        panic!("{:?}", chunks[0])
+    };
+    assert_eq!(
+        result.result,
+        json!("staging-approved"),
+        "the tool's own return value, unwrapped"
+    );
     assert_eq!(executions.load(Ordering::SeqCst), 1);
     assert_eq!(out.text, "Deploying to staging-approved.");
     assert_eq!(model.calls(), 2);
@@ -450,13 +460,22 @@ async fn suspended_tool_gets_its_payload_and_answer_when_executed_again() {
         .await
         .unwrap_err();
     assert!(matches!(err, RunError::InvalidAnswer { .. }), "{err:?}");
-    let out = agent
+    let (chunks_after, out) = agent
         .resume_stream(json!({"ok": true}), ResumeOptions::run(&output.run_id))
         .await
         .unwrap()
-        .output()
+        .collect()
         .await;
     assert_eq!(out.text, r#"{"confirmed":true}"#);
+    let shown = chunks_after.iter().find_map(|c| match &c.kind {
+        ChunkKind::ToolResult(r) => Some(r.result.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        shown,
+        Some(json!({"confirmed": true})),
+        "a JSON value goes on the wire as it is"
+    );
     let seen = seen.lock().unwrap();
     assert_eq!(seen[0].0, Some(json!({"ask": "sure?"})));
     assert_eq!(seen[0].1, json!({"ok": true}));

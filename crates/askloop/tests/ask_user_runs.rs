@@ -107,10 +107,9 @@ async fn selection_mode_without_options_is_an_error_result_the_model_sees_and_no
             _ => None,
         })
         .unwrap();
-    assert!(result.is_error);
     assert_eq!(
-        result.content,
-        json!("Failed to ask user: selectionMode requires options.")
+        result,
+        json!({"content": "Failed to ask user: selectionMode requires options.", "isError": true})
     );
     assert_eq!(output.status, RunStatus::Completed);
     assert_eq!(
@@ -445,4 +444,41 @@ async fn concurrent_answers_to_different_questions_of_one_step_both_land() {
     assert_eq!(stored.status, RunStatus::Completed);
     assert_eq!(completed, 1, "exactly one answer completes the step");
     assert_eq!(model.calls(), 2, "the model is called once, after the last answer");
+}
+
+/// Runs a script whose first turn calls `ask_user` with `args`; returns the
+/// `tool-error` message and what the model saw next.
+async fn refused_question(args: Value) -> (String, String) {
+    let script = json!({"turns": [
+        {"toolCalls": [{"name": "ask_user", "args": args}]},
+        {"text": "Model saw: {{toolResults}}"}
+    ]})
+    .to_string();
+    let (agent, _, _) = setup(&script);
+    let (chunks, output) = run(&agent, "x").await;
+    assert!(!types(&chunks).contains(&"tool-call-suspended"), "{:?}", types(&chunks));
+    assert_eq!(output.status, RunStatus::Completed);
+    let error = chunks
+        .iter()
+        .find_map(|c| match &c.kind {
+            ChunkKind::ToolError(e) => Some(e.error.clone()),
+            _ => None,
+        })
+        .expect("a tool-error chunk");
+    (error, output.text)
+}
+
+#[tokio::test]
+async fn an_option_with_a_blank_label_is_refused_and_the_model_is_told_why() {
+    let (error, seen) =
+        refused_question(json!({"question": "Env?", "options": [{"label": "staging"}, {"label": " "}]})).await;
+    assert!(error.contains("option 2 has an empty label"), "{error}");
+    assert_eq!(seen, format!("Model saw: {error}"));
+}
+
+#[tokio::test]
+async fn unknown_keys_in_ask_user_input_are_refused_and_the_model_is_told_which() {
+    let (error, seen) = refused_question(json!({"question": "Env?", "urgent": true})).await;
+    assert!(error.contains("urgent"), "{error}");
+    assert_eq!(seen, format!("Model saw: {error}"));
 }

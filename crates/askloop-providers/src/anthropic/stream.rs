@@ -13,7 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::sse::SseEvent;
-use askloop::{FinishReason, ModelError, ModelEvent, Usage};
+use askloop::{FinishReason, ModelError, ModelEvent, ToolCallIds, Usage};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -97,6 +97,8 @@ pub(crate) struct MessagesStreamParser {
     provider: String,
     fallback_id: String,
     tools: HashMap<usize, OpenToolUse>,
+    /// The ids given out, so no two calls of the turn share one.
+    ids: ToolCallIds,
     stop_reason: Option<FinishReason>,
     input_tokens: u64,
     output_tokens: u64,
@@ -110,6 +112,7 @@ impl MessagesStreamParser {
             provider: provider.into(),
             fallback_id: fallback_id.into(),
             tools: HashMap::new(),
+            ids: ToolCallIds::new(),
             stop_reason: None,
             input_tokens: 0,
             output_tokens: 0,
@@ -143,10 +146,13 @@ impl MessagesStreamParser {
                         }
                     }
                     "tool_use" => {
-                        let id = block
+                        // Blocks are keyed by index; an id another block of
+                        // the turn already has is replaced by a fresh one.
+                        let proposed = block
                             .id
                             .filter(|id| !id.is_empty())
                             .map_or_else(|| format!("toolu_{}_{index}", self.fallback_id), Text::into_owned);
+                        let id = self.ids.claim(&proposed);
                         let name = block.name.map(Text::into_owned).unwrap_or_default();
                         out.push_back(ModelEvent::ToolCallStart {
                             id: id.clone(),
@@ -411,6 +417,44 @@ mod tests {
             other => panic!("expected a stream error, got {other:?}"),
         }
         assert_eq!(events.len(), 2);
+    }
+
+    #[test]
+    fn two_tool_use_blocks_with_one_id_get_distinct_ids_and_keep_their_input() {
+        let block = |index: usize, question: &str| {
+            format!(
+                concat!(
+                    "event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":{i},\"content_block\":{{\"type\":\"tool_use\",\"id\":\"toolu_same\",\"name\":\"ask_user\",\"input\":{{}}}}}}\n\n",
+                    "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{i},\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":\"{{\\\"question\\\":\\\"{q}\\\"}}\"}}}}\n\n",
+                    "event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":{i}}}\n\n"
+                ),
+                i = index,
+                q = question
+            )
+        };
+        let sse = format!(
+            "{}{}{}",
+            block(0, "A?"),
+            block(1, "B?"),
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+        );
+        let events = ok(&sse);
+        let calls = calls_of(&events);
+        assert_eq!(calls.len(), 2, "{events:?}");
+        assert_eq!(
+            calls[0],
+            ("toolu_same".into(), "ask_user".into(), r#"{"question":"A?"}"#.into())
+        );
+        assert_eq!(calls[1].2, r#"{"question":"B?"}"#);
+        assert_ne!(calls[1].0, "toolu_same");
+        let delta_ids: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                ModelEvent::ToolCallDelta { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(delta_ids, [calls[0].0.as_str(), calls[1].0.as_str()]);
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //!   as a tool turn);
 //! - missing call ids: made up from the response id (or the request) and
 //!   the call's index, so the same response always gets the same ids;
+//! - one id for several calls (`call_0` for each): every call is keyed by
+//!   its `index`, and an id already used in the turn is replaced by a fresh
+//!   one ([`ToolCallIds`]), so each call keeps its own arguments and answer;
 //! - `{"error": {...}}` as a data event mid-stream (OpenRouter and others).
 //!
 //! Tool calls are emitted complete (`ToolCall`) when the choice finishes,
@@ -20,7 +23,7 @@
 use std::collections::VecDeque;
 
 use crate::sse::SseEvent;
-use askloop::{FinishReason, ModelError, ModelEvent, Usage};
+use askloop::{FinishReason, ModelError, ModelEvent, ToolCallIds, Usage};
 use serde::Deserialize;
 
 use crate::http::ErrorDetail;
@@ -100,6 +103,10 @@ where
 #[derive(Debug, Default)]
 struct PartialCall {
     index: usize,
+    /// The id as the server sent it, which later fragments may repeat.
+    wire_id: Option<String>,
+    /// The call's id in the turn: the server's when it is unique, else a
+    /// fresh one (given when the call starts or is flushed).
     id: Option<String>,
     name: String,
     arguments: String,
@@ -116,6 +123,8 @@ pub(crate) struct ChatStreamParser {
     fallback_id: String,
     response_id: Option<String>,
     calls: Vec<PartialCall>,
+    /// The ids given out, so no two calls of the turn share one.
+    ids: ToolCallIds,
     calls_flushed: bool,
     finish: Option<FinishReason>,
     usage: Usage,
@@ -131,6 +140,7 @@ impl ChatStreamParser {
             fallback_id: fallback_id.into(),
             response_id: None,
             calls: Vec::new(),
+            ids: ToolCallIds::new(),
             calls_flushed: false,
             finish: None,
             usage: Usage::default(),
@@ -177,14 +187,18 @@ impl ChatStreamParser {
 
     fn on_call_delta(&mut self, position: usize, delta: ToolCallDelta<'_>, out: &mut VecDeque<ModelEvent>) {
         // Servers that omit `index` send one call per chunk in order, or all
-        // calls whole in one chunk: the id, else the position, tells them apart.
+        // calls whole in one chunk: the id, else the position, tells them
+        // apart. A fragment that names its tool again under an id already
+        // used is a new call: some servers give every call the same id.
+        let names_tool = delta.function.as_ref().is_some_and(|f| f.name.is_some());
         let index = match (delta.index, &delta.id) {
             (Some(index), _) => index,
             (None, Some(id)) => self
                 .calls
                 .iter()
-                .find(|c| c.id.as_deref() == Some(id.as_str()))
-                .map_or(self.calls.len(), |c| c.index),
+                .rev()
+                .find(|c| c.wire_id.as_deref() == Some(id.as_str()) && !(names_tool && !c.name.is_empty()))
+                .map_or_else(|| self.next_index(), |c| c.index),
             (None, None) => self.calls.last().map_or(position, |c| c.index),
         };
         let slot = match self.calls.iter().position(|c| c.index == index) {
@@ -198,8 +212,8 @@ impl ChatStreamParser {
             }
         };
         let call = &mut self.calls[slot];
-        if call.id.is_none() {
-            call.id = delta.id.filter(|id| !id.is_empty()).map(Text::into_owned);
+        if call.wire_id.is_none() {
+            call.wire_id = delta.id.filter(|id| !id.is_empty()).map(Text::into_owned);
         }
         if let Some(function) = delta.function {
             if call.name.is_empty()
@@ -213,10 +227,12 @@ impl ChatStreamParser {
         }
         if !call.started && !call.name.is_empty() {
             call.started = true;
-            let id = call
-                .id
-                .get_or_insert_with(|| made_up_id(self.response_id.as_deref(), &self.fallback_id, index))
-                .clone();
+            let proposed = match &call.wire_id {
+                Some(id) => id.clone(),
+                None => made_up_id(self.response_id.as_deref(), &self.fallback_id, index),
+            };
+            let id = self.ids.claim(&proposed);
+            call.id = Some(id.clone());
             out.push_back(ModelEvent::ToolCallStart {
                 id,
                 name: call.name.clone(),
@@ -231,6 +247,11 @@ impl ChatStreamParser {
         }
     }
 
+    /// An index no call has yet, for a server that sends none.
+    fn next_index(&self) -> usize {
+        self.calls.iter().map(|c| c.index + 1).max().unwrap_or(0)
+    }
+
     /// Emits every assembled call, in index order, once.
     fn flush_calls(&mut self, out: &mut VecDeque<ModelEvent>) {
         if self.calls_flushed {
@@ -240,9 +261,12 @@ impl ChatStreamParser {
         let mut calls = std::mem::take(&mut self.calls);
         calls.sort_by_key(|c| c.index);
         for call in calls {
-            let id = match call.id {
-                Some(id) => id,
-                None => made_up_id(self.response_id.as_deref(), &self.fallback_id, call.index),
+            let id = match (call.id, call.wire_id) {
+                (Some(id), _) => id,
+                (None, Some(wire_id)) => self.ids.claim(&wire_id),
+                (None, None) => self
+                    .ids
+                    .claim(&made_up_id(self.response_id.as_deref(), &self.fallback_id, call.index)),
             };
             out.push_back(ModelEvent::ToolCall {
                 id,
@@ -486,6 +510,76 @@ mod tests {
 
         let no_response_id = "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"a\",\"arguments\":\"\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
         assert_eq!(calls_of(&ok(no_response_id))[0].0, "call_run1_2_0");
+    }
+
+    /// Each call's start and deltas name it alone: (start ids, delta text per id).
+    fn streamed_ids(events: &[ModelEvent]) -> (Vec<String>, Vec<(String, String)>) {
+        let starts: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e {
+                ModelEvent::ToolCallStart { id, .. } => Some(id.clone()),
+                _ => None,
+            })
+            .collect();
+        let deltas = starts
+            .iter()
+            .map(|start| {
+                let text: String = events
+                    .iter()
+                    .filter_map(|e| match e {
+                        ModelEvent::ToolCallDelta { id, args_delta } if id == start => Some(args_delta.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                (start.clone(), text)
+            })
+            .collect();
+        (starts, deltas)
+    }
+
+    #[test]
+    fn two_calls_with_one_id_at_different_indexes_stay_two_calls_with_distinct_ids() {
+        let sse = concat!(
+            "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_0\",\"function\":{\"name\":\"ask_user\",\"arguments\":\"{\\\"question\\\":\"}}]}}]}\n\n",
+            "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"call_0\",\"function\":{\"name\":\"ask_user\",\"arguments\":\"{\\\"question\\\":\"}}]}}]}\n\n",
+            "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"Where?\\\"}\"}}]}}]}\n\n",
+            "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"\\\"When?\\\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let events = ok(sse);
+        let calls = calls_of(&events);
+        assert_eq!(calls.len(), 2, "{events:?}");
+        assert_eq!(
+            calls[0],
+            ("call_0".into(), "ask_user".into(), r#"{"question":"Where?"}"#.into())
+        );
+        assert_eq!(calls[1].2, r#"{"question":"When?"}"#);
+        assert_ne!(calls[1].0, "call_0", "the second call gets an id of its own");
+        let (starts, deltas) = streamed_ids(&events);
+        assert_eq!(starts, [calls[0].0.clone(), calls[1].0.clone()]);
+        assert_eq!(
+            deltas,
+            [
+                (calls[0].0.clone(), calls[0].2.clone()),
+                (calls[1].0.clone(), calls[1].2.clone())
+            ]
+        );
+    }
+
+    #[test]
+    fn whole_calls_without_index_under_one_id_stay_two_calls_with_distinct_ids() {
+        let sse = concat!(
+            "data: {\"id\":\"r\",\"choices\":[{\"delta\":{\"tool_calls\":[",
+            "{\"id\":\"call_0\",\"function\":{\"name\":\"ask_user\",\"arguments\":\"{\\\"question\\\":\\\"A?\\\"}\"}},",
+            "{\"id\":\"call_0\",\"function\":{\"name\":\"ask_user\",\"arguments\":\"{\\\"question\\\":\\\"B?\\\"}\"}}",
+            "]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let calls = calls_of(&ok(sse));
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert_eq!(calls[0].2, r#"{"question":"A?"}"#);
+        assert_eq!(calls[1].2, r#"{"question":"B?"}"#);
+        assert_ne!(calls[0].0, calls[1].0);
     }
 
     #[test]

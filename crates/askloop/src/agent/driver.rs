@@ -6,23 +6,23 @@
 //! emit the tool results and any suspension. A client that saw
 //! `tool-call-suspended` can therefore always resume, from any process.
 
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt, future::join_all};
 use serde_json::Value;
 
 use super::machine::{self, AfterModel, AfterTools};
 use super::stream::Outbox;
 use super::{AgentInner, StreamOutput, approval_schema};
+use crate::chunk::finish::StepReport;
 use crate::chunk::*;
 use crate::error::RunError;
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
-use crate::model::{ModelError, ModelEvent, ModelRequest};
+use crate::model::{ModelError, ModelEvent, ModelRequest, ToolCallIds};
 use crate::store::{PendingKind, PendingToolCall, RunRecord, RunStatus, RunUpdate, StoreError};
-use crate::tool::{ToolContext, ToolOutcome, describe_errors};
+use crate::tool::{ToolContext, ToolOutcome, ToolOutput, describe_errors};
 
 /// The default reason a model is given for a declined call.
 const NOT_APPROVED: &str = "Tool call was not approved by the user";
@@ -108,7 +108,7 @@ struct ModelCall {
 
 /// One model turn, complete.
 struct Turn {
-    message_id: String,
+    started_at: DateTime<Utc>,
     text: String,
     calls: Vec<ModelCall>,
     reason: FinishReason,
@@ -127,6 +127,9 @@ pub(crate) struct Driver {
     agent: Arc<AgentInner>,
     state: RunState,
     chunks: Outbox,
+    /// The id of the message this stream's steps produce (one per stream,
+    /// as Mastra's: `start`, every `step-start` and `step-finish`, `finish`).
+    message_id: String,
     /// The text the model produced in this stream.
     text: String,
     /// Model calls made in this stream.
@@ -139,6 +142,7 @@ impl Driver {
             agent,
             state,
             chunks,
+            message_id: new_id(),
             text: String::new(),
             steps_here: 0,
         }
@@ -148,12 +152,11 @@ impl Driver {
     pub(crate) async fn run(mut self, start: Start) -> StreamOutput {
         let ended = match start {
             Start::Fresh => {
-                let message_id = new_id();
                 self.emit(ChunkKind::Start(crate::chunk::Start {
                     id: self.agent.id.clone(),
-                    message_id: message_id.clone(),
+                    message_id: self.message_id.clone(),
                 }));
-                self.steps(Some(message_id)).await
+                self.steps().await
             }
             Start::Resume(action) => self.resume(action).await,
             Start::Applied(applied) => self.after_apply(applied).await,
@@ -195,7 +198,7 @@ impl Driver {
     }
 
     /// Model steps until the run completes, suspends or fails.
-    async fn steps(&mut self, mut first_message_id: Option<String>) -> Ended {
+    async fn steps(&mut self) -> Ended {
         loop {
             if !machine::may_call_model(self.steps_here, self.agent.max_steps) {
                 let err = RunError::StepLimit {
@@ -204,16 +207,17 @@ impl Driver {
                 };
                 return self.fail(err.to_string()).await;
             }
-            let message_id = first_message_id.take().unwrap_or_else(new_id);
+            let started_at = Utc::now();
             self.emit(ChunkKind::StepStart(StepStart {
-                message_id: message_id.clone(),
-                started_at: Utc::now().timestamp_millis(),
+                message_id: self.message_id.clone(),
+                started_at: started_at.timestamp_millis(),
                 warnings: Vec::new(),
+                request: serde_json::Map::new(),
             }));
             self.steps_here += 1;
             self.state.record.steps += 1;
 
-            let turn = match self.model_turn(message_id).await {
+            let turn = match self.model_turn(started_at).await {
                 Ok(turn) => turn,
                 Err(err) => return self.fail(err.to_string()).await,
             };
@@ -229,12 +233,9 @@ impl Driver {
                     {
                         return self.store_failed(err).await;
                     }
-                    let finish = step_finish(&turn, Vec::new(), turn.usage, false);
+                    let finish = self.report(&turn, false);
                     self.emit(ChunkKind::StepFinish(finish.clone()));
-                    let mut finish = finish;
-                    finish.output.usage = self.state.record.usage;
-                    finish.step_result.reason = turn.reason.clone();
-                    self.emit(ChunkKind::Finish(finish));
+                    self.emit(ChunkKind::Finish(finish.into_finish(self.state.record.usage)));
                     return Ended::Completed;
                 }
                 AfterModel::RunTools => {}
@@ -281,8 +282,7 @@ impl Driver {
                     for chunk in result_chunks {
                         self.emit(chunk);
                     }
-                    let payloads = calls.iter().map(ToolCallPayload::from).collect();
-                    self.emit(ChunkKind::StepFinish(step_finish(&turn, payloads, turn.usage, true)));
+                    self.emit(ChunkKind::StepFinish(self.report(&turn, true)));
                 }
             }
         }
@@ -333,7 +333,7 @@ impl Driver {
                     Some(reason) if !reason.trim().is_empty() => format!("The user declined to answer: {reason}"),
                     _ => "The user declined to answer.".to_owned(),
                 };
-                done_result(&call, ToolContent::Text(text), false)
+                done_result(&call, ToolOutput::text(text))
             }
             ResumeAction::Deny { reason, .. } => {
                 let reason = reason.filter(|r| !r.trim().is_empty());
@@ -404,20 +404,18 @@ impl Driver {
             self.emit_pending();
             return Ended::Suspended;
         }
-        let (text, calls) = last_assistant(&self.state.messages);
-        self.emit(ChunkKind::StepFinish(StepFinish {
-            message_id: new_id(),
-            step_result: StepResult {
-                reason: FinishReason::ToolCalls,
-                is_continued: true,
-            },
-            output: StepOutput {
-                text,
-                tool_calls: calls.iter().map(ToolCallPayload::from).collect(),
-                usage: Usage::default(),
-            },
-        }));
-        self.steps(None).await
+        // The step's turn ran in an earlier stream: its usage is not known here.
+        let finish = StepFinish::report(StepReport {
+            message_id: &self.message_id,
+            model_name: self.agent.model.name(),
+            started_at: None,
+            reason: FinishReason::ToolCalls,
+            is_continued: true,
+            usage: Usage::default(),
+            conversation: &self.state.messages,
+        });
+        self.emit(ChunkKind::StepFinish(finish));
+        self.steps().await
     }
 
     /// Emits the suspension chunk of every pending call: a stream that
@@ -443,8 +441,22 @@ impl Driver {
         }
     }
 
+    /// The `step-finish` payload of a turn of this stream, once its step is
+    /// stored (the conversation ends with it).
+    fn report(&self, turn: &Turn, is_continued: bool) -> StepFinish {
+        StepFinish::report(StepReport {
+            message_id: &self.message_id,
+            model_name: self.agent.model.name(),
+            started_at: Some(turn.started_at),
+            reason: turn.reason.clone(),
+            is_continued,
+            usage: turn.usage,
+            conversation: &self.state.messages,
+        })
+    }
+
     /// Streams one model turn, emitting its chunks as they arrive.
-    async fn model_turn(&mut self, message_id: String) -> Result<Turn, ModelError> {
+    async fn model_turn(&mut self, started_at: DateTime<Utc>) -> Result<Turn, ModelError> {
         let request = ModelRequest {
             run_id: &self.state.record.run_id,
             system: self.agent.instructions.as_deref(),
@@ -454,14 +466,19 @@ impl Driver {
         let mut events = self.agent.model.stream(request).await?;
 
         let mut turn = Turn {
-            message_id,
+            started_at,
             text: String::new(),
             calls: Vec::new(),
             reason: FinishReason::Stop,
             usage: Usage::default(),
         };
         let mut text_id: Option<String> = None;
-        let mut names: HashMap<String, String> = HashMap::new();
+        // Calls whose input is streaming: (the model's id, the call's id in
+        // the run, the tool). Ids are made unique per turn here, whatever the
+        // model sent, so every chunk, pending call and result of a step names
+        // exactly one call.
+        let mut ids = ToolCallIds::new();
+        let mut open: Vec<(String, String, String)> = Vec::new();
         let mut finished = false;
 
         while let Some(event) = events.next().await {
@@ -483,25 +500,43 @@ impl Driver {
                     self.text.push_str(&text);
                     self.emit(ChunkKind::TextDelta(TextDelta { id, text }));
                 }
-                ModelEvent::ToolCallStart { id, name } => {
+                ModelEvent::ToolCallStart { id: model_id, name } => {
                     self.close_text(&mut text_id);
+                    let id = ids.claim(&model_id);
                     self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
                         tool_call_id: id.clone(),
                         tool_name: name.clone(),
                     }));
-                    names.insert(id, name);
+                    open.push((model_id, id, name));
                 }
-                ModelEvent::ToolCallDelta { id, args_delta } => {
-                    let tool_name = names.get(&id).cloned().unwrap_or_default();
+                ModelEvent::ToolCallDelta {
+                    id: model_id,
+                    args_delta,
+                } => {
+                    // The latest call started under this id is the one streaming.
+                    let (id, tool_name) = match open.iter().rev().find(|(m, _, _)| *m == model_id) {
+                        Some((_, id, name)) => (id.clone(), name.clone()),
+                        None => (model_id, String::new()),
+                    };
                     self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
                         tool_call_id: id,
                         tool_name,
                         args_text_delta: args_delta,
                     }));
                 }
-                ModelEvent::ToolCall { id, name, arguments } => {
+                ModelEvent::ToolCall {
+                    id: model_id,
+                    name,
+                    arguments,
+                } => {
                     self.close_text(&mut text_id);
-                    if names.remove(&id).is_none() {
+                    // Calls started under one id finish in the order they started.
+                    let started = open.iter().position(|(m, _, _)| *m == model_id);
+                    let id = match started {
+                        Some(position) => open.remove(position).1,
+                        None => ids.claim(&model_id),
+                    };
+                    if started.is_none() {
                         // The provider sent the call whole (Ollama does):
                         // show it the way a streamed one looks.
                         self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
@@ -602,7 +637,7 @@ impl Driver {
             .catch_unwind()
             .await;
         match run {
-            Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output.content, output.is_error),
+            Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output),
             Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(PendingToolCall {
                 tool_call_id: call.id.clone(),
                 tool_name: call.name.clone(),
@@ -720,22 +755,21 @@ fn parse_arguments(arguments: &str) -> (Value, Option<String>) {
     }
 }
 
-fn done_result(call: &ToolCall, content: ToolContent, is_error: bool) -> CallOutcome {
+/// A finished call: the chunk shows the tool's own value, the model is told
+/// its model content.
+fn done_result(call: &ToolCall, output: ToolOutput) -> CallOutcome {
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: output.model_content(),
+        is_error: output.is_error,
+    };
     let chunk = ChunkKind::ToolResult(ToolResultPayload {
         tool_call_id: call.id.clone(),
         tool_name: call.name.clone(),
         args: call.args.clone(),
-        result: ToolResultValue {
-            content: content.to_value(),
-            is_error,
-        },
+        result: output.value,
     });
-    let result = ToolResult {
-        tool_call_id: call.id.clone(),
-        tool_name: call.name.clone(),
-        content,
-        is_error,
-    };
     CallOutcome::Done(result, chunk)
 }
 
@@ -755,38 +789,12 @@ fn error_result(call: &ToolCall, message: String) -> CallOutcome {
     CallOutcome::Done(result, chunk)
 }
 
-fn step_finish(turn: &Turn, tool_calls: Vec<ToolCallPayload>, usage: Usage, is_continued: bool) -> StepFinish {
-    StepFinish {
-        message_id: turn.message_id.clone(),
-        step_result: StepResult {
-            reason: turn.reason.clone(),
-            is_continued,
-        },
-        output: StepOutput {
-            text: turn.text.clone(),
-            tool_calls,
-            usage,
-        },
-    }
-}
-
 /// The tool calls of the last assistant message.
 fn last_tool_calls(messages: &[Message]) -> Option<Vec<ToolCall>> {
     messages.iter().rev().find_map(|m| match m {
         Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(tool_calls.clone()),
         _ => None,
     })
-}
-
-fn last_assistant(messages: &[Message]) -> (String, Vec<ToolCall>) {
-    messages
-        .iter()
-        .rev()
-        .find_map(|m| match m {
-            Message::Assistant { content, tool_calls } => Some((content.clone(), tool_calls.clone())),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

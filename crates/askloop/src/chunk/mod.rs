@@ -14,13 +14,26 @@
 //! assert_eq!(json["payload"]["text"], "Hi");
 //! ```
 
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::message::{FinishReason, ToolCall, Usage};
+use crate::message::ToolCall;
+
+mod conversation;
+pub(crate) mod finish;
+
+pub use conversation::{ContentPart, ConversationMessages, ModelMessage, ModelRole, ToolResultOutput};
+pub use finish::{
+    ModelMetadata, StepFinish, StepMetadata, StepOutput, StepRecord, StepResponse, StepResult, StepUsage,
+};
 
 /// One chunk of an agent stream.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Serialised with its keys in Mastra's order, `type, runId, from, payload`
+/// (written by hand: a flattened adjacently tagged enum would put `runId`
+/// first); read in any order.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Chunk {
     /// The run that emitted it.
@@ -46,6 +59,57 @@ impl Chunk {
     pub fn type_name(&self) -> &'static str {
         self.kind.type_name()
     }
+}
+
+impl Serialize for Chunk {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut chunk = serializer.serialize_struct("Chunk", 4)?;
+        chunk.serialize_field("type", self.type_name())?;
+        chunk.serialize_field("runId", &self.run_id)?;
+        chunk.serialize_field("from", &self.from)?;
+        chunk.serialize_field("payload", &PayloadOf(&self.kind))?;
+        chunk.end()
+    }
+}
+
+/// A chunk kind's payload alone, for [`Chunk`]'s serialisation.
+struct PayloadOf<'a>(&'a ChunkKind);
+
+impl Serialize for PayloadOf<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            ChunkKind::Start(p) => p.serialize(serializer),
+            ChunkKind::StepStart(p) => p.serialize(serializer),
+            ChunkKind::TextStart(p) => p.serialize(serializer),
+            ChunkKind::TextDelta(p) => p.serialize(serializer),
+            // Mastra repeats the type inside this one payload.
+            ChunkKind::TextEnd(p) => TextEndPayload {
+                kind: "text-end",
+                id: &p.id,
+            }
+            .serialize(serializer),
+            ChunkKind::ToolCallInputStreamingStart(p) => p.serialize(serializer),
+            ChunkKind::ToolCallDelta(p) => p.serialize(serializer),
+            ChunkKind::ToolCallInputStreamingEnd(p) => p.serialize(serializer),
+            ChunkKind::ToolCall(p) => p.serialize(serializer),
+            ChunkKind::ToolResult(p) => p.serialize(serializer),
+            ChunkKind::ToolError(p) => p.serialize(serializer),
+            ChunkKind::ToolCallSuspended(p) => p.serialize(serializer),
+            ChunkKind::ToolCallApproval(p) => p.serialize(serializer),
+            ChunkKind::ToolOutputDenied(p) => p.serialize(serializer),
+            ChunkKind::StepFinish(p) | ChunkKind::Finish(p) => p.serialize(serializer),
+            ChunkKind::Error(p) => p.serialize(serializer),
+            ChunkKind::Abort(p) => p.serialize(serializer),
+        }
+    }
+}
+
+/// The payload of `text-end` as Mastra writes it.
+#[derive(Serialize)]
+struct TextEndPayload<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: &'a str,
 }
 
 /// The emitter of a chunk.
@@ -147,6 +211,10 @@ pub struct StepStart {
     /// Provider warnings (always empty for now; kept for Mastra's shape).
     #[serde(default)]
     pub warnings: Vec<Value>,
+    /// The request sent to the model, as Mastra reports it. Mastra's is
+    /// empty too; askloop keeps the key so Mastra clients find it.
+    #[serde(default)]
+    pub request: serde_json::Map<String, Value>,
 }
 
 /// Payload of `text-start` and `text-end`.
@@ -229,19 +297,12 @@ pub struct ToolResultPayload {
     pub tool_name: String,
     /// The call's input.
     pub args: Value,
-    /// What the tool returned: `{"content", "isError"}`, as Mastra's
-    /// `ask_user` does.
-    pub result: ToolResultValue,
-}
-
-/// The result object inside `tool-result`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolResultValue {
-    /// The tool's content (text or JSON).
-    pub content: Value,
-    /// Whether the tool reported an error.
-    pub is_error: bool,
+    /// What the tool returned, as it returned it ([`ToolOutput::value`]):
+    /// `"staging-approved"` for a tool that returns a string, Mastra's
+    /// `{"content", "isError"}` for `ask_user`.
+    ///
+    /// [`ToolOutput::value`]: crate::ToolOutput::value
+    pub result: Value,
 }
 
 /// Payload of `tool-error`.
@@ -316,40 +377,6 @@ pub struct ApprovalDecision {
     pub reason: Option<String>,
 }
 
-/// Payload of `step-finish` and `finish`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepFinish {
-    /// The step's message id.
-    pub message_id: String,
-    /// Why the step ended.
-    pub step_result: StepResult,
-    /// What the step (or, for `finish`, the last step) produced.
-    pub output: StepOutput,
-}
-
-/// Why a step ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepResult {
-    /// The reason.
-    pub reason: FinishReason,
-    /// Whether another step follows.
-    pub is_continued: bool,
-}
-
-/// What a step produced.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepOutput {
-    /// The step's text.
-    pub text: String,
-    /// The step's tool calls.
-    pub tool_calls: Vec<ToolCallPayload>,
-    /// Tokens used (for `finish`: by the whole run so far).
-    pub usage: Usage,
-}
-
 /// Payload of `error`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -406,6 +433,36 @@ mod tests {
     }
 
     #[test]
+    fn chunk_keys_come_in_mastras_order_type_run_id_from_payload() {
+        let chunk = Chunk::new(
+            "r1",
+            ChunkKind::TextDelta(TextDelta {
+                id: "t1".into(),
+                text: "Hi".into(),
+            }),
+        );
+        assert_eq!(
+            serde_json::to_string(&chunk).unwrap(),
+            r#"{"type":"text-delta","runId":"r1","from":"AGENT","payload":{"id":"t1","text":"Hi"}}"#
+        );
+        let call = Chunk::new(
+            "r1",
+            ChunkKind::ToolCall(ToolCallPayload {
+                tool_call_id: "c1".into(),
+                tool_name: "t".into(),
+                args: serde_json::from_str(r#"{"zeta":1,"alpha":{"y":2,"b":3}}"#).unwrap(),
+            }),
+        );
+        assert_eq!(
+            serde_json::to_string(&call).unwrap(),
+            r#"{"type":"tool-call","runId":"r1","from":"AGENT","payload":{"toolCallId":"c1","toolName":"t","args":{"zeta":1,"alpha":{"y":2,"b":3}}}}"#,
+            "args keep the model's key order"
+        );
+        let back: Chunk = serde_json::from_str(&serde_json::to_string(&call).unwrap()).unwrap();
+        assert_eq!(back, call);
+    }
+
+    #[test]
     fn type_name_matches_serialized_type_for_every_kind() {
         let kinds = vec![
             ChunkKind::Start(Start {
@@ -416,6 +473,7 @@ mod tests {
                 message_id: "m".into(),
                 started_at: 1,
                 warnings: vec![],
+                request: Default::default(),
             }),
             ChunkKind::TextStart(TextId { id: "t".into() }),
             ChunkKind::TextEnd(TextId { id: "t".into() }),
@@ -426,18 +484,15 @@ mod tests {
                 error: ErrorDetail { message: "x".into() },
             }),
             ChunkKind::Abort(AbortPayload { reason: None }),
-            ChunkKind::Finish(StepFinish {
-                message_id: "m".into(),
-                step_result: StepResult {
-                    reason: FinishReason::Stop,
-                    is_continued: false,
-                },
-                output: StepOutput {
-                    text: String::new(),
-                    tool_calls: vec![],
-                    usage: Usage::default(),
-                },
-            }),
+            ChunkKind::Finish(StepFinish::report(finish::StepReport {
+                message_id: "m",
+                model_name: "scripted",
+                started_at: None,
+                reason: crate::FinishReason::Stop,
+                is_continued: false,
+                usage: crate::Usage::default(),
+                conversation: &[],
+            })),
         ];
         for kind in kinds {
             let chunk = Chunk::new("r", kind);

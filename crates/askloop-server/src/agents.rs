@@ -14,21 +14,21 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath};
 use crate::sse;
 use crate::wire::{
-    AgentInfo, DecisionRequest, GenerateResponse, PendingCall, ResumeRequest, StreamRequest, SuspendedRun,
+    AgentInfo, DecisionRequest, GenerateResponse, Keyed, PendingCall, ResumeRequest, StreamRequest, SuspendedRun,
     SuspendedRuns, ToolInfo,
 };
 
 type AppStateRef = State<Arc<AppState>>;
 
 /// `GET /api/agents`: every agent, keyed by id.
-pub(crate) async fn list(State(state): AppStateRef) -> Json<BTreeMap<String, AgentInfo>> {
-    Json(
+pub(crate) async fn list(State(state): AppStateRef) -> Json<Keyed<AgentInfo>> {
+    Json(Keyed(
         state
             .agents
             .iter()
             .map(|agent| (agent.id().to_owned(), info(agent)))
             .collect(),
-    )
+    ))
 }
 
 /// `GET /api/agents/{agentId}`.
@@ -51,19 +51,21 @@ fn info(agent: &Agent) -> AgentInfo {
         description: String::new(),
         instructions: agent.instructions().unwrap_or_default().to_owned(),
         agents: BTreeMap::new(),
-        tools: agent
-            .tool_specs()
-            .iter()
-            .map(|spec| {
-                let tool = ToolInfo {
-                    id: spec.name.clone(),
-                    description: spec.description.clone(),
-                    input_schema: json!({"json": spec.input_schema}).to_string(),
-                    require_approval: agent.needs_approval(&spec.name),
-                };
-                (spec.name.clone(), tool)
-            })
-            .collect(),
+        tools: Keyed(
+            agent
+                .tool_specs()
+                .iter()
+                .map(|spec| {
+                    let tool = ToolInfo {
+                        id: spec.name.clone(),
+                        description: spec.description.clone(),
+                        input_schema: json!({"json": spec.input_schema}).to_string(),
+                        require_approval: agent.needs_approval(&spec.name),
+                    };
+                    (spec.name.clone(), tool)
+                })
+                .collect(),
+        ),
         workflows: BTreeMap::new(),
         provider,
         model_id,

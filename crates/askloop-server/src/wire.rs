@@ -55,11 +55,27 @@ pub(crate) struct AgentInfo {
     pub(crate) description: String,
     pub(crate) instructions: String,
     pub(crate) agents: BTreeMap<String, Value>,
-    pub(crate) tools: BTreeMap<String, ToolInfo>,
+    pub(crate) tools: Keyed<ToolInfo>,
     pub(crate) workflows: BTreeMap<String, Value>,
     pub(crate) provider: String,
     pub(crate) model_id: String,
     pub(crate) default_options: BTreeMap<String, Value>,
+}
+
+/// A JSON object of values keyed by id, in the order given (Mastra lists
+/// agents and tools in the order they were registered).
+#[derive(Debug)]
+pub(crate) struct Keyed<T>(pub(crate) Vec<(String, T)>);
+
+impl<T: Serialize> Serialize for Keyed<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, value) in &self.0 {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
 }
 
 /// One tool in [`AgentInfo`]. `inputSchema` is JSON text of

@@ -51,7 +51,9 @@ model = "openai/gpt-4o-mini"
     );
     let config = ServerConfig::load(&path).unwrap();
     assert_eq!(config.path.as_deref(), Some(path.as_path()));
-    let [deployer, helper] = &config.agents[..] else { panic!("{config:?}") };
+    let [deployer, helper] = &config.agents[..] else {
+        panic!("{config:?}")
+    };
     assert_eq!(deployer.id, "deployer");
     assert_eq!(deployer.name, "Deployer");
     assert_eq!(deployer.instructions, "Ask before deploying.");
@@ -81,19 +83,43 @@ fn without_a_file_there_is_one_assistant_with_ask_user_on_the_default_model() {
 #[test]
 fn bad_files_are_one_error_naming_the_file_the_key_and_the_problem() {
     let cases: Vec<(&str, &str, &str)> = vec![
-        ("[agents.a]\nmodle = \"openai/gpt-4o-mini\"\n", "agents.a.modle", "unknown field `modle`"),
-        ("[agents.a]\ntools = [\"ask_user\", \"shell\"]\n", "agents.a.tools[1]", "unknown tool \"shell\"; known tools: ask_user, write_file"),
+        (
+            "[agents.a]\nmodle = \"openai/gpt-4o-mini\"\n",
+            "agents.a.modle",
+            "unknown field `modle`",
+        ),
+        (
+            "[agents.a]\ntools = [\"ask_user\", \"shell\"]\n",
+            "agents.a.tools[1]",
+            "unknown tool \"shell\"; known tools: ask_user, write_file",
+        ),
         ("[agents.a]\ntools = \"ask_user\"\n", "agents.a.tools", "invalid type"),
-        ("[agents.a]\nmodel = \"openai/x\"\nscript = \"s.json\"\n", "agents.a.script", "either model or script"),
-        ("[agents.a]\nrequire_approval = [\"write_file\"]\n", "agents.a.require_approval", "not in this agent's tools"),
+        (
+            "[agents.a]\nmodel = \"openai/x\"\nscript = \"s.json\"\n",
+            "agents.a.script",
+            "either model or script",
+        ),
+        (
+            "[agents.a]\nrequire_approval = [\"write_file\"]\n",
+            "agents.a.require_approval",
+            "not in this agent's tools",
+        ),
         ("[agents.a]\nmax_steps = 0\n", "agents.a.max_steps", "at least 1"),
         ("[agents.a]\nmax_steps = -3\n", "agents.a.max_steps", "invalid value"),
-        ("[agents.a]\nallow_free_text = \"yes\"\n", "agents.a.allow_free_text", "invalid type"),
+        (
+            "[agents.a]\nallow_free_text = \"yes\"\n",
+            "agents.a.allow_free_text",
+            "invalid type",
+        ),
         ("[agents.\"a b\"]\n", "agents.a b", "letters, digits"),
         ("[agent.a]\n", "agent", "unknown field `agent`"),
         ("", "agents", "no agents"),
         ("[agents.a\nname = 1\n", "", "unclosed table"),
-        ("[agents.a]\ntools = [\"ask_user\", \"ask_user\"]\n", "agents.a.tools[1]", "listed twice"),
+        (
+            "[agents.a]\ntools = [\"ask_user\", \"ask_user\"]\n",
+            "agents.a.tools[1]",
+            "listed twice",
+        ),
     ];
     for (text, key, problem) in cases {
         let (path, err) = load_err(text);
@@ -127,16 +153,25 @@ fn models_that_cannot_be_made_are_errors_naming_the_agent_key() {
     let store = memory_store();
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "askloop.toml", "[agents.a]\nscript = \"missing.json\"\n");
-    let err = ServerConfig::load(&path).unwrap().build_agents(&store, &no_default).unwrap_err();
+    let err = ServerConfig::load(&path)
+        .unwrap()
+        .build_agents(&store, &no_default)
+        .unwrap_err();
     assert_eq!(err.key, "agents.a.script");
     assert_eq!(err.file, path);
 
     let path = write(dir.path(), "askloop.toml", "[agents.b]\nmodel = \"nosuchprovider/x\"\n");
-    let err = ServerConfig::load(&path).unwrap().build_agents(&store, &no_default).unwrap_err();
+    let err = ServerConfig::load(&path)
+        .unwrap()
+        .build_agents(&store, &no_default)
+        .unwrap_err();
     assert_eq!(err.key, "agents.b.model");
 
     let path = write(dir.path(), "askloop.toml", "[agents.c]\n");
-    let err = ServerConfig::load(&path).unwrap().build_agents(&store, &no_default).unwrap_err();
+    let err = ServerConfig::load(&path)
+        .unwrap()
+        .build_agents(&store, &no_default)
+        .unwrap_err();
     assert_eq!(err.key, "agents.c.model");
     assert!(err.problem.contains("no default model in this test"));
 }
@@ -169,7 +204,10 @@ script = "ask.json"
 "#,
     );
     let store: Arc<dyn RunStore> = memory_store();
-    let agents = ServerConfig::load(&path).unwrap().build_agents(&store, &no_default).unwrap();
+    let agents = ServerConfig::load(&path)
+        .unwrap()
+        .build_agents(&store, &no_default)
+        .unwrap();
     let server = TestServer::start(agents, store).await;
 
     let listed: Value = server.get("/api/agents").await.json().await.unwrap();
@@ -178,18 +216,28 @@ script = "ask.json"
     assert_eq!(keys(&listed["strict"]["tools"]), ["ask_user"]);
 
     // strict: an answer outside the options is refused.
-    let started = server.post_sse("/api/agents/strict/stream", json!({"messages": "go"})).await;
+    let started = server
+        .post_sse("/api/agents/strict/stream", json!({"messages": "go"}))
+        .await;
     let run_id = started.chunks[0]["runId"].as_str().unwrap().to_owned();
     let refused = server
-        .post("/api/agents/strict/resume-stream", json!({"runId": run_id, "resumeData": "qa"}))
+        .post(
+            "/api/agents/strict/resume-stream",
+            json!({"runId": run_id, "resumeData": "qa"}),
+        )
         .await;
     assert_eq!(refused.status(), 422);
 
     // free: accepted, then write_file waits for approval and writes under write_dir.
-    let started = server.post_sse("/api/agents/free/stream", json!({"messages": "go"})).await;
+    let started = server
+        .post_sse("/api/agents/free/stream", json!({"messages": "go"}))
+        .await;
     let run_id = started.chunks[0]["runId"].as_str().unwrap().to_owned();
     let answered = server
-        .post_sse("/api/agents/free/resume-stream", json!({"runId": run_id, "resumeData": "qa"}))
+        .post_sse(
+            "/api/agents/free/resume-stream",
+            json!({"runId": run_id, "resumeData": "qa"}),
+        )
         .await;
     assert_eq!(answered.status, 200);
     let approval = answered.first("tool-call-approval");

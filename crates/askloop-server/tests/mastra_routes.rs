@@ -321,3 +321,49 @@ async fn resume_without_tool_call_id_answers_the_only_pending_call() {
     assert_eq!(resumed.status, 200);
     assert_eq!(resumed.types().last().unwrap(), "finish");
 }
+
+/// The payload keys of each chunk type, from the first chunk of that type.
+fn payload_keys(chunks: &[Value]) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for chunk in chunks {
+        let keys = chunk["payload"].as_object().unwrap().keys().cloned().collect();
+        out.entry(chunk["type"].as_str().unwrap().to_owned()).or_insert(keys);
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_chunk_has_the_envelope_order_and_payload_keys_of_the_recorded_mastra_chunks() {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store), approver(&store)], store).await;
+    let scenarios = [
+        ("single", "assistant", "resume-stream"),
+        ("approve", "approver", "approve-tool-call"),
+        ("decline", "approver", "decline-tool-call"),
+    ];
+    for (scenario, agent, route) in scenarios {
+        let recorded = trace(scenario);
+        let started = server
+            .post_sse(&format!("/api/agents/{agent}/stream"), json!({"messages": PROMPT}))
+            .await;
+        let last = started.chunks.last().unwrap();
+        let body = json!({"runId": last["runId"], "toolCallId": last["payload"]["toolCallId"], "resumeData": "staging", "reason": "no"});
+        let answered = server.post_sse(&format!("/api/agents/{agent}/{route}"), body).await;
+        let answer_index = recorded.iter().position(|e| e.path.ends_with(route)).unwrap();
+        for (ours, theirs) in [(&started, &recorded[0]), (&answered, &recorded[answer_index])] {
+            assert_eq!(
+                payload_keys(&ours.chunks),
+                payload_keys(&theirs.chunks()),
+                "{scenario} {}",
+                theirs.path
+            );
+            for (frame, chunk) in ours.body.split_terminator("\n\n").zip(&ours.chunks) {
+                let envelope = format!(
+                    "data: {{\"type\":{},\"runId\":{},\"from\":\"AGENT\",\"payload\":",
+                    chunk["type"], chunk["runId"]
+                );
+                assert!(frame.starts_with(&envelope), "{scenario}: {frame}");
+            }
+        }
+    }
+}

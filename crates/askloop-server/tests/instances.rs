@@ -1,0 +1,136 @@
+//! Two servers on one PostgreSQL database (each with its own connection
+//! pool, as two `askloop serve` processes would have) behave as one
+//! service: a run suspended through one is listed, answered and continued
+//! through the other, and the same answer sent to both at once gives one
+//! success and one 409.
+//!
+//! Needs `ASKLOOP_TEST_DATABASE_URL`; skipped without it, except under
+//! `CI=true`, where a missing database fails the test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use askloop::RunStore;
+use askloop_store::conformance::{drop_schema, postgres_test_url, unique_schema_name};
+use askloop_store::{PostgresOptions, PostgresStore};
+use common::*;
+use serde_json::{Value, json};
+
+const PROMPT: &str = "Deploy the app. Ask me which environment first.";
+
+/// Two servers on two stores of one schema, and how to clean up.
+struct TwoInstances {
+    a: TestServer,
+    b: TestServer,
+    stores: [PostgresStore; 2],
+    url: String,
+    schema: String,
+}
+
+impl TwoInstances {
+    async fn start(test: &str) -> Option<TwoInstances> {
+        let url = postgres_test_url(test)?;
+        let schema = unique_schema_name();
+        let connect = || PostgresStore::connect_with(&url, PostgresOptions::default().schema(&schema).max_connections(4));
+        let first = connect().await.unwrap();
+        let second = connect().await.unwrap();
+        let (store_a, store_b): (Arc<dyn RunStore>, Arc<dyn RunStore>) = (Arc::new(first.clone()), Arc::new(second.clone()));
+        let a = TestServer::start(vec![assistant(&store_a), approver(&store_a)], store_a).await;
+        let b = TestServer::start(vec![assistant(&store_b), approver(&store_b)], store_b).await;
+        Some(TwoInstances {
+            a,
+            b,
+            stores: [first, second],
+            url,
+            schema,
+        })
+    }
+
+    async fn finish(self) {
+        drop(self.a);
+        drop(self.b);
+        for store in &self.stores {
+            store.close().await;
+        }
+        drop_schema(&self.url, &self.schema).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_suspended_through_one_instance_is_listed_answered_and_continued_through_the_other() {
+    let Some(both) = TwoInstances::start("two instances: suspend and resume").await else { return };
+    let started = both.a.post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT})).await;
+    let suspended = started.first("tool-call-suspended");
+    let run_id = suspended["runId"].as_str().unwrap().to_owned();
+
+    let listed: Value = both.b.get("/api/agents/assistant/suspended-runs").await.json().await.unwrap();
+    assert_eq!(listed["total"], 1);
+    assert_eq!(listed["runs"][0]["runId"], run_id.as_str());
+    let runs: Value = both.b.get("/api/runs?status=suspended").await.json().await.unwrap();
+    assert_eq!(runs["runs"][0]["runId"], run_id.as_str());
+
+    let call = listed["runs"][0]["toolCalls"][0]["toolCallId"].as_str().unwrap();
+    let resumed = both
+        .b
+        .post_sse(
+            "/api/agents/assistant/resume-stream",
+            json!({"runId": run_id, "toolCallId": call, "resumeData": "staging"}),
+        )
+        .await;
+    assert_eq!(resumed.status, 200);
+    assert_eq!(resumed.types().last().unwrap(), "finish");
+    assert!(resumed.text().contains("staging"));
+
+    let seen_by_a: Value = both.a.get(&format!("/api/runs/{run_id}")).await.json().await.unwrap();
+    assert_eq!(seen_by_a["status"], "completed");
+    let again = both
+        .a
+        .post("/api/agents/assistant/resume-stream", json!({"runId": run_id, "toolCallId": call, "resumeData": "staging"}))
+        .await;
+    assert_eq!(again.status(), 409);
+    both.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_answer_sent_to_both_instances_at_once_gives_one_success_and_one_409() {
+    let Some(both) = TwoInstances::start("two instances: concurrent resumes").await else { return };
+    for round in 0..5 {
+        let started = both.a.post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT})).await;
+        let suspended = started.first("tool-call-suspended");
+        let body = json!({"runId": suspended["runId"], "toolCallId": suspended["payload"]["toolCallId"], "resumeData": "production"});
+        let (via_a, via_b) = tokio::join!(
+            both.a.post("/api/agents/assistant/resume-stream", body.clone()),
+            both.b.post("/api/agents/assistant/resume-stream", body.clone()),
+        );
+        let mut statuses = [via_a.status().as_u16(), via_b.status().as_u16()];
+        statuses.sort();
+        assert_eq!(statuses, [200, 409], "round {round}");
+        let winner = if via_a.status() == 200 { via_a } else { via_b };
+        assert_eq!(Sse::read(winner).await.types().last().unwrap(), "finish");
+        let run: Value = both
+            .b
+            .get(&format!("/api/runs/{}", suspended["runId"].as_str().unwrap()))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let answers = run["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").count();
+        assert_eq!(answers, 1, "round {round}: answered once");
+    }
+
+    // An approval, too: one instance runs the tool, the other gets a 409.
+    let started = both.a.post_sse("/api/agents/approver/stream", json!({"messages": PROMPT})).await;
+    let approval = started.first("tool-call-approval");
+    let body = json!({"runId": approval["runId"], "toolCallId": approval["payload"]["toolCallId"]});
+    let (via_a, via_b) = tokio::join!(
+        both.a.post("/api/agents/approver/approve-tool-call", body.clone()),
+        both.b.post("/api/agents/approver/approve-tool-call", body.clone()),
+    );
+    let mut statuses = [via_a.status().as_u16(), via_b.status().as_u16()];
+    statuses.sort();
+    assert_eq!(statuses, [200, 409]);
+    drop((via_a, via_b));
+    both.finish().await;
+}

@@ -33,10 +33,12 @@ impl TwoInstances {
     async fn start(test: &str) -> Option<TwoInstances> {
         let url = postgres_test_url(test)?;
         let schema = unique_schema_name();
-        let connect = || PostgresStore::connect_with(&url, PostgresOptions::default().schema(&schema).max_connections(4));
+        let connect =
+            || PostgresStore::connect_with(&url, PostgresOptions::default().schema(&schema).max_connections(4));
         let first = connect().await.unwrap();
         let second = connect().await.unwrap();
-        let (store_a, store_b): (Arc<dyn RunStore>, Arc<dyn RunStore>) = (Arc::new(first.clone()), Arc::new(second.clone()));
+        let (store_a, store_b): (Arc<dyn RunStore>, Arc<dyn RunStore>) =
+            (Arc::new(first.clone()), Arc::new(second.clone()));
         let a = TestServer::start(vec![assistant(&store_a), approver(&store_a)], store_a).await;
         let b = TestServer::start(vec![assistant(&store_b), approver(&store_b)], store_b).await;
         Some(TwoInstances {
@@ -60,12 +62,23 @@ impl TwoInstances {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_run_suspended_through_one_instance_is_listed_answered_and_continued_through_the_other() {
-    let Some(both) = TwoInstances::start("two instances: suspend and resume").await else { return };
-    let started = both.a.post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT})).await;
+    let Some(both) = TwoInstances::start("two instances: suspend and resume").await else {
+        return;
+    };
+    let started = both
+        .a
+        .post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT}))
+        .await;
     let suspended = started.first("tool-call-suspended");
     let run_id = suspended["runId"].as_str().unwrap().to_owned();
 
-    let listed: Value = both.b.get("/api/agents/assistant/suspended-runs").await.json().await.unwrap();
+    let listed: Value = both
+        .b
+        .get("/api/agents/assistant/suspended-runs")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(listed["total"], 1);
     assert_eq!(listed["runs"][0]["runId"], run_id.as_str());
     let runs: Value = both.b.get("/api/runs?status=suspended").await.json().await.unwrap();
@@ -87,7 +100,10 @@ async fn a_run_suspended_through_one_instance_is_listed_answered_and_continued_t
     assert_eq!(seen_by_a["status"], "completed");
     let again = both
         .a
-        .post("/api/agents/assistant/resume-stream", json!({"runId": run_id, "toolCallId": call, "resumeData": "staging"}))
+        .post(
+            "/api/agents/assistant/resume-stream",
+            json!({"runId": run_id, "toolCallId": call, "resumeData": "staging"}),
+        )
         .await;
     assert_eq!(again.status(), 409);
     both.finish().await;
@@ -95,9 +111,14 @@ async fn a_run_suspended_through_one_instance_is_listed_answered_and_continued_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_answer_sent_to_both_instances_at_once_gives_one_success_and_one_409() {
-    let Some(both) = TwoInstances::start("two instances: concurrent resumes").await else { return };
+    let Some(both) = TwoInstances::start("two instances: concurrent resumes").await else {
+        return;
+    };
     for round in 0..5 {
-        let started = both.a.post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT})).await;
+        let started = both
+            .a
+            .post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT}))
+            .await;
         let suspended = started.first("tool-call-suspended");
         let body = json!({"runId": suspended["runId"], "toolCallId": suspended["payload"]["toolCallId"], "resumeData": "production"});
         let (via_a, via_b) = tokio::join!(
@@ -116,12 +137,20 @@ async fn the_same_answer_sent_to_both_instances_at_once_gives_one_success_and_on
             .json()
             .await
             .unwrap();
-        let answers = run["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").count();
+        let answers = run["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .count();
         assert_eq!(answers, 1, "round {round}: answered once");
     }
 
     // An approval, too: one instance runs the tool, the other gets a 409.
-    let started = both.a.post_sse("/api/agents/approver/stream", json!({"messages": PROMPT})).await;
+    let started = both
+        .a
+        .post_sse("/api/agents/approver/stream", json!({"messages": PROMPT}))
+        .await;
     let approval = started.first("tool-call-approval");
     let body = json!({"runId": approval["runId"], "toolCallId": approval["payload"]["toolCallId"]});
     let (via_a, via_b) = tokio::join!(

@@ -1,0 +1,267 @@
+//! `askloop serve` as a real process: start-up errors, a kill -9 between a
+//! question and its answer (the restarted server resumes the run from the
+//! SQLite file), and a SIGTERM that stops it cleanly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+
+const DEPLOY_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?",
+     "options": [{"label": "staging"}, {"label": "production"}]}}]},
+  {"text": "Deploying to {{toolResults}}."}
+]}"#;
+
+fn serve_command(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_MODEL")
+        .env_remove("ASKLOOP_API_TOKEN")
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .arg("serve")
+        .args(args);
+    cmd
+}
+
+/// A running `askloop serve`, with the address it printed.
+struct Serving {
+    child: Child,
+    base: String,
+    /// What it printed up to its address.
+    banner: Vec<String>,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Serving {
+    /// Starts the server on a free port and waits for its "serving" line.
+    fn start(dir: &Path, args: &[&str]) -> Serving {
+        let mut all = vec!["--addr", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let mut child = serve_command(dir, &all)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (lines, stderr) = mpsc::channel();
+        let pipe = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in pipe.lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut banner = Vec::new();
+        let base = loop {
+            let line = stderr
+                .recv_timeout(Duration::from_secs(60))
+                .expect("askloop serve printed its address");
+            banner.push(line.clone());
+            if let Some(at) = line.find("http://") {
+                break line[at..].trim_end_matches("/api").to_owned();
+            }
+        };
+        Serving {
+            child,
+            base,
+            banner,
+            stderr,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The stderr lines printed so far and until the process ends.
+    fn rest_of_stderr(&self) -> Vec<String> {
+        self.stderr.iter().collect()
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn frames(body: &str) -> Vec<Value> {
+    body.split_terminator("\n\n")
+        .filter(|f| *f != "data: [DONE]")
+        .map(|f| serde_json::from_str(f.strip_prefix("data: ").unwrap()).unwrap())
+        .collect()
+}
+
+fn script(dir: &Path) -> PathBuf {
+    let path = dir.join("deploy.json");
+    std::fs::write(&path, DEPLOY_SCRIPT).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_server_killed_between_question_and_answer_resumes_the_run_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path());
+    let script = script.to_str().unwrap();
+    let client = reqwest::Client::new();
+
+    let mut first = Serving::start(dir.path(), &["--script", script]);
+    let body = client
+        .post(first.url("/api/agents/assistant/stream"))
+        .json(&json!({"messages": "Deploy the app."}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let suspended = frames(&body).into_iter().last().unwrap();
+    assert_eq!(suspended["type"], "tool-call-suspended");
+    let run_id = suspended["runId"].as_str().unwrap().to_owned();
+    // SIGKILL: no shutdown, no flushing, nothing but what was committed.
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+
+    let second = Serving::start(dir.path(), &["--script", script]);
+    let listed: Value = client
+        .get(second.url("/api/agents/assistant/suspended-runs"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["runs"][0]["runId"], run_id.as_str());
+    let call = listed["runs"][0]["toolCalls"][0]["toolCallId"].as_str().unwrap();
+    let resumed = client
+        .post(second.url("/api/agents/assistant/resume-stream"))
+        .json(&json!({"runId": run_id, "toolCallId": call, "resumeData": "staging"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let chunks = frames(&resumed.text().await.unwrap());
+    assert_eq!(chunks.last().unwrap()["type"], "finish");
+    let run: Value = client
+        .get(second.url(&format!("/api/runs/{run_id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "completed");
+}
+
+#[test]
+fn a_bad_config_file_stops_serve_at_start_up_naming_the_file_the_key_and_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("askloop.toml");
+    std::fs::write(&config, "[agents.deployer]\ntools = [\"ask_user\", \"shell\"]\n").unwrap();
+    let output = serve_command(dir.path(), &["--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains(&config.display().to_string()), "{stderr}");
+    assert!(stderr.contains("agents.deployer.tools[1]"), "{stderr}");
+    assert!(stderr.contains("unknown tool \"shell\""), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one error: {stderr}");
+
+    // ./askloop.toml is read without --config.
+    let output = serve_command(dir.path(), &[]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8(output.stderr)
+            .unwrap()
+            .contains("agents.deployer.tools[1]")
+    );
+
+    let output = serve_command(dir.path(), &["--config", "missing.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8(output.stderr).unwrap().contains("missing.toml: "));
+}
+
+#[test]
+fn serve_refuses_a_public_address_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = serve_command(dir.path(), &["--addr", "0.0.0.0:0"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("ASKLOOP_API_TOKEN") && stderr.contains("--allow-unauthenticated"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn serve_says_it_is_loopback_only_without_a_token_and_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut serving = Serving::start(dir.path(), &[]);
+    let banner = serving.banner.join("\n");
+    assert!(
+        banner.contains("no ASKLOOP_API_TOKEN") && banner.contains("loopback only"),
+        "{banner}"
+    );
+    let agents: Value = reqwest::get(serving.url("/api/agents"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(agents.get("assistant").is_some(), "the default agent: {agents}");
+
+    let terminated = Command::new("kill")
+        .args(["-TERM", &serving.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(terminated.success());
+    let status = serving.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let stderr = serving.rest_of_stderr().join("\n");
+    assert!(stderr.contains("stopped"), "{stderr}");
+}
+
+#[tokio::test]
+async fn with_askloop_api_token_set_serve_needs_the_bearer_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = serve_command(dir.path(), &["--addr", "127.0.0.1:0"]);
+    cmd.env("ASKLOOP_API_TOKEN", "t0ken")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = loop {
+        let line = lines.next().unwrap().unwrap();
+        assert!(!line.contains("no ASKLOOP_API_TOKEN"), "{line}");
+        if line.contains("http://") {
+            break line;
+        }
+    };
+    let base = &line[line.find("http://").unwrap()..];
+    let client = reqwest::Client::new();
+    let refused = client.get(format!("{base}/agents")).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let allowed = client
+        .get(format!("{base}/agents"))
+        .bearer_auth("t0ken")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(allowed.status(), 200);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -82,7 +82,7 @@ pub(crate) async fn stream(
     let agent = state.agent(&agent_id)?;
     let (messages, options) = start_options(request)?;
     let stream = agent.stream_with(messages, options).await?;
-    let span = tracing::info_span!("run", agent_id = %agent_id, run_id = %stream.run_id(), tool_call_id = tracing::field::Empty);
+    let span = run_span(&agent_id, stream.run_id(), None);
     Ok(sse::respond(&state, stream, span))
 }
 
@@ -96,7 +96,7 @@ pub(crate) async fn generate(
     let agent = state.agent(&agent_id)?;
     let (messages, options) = start_options(request)?;
     let stream = agent.stream_with(messages, options).await?;
-    let span = tracing::info_span!("run", agent_id = %agent_id, run_id = %stream.run_id());
+    let span = run_span(&agent_id, stream.run_id(), None);
     // On a task of the server's, so a client that hangs up does not stop
     // the run short of its next stored state.
     let driven = state.runs.spawn(tracing::Instrument::instrument(stream.output(), span));

@@ -1,7 +1,7 @@
 //! `askloop.toml`: the agents a server serves.
 //!
 //! The file is read in two passes, as ripgrep reads its flags: serde reads
-//! it into raw values ([`raw`]), then [`ServerConfig::from_toml`] checks them
+//! it into raw values (`config/raw.rs`), then [`ServerConfig::from_toml`] checks them
 //! and resolves them into one [`ServerConfig`]; nothing else sees the raw
 //! values. Every problem is one [`ConfigError`] naming the file, the key and
 //! what is wrong.

@@ -62,7 +62,7 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 pub use config::{AgentConfig, ConfigError, ModelSource, ServerConfig, ToolKind};
 pub use error::ApiError;
@@ -271,9 +271,13 @@ impl Server {
             .fallback(unknown_route)
             .method_not_allowed_fallback(wrong_method)
             .layer(DefaultBodyLimit::max(self.options.body_limit))
-            .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                tracing::info_span!("request", method = %request.method(), path = %request.uri().path())
-            }))
+            .layer(
+                TraceLayer::new_for_http()
+                    .make_span_with(|request: &Request<_>| {
+                        tracing::info_span!("request", method = %request.method(), path = %request.uri().path())
+                    })
+                    .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+            )
             .with_state(state);
         if let Some(cors) = cors_layer(&self.options.cors_origins)? {
             router = router.layer(cors);

@@ -74,6 +74,8 @@ async fn drive(mut stream: AgentStream, frames: mpsc::Sender<Bytes>) {
             client = None;
         }
     }
+    let output = stream.output().await;
+    tracing::info!(status = %output.status, error = output.error.as_deref(), "stream ended");
     if let Some(sender) = client {
         let _ = sender.send(Bytes::from_static(DONE)).await;
     }

@@ -29,7 +29,7 @@ use serde_json::Value;
 /// Payload keys whose contents are free-form (the model's arguments, a
 /// tool's value) or provider-internal (metadata askloop does not keep):
 /// only their JSON type is compared.
-const OPAQUE_KEYS: &[&str] = &[
+pub const OPAQUE_KEYS: &[&str] = &[
     "args",
     "suspendPayload",
     "result",

@@ -12,6 +12,9 @@
 //! delays). A request without `stream: true` gets the same turn as one JSON
 //! body (`chat.completion` / `message`), for clients that do not stream.
 //!
+//! [`mastra`] reads recorded traffic of a real Mastra server and checks a
+//! stream's chunks against its shapes.
+//!
 //! ```
 //! use askloop_testkit::{FakeServer, FakeTurn, FakeResponse, workload};
 //!
@@ -30,6 +33,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod mastra;
 mod response;
 mod server;
 mod wire;

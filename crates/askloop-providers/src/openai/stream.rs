@@ -197,7 +197,7 @@ impl ChatStreamParser {
                 .calls
                 .iter()
                 .rev()
-                .find(|c| c.wire_id.as_deref() == Some(id.as_str()) && !(names_tool && !c.name.is_empty()))
+                .find(|c| c.wire_id.as_deref() == Some(id.as_str()) && (!names_tool || c.name.is_empty()))
                 .map_or_else(|| self.next_index(), |c| c.index),
             (None, None) => self.calls.last().map_or(position, |c| c.index),
         };

@@ -234,8 +234,8 @@ impl Driver {
                         return self.store_failed(err).await;
                     }
                     let finish = self.report(&turn, false);
-                    self.emit(ChunkKind::StepFinish(finish.clone()));
-                    self.emit(ChunkKind::Finish(finish.into_finish(self.state.record.usage)));
+                    self.emit(ChunkKind::StepFinish(Box::new(finish.clone())));
+                    self.emit(ChunkKind::Finish(Box::new(finish.into_finish(self.state.record.usage))));
                     return Ended::Completed;
                 }
                 AfterModel::RunTools => {}
@@ -282,7 +282,7 @@ impl Driver {
                     for chunk in result_chunks {
                         self.emit(chunk);
                     }
-                    self.emit(ChunkKind::StepFinish(self.report(&turn, true)));
+                    self.emit(ChunkKind::StepFinish(Box::new(self.report(&turn, true))));
                 }
             }
         }
@@ -414,7 +414,7 @@ impl Driver {
             usage: Usage::default(),
             conversation: &self.state.messages,
         });
-        self.emit(ChunkKind::StepFinish(finish));
+        self.emit(ChunkKind::StepFinish(Box::new(finish)));
         self.steps().await
     }
 

@@ -154,10 +154,11 @@ pub enum ChunkKind {
     ToolCallApproval(ToolCallApproval),
     /// A tool call was declined and never ran.
     ToolOutputDenied(ToolOutputDenied),
-    /// A model step finished.
-    StepFinish(StepFinish),
+    /// A model step finished. Boxed: it carries the conversation, and
+    /// every other chunk is small.
+    StepFinish(Box<StepFinish>),
     /// The run finished (completed).
-    Finish(StepFinish),
+    Finish(Box<StepFinish>),
     /// The run failed.
     Error(ErrorPayload),
     /// The run was cancelled.
@@ -484,7 +485,7 @@ mod tests {
                 error: ErrorDetail { message: "x".into() },
             }),
             ChunkKind::Abort(AbortPayload { reason: None }),
-            ChunkKind::Finish(StepFinish::report(finish::StepReport {
+            ChunkKind::Finish(Box::new(StepFinish::report(finish::StepReport {
                 message_id: "m",
                 model_name: "scripted",
                 started_at: None,
@@ -492,7 +493,7 @@ mod tests {
                 is_continued: false,
                 usage: crate::Usage::default(),
                 conversation: &[],
-            })),
+            }))),
         ];
         for kind in kinds {
             let chunk = Chunk::new("r", kind);

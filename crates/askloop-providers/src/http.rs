@@ -7,9 +7,17 @@
 //! successful response body is read, a failure is an error event in the
 //! model's stream (the agent then fails the run), never a second request
 //! whose text would be emitted twice.
+//!
+//! Every wait is bounded twice: by the idle timeout (no progress for that
+//! long) and by the call's total deadline (`Deadline`), which covers the
+//! attempts, the waits between them and the whole stream. A server that
+//! accepts and never answers, or streams keep-alive comments forever, ends
+//! the call with an error instead of holding the run.
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use askloop::ModelError;
 use futures::StreamExt;
@@ -29,16 +37,22 @@ use serde::Deserialize;
 ///     ..HttpConfig::default()
 /// };
 /// assert_eq!(http.connect_timeout, Duration::from_secs(10));
+/// assert_eq!(http.total_timeout, Duration::from_secs(600));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpConfig {
     /// How long opening a connection (TCP and TLS) may take.
     pub connect_timeout: Duration,
-    /// How long the server may stay silent: waiting for the response
-    /// headers, and between two reads of the body (keep-alive comments
-    /// count). Generous by default, because reasoning models can think for
-    /// minutes before the first token.
+    /// How long a call may go without progress: waiting for the response
+    /// headers, and between two events of the stream. SSE comments
+    /// (`: keep-alive`, `: OPENROUTER PROCESSING`) are not progress: a
+    /// server that sends only those is cut off after this long. Generous by
+    /// default, because reasoning models can think for minutes before the
+    /// first token.
     pub idle_timeout: Duration,
+    /// The longest one model call may take, from its first attempt to the
+    /// end of its stream, retries and their waits included.
+    pub total_timeout: Duration,
     /// When failed requests are tried again.
     pub retry: RetryPolicy,
 }
@@ -48,8 +62,64 @@ impl Default for HttpConfig {
         HttpConfig {
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
+            total_timeout: Duration::from_secs(600),
             retry: RetryPolicy::default(),
         }
+    }
+}
+
+/// When a model call must be over: [`HttpConfig::total_timeout`] after it
+/// started.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    at: Instant,
+    total: Duration,
+}
+
+impl Deadline {
+    /// The deadline of a call starting now.
+    pub(crate) fn start(http: &HttpConfig) -> Self {
+        let now = Instant::now();
+        Deadline {
+            at: now.checked_add(http.total_timeout).unwrap_or(now + FAR_FUTURE),
+            total: http.total_timeout,
+        }
+    }
+
+    pub(crate) fn at(&self) -> Instant {
+        self.at
+    }
+
+    /// Whether a wait of `wait` from now would end after the deadline.
+    fn would_pass(&self, wait: Duration) -> bool {
+        Instant::now().checked_add(wait).is_none_or(|end| end >= self.at)
+    }
+
+    /// The error of a call that ran out of time.
+    pub(crate) fn exceeded(&self, provider: &str) -> ModelError {
+        ModelError::Transport {
+            provider: provider.to_owned(),
+            message: format!(
+                "the model call took longer than its total timeout of {} and was stopped \
+                 (ASKLOOP_MODEL_TIMEOUT or HttpConfig::total_timeout sets it)",
+                human(self.total)
+            ),
+        }
+    }
+}
+
+/// A time so far away it is never reached (a year), for durations that
+/// would overflow an `Instant`.
+const FAR_FUTURE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A duration as people write it: `300 s`, `250 ms`, `1.5 s`.
+pub(crate) fn human(duration: Duration) -> String {
+    if duration < Duration::from_secs(1) {
+        format!("{} ms", duration.as_millis())
+    } else if duration.subsec_millis() == 0 {
+        format!("{} s", duration.as_secs())
+    } else {
+        format!("{:.1} s", duration.as_secs_f64())
     }
 }
 
@@ -160,21 +230,32 @@ pub(crate) fn sensitive_header(value: String) -> Option<HeaderValue> {
 /// with a success status whose body has not been read yet.
 ///
 /// `make` builds a fresh request for each attempt (a request is consumed by
-/// sending it); `url` is only for error messages.
+/// sending it); `url` is only for error messages. Nothing is waited for
+/// past `deadline`: an attempt still waiting then is abandoned, and a retry
+/// whose backoff would end after it is not made.
 pub(crate) async fn send_with_retries(
     provider: &str,
     url: &str,
     http: &HttpConfig,
+    deadline: Deadline,
     make: impl Fn() -> RequestBuilder,
 ) -> Result<Response, ModelError> {
     let mut retry = 0u32;
     loop {
-        let attempt = tokio::time::timeout(http.idle_timeout, make().send()).await;
+        let idle_end = Instant::now().checked_add(http.idle_timeout).unwrap_or(deadline.at());
+        let attempt = tokio::time::timeout_at(idle_end.min(deadline.at()), make().send()).await;
         let (error, wait) = match attempt {
+            Err(_) if Instant::now() >= deadline.at() => {
+                return Err(with_attempts(deadline.exceeded(provider), retry + 1));
+            }
             Err(_) => (
                 ModelError::Transport {
                     provider: provider.to_owned(),
-                    message: format!("no response within {:?}", http.idle_timeout),
+                    message: format!(
+                        "no response within the idle timeout of {} (ASKLOOP_MODEL_IDLE_TIMEOUT or \
+                         HttpConfig::idle_timeout sets it)",
+                        human(http.idle_timeout)
+                    ),
                 },
                 None,
             ),
@@ -222,6 +303,11 @@ pub(crate) async fn send_with_retries(
             Some(wait) => wait,
             None => http.retry.backoff(retry),
         };
+        if deadline.would_pass(wait) {
+            // The retry could not finish in time: the last error says more
+            // than the deadline would.
+            return Err(with_attempts(error, retry + 1));
+        }
         tracing::debug!(provider, retry = retry + 1, ?wait, error = %error, "retrying model request");
         tokio::time::sleep(wait).await;
         retry += 1;

@@ -10,7 +10,8 @@
 //! Requests that fail before their response streams (connection errors,
 //! 408, 429, 5xx, 529) are retried with backoff ([`RetryPolicy`]); a failure
 //! after streaming began ends the turn with an error, and nothing is emitted
-//! twice. Each provider keeps its request mapping (`request.rs`) apart from
+//! twice. Every call is bounded: by an idle timeout that keep-alive comments
+//! do not reset and by a total deadline ([`HttpConfig`]). Each provider keeps its request mapping (`request.rs`) apart from
 //! its stream parser (`stream.rs`).
 //!
 //! ```no_run
@@ -29,6 +30,7 @@
 mod anthropic;
 mod http;
 mod openai;
+mod settings;
 mod spec;
 mod sse;
 #[cfg(test)]
@@ -38,6 +40,7 @@ mod wire;
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicConfig, AnthropicModel, DEFAULT_MAX_TOKENS};
 pub use http::{HttpConfig, RetryPolicy};
 pub use openai::{OpenAiConfig, OpenAiModel};
+pub use settings::{MODEL_IDLE_TIMEOUT_VAR, MODEL_TIMEOUT_VAR};
 pub use spec::{
     ACCEPTED_SPECS, ANTHROPIC_DEFAULT_BASE_URL, OLLAMA_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL, ResolvedSpec,
     from_spec, from_spec_with, resolve_spec,

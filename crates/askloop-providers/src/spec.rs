@@ -52,9 +52,15 @@ impl ResolvedSpec {
 /// | `ollama/<model>` | none | `OLLAMA_BASE_URL` (`/v1` added if missing), default `http://127.0.0.1:11434/v1` |
 /// | `openai-compatible/<model>@<base-url>` | `OPENAI_COMPATIBLE_API_KEY` (optional) | the given URL, up to and including `/v1` |
 ///
+/// `ASKLOOP_MODEL_TIMEOUT` (default 600 s) bounds a whole model call, retries
+/// and stream included; `ASKLOOP_MODEL_IDLE_TIMEOUT` (default 300 s) the wait
+/// for the next event, keep-alive comments not counting (`90`, `90s`,
+/// `500ms`, `10m`).
+///
 /// A missing key is [`ModelError::MissingApiKey`] naming the variable, before
-/// any request; an unknown form is [`ModelError::UnknownModel`] listing the
-/// accepted ones. [`Model::name`] returns `spec` as written.
+/// any request; an unknown form, or a timeout that is not a duration, is
+/// [`ModelError::UnknownModel`] saying what is accepted. [`Model::name`]
+/// returns `spec` as written.
 ///
 /// ```
 /// use askloop::ModelError;
@@ -69,7 +75,8 @@ pub fn from_spec(spec: &str) -> Result<Arc<dyn Model>, ModelError> {
 }
 
 /// [`from_spec`] with the environment given as a lookup function (tests,
-/// configuration files) and explicit timeouts and retries.
+/// configuration files) and explicit timeouts and retries; the timeout
+/// variables, when `env` has them, override `http`'s.
 pub fn from_spec_with(
     spec: &str,
     env: impl Fn(&str) -> Option<String>,
@@ -98,6 +105,10 @@ pub fn resolve_spec(
     if model.trim().is_empty() {
         return Err(unknown("the model name is empty"));
     }
+    let http = crate::settings::with_env_timeouts(http, var).map_err(|reason| ModelError::UnknownModel {
+        spec: spec.to_owned(),
+        reason,
+    })?;
     let missing = |provider: &str, variable: &str| ModelError::MissingApiKey {
         provider: provider.to_owned(),
         variable: variable.to_owned(),
@@ -258,6 +269,21 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn timeout_variables_set_the_http_config_and_a_bad_one_is_refused() {
+        let ResolvedSpec::OpenAi(config) = resolve("ollama/qwen2.5", &[("ASKLOOP_MODEL_TIMEOUT", "15m")]).unwrap()
+        else {
+            panic!("not openai-compatible")
+        };
+        assert_eq!(config.http.total_timeout, std::time::Duration::from_secs(900));
+        let err = resolve("ollama/qwen2.5", &[("ASKLOOP_MODEL_IDLE_TIMEOUT", "forever")]).unwrap_err();
+        assert!(matches!(err, ModelError::UnknownModel { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("ASKLOOP_MODEL_IDLE_TIMEOUT=\"forever\""),
+            "{err}"
+        );
     }
 
     #[test]

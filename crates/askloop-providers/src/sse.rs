@@ -1,7 +1,7 @@
-//! The event stream of a successful response: SSE events read with an idle
-//! timeout and handed to a provider's parser, which turns them into model
-//! events. A failure here comes after streaming began, so it ends the turn
-//! with an error and is never retried.
+//! The event stream of a successful response: SSE events read within the
+//! idle timeout and the call's deadline, and handed to a provider's parser,
+//! which turns them into model events. A failure here comes after streaming
+//! began, so it ends the turn with an error and is never retried.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -11,8 +11,9 @@ use askloop::{ModelError, ModelEvent, ModelStream};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::Response;
+use tokio::time::Instant;
 
-use crate::http::error_chain;
+use crate::http::{Deadline, HttpConfig, error_chain, human};
 
 /// One server-sent event: its type (`message` when the event had no
 /// `event:` line) and its data (the `data:` lines joined with `\n`).
@@ -207,51 +208,22 @@ pub(crate) trait StreamParser: Send + 'static {
     fn on_end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError>;
 }
 
-/// Why the body stopped before its end.
-#[derive(Debug)]
-enum BodyError {
-    /// The connection failed.
-    Transport(reqwest::Error),
-    /// No bytes for the idle timeout.
-    Idle,
-}
+type Body = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
-impl std::fmt::Display for BodyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BodyError::Transport(err) => f.write_str(&error_chain(err)),
-            BodyError::Idle => f.write_str("idle"),
-        }
-    }
-}
-
-type Body = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
-
-/// The body's bytes, failing with [`BodyError::Idle`] when none come for
-/// `idle`. Idleness is measured on bytes, not events, so SSE comments that
-/// servers send as keep-alives (`: processing`) keep a slow turn alive.
-fn body_with_idle_timeout(
-    response: Response,
-    idle: Duration,
-) -> impl Stream<Item = Result<Bytes, BodyError>> + Send + 'static {
-    let body = Box::pin(response.bytes_stream());
-    futures::stream::unfold(Some(body), move |body| async move {
-        let mut body = body?;
-        match tokio::time::timeout(idle, body.next()).await {
-            Err(_) => Some((Err(BodyError::Idle), None)),
-            Ok(None) => None,
-            Ok(Some(Ok(bytes))) => Some((Ok(bytes), Some(body))),
-            Ok(Some(Err(err))) => Some((Err(BodyError::Transport(err)), None)),
-        }
-    })
-}
-
+/// Progress is an event: the idle timeout runs from the response headers
+/// or the last event, so comments (keep-alives) and the bytes of an event
+/// still incomplete do not reset it. A server that sends only `: ping` for
+/// ever is cut off after the idle timeout, and every stream ends by the
+/// call's total deadline.
 struct SseState<P> {
     provider: String,
     body: Body,
     decoder: SseDecoder,
     parser: P,
     idle: Duration,
+    deadline: Deadline,
+    /// When the last event (or the headers) came.
+    progress_at: Instant,
     ready: VecDeque<ModelEvent>,
     done: bool,
 }
@@ -263,14 +235,17 @@ pub(crate) fn model_stream<P: StreamParser>(
     provider: &str,
     response: Response,
     parser: P,
-    idle: Duration,
+    http: &HttpConfig,
+    deadline: Deadline,
 ) -> ModelStream {
     let state = SseState {
         provider: provider.to_owned(),
-        body: Box::pin(body_with_idle_timeout(response, idle)),
+        body: Box::pin(response.bytes_stream()),
         decoder: SseDecoder::new(),
         parser,
-        idle,
+        idle: http.idle_timeout,
+        deadline,
+        progress_at: Instant::now(),
         ready: VecDeque::new(),
         done: false,
     };
@@ -304,34 +279,43 @@ impl<P: StreamParser> SseState<P> {
                 message: format!("invalid server-sent events: {err}"),
             })?;
             if let Some(event) = event {
+                self.progress_at = Instant::now();
                 if self.parser.on_event(&event, &mut self.ready)? {
                     self.done = true;
                     self.parser.on_end(&mut self.ready)?;
                 }
                 return Ok(());
             }
-            match self.body.next().await {
-                None => {
+            let idle_end = self.progress_at.checked_add(self.idle).unwrap_or(self.deadline.at());
+            let read = tokio::time::timeout_at(idle_end.min(self.deadline.at()), self.body.next()).await;
+            match read {
+                Err(_) if Instant::now() >= self.deadline.at() => return Err(self.deadline.exceeded(&self.provider)),
+                Err(_) => {
+                    return Err(ModelError::Transport {
+                        provider: self.provider.clone(),
+                        message: format!(
+                            "the stream stalled: no event for {} (keep-alive comments do not count; \
+                             ASKLOOP_MODEL_IDLE_TIMEOUT or HttpConfig::idle_timeout sets it), so the \
+                             response was cut short",
+                            human(self.idle)
+                        ),
+                    });
+                }
+                Ok(None) => {
                     self.decoder.end();
                     self.done = true;
                     return self.parser.on_end(&mut self.ready);
                 }
-                Some(Err(BodyError::Idle)) => {
+                Ok(Some(Err(err))) => {
                     return Err(ModelError::Transport {
                         provider: self.provider.clone(),
                         message: format!(
-                            "the stream stalled: no data for {:?} (the response was cut short)",
-                            self.idle
+                            "the connection broke while the response streamed: {}",
+                            error_chain(&err)
                         ),
                     });
                 }
-                Some(Err(err)) => {
-                    return Err(ModelError::Transport {
-                        provider: self.provider.clone(),
-                        message: format!("the connection broke while the response streamed: {err}"),
-                    });
-                }
-                Some(Ok(bytes)) => self.decoder.push(&bytes),
+                Ok(Some(Ok(bytes))) => self.decoder.push(&bytes),
             }
         }
     }

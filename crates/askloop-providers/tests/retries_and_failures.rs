@@ -196,27 +196,126 @@ async fn a_stalled_stream_hits_the_idle_timeout() {
     assert!(message.contains("stalled"), "{message}");
 }
 
+/// Waits for a run's output, failing the test (instead of hanging it) when
+/// no outcome comes at all: the deadlines under test did not fire.
+async fn output_within_a_minute(agent: &askloop::Agent, prompt: &str) -> askloop::StreamOutput {
+    let stream = agent.stream(prompt).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), stream.output())
+        .await
+        .expect("the run never ended: no deadline cut the model call off")
+}
+
 #[tokio::test]
-async fn keep_alive_comments_keep_a_slow_stream_within_the_idle_timeout() {
-    // Silent for 350 ms between frames (idle timeout: 200 ms), but for
-    // comments every 50 ms.
+async fn keep_alive_comments_forever_do_not_keep_a_stream_alive() {
+    for anthropic in [false, true] {
+        // Some text, then only `: ping` comments, far more often than the
+        // idle timeout, for ever.
+        let turn = FakeTurn::text_in("let me think", 3)
+            .stall_after(2)
+            .keep_alive(Duration::from_millis(20));
+        let server = FakeServer::builder().respond(turn).start().await.unwrap();
+        let http = HttpConfig {
+            idle_timeout: Duration::from_millis(300),
+            ..quick_http(3)
+        };
+        let model = if anthropic {
+            anthropic_model(&server, http)
+        } else {
+            openai_model(&server, http)
+        };
+        let output = output_within_a_minute(&deploy_agent(model), "Hi").await;
+        assert_eq!(output.status, RunStatus::Failed, "anthropic={anthropic}");
+        let message = output.error.unwrap();
+        assert!(
+            message.contains("stalled") && message.contains("keep-alive comments do not count"),
+            "{message}"
+        );
+        assert_eq!(server.request_count(), 1, "nothing is retried once streaming began");
+    }
+}
+
+#[tokio::test]
+async fn events_within_the_idle_timeout_keep_a_slow_stream_going() {
+    // Each frame comes after a pause shorter than the idle timeout, with
+    // comments in between: the pauses add up to more than one idle timeout.
     let server = FakeServer::builder()
         .respond(
-            FakeTurn::text("thinking hard")
-                .frame_delay(Duration::from_millis(350))
-                .keep_alive(Duration::from_millis(50)),
+            FakeTurn::text_in("thinking very hard here", 6)
+                .frame_delay(Duration::from_millis(100))
+                .keep_alive(Duration::from_millis(30)),
         )
         .start()
         .await
         .unwrap();
     let http = HttpConfig {
-        idle_timeout: Duration::from_millis(200),
+        idle_timeout: Duration::from_millis(400),
         ..quick_http(0)
     };
-    let agent = deploy_agent(openai_model(&server, http));
-    let output = agent.stream("Hi").await.unwrap().output().await;
+    let output = output_within_a_minute(&deploy_agent(openai_model(&server, http)), "Hi").await;
     assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error);
-    assert_eq!(output.text, "thinking hard");
+    assert_eq!(output.text, "thinking very hard here");
+}
+
+#[tokio::test]
+async fn a_stream_that_keeps_sending_events_is_stopped_at_the_total_timeout() {
+    // Events often enough for the idle timeout, for far longer than the
+    // total deadline.
+    let server = FakeServer::builder()
+        .respond(FakeTurn::text_in(&"word ".repeat(2000), 2000).frame_delay(Duration::from_millis(10)))
+        .start()
+        .await
+        .unwrap();
+    let http = HttpConfig {
+        idle_timeout: Duration::from_secs(30),
+        total_timeout: Duration::from_millis(500),
+        ..quick_http(3)
+    };
+    let output = output_within_a_minute(&deploy_agent(openai_model(&server, http)), "Hi").await;
+    assert_eq!(output.status, RunStatus::Failed);
+    let message = output.error.unwrap();
+    assert!(message.contains("total timeout of 500 ms"), "{message}");
+    assert_eq!(server.request_count(), 1);
+}
+
+#[tokio::test]
+async fn a_server_that_accepts_and_never_answers_is_given_up_at_the_total_timeout() {
+    // Every attempt waits for headers that never come; the idle timeout
+    // alone would allow four long waits.
+    let mut builder = FakeServer::builder();
+    for n in 1..=4 {
+        builder = builder.fail_request(n, FakeTurn::text("late").delay(Duration::from_secs(3600)));
+    }
+    let server = builder.start().await.unwrap();
+    let http = HttpConfig {
+        idle_timeout: Duration::from_secs(30),
+        total_timeout: Duration::from_millis(400),
+        ..quick_http(3)
+    };
+    let output = output_within_a_minute(&deploy_agent(openai_model(&server, http)), "Hi").await;
+    assert_eq!(output.status, RunStatus::Failed);
+    let message = output.error.unwrap();
+    assert!(message.contains("total timeout of 400 ms"), "{message}");
+    assert!(message.contains("ASKLOOP_MODEL_TIMEOUT"), "{message}");
+}
+
+#[tokio::test]
+async fn silence_before_the_headers_is_retried_within_the_total_timeout() {
+    // The first attempt gets no answer within the idle timeout; the retry
+    // is answered: the rule "retry only before the first byte" still holds.
+    let server = FakeServer::builder()
+        .fail_request(1, FakeTurn::text("late").delay(Duration::from_secs(3600)))
+        .respond(FakeTurn::text("on time"))
+        .start()
+        .await
+        .unwrap();
+    let http = HttpConfig {
+        idle_timeout: Duration::from_millis(300),
+        ..quick_http(3)
+    };
+    let output = output_within_a_minute(&deploy_agent(openai_model(&server, http)), "Hi").await;
+    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error);
+    assert_eq!(output.text, "on time");
+    assert_eq!(server.request_count(), 2);
 }
 
 #[tokio::test]

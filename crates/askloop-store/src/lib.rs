@@ -48,7 +48,9 @@ use std::sync::Arc;
 
 use askloop::{RunRecord, RunStore, StoreError};
 
-pub use postgres::{PostgresOptions, PostgresStore};
+pub use postgres::{
+    DEFAULT_LOCK_TIMEOUT, DEFAULT_POSTGRES_SCHEMA, DEFAULT_STATEMENT_TIMEOUT, PostgresOptions, PostgresStore,
+};
 pub use sqlite::{DEFAULT_BUSY_TIMEOUT, SqliteOptions, SqliteStore, SqliteSync};
 
 use location::Location;
@@ -58,8 +60,9 @@ use location::Location;
 /// - a file path, or `sqlite://PATH` (also `sqlite:PATH`): a SQLite file,
 ///   created with its directory if missing, in WAL mode with a busy timeout;
 /// - `postgres://...` or `postgresql://...`: a PostgreSQL connection pool.
-///   A `search_path` in the URL's `options` parameter
-///   (`?options=-c%20search_path%3Dmy_schema`) chooses an existing schema.
+///   askloop's tables live in schema `askloop` unless `?schema=NAME` (or a
+///   `search_path` in the URL's `options`) names another; `?lock_timeout=`
+///   and `?statement_timeout=` bound waits (see [`PostgresOptions`]).
 ///
 /// The tables are created or brought up to date before this returns.
 /// Anything else is [`StoreError::InvalidLocation`], whose message lists the

@@ -7,6 +7,16 @@
 //! re-checks its condition against the new row, so it matches nothing and
 //! the writer gets [`StoreError::Conflict`]: exactly one wins, whatever the
 //! number of servers.
+//!
+//! No wait is unbounded: every connection sets `lock_timeout` and
+//! `statement_timeout` (see [`PostgresOptions`]), so a run whose row or
+//! table another session holds locked fails with a message saying so
+//! instead of hanging.
+
+mod errors;
+mod nul;
+mod schema;
+mod settings;
 
 use std::time::Duration;
 
@@ -16,56 +26,11 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Row};
 
-use crate::row::{FINISHED, JsonColumns, RowState, StoredRun, explain_missed_write, message_bodies, message_from_row};
-
-/// The embedded migrations. A database migrated further by a newer askloop
-/// still opens: migrations only add, and each row's layout version decides
-/// whether this build may read it (see `row.rs`).
-fn migrator() -> sqlx::migrate::Migrator {
-    let mut migrator = sqlx::migrate!("./migrations/postgres");
-    migrator.set_ignore_missing(true);
-    migrator
-}
-
-/// How [`PostgresStore::connect_with`] connects.
-#[derive(Debug, Clone)]
-pub struct PostgresOptions {
-    schema: Option<String>,
-    max_connections: u32,
-    acquire_timeout: Duration,
-}
-
-impl Default for PostgresOptions {
-    fn default() -> Self {
-        PostgresOptions {
-            schema: None,
-            max_connections: 10,
-            acquire_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-impl PostgresOptions {
-    /// Keeps askloop's tables in this schema (created if missing) instead of
-    /// the connection's default `search_path`. A schema name is lower-case
-    /// ASCII letters, digits and `_`, not starting with a digit.
-    pub fn schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = Some(schema.into());
-        self
-    }
-
-    /// The most connections the pool opens.
-    pub fn max_connections(mut self, max: u32) -> Self {
-        self.max_connections = max.max(1);
-        self
-    }
-
-    /// How long a query waits for a free connection.
-    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
-}
+use crate::row::{FINISHED, JsonColumns, RowState, StoredRun, explain_missed_write, parse_message};
+use errors::{Limits, PostgresFailure};
+use schema::{Requested, quoted};
+pub use settings::{DEFAULT_LOCK_TIMEOUT, DEFAULT_POSTGRES_SCHEMA, DEFAULT_STATEMENT_TIMEOUT, PostgresOptions};
+use settings::{check_schema_name, options_set, pg_duration, search_path_schema, split_url};
 
 /// How long opening a store waits for the server's first answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -76,93 +41,85 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pub(crate) pool: PgPool,
-    schema: Option<String>,
+    schema: String,
+    limits: Limits,
 }
 
 impl PostgresStore {
     /// Connects to `url` (`postgres://...` or `postgresql://...`) and brings
-    /// the tables up to date.
+    /// the tables up to date. The URL's query may name the schema
+    /// (`?schema=NAME`) and the limits (`?lock_timeout=5s`,
+    /// `?statement_timeout=30s`); see [`PostgresOptions`].
     pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
         Self::connect_with(url, PostgresOptions::default()).await
     }
 
-    /// Connects to `url` with `options`; with a schema, every connection of
-    /// the pool uses it (its `search_path`), so several stores can share one
-    /// database apart (tests in parallel, tenants).
+    /// Connects to `url` with `options`, which win over the URL's query.
+    /// Every connection of the pool uses the store's schema (its
+    /// `search_path`), so several stores can share one database apart
+    /// (tests in parallel, tenants), and none touches another
+    /// application's tables.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<PostgresStore, StoreError> {
-        let mut connect: PgConnectOptions = url.parse().map_err(|e| {
-            StoreError::InvalidLocation(format!(
-                "cannot read the PostgreSQL URL {}: {e}; expected postgres://USER@HOST:PORT/DATABASE",
-                redact(url)
-            ))
-        })?;
-        // The URL was fine; the server was not there or refused us.
-        let cannot_connect = |e: sqlx::Error| {
-            StoreError::backend(ConnectError {
-                message: format!("cannot connect to PostgreSQL at {}", redact(url)),
-                source: e,
-            })
-        };
+        let shown = redact(url);
+        let Resolved {
+            connect,
+            requested,
+            limits,
+        } = resolve(url, &shown, &options)?;
         // One direct connection first, so a server that is not there fails
-        // at once: the pool would retry a refused connection for its whole
-        // acquire timeout.
-        match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect)).await {
-            Ok(Ok(probe)) => {
-                let _ = probe.close().await;
-            }
-            Ok(Err(err)) => return Err(cannot_connect(err)),
+        // at once (the pool would retry a refused connection for its whole
+        // acquire timeout); it also places and migrates the tables.
+        let mut setup = match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect)).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(err)) => return Err(cannot_connect(&shown, &limits, &err)),
             Err(_) => {
-                return Err(StoreError::backend(ConnectError {
-                    message: format!(
-                        "cannot connect to PostgreSQL at {}: no answer within {}s",
-                        redact(url),
-                        CONNECT_TIMEOUT.as_secs()
-                    ),
-                    source: sqlx::Error::PoolTimedOut,
-                }));
+                return Err(StoreError::backend(PostgresFailure(format!(
+                    "cannot connect to PostgreSQL at {shown}: no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ))));
             }
+        };
+        let placed = schema::place(&mut setup, requested)
+            .await
+            .map_err(|e| limits.failure("finding askloop's tables", e));
+        let placed = match placed {
+            Ok(placed) => placed,
+            Err(err) => {
+                let _ = setup.close().await;
+                return Err(err);
+            }
+        };
+        let migrated = schema::migrate(&mut setup, &placed.schema).await;
+        let _ = setup.close().await;
+        if let Err(err) = migrated {
+            return Err(match err {
+                Ok(err) => limits.failure(&format!("preparing schema {}", placed.schema), err),
+                Err(err) => limits.migration_failure(&placed.schema, err),
+            });
         }
-        if let Some(schema) = &options.schema {
-            check_schema_name(schema)?;
-            // Created over a plain connection first: the pool's connections
-            // start with the schema on their search path.
-            let admin = PgPoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(options.acquire_timeout)
-                .connect_with(connect.clone())
-                .await
-                .map_err(cannot_connect)?;
-            let created = sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")))
-                .execute(&admin)
-                .await;
-            admin.close().await;
-            if let Err(err) = created {
-                // Another process creating the same schema at the same moment
-                // loses on the catalog's unique index; the schema is there.
-                if !err.as_database_error().is_some_and(|e| e.is_unique_violation()) {
-                    return Err(StoreError::backend(err));
-                }
-            }
-            connect = connect.options([("search_path", schema.as_str())]);
+        let mut settings = vec![("search_path", quoted(&placed.schema))];
+        if let Some(timeout) = limits.lock_timeout {
+            settings.push(("lock_timeout", pg_duration(timeout)));
+        }
+        if let Some(timeout) = limits.statement_timeout {
+            settings.push(("statement_timeout", pg_duration(timeout)));
         }
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect)
+            .connect_with(connect.options(settings))
             .await
-            .map_err(cannot_connect)?;
-        // sqlx holds an advisory lock while migrating, so servers starting
-        // together apply each migration once.
-        migrator().run(&pool).await.map_err(StoreError::backend)?;
+            .map_err(|err| cannot_connect(&shown, &limits, &err))?;
         Ok(PostgresStore {
             pool,
-            schema: options.schema,
+            schema: placed.schema,
+            limits,
         })
     }
 
-    /// The schema given at connect time, if any.
-    pub fn schema(&self) -> Option<&str> {
-        self.schema.as_deref()
+    /// The schema askloop's tables are in.
+    pub fn schema(&self) -> &str {
+        &self.schema
     }
 
     /// Closes the pool.
@@ -170,37 +127,82 @@ impl PostgresStore {
         self.pool.close().await;
     }
 
+    /// `err`, met while doing `action`, in words a user can act on.
+    fn failed(&self, action: impl FnOnce() -> String) -> impl FnOnce(sqlx::Error) -> StoreError {
+        let limits = self.limits;
+        move |err| limits.failure(&action(), err)
+    }
+
     async fn row_state(&self, run_id: &str) -> Result<Option<RowState>, StoreError> {
         let row = sqlx::query("SELECT status, version, schema_version FROM runs WHERE run_id = $1")
             .bind(run_id)
             .fetch_optional(&self.pool)
             .await
-            .map_err(StoreError::backend)?;
+            .map_err(self.failed(|| format!("reading run {run_id}")))?;
         row.map(|row| RowState::from_row(&row)).transpose()
     }
 }
 
-/// A failure to reach the server, saying which server.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}: {source}")]
-struct ConnectError {
-    message: String,
-    source: sqlx::Error,
+/// What a URL and options ask for.
+struct Resolved {
+    connect: PgConnectOptions,
+    requested: Requested,
+    limits: Limits,
 }
 
-/// Refuses schema names that would need quoting rules to be safe.
-fn check_schema_name(schema: &str) -> Result<(), StoreError> {
-    let mut chars = schema.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if first_ok && rest_ok && schema.len() <= 63 {
-        Ok(())
-    } else {
-        Err(StoreError::InvalidLocation(format!(
-            "{schema:?} is not a usable PostgreSQL schema name: use at most 63 lower-case ASCII letters, digits \
-             and _, not starting with a digit"
-        )))
-    }
+/// Reads the URL and merges it with `options` (which win) and the defaults.
+fn resolve(url: &str, shown: &str, options: &PostgresOptions) -> Result<Resolved, StoreError> {
+    let from_url = split_url(url, shown)?;
+    let connect: PgConnectOptions = from_url.url.parse().map_err(|e| {
+        StoreError::InvalidLocation(format!(
+            "cannot read the PostgreSQL URL {shown}: {e}; expected postgres://USER@HOST:PORT/DATABASE"
+        ))
+    })?;
+    let requested = match options
+        .schema
+        .clone()
+        .or(from_url.schema)
+        .or_else(|| search_path_schema(connect.get_options()))
+    {
+        Some(schema) => {
+            check_schema_name(&schema)?;
+            Requested::Named(schema)
+        }
+        None => Requested::Default,
+    };
+    let own = |set: Option<Duration>, parameter: &str, default: Duration| match set {
+        Some(timeout) => Some(timeout),
+        // Set in the URL's `options`: PostgreSQL has it.
+        None if options_set(connect.get_options(), parameter) => None,
+        None => Some(default),
+    };
+    let limits = Limits {
+        lock_timeout: own(
+            options.lock_timeout.or(from_url.lock_timeout),
+            "lock_timeout",
+            DEFAULT_LOCK_TIMEOUT,
+        ),
+        statement_timeout: own(
+            options.statement_timeout.or(from_url.statement_timeout),
+            "statement_timeout",
+            DEFAULT_STATEMENT_TIMEOUT,
+        ),
+        acquire_timeout: options.acquire_timeout,
+        max_connections: options.max_connections,
+    };
+    Ok(Resolved {
+        connect,
+        requested,
+        limits,
+    })
+}
+
+/// The URL was fine; the server was not there or refused us.
+fn cannot_connect(shown: &str, limits: &Limits, err: &sqlx::Error) -> StoreError {
+    StoreError::backend(PostgresFailure(format!(
+        "cannot connect to PostgreSQL at {shown}: {}",
+        limits.describe(err)
+    )))
 }
 
 /// The URL without its password, for messages.
@@ -228,11 +230,14 @@ macro_rules! run_columns {
 }
 
 fn stored_run(row: &PgRow) -> Result<StoredRun, StoreError> {
-    let run_id: String = row.try_get("run_id").map_err(StoreError::backend)?;
+    let run_id: String = row
+        .try_get("run_id")
+        .map_err(|e| StoreError::backend(PostgresFailure(format!("reading a run's id: {e}"))))?;
     let column = |e: sqlx::Error| StoreError::Corrupt {
         run_id: run_id.clone(),
         detail: e.to_string(),
     };
+    let json = |name: &str| row.try_get::<String, _>(name).map(nul::decode_json);
     Ok(StoredRun {
         agent_id: row.try_get("agent_id").map_err(column)?,
         thread_id: row.try_get("thread_id").map_err(column)?,
@@ -240,55 +245,93 @@ fn stored_run(row: &PgRow) -> Result<StoredRun, StoreError> {
         version: row.try_get("version").map_err(column)?,
         created_at: row.try_get("created_at").map_err(column)?,
         updated_at: row.try_get("updated_at").map_err(column)?,
-        pending: row.try_get("pending").map_err(column)?,
-        step_results: row.try_get("step_results").map_err(column)?,
+        pending: json("pending").map_err(column)?,
+        step_results: json("step_results").map_err(column)?,
         message_count: row.try_get("message_count").map_err(column)?,
         steps: row.try_get("steps").map_err(column)?,
-        usage: row.try_get("usage").map_err(column)?,
-        error: row.try_get("error").map_err(column)?,
-        metadata: row.try_get("metadata").map_err(column)?,
+        usage: json("usage").map_err(column)?,
+        error: row
+            .try_get::<Option<String>, _>("error")
+            .map(|e| e.map(nul::decode_text))
+            .map_err(column)?,
+        metadata: json("metadata").map_err(column)?,
         schema_version: row.try_get("schema_version").map_err(column)?,
         run_id: run_id.clone(),
     })
 }
 
-/// Appends messages in one statement, whatever their number.
-async fn insert_messages(
-    tx: &mut sqlx::PgConnection,
-    run_id: &str,
-    first_seq: i64,
-    bodies: Vec<String>,
-) -> Result<(), StoreError> {
-    if bodies.is_empty() {
-        return Ok(());
+/// The JSON columns of a run, storable (see `nul.rs`).
+struct PgJson {
+    pending: String,
+    step_results: String,
+    usage: String,
+}
+
+impl PgJson {
+    fn of(json: JsonColumns) -> Self {
+        PgJson {
+            pending: nul::encode_json(&json.pending).into_owned(),
+            step_results: nul::encode_json(&json.step_results).into_owned(),
+            usage: nul::encode_json(&json.usage).into_owned(),
+        }
     }
-    sqlx::query(
-        "INSERT INTO messages (run_id, seq, body) \
-         SELECT $1, $2 + m.ord - 1, m.body::jsonb FROM UNNEST($3::text[]) WITH ORDINALITY AS m(body, ord)",
-    )
-    .bind(run_id)
-    .bind(first_seq)
-    .bind(bodies)
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::backend)?;
-    Ok(())
+}
+
+/// Message bodies to append, serialised and storable.
+fn message_bodies(run_id: &str, messages: &[Message]) -> Result<Vec<String>, StoreError> {
+    let bodies = crate::row::message_bodies(run_id, messages)?;
+    Ok(bodies
+        .into_iter()
+        .map(|body| match nul::encode_json(&body) {
+            std::borrow::Cow::Borrowed(_) => body,
+            std::borrow::Cow::Owned(encoded) => encoded,
+        })
+        .collect())
+}
+
+impl PostgresStore {
+    /// Appends messages in one statement, whatever their number.
+    async fn insert_messages(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        run_id: &str,
+        first_seq: i64,
+        bodies: Vec<String>,
+    ) -> Result<(), StoreError> {
+        if bodies.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "INSERT INTO messages (run_id, seq, body) \
+             SELECT $1, $2 + m.ord - 1, m.body::jsonb FROM UNNEST($3::text[]) WITH ORDINALITY AS m(body, ord)",
+        )
+        .bind(run_id)
+        .bind(first_seq)
+        .bind(bodies)
+        .execute(&mut *tx)
+        .await
+        .map_err(self.failed(|| format!("writing the messages of run {run_id}")))?;
+        Ok(())
+    }
 }
 
 #[async_trait]
 impl RunStore for PostgresStore {
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
-        let json = JsonColumns::of_record(run)?;
-        let metadata = crate::row::to_json(&run.run_id, "metadata", &run.metadata)?;
-        let bodies = message_bodies(&run.run_id, messages)?;
-        let mut tx = self.pool.begin().await.map_err(StoreError::backend)?;
+        let run_id = run.run_id.as_str();
+        let json = PgJson::of(JsonColumns::of_record(run)?);
+        let metadata = nul::encode_json(&crate::row::to_json(run_id, "metadata", &run.metadata)?).into_owned();
+        let error = run.error.as_deref().map(nul::encode_text);
+        let bodies = message_bodies(run_id, messages)?;
+        let creating = || format!("creating run {run_id}");
+        let mut tx = self.pool.begin().await.map_err(self.failed(creating))?;
         let inserted = sqlx::query(concat!(
             "INSERT INTO runs (",
             "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, step_results, \
              message_count, steps, usage, error, metadata, schema_version",
             ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12::jsonb, $13, $14::jsonb, $15)"
         ))
-        .bind(&run.run_id)
+        .bind(run_id)
         .bind(&run.agent_id)
         .bind(&run.thread_id)
         .bind(run.status.as_str())
@@ -300,7 +343,7 @@ impl RunStore for PostgresStore {
         .bind(bodies.len() as i64)
         .bind(i64::from(run.steps))
         .bind(&json.usage)
-        .bind(&run.error)
+        .bind(error.as_deref())
         .bind(&metadata)
         .bind(RUN_SCHEMA_VERSION)
         .execute(&mut *tx)
@@ -308,13 +351,13 @@ impl RunStore for PostgresStore {
         if let Err(err) = inserted {
             if err.as_database_error().is_some_and(|e| e.is_unique_violation()) {
                 return Err(StoreError::AlreadyExists {
-                    run_id: run.run_id.clone(),
+                    run_id: run_id.to_owned(),
                 });
             }
-            return Err(StoreError::backend(err));
+            return Err(self.limits.failure(&creating(), err));
         }
-        insert_messages(&mut tx, &run.run_id, 0, bodies).await?;
-        tx.commit().await.map_err(StoreError::backend)
+        self.insert_messages(&mut tx, run_id, 0, bodies).await?;
+        tx.commit().await.map_err(self.failed(creating))
     }
 
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -322,7 +365,7 @@ impl RunStore for PostgresStore {
             .bind(run_id)
             .fetch_optional(&self.pool)
             .await
-            .map_err(StoreError::backend)?;
+            .map_err(self.failed(|| format!("reading run {run_id}")))?;
         row.map(|row| stored_run(&row)?.into_record()).transpose()
     }
 
@@ -331,11 +374,22 @@ impl RunStore for PostgresStore {
             .bind(run_id)
             .fetch_all(&self.pool)
             .await
-            .map_err(StoreError::backend)?;
-        rows.iter().map(|row| message_from_row(run_id, row)).collect()
+            .map_err(self.failed(|| format!("reading the messages of run {run_id}")))?;
+        rows.iter()
+            .map(|row| {
+                let corrupt = |e: sqlx::Error| StoreError::Corrupt {
+                    run_id: run_id.to_owned(),
+                    detail: format!("a message: {e}"),
+                };
+                let seq: i64 = row.try_get("seq").map_err(corrupt)?;
+                let body: String = row.try_get("body").map_err(corrupt)?;
+                parse_message(run_id, seq, &nul::decode_json(body))
+            })
+            .collect()
     }
 
     async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
+        let claiming = || format!("claiming run {run_id}");
         let claimed = sqlx::query(
             "UPDATE runs SET status = 'running', version = version + 1, updated_at = $1 \
              WHERE run_id = $2 AND status = 'suspended' AND version = $3 AND schema_version <= $4 \
@@ -347,9 +401,9 @@ impl RunStore for PostgresStore {
         .bind(RUN_SCHEMA_VERSION)
         .fetch_optional(&self.pool)
         .await
-        .map_err(StoreError::backend)?;
+        .map_err(self.failed(claiming))?;
         match claimed {
-            Some(row) => row.try_get("version").map_err(StoreError::backend),
+            Some(row) => row.try_get("version").map_err(self.failed(claiming)),
             None => Err(explain_missed_write(
                 run_id,
                 expected_version,
@@ -359,10 +413,13 @@ impl RunStore for PostgresStore {
     }
 
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
-        let json = JsonColumns::of_update(&update)?;
-        let bodies = message_bodies(update.run_id, update.append)?;
+        let run_id = update.run_id;
+        let json = PgJson::of(JsonColumns::of_update(&update)?);
+        let error = update.error.map(nul::encode_text);
+        let bodies = message_bodies(run_id, update.append)?;
         let appended = bodies.len() as i64;
-        let mut tx = self.pool.begin().await.map_err(StoreError::backend)?;
+        let writing = || format!("writing run {run_id}");
+        let mut tx = self.pool.begin().await.map_err(self.failed(writing))?;
         let written = sqlx::query(
             "UPDATE runs SET status = $1, version = version + 1, updated_at = $2, pending = $3::jsonb, \
              step_results = $4::jsonb, message_count = message_count + $5, steps = $6, usage = $7::jsonb, \
@@ -377,25 +434,26 @@ impl RunStore for PostgresStore {
         .bind(appended)
         .bind(i64::from(update.steps))
         .bind(&json.usage)
-        .bind(update.error)
+        .bind(error.as_deref())
         .bind(RUN_SCHEMA_VERSION)
-        .bind(update.run_id)
+        .bind(run_id)
         .bind(update.expected_version)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(StoreError::backend)?;
+        .map_err(self.failed(writing))?;
         let Some(row) = written else {
-            tx.rollback().await.map_err(StoreError::backend)?;
+            tx.rollback().await.map_err(self.failed(writing))?;
             return Err(explain_missed_write(
-                update.run_id,
+                run_id,
                 update.expected_version,
-                self.row_state(update.run_id).await?,
+                self.row_state(run_id).await?,
             ));
         };
-        let version: i64 = row.try_get("version").map_err(StoreError::backend)?;
-        let message_count: i64 = row.try_get("message_count").map_err(StoreError::backend)?;
-        insert_messages(&mut tx, update.run_id, message_count - appended, bodies).await?;
-        tx.commit().await.map_err(StoreError::backend)?;
+        let version: i64 = row.try_get("version").map_err(self.failed(writing))?;
+        let message_count: i64 = row.try_get("message_count").map_err(self.failed(writing))?;
+        self.insert_messages(&mut tx, run_id, message_count - appended, bodies)
+            .await?;
+        tx.commit().await.map_err(self.failed(writing))?;
         Ok(version)
     }
 
@@ -434,7 +492,10 @@ impl RunStore for PostgresStore {
         if let Some(agent_id) = &query.agent_id {
             q = q.bind(agent_id);
         }
-        let rows = q.fetch_all(&self.pool).await.map_err(StoreError::backend)?;
+        let rows = q
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.failed(|| "listing runs".to_owned()))?;
         crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
     }
 
@@ -448,7 +509,7 @@ impl RunStore for PostgresStore {
             .bind(before)
             .execute(&self.pool)
             .await
-            .map_err(StoreError::backend)?;
+            .map_err(self.failed(|| "pruning finished runs".to_owned()))?;
         Ok(done.rows_affected())
     }
 }
@@ -462,13 +523,5 @@ mod tests {
         assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact("postgres://h/db"), "postgres://h/db");
-    }
-
-    #[test]
-    fn only_plain_schema_names_are_accepted() {
-        assert!(check_schema_name("askloop_test_1").is_ok());
-        for bad in ["", "1abc", "a-b", "A", "x\"; DROP TABLE runs; --", &"a".repeat(64)] {
-            assert!(check_schema_name(bad).is_err(), "{bad:?}");
-        }
     }
 }

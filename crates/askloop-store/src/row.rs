@@ -172,23 +172,6 @@ impl RowState {
     }
 }
 
-/// Reads one message from a row with `seq` and `body` (JSON text) columns,
-/// of any backend.
-pub(crate) fn message_from_row<R>(run_id: &str, row: &R) -> Result<Message, StoreError>
-where
-    R: Row,
-    for<'c> &'c str: ColumnIndex<R>,
-    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
-    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let seq: i64 = row.try_get("seq").map_err(StoreError::backend)?;
-    let body: String = row.try_get("body").map_err(|e| StoreError::Corrupt {
-        run_id: run_id.to_owned(),
-        detail: format!("message {seq}: {e}"),
-    })?;
-    parse_message(run_id, seq, &body)
-}
-
 /// Why a compare-and-set on `run_id` matched no row: the run is missing,
 /// newer than this build, or was changed by someone else.
 pub(crate) fn explain_missed_write(run_id: &str, expected_version: i64, state: Option<RowState>) -> StoreError {

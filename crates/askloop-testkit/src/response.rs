@@ -165,6 +165,10 @@ pub struct FakeTurn {
     /// While waiting between frames, sends an SSE comment (`: keep-alive`)
     /// this often, as servers do while a model thinks.
     pub keep_alive: Option<Duration>,
+    /// After this many SSE frames, sends nothing more and never ends the
+    /// body (only keep-alive comments, when `keep_alive` is set): a server
+    /// stuck thinking for ever.
+    pub stall_after: Option<usize>,
 }
 
 impl FakeTurn {
@@ -258,6 +262,13 @@ impl FakeTurn {
     /// Sends `: keep-alive` comments this often while waiting between frames.
     pub fn keep_alive(mut self, every: Duration) -> Self {
         self.keep_alive = Some(every);
+        self
+    }
+
+    /// Stalls for ever after `frames` SSE frames, keeping the connection
+    /// open (with `keep_alive`, sending only comments).
+    pub fn stall_after(mut self, frames: usize) -> Self {
+        self.stall_after = Some(frames);
         self
     }
 

@@ -353,6 +353,7 @@ async fn answer(
                 frame_delay: Duration::ZERO,
                 keep_alive: None,
                 disconnect_after: None,
+                stall_after: None,
             };
             sse_response(shared, vec![Bytes::from(text)], pacing)
         }
@@ -373,6 +374,7 @@ async fn answer(
                 frame_delay: turn.frame_delay,
                 keep_alive: turn.keep_alive,
                 disconnect_after: turn.disconnect_after,
+                stall_after: turn.stall_after,
             };
             sse_response(shared, frames, pacing)
         }
@@ -446,6 +448,7 @@ struct Pacing {
     frame_delay: Duration,
     keep_alive: Option<Duration>,
     disconnect_after: Option<usize>,
+    stall_after: Option<usize>,
 }
 
 impl Pacing {
@@ -454,7 +457,10 @@ impl Pacing {
     /// error, which makes hyper abort the connection.
     fn schedule(self, frames: Vec<Bytes>) -> Vec<(Duration, Result<Bytes, Disconnect>)> {
         let mut timed = Vec::with_capacity(frames.len() + 1);
-        let cut = self.disconnect_after.unwrap_or(usize::MAX);
+        let cut = self
+            .disconnect_after
+            .unwrap_or(usize::MAX)
+            .min(self.stall_after.unwrap_or(usize::MAX));
         for (i, frame) in frames.into_iter().take(cut).enumerate() {
             let mut wait = if i == 0 { Duration::ZERO } else { self.frame_delay };
             if let Some(every) = self.keep_alive.filter(|every| !every.is_zero()) {
@@ -465,7 +471,7 @@ impl Pacing {
             }
             timed.push((wait, Ok(frame)));
         }
-        if self.disconnect_after.is_some() {
+        if self.disconnect_after.is_some() && self.stall_after.is_none() {
             // What was written reaches the client before the cut, so it sees
             // a response that breaks off, not one that never came.
             timed.push((DISCONNECT_FLUSH, Err(Disconnect)));
@@ -474,10 +480,36 @@ impl Pacing {
     }
 }
 
+/// The scheduled items, then silence for ever: a comment every
+/// `keep_alive`, or nothing at all. The body never ends; it stops counting
+/// as open when the client goes away.
+fn stalled(
+    timed: Vec<(Duration, Result<Bytes, Disconnect>)>,
+    keep_alive: Option<Duration>,
+    open: OpenStream,
+) -> impl futures::Stream<Item = Result<Bytes, Disconnect>> + Send + 'static {
+    let first = futures::stream::iter(timed).then(|(wait, item)| async move {
+        tokio::time::sleep(wait).await;
+        item
+    });
+    let forever = futures::stream::unfold(open, move |open| async move {
+        match keep_alive.filter(|every| !every.is_zero()) {
+            Some(every) => {
+                tokio::time::sleep(every).await;
+                Some((Ok(Bytes::from_static(b": ping\n\n")), open))
+            }
+            None => futures::future::pending().await,
+        }
+    });
+    first.chain(forever)
+}
+
 /// Streams frames, one HTTP chunk each, as a real server does.
 fn sse_response(shared: &Shared, frames: Vec<Bytes>, pacing: Pacing) -> Response {
     let open = OpenStream::new(&shared.open_streams);
-    let body = if pacing.frame_delay.is_zero() && pacing.disconnect_after.is_none() {
+    let body = if pacing.stall_after.is_some() {
+        Body::from_stream(stalled(pacing.schedule(frames), pacing.keep_alive, open))
+    } else if pacing.frame_delay.is_zero() && pacing.disconnect_after.is_none() {
         Body::from_stream(futures::stream::iter(frames).map(move |frame| {
             let _counted = &open;
             Ok::<_, Infallible>(frame)

@@ -127,7 +127,8 @@ impl Model for AnthropicModel {
             message: format!("cannot serialise the request: {err}"),
         })?;
         let body = bytes::Bytes::from(body);
-        let response = http::send_with_retries(PROVIDER, self.endpoint.as_str(), &self.config.http, || {
+        let deadline = http::Deadline::start(&self.config.http);
+        let response = http::send_with_retries(PROVIDER, self.endpoint.as_str(), &self.config.http, deadline, || {
             self.endpoint
                 .post(&self.client)
                 .header("x-api-key", &self.config.api_key)
@@ -143,7 +144,8 @@ impl Model for AnthropicModel {
             PROVIDER,
             response,
             parser,
-            self.config.http.idle_timeout,
+            &self.config.http,
+            deadline,
         ))
     }
 }

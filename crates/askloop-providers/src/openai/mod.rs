@@ -169,7 +169,8 @@ impl Model for OpenAiModel {
         let body =
             serde_json::to_vec(&request::chat_request(&self.config.model, &request, tools)).map_err(serialise_error)?;
         let body = bytes::Bytes::from(body);
-        let response = http::send_with_retries(provider, self.endpoint.as_str(), &self.config.http, || {
+        let deadline = http::Deadline::start(&self.config.http);
+        let response = http::send_with_retries(provider, self.endpoint.as_str(), &self.config.http, deadline, || {
             let mut builder = self
                 .endpoint
                 .post(&self.client)
@@ -197,7 +198,8 @@ impl Model for OpenAiModel {
             provider,
             response,
             parser,
-            self.config.http.idle_timeout,
+            &self.config.http,
+            deadline,
         ))
     }
 }

@@ -15,6 +15,7 @@ pub fn quick_http(max_retries: u32) -> HttpConfig {
     HttpConfig {
         connect_timeout: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(30),
+        total_timeout: Duration::from_secs(60),
         retry: RetryPolicy {
             max_retries,
             initial_backoff: Duration::from_millis(1),

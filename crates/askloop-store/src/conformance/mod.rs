@@ -19,6 +19,7 @@
 
 mod cases;
 mod raw;
+mod text;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +32,7 @@ use crate::{PostgresOptions, PostgresStore, SqliteStore};
 
 pub use cases::*;
 pub use raw::RawRows;
+pub use text::*;
 
 /// A store under test, empty.
 pub struct Subject {
@@ -187,7 +189,8 @@ macro_rules! store_conformance_tests {
             list_is_newest_first_then_by_id_descending,
             list_filters_by_status_and_agent,
             list_pages_with_limit_and_offset,
-            prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages
+            prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages,
+            text_with_nul_characters_round_trips_exactly
         );
     };
 }

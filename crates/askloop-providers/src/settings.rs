@@ -1,0 +1,96 @@
+//! Timeouts from the environment: `ASKLOOP_MODEL_TIMEOUT` (the total
+//! deadline of one model call) and `ASKLOOP_MODEL_IDLE_TIMEOUT` (the
+//! longest wait for the next event), read by [`crate::from_spec`] on top of
+//! the [`HttpConfig`] it is given.
+
+use std::time::Duration;
+
+use crate::http::HttpConfig;
+
+/// The total deadline of one model call, retries and stream included.
+pub const MODEL_TIMEOUT_VAR: &str = "ASKLOOP_MODEL_TIMEOUT";
+/// The longest a model call may go without an event (keep-alive comments
+/// do not count).
+pub const MODEL_IDLE_TIMEOUT_VAR: &str = "ASKLOOP_MODEL_IDLE_TIMEOUT";
+
+/// `http` with the timeouts the variables set. `var` returns a variable's
+/// trimmed, non-empty value. A value that is not a duration is refused with
+/// what would be accepted.
+pub(crate) fn with_env_timeouts(
+    mut http: HttpConfig,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<HttpConfig, String> {
+    if let Some(value) = var(MODEL_TIMEOUT_VAR) {
+        http.total_timeout = parse_duration(MODEL_TIMEOUT_VAR, &value)?;
+    }
+    if let Some(value) = var(MODEL_IDLE_TIMEOUT_VAR) {
+        http.idle_timeout = parse_duration(MODEL_IDLE_TIMEOUT_VAR, &value)?;
+    }
+    Ok(http)
+}
+
+/// `90` (seconds), `90s`, `500ms`, `10m` / `10min`, `1h`, `1.5s`; more
+/// than zero.
+fn parse_duration(name: &str, value: &str) -> Result<Duration, String> {
+    let refuse = |why: &str| {
+        format!("{name}={value:?} {why}; give seconds (600) or a number with a unit (600s, 500ms, 10m, 1h)")
+    };
+    let text = value.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| refuse("is not a duration"))?;
+    let seconds = match unit.trim() {
+        "" | "s" | "sec" => number,
+        "ms" => number / 1000.0,
+        "m" | "min" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return Err(refuse("has a unit askloop does not know")),
+    };
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(refuse("must be more than zero"));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| refuse("is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_seconds_or_a_number_with_a_unit() {
+        let ok = |v: &str| parse_duration("X", v).unwrap();
+        assert_eq!(ok("90"), Duration::from_secs(90));
+        assert_eq!(ok("90s"), Duration::from_secs(90));
+        assert_eq!(ok(" 500ms "), Duration::from_millis(500));
+        assert_eq!(ok("10m"), Duration::from_secs(600));
+        assert_eq!(ok("10min"), Duration::from_secs(600));
+        assert_eq!(ok("1h"), Duration::from_secs(3600));
+        assert_eq!(ok("1.5s"), Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn a_value_that_is_not_a_duration_is_refused_naming_the_variable_and_the_forms() {
+        for bad in ["", "soon", "10 fortnights", "0", "-5s", "1e400"] {
+            let message = parse_duration("ASKLOOP_MODEL_TIMEOUT", bad).unwrap_err();
+            assert!(message.starts_with("ASKLOOP_MODEL_TIMEOUT="), "{message}");
+            assert!(message.contains("600s, 500ms, 10m"), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_variables_set_the_total_and_idle_timeouts_and_leave_the_rest() {
+        let env = |name: &str| match name {
+            MODEL_TIMEOUT_VAR => Some("2m".to_owned()),
+            MODEL_IDLE_TIMEOUT_VAR => Some("45".to_owned()),
+            _ => None,
+        };
+        let http = with_env_timeouts(HttpConfig::default(), env).unwrap();
+        assert_eq!(http.total_timeout, Duration::from_secs(120));
+        assert_eq!(http.idle_timeout, Duration::from_secs(45));
+        assert_eq!(http.connect_timeout, HttpConfig::default().connect_timeout);
+        let unset = with_env_timeouts(HttpConfig::default(), |_| None).unwrap();
+        assert_eq!(unset, HttpConfig::default());
+    }
+}

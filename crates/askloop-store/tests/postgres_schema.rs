@@ -1,0 +1,202 @@
+//! Where askloop's tables live in a PostgreSQL database shared with another
+//! application, databases made by earlier builds, and bounded lock waits.
+//! Each test makes a database of its own (its `public` schema matters).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use askloop::{Message, RunStatus, RunStore, StoreError};
+use askloop_store::conformance::{new_run, postgres_test_url};
+use askloop_store::{PostgresOptions, PostgresStore};
+use chrono::Utc;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Executor, PgPool};
+
+/// A new, empty database on the test server, dropped with the guard.
+struct TestDatabase {
+    admin: PgPool,
+    name: String,
+    url: String,
+}
+
+impl TestDatabase {
+    async fn create(test: &str) -> Option<TestDatabase> {
+        let base = postgres_test_url(test)?;
+        let admin = PgPoolOptions::new().max_connections(1).connect(&base).await.unwrap();
+        let name = askloop_store::conformance::unique_schema_name().replace("askloop_test", "askloop_db");
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+            .await
+            .unwrap();
+        let mut url = url::Url::parse(&base).unwrap();
+        url.set_path(&name);
+        Some(TestDatabase {
+            admin,
+            name,
+            url: url.to_string(),
+        })
+    }
+
+    async fn pool(&self) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&self.url)
+            .await
+            .unwrap()
+    }
+
+    async fn drop(self) {
+        self.admin
+            .execute(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.name
+            )))
+            .await
+            .unwrap();
+    }
+}
+
+async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_host_applications_migrations_and_runs_table_are_left_intact() {
+    let Some(db) = TestDatabase::create("a_host_applications_migrations_and_runs_table_are_left_intact").await else {
+        return;
+    };
+    let host = db.pool().await;
+    // Another sqlx application: its own migration 1 and its own `runs`.
+    host.execute(
+        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+         installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, checksum BYTEA NOT NULL, \
+         execution_time BIGINT NOT NULL); \
+         INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (1, 'host tables', true, '\\x0102', 5); \
+         CREATE TABLE runs (id SERIAL PRIMARY KEY, pipeline TEXT NOT NULL); \
+         INSERT INTO runs (pipeline) VALUES ('nightly build');",
+    )
+    .await
+    .unwrap();
+
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    assert_eq!(store.schema(), "askloop");
+    store
+        .create(&new_run("r1", "agent", Utc::now(), 1), &[Message::user("hi")])
+        .await
+        .unwrap();
+    assert_eq!(store.get("r1").await.unwrap().unwrap().agent_id, "agent");
+    // Opening again finds its own record and applies nothing twice.
+    let again = PostgresStore::connect(&db.url).await.unwrap();
+    assert_eq!(again.messages("r1").await.unwrap(), [Message::user("hi")]);
+
+    assert_eq!(count(&host, "SELECT COUNT(*) FROM public._sqlx_migrations").await, 1);
+    let (description, checksum): (String, Vec<u8>) =
+        sqlx::query_as("SELECT description, checksum FROM public._sqlx_migrations WHERE version = 1")
+            .fetch_one(&host)
+            .await
+            .unwrap();
+    assert_eq!((description.as_str(), checksum), ("host tables", vec![1, 2]));
+    let pipelines: Vec<String> = sqlx::query_scalar("SELECT pipeline FROM public.runs")
+        .fetch_all(&host)
+        .await
+        .unwrap();
+    assert_eq!(pipelines, ["nightly build"]);
+    assert_eq!(count(&host, "SELECT COUNT(*) FROM askloop._sqlx_migrations").await, 1);
+    assert_eq!(count(&host, "SELECT COUNT(*) FROM askloop.runs").await, 1);
+    store.close().await;
+    again.close().await;
+    host.close().await;
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn a_database_made_by_an_earlier_askloop_keeps_its_runs_in_public() {
+    let Some(db) = TestDatabase::create("a_database_made_by_an_earlier_askloop_keeps_its_runs_in_public").await else {
+        return;
+    };
+    // What earlier builds did: sqlx's default migrator in the connection's
+    // default schema.
+    let host = db.pool().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("0001_runs.sql"),
+        include_str!("../migrations/postgres/0001_runs.sql"),
+    )
+    .unwrap();
+    sqlx::migrate::Migrator::new(dir.path())
+        .await
+        .unwrap()
+        .run(&host)
+        .await
+        .unwrap();
+    let earlier = PostgresStore::connect_with(&db.url, PostgresOptions::default().schema("public"))
+        .await
+        .unwrap();
+    let run = new_run("old-run", "agent", Utc::now(), 1);
+    earlier
+        .create(&run, &[Message::user("before the upgrade")])
+        .await
+        .unwrap();
+    earlier.close().await;
+
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    assert_eq!(store.schema(), "public", "the tables stay where they are");
+    let old = store.get("old-run").await.unwrap().unwrap();
+    assert_eq!(old.status, RunStatus::Running);
+    assert_eq!(
+        store.messages("old-run").await.unwrap(),
+        [Message::user("before the upgrade")]
+    );
+    store
+        .create(&new_run("new-run", "agent", Utc::now(), 0), &[])
+        .await
+        .unwrap();
+    assert_eq!(count(&host, "SELECT COUNT(*) FROM public.runs").await, 2);
+    assert_eq!(
+        count(&host, "SELECT COUNT(*) FROM pg_namespace WHERE nspname = 'askloop'").await,
+        0,
+        "no second, empty set of tables"
+    );
+    store.close().await;
+    host.close().await;
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn a_run_row_locked_by_another_session_fails_at_the_lock_timeout_with_a_clear_message() {
+    let Some(db) = TestDatabase::create("a_run_row_locked_by_another_session").await else {
+        return;
+    };
+    let url = format!("{}?lock_timeout=200ms", db.url);
+    let store = PostgresStore::connect(&url).await.unwrap();
+    store.create(&new_run("r1", "agent", Utc::now(), 0), &[]).await.unwrap();
+    // Another session takes the whole table and keeps its transaction open.
+    let other = db.pool().await;
+    let mut locker = other.begin().await.unwrap();
+    locker
+        .execute("LOCK TABLE askloop.runs IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+
+    let read = tokio::time::timeout(Duration::from_secs(60), store.get("r1"))
+        .await
+        .expect("the read never ended: no lock timeout");
+    match read {
+        Err(err @ StoreError::Backend(_)) => {
+            let message = err.to_string();
+            assert!(message.contains("reading run r1"), "{message}");
+            assert!(message.contains("lock_timeout"), "{message}");
+            assert!(!message.contains("error returned from database"), "{message}");
+        }
+        other => panic!("expected a lock timeout, got {other:?}"),
+    }
+    locker.rollback().await.unwrap();
+    assert!(store.get("r1").await.unwrap().is_some(), "works again once released");
+    store.close().await;
+    other.close().await;
+    db.drop().await;
+}

@@ -43,26 +43,26 @@ pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutp
                     other => other.to_string(),
                 };
                 let marker = if result.result.is_error { "failed" } else { "->" };
-                eprintln!("  [{}] {marker} {}", result.tool_name, one_line(&content));
+                errln!("  [{}] {marker} {}", result.tool_name, one_line(&content));
             }
             ChunkKind::ToolError(err) => {
                 spinner.stop();
                 end_line(&mut stdout, &mut at_line_start);
-                eprintln!("  [{}] error: {}", err.tool_name, one_line(&err.error));
+                errln!("  [{}] error: {}", err.tool_name, one_line(&err.error));
             }
             ChunkKind::ToolOutputDenied(denied) => {
                 end_line(&mut stdout, &mut at_line_start);
-                eprintln!("  [{}] declined", denied.tool_name);
+                errln!("  [{}] declined", denied.tool_name);
             }
             ChunkKind::Error(err) => {
                 spinner.stop();
                 end_line(&mut stdout, &mut at_line_start);
-                eprintln!("askloop: the run failed: {}", err.error.message);
+                errln!("askloop: the run failed: {}", err.error.message);
             }
             ChunkKind::Abort(_) => {
                 spinner.stop();
                 end_line(&mut stdout, &mut at_line_start);
-                eprintln!("askloop: the run was cancelled");
+                errln!("askloop: the run was cancelled");
             }
             ChunkKind::Finish(_) | ChunkKind::ToolCallSuspended(_) | ChunkKind::ToolCallApproval(_) => {
                 spinner.stop();
@@ -82,7 +82,7 @@ fn print_json(out: &mut impl Write, chunk: &Chunk) {
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
         }
-        Err(err) => eprintln!("askloop: could not encode a chunk: {err}"),
+        Err(err) => errln!("askloop: could not encode a chunk: {err}"),
     }
 }
 

@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, AskUser, Model, RunRecord, RunStore, ScriptedModel};
+use askloop::{Agent, AskUser, DatabaseFault, Model, RunRecord, RunStore, ScriptedModel, StoreError};
+use askloop_store::Access;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -158,16 +159,44 @@ pub fn default_db() -> Result<String, CliError> {
     Ok(base.join("askloop").join("askloop.db").display().to_string())
 }
 
-/// Opens the store named by `--db` (or the default).
-pub async fn open_store(db: Option<&str>) -> Result<Arc<dyn RunStore>, CliError> {
+/// Opens the store named by `--db` (or the default) for `access`: only
+/// `chat` and `run` may create a database; the commands that read or resume
+/// runs say that none exists at a mistyped path instead of making an empty
+/// one there.
+pub async fn open_store(db: Option<&str>, access: Access) -> Result<Arc<dyn RunStore>, CliError> {
     let location = match db {
         Some(location) => location.to_owned(),
         None => default_db()?,
     };
-    askloop_store::open(&location).await.map_err(|err| match err {
-        askloop::StoreError::InvalidLocation(message) => CliError::usage(message),
-        other => CliError::failure(format!("cannot open the database: {other}")),
-    })
+    askloop_store::open_with(&location, access)
+        .await
+        .map_err(|err| match err {
+            StoreError::InvalidLocation(message) => CliError::usage(message),
+            StoreError::Unusable {
+                fault: DatabaseFault::Missing,
+                ..
+            } => CliError::failure(format!(
+                "{err}; check --db (or ASKLOOP_DB): only `askloop run` and `askloop chat` create a database"
+            )),
+            err @ StoreError::Unusable { .. } => CliError::failure(err.to_string()),
+            other => CliError::failure(format!("cannot open the database: {other}")),
+        })
+}
+
+/// A `--db` value as it works from any folder: a SQLite path made
+/// absolute (keeping a `sqlite:` prefix out), a URL as given.
+pub fn absolute_location(db: &str) -> String {
+    let trimmed = db.trim();
+    if trimmed.contains("://") && !trimmed.starts_with("sqlite:") {
+        return db.to_owned();
+    }
+    let path = trimmed
+        .strip_prefix("sqlite:")
+        .map_or(trimmed, |rest| rest.strip_prefix("//").unwrap_or(rest));
+    match std::path::absolute(path) {
+        Ok(path) => path.display().to_string(),
+        Err(_) => db.to_owned(),
+    }
 }
 
 /// Loads a run, or says there is no such run.

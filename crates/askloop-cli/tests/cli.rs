@@ -6,95 +6,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+mod common;
 
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Self {
-        Env {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn db(&self) -> PathBuf {
-        self.dir.path().join("runs.db")
-    }
-
-    fn cmd(&self) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.env_remove("OPENAI_API_KEY")
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("ASKLOOP_MODEL")
-            .env("ASKLOOP_DB", self.db())
-            .env("NO_COLOR", "1")
-            .current_dir(self.dir.path());
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).output().unwrap()
-    }
-
-    fn run_with_input(&self, args: &[&str], input: &str) -> Output {
-        use std::io::Write;
-        let mut child = self
-            .cmd()
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        child.wait_with_output().unwrap()
-    }
-
-    fn script(&self, name: &str, json: &str) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, json).unwrap();
-        path
-    }
-
-    fn show(&self, run_id: &str) -> Value {
-        let out = self.run(&["runs", "show", run_id, "--json"]);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    fn only_run_id(&self) -> String {
-        let out = self.run(&["runs", "--json"]);
-        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
-        runs[0]["runId"].as_str().unwrap().to_owned()
-    }
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The tool results of a shown run, in order.
-fn tool_results(shown: &Value) -> Vec<String> {
-    shown["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().expect("exited normally")
-}
-
-const SUSPENDED: i32 = 3;
+use common::*;
 
 #[test]
 fn run_with_the_offline_demo_says_so_prints_the_question_and_exits_suspended() {

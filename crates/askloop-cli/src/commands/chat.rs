@@ -3,7 +3,7 @@
 
 use askloop::{Agent, Message, PendingKind, Question, ResumeOptions, RunError, RunStatus, StreamOptions, StreamOutput};
 
-use super::{Context, announce};
+use super::{Access, Context, announce};
 use crate::cli::ModelArgs;
 use crate::exit::{CliError, Done};
 use crate::prompt::{self, Prompter, Reply};
@@ -14,7 +14,7 @@ pub async fn chat(ctx: &Context, first: Option<String>, model: &ModelArgs) -> Re
     let choice = setup::choose_model(model)?;
     let model = setup::make_model(&choice, false)?;
     announce(&choice);
-    let store = setup::open_store(ctx.db.as_deref()).await?;
+    let store = ctx.store(Access::Create).await?;
     let origin = RunOrigin::new(choice.clone());
     let agent = setup::agent(&origin, model, store.clone())?;
     let mut prompter = prompt::for_stdin();
@@ -42,7 +42,7 @@ pub async fn chat(ctx: &Context, first: Option<String>, model: &ModelArgs) -> Re
             return Ok(Done::from_status(output.status));
         }
         if choice == ModelChoice::Demo {
-            eprintln!("askloop: the offline demo ends here.");
+            errln!("askloop: the offline demo ends here.");
             return Ok(Done::Ok);
         }
         history = store.messages(&output.run_id).await?;
@@ -80,7 +80,7 @@ async fn answer_until_done(
                         {
                             Ok(stream) => stream,
                             Err(err @ RunError::InvalidAnswer { .. }) => {
-                                eprintln!("askloop: {err}");
+                                errln!("askloop: {err}");
                                 continue;
                             }
                             Err(err) => return Err(err.into()),
@@ -97,8 +97,8 @@ async fn answer_until_done(
 
 /// The person left a question open: say how to answer (or decline) later.
 fn left(ctx: &Context, output: &StreamOutput) -> Result<Option<StreamOutput>, CliError> {
-    eprintln!("\naskloop: run {} stays suspended. Answer later:", output.run_id);
-    eprint!(
+    errln!("\naskloop: run {} stays suspended. Answer later:", output.run_id);
+    err!(
         "{}",
         render::describe_pending(&ctx.askloop(), &output.run_id, &output.pending)
     );

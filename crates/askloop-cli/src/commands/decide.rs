@@ -4,7 +4,7 @@
 use askloop::{Agent, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord, SelectionMode};
 use serde_json::Value;
 
-use super::{Context, finish};
+use super::{Access, Context, finish};
 use crate::cli::ResumeArgs;
 use crate::exit::{CliError, Done};
 use crate::prompt::{self, Reply};
@@ -13,7 +13,7 @@ use crate::setup::{self, RunOrigin};
 
 /// Loads a run and rebuilds the agent it was started with.
 async fn agent_for(ctx: &Context, run_id: &str) -> Result<(Agent, RunRecord), CliError> {
-    let store = setup::open_store(ctx.db.as_deref()).await?;
+    let store = ctx.store(Access::Existing).await?;
     let run = setup::load_run(&store, run_id).await?;
     let origin = RunOrigin::of_run(&run)?;
     let model = setup::make_model(&origin.model, true)?;
@@ -89,8 +89,8 @@ fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<
     match reply {
         Reply::Answer(data) => Ok(Some(data)),
         Reply::Left => {
-            eprintln!("askloop: no answer given; run {} stays suspended.", run.run_id);
-            eprint!(
+            errln!("askloop: no answer given; run {} stays suspended.", run.run_id);
+            err!(
                 "{}",
                 render::describe_pending(&ctx.askloop(), &run.run_id, std::slice::from_ref(call))
             );

@@ -2,7 +2,7 @@
 
 use askloop::StreamOptions;
 
-use super::{Context, announce, finish};
+use super::{Access, Context, announce, finish};
 use crate::cli::ModelArgs;
 use crate::exit::{CliError, Done};
 use crate::setup::{self, RunOrigin};
@@ -14,7 +14,7 @@ pub async fn run(ctx: &Context, prompt: String, json: bool, model: &ModelArgs) -
     let choice = setup::choose_model(model)?;
     let model = setup::make_model(&choice, false)?;
     announce(&choice);
-    let store = setup::open_store(ctx.db.as_deref()).await?;
+    let store = ctx.store(Access::Create).await?;
     let origin = RunOrigin::new(choice);
     let agent = setup::agent(&origin, model, store)?;
     let options = StreamOptions::default().metadata(origin.to_metadata());

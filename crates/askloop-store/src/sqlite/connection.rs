@@ -35,15 +35,11 @@ pub(crate) fn open(path: &Path, role: Role, options: &SqliteOptions) -> rusqlite
         Role::Writer | Role::Reader => OpenFlags::SQLITE_OPEN_READ_WRITE,
         Role::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
     } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = match Connection::open_with_flags(path, flags) {
-        // A WAL file in a folder that cannot be written, closed cleanly (no
-        // -shm file left), cannot be opened the ordinary way: reading it
-        // would need to create the -shm file. Nobody can write such a file
-        // through that folder either, so it can be read as immutable.
-        Err(err) if role == Role::ReadOnly && is_cannot_open(&err) && path.is_file() => {
-            Connection::open_with_flags(immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)?
-        }
-        opened => opened?,
+    let conn = Connection::open_with_flags(path, flags)?;
+    let conn = if role == Role::ReadOnly {
+        readable(conn, path, flags)?
+    } else {
+        conn
     };
     conn.busy_timeout(options.busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
@@ -57,8 +53,29 @@ pub(crate) fn open(path: &Path, role: Role, options: &SqliteOptions) -> rusqlite
     Ok(conn)
 }
 
-fn is_cannot_open(err: &rusqlite::Error) -> bool {
-    err.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen)
+/// A read-only connection that can read: SQLite opens lazily, so the first
+/// read tells. A WAL file in a folder that cannot be written, closed
+/// cleanly (no -shm file left), cannot be read the ordinary way: reading
+/// would need to create the -shm file. Nobody can write the file through
+/// that folder either, so it is then read as immutable (what a last writer
+/// left in a -wal file that could not be folded back is not seen).
+fn readable(conn: Connection, path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
+    let probe = conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get::<_, i64>(0));
+    match probe {
+        Ok(_) => Ok(conn),
+        Err(err) if cannot_share(&err) && path.is_file() => {
+            drop(conn);
+            Connection::open_with_flags(immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+fn cannot_share(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
+    )
 }
 
 /// `file:PATH?immutable=1`, with every byte a URI path cannot hold as is

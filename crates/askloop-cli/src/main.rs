@@ -11,6 +11,7 @@ mod out;
 mod cli;
 mod commands;
 mod demo;
+mod escape;
 mod exit;
 mod prompt;
 mod render;

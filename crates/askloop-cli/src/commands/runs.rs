@@ -4,6 +4,7 @@ use askloop::{Message, RunQuery, RunRecord, RunStatus};
 use serde_json::{Value, json};
 
 use super::{Access, Context};
+use crate::escape;
 use crate::exit::{CliError, Done};
 use crate::render;
 use crate::setup;
@@ -39,7 +40,7 @@ pub async fn list(ctx: &Context, status: Option<&str>, limit: u32, as_json: bool
             run.run_id,
             run.status.as_str(),
             run.updated_at.format("%Y-%m-%d %H:%M:%S"),
-            waiting_on(run)
+            escape::one_line(&waiting_on(run))
         );
     }
     Ok(Done::Ok)
@@ -110,12 +111,12 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
         return Ok(Done::Ok);
     }
     outln!("Run {}", run.run_id);
-    outln!("  agent    {}", run.agent_id);
+    outln!("  agent    {}", escape::one_line(&run.agent_id));
     outln!("  status   {}", run.status);
     outln!("  created  {}", run.created_at.format("%Y-%m-%d %H:%M:%S UTC"));
     outln!("  updated  {}", run.updated_at.format("%Y-%m-%d %H:%M:%S UTC"));
     if let Some(error) = &run.error {
-        outln!("  error    {error}");
+        outln!("  error    {}", escape::lines(error));
     }
     if !run.pending.is_empty() {
         outln!();
@@ -128,16 +129,20 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
     outln!("Conversation:");
     for message in &messages {
         match message {
-            Message::User { content } => outln!("  user: {content}"),
+            Message::User { content } => outln!("  user: {}", escape::lines(content)),
             Message::Assistant { content, tool_calls } => {
                 if !content.is_empty() {
-                    outln!("  assistant: {content}");
+                    outln!("  assistant: {}", escape::lines(content));
                 }
                 for call in tool_calls {
-                    outln!("  assistant calls {} {}", call.name, call.args);
+                    outln!("  assistant calls {} {}", escape::one_line(&call.name), call.args);
                 }
             }
-            Message::Tool(result) => outln!("  {} -> {}", result.tool_name, result.content.to_model_text()),
+            Message::Tool(result) => outln!(
+                "  {} -> {}",
+                escape::one_line(&result.tool_name),
+                escape::lines(&result.content.to_model_text())
+            ),
             _ => {}
         }
     }

@@ -120,8 +120,8 @@ pub struct RunsArgs {
     /// Only runs with this status: running, suspended, completed, failed, cancelled.
     #[arg(long)]
     pub status: Option<String>,
-    /// At most this many runs.
-    #[arg(long, default_value_t = 50)]
+    /// At most this many runs (at least 1).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: u32,
     /// Print one JSON array.
     #[arg(long)]

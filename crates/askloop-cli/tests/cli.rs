@@ -1,8 +1,7 @@
 //! The real `askloop` binary, driven as a person or a script would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use serde_json::{Value, json};
 
@@ -157,13 +156,13 @@ fn malformed_answer_json_is_bad_usage_and_changes_nothing() {
 #[test]
 fn unknown_and_finished_runs_fail_with_status_1_and_one_line() {
     let env = Env::new();
-    let out = env.run(&["resume", "no-such-run", "--answer", "x"]);
-    assert_eq!(code(&out), 1);
-    assert_eq!(stderr(&out).trim(), "askloop: no run with id no-such-run");
     let script = env.script("text.json", r#"{"turns": [{"text": "hello"}]}"#);
     let out = env.run(&["run", "--script", script.to_str().unwrap(), "hi"]);
     assert_eq!(code(&out), 0);
     assert_eq!(stdout(&out).trim(), "hello");
+    let out = env.run(&["resume", "no-such-run", "--answer", "x"]);
+    assert_eq!(code(&out), 1);
+    assert_eq!(stderr(&out).trim(), "askloop: no run with id no-such-run");
     let run_id = env.only_run_id();
     let out = env.run(&["resume", &run_id, "--answer", "x"]);
     assert_eq!(code(&out), 1);
@@ -213,11 +212,56 @@ fn resume_without_tool_call_id_while_several_are_pending_lists_their_ids() {
     let out = env.run(&["resume", &run_id, "--answer", "x"]);
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("call_1_1, call_1_2"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("pass --tool-call-id (e.g. --tool-call-id call_1_1)"),
+        "{}",
+        stderr(&out)
+    );
     let out = env.run(&["resume", &run_id, "--tool-call-id", "call_1_2", "--answer", "y"]);
     assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
     let out = env.run(&["resume", &run_id, "--tool-call-id", "call_1_1", "--answer", "hi"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "Got User answered: hi; User answered: y");
+}
+
+#[test]
+fn runs_refuses_a_limit_of_zero_as_bad_usage() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let out = env.run(&["runs", "--limit", "0"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--limit"), "{}", stderr(&out));
+    let out = env.run(&["runs", "--limit", "1", "--json"]);
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_reason_with_an_answer_is_bad_usage_and_changes_nothing() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    let before = env.show(&run_id);
+    for args in [
+        vec!["resume", run_id.as_str(), "--answer", "Zed", "--reason", "because"],
+        vec![
+            "resume",
+            run_id.as_str(),
+            "--answer-json",
+            "\"Zed\"",
+            "--reason",
+            "because",
+        ],
+    ] {
+        let out = env.run(&args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--reason goes with --decline"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(env.show(&run_id), before);
 }
 
 #[test]

@@ -66,6 +66,11 @@ pub enum Command {
         /// Which call, when several are pending.
         #[arg(long)]
         tool_call_id: Option<String>,
+        /// Continue with this model instead of the run's own, resolved from
+        /// the environment now (e.g. openai/gpt-4o-mini with a new
+        /// OPENAI_BASE_URL). Without it, a run goes on where it started.
+        #[arg(long, value_name = "SPEC")]
+        model: Option<String>,
         /// Print every chunk as one JSON object per line.
         #[arg(long)]
         json: bool,
@@ -80,6 +85,11 @@ pub enum Command {
         /// Why, shown to the model.
         #[arg(long)]
         reason: Option<String>,
+        /// Continue with this model instead of the run's own, resolved from
+        /// the environment now (e.g. openai/gpt-4o-mini with a new
+        /// OPENAI_BASE_URL). Without it, a run goes on where it started.
+        #[arg(long, value_name = "SPEC")]
+        model: Option<String>,
         /// Print every chunk as one JSON object per line.
         #[arg(long)]
         json: bool,
@@ -104,9 +114,15 @@ pub struct ResumeArgs {
     /// Decline the question instead of answering it.
     #[arg(long)]
     pub decline: bool,
-    /// Why you decline, shown to the model.
-    #[arg(long, requires = "decline")]
+    /// Why you decline, shown to the model (only with --decline).
+    #[arg(long)]
     pub reason: Option<String>,
+    /// Continue with this model instead of the run's own, resolved from
+    /// the environment now (e.g. openai/gpt-4o-mini with a new
+    /// OPENAI_BASE_URL). Without it, a run goes on where it started.
+    #[arg(long, value_name = "SPEC")]
+    pub model: Option<String>,
+
     /// Print every chunk as one JSON object per line, and nothing else on stdout.
     #[arg(long)]
     pub json: bool,

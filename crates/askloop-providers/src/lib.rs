@@ -39,6 +39,6 @@ pub use anthropic::{ANTHROPIC_VERSION, AnthropicConfig, AnthropicModel, DEFAULT_
 pub use http::{HttpConfig, RetryPolicy};
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use spec::{
-    ACCEPTED_SPECS, ANTHROPIC_DEFAULT_BASE_URL, OLLAMA_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL, ResolvedSpec,
-    from_spec, from_spec_with, resolve_spec,
+    ACCEPTED_SPECS, ANTHROPIC_DEFAULT_BASE_URL, Endpoint, OLLAMA_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL,
+    ResolvedSpec, from_spec, from_spec_with, resolve_spec,
 };

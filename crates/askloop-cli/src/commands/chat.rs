@@ -11,8 +11,7 @@ use crate::render::{self, Format};
 use crate::setup::{self, ModelChoice, RunOrigin};
 
 pub async fn chat(ctx: &Context, first: Option<String>, model: &ModelArgs) -> Result<Done, CliError> {
-    let choice = setup::choose_model(model)?;
-    let model = setup::make_model(&choice, false)?;
+    let (choice, model) = setup::start_model(model)?;
     announce(&choice);
     let store = ctx.store(Access::Create).await?;
     let origin = RunOrigin::new(choice.clone());

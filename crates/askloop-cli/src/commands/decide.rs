@@ -11,12 +11,31 @@ use crate::prompt::{self, Reply};
 use crate::render;
 use crate::setup::{self, RunOrigin};
 
+/// Which pending call a decision is for, and with which model the run goes
+/// on (`--model`; the run's own when `None`).
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    run_id: &'a str,
+    tool_call_id: Option<&'a str>,
+    model: Option<&'a str>,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(run_id: &'a str, tool_call_id: Option<&'a str>, model: Option<&'a str>) -> Self {
+        Call {
+            run_id,
+            tool_call_id,
+            model,
+        }
+    }
+}
+
 /// Loads a run and rebuilds the agent it was started with.
-async fn agent_for(ctx: &Context, run_id: &str) -> Result<(Agent, RunRecord), CliError> {
+async fn agent_for(ctx: &Context, run_id: &str, model: Option<&str>) -> Result<(Agent, RunRecord), CliError> {
     let store = ctx.store(Access::Existing).await?;
     let run = setup::load_run(&store, run_id).await?;
     let origin = RunOrigin::of_run(&run)?;
-    let model = setup::make_model(&origin.model, true)?;
+    let model = setup::resume_model(&run.run_id, &origin, model)?;
     let agent = setup::agent(&origin, model, store)?;
     Ok((agent, run))
 }
@@ -27,7 +46,7 @@ pub async fn resume(ctx: &Context, args: ResumeArgs) -> Result<Done, CliError> {
             "--reason goes with --decline (it tells the model why you declined); an answer takes no reason",
         ));
     }
-    let (agent, run) = agent_for(ctx, &args.run_id).await?;
+    let (agent, run) = agent_for(ctx, &args.run_id, args.model.as_deref()).await?;
     let call = target(&run, args.tool_call_id.as_deref())?;
     let options = ResumeOptions::call(&run.run_id, &call.tool_call_id);
 
@@ -118,24 +137,20 @@ fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<
     }
 }
 
-pub async fn approve(ctx: &Context, run_id: &str, tool_call_id: Option<&str>, json: bool) -> Result<Done, CliError> {
-    let (agent, run) = agent_for(ctx, run_id).await?;
-    let call = target(&run, tool_call_id)?;
-    let stream = agent.approve_tool_call(run_id, Some(&call.tool_call_id)).await?;
+pub async fn approve(ctx: &Context, call: Call<'_>, json: bool) -> Result<Done, CliError> {
+    let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
+    let pending = target(&run, call.tool_call_id)?;
+    let stream = agent
+        .approve_tool_call(&run.run_id, Some(&pending.tool_call_id))
+        .await?;
     Ok(finish(ctx, stream, json).await)
 }
 
-pub async fn decline(
-    ctx: &Context,
-    run_id: &str,
-    tool_call_id: Option<&str>,
-    reason: Option<String>,
-    json: bool,
-) -> Result<Done, CliError> {
-    let (agent, run) = agent_for(ctx, run_id).await?;
-    let call = target(&run, tool_call_id)?;
+pub async fn decline(ctx: &Context, call: Call<'_>, reason: Option<String>, json: bool) -> Result<Done, CliError> {
+    let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
+    let pending = target(&run, call.tool_call_id)?;
     let stream = agent
-        .decline_tool_call(run_id, Some(&call.tool_call_id), reason)
+        .decline_tool_call(&run.run_id, Some(&pending.tool_call_id), reason)
         .await?;
     Ok(finish(ctx, stream, json).await)
 }

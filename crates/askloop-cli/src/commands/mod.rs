@@ -24,14 +24,22 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
         Command::Approve {
             run_id,
             tool_call_id,
+            model,
             json,
-        } => decide::approve(&ctx, &run_id, tool_call_id.as_deref(), json).await,
+        } => {
+            let call = decide::Call::new(&run_id, tool_call_id.as_deref(), model.as_deref());
+            decide::approve(&ctx, call, json).await
+        }
         Command::Decline {
             run_id,
             tool_call_id,
             reason,
+            model,
             json,
-        } => decide::decline(&ctx, &run_id, tool_call_id.as_deref(), reason, json).await,
+        } => {
+            let call = decide::Call::new(&run_id, tool_call_id.as_deref(), model.as_deref());
+            decide::decline(&ctx, call, reason, json).await
+        }
         Command::Runs(args) => match args.show {
             Some(RunsCommand::Show { run_id, json }) => runs::show(&ctx, &run_id, json).await,
             None => runs::list(&ctx, args.status.as_deref(), args.limit, args.json).await,

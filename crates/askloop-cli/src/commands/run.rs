@@ -11,8 +11,7 @@ pub async fn run(ctx: &Context, prompt: String, json: bool, model: &ModelArgs) -
     if prompt.trim().is_empty() {
         return Err(CliError::usage("the prompt is empty; say what the agent should do"));
     }
-    let choice = setup::choose_model(model)?;
-    let model = setup::make_model(&choice, false)?;
+    let (choice, model) = setup::start_model(model)?;
     announce(&choice);
     let store = ctx.store(Access::Create).await?;
     let origin = RunOrigin::new(choice);

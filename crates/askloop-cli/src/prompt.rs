@@ -24,8 +24,9 @@ pub enum Reply {
 pub trait Prompter {
     /// Asks one `ask_user` question.
     fn ask(&mut self, question: &Question) -> Result<Reply, CliError>;
-    /// Asks whether a tool may run. `None` when the person left.
-    fn approve(&mut self, tool: &str, args: &Value) -> Result<Option<bool>, CliError>;
+    /// Asks whether a tool call may run; `what` says what it would do
+    /// (`tools::describe_call`). `None` when the person left.
+    fn approve(&mut self, what: &str) -> Result<Option<bool>, CliError>;
     /// Reads a line of chat input. `None` when the person left.
     fn message(&mut self, prompt: &str) -> Result<Option<String>, CliError>;
 }
@@ -101,9 +102,9 @@ impl Prompter for TerminalPrompter {
         Ok(reply.map_or(Reply::Left, Reply::Answer))
     }
 
-    fn approve(&mut self, tool: &str, args: &Value) -> Result<Option<bool>, CliError> {
+    fn approve(&mut self, what: &str) -> Result<Option<bool>, CliError> {
         left_or_error(
-            inquire::Confirm::new(&format!("Allow {tool} to run with {args}?"))
+            inquire::Confirm::new(&format!("Allow {what}?"))
                 .with_default(false)
                 .prompt(),
         )
@@ -271,9 +272,9 @@ impl<R: BufRead> Prompter for LinePrompter<R> {
         }
     }
 
-    fn approve(&mut self, tool: &str, args: &Value) -> Result<Option<bool>, CliError> {
+    fn approve(&mut self, what: &str) -> Result<Option<bool>, CliError> {
         loop {
-            say(&format!("Allow {tool} to run with {args}? [y/n]: "));
+            say(&format!("Allow {what}? [y/n]: "));
             let Some(line) = self.read_line()? else { return Ok(None) };
             match line.trim().to_ascii_lowercase().as_str() {
                 "y" | "yes" => return Ok(Some(true)),

@@ -67,15 +67,32 @@ pub struct RunOrigin {
     pub agent_id: String,
     pub model: ModelChoice,
     pub instructions: String,
+    /// The folder the run started in (absolute): `write_file` writes inside
+    /// it, from wherever the call is approved. Runs of older versions have
+    /// none and write under the current folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
 }
 
 impl RunOrigin {
-    pub fn new(model: ModelChoice) -> Self {
-        RunOrigin {
+    pub fn new(model: ModelChoice) -> Result<Self, CliError> {
+        let root = std::env::current_dir()
+            .map_err(|err| CliError::failure(format!("cannot tell the current folder: {err}")))?;
+        Ok(RunOrigin {
             agent_id: AGENT_ID.to_owned(),
             model,
             instructions: INSTRUCTIONS.to_owned(),
-        }
+            root: Some(root),
+        })
+    }
+
+    /// Where `write_file` writes: the run's folder, or (for runs that did
+    /// not record one) the current folder.
+    pub fn root(&self) -> PathBuf {
+        self.root
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| PathBuf::from("."))
     }
 
     pub fn to_metadata(&self) -> Value {
@@ -236,7 +253,7 @@ pub fn agent(origin: &RunOrigin, model: Arc<dyn Model>, store: Arc<dyn RunStore>
         .instructions(origin.instructions.clone())
         .model(model)
         .tool(AskUser::new())
-        .tool(crate::tools::write_file())
+        .tool(crate::tools::write_file(origin.root()))
         .store(store)
         .build()
         .map_err(|err| CliError::failure(err.to_string()))

@@ -311,6 +311,41 @@ fn approve_runs_the_waiting_tool_and_decline_never_runs_it() {
 }
 
 #[test]
+fn approving_from_another_folder_writes_in_the_folder_the_run_started_in() {
+    let env = Env::new();
+    let script = env.script("write.json", WRITE);
+    let out = env.run(&["run", "--script", script.to_str().unwrap(), "write"]);
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    let run_id = env.only_run_id();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut cmd = env.cmd();
+    cmd.current_dir(elsewhere.path()).args(["resume", &run_id]);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let root = env.dir.path().canonicalize().unwrap();
+    assert!(
+        stderr(&out).contains(&format!(
+            "Allow write_file to write 7 bytes to {}",
+            root.join("notes/plan.txt").display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("notes/plan.txt")).unwrap(),
+        "ship it"
+    );
+    assert!(
+        !elsewhere.path().join("notes").exists(),
+        "nothing written where it was approved"
+    );
+}
+
+#[test]
 fn two_resume_processes_racing_on_one_run_one_wins_one_reports_it() {
     let env = Env::new();
     env.run(&["run", "Plan my project"]);

@@ -9,6 +9,12 @@ use crate::cli::ResumeArgs;
 use crate::exit::{CliError, Done};
 use crate::prompt::{self, Reply};
 use crate::render;
+use crate::tools;
+
+/// What approving `call` would do, for the prompt.
+fn describe_call(root: &std::path::Path, call: &PendingToolCall) -> String {
+    tools::describe_call(root, &call.tool_name, &call.args)
+}
 use crate::setup::{self, RunOrigin};
 
 /// Which pending call a decision is for, and with which model the run goes
@@ -110,7 +116,7 @@ fn shape_answers(run: &RunRecord, call: &PendingToolCall, answers: &[String]) ->
 fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<Value>, CliError> {
     let mut prompter = prompt::for_stdin();
     let reply = match call.kind {
-        PendingKind::Approval => match prompter.approve(&call.tool_name, &call.args)? {
+        PendingKind::Approval => match prompter.approve(&describe_call(&RunOrigin::of_run(run)?.root(), call))? {
             Some(approved) => Reply::Answer(serde_json::json!({ "approved": approved })),
             None => Reply::Left,
         },

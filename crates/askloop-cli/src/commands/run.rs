@@ -14,7 +14,7 @@ pub async fn run(ctx: &Context, prompt: String, json: bool, model: &ModelArgs) -
     let (choice, model) = setup::start_model(model)?;
     announce(&choice);
     let store = ctx.store(Access::Create).await?;
-    let origin = RunOrigin::new(choice);
+    let origin = RunOrigin::new(choice)?;
     let agent = setup::agent(&origin, model, store)?;
     let options = StreamOptions::default().metadata(origin.to_metadata());
     let stream = agent.stream_with(prompt, options).await?;

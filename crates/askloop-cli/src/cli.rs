@@ -7,12 +7,18 @@ use clap::{Args, Parser, Subcommand};
 
 const EXIT_CODES: &str = "\
 Exit status:
-  0  the run completed (or the command succeeded)
+  0  the run completed (or the command succeeded; output cut short by a closed pipe too)
   1  failure: unknown run, run not suspended, question already answered or another resume won,
-     database unreachable, model error
-  2  bad usage: bad flags, an answer the question does not accept, malformed --answer-json,
-     a resume without --tool-call-id while several questions are pending
-  3  the run is suspended, waiting for an answer (answer it with `askloop resume`)";
+     model error; and the database: none at the --db path (only run and chat create one),
+     not a SQLite database or damaged, read only, disk full, server unreachable
+  2  bad usage: bad flags (a --db that is no kind of location, --limit 0, --reason without
+     --decline), an answer the question does not accept, malformed --answer-json, a resume
+     without --tool-call-id while several questions are pending
+  3  the run is suspended, waiting for an answer (answer it with `askloop resume`)
+
+--db: run and chat create the SQLite file (and its folder) when missing; runs, runs show,
+resume, approve and decline never do: they say that no database exists at that path.
+runs and runs show open it read only, so a read-only file or folder can be listed.";
 
 /// Talk to an agent that stops to ask you things, and answer it now or later.
 #[derive(Debug, Parser)]
@@ -20,6 +26,7 @@ Exit status:
 pub struct Cli {
     /// Where runs are stored: a SQLite file path, sqlite://PATH or postgres://URL.
     /// Default: $XDG_DATA_HOME/askloop/askloop.db (or ~/.local/share/askloop/askloop.db).
+    /// Only run and chat create a missing file; the other commands fail (exit 1).
     #[arg(long, env = "ASKLOOP_DB", global = true, value_name = "PATH_OR_URL")]
     pub db: Option<String>,
     #[command(subcommand)]

@@ -12,7 +12,7 @@ async fn open(path: &std::path::Path, access: Access) -> Result<std::sync::Arc<d
 }
 
 fn fault_of(result: Result<std::sync::Arc<dyn askloop::RunStore>, StoreError>) -> (DatabaseFault, String) {
-    let err = result.err().expect("the open must fail");
+    let err = result.expect_err("the open must fail");
     let fault = err.fault().unwrap_or_else(|| panic!("no fault in {err:?}"));
     (fault, err.to_string())
 }

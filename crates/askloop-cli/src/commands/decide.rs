@@ -81,10 +81,11 @@ pub async fn resume(ctx: &Context, args: ResumeArgs) -> Result<Done, CliError> {
 /// `Agent::resume_stream`), so the call is taken from the run as stored
 /// rather than refused here.
 fn target(run: &RunRecord, tool_call_id: Option<&str>) -> Result<PendingToolCall, CliError> {
-    if run.status == RunStatus::Running && run.pending.len() > 1 {
-        if let Some(call) = tool_call_id.and_then(|id| run.pending.iter().find(|p| p.tool_call_id == id)) {
-            return Ok(call.clone());
-        }
+    if run.status == RunStatus::Running
+        && run.pending.len() > 1
+        && let Some(call) = tool_call_id.and_then(|id| run.pending.iter().find(|p| p.tool_call_id == id))
+    {
+        return Ok(call.clone());
     }
     Ok(run.resume_target(tool_call_id)?.clone())
 }

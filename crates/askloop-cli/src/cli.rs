@@ -7,12 +7,18 @@ use clap::{Args, Parser, Subcommand};
 
 const EXIT_CODES: &str = "\
 Exit status:
-  0  the run completed (or the command succeeded)
+  0  the run completed (or the command succeeded; output cut short by a closed pipe too)
   1  failure: unknown run, run not suspended, question already answered or another resume won,
-     database unreachable, model error
-  2  bad usage: bad flags, an answer the question does not accept, malformed --answer-json,
-     a resume without --tool-call-id while several questions are pending
-  3  the run is suspended, waiting for an answer (answer it with `askloop resume`)";
+     model error; and the database: none at the --db path (only run and chat create one),
+     not a SQLite database or damaged, read only, disk full, server unreachable
+  2  bad usage: bad flags (a --db that is no kind of location, --limit 0, --reason without
+     --decline), an answer the question does not accept, malformed --answer-json, a resume
+     without --tool-call-id while several questions are pending
+  3  the run is suspended, waiting for an answer (answer it with `askloop resume`)
+
+--db: run and chat create the SQLite file (and its folder) when missing; runs, runs show,
+resume, approve and decline never do: they say that no database exists at that path.
+runs and runs show open it read only, so a read-only file or folder can be listed.";
 
 /// Talk to an agent that stops to ask you things, and answer it now or later.
 #[derive(Debug, Parser)]
@@ -20,6 +26,7 @@ Exit status:
 pub struct Cli {
     /// Where runs are stored: a SQLite file path, sqlite://PATH or postgres://URL.
     /// Default: $XDG_DATA_HOME/askloop/askloop.db (or ~/.local/share/askloop/askloop.db).
+    /// Only run and chat create a missing file; the other commands fail (exit 1).
     #[arg(long, env = "ASKLOOP_DB", global = true, value_name = "PATH_OR_URL")]
     pub db: Option<String>,
     #[command(subcommand)]
@@ -66,6 +73,11 @@ pub enum Command {
         /// Which call, when several are pending.
         #[arg(long)]
         tool_call_id: Option<String>,
+        /// Continue with this model instead of the run's own, resolved from
+        /// the environment now (e.g. openai/gpt-4o-mini with a new
+        /// OPENAI_BASE_URL). Without it, a run goes on where it started.
+        #[arg(long, value_name = "SPEC")]
+        model: Option<String>,
         /// Print every chunk as one JSON object per line.
         #[arg(long)]
         json: bool,
@@ -80,6 +92,11 @@ pub enum Command {
         /// Why, shown to the model.
         #[arg(long)]
         reason: Option<String>,
+        /// Continue with this model instead of the run's own, resolved from
+        /// the environment now (e.g. openai/gpt-4o-mini with a new
+        /// OPENAI_BASE_URL). Without it, a run goes on where it started.
+        #[arg(long, value_name = "SPEC")]
+        model: Option<String>,
         /// Print every chunk as one JSON object per line.
         #[arg(long)]
         json: bool,
@@ -131,9 +148,15 @@ pub struct ResumeArgs {
     /// Decline the question instead of answering it.
     #[arg(long)]
     pub decline: bool,
-    /// Why you decline, shown to the model.
-    #[arg(long, requires = "decline")]
+    /// Why you decline, shown to the model (only with --decline).
+    #[arg(long)]
     pub reason: Option<String>,
+    /// Continue with this model instead of the run's own, resolved from
+    /// the environment now (e.g. openai/gpt-4o-mini with a new
+    /// OPENAI_BASE_URL). Without it, a run goes on where it started.
+    #[arg(long, value_name = "SPEC")]
+    pub model: Option<String>,
+
     /// Print every chunk as one JSON object per line, and nothing else on stdout.
     #[arg(long)]
     pub json: bool,
@@ -147,8 +170,8 @@ pub struct RunsArgs {
     /// Only runs with this status: running, suspended, completed, failed, cancelled.
     #[arg(long)]
     pub status: Option<String>,
-    /// At most this many runs.
-    #[arg(long, default_value_t = 50)]
+    /// At most this many runs (at least 1).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: u32,
     /// Print one JSON array.
     #[arg(long)]

@@ -80,10 +80,13 @@ impl From<RunError> for CliError {
     fn from(err: RunError) -> Self {
         let message = err.to_string();
         match err {
-            RunError::InvalidAnswer { .. }
-            | RunError::AmbiguousResume { .. }
-            | RunError::WrongPendingKind { .. }
-            | RunError::InvalidInput(_) => CliError::usage(message),
+            RunError::AmbiguousResume { pending, .. } => CliError::usage(format!(
+                "{message}; pass --tool-call-id (e.g. --tool-call-id {})",
+                pending.first().map_or("ID", String::as_str)
+            )),
+            RunError::InvalidAnswer { .. } | RunError::WrongPendingKind { .. } | RunError::InvalidInput(_) => {
+                CliError::usage(message)
+            }
             _ => CliError::failure(message),
         }
     }

@@ -1,10 +1,17 @@
 //! The `askloop` command. Flags are parsed into `cli::Cli`, resolved in
 //! `setup`, and each command lives in `commands/`.
 #![forbid(unsafe_code)]
+// A write to a closed pipe must end quietly, never panic: use `out!`,
+// `outln!`, `err!` and `errln!` (see `out.rs`).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+#[macro_use]
+mod out;
 
 mod cli;
 mod commands;
 mod demo;
+mod escape;
 mod exit;
 mod prompt;
 mod render;
@@ -27,14 +34,14 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
-            eprintln!("askloop: cannot start: {err}");
+            errln!("askloop: cannot start: {err}");
             return ExitCode::from(exit::FAILURE);
         }
     };
     match runtime.block_on(commands::dispatch(cli)) {
         Ok(done) => done.code(),
         Err(err) => {
-            eprintln!("askloop: {err}");
+            errln!("askloop: {err}");
             err.code()
         }
     }

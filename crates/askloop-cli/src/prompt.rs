@@ -8,6 +8,7 @@ use askloop::{Question, SelectionMode};
 use inquire::error::InquireError;
 use serde_json::Value;
 
+use crate::escape;
 use crate::exit::CliError;
 
 /// What the person did at a prompt.
@@ -23,8 +24,9 @@ pub enum Reply {
 pub trait Prompter {
     /// Asks one `ask_user` question.
     fn ask(&mut self, question: &Question) -> Result<Reply, CliError>;
-    /// Asks whether a tool may run. `None` when the person left.
-    fn approve(&mut self, tool: &str, args: &Value) -> Result<Option<bool>, CliError>;
+    /// Asks whether a tool call may run; `what` says what it would do
+    /// (`tools::describe_call`). `None` when the person left.
+    fn approve(&mut self, what: &str) -> Result<Option<bool>, CliError>;
     /// Reads a line of chat input. `None` when the person left.
     fn message(&mut self, prompt: &str) -> Result<Option<String>, CliError>;
 }
@@ -100,9 +102,9 @@ impl Prompter for TerminalPrompter {
         Ok(reply.map_or(Reply::Left, Reply::Answer))
     }
 
-    fn approve(&mut self, tool: &str, args: &Value) -> Result<Option<bool>, CliError> {
+    fn approve(&mut self, what: &str) -> Result<Option<bool>, CliError> {
         left_or_error(
-            inquire::Confirm::new(&format!("Allow {tool} to run with {args}?"))
+            inquire::Confirm::new(&format!("Allow {what}?"))
                 .with_default(false)
                 .prompt(),
         )
@@ -151,30 +153,100 @@ fn say(text: &str) {
     let _ = err.flush();
 }
 
-/// Reads a choice: a number from the list or a label, case-insensitively.
-fn pick(entry: &str, labels: &[String]) -> Option<String> {
+/// Reads a choice. A label typed exactly wins (options may themselves be
+/// numbers: with "3", "2", "1", typing 1 means "1"); then a position in the
+/// list; then a label typed in another case, when only one label matches
+/// that way ("ci" with both "CI" and "ci" offered is "ci", exactly).
+fn pick(entry: &str, labels: &[String]) -> Result<String, String> {
     let entry = entry.trim();
-    if let Ok(n) = entry.parse::<usize>() {
-        return n.checked_sub(1).and_then(|i| labels.get(i)).cloned();
+    if let Some(label) = labels.iter().find(|l| l.as_str() == entry) {
+        return Ok(label.clone());
     }
-    labels.iter().find(|l| l.eq_ignore_ascii_case(entry)).cloned()
+    if let Some(label) = entry
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .and_then(|i| labels.get(i))
+    {
+        return Ok(label.clone());
+    }
+    let folded = entry.to_lowercase();
+    let alike: Vec<&String> = labels.iter().filter(|l| l.to_lowercase() == folded).collect();
+    match alike.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(format!("Not an option: {}", escape::one_line(entry))),
+        several => Err(format!(
+            "{} matches {} options that differ only in case: type one exactly, or its number",
+            escape::one_line(entry),
+            several.len()
+        )),
+    }
+}
+
+/// Splits a multi-select line into entries: separated by commas, an entry
+/// in double quotes may hold commas (`"Paris, France", 2`), and `""` inside
+/// quotes is one quote.
+fn entries(line: &str) -> Vec<String> {
+    let mut entries = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                current.push('"');
+            }
+            '"' if quoted => quoted = false,
+            '"' if current.trim().is_empty() => {
+                current.clear();
+                quoted = true;
+            }
+            ',' if !quoted => entries.push(std::mem::take(&mut current)),
+            c => current.push(c),
+        }
+    }
+    entries.push(current);
+    entries.into_iter().filter(|e| !e.trim().is_empty()).collect()
+}
+
+/// The labels a multi-select line picks: the whole line when it is exactly
+/// one label (commas and all), else each entry.
+fn pick_several(line: &str, labels: &[String]) -> Result<Vec<String>, String> {
+    if let Some(label) = labels.iter().find(|l| l.as_str() == line.trim()) {
+        return Ok(vec![label.clone()]);
+    }
+    let mut picked: Vec<String> = Vec::new();
+    for entry in entries(line) {
+        let label = pick(&entry, labels)?;
+        if !picked.contains(&label) {
+            picked.push(label);
+        }
+    }
+    if picked.is_empty() {
+        return Err("Pick at least one.".to_owned());
+    }
+    Ok(picked)
 }
 
 impl<R: BufRead> Prompter for LinePrompter<R> {
     fn ask(&mut self, question: &Question) -> Result<Reply, CliError> {
         let labels = question.labels();
-        say(&format!("? {}\n", question.text));
+        say(&format!("? {}\n", escape::one_line(&question.text)));
         for (i, option) in question.options.iter().enumerate() {
+            let label = escape::one_line(&option.label);
             match &option.description {
-                Some(d) => say(&format!("  {}) {} - {d}\n", i + 1, option.label)),
-                None => say(&format!("  {}) {}\n", i + 1, option.label)),
+                Some(d) => say(&format!("  {}) {label} - {}\n", i + 1, escape::one_line(d))),
+                None => say(&format!("  {}) {label}\n", i + 1)),
             }
         }
         loop {
             let hint = match question.mode {
                 None => "Your answer: ",
                 Some(SelectionMode::SingleSelect) => "Pick one (number or label): ",
-                Some(SelectionMode::MultiSelect) => "Pick one or more, separated by commas (numbers or labels): ",
+                Some(SelectionMode::MultiSelect) => {
+                    "Pick one or more, separated by commas (numbers or labels; a label with a comma in double quotes): "
+                }
             };
             say(hint);
             let Some(line) = self.read_line()? else {
@@ -185,36 +257,24 @@ impl<R: BufRead> Prompter for LinePrompter<R> {
                 None if line.trim().is_empty() => say("An answer is needed.\n"),
                 None => return Ok(Reply::Answer(Value::String(line))),
                 Some(SelectionMode::SingleSelect) => match pick(&line, &labels) {
-                    Some(label) => return Ok(Reply::Answer(Value::String(label))),
-                    None => say(&format!("Not an option: type 1-{} or a label.\n", labels.len())),
+                    Ok(label) => return Ok(Reply::Answer(Value::String(label))),
+                    Err(why) => say(&format!("{why}; type 1-{} or a label.\n", labels.len())),
                 },
-                Some(SelectionMode::MultiSelect) => {
-                    let mut picked: Vec<String> = Vec::new();
-                    let mut bad = None;
-                    for entry in line.split(',').filter(|e| !e.trim().is_empty()) {
-                        match pick(entry, &labels) {
-                            Some(label) if !picked.contains(&label) => picked.push(label),
-                            Some(_) => {}
-                            None => bad = Some(entry.trim().to_owned()),
-                        }
+                Some(SelectionMode::MultiSelect) => match pick_several(&line, &labels) {
+                    Ok(picked) => {
+                        return Ok(Reply::Answer(Value::Array(
+                            picked.into_iter().map(Value::String).collect(),
+                        )));
                     }
-                    match (bad, picked.is_empty()) {
-                        (Some(entry), _) => say(&format!("Not an option: {entry}\n")),
-                        (None, true) => say("Pick at least one.\n"),
-                        (None, false) => {
-                            return Ok(Reply::Answer(Value::Array(
-                                picked.into_iter().map(Value::String).collect(),
-                            )));
-                        }
-                    }
-                }
+                    Err(why) => say(&format!("{why}\n")),
+                },
             }
         }
     }
 
-    fn approve(&mut self, tool: &str, args: &Value) -> Result<Option<bool>, CliError> {
+    fn approve(&mut self, what: &str) -> Result<Option<bool>, CliError> {
         loop {
-            say(&format!("Allow {tool} to run with {args}? [y/n]: "));
+            say(&format!("Allow {what}? [y/n]: "));
             let Some(line) = self.read_line()? else { return Ok(None) };
             match line.trim().to_ascii_lowercase().as_str() {
                 "y" | "yes" => return Ok(Some(true)),
@@ -254,6 +314,49 @@ mod tests {
         assert_eq!(
             ask("\n  \nhello\n", json!({"question": "Name?"})),
             Reply::Answer(json!("hello"))
+        );
+    }
+
+    fn options(labels: &[&str], mode: &str) -> Value {
+        let options: Vec<Value> = labels.iter().map(|l| json!({ "label": l })).collect();
+        json!({"question": "Which?", "options": options, "selectionMode": mode})
+    }
+
+    #[test]
+    fn a_label_typed_exactly_wins_over_a_position() {
+        let countdown = options(&["3", "2", "1"], "single_select");
+        assert_eq!(ask("1\n", countdown.clone()), Reply::Answer(json!("1")));
+        assert_eq!(ask("3\n", countdown), Reply::Answer(json!("3")));
+        let multi = options(&["3", "2", "1"], "multi_select");
+        assert_eq!(ask("1, 2\n", multi), Reply::Answer(json!(["1", "2"])));
+    }
+
+    #[test]
+    fn case_picks_a_label_only_when_it_is_the_only_one_alike() {
+        let both = options(&["CI", "ci", "Docs"], "single_select");
+        assert_eq!(ask("ci\n", both.clone()), Reply::Answer(json!("ci")));
+        assert_eq!(ask("CI\n", both.clone()), Reply::Answer(json!("CI")));
+        assert_eq!(ask("docs\n", both.clone()), Reply::Answer(json!("Docs")));
+        // "Ci" is as near to one as to the other: asked again.
+        assert_eq!(ask("Ci\n2\n", both), Reply::Answer(json!("ci")));
+    }
+
+    #[test]
+    fn labels_with_commas_can_be_picked_in_a_multi_select() {
+        let cities = options(&["Paris, France", "Paris, Texas", "Rome"], "multi_select");
+        assert_eq!(
+            ask("\"Paris, Texas\", rome\n", cities.clone()),
+            Reply::Answer(json!(["Paris, Texas", "Rome"]))
+        );
+        assert_eq!(
+            ask("Paris, France\n", cities.clone()),
+            Reply::Answer(json!(["Paris, France"]))
+        );
+        assert_eq!(ask("1,3\n", cities), Reply::Answer(json!(["Paris, France", "Rome"])));
+        let quote = options(&["say \"hi\", twice", "b"], "multi_select");
+        assert_eq!(
+            ask("\"say \"\"hi\"\", twice\", b\n", quote),
+            Reply::Answer(json!(["say \"hi\", twice", "b"]))
         );
     }
 

@@ -9,6 +9,8 @@ use askloop::{AgentStream, Chunk, ChunkKind, PendingKind, PendingToolCall, Quest
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::escape;
+
 /// How chunks are shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -30,7 +32,7 @@ pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutp
             ChunkKind::StepStart(_) => spinner.start(),
             ChunkKind::TextDelta(delta) => {
                 spinner.stop();
-                let _ = write!(stdout, "{}", delta.text);
+                let _ = write!(stdout, "{}", escape::lines(&delta.text));
                 let _ = stdout.flush();
                 at_line_start = delta.text.ends_with('\n');
             }
@@ -47,26 +49,34 @@ pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutp
                 };
                 let failed = value.get("isError").and_then(serde_json::Value::as_bool) == Some(true);
                 let marker = if failed { "failed" } else { "->" };
-                eprintln!("  [{}] {marker} {}", result.tool_name, one_line(&content));
+                errln!(
+                    "  [{}] {marker} {}",
+                    escape::one_line(&result.tool_name),
+                    one_line(&content)
+                );
             }
             ChunkKind::ToolError(err) => {
                 spinner.stop();
                 end_line(&mut stdout, &mut at_line_start);
-                eprintln!("  [{}] error: {}", err.tool_name, one_line(&err.error));
+                errln!(
+                    "  [{}] error: {}",
+                    escape::one_line(&err.tool_name),
+                    one_line(&err.error)
+                );
             }
             ChunkKind::ToolOutputDenied(denied) => {
                 end_line(&mut stdout, &mut at_line_start);
-                eprintln!("  [{}] declined", denied.tool_name);
+                errln!("  [{}] declined", denied.tool_name);
             }
             ChunkKind::Error(err) => {
                 spinner.stop();
                 end_line(&mut stdout, &mut at_line_start);
-                eprintln!("askloop: the run failed: {}", err.error.message);
+                errln!("askloop: the run failed: {}", escape::lines(&err.error.message));
             }
             ChunkKind::Abort(_) => {
                 spinner.stop();
                 end_line(&mut stdout, &mut at_line_start);
-                eprintln!("askloop: the run was cancelled");
+                errln!("askloop: the run was cancelled");
             }
             ChunkKind::Finish(_) | ChunkKind::ToolCallSuspended(_) | ChunkKind::ToolCallApproval(_) => {
                 spinner.stop();
@@ -86,7 +96,7 @@ fn print_json(out: &mut impl Write, chunk: &Chunk) {
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
         }
-        Err(err) => eprintln!("askloop: could not encode a chunk: {err}"),
+        Err(err) => errln!("askloop: could not encode a chunk: {err}"),
     }
 }
 
@@ -99,7 +109,7 @@ fn end_line(out: &mut impl Write, at_line_start: &mut bool) {
 }
 
 fn one_line(text: &str) -> String {
-    let line = text.replace('\n', " ");
+    let line = escape::one_line(&text.replace('\n', " ")).into_owned();
     if line.chars().count() > 200 {
         let cut: String = line.chars().take(200).collect();
         format!("{cut}...")
@@ -120,11 +130,12 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
                 let question = call.suspend_payload.as_ref().and_then(Question::from_payload);
                 match question {
                     Some(q) => {
-                        text.push_str(&format!("Question: {}\n", q.text));
+                        text.push_str(&format!("Question: {}\n", escape::one_line(&q.text)));
                         for option in &q.options {
+                            let label = escape::one_line(&option.label);
                             match &option.description {
-                                Some(d) => text.push_str(&format!("  - {} ({d})\n", option.label)),
-                                None => text.push_str(&format!("  - {}\n", option.label)),
+                                Some(d) => text.push_str(&format!("  - {label} ({})\n", escape::one_line(d))),
+                                None => text.push_str(&format!("  - {label}\n")),
                             }
                         }
                         let how = match q.mode {
@@ -132,7 +143,10 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
                             Some(askloop::SelectionMode::SingleSelect) => "pick one".to_owned(),
                             Some(askloop::SelectionMode::MultiSelect) => "pick one or more: repeat --answer".to_owned(),
                         };
-                        text.push_str(&format!("  run {run_id}, tool call {} ({how})\n", call.tool_call_id));
+                        text.push_str(&format!(
+                            "  run {run_id}, tool call {} ({how})\n",
+                            escape::one_line(&call.tool_call_id)
+                        ));
                         let example = q.options.first().map_or("your answer", |o| o.label.as_str());
                         text.push_str(&format!(
                             "  answer: {askloop} resume {run_id}{id_flag} --answer {}\n",
@@ -141,7 +155,10 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
                     }
                     None => {
                         let payload = call.suspend_payload.clone().unwrap_or_default();
-                        text.push_str(&format!("Tool {} waits for input: {payload}\n", call.tool_name));
+                        text.push_str(&format!(
+                            "Tool {} waits for input: {payload}\n",
+                            escape::one_line(&call.tool_name)
+                        ));
                         text.push_str(&format!("  run {run_id}, tool call {}\n", call.tool_call_id));
                         text.push_str(&format!(
                             "  answer: {askloop} resume {run_id}{id_flag} --answer-json '<JSON>'\n"
@@ -164,11 +181,12 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
 }
 
 /// Quotes a word for a shell command line when it needs it.
+/// Control characters are shown escaped (see `escape.rs`), never raw.
 pub fn shell_quote(text: &str) -> String {
     if !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:@".contains(c)) {
         text.to_owned()
     } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
+        format!("'{}'", escape::one_line(text).replace('\'', r"'\''"))
     }
 }
 

@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, AskUser, Model, RunRecord, RunStore, ScriptedModel};
+use askloop::{Agent, AskUser, DatabaseFault, Model, RunRecord, RunStore, ScriptedModel, StoreError};
+use askloop_providers::HttpConfig;
+use askloop_store::Access;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -36,8 +38,26 @@ pub enum ModelChoice {
     Demo,
     /// A script file (absolute path).
     Script { path: PathBuf },
-    /// A real model, e.g. `openai/gpt-4o-mini`.
-    Spec { spec: String },
+    /// A real model, e.g. `openai/gpt-4o-mini`, and where its requests
+    /// went when the run started (absent in runs of older versions).
+    Spec {
+        spec: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint: Option<StoredEndpoint>,
+    },
+}
+
+/// Where a run's model requests go: the provider and base URL, never the
+/// key. Recorded when the run starts, so that a resume sends the
+/// conversation where it has been, not wherever the environment of the
+/// resuming shell points (a run started against a local server must not be
+/// posted, with a key, to the public API because `OPENAI_BASE_URL` is unset
+/// in another terminal).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredEndpoint {
+    pub provider: String,
+    pub base_url: String,
 }
 
 /// How a run's agent was made, stored with the run.
@@ -47,15 +67,32 @@ pub struct RunOrigin {
     pub agent_id: String,
     pub model: ModelChoice,
     pub instructions: String,
+    /// The folder the run started in (absolute): `write_file` writes inside
+    /// it, from wherever the call is approved. Runs of older versions have
+    /// none and write under the current folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
 }
 
 impl RunOrigin {
-    pub fn new(model: ModelChoice) -> Self {
-        RunOrigin {
+    pub fn new(model: ModelChoice) -> Result<Self, CliError> {
+        let root = std::env::current_dir()
+            .map_err(|err| CliError::failure(format!("cannot tell the current folder: {err}")))?;
+        Ok(RunOrigin {
             agent_id: AGENT_ID.to_owned(),
             model,
             instructions: INSTRUCTIONS.to_owned(),
-        }
+            root: Some(root),
+        })
+    }
+
+    /// Where `write_file` writes: the run's folder, or (for runs that did
+    /// not record one) the current folder.
+    pub fn root(&self) -> PathBuf {
+        self.root
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| PathBuf::from("."))
     }
 
     pub fn to_metadata(&self) -> Value {
@@ -84,7 +121,10 @@ impl RunOrigin {
 /// then a provider key in the environment, then the offline demo.
 pub fn choose_model(args: &ModelArgs) -> Result<ModelChoice, CliError> {
     if let Some(spec) = &args.model {
-        return Ok(ModelChoice::Spec { spec: spec.clone() });
+        return Ok(ModelChoice::Spec {
+            spec: spec.clone(),
+            endpoint: None,
+        });
     }
     if let Some(path) = &args.script {
         let path = std::path::absolute(path)
@@ -94,11 +134,13 @@ pub fn choose_model(args: &ModelArgs) -> Result<ModelChoice, CliError> {
     if env_set("OPENAI_API_KEY") {
         return Ok(ModelChoice::Spec {
             spec: "openai/gpt-4o-mini".to_owned(),
+            endpoint: None,
         });
     }
     if env_set("ANTHROPIC_API_KEY") {
         return Ok(ModelChoice::Spec {
             spec: "anthropic/claude-sonnet-4-5".to_owned(),
+            endpoint: None,
         });
     }
     Ok(ModelChoice::Demo)
@@ -108,8 +150,80 @@ fn env_set(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.trim().is_empty())
 }
 
-/// Makes the model for a choice, before anything is stored: a missing key or
-/// a missing or bad script fails here. `stored` says whether the choice comes
+/// Picks and makes the model of a new run, before anything is stored: a
+/// missing key or a missing or bad script fails here (bad usage). The
+/// choice returned records where a real model's requests go.
+pub fn start_model(args: &ModelArgs) -> Result<(ModelChoice, Arc<dyn Model>), CliError> {
+    match choose_model(args)? {
+        ModelChoice::Spec { spec, .. } => {
+            let resolved = resolve(&spec).map_err(|err| CliError::usage(err.to_string()))?;
+            let endpoint = resolved.endpoint();
+            let model = resolved
+                .into_model(&spec)
+                .map_err(|err| CliError::usage(err.to_string()))?;
+            let endpoint = StoredEndpoint {
+                provider: endpoint.provider,
+                base_url: endpoint.base_url,
+            };
+            Ok((
+                ModelChoice::Spec {
+                    spec,
+                    endpoint: Some(endpoint),
+                },
+                model,
+            ))
+        }
+        choice => {
+            let model = make_model(&choice, false)?;
+            Ok((choice, model))
+        }
+    }
+}
+
+/// The model that continues run `run_id`: `given` (`--model` on resume,
+/// approve or decline: resolved from the environment now) or else the
+/// run's own, sending to the endpoint it started with. When the
+/// environment now names another endpoint for the same spec, says so on
+/// stderr and keeps the stored one.
+pub fn resume_model(run_id: &str, origin: &RunOrigin, given: Option<&str>) -> Result<Arc<dyn Model>, CliError> {
+    if let Some(spec) = given {
+        let args = ModelArgs {
+            model: Some(spec.to_owned()),
+            script: None,
+        };
+        return start_model(&args).map(|(_, model)| model);
+    }
+    let (spec, stored) = match &origin.model {
+        ModelChoice::Spec {
+            spec,
+            endpoint: Some(stored),
+        } => (spec, stored),
+        other => return make_model(other, true),
+    };
+    let resolved = resolve(spec).map_err(|err| CliError::failure(err.to_string()))?;
+    let now = resolved.endpoint();
+    if now.base_url != stored.base_url {
+        errln!(
+            "askloop: run {run_id} was started against {} at {}; the environment now sends {spec} to {}. \
+             Continuing at {}, where the run has been; pass --model {spec} to send it to {} instead.",
+            stored.provider,
+            stored.base_url,
+            now.base_url,
+            stored.base_url,
+            now.base_url
+        );
+    }
+    resolved
+        .with_base_url(stored.base_url.clone())
+        .into_model(spec)
+        .map_err(|err| CliError::failure(err.to_string()))
+}
+
+fn resolve(spec: &str) -> Result<askloop_providers::ResolvedSpec, askloop::ModelError> {
+    askloop_providers::resolve_spec(spec, |name| std::env::var(name).ok(), HttpConfig::default())
+}
+
+/// Makes the model for a choice. `stored` says whether the choice comes
 /// from a stored run (a vanished script is then a failure, not bad usage).
 pub fn make_model(choice: &ModelChoice, stored: bool) -> Result<Arc<dyn Model>, CliError> {
     match choice {
@@ -121,7 +235,7 @@ pub fn make_model(choice: &ModelChoice, stored: bool) -> Result<Arc<dyn Model>, 
             ))),
             Err(err) => Err(CliError::usage(err.to_string())),
         },
-        ModelChoice::Spec { spec } => askloop_providers::from_spec(spec).map_err(|err| {
+        ModelChoice::Spec { spec, .. } => askloop_providers::from_spec(spec).map_err(|err| {
             if stored {
                 CliError::failure(err.to_string())
             } else {
@@ -131,14 +245,15 @@ pub fn make_model(choice: &ModelChoice, stored: bool) -> Result<Arc<dyn Model>, 
     }
 }
 
-/// The agent for an origin, driven by `model` (from [`make_model`]).
+/// The agent for an origin, driven by `model` (from [`start_model`] or
+/// [`resume_model`]).
 pub fn agent(origin: &RunOrigin, model: Arc<dyn Model>, store: Arc<dyn RunStore>) -> Result<Agent, CliError> {
     Agent::builder(origin.agent_id.clone())
         .name("Assistant")
         .instructions(origin.instructions.clone())
         .model(model)
         .tool(AskUser::new())
-        .tool(crate::tools::write_file())
+        .tool(crate::tools::write_file(origin.root()))
         .store(store)
         .build()
         .map_err(|err| CliError::failure(err.to_string()))
@@ -158,16 +273,44 @@ pub fn default_db() -> Result<String, CliError> {
     Ok(base.join("askloop").join("askloop.db").display().to_string())
 }
 
-/// Opens the store named by `--db` (or the default).
-pub async fn open_store(db: Option<&str>) -> Result<Arc<dyn RunStore>, CliError> {
+/// Opens the store named by `--db` (or the default) for `access`: only
+/// `chat` and `run` may create a database; the commands that read or resume
+/// runs say that none exists at a mistyped path instead of making an empty
+/// one there.
+pub async fn open_store(db: Option<&str>, access: Access) -> Result<Arc<dyn RunStore>, CliError> {
     let location = match db {
         Some(location) => location.to_owned(),
         None => default_db()?,
     };
-    askloop_store::open(&location).await.map_err(|err| match err {
-        askloop::StoreError::InvalidLocation(message) => CliError::usage(message),
-        other => CliError::failure(format!("cannot open the database: {other}")),
-    })
+    askloop_store::open_with(&location, access)
+        .await
+        .map_err(|err| match err {
+            StoreError::InvalidLocation(message) => CliError::usage(message),
+            StoreError::Unusable {
+                fault: DatabaseFault::Missing,
+                ..
+            } => CliError::failure(format!(
+                "{err}; check --db (or ASKLOOP_DB): only `askloop run` and `askloop chat` create a database"
+            )),
+            err @ StoreError::Unusable { .. } => CliError::failure(err.to_string()),
+            other => CliError::failure(format!("cannot open the database: {other}")),
+        })
+}
+
+/// A `--db` value as it works from any folder: a SQLite path made
+/// absolute (keeping a `sqlite:` prefix out), a URL as given.
+pub fn absolute_location(db: &str) -> String {
+    let trimmed = db.trim();
+    if trimmed.contains("://") && !trimmed.starts_with("sqlite:") {
+        return db.to_owned();
+    }
+    let path = trimmed
+        .strip_prefix("sqlite:")
+        .map_or(trimmed, |rest| rest.strip_prefix("//").unwrap_or(rest));
+    match std::path::absolute(path) {
+        Ok(path) => path.display().to_string(),
+        Err(_) => db.to_owned(),
+    }
 }
 
 /// Loads a run, or says there is no such run.

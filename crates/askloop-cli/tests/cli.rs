@@ -1,100 +1,13 @@
 //! The real `askloop` binary, driven as a person or a script would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+mod common;
 
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Self {
-        Env {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn db(&self) -> PathBuf {
-        self.dir.path().join("runs.db")
-    }
-
-    fn cmd(&self) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.env_remove("OPENAI_API_KEY")
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("ASKLOOP_MODEL")
-            .env("ASKLOOP_DB", self.db())
-            .env("NO_COLOR", "1")
-            .current_dir(self.dir.path());
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).output().unwrap()
-    }
-
-    fn run_with_input(&self, args: &[&str], input: &str) -> Output {
-        use std::io::Write;
-        let mut child = self
-            .cmd()
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        child.wait_with_output().unwrap()
-    }
-
-    fn script(&self, name: &str, json: &str) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, json).unwrap();
-        path
-    }
-
-    fn show(&self, run_id: &str) -> Value {
-        let out = self.run(&["runs", "show", run_id, "--json"]);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    fn only_run_id(&self) -> String {
-        let out = self.run(&["runs", "--json"]);
-        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
-        runs[0]["runId"].as_str().unwrap().to_owned()
-    }
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The tool results of a shown run, in order.
-fn tool_results(shown: &Value) -> Vec<String> {
-    shown["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().expect("exited normally")
-}
-
-const SUSPENDED: i32 = 3;
+use common::*;
 
 #[test]
 fn run_with_the_offline_demo_says_so_prints_the_question_and_exits_suspended() {
@@ -243,13 +156,13 @@ fn malformed_answer_json_is_bad_usage_and_changes_nothing() {
 #[test]
 fn unknown_and_finished_runs_fail_with_status_1_and_one_line() {
     let env = Env::new();
-    let out = env.run(&["resume", "no-such-run", "--answer", "x"]);
-    assert_eq!(code(&out), 1);
-    assert_eq!(stderr(&out).trim(), "askloop: no run with id no-such-run");
     let script = env.script("text.json", r#"{"turns": [{"text": "hello"}]}"#);
     let out = env.run(&["run", "--script", script.to_str().unwrap(), "hi"]);
     assert_eq!(code(&out), 0);
     assert_eq!(stdout(&out).trim(), "hello");
+    let out = env.run(&["resume", "no-such-run", "--answer", "x"]);
+    assert_eq!(code(&out), 1);
+    assert_eq!(stderr(&out).trim(), "askloop: no run with id no-such-run");
     let run_id = env.only_run_id();
     let out = env.run(&["resume", &run_id, "--answer", "x"]);
     assert_eq!(code(&out), 1);
@@ -299,11 +212,56 @@ fn resume_without_tool_call_id_while_several_are_pending_lists_their_ids() {
     let out = env.run(&["resume", &run_id, "--answer", "x"]);
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("call_1_1, call_1_2"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("pass --tool-call-id (e.g. --tool-call-id call_1_1)"),
+        "{}",
+        stderr(&out)
+    );
     let out = env.run(&["resume", &run_id, "--tool-call-id", "call_1_2", "--answer", "y"]);
     assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
     let out = env.run(&["resume", &run_id, "--tool-call-id", "call_1_1", "--answer", "hi"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "Got User answered: hi; User answered: y");
+}
+
+#[test]
+fn runs_refuses_a_limit_of_zero_as_bad_usage() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let out = env.run(&["runs", "--limit", "0"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--limit"), "{}", stderr(&out));
+    let out = env.run(&["runs", "--limit", "1", "--json"]);
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_reason_with_an_answer_is_bad_usage_and_changes_nothing() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    let before = env.show(&run_id);
+    for args in [
+        vec!["resume", run_id.as_str(), "--answer", "Zed", "--reason", "because"],
+        vec![
+            "resume",
+            run_id.as_str(),
+            "--answer-json",
+            "\"Zed\"",
+            "--reason",
+            "because",
+        ],
+    ] {
+        let out = env.run(&args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--reason goes with --decline"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(env.show(&run_id), before);
 }
 
 #[test]
@@ -350,6 +308,41 @@ fn approve_runs_the_waiting_tool_and_decline_never_runs_it() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(!target.exists(), "a declined call never runs");
     assert!(stdout(&out).contains("Result: not today"), "{}", stdout(&out));
+}
+
+#[test]
+fn approving_from_another_folder_writes_in_the_folder_the_run_started_in() {
+    let env = Env::new();
+    let script = env.script("write.json", WRITE);
+    let out = env.run(&["run", "--script", script.to_str().unwrap(), "write"]);
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    let run_id = env.only_run_id();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut cmd = env.cmd();
+    cmd.current_dir(elsewhere.path()).args(["resume", &run_id]);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let root = env.dir.path().canonicalize().unwrap();
+    assert!(
+        stderr(&out).contains(&format!(
+            "Allow write_file to write 7 bytes to {}",
+            root.join("notes/plan.txt").display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("notes/plan.txt")).unwrap(),
+        "ship it"
+    );
+    assert!(
+        !elsewhere.path().join("notes").exists(),
+        "nothing written where it was approved"
+    );
 }
 
 #[test]
@@ -476,6 +469,11 @@ fn help_documents_the_exit_statuses() {
     let text = stdout(&out);
     assert!(text.contains("3  the run is suspended"), "{text}");
     assert!(text.contains("2  bad usage"), "{text}");
+    assert!(
+        text.contains("none at the --db path (only run and chat create one)"),
+        "{text}"
+    );
+    assert!(text.contains("disk full"), "{text}");
 }
 
 mod pty {

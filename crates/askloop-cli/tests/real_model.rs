@@ -113,3 +113,110 @@ fn a_model_without_its_key_is_one_clear_line_naming_the_variable() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("openai/<model>"));
 }
+
+fn ask(question: &str) -> askloop_testkit::FakeTurn {
+    askloop_testkit::FakeTurn::tool_call("ask_user", serde_json::json!({ "question": question }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_goes_to_the_endpoint_the_run_started_with_unless_model_is_given() {
+    use askloop_testkit::FakeTurn;
+    let started_at = FakeServer::builder()
+        .respond(ask("First?"))
+        .respond(ask("Second?"))
+        .start()
+        .await
+        .unwrap();
+    let elsewhere = FakeServer::builder()
+        .respond(FakeTurn::text("answered elsewhere"))
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let key = ("OPENAI_API_KEY".to_string(), "sk-local".to_string());
+    let at = |server: &FakeServer| ("OPENAI_BASE_URL".to_string(), server.openai_base_url());
+
+    let out = askloop_async(
+        db.clone(),
+        vec![key.clone(), at(&started_at)],
+        strings(&["run", "--model", "openai/gpt-4o-mini", "go"]),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let list = askloop_async(db.clone(), vec![], strings(&["runs", "--json"])).await;
+    let runs: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let run_id = runs[0]["runId"].as_str().unwrap().to_owned();
+
+    // Another shell, without OPENAI_BASE_URL: the environment now means the
+    // public API. The run goes on where it started, and says why.
+    let out = askloop_async(
+        db.clone(),
+        vec![key.clone()],
+        strings(&["resume", &run_id, "--answer", "one"]),
+    )
+    .await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Second?"));
+    assert!(
+        err.contains(&format!(
+            "was started against openai at {}",
+            started_at.openai_base_url()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("https://api.openai.com/v1"), "{err}");
+    assert!(err.contains("pass --model openai/gpt-4o-mini"), "{err}");
+    assert_eq!(started_at.request_count(), 2);
+    assert_eq!(elsewhere.request_count(), 0);
+
+    // Told to move: --model sends the rest to the endpoint named now.
+    let out = askloop_async(
+        db.clone(),
+        vec![key.clone(), at(&elsewhere)],
+        strings(&["resume", &run_id, "--answer", "two", "--model", "openai/gpt-4o-mini"]),
+    )
+    .await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("was started against"), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "answered elsewhere");
+    assert_eq!(started_at.request_count(), 2);
+    assert_eq!(elsewhere.request_count(), 1);
+    assert_eq!(elsewhere.requests()[0].header("authorization"), Some("Bearer sk-local"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_records_its_endpoint_and_never_its_key() {
+    let server = FakeServer::builder().respond(ask("Which?")).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let env = vec![
+        ("OPENAI_API_KEY".to_string(), "sk-secret-key".to_string()),
+        ("OPENAI_BASE_URL".to_string(), server.openai_base_url()),
+    ];
+    let out = askloop_async(
+        db.clone(),
+        env,
+        strings(&["run", "--model", "openai/gpt-4o-mini", "go"]),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let list = askloop_async(db.clone(), vec![], strings(&["runs", "--json"])).await;
+    let runs: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let run_id = runs[0]["runId"].as_str().unwrap().to_owned();
+    let shown = askloop_async(db.clone(), vec![], strings(&["runs", "show", &run_id, "--json"])).await;
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let model = &shown["metadata"]["askloopCli"]["model"];
+    assert_eq!(model["endpoint"]["provider"], "openai");
+    assert_eq!(model["endpoint"]["baseUrl"], server.openai_base_url());
+    let file = std::fs::read(&db).unwrap();
+    let wal = std::fs::read(dir.path().join("runs.db-wal")).unwrap_or_default();
+    for bytes in [file, wal] {
+        assert!(
+            !bytes.windows(b"sk-secret-key".len()).any(|w| w == b"sk-secret-key"),
+            "the key is never stored"
+        );
+    }
+}

@@ -42,6 +42,6 @@ pub use http::{HttpConfig, RetryPolicy};
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use settings::{MODEL_IDLE_TIMEOUT_VAR, MODEL_TIMEOUT_VAR};
 pub use spec::{
-    ACCEPTED_SPECS, ANTHROPIC_DEFAULT_BASE_URL, OLLAMA_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL, ResolvedSpec,
-    from_spec, from_spec_with, resolve_spec,
+    ACCEPTED_SPECS, ANTHROPIC_DEFAULT_BASE_URL, Endpoint, OLLAMA_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL,
+    ResolvedSpec, from_spec, from_spec_with, resolve_spec,
 };

@@ -33,7 +33,60 @@ pub enum ResolvedSpec {
     Anthropic(AnthropicConfig),
 }
 
+/// Where a resolved spec sends its requests: the provider and the base URL
+/// (never the key). A host that stores a conversation can record it, and
+/// later send the rest of the conversation to the same place even when the
+/// environment has changed (see [`ResolvedSpec::with_base_url`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The provider's name: `openai`, `anthropic`, `ollama`,
+    /// `openai-compatible`.
+    pub provider: String,
+    /// The base URL requests go to.
+    pub base_url: String,
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {}", self.provider, self.base_url)
+    }
+}
+
 impl ResolvedSpec {
+    /// Where requests go.
+    ///
+    /// ```
+    /// let resolved = askloop_providers::resolve_spec("ollama/qwen2.5", |_| None, Default::default()).unwrap();
+    /// let endpoint = resolved.endpoint();
+    /// assert_eq!((endpoint.provider.as_str(), endpoint.base_url.as_str()), ("ollama", "http://127.0.0.1:11434/v1"));
+    /// ```
+    pub fn endpoint(&self) -> Endpoint {
+        match self {
+            ResolvedSpec::OpenAi(config) => Endpoint {
+                provider: config.provider.clone(),
+                base_url: config.base_url.clone(),
+            },
+            ResolvedSpec::Anthropic(config) => Endpoint {
+                provider: "anthropic".to_owned(),
+                base_url: config.base_url.clone(),
+            },
+        }
+    }
+
+    /// The same model, key and settings, sending to `base_url` instead.
+    pub fn with_base_url(self, base_url: impl Into<String>) -> Self {
+        match self {
+            ResolvedSpec::OpenAi(mut config) => {
+                config.base_url = base_url.into();
+                ResolvedSpec::OpenAi(config)
+            }
+            ResolvedSpec::Anthropic(mut config) => {
+                config.base_url = base_url.into();
+                ResolvedSpec::Anthropic(config)
+            }
+        }
+    }
+
     /// Builds the model; `name` is what [`Model::name`] returns.
     pub fn into_model(self, name: &str) -> Result<Arc<dyn Model>, ModelError> {
         Ok(match self {
@@ -284,6 +337,35 @@ mod tests {
             err.to_string().contains("ASKLOOP_MODEL_IDLE_TIMEOUT=\"forever\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_endpoint_names_provider_and_url_and_can_be_pinned() {
+        let openai = resolve(
+            "openai/gpt-4o-mini",
+            &[("OPENAI_API_KEY", "sk"), ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")],
+        )
+        .unwrap();
+        assert_eq!(
+            openai.endpoint(),
+            Endpoint {
+                provider: "openai".into(),
+                base_url: "http://127.0.0.1:9/v1".into()
+            }
+        );
+        let pinned = openai.with_base_url("http://10.0.0.1:8000/v1");
+        let ResolvedSpec::OpenAi(config) = &pinned else {
+            panic!("not openai")
+        };
+        assert_eq!(config.base_url, "http://10.0.0.1:8000/v1");
+        assert_eq!(config.api_key.as_deref(), Some("sk"), "the key is the environment's");
+        let anthropic = resolve("anthropic/claude-sonnet-4-5", &[("ANTHROPIC_API_KEY", "k")]).unwrap();
+        assert_eq!(
+            anthropic.endpoint().to_string(),
+            "anthropic at https://api.anthropic.com"
+        );
+        let anthropic = anthropic.with_base_url("http://127.0.0.1:7");
+        assert_eq!(anthropic.endpoint().base_url, "http://127.0.0.1:7");
     }
 
     #[test]

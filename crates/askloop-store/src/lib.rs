@@ -46,6 +46,8 @@ mod sqlite;
 
 use std::sync::Arc;
 
+#[cfg(doc)]
+use askloop::DatabaseFault;
 use askloop::{RunRecord, RunStore, StoreError};
 
 pub use postgres::{
@@ -66,13 +68,60 @@ use location::Location;
 ///
 /// The tables are created or brought up to date before this returns.
 /// Anything else is [`StoreError::InvalidLocation`], whose message lists the
-/// accepted forms; so is a SQLite file that cannot be created or opened. A
+/// accepted forms. A SQLite file that cannot be created or used (not a
+/// database, read only, on a full disk) is [`StoreError::Unusable`], naming
+/// the file and the [`DatabaseFault`]. A
 /// PostgreSQL server that cannot be reached (after retrying for 30 s: a
 /// server may start before its database) or refuses the connection is
 /// [`StoreError::Backend`], naming the server without its password.
 pub async fn open(location: &str) -> Result<Arc<dyn RunStore>, StoreError> {
+    open_with(location, Access::Create).await
+}
+
+/// What a caller of [`open_with`] will do with the store, which decides
+/// whether a missing SQLite file is created and whether it is opened for
+/// writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Access {
+    /// Read and write; a missing SQLite file is created, with its folder.
+    #[default]
+    Create,
+    /// Read and write a database that exists: a SQLite path with no file is
+    /// [`StoreError::Unusable`] with [`DatabaseFault::Missing`], and
+    /// nothing is created (a mistyped path never becomes an empty store).
+    Existing,
+    /// Only read a database that exists. A SQLite file is opened read only,
+    /// so a read-only file, folder or file system can be read; writes fail
+    /// with [`DatabaseFault::ReadOnly`].
+    ReadOnly,
+}
+
+/// [`open`] for a given [`Access`]. A PostgreSQL database always exists
+/// before askloop connects to it, so `access` changes nothing there.
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use askloop::DatabaseFault;
+/// use askloop_store::Access;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let typo = dir.path().join("rnus.db");
+/// let err = askloop_store::open_with(typo.to_str().unwrap(), Access::ReadOnly).await.unwrap_err();
+/// assert_eq!(err.fault(), Some(DatabaseFault::Missing));
+/// assert!(!typo.exists());
+/// # });
+/// ```
+pub async fn open_with(location: &str, access: Access) -> Result<Arc<dyn RunStore>, StoreError> {
     match Location::parse(location)? {
-        Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path).await?)),
+        Location::Sqlite(path) => {
+            let options = match access {
+                Access::Create => SqliteOptions::default(),
+                Access::Existing => SqliteOptions::default().create_if_missing(false),
+                Access::ReadOnly => SqliteOptions::default().read_only(true),
+            };
+            Ok(Arc::new(SqliteStore::open_with(path, options).await?))
+        }
         Location::Postgres(url) => Ok(Arc::new(PostgresStore::connect(&url).await?)),
     }
 }

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
-use askloop::{Message, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::{DatabaseFault, Message, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, ToSql};
@@ -68,6 +68,8 @@ pub struct SqliteOptions {
     busy_timeout: Duration,
     sync: SqliteSync,
     readers: u32,
+    create: bool,
+    read_only: bool,
 }
 
 impl Default for SqliteOptions {
@@ -76,6 +78,8 @@ impl Default for SqliteOptions {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             sync: SqliteSync::default(),
             readers: 4,
+            create: true,
+            read_only: false,
         }
     }
 }
@@ -97,6 +101,28 @@ impl SqliteOptions {
     /// one; 4 by default). More reads at once each open their own.
     pub fn readers(mut self, readers: u32) -> Self {
         self.readers = readers.max(1);
+        self
+    }
+
+    /// Whether a missing file (and its folder) is created (the default).
+    /// When not, opening a path where no file exists fails with
+    /// [`StoreError::Unusable`] and [`askloop::DatabaseFault::Missing`],
+    /// leaving nothing behind: a mistyped path never becomes an empty
+    /// store.
+    pub fn create_if_missing(mut self, create: bool) -> Self {
+        self.create = create;
+        self
+    }
+
+    /// Opens the file for reading only (never creating it): a read-only
+    /// file, folder or file system can be read, and every write fails with
+    /// [`askloop::DatabaseFault::ReadOnly`]. The tables must already be
+    /// there.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        if read_only {
+            self.create = false;
+        }
         self
     }
 }
@@ -143,16 +169,25 @@ impl SqliteStore {
     }
 
     /// Opens the file at `path` with `options`.
+    ///
+    /// A file that cannot be used (missing when it is not to be created,
+    /// not a database, read only, on a full disk, behind a file where a
+    /// folder should be) is [`StoreError::Unusable`], naming the file and
+    /// the [`askloop::DatabaseFault`].
     pub async fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_path_buf();
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                StoreError::InvalidLocation(format!(
-                    "cannot create the directory {} for the SQLite store {}: {e}",
-                    parent.display(),
-                    path.display()
-                ))
-            })?;
+        if options.create {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| fault::from_io(&path, &e))?;
+            }
+        } else {
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.is_dir() => {
+                    return Err(fault::from_io(&path, &std::io::ErrorKind::IsADirectory.into()));
+                }
+                Ok(_) => {}
+                Err(e) => return Err(fault::from_io(&path, &e)),
+            }
         }
         let mut attempt = 0;
         loop {
@@ -180,21 +215,30 @@ impl SqliteStore {
 
     fn connect(path: PathBuf, options: SqliteOptions) -> Result<Self, OpenError> {
         let cannot_open = |e: rusqlite::Error| {
-            let err = StoreError::InvalidLocation(format!("cannot open the SQLite store {}: {e}", path.display()));
-            OpenError::new(is_busy(&e), err)
+            let racy = is_busy(&e);
+            let err = fault::from_sqlite(&path, &e).unwrap_or_else(|| StoreError::backend(OpenFailed(e)));
+            OpenError::new(racy, err)
         };
+        if options.read_only {
+            return Self::connect_read_only(path.clone(), options).map_err(cannot_open);
+        }
         let mut writer = connection::open(&path, Role::Writer, &options).map_err(cannot_open)?;
         let mode = connection::switch_to_wal(&writer).map_err(cannot_open)?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(OpenError::Fatal(StoreError::InvalidLocation(format!(
-                "cannot use the SQLite store {}: it stays in journal mode {mode:?}, and askloop needs WAL \
-                 (is it on a file system without shared memory, or held by another program in exclusive mode?)",
-                path.display()
-            ))));
+            let detail = format!(
+                "it stays in journal mode {mode:?}, and askloop needs WAL (is it on a file system without shared \
+                 memory, or held by another program in exclusive mode?)"
+            );
+            return Err(OpenError::Fatal(fault::unusable(
+                &path,
+                DatabaseFault::CannotOpen,
+                detail,
+            )));
         }
         if let Err(e) = connection::migrate(&mut writer) {
             let racy = is_busy(&e);
-            return Err(OpenError::new(racy, StoreError::Backend(Box::new(MigrationFailed(e)))));
+            let err = fault::from_sqlite(&path, &e).unwrap_or_else(|| StoreError::backend(MigrationFailed(e)));
+            return Err(OpenError::new(racy, err));
         }
         // One read connection now: a file that cannot be read fails here,
         // not at the first read.
@@ -205,7 +249,26 @@ impl SqliteStore {
             .name("askloop-sqlite".to_owned())
             .spawn(move || writes::run(writer, queue, sync))
             .map_err(|e| OpenError::Fatal(StoreError::backend(e)))?;
-        Ok(SqliteStore {
+        Ok(SqliteStore::new(path, options, jobs, reader))
+    }
+
+    /// A store that only reads: no write connection and no write thread;
+    /// the file must hold the tables already.
+    fn connect_read_only(path: PathBuf, options: SqliteOptions) -> rusqlite::Result<Self> {
+        let reader = connection::open(&path, Role::ReadOnly, &options)?;
+        if !connection::has_tables(&reader)? {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
+                Some("a SQLite file without askloop's tables".to_owned()),
+            ));
+        }
+        // Writes are refused before they reach the queue (see `write`).
+        let (jobs, _) = mpsc::channel();
+        Ok(SqliteStore::new(path, options, jobs, reader))
+    }
+
+    fn new(path: PathBuf, options: SqliteOptions, jobs: mpsc::Sender<Job>, reader: Connection) -> Self {
+        SqliteStore {
             shared: Arc::new(Shared {
                 path,
                 options,
@@ -213,7 +276,7 @@ impl SqliteStore {
                 closed: AtomicBool::new(false),
                 readers: Mutex::new(vec![reader]),
             }),
-        })
+        }
     }
 
     /// The database file.
@@ -246,14 +309,19 @@ impl SqliteStore {
         if self.is_closed() {
             return Err(failed("the SQLite store is closed"));
         }
+        if self.shared.options.read_only {
+            let detail = "read only (the store was opened for reading only)".to_owned();
+            return Err(fault::unusable(&self.shared.path, DatabaseFault::ReadOnly, detail));
+        }
         let (reply, result) = oneshot::channel();
         self.shared
             .jobs
             .send(Job::Write(Queued { write, reply }))
             .map_err(|_| failed("the SQLite store's write thread has stopped"))?;
-        result
+        let written = result
             .await
-            .map_err(|_| failed("the SQLite store's write thread stopped before the write was done"))?
+            .map_err(|_| failed("the SQLite store's write thread stopped before the write was done"))?;
+        written.map_err(|err| fault::explain(&self.shared.path, err))
     }
 
     /// Runs `read` on an idle read connection (or a new one), on this thread.
@@ -262,13 +330,17 @@ impl SqliteStore {
             return Err(failed("the SQLite store is closed"));
         }
         let idle = self.lock_readers().pop();
+        let role = if self.shared.options.read_only {
+            Role::ReadOnly
+        } else {
+            Role::Reader
+        };
         let conn = match idle {
             Some(conn) => conn,
-            None => {
-                connection::open(&self.shared.path, Role::Reader, &self.shared.options).map_err(StoreError::backend)?
-            }
+            None => connection::open(&self.shared.path, role, &self.shared.options)
+                .map_err(|e| fault::from_sqlite(&self.shared.path, &e).unwrap_or_else(|| StoreError::backend(e)))?,
         };
-        let result = read(&conn);
+        let result = read(&conn).map_err(|err| fault::explain(&self.shared.path, err));
         let mut idle = self.lock_readers();
         if idle.len() < self.shared.options.readers as usize && !self.is_closed() {
             idle.push(conn);
@@ -302,6 +374,12 @@ fn is_busy(err: &rusqlite::Error) -> bool {
     )
 }
 
+/// The file could not be opened, for a reason that is not about the file
+/// (see `fault.rs` for those).
+#[derive(Debug, thiserror::Error)]
+#[error("could not open the SQLite store: {0}")]
+struct OpenFailed(rusqlite::Error);
+
 /// Bringing the tables up to date failed.
 #[derive(Debug, thiserror::Error)]
 #[error("could not create or update the SQLite store's tables: {0}")]
@@ -316,6 +394,7 @@ macro_rules! run_columns {
 }
 
 mod connection;
+mod fault;
 mod writes;
 
 fn micros(at: DateTime<Utc>) -> i64 {

@@ -3,19 +3,19 @@
 
 use askloop::{Agent, Message, PendingKind, Question, ResumeOptions, RunError, RunStatus, StreamOptions, StreamOutput};
 
-use super::{Context, announce};
+use super::{Access, Context, announce};
 use crate::cli::ModelArgs;
 use crate::exit::{CliError, Done};
 use crate::prompt::{self, Prompter, Reply};
 use crate::render::{self, Format};
 use crate::setup::{self, ModelChoice, RunOrigin};
+use crate::tools;
 
 pub async fn chat(ctx: &Context, first: Option<String>, model: &ModelArgs) -> Result<Done, CliError> {
-    let choice = setup::choose_model(model)?;
-    let model = setup::make_model(&choice, false)?;
+    let (choice, model) = setup::start_model(model)?;
     announce(&choice);
-    let store = setup::open_store(ctx.db.as_deref()).await?;
-    let origin = RunOrigin::new(choice.clone());
+    let store = ctx.store(Access::Create).await?;
+    let origin = RunOrigin::new(choice.clone())?;
     let agent = setup::agent(&origin, model, store.clone())?;
     let mut prompter = prompt::for_stdin();
     let mut history: Vec<Message> = Vec::new();
@@ -34,7 +34,7 @@ pub async fn chat(ctx: &Context, first: Option<String>, model: &ModelArgs) -> Re
         let options = StreamOptions::default().metadata(origin.to_metadata());
         let stream = agent.stream_with(history.clone(), options).await?;
         let output = render::print_stream(stream, Format::Human).await;
-        let output = match answer_until_done(ctx, &agent, prompter.as_mut(), output).await? {
+        let output = match answer_until_done(ctx, &agent, prompter.as_mut(), &origin.root(), output).await? {
             Some(output) => output,
             None => return Ok(Done::Suspended),
         };
@@ -42,7 +42,7 @@ pub async fn chat(ctx: &Context, first: Option<String>, model: &ModelArgs) -> Re
             return Ok(Done::from_status(output.status));
         }
         if choice == ModelChoice::Demo {
-            eprintln!("askloop: the offline demo ends here.");
+            errln!("askloop: the offline demo ends here.");
             return Ok(Done::Ok);
         }
         history = store.messages(&output.run_id).await?;
@@ -55,6 +55,7 @@ async fn answer_until_done(
     ctx: &Context,
     agent: &Agent,
     prompter: &mut dyn Prompter,
+    root: &std::path::Path,
     mut output: StreamOutput,
 ) -> Result<Option<StreamOutput>, CliError> {
     while output.status == RunStatus::Suspended {
@@ -63,11 +64,13 @@ async fn answer_until_done(
         };
         let run_id = output.run_id.clone();
         let stream = match call.kind {
-            PendingKind::Approval => match prompter.approve(&call.tool_name, &call.args)? {
-                Some(true) => agent.approve_tool_call(&run_id, Some(&call.tool_call_id)).await?,
-                Some(false) => agent.decline_tool_call(&run_id, Some(&call.tool_call_id), None).await?,
-                None => return left(ctx, &output),
-            },
+            PendingKind::Approval => {
+                match prompter.approve(&tools::describe_call(root, &call.tool_name, &call.args))? {
+                    Some(true) => agent.approve_tool_call(&run_id, Some(&call.tool_call_id)).await?,
+                    Some(false) => agent.decline_tool_call(&run_id, Some(&call.tool_call_id), None).await?,
+                    None => return left(ctx, &output),
+                }
+            }
             PendingKind::Suspended => {
                 let Some(question) = call.suspend_payload.as_ref().and_then(Question::from_payload) else {
                     return left(ctx, &output);
@@ -80,7 +83,7 @@ async fn answer_until_done(
                         {
                             Ok(stream) => stream,
                             Err(err @ RunError::InvalidAnswer { .. }) => {
-                                eprintln!("askloop: {err}");
+                                errln!("askloop: {err}");
                                 continue;
                             }
                             Err(err) => return Err(err.into()),
@@ -97,8 +100,8 @@ async fn answer_until_done(
 
 /// The person left a question open: say how to answer (or decline) later.
 fn left(ctx: &Context, output: &StreamOutput) -> Result<Option<StreamOutput>, CliError> {
-    eprintln!("\naskloop: run {} stays suspended. Answer later:", output.run_id);
-    eprint!(
+    errln!("\naskloop: run {} stays suspended. Answer later:", output.run_id);
+    err!(
         "{}",
         render::describe_pending(&ctx.askloop(), &output.run_id, &output.pending)
     );

@@ -1,29 +1,59 @@
 //! `askloop resume`, `approve` and `decline`: a person's decision on a
 //! pending call, then the rest of the run.
 
-use askloop::{Agent, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord, SelectionMode};
+use askloop::{Agent, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord, RunStatus, SelectionMode};
 use serde_json::Value;
 
-use super::{Context, finish};
+use super::{Access, Context, finish};
 use crate::cli::ResumeArgs;
 use crate::exit::{CliError, Done};
 use crate::prompt::{self, Reply};
 use crate::render;
+use crate::tools;
+
+/// What approving `call` would do, for the prompt.
+fn describe_call(root: &std::path::Path, call: &PendingToolCall) -> String {
+    tools::describe_call(root, &call.tool_name, &call.args)
+}
 use crate::setup::{self, RunOrigin};
 
+/// Which pending call a decision is for, and with which model the run goes
+/// on (`--model`; the run's own when `None`).
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    run_id: &'a str,
+    tool_call_id: Option<&'a str>,
+    model: Option<&'a str>,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(run_id: &'a str, tool_call_id: Option<&'a str>, model: Option<&'a str>) -> Self {
+        Call {
+            run_id,
+            tool_call_id,
+            model,
+        }
+    }
+}
+
 /// Loads a run and rebuilds the agent it was started with.
-async fn agent_for(ctx: &Context, run_id: &str) -> Result<(Agent, RunRecord), CliError> {
-    let store = setup::open_store(ctx.db.as_deref()).await?;
+async fn agent_for(ctx: &Context, run_id: &str, model: Option<&str>) -> Result<(Agent, RunRecord), CliError> {
+    let store = ctx.store(Access::Existing).await?;
     let run = setup::load_run(&store, run_id).await?;
     let origin = RunOrigin::of_run(&run)?;
-    let model = setup::make_model(&origin.model, true)?;
+    let model = setup::resume_model(&run.run_id, &origin, model)?;
     let agent = setup::agent(&origin, model, store)?;
     Ok((agent, run))
 }
 
 pub async fn resume(ctx: &Context, args: ResumeArgs) -> Result<Done, CliError> {
-    let (agent, run) = agent_for(ctx, &args.run_id).await?;
-    let call = run.resume_target(args.tool_call_id.as_deref())?.clone();
+    if args.reason.is_some() && !args.decline {
+        return Err(CliError::usage(
+            "--reason goes with --decline (it tells the model why you declined); an answer takes no reason",
+        ));
+    }
+    let (agent, run) = agent_for(ctx, &args.run_id, args.model.as_deref()).await?;
+    let call = target(&run, args.tool_call_id.as_deref())?;
     let options = ResumeOptions::call(&run.run_id, &call.tool_call_id);
 
     if args.decline {
@@ -43,6 +73,21 @@ pub async fn resume(ctx: &Context, args: ResumeArgs) -> Result<Done, CliError> {
     };
     let stream = agent.resume_stream(data, options).await?;
     Ok(finish(ctx, stream, args.json).await)
+}
+
+/// The pending call a decision is for. A run that is `running` while
+/// several calls of its step are pending is another process handling a
+/// sibling call: the library waits for it to finish (see
+/// `Agent::resume_stream`), so the call is taken from the run as stored
+/// rather than refused here.
+fn target(run: &RunRecord, tool_call_id: Option<&str>) -> Result<PendingToolCall, CliError> {
+    if run.status == RunStatus::Running
+        && run.pending.len() > 1
+        && let Some(call) = tool_call_id.and_then(|id| run.pending.iter().find(|p| p.tool_call_id == id))
+    {
+        return Ok(call.clone());
+    }
+    Ok(run.resume_target(tool_call_id)?.clone())
 }
 
 /// Turns `--answer` flags into the resume data the question needs: a string,
@@ -72,7 +117,7 @@ fn shape_answers(run: &RunRecord, call: &PendingToolCall, answers: &[String]) ->
 fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<Value>, CliError> {
     let mut prompter = prompt::for_stdin();
     let reply = match call.kind {
-        PendingKind::Approval => match prompter.approve(&call.tool_name, &call.args)? {
+        PendingKind::Approval => match prompter.approve(&describe_call(&RunOrigin::of_run(run)?.root(), call))? {
             Some(approved) => Reply::Answer(serde_json::json!({ "approved": approved })),
             None => Reply::Left,
         },
@@ -89,8 +134,8 @@ fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<
     match reply {
         Reply::Answer(data) => Ok(Some(data)),
         Reply::Left => {
-            eprintln!("askloop: no answer given; run {} stays suspended.", run.run_id);
-            eprint!(
+            errln!("askloop: no answer given; run {} stays suspended.", run.run_id);
+            err!(
                 "{}",
                 render::describe_pending(&ctx.askloop(), &run.run_id, std::slice::from_ref(call))
             );
@@ -99,24 +144,74 @@ fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<
     }
 }
 
-pub async fn approve(ctx: &Context, run_id: &str, tool_call_id: Option<&str>, json: bool) -> Result<Done, CliError> {
-    let (agent, run) = agent_for(ctx, run_id).await?;
-    let call = run.resume_target(tool_call_id)?;
-    let stream = agent.approve_tool_call(run_id, Some(&call.tool_call_id)).await?;
+pub async fn approve(ctx: &Context, call: Call<'_>, json: bool) -> Result<Done, CliError> {
+    let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
+    let pending = target(&run, call.tool_call_id)?;
+    let stream = agent
+        .approve_tool_call(&run.run_id, Some(&pending.tool_call_id))
+        .await?;
     Ok(finish(ctx, stream, json).await)
 }
 
-pub async fn decline(
-    ctx: &Context,
-    run_id: &str,
-    tool_call_id: Option<&str>,
-    reason: Option<String>,
-    json: bool,
-) -> Result<Done, CliError> {
-    let (agent, run) = agent_for(ctx, run_id).await?;
-    let call = run.resume_target(tool_call_id)?;
+pub async fn decline(ctx: &Context, call: Call<'_>, reason: Option<String>, json: bool) -> Result<Done, CliError> {
+    let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
+    let pending = target(&run, call.tool_call_id)?;
     let stream = agent
-        .decline_tool_call(run_id, Some(&call.tool_call_id), reason)
+        .decline_tool_call(&run.run_id, Some(&pending.tool_call_id), reason)
         .await?;
     Ok(finish(ctx, stream, json).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run_with_two_questions(status: RunStatus) -> RunRecord {
+        let question = |id: &str| PendingToolCall {
+            tool_call_id: id.into(),
+            tool_name: "ask_user".into(),
+            args: json!({"question": "?"}),
+            kind: PendingKind::Suspended,
+            suspend_payload: Some(json!({"question": "?"})),
+            resume_schema: None,
+        };
+        let now = chrono::Utc::now();
+        RunRecord {
+            run_id: "r1".into(),
+            agent_id: "assistant".into(),
+            thread_id: None,
+            status,
+            version: 3,
+            created_at: now,
+            updated_at: now,
+            pending: vec![question("call_1"), question("call_2")],
+            step_results: Vec::new(),
+            message_count: 2,
+            steps: 1,
+            usage: Default::default(),
+            error: None,
+            metadata: json!({}),
+        }
+    }
+
+    #[test]
+    fn an_answer_while_a_sibling_call_is_handled_is_not_refused_early() {
+        let run = run_with_two_questions(RunStatus::Running);
+        assert_eq!(target(&run, Some("call_2")).unwrap().tool_call_id, "call_2");
+        // Without an id, or for a call the run does not wait on, there is
+        // nothing to wait for.
+        assert!(target(&run, None).is_err());
+        assert!(target(&run, Some("call_9")).is_err());
+        let done = run_with_two_questions(RunStatus::Completed);
+        assert!(target(&done, Some("call_2")).is_err());
+    }
+
+    #[test]
+    fn an_ambiguous_resume_names_the_flag_that_settles_it() {
+        let run = run_with_two_questions(RunStatus::Suspended);
+        let err = target(&run, None).unwrap_err();
+        assert_eq!(err.status, crate::exit::USAGE);
+        assert!(err.message.contains("--tool-call-id call_1"), "{}", err.message);
+    }
 }

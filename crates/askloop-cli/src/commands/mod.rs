@@ -12,7 +12,8 @@ use askloop::{AgentStream, StreamOutput};
 use crate::cli::{Cli, Command, RunsCommand};
 use crate::exit::{CliError, Done};
 use crate::render::{self, Format};
-use crate::setup::ModelChoice;
+use crate::setup::{self, ModelChoice};
+pub use askloop_store::Access;
 
 /// Runs the command the user typed.
 pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
@@ -24,14 +25,22 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
         Command::Approve {
             run_id,
             tool_call_id,
+            model,
             json,
-        } => decide::approve(&ctx, &run_id, tool_call_id.as_deref(), json).await,
+        } => {
+            let call = decide::Call::new(&run_id, tool_call_id.as_deref(), model.as_deref());
+            decide::approve(&ctx, call, json).await
+        }
         Command::Decline {
             run_id,
             tool_call_id,
             reason,
+            model,
             json,
-        } => decide::decline(&ctx, &run_id, tool_call_id.as_deref(), reason, json).await,
+        } => {
+            let call = decide::Call::new(&run_id, tool_call_id.as_deref(), model.as_deref());
+            decide::decline(&ctx, call, reason, json).await
+        }
         Command::Runs(args) => match args.show {
             Some(RunsCommand::Show { run_id, json }) => runs::show(&ctx, &run_id, json).await,
             None => runs::list(&ctx, args.status.as_deref(), args.limit, args.json).await,
@@ -48,12 +57,18 @@ pub struct Context {
 }
 
 impl Context {
-    /// The command prefix to print in hints, so they work as typed.
+    /// The command prefix to print in hints, so they work as typed from any
+    /// folder: a relative database path is made absolute.
     pub fn askloop(&self) -> String {
         match &self.db {
-            Some(db) => format!("askloop --db {}", render::shell_quote(db)),
+            Some(db) => format!("askloop --db {}", render::shell_quote(&setup::absolute_location(db))),
             None => "askloop".to_owned(),
         }
+    }
+
+    /// Opens the store for what the command will do with it.
+    pub async fn store(&self, access: Access) -> Result<std::sync::Arc<dyn askloop::RunStore>, CliError> {
+        setup::open_store(self.db.as_deref(), access).await
     }
 }
 
@@ -64,7 +79,7 @@ fn format(json: bool) -> Format {
 /// Says so when the offline demo stands in for a model.
 fn announce(choice: &ModelChoice) {
     if *choice == ModelChoice::Demo {
-        eprintln!(
+        errln!(
             "askloop: using the built-in offline demo (a scripted model, not a real one); for a real model pass --model openai/gpt-4o-mini (OPENAI_API_KEY), anthropic/claude-sonnet-4-5 (ANTHROPIC_API_KEY) or ollama/qwen2.5"
         );
     }
@@ -84,8 +99,8 @@ fn report(ctx: &Context, output: &StreamOutput, json: bool) {
     }
     let text = render::describe_pending(&ctx.askloop(), &output.run_id, &output.pending);
     if json {
-        eprint!("{text}");
+        err!("{text}");
     } else {
-        print!("{text}");
+        out!("{text}");
     }
 }

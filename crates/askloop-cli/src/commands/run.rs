@@ -2,7 +2,7 @@
 
 use askloop::StreamOptions;
 
-use super::{Context, announce, finish};
+use super::{Access, Context, announce, finish};
 use crate::cli::ModelArgs;
 use crate::exit::{CliError, Done};
 use crate::setup::{self, RunOrigin};
@@ -11,11 +11,10 @@ pub async fn run(ctx: &Context, prompt: String, json: bool, model: &ModelArgs) -
     if prompt.trim().is_empty() {
         return Err(CliError::usage("the prompt is empty; say what the agent should do"));
     }
-    let choice = setup::choose_model(model)?;
-    let model = setup::make_model(&choice, false)?;
+    let (choice, model) = setup::start_model(model)?;
     announce(&choice);
-    let store = setup::open_store(ctx.db.as_deref()).await?;
-    let origin = RunOrigin::new(choice);
+    let store = ctx.store(Access::Create).await?;
+    let origin = RunOrigin::new(choice)?;
     let agent = setup::agent(&origin, model, store)?;
     let options = StreamOptions::default().metadata(origin.to_metadata());
     let stream = agent.stream_with(prompt, options).await?;

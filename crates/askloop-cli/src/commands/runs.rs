@@ -3,7 +3,8 @@
 use askloop::{Message, RunQuery, RunRecord, RunStatus};
 use serde_json::{Value, json};
 
-use super::Context;
+use super::{Access, Context};
+use crate::escape;
 use crate::exit::{CliError, Done};
 use crate::render;
 use crate::setup;
@@ -13,7 +14,7 @@ pub async fn list(ctx: &Context, status: Option<&str>, limit: u32, as_json: bool
         .map(|s| s.parse::<RunStatus>())
         .transpose()
         .map_err(CliError::usage)?;
-    let store = setup::open_store(ctx.db.as_deref()).await?;
+    let store = ctx.store(Access::ReadOnly).await?;
     let query = RunQuery {
         status,
         limit: Some(limit),
@@ -22,24 +23,24 @@ pub async fn list(ctx: &Context, status: Option<&str>, limit: u32, as_json: bool
     let runs = store.list(&query).await?;
     if as_json {
         let rows: Vec<Value> = runs.iter().map(summary_json).collect();
-        println!("{}", Value::Array(rows));
+        outln!("{}", Value::Array(rows));
         return Ok(Done::Ok);
     }
     if runs.is_empty() {
-        eprintln!(
+        errln!(
             "No runs{}.",
             status.map(|s| format!(" with status {s}")).unwrap_or_default()
         );
         return Ok(Done::Ok);
     }
-    println!("{:<36}  {:<10}  {:<20}  WAITING ON", "RUN ID", "STATUS", "UPDATED");
+    outln!("{:<36}  {:<10}  {:<20}  WAITING ON", "RUN ID", "STATUS", "UPDATED");
     for run in &runs {
-        println!(
+        outln!(
             "{:<36}  {:<10}  {:<20}  {}",
             run.run_id,
             run.status.as_str(),
             run.updated_at.format("%Y-%m-%d %H:%M:%S"),
-            waiting_on(run)
+            escape::one_line(&waiting_on(run))
         );
     }
     Ok(Done::Ok)
@@ -97,7 +98,7 @@ fn summary_json(run: &RunRecord) -> Value {
 }
 
 pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, CliError> {
-    let store = setup::open_store(ctx.db.as_deref()).await?;
+    let store = ctx.store(Access::ReadOnly).await?;
     let run = setup::load_run(&store, run_id).await?;
     let messages = store.messages(run_id).await?;
     if as_json {
@@ -106,38 +107,42 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
         value["usage"] = serde_json::to_value(run.usage).unwrap_or(Value::Null);
         value["steps"] = json!(run.steps);
         value["metadata"] = run.metadata.clone();
-        println!("{value}");
+        outln!("{value}");
         return Ok(Done::Ok);
     }
-    println!("Run {}", run.run_id);
-    println!("  agent    {}", run.agent_id);
-    println!("  status   {}", run.status);
-    println!("  created  {}", run.created_at.format("%Y-%m-%d %H:%M:%S UTC"));
-    println!("  updated  {}", run.updated_at.format("%Y-%m-%d %H:%M:%S UTC"));
+    outln!("Run {}", run.run_id);
+    outln!("  agent    {}", escape::one_line(&run.agent_id));
+    outln!("  status   {}", run.status);
+    outln!("  created  {}", run.created_at.format("%Y-%m-%d %H:%M:%S UTC"));
+    outln!("  updated  {}", run.updated_at.format("%Y-%m-%d %H:%M:%S UTC"));
     if let Some(error) = &run.error {
-        println!("  error    {error}");
+        outln!("  error    {}", escape::lines(error));
     }
     if !run.pending.is_empty() {
-        println!();
-        print!(
+        outln!();
+        out!(
             "{}",
             render::describe_pending(&ctx.askloop(), &run.run_id, &run.pending)
         );
     }
-    println!();
-    println!("Conversation:");
+    outln!();
+    outln!("Conversation:");
     for message in &messages {
         match message {
-            Message::User { content } => println!("  user: {content}"),
+            Message::User { content } => outln!("  user: {}", escape::lines(content)),
             Message::Assistant { content, tool_calls } => {
                 if !content.is_empty() {
-                    println!("  assistant: {content}");
+                    outln!("  assistant: {}", escape::lines(content));
                 }
                 for call in tool_calls {
-                    println!("  assistant calls {} {}", call.name, call.args);
+                    outln!("  assistant calls {} {}", escape::one_line(&call.name), call.args);
                 }
             }
-            Message::Tool(result) => println!("  {} -> {}", result.tool_name, result.content.to_model_text()),
+            Message::Tool(result) => outln!(
+                "  {} -> {}",
+                escape::one_line(&result.tool_name),
+                escape::lines(&result.content.to_model_text())
+            ),
             _ => {}
         }
     }

@@ -27,7 +27,7 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         None => ServerConfig::default_agent(),
     };
     let choice = setup::choose_model(&args.model)?;
-    let store = setup::open_store(ctx.db.as_deref()).await?;
+    let store = setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?;
     let uses_default = config
         .agents
         .iter()
@@ -62,7 +62,7 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .local_addr()
         .map_err(|err| CliError::failure(err.to_string()))?;
     if !protected {
-        eprintln!(
+        errln!(
             "askloop: no ASKLOOP_API_TOKEN set: the API needs no token{}",
             if bound.ip().is_loopback() {
                 ", so it listens on loopback only (anyone on this machine can answer runs)"
@@ -75,7 +75,7 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .path
         .as_ref()
         .map_or_else(|| "the default agent".to_owned(), |p| p.display().to_string());
-    eprintln!(
+    errln!(
         "askloop: serving {} ({}) from {source} on http://{bound}/api",
         if ids.len() == 1 {
             "1 agent".to_owned()
@@ -88,7 +88,7 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .serve(listener, shutdown_signal())
         .await
         .map_err(|err| CliError::failure(err.to_string()))?;
-    eprintln!("askloop: stopped");
+    errln!("askloop: stopped");
     Ok(Done::Ok)
 }
 
@@ -126,5 +126,5 @@ async fn shutdown_signal() {
         _ = interrupt => {}
         _ = terminate => {}
     }
-    eprintln!("askloop: shutting down; open streams may finish");
+    errln!("askloop: shutting down; open streams may finish");
 }

@@ -23,15 +23,24 @@ pub(crate) enum Role {
     Writer,
     /// A read connection of an existing file: it cannot write.
     Reader,
+    /// A read connection of a store opened read only: the file is never
+    /// opened for writing, so a read-only file or folder can be read.
+    ReadOnly,
 }
 
 /// Opens a connection to `path` with the store's settings.
 pub(crate) fn open(path: &Path, role: Role, options: &SqliteOptions) -> rusqlite::Result<Connection> {
     let flags = match role {
-        Role::Writer => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
-        Role::Reader => OpenFlags::SQLITE_OPEN_READ_WRITE,
+        Role::Writer if options.create => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+        Role::Writer | Role::Reader => OpenFlags::SQLITE_OPEN_READ_WRITE,
+        Role::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
     } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
+    let conn = if role == Role::ReadOnly {
+        readable(conn, path, flags)?
+    } else {
+        conn
+    };
     conn.busy_timeout(options.busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     match role {
@@ -39,9 +48,49 @@ pub(crate) fn open(path: &Path, role: Role, options: &SqliteOptions) -> rusqlite
             super::SqliteSync::Full => "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
             super::SqliteSync::Normal => "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
         })?,
-        Role::Reader => conn.execute_batch("PRAGMA query_only = ON;")?,
+        Role::Reader | Role::ReadOnly => conn.execute_batch("PRAGMA query_only = ON;")?,
     }
     Ok(conn)
+}
+
+/// A read-only connection that can read: SQLite opens lazily, so the first
+/// read tells. A WAL file in a folder that cannot be written, closed
+/// cleanly (no -shm file left), cannot be read the ordinary way: reading
+/// would need to create the -shm file. Nobody can write the file through
+/// that folder either, so it is then read as immutable (what a last writer
+/// left in a -wal file that could not be folded back is not seen).
+fn readable(conn: Connection, path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
+    let probe = conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get::<_, i64>(0));
+    match probe {
+        Ok(_) => Ok(conn),
+        Err(err) if cannot_share(&err) && path.is_file() => {
+            drop(conn);
+            Connection::open_with_flags(immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+fn cannot_share(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
+    )
+}
+
+/// `file:PATH?immutable=1`, with every byte a URI path cannot hold as is
+/// escaped (SQLite decodes `%XX` in URI file names).
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for &byte in path.as_os_str().as_encoded_bytes() {
+        if byte.is_ascii_graphic() && !matches!(byte, b'%' | b'?' | b'#') {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
 }
 
 /// Switches the file to WAL (the file remembers it) and returns the journal
@@ -49,6 +98,16 @@ pub(crate) fn open(path: &Path, role: Role, options: &SqliteOptions) -> rusqlite
 /// program's exclusive lock prevents it.
 pub(crate) fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
     conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+}
+
+/// Whether the file holds askloop's tables (a store opened read only
+/// cannot create them).
+pub(crate) fn has_tables(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs')",
+        [],
+        |row| row.get(0),
+    )
 }
 
 /// Brings the tables up to date: applies, in one `BEGIN IMMEDIATE`

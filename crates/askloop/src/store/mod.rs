@@ -242,9 +242,24 @@ pub enum StoreError {
         /// The newest this build reads.
         supported: i32,
     },
-    /// The store could not be opened from what was given.
+    /// The store could not be opened from what was given: the location
+    /// itself is malformed or names no kind of store askloop has.
     #[error("{0}")]
     InvalidLocation(String),
+    /// The database at a well-formed location cannot be used: it does not
+    /// exist (and was not to be created), it is not a database, it cannot
+    /// be written, its disk is full... [`DatabaseFault`] says which.
+    #[error("cannot use the database {location}: {detail}")]
+    Unusable {
+        /// The database, as a person would find it (an absolute file path,
+        /// or a URL without its password).
+        location: String,
+        /// What is wrong with it.
+        fault: DatabaseFault,
+        /// The same, for people, with the database's own words where they
+        /// help (e.g. "disk full (database or disk is full)").
+        detail: String,
+    },
     /// The database failed.
     #[error("store error: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -259,6 +274,44 @@ impl StoreError {
     /// Whether this is a lost compare-and-set.
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict { .. })
+    }
+
+    /// What is wrong with the database, when the store could tell.
+    pub fn fault(&self) -> Option<DatabaseFault> {
+        match self {
+            StoreError::Unusable { fault, .. } => Some(*fault),
+            _ => None,
+        }
+    }
+}
+
+/// Why a database cannot be used (see [`StoreError::Unusable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DatabaseFault {
+    /// Nothing exists at the location, and the caller asked not to create
+    /// a database there (a read of runs never makes an empty database).
+    Missing,
+    /// The file is not a database of the store's kind, or a damaged one.
+    NotADatabase,
+    /// The file, its folder or its file system cannot be written.
+    ReadOnly,
+    /// The disk (or the quota) is full.
+    DiskFull,
+    /// The location cannot be opened at all: no permission, or a file
+    /// where a folder should be.
+    CannotOpen,
+}
+
+impl fmt::Display for DatabaseFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DatabaseFault::Missing => "no database exists there",
+            DatabaseFault::NotADatabase => "not a database (or a damaged one)",
+            DatabaseFault::ReadOnly => "read only",
+            DatabaseFault::DiskFull => "disk full",
+            DatabaseFault::CannotOpen => "cannot be opened",
+        })
     }
 }
 

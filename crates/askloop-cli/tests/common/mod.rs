@@ -1,0 +1,124 @@
+//! What the tests of the real `askloop` binary share: a folder with its
+//! own database, and the binary run in it.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Self {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("runs.db")
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ASKLOOP_MODEL")
+            .env("ASKLOOP_DB", self.db())
+            .env("NO_COLOR", "1")
+            .current_dir(self.dir.path());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+
+    pub fn run_with_input(&self, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .cmd()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    pub fn script(&self, name: &str, json: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, json).unwrap();
+        path
+    }
+
+    pub fn show(&self, run_id: &str) -> Value {
+        let out = self.run(&["runs", "show", run_id, "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    pub fn only_run_id(&self) -> String {
+        let out = self.run(&["runs", "--json"]);
+        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        runs[0]["runId"].as_str().unwrap().to_owned()
+    }
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The tool results of a shown run, in order.
+pub fn tool_results(shown: &Value) -> Vec<String> {
+    shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+pub fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited normally")
+}
+
+pub const SUSPENDED: i32 = 3;
+
+/// Whether the tests run as root, who may write anything: a read-only file
+/// or folder is then only read-only for another user.
+pub fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let probe = tempfile::NamedTempFile::new().unwrap();
+    probe.as_file().metadata().unwrap().uid() == 0
+}
+
+/// Runs `cmd` as a user for whom what root owns is read only (`nobody`)
+/// when the tests run as root; as is otherwise.
+pub fn as_unprivileged(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    if running_as_root() {
+        cmd.uid(65534).gid(65534);
+    }
+    cmd
+}
+
+/// A folder nobody but its owner may write (and the owner only when not
+/// root, see [`as_unprivileged`]), that others may enter and read.
+pub fn make_read_only(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = if path.is_dir() { 0o555 } else { 0o444 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}

@@ -455,14 +455,6 @@ fn resume_with_no_answer_reads_it_from_piped_stdin() {
 }
 
 #[test]
-fn serve_is_reserved_and_says_it_is_not_available_yet() {
-    let env = Env::new();
-    let out = env.run(&["serve"]);
-    assert_eq!(code(&out), 1);
-    assert!(stderr(&out).contains("not available yet"));
-}
-
-#[test]
 fn help_documents_the_exit_statuses() {
     let env = Env::new();
     let out = env.run(&["--help"]);

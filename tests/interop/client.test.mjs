@@ -62,6 +62,15 @@ async function askedRun(options = {}) {
   return { agent, chunks, suspended, runId: suspended.runId };
 }
 
+test('listAgents and details describe the configured agents and their tools', async () => {
+  const agents = await client.listAgents();
+  assert.deepEqual(Object.keys(agents).sort(), ['assistant', 'writer']);
+  const writer = await client.getAgent('writer').details();
+  assert.equal(writer.name, 'Writer');
+  assert.equal(writer.tools.write_file.requireApproval, true);
+  assert.equal(agents.assistant.tools.ask_user.id, 'ask_user');
+});
+
 test('stream stops at tool-call-suspended with the question, and resumeStream finishes with the answer', async () => {
   const { agent, chunks, suspended, runId } = await askedRun();
   assertEnvelopes(chunks, runId);
@@ -142,6 +151,17 @@ test('a run started with its own runId streams under that id and resumes by it',
   assertEnvelopes(chunks, ownId);
   const rest = await chunksOf(await agent.resumeStream('staging', { runId: ownId, toolCallId: suspended.payload.toolCallId }));
   assertEnvelopes(rest, ownId);
+  assert.equal(rest.at(-1).type, 'finish');
+});
+
+test('generate answers a suspended run with finishReason suspended and its pending call', async () => {
+  const agent = client.getAgent('assistant');
+  const out = await agent.generate('Deploy the app.');
+  assert.equal(out.finishReason, 'suspended');
+  assert.equal(out.suspendPayload.question, 'Which environment should I deploy to?');
+  const [pending] = out.pendingToolCalls;
+  assert.equal(pending.toolName, 'ask_user');
+  const rest = await chunksOf(await agent.resumeStream('staging', { runId: out.runId, toolCallId: pending.toolCallId }));
   assert.equal(rest.at(-1).type, 'finish');
 });
 

@@ -5,6 +5,7 @@
 // The server comes from the environment:
 //   ASKLOOP_URL        e.g. http://127.0.0.1:4111 (without /api)
 //   ASKLOOP_WRITE_DIR  the folder the `writer` agent's write_file writes in
+//   ASKLOOP_API_TOKEN  the server's token, if it has one
 // and must serve two scripted agents (see crates/askloop-cli/tests/interop.rs):
 //   assistant  ask_user: "Which environment should I deploy to?" (staging,
 //              production), then "Deploying to <answer>."
@@ -26,8 +27,12 @@ if (!baseUrl || !writeDir) {
   throw new Error('set ASKLOOP_URL (e.g. http://127.0.0.1:4111) and ASKLOOP_WRITE_DIR');
 }
 
-// No retries: a failed request is a failed test, not a second request.
-const client = new MastraClient({ baseUrl, retries: 0 });
+// With ASKLOOP_API_TOKEN, the server wants it as a bearer token, which the
+// client sends as one of its headers. No retries: a failed request is a
+// failed test, not a second request.
+const token = process.env.ASKLOOP_API_TOKEN;
+const headers = token ? { Authorization: `Bearer ${token}` } : {};
+const client = new MastraClient({ baseUrl, retries: 0, headers });
 
 /** Every chunk of a streaming response, through the client's own parser. */
 async function chunksOf(response) {
@@ -61,6 +66,16 @@ async function askedRun(options = {}) {
   assert.equal(suspended.type, 'tool-call-suspended', `the stream ends at the question: ${types(chunks)}`);
   return { agent, chunks, suspended, runId: suspended.runId };
 }
+
+test('without the token the client gets a 401 in the error shape', { skip: !token && 'ASKLOOP_API_TOKEN is not set' }, async () => {
+  const stranger = new MastraClient({ baseUrl, retries: 0 });
+  await assert.rejects(stranger.listAgents(), (err) => {
+    assert.ok(err instanceof MastraClientError, `a MastraClientError: ${err}`);
+    assert.equal(err.status, 401);
+    assert.equal(typeof err.body.error.message, 'string');
+    return true;
+  });
+});
 
 test('listAgents and details describe the configured agents and their tools', async () => {
   const agents = await client.listAgents();

@@ -90,7 +90,10 @@ function setRun(turn, runId) {
 
 function addPending(turn, runId, agentId, call) {
   const body = turn.querySelector('.turn-body');
-  if (body.querySelector(`form[data-tool-call-id="${CSS.escape(call.toolCallId)}"]`)) return;
+  // In the Inbox and the Run view the run's open calls are already shown
+  // beside the turn; a continuation that suspends again repeats them.
+  const scope = turn.closest('li.card, section.waiting') || body;
+  if (scope.querySelector(`form[data-tool-call-id="${CSS.escape(call.toolCallId)}"]`)) return;
   let group = body.lastElementChild?.classList.contains('pending-group') ? body.lastElementChild : null;
   if (!group) {
     group = h('div', { class: 'pending-group' });

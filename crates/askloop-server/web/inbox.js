@@ -41,27 +41,39 @@ export async function inboxView(main) {
   await refreshInbox();
 }
 
-/** Brings the list up to date: new calls added, calls answered elsewhere removed. */
+/** Brings the list up to date: new questions added, questions answered elsewhere removed. */
 export async function refreshInbox() {
   if (!list || !list.isConnected) return;
   const calls = await waitingCalls();
-  const seen = new Set();
-  let previous = null;
+  const runs = new Map();
   for (const { run, call } of calls) {
-    const key = call.toolCallId + '@' + run.runId;
-    seen.add(key);
-    let card = list.querySelector(`li[data-key="${CSS.escape(key)}"]`);
-    if (!card) card = inboxCard(run, call, key);
-    else card.querySelector('.when').textContent = ago(run.updatedAt);
+    if (!runs.has(run.runId)) runs.set(run.runId, { run, calls: [] });
+    runs.get(run.runId).calls.push(call);
+  }
+  let previous = null;
+  for (const { run, calls: pending } of runs.values()) {
+    let card = list.querySelector(`li[data-run-id="${CSS.escape(run.runId)}"]`);
+    if (!card) card = inboxCard(run);
+    card.querySelector('.when').textContent = ago(run.updatedAt);
+    const group = card.querySelector('.pending-group');
+    const open = new Set(pending.map((c) => c.toolCallId));
+    for (const call of pending) {
+      if (!group.querySelector(`form[data-tool-call-id="${CSS.escape(call.toolCallId)}"]`)) {
+        group.append(questionIn(card, run, call));
+      }
+    }
+    for (const form of [...group.querySelectorAll('form:not(.answered)')]) {
+      if (!open.has(form.dataset.toolCallId)) form.remove();
+    }
     if (previous) previous.after(card);
     else list.prepend(card);
     previous = card;
   }
-  for (const card of [...list.querySelectorAll('li[data-key]')]) {
-    if (!seen.has(card.dataset.key) && !answered.has(card.dataset.key)) card.remove();
+  for (const card of [...list.querySelectorAll('li[data-run-id]')]) {
+    if (!runs.has(card.dataset.runId) && !answered.has(card.dataset.runId)) card.remove();
   }
   list.querySelector('.empty')?.remove();
-  if (!list.querySelector('li[data-key]')) {
+  if (!list.querySelector('li[data-run-id]')) {
     list.append(
       h(
         'li',
@@ -73,13 +85,15 @@ export async function refreshInbox() {
   }
 }
 
-function inboxCard(run, call, key) {
+/** One run's card: who asks, which run, since when; its questions below. */
+function inboxCard(run) {
   const turn = assistantTurn(run.agentId);
   turn.querySelector('.turn-head').remove();
   const status = h('span', { class: 'turn-status', role: 'status' });
-  const card = h(
+  turn.prepend(status);
+  return h(
     'li',
-    { class: 'card', 'data-key': key },
+    { class: 'card', 'data-run-id': run.runId },
     h(
       'div',
       { class: 'card-head' },
@@ -87,21 +101,23 @@ function inboxCard(run, call, key) {
       h('span', { class: 'dot', 'aria-hidden': 'true' }, '·'),
       h('a', { href: `/runs/${encodeURIComponent(run.runId)}`, 'data-route': true, class: 'run-ref' }, `Run ${shortId(run.runId)}`),
       h('span', { class: 'dot', 'aria-hidden': 'true' }, '·'),
-      h('time', { class: 'when', datetime: run.updatedAt }, ago(run.updatedAt)),
-      status,
+      h('time', { class: 'when', datetime: run.updatedAt }),
     ),
+    h('div', { class: 'pending-group' }),
+    turn,
   );
-  turn.prepend(status);
-  const form = pendingCallForm({
+}
+
+function questionIn(card, run, call) {
+  const turn = card.querySelector('.turn');
+  return pendingCallForm({
     runId: run.runId,
     agentId: run.agentId,
     call,
     onContinue: (chunks) => {
-      answered.add(key);
+      answered.add(run.runId);
       card.classList.add('continuing');
       streamInto(turn, chunks, run.agentId);
     },
   });
-  card.append(form, turn);
-  return card;
 }

@@ -9,7 +9,9 @@ import { assistantTurn, streamInto } from './chat.js';
 let current = null;
 
 export async function runView(main, runId) {
-  current = { runId, main, busy: false };
+  // forms: the open questions' forms by tool call id, kept across redraws
+  // so that what a person has typed or chosen survives a change elsewhere.
+  current = { runId, main, busy: false, forms: new Map() };
   main.replaceChildren(h('p', { class: 'loading' }, 'Loading the run…'));
   await refreshRun();
 }
@@ -93,19 +95,7 @@ function render(run) {
         h(
           'div',
           { class: 'pending-group' },
-          run.pendingToolCalls.map((call) =>
-            pendingCallForm({
-              runId: run.runId,
-              agentId: run.agentId,
-              call,
-              onContinue: async (chunks) => {
-                current.busy = true;
-                await streamInto(turn, chunks, run.agentId);
-                current.busy = false;
-                refreshRun(run.runId);
-              },
-            }),
-          ),
+          run.pendingToolCalls.map((call) => formFor(run, call, turn)),
         ),
         turn,
       )
@@ -115,6 +105,8 @@ function render(run) {
     ? h('button', { type: 'button', class: 'quiet', onclick: () => cancelRun(run.runId) }, 'Cancel run')
     : null;
 
+  // A redraw moves the kept forms; keep the focus where the person was.
+  const focused = main.contains(document.activeElement) ? document.activeElement : null;
   main.replaceChildren(
     h(
       'section',
@@ -140,6 +132,27 @@ function render(run) {
       log,
     ),
   );
+  if (focused?.isConnected && document.activeElement !== focused) focused.focus({ preventScroll: true });
+}
+
+/** The form of a waiting call: the one already shown, or a new one. */
+function formFor(run, call, turn) {
+  const kept = current.forms.get(call.toolCallId);
+  if (kept && !kept.classList.contains('answered')) return kept;
+  const form = pendingCallForm({
+    runId: run.runId,
+    agentId: run.agentId,
+    call,
+    onContinue: async (chunks) => {
+      current.busy = true;
+      // The continuation streams into the turn shown with the form now.
+      await streamInto(form.closest('section.waiting')?.querySelector('.turn') || turn, chunks, run.agentId);
+      current.busy = false;
+      refreshRun(run.runId);
+    },
+  });
+  current.forms.set(call.toolCallId, form);
+  return form;
 }
 
 async function cancelRun(runId) {

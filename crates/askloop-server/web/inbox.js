@@ -65,8 +65,12 @@ export async function refreshInbox() {
     for (const form of [...group.querySelectorAll('form:not(.answered)')]) {
       if (!open.has(form.dataset.toolCallId)) form.remove();
     }
-    if (previous) previous.after(card);
-    else list.prepend(card);
+    // Moved only when out of place: moving a card would take the focus
+    // from a person typing in it.
+    if (previous ? previous.nextElementSibling !== card : list.firstElementChild !== card) {
+      if (previous) previous.after(card);
+      else list.prepend(card);
+    }
     previous = card;
   }
   for (const card of [...list.querySelectorAll('li[data-run-id]')]) {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
+use super::{ChangeBroadcast, RunChange, RunChanges, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
 use crate::message::Message;
 
 #[derive(Debug, Default)]
@@ -20,6 +20,7 @@ struct StoredRun {
 #[derive(Debug, Default, Clone)]
 pub struct MemoryStore {
     runs: Arc<Mutex<HashMap<String, StoredRun>>>,
+    changes: ChangeBroadcast,
 }
 
 impl Default for RunRecord {
@@ -58,6 +59,11 @@ impl MemoryStore {
 
 #[async_trait]
 impl RunStore for MemoryStore {
+    /// Every write of this store (of any clone), as it happens.
+    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
+        Ok(Some(self.changes.subscribe()))
+    }
+
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
         let mut runs = self.lock();
         if runs.contains_key(&run.run_id) {
@@ -74,6 +80,7 @@ impl RunStore for MemoryStore {
                 messages: messages.to_vec(),
             },
         );
+        self.changes.send(RunChange::of(run.run_id.as_str()));
         Ok(())
     }
 
@@ -103,6 +110,7 @@ impl RunStore for MemoryStore {
         run.record.status = RunStatus::Running;
         run.record.version += 1;
         run.record.updated_at = Utc::now();
+        self.changes.send(RunChange::of(run_id));
         Ok(run.record.version)
     }
 
@@ -128,6 +136,7 @@ impl RunStore for MemoryStore {
         record.error = update.error.map(str::to_owned);
         record.message_count += update.append.len() as i64;
         run.messages.extend_from_slice(update.append);
+        self.changes.send(RunChange::of(update.run_id));
         Ok(record.version)
     }
 

@@ -2,10 +2,12 @@
 //! [`Config`]; the rest of the program never sees raw flags.
 
 use std::fmt;
+use std::path::PathBuf;
 
 /// Usage, printed with every argument error.
 pub const USAGE: &str = "usage: askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] [--detail] \
-[--runtime multi|current] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M";
+[--runtime multi|current] [--server-bin PATH] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M \
+| http N | http-concurrent K";
 
 /// Which Tokio runtime drives the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +37,10 @@ pub enum Mode {
     Long(usize),
     /// M runs, at most 100 in flight, all suspended then all resumed.
     Waiting(usize),
+    /// N sequential round trips over HTTP through an `askloop serve` process.
+    Http(usize),
+    /// K runs at once over HTTP through an `askloop serve` process.
+    HttpConcurrent(usize),
     /// Hidden: the suspending half of `restart`, in a child process.
     RestartSuspend,
     /// Hidden: the resuming half of `restart`, in a child process.
@@ -55,6 +61,9 @@ pub struct Target {
     /// Print a breakdown of the figures to stderr (`long`: the store's share
     /// of each resume).
     pub detail: bool,
+    /// The `askloop` binary the `http` modes serve with; `None`: the one
+    /// next to this program.
+    pub server_bin: Option<PathBuf>,
 }
 
 /// The resolved configuration.
@@ -88,6 +97,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
         model: DEFAULT_MODEL.to_owned(),
         api_key: DEFAULT_API_KEY.to_owned(),
         detail: false,
+        server_bin: None,
     };
     let mut runtime = RuntimeKind::Multi;
     let mut positional = Vec::new();
@@ -120,6 +130,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
             "--db" => target.db = Some(value),
             "--model" => target.model = value,
             "--api-key" => target.api_key = value,
+            "--server-bin" => target.server_bin = Some(PathBuf::from(value)),
             "--runtime" => {
                 runtime = match value.as_str() {
                     "multi" => RuntimeKind::Multi,
@@ -142,10 +153,12 @@ fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
         ["restart"] => Mode::Restart,
         ["long", t] => Mode::Long(count("long", t)?),
         ["waiting", m] => Mode::Waiting(count("waiting", m)?),
+        ["http", n] => Mode::Http(count("http", n)?),
+        ["http-concurrent", k] => Mode::HttpConcurrent(count("http-concurrent", k)?),
         ["__restart-suspend"] => Mode::RestartSuspend,
         ["__restart-resume", run_id] => Mode::RestartResume((*run_id).to_owned()),
         [] => return Err(ArgError("no mode given".into())),
-        [mode @ ("roundtrip" | "concurrent" | "long" | "waiting")] => {
+        [mode] if COUNTED_MODES.contains(mode) => {
             return Err(ArgError(format!("mode `{mode}` needs a count, e.g. `{mode} 10`")));
         }
         ["restart", ..] => {
@@ -154,7 +167,7 @@ fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
                 words[1..].join(" ")
             )));
         }
-        [mode, ..] if ["roundtrip", "concurrent", "long", "waiting"].contains(mode) => {
+        [mode, ..] if COUNTED_MODES.contains(mode) => {
             return Err(ArgError(format!(
                 "mode `{mode}` takes one count; got `{}`",
                 words[1..].join(" ")
@@ -164,6 +177,9 @@ fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
     };
     Ok(mode)
 }
+
+/// The modes that take one count.
+const COUNTED_MODES: [&str; 6] = ["roundtrip", "concurrent", "long", "waiting", "http", "http-concurrent"];
 
 /// The most runs or turns a mode accepts: beyond it a typo, not a benchmark.
 const MAX_COUNT: usize = 10_000_000;
@@ -209,6 +225,12 @@ mod tests {
             .unwrap();
         assert_eq!(config.mode, Mode::Restart);
         assert_eq!(config.target.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
+        let config = parse(args("http-concurrent 1000 --server-bin /opt/askloop"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(config.mode, Mode::HttpConcurrent(1000));
+        assert_eq!(config.target.server_bin, Some(PathBuf::from("/opt/askloop")));
+        assert_eq!(parse(args("http 5")).unwrap().unwrap().mode, Mode::Http(5));
     }
 
     #[test]
@@ -224,6 +246,9 @@ mod tests {
             "long 5 --db",
             "waiting 5 --base-url ftp://x",
             "waiting 5 --frobnicate 1",
+            "http",
+            "http-concurrent 0",
+            "http 3 --server-bin",
         ] {
             let err = parse(args(line)).unwrap_err();
             assert!(!err.0.is_empty() && !err.0.contains('\n'), "{line}: {err}");

@@ -3,6 +3,7 @@
 //! ```text
 //! askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] MODE
 //!   roundtrip N | concurrent K | restart | long T | waiting M
+//!   | http N | http-concurrent K      (with [--server-bin PATH])
 //! ```
 //!
 //! Each mode prints one JSON line (`"impl":"askloop"`). Without
@@ -10,7 +11,10 @@
 //! process (its CPU then counts in the figures); without `--db` the store is
 //! a fresh SQLite file in a temporary directory, removed at the end. Every
 //! run is checked: a run that does not end with the expected text is not
-//! counted in `ok` and makes the exit status non-zero. See
+//! counted in `ok` and makes the exit status non-zero. The `http` modes run
+//! the same round trip through an `askloop serve` process (the binary next
+//! to this one, or `--server-bin`) over HTTP, and report the server's CPU
+//! and memory. See
 //! `docs/benchmarks.md` for the figures.
 #![forbid(unsafe_code)]
 
@@ -19,6 +23,8 @@ mod environment;
 mod measure;
 mod modes;
 mod run;
+mod served;
+mod sse_client;
 mod store_clock;
 
 use std::process::ExitCode;
@@ -88,6 +94,8 @@ async fn run(config: Config) -> anyhow::Result<Report> {
         Mode::Restart => modes::restart(target).await,
         Mode::Long(t) => modes::long(target, t).await,
         Mode::Waiting(m) => modes::waiting(target, m).await,
+        Mode::Http(n) => modes::http(target, n).await,
+        Mode::HttpConcurrent(k) => modes::http_concurrent(target, k).await,
         Mode::RestartSuspend => modes::restart_suspend(target).await,
         Mode::RestartResume(run_id) => modes::restart_resume(target, &run_id).await,
     }

@@ -125,6 +125,88 @@ fn waiting_runs_all_complete() {
     assert_eq!(report["ok"], 20);
 }
 
+/// The `askloop` binary of this build, next to the bench's: built here (a
+/// no-op when `cargo test --workspace` already built it), since a test of
+/// this crate does not otherwise build another crate's binary.
+fn askloop_bin() -> String {
+    let bench = std::path::Path::new(BENCH);
+    let profile_dir = bench.parent().unwrap();
+    let target_dir = profile_dir.parent().unwrap();
+    let mut build = Command::new(env!("CARGO"));
+    build.args([
+        "build",
+        "--locked",
+        "-p",
+        "askloop-cli",
+        "--bin",
+        "askloop",
+        "--target-dir",
+    ]);
+    build.arg(target_dir);
+    if profile_dir.file_name().unwrap() == "release" {
+        build.arg("--release");
+    }
+    let output = build.output().unwrap();
+    assert!(
+        output.status.success(),
+        "cannot build askloop: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let bin = profile_dir.join(format!("askloop{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.is_file(), "no askloop binary at {}", bin.display());
+    bin.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn http_round_trips_go_through_a_served_askloop_and_report_its_cpu_and_memory() {
+    let bin = askloop_bin();
+    let report = bench(&["--server-bin", &bin, "http", "2"]);
+    assert_keys(
+        &report,
+        &[
+            "impl",
+            "mode",
+            "n",
+            "total_s",
+            "roundtrips_per_s",
+            "p50_suspend_ms",
+            "p99_suspend_ms",
+            "p50_resume_ms",
+            "p99_resume_ms",
+            "server_cpu_ms_per_roundtrip",
+            "server_peak_rss_mb",
+        ],
+    );
+    assert_eq!(report["mode"], "http");
+    assert_eq!(report["n"], 2);
+    assert!(report["server_peak_rss_mb"].as_f64().unwrap() > 0.0, "{report}");
+}
+
+#[test]
+fn http_concurrent_runs_all_suspend_then_all_finish_through_a_served_askloop() {
+    let bin = askloop_bin();
+    let report = bench(&["--server-bin", &bin, "http-concurrent", "5"]);
+    assert_keys(
+        &report,
+        &[
+            "impl",
+            "mode",
+            "k",
+            "all_suspended_s",
+            "all_resumed_s",
+            "total_s",
+            "server_rss_mb_suspended",
+            "server_peak_rss_mb_suspended",
+            "server_peak_rss_mb",
+            "server_cpu_ms_per_run",
+            "ok",
+        ],
+    );
+    assert_eq!(report["k"], 5);
+    assert_eq!(report["ok"], 5);
+    assert!(report["server_rss_mb_suspended"].as_f64().unwrap() > 0.0, "{report}");
+}
+
 #[test]
 fn bad_input_is_one_line_on_stderr_and_a_failure() {
     let unused_port = {
@@ -138,6 +220,7 @@ fn bad_input_is_one_line_on_stderr_and_a_failure() {
         vec!["roundtrip", "0"],
         vec!["waiting"],
         vec!["--base-url", unreachable.as_str(), "roundtrip", "2"],
+        vec!["--server-bin", "/nonexistent/askloop", "http", "2"],
     ] {
         let output = Command::new(BENCH).args(&args).output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -1,6 +1,7 @@
 //! The benchmark modes of issue 6, each producing one JSON line.
 
 mod concurrent;
+mod http;
 mod long;
 mod restart;
 mod roundtrip;
@@ -9,6 +10,7 @@ mod waiting;
 use serde::Serialize;
 
 pub use concurrent::concurrent;
+pub use http::{http, http_concurrent};
 pub use long::long;
 pub use restart::{restart, restart_resume, restart_suspend};
 pub use roundtrip::roundtrip;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use futures::{FutureExt, StreamExt, future::join_all};
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::machine::{self, AfterModel, AfterTools};
 use super::stream::Outbox;
@@ -217,7 +218,12 @@ impl Driver {
             self.steps_here += 1;
             self.state.record.steps += 1;
 
-            let turn = match self.model_turn(started_at).await {
+            let span = tracing::info_span!(
+                "model_step",
+                run_id = %self.state.record.run_id,
+                step = self.state.record.steps
+            );
+            let turn = match self.model_turn(started_at).instrument(span).await {
                 Ok(turn) => turn,
                 Err(err) => return self.fail(err.to_string()).await,
             };
@@ -587,43 +593,53 @@ impl Driver {
     /// Runs a step's tool calls concurrently.
     async fn run_calls(&self, calls: &[ModelCall]) -> Vec<CallOutcome> {
         let run_id = &self.state.record.run_id;
-        join_all(calls.iter().map(|mc| async move {
-            if let Some(problem) = &mc.malformed {
-                let message = format!(
-                    "The arguments for tool {} are not valid JSON ({problem}). Call the tool again with a JSON object that matches its input schema.",
-                    mc.call.name
-                );
-                return error_result(&mc.call, message);
-            }
-            let Some(registered) = self.agent.tools.get(&mc.call.name) else {
-                let known: Vec<&str> = self.agent.specs.iter().map(|s| s.name.as_str()).collect();
-                let message = format!(
-                    "Unknown tool {}. Available tools: {}.",
-                    mc.call.name,
-                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
-                );
-                return error_result(&mc.call, message);
-            };
-            if let Err(problems) = describe_errors(&registered.validator, &mc.call.args) {
-                let message = format!(
-                    "Invalid input for tool {}: {problems}. Call it again with input that matches its schema.",
-                    mc.call.name
-                );
-                return error_result(&mc.call, message);
-            }
-            if registered.needs_approval {
-                return CallOutcome::Pending(PendingToolCall {
-                    tool_call_id: mc.call.id.clone(),
-                    tool_name: mc.call.name.clone(),
-                    args: mc.call.args.clone(),
-                    kind: PendingKind::Approval,
-                    suspend_payload: None,
-                    resume_schema: Some(approval_schema()),
-                });
-            }
-            self.execute(&mc.call, ToolContext::in_run(run_id, &mc.call.id)).await
+        join_all(calls.iter().map(|mc| {
+            let span = tracing::info_span!("tool_call", tool_call_id = %mc.call.id, tool = %mc.call.name);
+            self.run_call(run_id, mc).instrument(span)
         }))
         .await
+    }
+
+    /// Checks and runs one tool call of a step.
+    async fn run_call(&self, run_id: &str, mc: &ModelCall) -> CallOutcome {
+        if let Some(problem) = &mc.malformed {
+            let message = format!(
+                "The arguments for tool {} are not valid JSON ({problem}). Call the tool again with a JSON object that matches its input schema.",
+                mc.call.name
+            );
+            return error_result(&mc.call, message);
+        }
+        let Some(registered) = self.agent.tools.get(&mc.call.name) else {
+            let known: Vec<&str> = self.agent.specs.iter().map(|s| s.name.as_str()).collect();
+            let message = format!(
+                "Unknown tool {}. Available tools: {}.",
+                mc.call.name,
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            );
+            return error_result(&mc.call, message);
+        };
+        if let Err(problems) = describe_errors(&registered.validator, &mc.call.args) {
+            let message = format!(
+                "Invalid input for tool {}: {problems}. Call it again with input that matches its schema.",
+                mc.call.name
+            );
+            return error_result(&mc.call, message);
+        }
+        if registered.needs_approval {
+            return CallOutcome::Pending(PendingToolCall {
+                tool_call_id: mc.call.id.clone(),
+                tool_name: mc.call.name.clone(),
+                args: mc.call.args.clone(),
+                kind: PendingKind::Approval,
+                suspend_payload: None,
+                resume_schema: Some(approval_schema()),
+            });
+        }
+        self.execute(&mc.call, ToolContext::in_run(run_id, &mc.call.id)).await
     }
 
     /// Executes one tool; a panic in the tool becomes a tool error, not a

@@ -28,6 +28,8 @@
 //! );
 //! ```
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -158,7 +160,7 @@ fn assistant_message(text: &str, tool_calls: &[ToolCall]) -> ModelMessage {
     }
 }
 
-pub(super) fn call_part(call: &ToolCall) -> ContentPart {
+fn call_part(call: &ToolCall) -> ContentPart {
     ContentPart::ToolCall {
         tool_call_id: call.id.clone(),
         tool_name: call.name.clone(),
@@ -167,7 +169,7 @@ pub(super) fn call_part(call: &ToolCall) -> ContentPart {
 }
 
 /// A result's part; `calls` are the calls of the assistant message it answers.
-pub(super) fn result_part(result: &ToolResult, calls: &[ToolCall]) -> ContentPart {
+fn result_part(result: &ToolResult, calls: &[ToolCall]) -> ContentPart {
     let input = calls
         .iter()
         .find(|c| c.id == result.tool_call_id)
@@ -182,21 +184,33 @@ pub(super) fn result_part(result: &ToolResult, calls: &[ToolCall]) -> ContentPar
 
 /// The conversation as Mastra's `messages` of `step-finish` and `finish`:
 /// all of it, the person's messages, and the rest.
+///
+/// The three lists share their messages (and with the steps of
+/// [`StepOutput`](super::StepOutput)): each message of the conversation is
+/// converted once per payload, whatever the number of places it appears in.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationMessages {
     /// Every message, oldest first.
-    pub all: Vec<ModelMessage>,
+    pub all: Vec<Arc<ModelMessage>>,
     /// The person's messages.
-    pub user: Vec<ModelMessage>,
+    pub user: Vec<Arc<ModelMessage>>,
     /// The model's messages and tool results.
-    pub non_user: Vec<ModelMessage>,
+    pub non_user: Vec<Arc<ModelMessage>>,
 }
 
 impl ConversationMessages {
     /// Splits a conversation the way Mastra reports it.
     pub fn from_conversation(messages: &[Message]) -> Self {
-        let all = ModelMessage::from_conversation(messages);
+        let all = ModelMessage::from_conversation(messages)
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        Self::from_model_messages(all)
+    }
+
+    /// Splits converted messages, sharing them between the lists.
+    pub(super) fn from_model_messages(all: Vec<Arc<ModelMessage>>) -> Self {
         let (user, non_user) = all.iter().cloned().partition(|m| m.role == ModelRole::User);
         ConversationMessages { all, user, non_user }
     }
@@ -256,7 +270,11 @@ mod tests {
                 ]}
             ])
         );
-        let back: Vec<ModelMessage> = serde_json::from_value(value).unwrap();
+        let back: Vec<Arc<ModelMessage>> = serde_json::from_value(value).unwrap();
         assert_eq!(back, messages.all[1..3]);
+        assert!(
+            Arc::ptr_eq(&messages.all[1], &messages.non_user[0]),
+            "the lists share their messages"
+        );
     }
 }

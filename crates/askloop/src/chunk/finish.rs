@@ -8,13 +8,15 @@
 //! the key is there with an empty value of the same JSON type, so clients
 //! that read it find what they expect and nothing made up.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::ToolCallPayload;
-use super::conversation::{ContentPart, ConversationMessages, ModelMessage, call_part, result_part};
-use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
+use super::conversation::{ContentPart, ConversationMessages, ModelMessage, ModelRole};
+use crate::message::{FinishReason, Message, ToolCall, Usage};
 
 /// Payload of `step-finish` and `finish`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -111,7 +113,7 @@ pub struct StepOutput {
     pub usage: StepUsage,
     /// Every step of the run so far, oldest first.
     #[serde(default)]
-    pub steps: Vec<StepRecord>,
+    pub steps: Vec<Arc<StepRecord>>,
 }
 
 /// Token counts in Mastra's shape.
@@ -180,8 +182,9 @@ pub struct StepResponse {
     /// The provider's response headers (not kept: empty).
     #[serde(default)]
     pub headers: Map<String, Value>,
-    /// The step's assistant message and tool results.
-    pub messages: Vec<ModelMessage>,
+    /// The step's assistant message and tool results (shared with the
+    /// payload's [`ConversationMessages`]).
+    pub messages: Vec<Arc<ModelMessage>>,
 }
 
 /// What the driver knows when a step ends.
@@ -200,12 +203,21 @@ pub(crate) struct StepReport<'a> {
 
 impl StepFinish {
     /// The `step-finish` payload of the step that ends `report.conversation`.
+    ///
+    /// The conversation is converted once; `messages` and every step's
+    /// response share those messages, so the payload costs one pass over
+    /// the conversation, not one per place a message appears.
     pub(crate) fn report(report: StepReport<'_>) -> StepFinish {
         let model = ModelMetadata::from_name(report.model_name);
         let timestamp = report.started_at.map(rfc3339).unwrap_or_default();
-        let mut steps = steps_of(report.conversation, &model.model_id);
+        let usage = StepUsage::from(report.usage);
+        let all: Vec<Arc<ModelMessage>> = ModelMessage::from_conversation(report.conversation)
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let mut steps = steps_of(&all, &model.model_id);
         if let Some(last) = steps.last_mut() {
-            last.usage = report.usage.into();
+            last.usage = usage.clone();
             last.response.timestamp = timestamp.clone();
         }
         let (text, calls) = last_turn(report.conversation);
@@ -226,10 +238,10 @@ impl StepFinish {
             output: StepOutput {
                 text,
                 tool_calls: calls.iter().map(ToolCallPayload::from).collect(),
-                usage: report.usage.into(),
-                steps,
+                usage,
+                steps: steps.into_iter().map(Arc::new).collect(),
             },
-            messages: ConversationMessages::from_conversation(report.conversation),
+            messages: ConversationMessages::from_model_messages(all),
             processor_retry_count: 0,
         }
     }
@@ -257,29 +269,25 @@ fn last_turn(conversation: &[Message]) -> (String, &[ToolCall]) {
         .unwrap_or_default()
 }
 
-/// Every step of the conversation: each assistant message with the tool
-/// results that follow it.
-fn steps_of(conversation: &[Message], model_id: &str) -> Vec<StepRecord> {
+/// Every step of the conversation, from its model messages: each assistant
+/// message with the tool message right after it, which holds the results of
+/// its calls (consecutive results are one tool message).
+fn steps_of(all: &[Arc<ModelMessage>], model_id: &str) -> Vec<StepRecord> {
     let mut steps = Vec::new();
-    for (at, message) in conversation.iter().enumerate() {
-        let Message::Assistant { content, tool_calls } = message else {
+    for (at, message) in all.iter().enumerate() {
+        if message.role != ModelRole::Assistant {
             continue;
-        };
-        let results: Vec<&ToolResult> = conversation[at + 1..]
-            .iter()
-            .map_while(|m| match m {
-                Message::Tool(result) => Some(result),
-                _ => None,
-            })
-            .collect();
-        let mut parts = Vec::with_capacity(1 + tool_calls.len() + results.len());
-        if !content.is_empty() {
-            parts.push(ContentPart::Text { text: content.clone() });
         }
-        parts.extend(tool_calls.iter().map(call_part));
-        parts.extend(results.iter().map(|r| result_part(r, tool_calls)));
+        let results = all.get(at + 1).filter(|m| m.role == ModelRole::Tool);
+        let mut content = Vec::with_capacity(message.content.len() + results.map_or(0, |r| r.content.len()));
+        content.extend(message.content.iter().cloned());
+        let mut messages = vec![Arc::clone(message)];
+        if let Some(results) = results {
+            content.extend(results.content.iter().cloned());
+            messages.push(Arc::clone(results));
+        }
         steps.push(StepRecord {
-            content: parts,
+            content,
             usage: StepUsage::default(),
             warnings: Vec::new(),
             response: StepResponse {
@@ -287,7 +295,7 @@ fn steps_of(conversation: &[Message], model_id: &str) -> Vec<StepRecord> {
                 timestamp: String::new(),
                 model_id: model_id.to_owned(),
                 headers: Map::new(),
-                messages: ModelMessage::from_conversation(&conversation[at..at + 1 + results.len()]),
+                messages,
             },
             provider_metadata: Map::new(),
         });
@@ -298,7 +306,7 @@ fn steps_of(conversation: &[Message], model_id: &str) -> Vec<StepRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ToolContent;
+    use crate::message::{ToolContent, ToolResult};
     use serde_json::json;
 
     #[test]
@@ -355,6 +363,15 @@ mod tests {
         assert_eq!(finish.output.steps[1].usage.total_tokens, 5);
         assert_eq!(finish.step_result.message_id, None, "nothing continues");
         assert_eq!(finish.messages.all.len(), 4);
+        assert_eq!(
+            finish.output.steps[0].response.messages,
+            finish.messages.all[1..3],
+            "a step's response is its assistant message and the tool message after it"
+        );
+        assert!(
+            Arc::ptr_eq(&finish.output.steps[1].response.messages[0], &finish.messages.all[3]),
+            "steps share the conversation's messages"
+        );
         assert_eq!(finish.metadata.model_id, "gpt-4o-mini");
     }
 }

@@ -1,0 +1,242 @@
+//! A real `askloop serve` process for the `http` modes, and what the kernel
+//! says it costs: CPU time (`/proc/PID/stat`) and memory (`/proc/PID/status`).
+//!
+//! The server serves one agent, `deployment-assistant`, with issue 6's
+//! instructions and `ask_user`, on the bench's store (SQLite with
+//! `synchronous = FULL` unless `--db` says otherwise), its model the
+//! OpenAI-compatible server at the bench's base URL, as a user would set it
+//! up with `askloop.toml` and `OPENAI_BASE_URL`.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use askloop_testkit::workload;
+use tempfile::TempDir;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::cli::Target;
+use crate::environment::{AGENT_ID, Environment};
+
+/// How long the server may take to print the address it listens on.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running `askloop serve`, killed when dropped.
+#[derive(Debug)]
+pub struct Served {
+    /// The API's base URL, `http://127.0.0.1:PORT/api`.
+    pub api: String,
+    pid: u32,
+    child: Child,
+    _config_dir: TempDir,
+}
+
+impl Served {
+    /// Starts `askloop serve` on a free loopback port and waits until it
+    /// says where it listens.
+    pub async fn start(target: &Target, environment: &Environment) -> anyhow::Result<Served> {
+        let bin = server_bin(target)?;
+        let config_dir = tempfile::Builder::new()
+            .prefix("askloop-bench-serve-")
+            .tempdir()
+            .context("cannot create a folder for the server's askloop.toml")?;
+        let config = config_dir.path().join("askloop.toml");
+        std::fs::write(&config, agent_config()).with_context(|| format!("cannot write {}", config.display()))?;
+        let mut child = Command::new(&bin)
+            .arg("--db")
+            .arg(&environment.db)
+            .args(["serve", "--addr", "127.0.0.1:0", "--model"])
+            .arg(format!("openai/{}", target.model))
+            .arg("--config")
+            .arg(&config)
+            .env("OPENAI_API_KEY", &target.api_key)
+            .env("OPENAI_BASE_URL", &environment.base_url)
+            .env_remove("ASKLOOP_API_TOKEN")
+            .env_remove("ASKLOOP_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        let pid = child.id().ok_or_else(|| anyhow!("the server exited at once"))?;
+        let stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| anyhow!("no pipe from the server's stderr"))?;
+        let mut lines = BufReader::new(stderr).lines();
+        let mut said = Vec::new();
+        let api = tokio::time::timeout(START_TIMEOUT, async {
+            while let Some(line) = lines.next_line().await? {
+                if let Some(api) = listening_at(&line) {
+                    return Ok(Some(api));
+                }
+                said.push(line);
+            }
+            Ok::<_, std::io::Error>(None)
+        })
+        .await;
+        let api = match api {
+            Ok(Ok(Some(api))) => api,
+            Ok(Ok(None)) => bail!("{} serve stopped before listening: {}", bin.display(), said.join(" | ")),
+            Ok(Err(err)) => bail!("cannot read the server's stderr: {err}"),
+            Err(_) => bail!(
+                "{} serve did not listen within {START_TIMEOUT:?}: {}",
+                bin.display(),
+                said.join(" | ")
+            ),
+        };
+        // Keep reading stderr, so a chatty server never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Served {
+            api,
+            pid,
+            child,
+            _config_dir: config_dir,
+        })
+    }
+
+    /// User plus system CPU time the server has used so far.
+    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .with_context(|| format!("cannot read /proc/{}/stat", self.pid))?;
+        let ticks = cpu_ticks(&stat).ok_or_else(|| anyhow!("no utime and stime in /proc/{}/stat", self.pid))?;
+        let per_second = clock_ticks_per_second()?;
+        Ok(Duration::from_secs_f64(ticks as f64 / per_second as f64))
+    }
+
+    /// The server's memory now (`VmRSS`) and at its peak (`VmHWM`), in MB.
+    pub fn memory_mb(&self) -> anyhow::Result<Memory> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .with_context(|| format!("cannot read /proc/{}/status", self.pid))?;
+        let mb = |key: &str| {
+            status_kib(&status, key)
+                .map(|kib| crate::measure::round3(kib as f64 * 1024.0 / 1e6))
+                .ok_or_else(|| anyhow!("no {key} in /proc/{}/status", self.pid))
+        };
+        Ok(Memory {
+            rss: mb("VmRSS:")?,
+            peak: mb("VmHWM:")?,
+        })
+    }
+
+    /// Stops the server, reporting if it had died on its own.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("the server exited during the benchmark ({status})");
+        }
+        self.child.kill().await.context("cannot stop the server")
+    }
+}
+
+/// A process's memory, in MB.
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    /// Resident now.
+    pub rss: f64,
+    /// The most it has been resident.
+    pub peak: f64,
+}
+
+/// The `askloop` binary: `--server-bin`, else the one built next to this
+/// program (`cargo build --release -p askloop-cli` puts them side by side).
+fn server_bin(target: &Target) -> anyhow::Result<PathBuf> {
+    let bin = match &target.server_bin {
+        Some(bin) => bin.clone(),
+        None => std::env::current_exe()
+            .context("cannot find this program's path")?
+            .with_file_name(format!("askloop{}", std::env::consts::EXE_SUFFIX)),
+    };
+    if !bin.is_file() {
+        bail!(
+            "no askloop binary at {}: build it with `cargo build --release -p askloop-cli`, or pass --server-bin PATH",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// The server's configuration: the bench's agent, its model the default
+/// (`--model`).
+fn agent_config() -> String {
+    let instructions = serde_json::Value::from(workload::DEPLOY_SYSTEM);
+    format!("[agents.{AGENT_ID}]\ninstructions = {instructions}\ntools = [\"ask_user\"]\n")
+}
+
+/// The API's URL in the line `askloop serve` prints when it listens:
+/// `askloop: serving 1 agent (...) from ... on http://127.0.0.1:PORT/api`.
+fn listening_at(line: &str) -> Option<String> {
+    if !line.starts_with("askloop: serving") {
+        return None;
+    }
+    let url = line.rsplit(" on ").next()?.trim();
+    (url.starts_with("http://") && url.ends_with("/api")).then(|| url.to_owned())
+}
+
+/// utime + stime, in clock ticks, from a `/proc/PID/stat` line. The
+/// command name (field 2) may hold spaces and parentheses: count fields from
+/// its closing parenthesis.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Field 3 (state) is fields[0]; utime and stime are fields 14 and 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks_per_second() -> anyhow::Result<u64> {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(ticks)) if ticks > 0 => Ok(ticks as u64),
+        _ => bail!("cannot read the clock tick rate (sysconf CLK_TCK)"),
+    }
+}
+
+/// A `Key:   123 kB` line of `/proc/PID/status`, in KiB.
+fn status_kib(status: &str, key: &str) -> Option<u64> {
+    let value = status.lines().find_map(|line| line.strip_prefix(key))?;
+    value.trim().strip_suffix("kB")?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_read_after_the_command_name_even_with_spaces_in_it() {
+        let stat = "4242 (askloop (x) y) S 1 4242 4242 0 -1 4194560 1500 0 0 0 731 129 0 0 20 0 4 0 100 1000 200";
+        assert_eq!(cpu_ticks(stat), Some(731 + 129));
+        assert_eq!(cpu_ticks("4242 (askloop) S 1"), None);
+    }
+
+    #[test]
+    fn the_listening_line_gives_the_api_url() {
+        assert_eq!(
+            listening_at(
+                "askloop: serving 1 agent (deployment-assistant) from /tmp/x/askloop.toml on http://127.0.0.1:40123/api"
+            ),
+            Some("http://127.0.0.1:40123/api".to_owned())
+        );
+        assert_eq!(
+            listening_at("askloop: no ASKLOOP_API_TOKEN set: the API needs no token"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_agent_config_is_valid_toml_with_the_bench_agent() {
+        let config = agent_config();
+        assert!(config.starts_with("[agents.deployment-assistant]\n"), "{config}");
+        assert!(config.contains(&format!("instructions = \"{}\"", workload::DEPLOY_SYSTEM)));
+    }
+
+    #[test]
+    fn status_lines_are_read_in_kib() {
+        let status = "VmHWM:\t   17408 kB\nVmRSS:\t   17000 kB\n";
+        assert_eq!(status_kib(status, "VmRSS:"), Some(17000));
+        assert_eq!(status_kib(status, "VmHWM:"), Some(17408));
+        assert_eq!(status_kib(status, "VmSwap:"), None);
+    }
+}

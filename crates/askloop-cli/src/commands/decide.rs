@@ -192,6 +192,8 @@ mod tests {
             usage: Default::default(),
             error: None,
             metadata: json!({}),
+            lease: None,
+            failure: None,
         }
     }
 

@@ -49,6 +49,17 @@ impl Agent {
         Ok(streams)
     }
 
+    /// Takes over one run if its lease ran out (see [`Agent::recover_runs`]);
+    /// `None` when it is not stalled (held, not running) or another process
+    /// took it first.
+    pub async fn recover_run(&self, run_id: &str) -> Result<Option<AgentStream>, RunError> {
+        let run = self.load(run_id).await?;
+        if !run.is_stalled(Utc::now()) {
+            return Ok(None);
+        }
+        self.take_over(run).await
+    }
+
     /// Continues a failed run from its last stored step, if it failed for a
     /// reason that trying again may fix (the model or the database
     /// unreachable or busy, the process interrupted; see

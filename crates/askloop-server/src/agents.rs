@@ -123,17 +123,15 @@ pub(crate) async fn resume_stream(
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(request): ApiJson<ResumeRequest>,
 ) -> Result<Response, ApiError> {
-    let agent = owning_agent(&state, &agent_id, &request.run_id).await?;
-    let options = match &request.tool_call_id {
-        Some(call) => ResumeOptions::call(&request.run_id, call),
-        None => ResumeOptions::run(&request.run_id),
-    };
-    let stream = agent.resume_stream(request.resume_data, options).await?;
-    Ok(sse::respond(
+    let decision = Decision::Answer(request.resume_data);
+    decide(
         &state,
-        stream,
-        run_span(&agent_id, &request.run_id, request.tool_call_id.as_deref()),
-    ))
+        &agent_id,
+        &request.run_id,
+        request.tool_call_id.as_deref(),
+        decision,
+    )
+    .await
 }
 
 /// `POST /api/agents/{agentId}/approve-tool-call`.
@@ -142,15 +140,8 @@ pub(crate) async fn approve(
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
-    let agent = owning_agent(&state, &agent_id, &request.run_id).await?;
-    let stream = agent
-        .approve_tool_call(&request.run_id, request.tool_call_id.as_deref())
-        .await?;
-    Ok(sse::respond(
-        &state,
-        stream,
-        run_span(&agent_id, &request.run_id, request.tool_call_id.as_deref()),
-    ))
+    let call = request.tool_call_id.as_deref();
+    decide(&state, &agent_id, &request.run_id, call, Decision::Approve).await
 }
 
 /// `POST /api/agents/{agentId}/decline-tool-call`.
@@ -159,15 +150,47 @@ pub(crate) async fn decline(
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
-    let agent = owning_agent(&state, &agent_id, &request.run_id).await?;
-    let stream = agent
-        .decline_tool_call(&request.run_id, request.tool_call_id.as_deref(), request.reason)
-        .await?;
-    Ok(sse::respond(
+    let call = request.tool_call_id.as_deref();
+    decide(
         &state,
-        stream,
-        run_span(&agent_id, &request.run_id, request.tool_call_id.as_deref()),
-    ))
+        &agent_id,
+        &request.run_id,
+        call,
+        Decision::Decline(request.reason),
+    )
+    .await
+}
+
+/// What a person sent about a pending call, through one of the three
+/// routes that continue a run.
+enum Decision {
+    Answer(Value),
+    Approve,
+    Decline(Option<String>),
+}
+
+/// Hands a decision about a pending call of a run of the route's agent to
+/// the agent, and streams the rest of the run.
+async fn decide(
+    state: &AppState,
+    agent_id: &str,
+    run_id: &str,
+    tool_call_id: Option<&str>,
+    decision: Decision,
+) -> Result<Response, ApiError> {
+    let agent = owning_agent(state, agent_id, run_id).await?;
+    let stream = match decision {
+        Decision::Answer(data) => {
+            let options = match tool_call_id {
+                Some(call) => ResumeOptions::call(run_id, call),
+                None => ResumeOptions::run(run_id),
+            };
+            agent.resume_stream(data, options).await?
+        }
+        Decision::Approve => agent.approve_tool_call(run_id, tool_call_id).await?,
+        Decision::Decline(reason) => agent.decline_tool_call(run_id, tool_call_id, reason).await?,
+    };
+    Ok(sse::respond(state, stream, run_span(agent_id, run_id, tool_call_id)))
 }
 
 /// `GET /api/agents/{agentId}/suspended-runs`: the agent's runs waiting on

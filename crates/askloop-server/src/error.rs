@@ -63,6 +63,10 @@ pub enum ApiError {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// The store cannot report changes, so `/api/events` has nothing to
+    /// send.
+    #[error("this server's store cannot report run changes; read GET /api/runs again to see new questions")]
+    NoChangeFeed,
     /// The server itself failed (a run's driver panicked).
     #[error("internal error: {0}")]
     Internal(String),
@@ -101,6 +105,7 @@ impl ApiError {
             ApiError::UnknownRoute { .. } => (StatusCode::NOT_FOUND, "unknown_route"),
             ApiError::MethodNotAllowed { .. } => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            ApiError::NoChangeFeed => (StatusCode::NOT_IMPLEMENTED, "no_change_feed"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::Run(err) => run_status(err),
             ApiError::Store(err) => store_status(err),

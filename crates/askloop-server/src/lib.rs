@@ -7,7 +7,10 @@
 //!   `suspended-runs`) with Mastra's bodies and SSE framing, so
 //!   `@mastra/client-js` works unchanged.
 //! - askloop's own routes: `GET /api/runs`, `GET /api/runs/{runId}`,
-//!   `POST /api/runs/{runId}/cancel`, and `GET /healthz`.
+//!   `POST /api/runs/{runId}/cancel`, `GET /api/events` (run changes as
+//!   server-sent events), and `GET /healthz`.
+//! - The web page (Chat, Inbox, Run view) at `/`, `/inbox` and
+//!   `/runs/{runId}`, its files built into the binary.
 //! - Errors are `{"error": {"code", "message"}}` with the status chosen in
 //!   one place ([`ApiError`]).
 //! - With a token, every `/api` route needs `Authorization: Bearer <token>`;
@@ -41,10 +44,12 @@ mod agents;
 mod auth;
 pub mod config;
 mod error;
+mod events;
 mod extract;
 mod runs;
 mod sse;
 pub mod tools;
+mod web;
 mod wire;
 
 use std::collections::HashMap;
@@ -186,6 +191,8 @@ pub(crate) struct AppState {
     pub(crate) runs: TaskTracker,
     pub(crate) token: Option<String>,
     pub(crate) body_limit: usize,
+    /// The store's run changes, for `GET /api/events`.
+    pub(crate) events: events::RunEvents,
 }
 
 impl AppState {
@@ -248,6 +255,7 @@ impl Server {
             runs: self.runs.clone(),
             token: self.options.token.clone(),
             body_limit: self.options.body_limit,
+            events: events::RunEvents::default(),
         });
         let api = Router::new()
             .route("/agents", get(agents::list))
@@ -261,6 +269,7 @@ impl Server {
             .route("/runs", get(runs::list))
             .route("/runs/{run_id}", get(runs::get))
             .route("/runs/{run_id}/cancel", post(runs::cancel))
+            .route("/events", get(events::stream))
             .route_layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&state),
                 auth::require_token,
@@ -268,6 +277,7 @@ impl Server {
         let mut router = Router::new()
             .nest("/api", api)
             .route("/healthz", get(runs::health))
+            .merge(web::routes())
             .fallback(unknown_route)
             .method_not_allowed_fallback(wrong_method)
             .layer(DefaultBodyLimit::max(self.options.body_limit))

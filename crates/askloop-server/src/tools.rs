@@ -1,9 +1,17 @@
 //! Tools an agent of the server (or of the `askloop` command) can be given
 //! besides `ask_user`.
 //!
-//! `write_file` writes a text file under one directory, and every call
-//! waits for a person's approval.
+//! `write_file` writes a text file inside one folder (its root: an
+//! `askloop.toml` agent's `write_dir`, or the folder an `askloop` run
+//! started in), and every call waits for a person's approval. Approving
+//! from another folder, or another process, tomorrow, still writes inside
+//! the root; a symbolic link that leads out of it is refused, and only
+//! regular files are written: a FIFO, a device or a folder at the path is
+//! a tool error, never a write that blocks.
 
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use askloop::{FunctionTool, ToolError, ToolOutput};
@@ -22,7 +30,7 @@ pub struct WriteFile {
 }
 
 /// `write_file`: writes a file under `root` (relative paths only, no
-/// `..`), after approval.
+/// `..`, no link leading out), after approval.
 pub fn write_file(root: impl Into<PathBuf>) -> FunctionTool {
     let root: PathBuf = root.into();
     FunctionTool::builder(WRITE_FILE_TOOL_ID)
@@ -35,21 +43,116 @@ pub fn write_file(root: impl Into<PathBuf>) -> FunctionTool {
         .execute(move |input: WriteFile, _ctx| {
             let root = root.clone();
             async move {
-                let path = root.join(checked_path(&input.path).map_err(ToolError::new)?);
-                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    tokio::fs::create_dir_all(parent)
-                        .await
-                        .map_err(|err| ToolError::new(format!("cannot create {}: {err}", parent.display())))?;
-                }
-                tokio::fs::write(&path, input.content.as_bytes())
+                let shown = input.path.clone();
+                let written = tokio::task::spawn_blocking(move || write_inside(&root, &input.path, &input.content))
                     .await
-                    .map_err(|err| ToolError::new(format!("cannot write {}: {err}", path.display())))?;
-                Ok(ToolOutput::text(format!("Wrote {} bytes to {}", input.content.len(), input.path)).into())
+                    .map_err(|err| ToolError::new(format!("the write did not finish: {err}")))?;
+                let (_, bytes) = written.map_err(ToolError::new)?;
+                Ok(ToolOutput::text(format!("Wrote {bytes} bytes to {shown}")).into())
             }
         })
 }
 
-/// A relative path that stays inside the directory it is joined to.
+/// The file a `write_file` call with this `path` would write under `root`,
+/// for an approval prompt (a path that would be refused is joined as
+/// given, so the person sees what the model asked for).
+pub fn write_target(root: &Path, path: &str) -> PathBuf {
+    checked_path(path).map_or_else(|_| root.join(path), |p| root.join(p))
+}
+
+/// Writes `content` to `path` inside `root`; returns the absolute target
+/// and the bytes written, or why not.
+fn write_inside(root: &Path, path: &str, content: &str) -> Result<(PathBuf, usize), String> {
+    let relative = checked_path(path)?;
+    // A configured folder that does not exist yet is made, as a folder
+    // inside it would be.
+    std::fs::create_dir_all(root).map_err(|err| format!("cannot create {}: {err}", root.display()))?;
+    let root = root.canonicalize().map_err(|err| {
+        format!(
+            "the folder write_file writes in, {}, cannot be used: {err}",
+            root.display()
+        )
+    })?;
+    let Some(name) = relative.file_name() else {
+        return Err(format!("{path} names no file"));
+    };
+    let folder = folder_inside(&root, relative.parent().unwrap_or(Path::new("")))?;
+    let target = folder.join(name);
+    let mut file = open_regular(&target)?;
+    file.set_len(0)
+        .and_then(|()| file.write_all(content.as_bytes()))
+        .and_then(|()| file.sync_all())
+        .map_err(|err| format!("cannot write {}: {err}", target.display()))?;
+    Ok((target, content.len()))
+}
+
+/// The folder `relative` names under `root`, created one level at a time;
+/// a level that is a symbolic link must lead to a folder inside `root`.
+fn folder_inside(root: &Path, relative: &Path) -> Result<PathBuf, String> {
+    let mut folder = root.to_path_buf();
+    for part in relative.components() {
+        let Component::Normal(part) = part else { continue };
+        let next = folder.join(part);
+        match std::fs::symlink_metadata(&next) {
+            Ok(meta) if meta.is_dir() => folder = next,
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let resolved = next
+                    .canonicalize()
+                    .map_err(|err| format!("{} is a broken link: {err}", next.display()))?;
+                if !resolved.starts_with(root) || !resolved.is_dir() {
+                    return Err(format!(
+                        "{} is a link that leads outside {}; write_file writes only inside its folder",
+                        next.display(),
+                        root.display()
+                    ));
+                }
+                folder = resolved;
+            }
+            Ok(_) => return Err(format!("{} is not a folder", next.display())),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&next).map_err(|err| format!("cannot create {}: {err}", next.display()))?;
+                folder = next;
+            }
+            Err(err) => return Err(format!("cannot use {}: {err}", next.display())),
+        }
+    }
+    Ok(folder)
+}
+
+/// Opens `target` for writing without following a link and without
+/// blocking (a FIFO with no reader would block for ever), and keeps it only
+/// if it is a regular file.
+fn open_regular(target: &Path) -> Result<File, String> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(target)
+        .map_err(|err| match err.raw_os_error() {
+            Some(libc::ELOOP) => format!(
+                "{} is a symbolic link; write_file writes only regular files",
+                target.display()
+            ),
+            Some(libc::ENXIO) => format!(
+                "{} is a FIFO or socket; write_file writes only regular files",
+                target.display()
+            ),
+            Some(libc::EISDIR) => format!("{} is a folder; write_file writes only regular files", target.display()),
+            _ => format!("cannot open {}: {err}", target.display()),
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|err| format!("cannot inspect {}: {err}", target.display()))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "{} is not a regular file (a FIFO, device or socket); write_file writes only regular files",
+            target.display()
+        ));
+    }
+    Ok(file)
+}
+
+/// A relative path that stays inside the folder it is joined to.
 fn checked_path(path: &str) -> Result<PathBuf, String> {
     let candidate = Path::new(path);
     if path.trim().is_empty() {
@@ -82,8 +185,65 @@ mod tests {
         assert!(checked_path("").is_err());
     }
 
+    #[test]
+    fn writes_land_inside_the_root_whatever_the_current_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let (target, bytes) = write_inside(dir.path(), "notes/plan.txt", "ship it").unwrap();
+        assert_eq!(bytes, 7);
+        assert_eq!(target, dir.path().canonicalize().unwrap().join("notes/plan.txt"));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "ship it");
+        write_inside(dir.path(), "notes/plan.txt", "v2").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "v2",
+            "an existing file is replaced"
+        );
+    }
+
+    #[test]
+    fn a_link_leading_out_of_the_root_is_refused_and_nothing_is_written_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink("../outside", root.join("link")).unwrap();
+        std::os::unix::fs::symlink("../outside/x.txt", root.join("file-link")).unwrap();
+        let err = write_inside(&root, "link/x.txt", "escape").unwrap_err();
+        assert!(err.contains("leads outside"), "{err}");
+        let err = write_inside(&root, "link/deeper/x.txt", "escape").unwrap_err();
+        assert!(err.contains("leads outside"), "{err}");
+        let err = write_inside(&root, "file-link", "escape").unwrap_err();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "nothing landed outside"
+        );
+        // A link that stays inside is fine.
+        std::fs::create_dir(root.join("real")).unwrap();
+        std::os::unix::fs::symlink("real", root.join("alias")).unwrap();
+        write_inside(&root, "alias/y.txt", "ok").unwrap();
+        assert_eq!(std::fs::read_to_string(root.join("real/y.txt")).unwrap(), "ok");
+    }
+
+    #[test]
+    fn a_fifo_a_device_or_a_folder_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let err = write_inside(dir.path(), "pipe", "x").unwrap_err();
+        assert!(err.contains("regular files"), "{err}");
+        std::fs::create_dir(dir.path().join("folder")).unwrap();
+        let err = write_inside(dir.path(), "folder", "x").unwrap_err();
+        assert!(err.contains("regular files"), "{err}");
+        std::os::unix::fs::symlink("/dev/null", dir.path().join("null")).unwrap();
+        assert!(write_inside(dir.path(), "null", "x").is_err());
+    }
+
     #[tokio::test]
-    async fn write_file_writes_under_its_root_only() {
+    async fn the_tool_writes_under_its_root_and_refuses_a_path_leading_out() {
         use askloop::{Tool, ToolContext, ToolOutcome};
         let dir = tempfile::tempdir().unwrap();
         let tool = write_file(dir.path());

@@ -253,3 +253,69 @@ script = "ask.json"
     assert_eq!(written, "deploy notes");
     assert!(approved.text().starts_with("Done: "), "{}", approved.text());
 }
+
+#[tokio::test]
+async fn a_configured_write_file_refuses_paths_leading_out_of_its_write_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("files");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink("../outside", files.join("link")).unwrap();
+    write(
+        dir.path(),
+        "escape.json",
+        r#"{"turns": [
+  {"toolCalls": [{"name": "write_file", "args": {"path": "link/x.txt", "content": "escaped"}},
+                 {"name": "write_file", "args": {"path": "../outside/y.txt", "content": "escaped"}}]},
+  {"text": "Done: {{toolResults}}"}
+]}"#,
+    );
+    let path = write(
+        dir.path(),
+        "askloop.toml",
+        "[agents.writer]\nscript = \"escape.json\"\ntools = [\"write_file\"]\nwrite_dir = \"files\"\n",
+    );
+    let store: Arc<dyn RunStore> = memory_store();
+    let agents = ServerConfig::load(&path)
+        .unwrap()
+        .build_agents(&store, &no_default)
+        .unwrap();
+    let server = TestServer::start(agents, store).await;
+
+    let started = server
+        .post_sse("/api/agents/writer/stream", json!({"messages": "go"}))
+        .await;
+    let run_id = started.chunks[0]["runId"].as_str().unwrap().to_owned();
+    let calls: Vec<Value> = started
+        .chunks
+        .iter()
+        .filter(|c| c["type"] == "tool-call-approval")
+        .map(|c| c["payload"]["toolCallId"].clone())
+        .collect();
+    assert_eq!(calls.len(), 2, "{:?}", started.types());
+    let mut streams = Vec::new();
+    for call in calls {
+        let approved = server
+            .post_sse(
+                "/api/agents/writer/approve-tool-call",
+                json!({"runId": run_id, "toolCallId": call}),
+            )
+            .await;
+        assert_eq!(approved.status, 200);
+        streams.extend(approved.chunks);
+    }
+    let errors: Vec<String> = streams
+        .iter()
+        .filter(|c| c["type"] == "tool-error")
+        .map(|c| c["payload"]["error"].to_string())
+        .collect();
+    assert_eq!(errors.len(), 2, "both calls fail: {streams:?}");
+    assert!(errors.iter().any(|e| e.contains("leads outside")), "{errors:?}");
+    assert!(errors.iter().any(|e| e.contains("'..' is not allowed")), "{errors:?}");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing was written outside write_dir"
+    );
+}

@@ -8,36 +8,8 @@ use askloop_server::ServerOptions;
 use common::*;
 use serde_json::{Value, json};
 
-const PROMPT: &str = "Deploy the app. Ask me which environment first.";
-
-async fn error_of(response: reqwest::Response) -> (u16, Value) {
-    let status = response.status().as_u16();
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/json",
-        "status {status}"
-    );
-    let body: Value = response.json().await.unwrap();
-    let error = &body["error"];
-    assert!(error["code"].is_string() && error["message"].is_string(), "{body}");
-    (status, error.clone())
-}
-
-/// Starts a run of `assistant` and returns its id and pending call id.
-async fn suspended_run(server: &TestServer) -> (String, String) {
-    let started = server
-        .post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT}))
-        .await;
-    let suspended = started.first("tool-call-suspended");
-    (
-        suspended["runId"].as_str().unwrap().to_owned(),
-        suspended["payload"]["toolCallId"].as_str().unwrap().to_owned(),
-    )
-}
-
 async fn run_status(server: &TestServer, run_id: &str) -> String {
-    let run: Value = server.get(&format!("/api/runs/{run_id}")).await.json().await.unwrap();
-    run["status"].as_str().unwrap().to_owned()
+    stored_run(server, run_id).await["status"].as_str().unwrap().to_owned()
 }
 
 #[tokio::test]
@@ -162,9 +134,10 @@ async fn of_concurrent_answers_to_one_question_exactly_one_wins_and_the_others_g
     let body = json!({"runId": run_id, "toolCallId": call, "resumeData": "staging"});
     let attempts = (0..8).map(|_| server.post("/api/agents/assistant/resume-stream", body.clone()));
     let responses = futures::future::join_all(attempts).await;
-    let mut statuses: Vec<u16> = responses.iter().map(|r| r.status().as_u16()).collect();
-    statuses.sort();
-    assert_eq!(statuses, [200, 409, 409, 409, 409, 409, 409, 409]);
+    assert_eq!(
+        sorted_statuses(&responses.iter().collect::<Vec<_>>()),
+        [200, 409, 409, 409, 409, 409, 409, 409]
+    );
     for response in responses {
         if response.status() == 200 {
             let won = Sse::read(response).await;
@@ -177,15 +150,9 @@ async fn of_concurrent_answers_to_one_question_exactly_one_wins_and_the_others_g
             );
         }
     }
-    let run: Value = server.get(&format!("/api/runs/{run_id}")).await.json().await.unwrap();
+    let run = stored_run(&server, &run_id).await;
     assert_eq!(run["status"], "completed");
-    let tool_results = run["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .count();
-    assert_eq!(tool_results, 1, "the question was answered once");
+    assert_eq!(tool_results(&run), 1, "the question was answered once");
 }
 
 #[tokio::test]

@@ -18,8 +18,6 @@ use askloop_store::{PostgresOptions, PostgresStore};
 use common::*;
 use serde_json::{Value, json};
 
-const PROMPT: &str = "Deploy the app. Ask me which environment first.";
-
 /// Two servers on two stores of one schema, and how to clean up.
 struct TwoInstances {
     a: TestServer,
@@ -65,12 +63,7 @@ async fn a_run_suspended_through_one_instance_is_listed_answered_and_continued_t
     let Some(both) = TwoInstances::start("two instances: suspend and resume").await else {
         return;
     };
-    let started = both
-        .a
-        .post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT}))
-        .await;
-    let suspended = started.first("tool-call-suspended");
-    let run_id = suspended["runId"].as_str().unwrap().to_owned();
+    let (run_id, _) = suspended_run(&both.a).await;
 
     let listed: Value = both
         .b
@@ -96,8 +89,7 @@ async fn a_run_suspended_through_one_instance_is_listed_answered_and_continued_t
     assert_eq!(resumed.types().last().unwrap(), "finish");
     assert!(resumed.text().contains("staging"));
 
-    let seen_by_a: Value = both.a.get(&format!("/api/runs/{run_id}")).await.json().await.unwrap();
-    assert_eq!(seen_by_a["status"], "completed");
+    assert_eq!(stored_run(&both.a, &run_id).await["status"], "completed");
     let again = both
         .a
         .post(
@@ -115,35 +107,17 @@ async fn the_same_answer_sent_to_both_instances_at_once_gives_one_success_and_on
         return;
     };
     for round in 0..5 {
-        let started = both
-            .a
-            .post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT}))
-            .await;
-        let suspended = started.first("tool-call-suspended");
-        let body = json!({"runId": suspended["runId"], "toolCallId": suspended["payload"]["toolCallId"], "resumeData": "production"});
+        let (run_id, call) = suspended_run(&both.a).await;
+        let body = json!({"runId": run_id, "toolCallId": call, "resumeData": "production"});
         let (via_a, via_b) = tokio::join!(
             both.a.post("/api/agents/assistant/resume-stream", body.clone()),
             both.b.post("/api/agents/assistant/resume-stream", body.clone()),
         );
-        let mut statuses = [via_a.status().as_u16(), via_b.status().as_u16()];
-        statuses.sort();
-        assert_eq!(statuses, [200, 409], "round {round}");
+        assert_eq!(sorted_statuses(&[&via_a, &via_b]), [200, 409], "round {round}");
         let winner = if via_a.status() == 200 { via_a } else { via_b };
         assert_eq!(Sse::read(winner).await.types().last().unwrap(), "finish");
-        let run: Value = both
-            .b
-            .get(&format!("/api/runs/{}", suspended["runId"].as_str().unwrap()))
-            .await
-            .json()
-            .await
-            .unwrap();
-        let answers = run["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|m| m["role"] == "tool")
-            .count();
-        assert_eq!(answers, 1, "round {round}: answered once");
+        let run = stored_run(&both.b, &run_id).await;
+        assert_eq!(tool_results(&run), 1, "round {round}: answered once");
     }
 
     // An approval, too: one instance runs the tool, the other gets a 409.
@@ -157,9 +131,7 @@ async fn the_same_answer_sent_to_both_instances_at_once_gives_one_success_and_on
         both.a.post("/api/agents/approver/approve-tool-call", body.clone()),
         both.b.post("/api/agents/approver/approve-tool-call", body.clone()),
     );
-    let mut statuses = [via_a.status().as_u16(), via_b.status().as_u16()];
-    statuses.sort();
-    assert_eq!(statuses, [200, 409]);
+    assert_eq!(sorted_statuses(&[&via_a, &via_b]), [200, 409]);
     drop((via_a, via_b));
     both.finish().await;
 }

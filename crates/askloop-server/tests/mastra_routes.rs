@@ -8,8 +8,6 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 
-const PROMPT: &str = "Deploy the app. Ask me which environment first.";
-
 /// The chunk types of a stream, with the runs of text deltas and tool-call
 /// deltas folded to one (their count depends on how the model splits).
 fn folded_types(chunks: &[Value]) -> Vec<String> {
@@ -104,18 +102,12 @@ async fn a_caller_chosen_run_id_is_the_run_id() {
     let run_id = body["runId"].as_str().unwrap();
     let started = server.post_sse("/api/agents/assistant/stream", body.clone()).await;
     assert!(started.chunks.iter().all(|c| c["runId"] == run_id));
-    let run = server
-        .get(&format!("/api/runs/{run_id}"))
-        .await
-        .json::<Value>()
-        .await
-        .unwrap();
-    assert_eq!(run["status"], "suspended");
+    assert_eq!(stored_run(&server, run_id).await["status"], "suspended");
 
     let again = server.post("/api/agents/assistant/stream", body).await;
-    assert_eq!(again.status(), 409);
-    let error: Value = again.json().await.unwrap();
-    assert_eq!(error["error"]["code"], "run_exists");
+    let (status, error) = error_of(again).await;
+    assert_eq!(status, 409);
+    assert_eq!(error["code"], "run_exists");
 }
 
 #[tokio::test]
@@ -308,10 +300,7 @@ async fn generate_answers_with_the_run_id_and_pending_calls_when_it_suspends() {
 async fn resume_without_tool_call_id_answers_the_only_pending_call() {
     let store = memory_store();
     let server = TestServer::start(vec![assistant(&store)], store).await;
-    let started = server
-        .post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT}))
-        .await;
-    let run_id = started.chunks[0]["runId"].as_str().unwrap().to_owned();
+    let (run_id, _) = suspended_run(&server).await;
     let resumed = server
         .post_sse(
             "/api/agents/assistant/resume-stream",

@@ -10,8 +10,6 @@ use askloop_server::ServerOptions;
 use common::*;
 use serde_json::{Value, json};
 
-const PROMPT: &str = "Deploy the app. Ask me which environment first.";
-
 async fn start_runs(server: &TestServer, agent: &str, n: usize) -> Vec<String> {
     let mut ids = Vec::new();
     for _ in 0..n {

@@ -13,6 +13,7 @@
 //! table another session holds locked fails with a message saying so
 //! instead of hanging.
 
+mod changes;
 mod errors;
 mod nul;
 mod schema;
@@ -20,7 +21,7 @@ mod settings;
 
 use std::time::Duration;
 
-use askloop::{Lease, Message, RUN_SCHEMA_VERSION, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::{Lease, Message, RUN_SCHEMA_VERSION, RunChanges, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
@@ -125,6 +126,18 @@ impl PostgresStore {
     /// Closes the pool.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+
+    /// Announces a write of `run_id` to the store's change feeds; sent by
+    /// PostgreSQL when `tx` commits, and only then.
+    async fn announce(&self, tx: &mut sqlx::PgConnection, run_id: &str) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(changes::CHANNEL)
+            .bind(changes::payload(&self.schema, run_id)?)
+            .execute(tx)
+            .await
+            .map_err(self.failed(|| format!("announcing the write of run {run_id}")))?;
+        Ok(())
     }
 
     /// `err`, met while doing `action`, in words a user can act on.
@@ -325,6 +338,12 @@ impl PostgresStore {
 
 #[async_trait]
 impl RunStore for PostgresStore {
+    /// Every committed write of any process sharing the schema, through
+    /// `LISTEN`/`NOTIFY` (see `postgres/changes.rs`).
+    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
+        Ok(Some(changes::watch(&self.pool, self.schema.clone()).await?))
+    }
+
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
         let run_id = run.run_id.as_str();
         let json = PgJson::of(JsonColumns::of_record(run)?);
@@ -369,6 +388,7 @@ impl RunStore for PostgresStore {
             return Err(self.limits.failure(&creating(), err));
         }
         self.insert_messages(&mut tx, run_id, 0, bodies).await?;
+        self.announce(&mut tx, run_id).await?;
         tx.commit().await.map_err(self.failed(creating))
     }
 
@@ -404,14 +424,16 @@ impl RunStore for PostgresStore {
         let claiming = || format!("claiming run {run_id}");
         let claimed = sqlx::query(
             "UPDATE runs SET status = 'running', version = version + 1, updated_at = $1, \
-             lease_owner = $5, lease_until = $6 \
+             lease_owner = $7, lease_until = $8 \
              WHERE run_id = $2 AND status = 'suspended' AND version = $3 AND schema_version <= $4 \
-             RETURNING version",
+             RETURNING version, pg_notify($5, $6) IS NULL AS announced",
         )
         .bind(Utc::now())
         .bind(run_id)
         .bind(expected_version)
         .bind(RUN_SCHEMA_VERSION)
+        .bind(changes::CHANNEL)
+        .bind(changes::payload(&self.schema, run_id)?)
         .bind(&lease.owner)
         .bind(lease.until)
         .fetch_optional(&self.pool)
@@ -488,7 +510,7 @@ impl RunStore for PostgresStore {
              lease_owner = $5, lease_until = $6, error = NULL, failure = NULL \
              WHERE run_id = $2 AND version = $3 AND schema_version <= $4 \
              AND (status = 'failed' OR (status = 'running' AND (lease_until IS NULL OR lease_until <= $7))) \
-             RETURNING version",
+             RETURNING version, pg_notify($8, $9) IS NULL AS announced",
         )
         .bind(Utc::now())
         .bind(run_id)
@@ -497,6 +519,8 @@ impl RunStore for PostgresStore {
         .bind(&lease.owner)
         .bind(lease.until)
         .bind(now)
+        .bind(changes::CHANNEL)
+        .bind(changes::payload(&self.schema, run_id)?)
         .fetch_optional(&self.pool)
         .await
         .map_err(self.failed(reclaiming))?;
@@ -554,6 +578,7 @@ impl RunStore for PostgresStore {
         let message_count: i64 = row.try_get("message_count").map_err(self.failed(writing))?;
         self.insert_messages(&mut tx, run_id, message_count - appended, bodies)
             .await?;
+        self.announce(&mut tx, run_id).await?;
         tx.commit().await.map_err(self.failed(writing))?;
         Ok(version)
     }

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
-use askloop::{DatabaseFault, Lease, Message, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::{DatabaseFault, Lease, Message, RunChanges, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, ToSql};
@@ -393,6 +393,7 @@ macro_rules! run_columns {
     };
 }
 
+mod changes;
 mod connection;
 mod fault;
 mod writes;
@@ -441,6 +442,16 @@ fn stored_run(row: &rusqlite::Row<'_>) -> Result<StoredRun, StoreError> {
 
 #[async_trait]
 impl RunStore for SqliteStore {
+    /// Notices, within half a second, that any process committed to the
+    /// file (see `sqlite/changes.rs`).
+    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
+        if self.is_closed() {
+            return Err(failed("the SQLite store is closed"));
+        }
+        let feed = changes::watch(self.shared.path.clone(), self.shared.options.clone()).await?;
+        Ok(Some(feed))
+    }
+
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
         let json = JsonColumns::of_record(run)?;
         let metadata = crate::row::to_json(&run.run_id, "metadata", &run.metadata)?;

@@ -12,6 +12,10 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+mod calls;
+#[allow(unused_imports)] // not every test file uses them
+pub use calls::*;
+
 /// The recorded scenario's model: one `ask_user` call with two options,
 /// then `Deploying to <answer>.`
 pub const DEPLOY_SCRIPT: &str = r#"{"turns": [

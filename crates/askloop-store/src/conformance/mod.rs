@@ -18,6 +18,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 mod cases;
+mod changes;
 mod leases;
 mod raw;
 mod text;
@@ -32,6 +33,7 @@ use futures::future::BoxFuture;
 use crate::{PostgresOptions, PostgresStore, SqliteStore};
 
 pub use cases::*;
+pub use changes::*;
 pub use leases::*;
 pub use raw::RawRows;
 pub use text::*;

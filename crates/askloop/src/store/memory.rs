@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{Lease, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
+use super::{
+    ChangeBroadcast, Lease, RunChange, RunChanges, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError,
+};
 use crate::message::Message;
 
 #[derive(Debug, Default)]
@@ -20,6 +22,7 @@ struct StoredRun {
 #[derive(Debug, Default, Clone)]
 pub struct MemoryStore {
     runs: Arc<Mutex<HashMap<String, StoredRun>>>,
+    changes: ChangeBroadcast,
 }
 
 impl Default for RunRecord {
@@ -60,6 +63,11 @@ impl MemoryStore {
 
 #[async_trait]
 impl RunStore for MemoryStore {
+    /// Every write of this store (of any clone), as it happens.
+    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
+        Ok(Some(self.changes.subscribe()))
+    }
+
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
         let mut runs = self.lock();
         if runs.contains_key(&run.run_id) {
@@ -76,6 +84,7 @@ impl RunStore for MemoryStore {
                 messages: messages.to_vec(),
             },
         );
+        self.changes.send(RunChange::of(run.run_id.as_str()));
         Ok(())
     }
 
@@ -106,6 +115,7 @@ impl RunStore for MemoryStore {
         run.record.version += 1;
         run.record.updated_at = Utc::now();
         run.record.lease = Some(lease.clone());
+        self.changes.send(RunChange::of(run_id));
         Ok(run.record.version)
     }
 
@@ -164,7 +174,9 @@ impl RunStore for MemoryStore {
         record.lease = Some(lease.clone());
         record.error = None;
         record.failure = None;
-        Ok(record.version)
+        let version = record.version;
+        self.changes.send(RunChange::of(run_id));
+        Ok(version)
     }
 
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
@@ -191,6 +203,7 @@ impl RunStore for MemoryStore {
         record.lease = update.lease.cloned();
         record.message_count += update.append.len() as i64;
         run.messages.extend_from_slice(update.append);
+        self.changes.send(RunChange::of(update.run_id));
         Ok(record.version)
     }
 

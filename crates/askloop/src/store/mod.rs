@@ -7,6 +7,7 @@
 //! resume wins across processes. The durable stores (SQLite, PostgreSQL) are
 //! in the `askloop-store` crate and pass the same conformance suite.
 
+mod changes;
 mod memory;
 
 use std::fmt;
@@ -18,6 +19,7 @@ use serde_json::Value;
 
 use crate::message::{Message, ToolResult, Usage};
 
+pub use changes::{ChangeBroadcast, RunChange, RunChanges};
 pub use memory::MemoryStore;
 
 /// The layout version of stored runs. A store refuses rows written with a
@@ -477,6 +479,13 @@ impl fmt::Display for DatabaseFault {
 /// [`StoreError::Conflict`].
 #[async_trait]
 pub trait RunStore: Send + Sync + fmt::Debug + 'static {
+    /// A live feed of changes to the store's runs, from now on, or `None`
+    /// when this store cannot report them. See [`RunChange`] for what each
+    /// store reports and how soon.
+    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
+        Ok(None)
+    }
+
     /// Stores a new run with its first messages. `run.message_count` must be
     /// `messages.len()`.
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError>;

@@ -1,0 +1,174 @@
+//! The web page of `askloop serve` in a real browser: starts the real
+//! server (scripted agents from an askloop.toml, a SQLite file) twice, once
+//! with a token, and runs the browser test in `tests/web` (Node,
+//! playwright-core, Debian's chromium) against them, asserting it passed.
+//! Screenshots land in `target/web-screenshots/`.
+//!
+//! Without chromium, node or `tests/web/node_modules`, the test fails under
+//! CI (`CI=true`) and is skipped with the reason otherwise.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+const TOKEN: &str = "web-page-test-token";
+
+const ASSISTANT_SCRIPT: &str = r#"{"turns": [
+  {"text": "Let me ask a few things first.", "toolCalls": [
+    {"name": "ask_user", "args": {"question": "Which region should we launch in?", "options": [
+      {"label": "Europe", "description": "Frankfurt; data stays in the EU"},
+      {"label": "Americas", "description": "Virginia; closest to most customers"},
+      {"label": "Asia Pacific", "description": "Singapore"}]}},
+    {"name": "ask_user", "args": {"question": "Which channels should announce it?", "selectionMode": "multi_select",
+      "options": [
+        {"label": "Email", "description": "The customer newsletter"},
+        {"label": "Blog"},
+        {"label": "Push", "description": "Mobile notifications"}]}},
+    {"name": "ask_user", "args": {"question": "What should the launch be called?"}}]},
+  {"text": "All set: {{toolResults}}"}
+]}"#;
+
+const CLI_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?", "options": [
+    {"label": "staging", "description": "Safe to try things"},
+    {"label": "production", "description": "Real customers"}]}}]},
+  {"text": "All set: {{toolResults}}"}
+]}"#;
+
+const DEPLOYER_SCRIPT: &str = r##"{"turns": [
+  {"text": "I will write the notes.", "toolCalls": [
+    {"name": "write_file", "args": {"path": "NOTES.md", "content": "# Release notes\n\n- Faster resumes\n"}}]},
+  {"text": "Done: {{toolResults}}"}
+]}"##;
+
+const CONFIG: &str = r#"
+[agents.assistant]
+name = "Assistant"
+tools = ["ask_user"]
+
+[agents.deployer]
+name = "Deployer"
+script = "deployer.json"
+tools = ["write_file"]
+write_dir = "written"
+"#;
+
+/// What the browser test needs, or why it cannot run here.
+fn missing_needs(web: &Path) -> Option<String> {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
+    if !Path::new(&chromium).exists() {
+        return Some(format!("{chromium} is missing (apt-get install -y chromium)"));
+    }
+    if Command::new("node").arg("--version").output().is_err() {
+        return Some("node is missing".to_owned());
+    }
+    if !web.join("node_modules/playwright-core").is_dir() {
+        return Some(format!(
+            "{} is missing (npm ci in {})",
+            web.join("node_modules").display(),
+            web.display()
+        ));
+    }
+    None
+}
+
+struct Serving {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path, token: Option<&str>) -> Serving {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_MODEL")
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .args(["serve", "--addr", "127.0.0.1:0", "--script", "assistant.json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    match token {
+        Some(token) => cmd.env("ASKLOOP_API_TOKEN", token),
+        None => cmd.env_remove("ASKLOOP_API_TOKEN"),
+    };
+    let mut child = cmd.spawn().unwrap();
+    let (lines, stderr) = mpsc::channel();
+    let pipe = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in pipe.lines().map_while(Result::ok) {
+            eprintln!("[serve] {line}");
+            let _ = lines.send(line);
+        }
+    });
+    let base = loop {
+        let line = stderr
+            .recv_timeout(Duration::from_secs(60))
+            .expect("askloop serve printed its address");
+        if let Some(at) = line.find("http://") {
+            break line[at..].trim_end_matches("/api").to_owned();
+        }
+    };
+    Serving { child, base }
+}
+
+fn target_dir() -> PathBuf {
+    // target/debug/askloop -> target
+    Path::new(BIN)
+        .ancestors()
+        .nth(2)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+#[test]
+fn the_web_page_passes_its_browser_test_against_the_real_server() {
+    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/web");
+    if let Some(reason) = missing_needs(&web) {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("the browser test cannot run under CI: {reason}");
+        }
+        eprintln!("web_page: skipped: {reason}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("askloop.toml"), CONFIG).unwrap();
+    std::fs::write(dir.path().join("assistant.json"), ASSISTANT_SCRIPT).unwrap();
+    std::fs::write(dir.path().join("deployer.json"), DEPLOYER_SCRIPT).unwrap();
+    std::fs::write(dir.path().join("cli.json"), CLI_SCRIPT).unwrap();
+    let open = serve(dir.path(), None);
+    let guarded = serve(dir.path(), Some(TOKEN));
+    let screenshots = target_dir().join("web-screenshots");
+
+    let status = Command::new("node")
+        .args(["--test", "--test-concurrency=1", "page.test.mjs"])
+        .current_dir(&web)
+        .env("ASKLOOP_WEB_URL", &open.base)
+        .env("ASKLOOP_WEB_TOKEN_URL", &guarded.base)
+        .env("ASKLOOP_WEB_TOKEN", TOKEN)
+        .env("ASKLOOP_BIN", BIN)
+        .env("ASKLOOP_WEB_DB", dir.path().join("runs.db"))
+        .env("ASKLOOP_WEB_CLI_SCRIPT", dir.path().join("cli.json"))
+        .env("ASKLOOP_WEB_SCREENSHOTS", &screenshots)
+        .stdin(Stdio::null())
+        .status()
+        .expect("running node");
+    assert!(
+        status.success(),
+        "the browser test failed ({status}); its output is above"
+    );
+    for shot in ["chat-question.png", "inbox.png", "inbox-dark.png", "chat-phone.png"] {
+        assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
+    }
+}

@@ -1,0 +1,114 @@
+//! The web page's files and `GET /api/events`, over real HTTP. (The page
+//! itself runs in a browser in `crates/askloop-cli/tests/web_page.rs`.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use askloop_server::ServerOptions;
+use common::{TestServer, assistant, memory_store};
+use reqwest::StatusCode;
+use reqwest::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+use serde_json::{Value, json};
+
+/// A bound on a hang, not a measure of speed.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn the_page_is_served_at_each_of_its_paths_with_a_strict_csp() {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store)], store).await;
+    for path in ["/", "/inbox", "/runs/01a2-some-run"] {
+        let response = server.get(path).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let headers = response.headers();
+        assert_eq!(headers[CONTENT_TYPE], "text/html; charset=utf-8", "{path}");
+        let csp = headers[CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(
+            csp.contains("script-src 'self'") && csp.contains("default-src 'none'"),
+            "{csp}"
+        );
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        let body = response.text().await.unwrap();
+        assert!(body.contains(r#"<script type="module" src="/assets/app.js"></script>"#));
+    }
+}
+
+#[tokio::test]
+async fn a_page_file_is_revalidated_by_its_etag() {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store)], store).await;
+    let first = server.get("/assets/app.js").await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.headers()[CONTENT_TYPE], "text/javascript; charset=utf-8");
+    assert_eq!(first.headers()[CACHE_CONTROL], "no-cache");
+    let etag = first.headers()[ETAG].clone();
+    let again = server
+        .client
+        .get(server.url("/assets/app.js"))
+        .header(IF_NONE_MATCH, etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert!(again.bytes().await.unwrap().is_empty());
+
+    let missing = server.get("/assets/nope.js").await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    let body: Value = missing.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unknown_route");
+}
+
+#[tokio::test]
+async fn with_a_token_the_page_files_are_open_and_the_event_stream_is_not() {
+    let store = memory_store();
+    let options = ServerOptions::default().token(Some("secret".to_owned()));
+    let server = TestServer::start_with(vec![assistant(&store)], store, options).await;
+    assert_eq!(server.get("/").await.status(), StatusCode::OK);
+    assert_eq!(server.get("/assets/style.css").await.status(), StatusCode::OK);
+    assert_eq!(server.get("/api/events").await.status(), StatusCode::UNAUTHORIZED);
+}
+
+/// Reads the event stream until a frame of `event` arrives; returns its data.
+async fn next_event(response: &mut reqwest::Response, buffer: &mut String, event: &str) -> String {
+    let wanted = format!("event: {event}\n");
+    loop {
+        if let Some(start) = buffer.find(&wanted) {
+            let rest = &buffer[start..];
+            if let Some(end) = rest.find("\n\n") {
+                let frame = rest[..end].to_owned();
+                buffer.replace_range(..start + end + 2, "");
+                let data = frame.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or_default();
+                return data.to_owned();
+            }
+        }
+        let chunk = tokio::time::timeout(PATIENCE, response.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no `{event}` event within {PATIENCE:?}; got {buffer:?}"))
+            .unwrap()
+            .expect("the event stream ended");
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+}
+
+#[tokio::test]
+async fn the_event_stream_says_ready_then_names_a_run_that_raised_a_question() {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store)], store).await;
+    let mut events = server.get("/api/events").await;
+    assert_eq!(events.status(), StatusCode::OK);
+    assert_eq!(events.headers()[CONTENT_TYPE], "text/event-stream");
+    let mut buffer = String::new();
+    next_event(&mut events, &mut buffer, "ready").await;
+
+    let asked = server
+        .post_sse(
+            "/api/agents/assistant/stream",
+            json!({"messages": "Deploy the app", "runId": "run-events"}),
+        )
+        .await;
+    assert!(asked.types().contains(&"tool-call-suspended".to_owned()));
+    let change: Value = serde_json::from_str(&next_event(&mut events, &mut buffer, "run").await).unwrap();
+    assert_eq!(change, json!({"runId": "run-events"}));
+}

@@ -1,0 +1,164 @@
+// Run view (/runs/{runId}): one run's conversation, its questions and
+// answers, its status, and what it waits on, answerable here.
+
+import { postJson, getJson } from './api.js';
+import { ago, h, statusBadge } from './dom.js';
+import { pendingCallForm } from './questions.js';
+import { assistantTurn, streamInto } from './chat.js';
+
+let current = null;
+
+export async function runView(main, runId) {
+  // forms: the open questions' forms by tool call id, kept across redraws
+  // so that what a person has typed or chosen survives a change elsewhere.
+  current = { runId, main, busy: false, forms: new Map() };
+  main.replaceChildren(h('p', { class: 'loading' }, 'Loading the run…'));
+  await refreshRun();
+}
+
+/** Redraws the run view if it shows `runId` (or any run, when unknown). */
+export async function refreshRun(runId) {
+  if (!current || !current.main.isConnected || current.busy) return;
+  if (runId && runId !== current.runId) return;
+  let run;
+  try {
+    run = await getJson(`/api/runs/${encodeURIComponent(current.runId)}`);
+  } catch (err) {
+    if (err.status === 404) {
+      current.main.replaceChildren(
+        h('section', { class: 'run' }, h('h1', {}, 'Run not found'), h('p', { class: 'notice' }, err.message)),
+      );
+      return;
+    }
+    throw err;
+  }
+  render(run);
+}
+
+function results(messages) {
+  const byId = new Map();
+  for (const m of messages) if (m.role === 'tool') byId.set(m.toolCallId, m);
+  return byId;
+}
+
+function contentText(content) {
+  return typeof content === 'string' ? content : JSON.stringify(content);
+}
+
+function render(run) {
+  const { main } = current;
+  const done = results(run.messages);
+  const log = h('div', { class: 'log', role: 'log', 'aria-label': 'Conversation' });
+  for (const m of run.messages) {
+    if (m.role === 'user') {
+      log.append(h('article', { class: 'turn user' }, h('div', { class: 'turn-body' }, h('div', { class: 'text' }, m.content))));
+    } else if (m.role === 'assistant') {
+      const body = h('div', { class: 'turn-body' });
+      if (m.content) body.append(h('div', { class: 'text' }, m.content));
+      for (const call of m.toolCalls || []) {
+        const result = done.get(call.id);
+        if (call.name === 'ask_user') {
+          body.append(
+            h(
+              'div',
+              { class: 'qa' },
+              h('p', { class: 'q' }, call.args?.question || 'Question'),
+              result
+                ? h('p', { class: 'a' }, contentText(result.content).replace(/^User answered: /, ''))
+                : h('p', { class: 'a waiting' }, 'Waiting for an answer'),
+            ),
+          );
+        } else {
+          body.append(
+            h(
+              'div',
+              { class: 'qa' },
+              h('p', { class: 'tool-line' }, 'Called ', h('code', {}, call.name)),
+              h('pre', { class: 'args' }, JSON.stringify(call.args, null, 2)),
+              result ? h('p', { class: result.isError ? 'a error' : 'a' }, contentText(result.content)) : null,
+            ),
+          );
+        }
+      }
+      log.append(h('article', { class: 'turn assistant' }, h('header', { class: 'turn-head' }, h('span', { class: 'who' }, run.agentId)), body));
+    }
+  }
+
+  const turn = assistantTurn(run.agentId);
+  turn.querySelector('.turn-head').remove();
+  turn.prepend(h('span', { class: 'turn-status', role: 'status' }));
+  const pending = run.pendingToolCalls.length
+    ? h(
+        'section',
+        { class: 'waiting', 'aria-labelledby': 'waiting-title' },
+        h('h2', { id: 'waiting-title' }, run.pendingToolCalls.length === 1 ? 'Waiting on you' : `Waiting on ${run.pendingToolCalls.length} answers`),
+        h(
+          'div',
+          { class: 'pending-group' },
+          run.pendingToolCalls.map((call) => formFor(run, call, turn)),
+        ),
+        turn,
+      )
+    : null;
+
+  const cancel = !['completed', 'failed', 'cancelled'].includes(run.status)
+    ? h('button', { type: 'button', class: 'quiet', onclick: () => cancelRun(run.runId) }, 'Cancel run')
+    : null;
+
+  // A redraw moves the kept forms; keep the focus where the person was.
+  const focused = main.contains(document.activeElement) ? document.activeElement : null;
+  main.replaceChildren(
+    h(
+      'section',
+      { class: 'run', 'aria-labelledby': 'run-title' },
+      h(
+        'div',
+        { class: 'toolbar' },
+        h('h1', { id: 'run-title' }, 'Run ', h('code', {}, run.runId)),
+        h('div', { class: 'run-status' }, 'Status ', statusBadge(run.status)),
+      ),
+      h(
+        'dl',
+        { class: 'facts' },
+        h('div', {}, h('dt', {}, 'Agent'), h('dd', {}, run.agentId)),
+        h('div', {}, h('dt', {}, 'Started'), h('dd', {}, h('time', { datetime: run.createdAt, title: run.createdAt }, ago(run.createdAt)))),
+        h('div', {}, h('dt', {}, 'Updated'), h('dd', {}, h('time', { datetime: run.updatedAt, title: run.updatedAt }, ago(run.updatedAt)))),
+        h('div', {}, h('dt', {}, 'Steps'), h('dd', {}, String(run.steps))),
+        cancel ? h('div', { class: 'fact-action' }, cancel) : null,
+      ),
+      run.error ? h('p', { class: 'form-error', role: 'alert' }, run.error) : null,
+      pending,
+      h('h2', { class: 'section-title' }, 'Conversation'),
+      log,
+    ),
+  );
+  if (focused?.isConnected && document.activeElement !== focused) focused.focus({ preventScroll: true });
+}
+
+/** The form of a waiting call: the one already shown, or a new one. */
+function formFor(run, call, turn) {
+  const kept = current.forms.get(call.toolCallId);
+  if (kept && !kept.classList.contains('answered')) return kept;
+  const form = pendingCallForm({
+    runId: run.runId,
+    agentId: run.agentId,
+    call,
+    onContinue: async (chunks) => {
+      current.busy = true;
+      // The continuation streams into the turn shown with the form now.
+      await streamInto(form.closest('section.waiting')?.querySelector('.turn') || turn, chunks, run.agentId);
+      current.busy = false;
+      refreshRun(run.runId);
+    },
+  });
+  current.forms.set(call.toolCallId, form);
+  return form;
+}
+
+async function cancelRun(runId) {
+  try {
+    await postJson(`/api/runs/${encodeURIComponent(runId)}/cancel`, {});
+  } finally {
+    refreshRun(runId);
+  }
+}

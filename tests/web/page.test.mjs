@@ -1,0 +1,295 @@
+// The askloop web page in a real browser: Debian's chromium driven by
+// playwright-core, controls found by role and label as a person finds them.
+//
+// Started by the Rust test `web_page` (crates/askloop-cli/tests/web_page.rs),
+// which runs `askloop serve` with scripted agents and passes, in the
+// environment:
+//   ASKLOOP_WEB_URL         the server (no token)
+//   ASKLOOP_WEB_TOKEN_URL   a second server on the same store, with a token
+//   ASKLOOP_WEB_TOKEN       that token
+//   ASKLOOP_BIN             the askloop binary (for `askloop run` in another process)
+//   ASKLOOP_WEB_DB          the SQLite file both servers use
+//   ASKLOOP_WEB_CLI_SCRIPT  the script `askloop run` plays
+//   ASKLOOP_WEB_SCREENSHOTS where screenshots go
+
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const env = (name) => {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set; run this through the Rust test web_page`);
+  return value;
+};
+const BASE = env('ASKLOOP_WEB_URL');
+const TOKEN_BASE = env('ASKLOOP_WEB_TOKEN_URL');
+const TOKEN = env('ASKLOOP_WEB_TOKEN');
+const BIN = env('ASKLOOP_BIN');
+const DB = env('ASKLOOP_WEB_DB');
+const CLI_SCRIPT = env('ASKLOOP_WEB_CLI_SCRIPT');
+const SHOTS = env('ASKLOOP_WEB_SCREENSHOTS');
+mkdirSync(SHOTS, { recursive: true });
+
+// Waits are for things to appear, bounded only so a broken page fails
+// instead of hanging.
+const PATIENCE = 20_000;
+
+let context;
+let profile;
+
+before(async () => {
+  profile = mkdtempSync(join(tmpdir(), 'askloop-chromium-'));
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+    viewport: { width: 1200, height: 860 },
+  });
+  context.setDefaultTimeout(PATIENCE);
+});
+
+after(async () => {
+  await context?.close();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+});
+
+async function openPage(url, { dark = false, width, height } = {}) {
+  const page = await context.newPage();
+  const problems = [];
+  page.on('pageerror', (err) => problems.push(err.message));
+  page.on('console', (msg) => {
+    if (msg.type() === 'error' && !/401|422|409/.test(msg.text())) problems.push(msg.text());
+  });
+  if (dark) await page.emulateMedia({ colorScheme: 'dark' });
+  if (width) await page.setViewportSize({ width, height: height || 844 });
+  await page.goto(url);
+  page.problems = problems;
+  return page;
+}
+
+/** Sends a chat message to an agent and returns the reply's turn. */
+async function chat(page, agent, text) {
+  await page.getByLabel('Agent').selectOption({ label: agent });
+  await page.getByLabel('Message').fill(text);
+  await page.getByRole('button', { name: 'Send', exact: true }).click();
+  return page.locator('article.turn.assistant').last();
+}
+
+/** Runs `askloop run` in another process, as a person at a terminal would. */
+function askloopRun(prompt) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(BIN, ['run', '--script', CLI_SCRIPT, prompt], {
+      env: { ...process.env, ASKLOOP_DB: DB, ASKLOOP_API_TOKEN: '' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    child.on('error', reject);
+    // 3: the run waits for an answer (see askloop --help).
+    child.on('exit', (code) => (code === 0 || code === 3 ? resolve(out) : reject(new Error(`askloop run exited ${code}: ${out}`))));
+  });
+}
+
+test('chat: the reply streams in and three questions of one step are answered in any order', async () => {
+  const page = await openPage(BASE);
+  const turn = await chat(page, 'Assistant', 'Plan the launch');
+  await turn.getByText('Let me ask a few things first.').waitFor();
+  const region = page.getByRole('form', { name: 'Which region should we launch in?' });
+  const channels = page.getByRole('form', { name: 'Which channels should announce it?' });
+  const name = page.getByRole('form', { name: 'What should the launch be called?' });
+  await Promise.all([region.waitFor(), channels.waitFor(), name.waitFor()]);
+  // Each option's description is shown.
+  await region.getByText('Frankfurt; data stays in the EU').waitFor();
+  await page.screenshot({ path: join(SHOTS, 'chat-question.png') });
+
+  // Free text first, then the multi-select, then the single-select.
+  await page.getByRole('textbox', { name: 'What should the launch be called?' }).fill('Aurora');
+  await name.getByRole('button', { name: 'Send answer' }).click();
+  await name.getByText('Answered: Aurora').waitFor();
+
+  await channels.getByRole('checkbox', { name: 'Email' }).check();
+  await channels.getByRole('checkbox', { name: 'Blog' }).check();
+  await channels.getByRole('button', { name: 'Send answer' }).click();
+  await channels.getByText('Answered: Email, Blog').waitFor();
+
+  await region.getByRole('radio', { name: 'Europe' }).check();
+  await region.getByRole('button', { name: 'Send answer' }).click();
+  await region.getByText('Answered: Europe').waitFor();
+
+  const reply = turn.getByText(/^All set: /);
+  await reply.waitFor();
+  for (const answer of ['User answered: Aurora', 'User answered: Email, Blog', 'User answered: Europe']) {
+    assert.ok((await reply.textContent()).includes(answer), `the reply names ${answer}`);
+  }
+  await turn.getByText('Done', { exact: true }).waitFor();
+  assert.deepEqual(page.problems, []);
+  await page.close();
+});
+
+test('a rejected answer shows the server reason beside the form, which keeps what was entered', async () => {
+  const page = await openPage(BASE);
+  await chat(page, 'Assistant', 'Plan another launch');
+  const channels = page.getByRole('form', { name: 'Which channels should announce it?' });
+  const name = page.getByRole('form', { name: 'What should the launch be called?' });
+  await channels.waitFor();
+
+  // Nothing chosen: the server refuses (422) and says why.
+  await channels.getByRole('button', { name: 'Send answer' }).click();
+  await channels.getByRole('alert').getByText('a multi-select answer needs at least one label').waitFor();
+
+  // Only spaces: refused; the text stays in the box.
+  const box = page.getByRole('textbox', { name: 'What should the launch be called?' });
+  await box.fill('   ');
+  await name.getByRole('button', { name: 'Send answer' }).click();
+  await name.getByRole('alert').getByText('the answer is empty').waitFor();
+  assert.equal(await box.inputValue(), '   ');
+  assert.equal(await box.isEnabled(), true, 'the form can be answered again');
+
+  // Then a good answer goes through, and the reason goes away.
+  await channels.getByRole('checkbox', { name: 'Push' }).check();
+  await channels.getByRole('button', { name: 'Send answer' }).click();
+  await channels.getByText('Answered: Push').waitFor();
+  assert.equal(await channels.getByRole('alert').isVisible(), false);
+  await page.close();
+});
+
+test('inbox: a question raised by askloop run in another process appears without reloading and is answered there', async () => {
+  const page = await openPage(`${BASE}/inbox`);
+  await page.getByRole('heading', { name: 'Inbox' }).waitFor();
+  await page.locator('body[data-live="on"]').waitFor();
+  const before = await page.getByRole('form', { name: 'Which environment should I deploy to?' }).count();
+
+  const printed = await askloopRun('Deploy the site');
+  assert.match(printed, /Which environment should I deploy to\?/);
+
+  const card = page.locator('li.card', { has: page.getByRole('form', { name: 'Which environment should I deploy to?' }) }).first();
+  await page.waitForFunction(
+    (n) => document.querySelectorAll('form[aria-label="Which environment should I deploy to?"]').length > n,
+    before,
+  );
+  // The count of waiting questions is in the navigation, on every view.
+  await page.getByRole('navigation', { name: 'Main' }).locator('#inbox-count:not([hidden])').waitFor();
+  await page.screenshot({ path: join(SHOTS, 'inbox.png') });
+
+  await card.getByRole('radio', { name: 'staging' }).check();
+  await card.getByRole('button', { name: 'Send answer' }).click();
+  await card.getByText('Answered: staging', { exact: true }).waitFor();
+  await card.getByText('All set: User answered: staging').waitFor();
+  assert.deepEqual(page.problems, []);
+  await page.close();
+});
+
+test('approve and decline a tool call', async () => {
+  let page = await openPage(BASE);
+  let turn = await chat(page, 'Deployer', 'Write the release notes');
+  let approval = page.getByRole('form', { name: 'Approve write_file?' });
+  await approval.waitFor();
+  await approval.getByText('write_file').first().waitFor();
+  await approval.getByText('"path": "NOTES.md"').waitFor();
+  await approval.getByRole('button', { name: 'Approve' }).click();
+  await approval.getByRole('status').filter({ hasText: 'Approved' }).waitFor();
+  await turn.getByText(/^Done: /).waitFor();
+  await page.close();
+
+  page = await openPage(BASE);
+  turn = await chat(page, 'Deployer', 'Write the release notes again');
+  approval = page.getByRole('form', { name: 'Approve write_file?' });
+  await approval.getByLabel('Reason (optional)').fill('Not before the review');
+  await approval.getByRole('button', { name: 'Decline' }).click();
+  await approval.getByRole('status').filter({ hasText: 'Declined: Not before the review' }).waitFor();
+  await turn.getByText(/^Done: /).waitFor();
+  await page.close();
+});
+
+test('run view: a run opens by its link, with its status, questions and answers', async () => {
+  const page = await openPage(BASE);
+  const turn = await chat(page, 'Assistant', 'Plan a small launch');
+  const region = page.getByRole('form', { name: 'Which region should we launch in?' });
+  await region.waitFor();
+  await region.getByRole('radio', { name: 'Americas' }).check();
+  await region.getByRole('button', { name: 'Send answer' }).click();
+  await region.getByText('Answered: Americas').waitFor();
+
+  const link = turn.getByRole('link', { name: /^Run / });
+  const href = await link.getAttribute('href');
+  assert.match(href, /^\/runs\/[0-9a-f-]+$/);
+  await link.click();
+  await page.waitForURL(`${BASE}${href}`);
+  await page.getByRole('heading', { name: /^Run / }).waitFor();
+  await page.getByText('suspended', { exact: true }).waitFor();
+  await page.getByText('Which region should we launch in?').first().waitFor();
+  // The two questions still open are answerable here.
+  await page.getByRole('heading', { name: 'Waiting on 2 answers' }).waitFor();
+
+  // The link itself, pasted into a new tab, opens the same run.
+  const pasted = await openPage(`${BASE}${href}`, { dark: true });
+  await pasted.getByRole('heading', { name: /^Run / }).waitFor();
+  await pasted.getByRole('textbox', { name: 'What should the launch be called?' }).fill('Dawn');
+  await pasted.getByRole('form', { name: 'What should the launch be called?' }).getByRole('button', { name: 'Send answer' }).click();
+  await pasted.getByRole('checkbox', { name: 'Blog' }).check();
+  await pasted.getByRole('form', { name: 'Which channels should announce it?' }).getByRole('button', { name: 'Send answer' }).click();
+  await pasted.getByText('completed', { exact: true }).waitFor();
+  // The conversation shows each question with its answer.
+  await pasted.getByText('Americas', { exact: true }).waitFor();
+  await pasted.getByText('Dawn', { exact: true }).waitFor();
+  await pasted.screenshot({ path: join(SHOTS, 'run-dark.png'), fullPage: true });
+  assert.deepEqual(pasted.problems, []);
+  await pasted.close();
+  await page.close();
+});
+
+test('screenshots: the inbox in dark mode and at phone width', async () => {
+  await askloopRun('Deploy the docs');
+  const dark = await openPage(`${BASE}/inbox`, { dark: true });
+  await dark.getByRole('form', { name: 'Which environment should I deploy to?' }).first().waitFor();
+  await dark.screenshot({ path: join(SHOTS, 'inbox-dark.png') });
+  await dark.close();
+  const phone = await openPage(BASE, { width: 390, height: 844 });
+  await chat(phone, 'Assistant', 'Plan the launch on a phone');
+  await phone.getByRole('form', { name: 'Which region should we launch in?' }).waitFor();
+  await phone.screenshot({ path: join(SHOTS, 'chat-phone.png') });
+  // Nothing wider than the screen.
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the page is ${overflow}px wider than a phone screen`);
+  await phone.close();
+});
+
+test('token: the page is refused without it, says when it is wrong, and lets in with it', async () => {
+  const refused = await fetch(`${TOKEN_BASE}/api/agents`);
+  assert.equal(refused.status, 401);
+  const asset = await fetch(`${TOKEN_BASE}/assets/app.js`);
+  assert.equal(asset.status, 200, 'the page files need no token');
+  assert.match(asset.headers.get('content-security-policy'), /script-src 'self'/);
+
+  const page = await openPage(TOKEN_BASE);
+  await page.getByRole('heading', { name: 'This server needs a token' }).waitFor();
+  await page.getByLabel('API token').fill('not-the-token');
+  await page.getByRole('button', { name: 'Continue' }).click();
+  await page.getByRole('alert').getByText('That token was not accepted').waitFor();
+  await page.getByLabel('API token').fill(TOKEN);
+  await page.getByRole('button', { name: 'Continue' }).click();
+  await page.getByRole('heading', { name: 'Chat' }).waitFor();
+  // Streams and live updates carry the token too (fetch, not EventSource).
+  await chat(page, 'Assistant', 'Plan the launch behind a token');
+  await page.getByRole('form', { name: 'Which region should we launch in?' }).waitFor();
+  await page.locator('body[data-live="on"]').waitFor();
+  // Kept for the session: a reload does not ask again.
+  await page.reload();
+  await page.getByRole('heading', { name: 'Chat' }).waitFor();
+  assert.equal(await page.getByLabel('API token').count(), 0);
+  await page.close();
+});

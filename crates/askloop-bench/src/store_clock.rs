@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use askloop::message::Message;
-use askloop::{RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::{Lease, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -64,9 +64,9 @@ impl RunStore for TimedStore {
         result
     }
 
-    async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
+    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
         let started = Instant::now();
-        let result = self.inner.claim(run_id, expected_version).await;
+        let result = self.inner.claim(run_id, expected_version, lease).await;
         StoreClock::add(&self.clock.row_ns, started);
         result
     }
@@ -80,6 +80,24 @@ impl RunStore for TimedStore {
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.list(query).await
+    }
+
+    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.renew_lease(run_id, lease).await
+    }
+
+    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.expired(now, limit).await
+    }
+
+    async fn reclaim(
+        &self,
+        run_id: &str,
+        expected_version: i64,
+        lease: &Lease,
+        now: DateTime<Utc>,
+    ) -> Result<i64, StoreError> {
+        self.inner.reclaim(run_id, expected_version, lease, now).await
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {

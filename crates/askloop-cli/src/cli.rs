@@ -101,6 +101,24 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Continue a failed run from its last stored step (a run failed by an unreachable
+    /// model, a busy database or an interrupted process); stored answers are kept.
+    Retry {
+        /// The run.
+        run_id: String,
+        /// Continue with this model instead of the run's own, resolved from
+        /// the environment now.
+        #[arg(long, value_name = "SPEC")]
+        model: Option<String>,
+        /// Print every chunk as one JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a suspended or running run: the model is not called again.
+    Cancel {
+        /// The run.
+        run_id: String,
+    },
     /// Serve the HTTP API (Mastra-compatible agent routes, /api/runs) for the agents of askloop.toml.
     Serve(ServeArgs),
 }
@@ -167,7 +185,8 @@ pub struct ResumeArgs {
 pub struct RunsArgs {
     #[command(subcommand)]
     pub show: Option<RunsCommand>,
-    /// Only runs with this status: running, suspended, completed, failed, cancelled.
+    /// Only runs with this status: running, suspended, completed, failed, cancelled
+    /// (a running run whose process died is listed as stalled).
     #[arg(long)]
     pub status: Option<String>,
     /// At most this many runs (at least 1).
@@ -180,6 +199,13 @@ pub struct RunsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
+    /// Continue every stalled run (running, but its process died: its lease ran out)
+    /// from its last stored step.
+    Recover {
+        /// Print every chunk as one JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show one run: status, pending questions, conversation.
     Show {
         /// The run.

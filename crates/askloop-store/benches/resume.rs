@@ -120,6 +120,8 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
         usage: Usage::default(),
         error: None,
         metadata: json!({}),
+        lease: None,
+        failure: None,
     };
     store.create(&run, &messages).await.unwrap();
     let pending = pending();
@@ -134,6 +136,8 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
             steps: 1,
             usage: Usage::default(),
             error: None,
+            failure: None,
+            lease: None,
         })
         .await
         .unwrap();
@@ -155,7 +159,11 @@ impl Fixture {
         let append = [message(1), message(2)];
         let started = Instant::now();
         if write {
-            let claimed = self.store.claim(&self.run_id, self.version).await.unwrap();
+            let claimed = self
+                .store
+                .claim(&self.run_id, self.version, &askloop_store::conformance::test_lease())
+                .await
+                .unwrap();
             if read_messages {
                 let conversation = self.store.messages(&self.run_id).await.unwrap();
                 assert_eq!(conversation.len() as i64, self.messages);
@@ -172,6 +180,8 @@ impl Fixture {
                     steps: 2,
                     usage: Usage::default(),
                     error: None,
+                    failure: None,
+                    lease: None,
                 })
                 .await
                 .unwrap();

@@ -21,7 +21,7 @@ mod settings;
 
 use std::time::Duration;
 
-use askloop::{Message, RUN_SCHEMA_VERSION, RunChanges, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::{Lease, Message, RUN_SCHEMA_VERSION, RunChanges, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
@@ -238,7 +238,7 @@ macro_rules! run_columns {
     () => {
         "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending::text AS pending, \
          step_results::text AS step_results, message_count, steps, usage::text AS usage, error, \
-         metadata::text AS metadata, schema_version"
+         metadata::text AS metadata, schema_version, lease_owner, lease_until, failure::text AS failure"
     };
 }
 
@@ -269,6 +269,12 @@ fn stored_run(row: &PgRow) -> Result<StoredRun, StoreError> {
             .map_err(column)?,
         metadata: json("metadata").map_err(column)?,
         schema_version: row.try_get("schema_version").map_err(column)?,
+        lease_owner: row.try_get("lease_owner").map_err(column)?,
+        lease_until: row.try_get("lease_until").map_err(column)?,
+        failure: row
+            .try_get::<Option<String>, _>("failure")
+            .map(|f| f.map(nul::decode_json))
+            .map_err(column)?,
         run_id: run_id.clone(),
     })
 }
@@ -278,6 +284,7 @@ struct PgJson {
     pending: String,
     step_results: String,
     usage: String,
+    failure: Option<String>,
 }
 
 impl PgJson {
@@ -286,6 +293,7 @@ impl PgJson {
             pending: nul::encode_json(&json.pending).into_owned(),
             step_results: nul::encode_json(&json.step_results).into_owned(),
             usage: nul::encode_json(&json.usage).into_owned(),
+            failure: json.failure.map(|f| nul::encode_json(&f).into_owned()),
         }
     }
 }
@@ -347,8 +355,9 @@ impl RunStore for PostgresStore {
         let inserted = sqlx::query(concat!(
             "INSERT INTO runs (",
             "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, step_results, \
-             message_count, steps, usage, error, metadata, schema_version",
-            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12::jsonb, $13, $14::jsonb, $15)"
+             message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure",
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12::jsonb, $13, $14::jsonb, $15, \
+             $16, $17, $18::jsonb)"
         ))
         .bind(run_id)
         .bind(&run.agent_id)
@@ -365,6 +374,9 @@ impl RunStore for PostgresStore {
         .bind(error.as_deref())
         .bind(&metadata)
         .bind(RUN_SCHEMA_VERSION)
+        .bind(run.lease.as_ref().map(|lease| lease.owner.as_str()))
+        .bind(run.lease.as_ref().map(|lease| lease.until))
+        .bind(&json.failure)
         .execute(&mut *tx)
         .await;
         if let Err(err) = inserted {
@@ -408,10 +420,11 @@ impl RunStore for PostgresStore {
             .collect()
     }
 
-    async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
+    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
         let claiming = || format!("claiming run {run_id}");
         let claimed = sqlx::query(
-            "UPDATE runs SET status = 'running', version = version + 1, updated_at = $1 \
+            "UPDATE runs SET status = 'running', version = version + 1, updated_at = $1, \
+             lease_owner = $7, lease_until = $8 \
              WHERE run_id = $2 AND status = 'suspended' AND version = $3 AND schema_version <= $4 \
              RETURNING version, pg_notify($5, $6) IS NULL AS announced",
         )
@@ -421,11 +434,98 @@ impl RunStore for PostgresStore {
         .bind(RUN_SCHEMA_VERSION)
         .bind(changes::CHANNEL)
         .bind(changes::payload(&self.schema, run_id)?)
+        .bind(&lease.owner)
+        .bind(lease.until)
         .fetch_optional(&self.pool)
         .await
         .map_err(self.failed(claiming))?;
         match claimed {
             Some(row) => row.try_get("version").map_err(self.failed(claiming)),
+            None => Err(explain_missed_write(
+                run_id,
+                expected_version,
+                self.row_state(run_id).await?,
+            )),
+        }
+    }
+
+    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError> {
+        let renewing = || format!("renewing the lease on run {run_id}");
+        let renewed = sqlx::query(
+            "UPDATE runs SET lease_until = $1 \
+             WHERE run_id = $2 AND status = 'running' AND lease_owner = $3 AND schema_version <= $4",
+        )
+        .bind(lease.until)
+        .bind(run_id)
+        .bind(&lease.owner)
+        .bind(RUN_SCHEMA_VERSION)
+        .execute(&self.pool)
+        .await
+        .map_err(self.failed(renewing))?;
+        if renewed.rows_affected() == 1 {
+            return Ok(());
+        }
+        Err(match self.row_state(run_id).await? {
+            None => StoreError::NotFound {
+                run_id: run_id.to_owned(),
+            },
+            Some(state) => match crate::row::check_schema_version(run_id, state.schema_version) {
+                Err(newer) => newer,
+                Ok(()) => StoreError::LeaseLost {
+                    run_id: run_id.to_owned(),
+                    owner: lease.owner.clone(),
+                },
+            },
+        })
+    }
+
+    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= $1) \
+             ORDER BY updated_at, run_id LIMIT $2"
+        ))
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.failed(|| "listing runs whose lease ran out".to_owned()))?;
+        crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
+    }
+
+    async fn reclaim(
+        &self,
+        run_id: &str,
+        expected_version: i64,
+        lease: &Lease,
+        now: DateTime<Utc>,
+    ) -> Result<i64, StoreError> {
+        let reclaiming = || format!("taking over run {run_id}");
+        // As `claim`: a second UPDATE of the row waits for the first and
+        // re-checks the version, so exactly one reclaimer wins; the lease
+        // test is in the statement, so an owner that renewed keeps its run.
+        let reclaimed = sqlx::query(
+            "UPDATE runs SET status = 'running', version = version + 1, updated_at = $1, \
+             lease_owner = $5, lease_until = $6, error = NULL, failure = NULL \
+             WHERE run_id = $2 AND version = $3 AND schema_version <= $4 \
+             AND (status = 'failed' OR (status = 'running' AND (lease_until IS NULL OR lease_until <= $7))) \
+             RETURNING version, pg_notify($8, $9) IS NULL AS announced",
+        )
+        .bind(Utc::now())
+        .bind(run_id)
+        .bind(expected_version)
+        .bind(RUN_SCHEMA_VERSION)
+        .bind(&lease.owner)
+        .bind(lease.until)
+        .bind(now)
+        .bind(changes::CHANNEL)
+        .bind(changes::payload(&self.schema, run_id)?)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.failed(reclaiming))?;
+        match reclaimed {
+            Some(row) => row.try_get("version").map_err(self.failed(reclaiming)),
             None => Err(explain_missed_write(
                 run_id,
                 expected_version,
@@ -445,7 +545,7 @@ impl RunStore for PostgresStore {
         let written = sqlx::query(
             "UPDATE runs SET status = $1, version = version + 1, updated_at = $2, pending = $3::jsonb, \
              step_results = $4::jsonb, message_count = message_count + $5, steps = $6, usage = $7::jsonb, \
-             error = $8, schema_version = $9 \
+             error = $8, schema_version = $9, failure = $12::jsonb, lease_owner = $13, lease_until = $14 \
              WHERE run_id = $10 AND version = $11 AND schema_version <= $9 \
              RETURNING version, message_count",
         )
@@ -460,6 +560,9 @@ impl RunStore for PostgresStore {
         .bind(RUN_SCHEMA_VERSION)
         .bind(run_id)
         .bind(update.expected_version)
+        .bind(&json.failure)
+        .bind(update.lease.map(|lease| lease.owner.as_str()))
+        .bind(update.lease.map(|lease| lease.until))
         .fetch_optional(&mut *tx)
         .await
         .map_err(self.failed(writing))?;

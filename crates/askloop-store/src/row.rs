@@ -8,7 +8,8 @@
 //! [`StoreError::Corrupt`] naming the run.
 
 use askloop::{
-    Message, PendingToolCall, RUN_SCHEMA_VERSION, RunRecord, RunStatus, RunUpdate, StoreError, ToolResult, Usage,
+    Lease, Message, PendingToolCall, RUN_SCHEMA_VERSION, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError,
+    ToolResult, Usage,
 };
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -33,6 +34,9 @@ pub(crate) struct StoredRun {
     pub(crate) error: Option<String>,
     pub(crate) metadata: String,
     pub(crate) schema_version: i32,
+    pub(crate) lease_owner: Option<String>,
+    pub(crate) lease_until: Option<DateTime<Utc>>,
+    pub(crate) failure: Option<String>,
 }
 
 impl StoredRun {
@@ -53,6 +57,13 @@ impl StoredRun {
         let metadata = parse_column(&self.metadata).map_err(|e| corrupt(format!("metadata: {e}")))?;
         let steps =
             u32::try_from(self.steps).map_err(|_| corrupt(format!("steps: {} is not a step count", self.steps)))?;
+        let lease = match (self.lease_owner, self.lease_until) {
+            (Some(owner), Some(until)) => Some(Lease::new(owner, until)),
+            _ => None,
+        };
+        // A failure this build cannot read (a kind added later) leaves the
+        // run readable: its error text still says what happened.
+        let failure = self.failure.as_deref().and_then(|text| parse_column(text).ok());
         if self.message_count < 0 {
             return Err(corrupt(format!("message_count: {} is negative", self.message_count)));
         }
@@ -71,6 +82,8 @@ impl StoredRun {
             usage,
             error: self.error,
             metadata,
+            lease,
+            failure,
         })
     }
 }
@@ -115,15 +128,28 @@ pub(crate) struct JsonColumns {
     pub(crate) pending: String,
     pub(crate) step_results: String,
     pub(crate) usage: String,
+    pub(crate) failure: Option<String>,
 }
 
 impl JsonColumns {
     pub(crate) fn of_record(run: &RunRecord) -> Result<Self, StoreError> {
-        Self::build(&run.run_id, &run.pending, &run.step_results, &run.usage)
+        Self::build(
+            &run.run_id,
+            &run.pending,
+            &run.step_results,
+            &run.usage,
+            run.failure.as_ref(),
+        )
     }
 
     pub(crate) fn of_update(update: &RunUpdate<'_>) -> Result<Self, StoreError> {
-        Self::build(update.run_id, update.pending, update.step_results, &update.usage)
+        Self::build(
+            update.run_id,
+            update.pending,
+            update.step_results,
+            &update.usage,
+            update.failure,
+        )
     }
 
     fn build(
@@ -131,11 +157,13 @@ impl JsonColumns {
         pending: &[PendingToolCall],
         step_results: &[ToolResult],
         usage: &Usage,
+        failure: Option<&RunFailure>,
     ) -> Result<Self, StoreError> {
         Ok(JsonColumns {
             pending: to_json(run_id, "pending", pending)?,
             step_results: to_json(run_id, "step_results", step_results)?,
             usage: to_json(run_id, "usage", usage)?,
+            failure: failure.map(|f| to_json(run_id, "failure", f)).transpose()?,
         })
     }
 }
@@ -222,6 +250,9 @@ mod tests {
             error: None,
             metadata: "null".into(),
             schema_version: RUN_SCHEMA_VERSION,
+            lease_owner: None,
+            lease_until: None,
+            failure: None,
         }
     }
 

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
-use askloop::{DatabaseFault, Message, RunChanges, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::{DatabaseFault, Lease, Message, RunChanges, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, ToSql};
@@ -307,7 +307,7 @@ impl SqliteStore {
     /// Hands `write` to the write thread and waits for its result.
     async fn write(&self, write: Write) -> Result<i64, StoreError> {
         if self.is_closed() {
-            return Err(failed("the SQLite store is closed"));
+            return Err(StoreError::Closed);
         }
         if self.shared.options.read_only {
             let detail = "read only (the store was opened for reading only)".to_owned();
@@ -327,7 +327,7 @@ impl SqliteStore {
     /// Runs `read` on an idle read connection (or a new one), on this thread.
     fn read<T>(&self, read: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
         if self.is_closed() {
-            return Err(failed("the SQLite store is closed"));
+            return Err(StoreError::Closed);
         }
         let idle = self.lock_readers().pop();
         let role = if self.shared.options.read_only {
@@ -389,7 +389,7 @@ struct MigrationFailed(rusqlite::Error);
 macro_rules! run_columns {
     () => {
         "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, step_results, \
-         message_count, steps, usage, error, metadata, schema_version"
+         message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure"
     };
 }
 
@@ -430,6 +430,12 @@ fn stored_run(row: &rusqlite::Row<'_>) -> Result<StoredRun, StoreError> {
         error: row.get(12).map_err(column)?,
         metadata: row.get(13).map_err(column)?,
         schema_version: row.get(14).map_err(column)?,
+        lease_owner: row.get(15).map_err(column)?,
+        lease_until: match row.get::<_, Option<i64>>(16).map_err(column)? {
+            Some(_) => Some(time(16, "lease_until")?),
+            None => None,
+        },
+        failure: row.get(17).map_err(column)?,
         run_id: run_id.clone(),
     })
 }
@@ -464,6 +470,9 @@ impl RunStore for SqliteStore {
             usage: json.usage,
             error: run.error.clone(),
             metadata,
+            lease_owner: run.lease.as_ref().map(|lease| lease.owner.clone()),
+            lease_until: run.lease.as_ref().map(|lease| micros(lease.until)),
+            failure: json.failure,
         };
         self.write(Write::Create { run, bodies }).await?;
         Ok(())
@@ -505,10 +514,63 @@ impl RunStore for SqliteStore {
         })
     }
 
-    async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
+    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
         self.write(Write::Claim {
             run_id: run_id.to_owned(),
             expected_version,
+            owner: lease.owner.clone(),
+            until: micros(lease.until),
+        })
+        .await
+    }
+
+    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError> {
+        self.write(Write::Renew {
+            run_id: run_id.to_owned(),
+            owner: lease.owner.clone(),
+            until: micros(lease.until),
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let now = micros(now);
+        let limit = i64::from(limit);
+        let rows = self.read(|conn| {
+            let mut select = conn
+                .prepare_cached(concat!(
+                    "SELECT ",
+                    run_columns!(),
+                    " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?) \
+                     ORDER BY updated_at, run_id LIMIT ?"
+                ))
+                .map_err(StoreError::backend)?;
+            let mut rows = select
+                .query(rusqlite::params![now, limit])
+                .map_err(StoreError::backend)?;
+            let mut stored = Vec::new();
+            while let Some(row) = rows.next().map_err(StoreError::backend)? {
+                stored.push(stored_run(row));
+            }
+            Ok(stored)
+        })?;
+        crate::readable_runs(rows.into_iter().map(|row| row?.into_record()))
+    }
+
+    async fn reclaim(
+        &self,
+        run_id: &str,
+        expected_version: i64,
+        lease: &Lease,
+        now: DateTime<Utc>,
+    ) -> Result<i64, StoreError> {
+        self.write(Write::Reclaim {
+            run_id: run_id.to_owned(),
+            expected_version,
+            owner: lease.owner.clone(),
+            until: micros(lease.until),
+            now: micros(now),
         })
         .await
     }
@@ -525,6 +587,9 @@ impl RunStore for SqliteStore {
             steps: i64::from(update.steps),
             usage: json.usage,
             error: update.error.map(str::to_owned),
+            failure: json.failure,
+            lease_owner: update.lease.map(|lease| lease.owner.clone()),
+            lease_until: update.lease.map(|lease| micros(lease.until)),
         };
         self.write(Write::Update { step, bodies }).await
     }

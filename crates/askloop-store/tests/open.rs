@@ -180,5 +180,11 @@ async fn a_file_whose_tables_sqlx_created_opens_with_its_runs() {
     let old = store.get("old").await.unwrap().unwrap();
     assert_eq!((old.status, old.version), (RunStatus::Suspended, 3));
     assert_eq!(store.messages("old").await.unwrap(), [Message::user("hi")]);
-    assert_eq!(store.claim("old", 3).await.unwrap(), 4);
+    assert_eq!(
+        store
+            .claim("old", 3, &askloop_store::conformance::test_lease())
+            .await
+            .unwrap(),
+        4
+    );
 }

@@ -39,7 +39,7 @@ async fn dropping_a_store_ends_its_write_thread() {
     assert_eq!(settled_write_threads().await, 0, "write threads outlived their stores");
 
     let kept = SqliteStore::open(dir.path().join("kept.db")).await.unwrap();
-    assert_eq!(write_threads(), 1, "an open store has its write thread");
+    assert_eq!(started_write_threads(1).await, 1, "an open store has its write thread");
     kept.close().await;
     assert_eq!(
         settled_write_threads().await,
@@ -60,4 +60,18 @@ async fn settled_write_threads() -> usize {
         left = write_threads();
     }
     left
+}
+
+/// The write threads once `expected` of them carry their name (a new
+/// thread names itself a moment after it starts), waiting up to 2 s.
+async fn started_write_threads(expected: usize) -> usize {
+    let mut found = write_threads();
+    for _ in 0..100 {
+        if found >= expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        found = write_threads();
+    }
+    found
 }

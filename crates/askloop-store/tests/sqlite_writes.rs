@@ -30,6 +30,8 @@ fn step_to<'a>(run_id: &'a str, expected_version: i64, status: RunStatus, append
         steps: 1,
         usage: Usage::default(),
         error: None,
+        failure: None,
+        lease: None,
     }
 }
 
@@ -132,7 +134,10 @@ async fn of_concurrent_claims_of_each_run_exactly_one_wins() {
             tokio::spawn(async move {
                 let run_id = format!("run-{}", n % 50);
                 start.wait().await;
-                (run_id.clone(), store.claim(&run_id, 1).await)
+                (
+                    run_id.clone(),
+                    store.claim(&run_id, 1, &askloop_store::conformance::test_lease()).await,
+                )
             })
         })
         .collect();
@@ -303,7 +308,11 @@ async fn after_close_reads_and_writes_say_the_store_is_closed() {
     store.close().await;
     let read = store.get("r1").await.unwrap_err().to_string();
     assert!(read.contains("closed"), "{read}");
-    let write = store.claim("r1", 0).await.unwrap_err().to_string();
+    let write = store
+        .claim("r1", 0, &askloop_store::conformance::test_lease())
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(write.contains("closed"), "{write}");
     store.close().await;
 }

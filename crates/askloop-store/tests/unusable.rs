@@ -2,7 +2,7 @@
 //! it, naming the file; reads never create a database.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use askloop::{DatabaseFault, Message, RunQuery, StoreError};
+use askloop::{DatabaseFault, Message, RunQuery, RunStore, StoreError};
 use askloop_store::Access;
 use askloop_store::conformance::new_run;
 use chrono::Utc;
@@ -123,4 +123,30 @@ async fn a_store_opened_read_only_reads_and_refuses_writes() {
         1,
         "r2 was never written"
     );
+}
+
+/// A file whose lock another connection holds longer than the store waits
+/// is busy: a transient failure worth a later try, not a fault of the file
+/// and not bad usage.
+#[tokio::test]
+async fn a_file_locked_by_another_connection_is_busy_and_transient() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let options = askloop_store::SqliteOptions::default().busy_timeout(std::time::Duration::from_millis(50));
+    let store = askloop_store::SqliteStore::open_with(&path, options).await.unwrap();
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let err = store
+        .create(&new_run("r1", "a", Utc::now(), 1), &[Message::user("hi")])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Busy { .. }), "{err:?}");
+    assert!(err.is_transient());
+    assert_eq!(err.fault(), None);
+    assert!(err.to_string().contains("busy"), "{err}");
+    holder.execute_batch("ROLLBACK").unwrap();
+    store
+        .create(&new_run("r1", "a", Utc::now(), 1), &[Message::user("hi")])
+        .await
+        .unwrap();
 }

@@ -279,6 +279,12 @@ impl Tool for AskUser {
         true
     }
 
+    /// Asking again only asks again: a question interrupted before it was
+    /// stored is asked once more by recovery, and never stored twice.
+    fn idempotent(&self) -> bool {
+        true
+    }
+
     fn check_resume_data(&self, data: &Value, suspend_payload: &Value) -> Result<(), InvalidResume> {
         match Question::from_payload(suspend_payload) {
             Some(question) => question.check_answer(data, self.allow_free_text),

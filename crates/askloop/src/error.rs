@@ -1,6 +1,6 @@
 //! [`RunError`]: why a run could not be started, resumed or cancelled.
 
-use crate::store::{RunStatus, StoreError};
+use crate::store::{RunFailure, RunStatus, StoreError};
 
 /// Why an operation on a run was refused. Every variant names the run; none
 /// of them changes what is stored.
@@ -92,6 +92,23 @@ pub enum RunError {
         /// The limit.
         limit: u32,
     },
+    /// The run failed; `failure` says why.
+    #[error("run {run_id} failed: {failure}")]
+    Failed {
+        /// The run.
+        run_id: String,
+        /// Why.
+        failure: RunFailure,
+    },
+    /// The run cannot be retried: it has not failed, or it failed for a
+    /// reason trying again does not fix.
+    #[error("run {run_id} cannot be retried: {reason}")]
+    NotRetryable {
+        /// The run.
+        run_id: String,
+        /// Why, and what to do instead.
+        reason: String,
+    },
     /// The input was not usable.
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -112,7 +129,9 @@ impl RunError {
             | RunError::WrongPendingKind { run_id, .. }
             | RunError::UnknownTool { run_id, .. }
             | RunError::Conflict { run_id }
-            | RunError::StepLimit { run_id, .. } => Some(run_id),
+            | RunError::StepLimit { run_id, .. }
+            | RunError::Failed { run_id, .. }
+            | RunError::NotRetryable { run_id, .. } => Some(run_id),
             RunError::InvalidInput(_) | RunError::Store(_) => None,
         }
     }

@@ -158,6 +158,20 @@ pub enum ModelError {
     Script(String),
 }
 
+impl ModelError {
+    /// Whether the same request may work later: the provider could not be
+    /// reached, broke off, was overloaded or rate limited, or failed on its
+    /// side (HTTP 408, 409, 425, 429 and 5xx). A missing key, an unknown
+    /// model, a refused request or a malformed stream is not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ModelError::Transport { .. } | ModelError::Stream { .. } => true,
+            ModelError::Api { status, .. } => matches!(status, 408 | 409 | 425 | 429 | 500..=599),
+            _ => false,
+        }
+    }
+}
+
 /// Gives every tool call of one model turn an id that no other call of the
 /// turn has.
 ///

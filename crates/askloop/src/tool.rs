@@ -88,6 +88,16 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Whether running a call of this tool twice does no harm: its effects,
+    /// if any, are the same whether it ran once or twice (reading, or
+    /// asking a question). When the process driving a run dies while a call
+    /// runs, recovery runs the call again if this is `true`; otherwise the
+    /// model is told the call was interrupted and may or may not have taken
+    /// effect, and the call is never run a second time. `false` by default.
+    fn idempotent(&self) -> bool {
+        false
+    }
+
     /// Runs the tool with its checked input.
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError>;
 }
@@ -327,6 +337,7 @@ pub struct FunctionTool {
     suspend_schema: Option<Value>,
     resume_schema: Option<Value>,
     requires_approval: bool,
+    idempotent: bool,
     execute: Arc<ExecuteFn>,
 }
 
@@ -349,6 +360,7 @@ impl FunctionTool {
             suspend_schema: None,
             resume_schema: None,
             requires_approval: false,
+            idempotent: false,
             input: PhantomData,
         }
     }
@@ -363,6 +375,7 @@ pub struct FunctionToolBuilder<I> {
     suspend_schema: Option<Value>,
     resume_schema: Option<Value>,
     requires_approval: bool,
+    idempotent: bool,
     input: PhantomData<fn() -> I>,
 }
 
@@ -383,6 +396,7 @@ impl<I> FunctionToolBuilder<I> {
             suspend_schema: self.suspend_schema,
             resume_schema: self.resume_schema,
             requires_approval: self.requires_approval,
+            idempotent: self.idempotent,
             input: PhantomData,
         }
     }
@@ -396,6 +410,7 @@ impl<I> FunctionToolBuilder<I> {
             suspend_schema: self.suspend_schema,
             resume_schema: self.resume_schema,
             requires_approval: self.requires_approval,
+            idempotent: self.idempotent,
             input: PhantomData,
         }
     }
@@ -416,6 +431,13 @@ impl<I> FunctionToolBuilder<I> {
     /// Every call needs a person's approval before it runs.
     pub fn requires_approval(mut self, yes: bool) -> Self {
         self.requires_approval = yes;
+        self
+    }
+
+    /// Declares that running a call twice does no harm, so a call
+    /// interrupted by a crash is run again (see [`Tool::idempotent`]).
+    pub fn idempotent(mut self, yes: bool) -> Self {
+        self.idempotent = yes;
         self
     }
 }
@@ -443,6 +465,7 @@ impl<I: DeserializeOwned + Send + 'static> FunctionToolBuilder<I> {
             suspend_schema: self.suspend_schema,
             resume_schema: self.resume_schema,
             requires_approval: self.requires_approval,
+            idempotent: self.idempotent,
             execute,
         }
     }
@@ -472,6 +495,10 @@ impl Tool for FunctionTool {
 
     fn requires_approval(&self) -> bool {
         self.requires_approval
+    }
+
+    fn idempotent(&self) -> bool {
+        self.idempotent
     }
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {

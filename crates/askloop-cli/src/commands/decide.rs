@@ -162,6 +162,49 @@ pub async fn decline(ctx: &Context, call: Call<'_>, reason: Option<String>, json
     Ok(finish(ctx, stream, json).await)
 }
 
+/// `askloop retry RUN`: a failed run, continued from its last stored step.
+pub async fn retry(ctx: &Context, run_id: &str, model: Option<&str>, json: bool) -> Result<Done, CliError> {
+    let (agent, run) = agent_for(ctx, run_id, model).await?;
+    let stream = agent.retry_run(&run.run_id).await?;
+    Ok(finish(ctx, stream, json).await)
+}
+
+/// `askloop cancel RUN`.
+pub async fn cancel(ctx: &Context, run_id: &str) -> Result<Done, CliError> {
+    let (agent, run) = agent_for(ctx, run_id, None).await?;
+    agent.cancel_run(&run.run_id).await?;
+    outln!("Cancelled run {}.", run.run_id);
+    Ok(Done::Ok)
+}
+
+/// `askloop runs recover`: every stalled run, taken over and driven to its
+/// next stop in turn. Ends with the worst outcome (a failure, else a
+/// suspension).
+pub async fn recover(ctx: &Context, json: bool) -> Result<Done, CliError> {
+    let store = ctx.store(Access::Existing).await?;
+    let stalled = store.expired(chrono::Utc::now(), 1000).await?;
+    if stalled.is_empty() {
+        errln!("No stalled runs.");
+        return Ok(Done::Ok);
+    }
+    let mut worst = Done::Ok;
+    for run in stalled {
+        let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
+        let Some(stream) = agent.recover_run(&run.run_id).await? else {
+            errln!("Run {} was taken over by another process.", run.run_id);
+            continue;
+        };
+        errln!("Recovering run {}.", run.run_id);
+        let done = finish(ctx, stream, json).await;
+        worst = match (worst, done) {
+            (Done::RunFailed, _) | (_, Done::RunFailed) => Done::RunFailed,
+            (Done::Suspended, _) | (_, Done::Suspended) => Done::Suspended,
+            _ => Done::Ok,
+        };
+    }
+    Ok(worst)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +235,8 @@ mod tests {
             usage: Default::default(),
             error: None,
             metadata: json!({}),
+            lease: None,
+            failure: None,
         }
     }
 

@@ -34,11 +34,12 @@ pub async fn list(ctx: &Context, status: Option<&str>, limit: u32, as_json: bool
         return Ok(Done::Ok);
     }
     outln!("{:<36}  {:<10}  {:<20}  WAITING ON", "RUN ID", "STATUS", "UPDATED");
+    let now = chrono::Utc::now();
     for run in &runs {
         outln!(
             "{:<36}  {:<10}  {:<20}  {}",
             run.run_id,
-            run.status.as_str(),
+            shown_status(run, now),
             run.updated_at.format("%Y-%m-%d %H:%M:%S"),
             escape::one_line(&waiting_on(run))
         );
@@ -84,12 +85,25 @@ fn pending_json(run: &RunRecord) -> Value {
     )
 }
 
+/// The status as people should read it: a running run whose process died
+/// (its lease ran out) is `stalled`, not `running`; `askloop runs recover`
+/// continues it.
+fn shown_status(run: &RunRecord, now: chrono::DateTime<chrono::Utc>) -> &'static str {
+    if run.is_stalled(now) {
+        "stalled"
+    } else {
+        run.status.as_str()
+    }
+}
+
 fn summary_json(run: &RunRecord) -> Value {
     json!({
         "runId": run.run_id,
         "agentId": run.agent_id,
         "threadId": run.thread_id,
         "status": run.status,
+        "stalled": run.is_stalled(chrono::Utc::now()),
+        "failure": run.failure,
         "createdAt": run.created_at,
         "updatedAt": run.updated_at,
         "pending": pending_json(run),
@@ -112,11 +126,23 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
     }
     outln!("Run {}", run.run_id);
     outln!("  agent    {}", escape::one_line(&run.agent_id));
-    outln!("  status   {}", run.status);
+    outln!("  status   {}", shown_status(&run, chrono::Utc::now()));
     outln!("  created  {}", run.created_at.format("%Y-%m-%d %H:%M:%S UTC"));
     outln!("  updated  {}", run.updated_at.format("%Y-%m-%d %H:%M:%S UTC"));
     if let Some(error) = &run.error {
         outln!("  error    {}", escape::lines(error));
+    }
+    if run.is_stalled(chrono::Utc::now()) {
+        outln!(
+            "  stalled  the process driving it stopped; `{} runs recover` continues it",
+            ctx.askloop()
+        );
+    } else if run.failure.as_ref().is_some_and(askloop::RunFailure::is_transient) {
+        outln!(
+            "  retry    `{} retry {}` continues it from its last stored step",
+            ctx.askloop(),
+            run.run_id
+        );
     }
     if !run.pending.is_empty() {
         outln!();

@@ -22,7 +22,7 @@ use std::io::{BufRead, Write};
 use std::sync::Arc;
 
 use askloop::{
-    Agent, AskUser, ChunkKind, Model, ModelError, ModelRequest, ModelStream, ResumeOptions, RunError, RunQuery,
+    Agent, AskUser, ChunkKind, Lease, Model, ModelError, ModelRequest, ModelStream, ResumeOptions, RunError, RunQuery,
     RunRecord, RunStatus, RunStore, RunUpdate, ScriptedModel, StoreError, StreamOptions, Tool, ToolContext, ToolError,
     ToolOutcome, message::Message,
 };
@@ -310,11 +310,11 @@ impl RunStore for GateAtClaim {
         self.inner.messages(run_id).await
     }
 
-    async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
+    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
         println!("at-claim {run_id}");
         let _ = std::io::stdout().flush();
         wait_for_line().await.map_err(StoreError::Backend)?;
-        self.inner.claim(run_id, expected_version).await
+        self.inner.claim(run_id, expected_version, lease).await
     }
 
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
@@ -323,6 +323,24 @@ impl RunStore for GateAtClaim {
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.list(query).await
+    }
+
+    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.renew_lease(run_id, lease).await
+    }
+
+    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.expired(now, limit).await
+    }
+
+    async fn reclaim(
+        &self,
+        run_id: &str,
+        expected_version: i64,
+        lease: &Lease,
+        now: DateTime<Utc>,
+    ) -> Result<i64, StoreError> {
+        self.inner.reclaim(run_id, expected_version, lease, now).await
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {

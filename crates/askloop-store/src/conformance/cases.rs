@@ -17,11 +17,11 @@ use super::{RawRows, Subject};
 // Building runs
 
 /// A time the SQL stores keep exactly (they store microseconds).
-fn at(t: DateTime<Utc>) -> DateTime<Utc> {
+pub(crate) fn at(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(Duration::microseconds(1)).unwrap_or(t)
 }
 
-fn base_time() -> DateTime<Utc> {
+pub(crate) fn base_time() -> DateTime<Utc> {
     at(Utc::now())
 }
 
@@ -42,10 +42,17 @@ pub fn new_run(run_id: &str, agent_id: &str, created_at: DateTime<Utc>, messages
         usage: Usage::default(),
         error: None,
         metadata: json!({"model": "scripted"}),
+        lease: None,
+        failure: None,
     }
 }
 
-fn user(text: &str) -> Message {
+/// A lease held for a minute from now by `owner-test`.
+pub fn test_lease() -> askloop::Lease {
+    askloop::Lease::new("owner-test", Utc::now() + Duration::seconds(60))
+}
+
+pub(crate) fn user(text: &str) -> Message {
     Message::user(text)
 }
 
@@ -77,7 +84,7 @@ fn tool_result(id: &str, text: &str) -> ToolResult {
     }
 }
 
-fn step<'a>(
+pub(crate) fn step<'a>(
     run_id: &'a str,
     expected_version: i64,
     status: RunStatus,
@@ -98,11 +105,18 @@ fn step<'a>(
             total_tokens: 15,
         },
         error: None,
+        failure: None,
+        lease: None,
     }
 }
 
 /// Creates a run and suspends it on one question; returns its version.
-async fn suspended_run(store: &dyn RunStore, run_id: &str, agent_id: &str, created_at: DateTime<Utc>) -> i64 {
+pub(crate) async fn suspended_run(
+    store: &dyn RunStore,
+    run_id: &str,
+    agent_id: &str,
+    created_at: DateTime<Utc>,
+) -> i64 {
     let messages = [user("book a trip")];
     store
         .create(&new_run(run_id, agent_id, created_at, 1), &messages)
@@ -116,18 +130,18 @@ async fn suspended_run(store: &dyn RunStore, run_id: &str, agent_id: &str, creat
         .unwrap()
 }
 
-fn ids(runs: &[RunRecord]) -> Vec<&str> {
+pub(crate) fn ids(runs: &[RunRecord]) -> Vec<&str> {
     runs.iter().map(|r| r.run_id.as_str()).collect()
 }
 
-fn expect_conflict<T: std::fmt::Debug>(result: Result<T, StoreError>, run_id: &str) {
+pub(crate) fn expect_conflict<T: std::fmt::Debug>(result: Result<T, StoreError>, run_id: &str) {
     match result {
         Err(StoreError::Conflict { run_id: id, .. }) => assert_eq!(id, run_id),
         other => panic!("expected a conflict on {run_id}, got {other:?}"),
     }
 }
 
-fn expect_not_found<T: std::fmt::Debug>(result: Result<T, StoreError>, run_id: &str) {
+pub(crate) fn expect_not_found<T: std::fmt::Debug>(result: Result<T, StoreError>, run_id: &str) {
     match result {
         Err(StoreError::NotFound { run_id: id }) => assert_eq!(id, run_id),
         other => panic!("expected {run_id} not found, got {other:?}"),
@@ -166,7 +180,10 @@ pub async fn creating_an_existing_run_is_refused_and_keeps_the_first(s: &Subject
 pub async fn an_unknown_run_is_absent_and_cannot_be_claimed_or_written(s: &Subject) {
     assert_eq!(s.store.get("nope").await.unwrap(), None);
     assert!(s.store.messages("nope").await.unwrap().is_empty());
-    expect_not_found(s.store.claim("nope", 0).await, "nope");
+    expect_not_found(
+        s.store.claim("nope", 0, &crate::conformance::test_lease()).await,
+        "nope",
+    );
     expect_not_found(
         s.store.update(step("nope", 0, RunStatus::Running, &[], &[])).await,
         "nope",
@@ -291,7 +308,11 @@ pub async fn suspend_claim_and_complete_round_trip(s: &Subject) {
         1
     );
 
-    let claimed = s.store.claim("run-a", suspended).await.unwrap();
+    let claimed = s
+        .store
+        .claim("run-a", suspended, &crate::conformance::test_lease())
+        .await
+        .unwrap();
     assert!(claimed > suspended);
     let run = s.store.get("run-a").await.unwrap().unwrap();
     assert_eq!((run.status, run.version), (RunStatus::Running, claimed));
@@ -341,16 +362,37 @@ pub async fn claiming_a_run_that_is_not_suspended_or_at_another_version_is_a_con
         .create(&new_run("running", "agent-1", base_time(), 1), &[user("m0")])
         .await
         .unwrap();
-    expect_conflict(s.store.claim("running", 0).await, "running");
+    expect_conflict(
+        s.store.claim("running", 0, &crate::conformance::test_lease()).await,
+        "running",
+    );
 
     let version = suspended_run(s.store.as_ref(), "waiting", "agent-1", base_time()).await;
-    expect_conflict(s.store.claim("waiting", version - 1).await, "waiting");
-    expect_conflict(s.store.claim("waiting", version + 1).await, "waiting");
+    expect_conflict(
+        s.store
+            .claim("waiting", version - 1, &crate::conformance::test_lease())
+            .await,
+        "waiting",
+    );
+    expect_conflict(
+        s.store
+            .claim("waiting", version + 1, &crate::conformance::test_lease())
+            .await,
+        "waiting",
+    );
     let run = s.store.get("waiting").await.unwrap().unwrap();
     assert_eq!((run.status, run.version), (RunStatus::Suspended, version));
 
-    s.store.claim("waiting", version).await.unwrap();
-    expect_conflict(s.store.claim("waiting", version).await, "waiting");
+    s.store
+        .claim("waiting", version, &crate::conformance::test_lease())
+        .await
+        .unwrap();
+    expect_conflict(
+        s.store
+            .claim("waiting", version, &crate::conformance::test_lease())
+            .await,
+        "waiting",
+    );
 }
 
 /// Of 20 tasks claiming one run at the same version, exactly one wins; the
@@ -364,7 +406,7 @@ pub async fn of_twenty_concurrent_claims_exactly_one_wins(s: &Subject) {
             let start = Arc::clone(&start);
             tokio::spawn(async move {
                 start.wait().await;
-                store.claim("run-a", version).await
+                store.claim("run-a", version, &crate::conformance::test_lease()).await
             })
         })
         .collect();
@@ -610,7 +652,10 @@ pub async fn a_corrupt_run_row_is_reported_for_that_run_only(s: &Subject) {
         ..Default::default()
     };
     assert_eq!(ids(&s.store.list(&suspended).await.unwrap()), ["good-2", "good-1"]);
-    s.store.claim("good-1", good_1).await.unwrap();
+    s.store
+        .claim("good-1", good_1, &crate::conformance::test_lease())
+        .await
+        .unwrap();
 }
 
 /// A message that cannot be parsed is `Corrupt` naming the run and the
@@ -653,7 +698,13 @@ pub async fn a_row_from_a_newer_askloop_is_refused_and_left_unchanged(s: &Subjec
         other => panic!("{what}: expected NewerSchema for run future, got {other:?}"),
     };
     expect_newer(s.store.get("future").await.map(|_| ()), "get");
-    expect_newer(s.store.claim("future", version).await.map(|_| ()), "claim");
+    expect_newer(
+        s.store
+            .claim("future", version, &crate::conformance::test_lease())
+            .await
+            .map(|_| ()),
+        "claim",
+    );
     expect_newer(
         s.store
             .update(step("future", version, RunStatus::Completed, &[], &[user("x")]))

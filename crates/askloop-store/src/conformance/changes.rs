@@ -50,6 +50,8 @@ fn write<'a>(run_id: &'a str, version: i64, status: RunStatus, pending: &'a [Pen
         steps: 1,
         usage: Usage::default(),
         error: None,
+        failure: None,
+        lease: None,
     }
 }
 
@@ -70,7 +72,7 @@ pub async fn each_write_of_a_run_is_reported_on_the_change_feed(s: &Subject) {
         .await
         .unwrap();
     expect_change(&mut feed, "run-c", "suspending the run").await;
-    let claimed = store.claim("run-c", suspended).await.unwrap();
+    let claimed = store.claim("run-c", suspended, &super::test_lease()).await.unwrap();
     expect_change(&mut feed, "run-c", "claiming the run").await;
     store
         .update(write("run-c", claimed, RunStatus::Completed, &[]))

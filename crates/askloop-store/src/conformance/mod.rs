@@ -19,6 +19,7 @@
 
 mod cases;
 mod changes;
+mod leases;
 mod raw;
 mod text;
 
@@ -33,6 +34,7 @@ use crate::{PostgresOptions, PostgresStore, SqliteStore};
 
 pub use cases::*;
 pub use changes::*;
+pub use leases::*;
 pub use raw::RawRows;
 pub use text::*;
 
@@ -192,7 +194,13 @@ macro_rules! store_conformance_tests {
             list_filters_by_status_and_agent,
             list_pages_with_limit_and_offset,
             prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages,
-            text_with_nul_characters_round_trips_exactly
+            text_with_nul_characters_round_trips_exactly,
+            a_claim_holds_the_run_and_only_its_owner_renews_it_without_a_new_version,
+            runs_whose_lease_ran_out_or_that_have_none_are_expired_and_held_ones_are_not,
+            reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_one,
+            of_twenty_concurrent_reclaims_exactly_one_wins,
+            after_a_takeover_the_old_owner_can_neither_renew_nor_write,
+            an_update_sets_or_clears_the_lease_and_keeps_the_typed_failure
         );
     };
 }

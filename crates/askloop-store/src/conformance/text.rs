@@ -46,6 +46,8 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             steps: 1,
             usage: Usage::default(),
             error: None,
+            failure: None,
+            lease: None,
         })
         .await
         .unwrap();
@@ -54,7 +56,11 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
     let messages = s.store.messages("run-nul").await.unwrap();
     assert_eq!(messages, [first[0].clone(), assistant[0].clone()]);
 
-    let claimed = s.store.claim("run-nul", suspended).await.unwrap();
+    let claimed = s
+        .store
+        .claim("run-nul", suspended, &crate::conformance::test_lease())
+        .await
+        .unwrap();
     s.store
         .update(RunUpdate {
             run_id: "run-nul",
@@ -66,6 +72,8 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             steps: 2,
             usage: Usage::default(),
             error: Some(AWKWARD),
+            failure: None,
+            lease: None,
         })
         .await
         .unwrap();

@@ -9,7 +9,10 @@ use super::SqliteOptions;
 /// The tables' migrations, in order: `(version, SQL)`. Migrations only add,
 /// so a file migrated further by a newer askloop still opens, and each row's
 /// layout version decides whether this build may read it (see `row.rs`).
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/sqlite/0001_runs.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/sqlite/0001_runs.sql")),
+    (2, include_str!("../../migrations/sqlite/0002_leases.sql")),
+];
 
 /// How many prepared statements a connection keeps (the write connection
 /// uses about ten, plus one per size of multi-row message `INSERT`).

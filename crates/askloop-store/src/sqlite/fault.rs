@@ -71,10 +71,23 @@ pub(crate) fn explain(path: &Path, err: StoreError) -> StoreError {
     let about_file = match &err {
         StoreError::Backend(source) => source
             .downcast_ref::<rusqlite::Error>()
-            .and_then(|sqlite| from_sqlite(path, sqlite)),
+            .and_then(|sqlite| busy(path, sqlite).or_else(|| from_sqlite(path, sqlite))),
         _ => None,
     };
     about_file.unwrap_or(err)
+}
+
+/// Another connection held the file's lock for longer than the store waits
+/// (`busy_timeout`): [`StoreError::Busy`], which is worth a later try and
+/// is not the caller's mistake.
+fn busy(path: &Path, err: &rusqlite::Error) -> Option<StoreError> {
+    match err.sqlite_error_code()? {
+        ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Some(StoreError::Busy {
+            location: shown(path),
+            detail: said("another connection holds its lock", &sqlite_words(err)),
+        }),
+        _ => None,
+    }
 }
 
 /// A file-system error met at `path` (creating its folder, looking at it).

@@ -87,6 +87,9 @@ pub(crate) struct NewRun {
     pub(crate) usage: String,
     pub(crate) error: Option<String>,
     pub(crate) metadata: String,
+    pub(crate) lease_owner: Option<String>,
+    pub(crate) lease_until: Option<i64>,
+    pub(crate) failure: Option<String>,
 }
 
 /// A step to write on a run, serialised.
@@ -100,6 +103,9 @@ pub(crate) struct Step {
     pub(crate) steps: i64,
     pub(crate) usage: String,
     pub(crate) error: Option<String>,
+    pub(crate) failure: Option<String>,
+    pub(crate) lease_owner: Option<String>,
+    pub(crate) lease_until: Option<i64>,
 }
 
 /// One write, with everything it writes already serialised (by the caller,
@@ -111,8 +117,25 @@ pub(crate) enum Write {
     /// `update`: a compare-and-set of the row plus new messages. Result: the
     /// new version.
     Update { step: Step, bodies: Vec<String> },
-    /// `claim`. Result: the new version.
-    Claim { run_id: String, expected_version: i64 },
+    /// `claim`, under a lease (`until` in microseconds). Result: the new
+    /// version.
+    Claim {
+        run_id: String,
+        expected_version: i64,
+        owner: String,
+        until: i64,
+    },
+    /// `renew_lease`. Result 0.
+    Renew { run_id: String, owner: String, until: i64 },
+    /// `reclaim` of a run whose lease ran out at `now`, or that failed.
+    /// Result: the new version.
+    Reclaim {
+        run_id: String,
+        expected_version: i64,
+        owner: String,
+        until: i64,
+        now: i64,
+    },
     /// `prune`, of runs last written before this time (microseconds).
     /// Result: how many were deleted.
     Prune { before: i64 },
@@ -133,7 +156,8 @@ impl Write {
     /// it is reported, rather than by the next commit (see the module's
     /// documentation).
     fn needs_own_fsync(&self) -> bool {
-        !matches!(self, Write::Create { .. })
+        // A renewal lost to a power cut only makes the lease end sooner.
+        !matches!(self, Write::Create { .. } | Write::Renew { .. })
     }
 
     /// Whether the write is more than one statement, so that alone it needs
@@ -141,7 +165,7 @@ impl Write {
     fn needs_transaction(&self) -> bool {
         match self {
             Write::Create { bodies, .. } | Write::Update { bodies, .. } => !bodies.is_empty(),
-            Write::Claim { .. } | Write::Prune { .. } => false,
+            Write::Claim { .. } | Write::Renew { .. } | Write::Reclaim { .. } | Write::Prune { .. } => false,
         }
     }
 
@@ -155,7 +179,7 @@ impl Write {
                     .prepare_cached(concat!(
                         "INSERT INTO runs (",
                         run_columns!(),
-                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     ))
                     .map_err(StoreError::backend)?;
                 let inserted = insert.execute(params![
@@ -174,6 +198,9 @@ impl Write {
                     run.error,
                     run.metadata,
                     RUN_SCHEMA_VERSION,
+                    run.lease_owner,
+                    run.lease_until,
+                    run.failure,
                 ]);
                 match inserted {
                     Ok(_) => {}
@@ -192,7 +219,7 @@ impl Write {
                     .prepare_cached(
                         "UPDATE runs SET status = ?, version = version + 1, updated_at = ?, pending = ?, \
                          step_results = ?, message_count = message_count + ?, steps = ?, usage = ?, error = ?, \
-                         schema_version = ? \
+                         schema_version = ?, failure = ?, lease_owner = ?, lease_until = ? \
                          WHERE run_id = ? AND version = ? AND schema_version <= ? \
                          RETURNING version, message_count",
                     )
@@ -209,6 +236,9 @@ impl Write {
                             step.usage,
                             step.error,
                             RUN_SCHEMA_VERSION,
+                            step.failure,
+                            step.lease_owner,
+                            step.lease_until,
                             step.run_id,
                             step.expected_version,
                             RUN_SCHEMA_VERSION,
@@ -232,6 +262,8 @@ impl Write {
             Write::Claim {
                 run_id,
                 expected_version,
+                owner,
+                until,
             } => {
                 // One statement: the status and version test and the write
                 // happen under SQLite's single write lock, so of concurrent
@@ -239,7 +271,8 @@ impl Write {
                 // exactly one matches the row.
                 let claimed = conn
                     .prepare_cached(
-                        "UPDATE runs SET status = 'running', version = version + 1, updated_at = ? \
+                        "UPDATE runs SET status = 'running', version = version + 1, updated_at = ?, \
+                         lease_owner = ?, lease_until = ? \
                          WHERE run_id = ? AND status = 'suspended' AND version = ? AND schema_version <= ? \
                          RETURNING version",
                     )
@@ -248,6 +281,8 @@ impl Write {
                             .query_row(
                                 params![
                                     Utc::now().timestamp_micros(),
+                                    owner,
+                                    until,
                                     run_id,
                                     expected_version,
                                     RUN_SCHEMA_VERSION
@@ -258,6 +293,72 @@ impl Write {
                     })
                     .map_err(StoreError::backend)?;
                 match claimed {
+                    Some(version) => Ok(version),
+                    None => Err(explain_missed_write(
+                        run_id,
+                        *expected_version,
+                        row_state(conn, run_id)?,
+                    )),
+                }
+            }
+            Write::Renew { run_id, owner, until } => {
+                let renewed = conn
+                    .prepare_cached(
+                        "UPDATE runs SET lease_until = ? \
+                         WHERE run_id = ? AND status = 'running' AND lease_owner = ? AND schema_version <= ?",
+                    )
+                    .and_then(|mut renew| renew.execute(params![until, run_id, owner, RUN_SCHEMA_VERSION]))
+                    .map_err(StoreError::backend)?;
+                if renewed == 1 {
+                    return Ok(0);
+                }
+                Err(match row_state(conn, run_id)? {
+                    None => StoreError::NotFound { run_id: run_id.clone() },
+                    Some(state) => match crate::row::check_schema_version(run_id, state.schema_version) {
+                        Err(newer) => newer,
+                        Ok(()) => StoreError::LeaseLost {
+                            run_id: run_id.clone(),
+                            owner: owner.clone(),
+                        },
+                    },
+                })
+            }
+            Write::Reclaim {
+                run_id,
+                expected_version,
+                owner,
+                until,
+                now,
+            } => {
+                // As `Claim`: one statement, so of concurrent reclaimers
+                // exactly one matches the row; the lease test is in it too,
+                // so an owner that renewed meanwhile keeps its run.
+                let reclaimed = conn
+                    .prepare_cached(
+                        "UPDATE runs SET status = 'running', version = version + 1, updated_at = ?, \
+                         lease_owner = ?, lease_until = ?, error = NULL, failure = NULL \
+                         WHERE run_id = ? AND version = ? AND schema_version <= ? \
+                         AND (status = 'failed' OR (status = 'running' AND (lease_until IS NULL OR lease_until <= ?))) \
+                         RETURNING version",
+                    )
+                    .and_then(|mut reclaim| {
+                        reclaim
+                            .query_row(
+                                params![
+                                    Utc::now().timestamp_micros(),
+                                    owner,
+                                    until,
+                                    run_id,
+                                    expected_version,
+                                    RUN_SCHEMA_VERSION,
+                                    now
+                                ],
+                                |row| row.get::<_, i64>(0),
+                            )
+                            .optional()
+                    })
+                    .map_err(StoreError::backend)?;
+                match reclaimed {
                     Some(version) => Ok(version),
                     None => Err(explain_missed_write(
                         run_id,
@@ -606,6 +707,9 @@ mod tests {
                 usage: serde_json::to_string(&Usage::default()).unwrap(),
                 error: None,
                 metadata: "null".to_owned(),
+                lease_owner: None,
+                lease_until: None,
+                failure: None,
             },
             bodies: bodies(texts),
         }
@@ -622,6 +726,9 @@ mod tests {
                 steps: 1,
                 usage: serde_json::to_string(&Usage::default()).unwrap(),
                 error: None,
+                failure: None,
+                lease_owner: None,
+                lease_until: None,
             },
             bodies: bodies(texts),
         }
@@ -631,6 +738,8 @@ mod tests {
         Write::Claim {
             run_id: run_id.to_owned(),
             expected_version,
+            owner: "test".to_owned(),
+            until: Utc::now().timestamp_micros() + 60_000_000,
         }
     }
 
@@ -678,6 +787,8 @@ mod tests {
                 steps: 1,
                 usage: Usage::default(),
                 error: None,
+                failure: None,
+                lease: None,
             })
             .await
             .unwrap();
@@ -842,7 +953,11 @@ mod tests {
         assert_eq!(store.get("c").await.unwrap().unwrap().message_count, 1);
         // The store goes on writing.
         assert_eq!(
-            store.claim("missing", 0).await.unwrap_err().to_string(),
+            store
+                .claim("missing", 0, &crate::conformance::test_lease())
+                .await
+                .unwrap_err()
+                .to_string(),
             "run missing not found"
         );
         store.create(&record("d", 0), &[]).await.unwrap();

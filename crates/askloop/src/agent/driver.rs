@@ -19,10 +19,9 @@ use super::stream::Outbox;
 use super::{AgentInner, StreamOutput, approval_schema};
 use crate::chunk::finish::StepReport;
 use crate::chunk::*;
-use crate::error::RunError;
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 use crate::model::{ModelError, ModelEvent, ModelRequest, ToolCallIds};
-use crate::store::{PendingKind, PendingToolCall, RunRecord, RunStatus, RunUpdate, StoreError};
+use crate::store::{Lease, PendingKind, PendingToolCall, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError};
 use crate::tool::{ToolContext, ToolOutcome, ToolOutput, describe_errors};
 
 /// The default reason a model is given for a declined call.
@@ -74,6 +73,8 @@ pub(crate) enum Start {
     Resume(ResumeAction),
     /// A decision already applied and written (see `Driver::apply`).
     Applied(Applied),
+    /// A run taken over after its driver stopped (see `Driver::recovered`).
+    Recovered,
 }
 
 /// A decision applied to its call and written to the store.
@@ -120,7 +121,7 @@ struct Turn {
 enum Ended {
     Completed,
     Suspended,
-    Failed(String),
+    Failed(RunFailure),
     Cancelled,
 }
 
@@ -135,10 +136,18 @@ pub(crate) struct Driver {
     text: String,
     /// Model calls made in this stream.
     steps_here: u32,
+    /// Who holds the run's lease while this driver has it running: the
+    /// owner of the lease the run was claimed or created with, else a new
+    /// one (taken by the first write that keeps the run running).
+    lease_owner: String,
 }
 
 impl Driver {
     pub(crate) fn new(agent: Arc<AgentInner>, state: RunState, chunks: Outbox) -> Self {
+        let lease_owner = match &state.record.lease {
+            Some(lease) => lease.owner.clone(),
+            None => new_id(),
+        };
         Driver {
             agent,
             state,
@@ -146,22 +155,34 @@ impl Driver {
             message_id: new_id(),
             text: String::new(),
             steps_here: 0,
+            lease_owner,
         }
     }
 
-    /// Drives the run until it completes, suspends or fails.
+    /// Drives the run until it completes, suspends or fails, renewing its
+    /// lease meanwhile (see [`super::lease::heartbeat`]).
     pub(crate) async fn run(mut self, start: Start) -> StreamOutput {
-        let ended = match start {
-            Start::Fresh => {
-                self.emit(ChunkKind::Start(crate::chunk::Start {
-                    id: self.agent.id.clone(),
-                    message_id: self.message_id.clone(),
-                }));
-                self.steps().await
+        let heartbeat = super::lease::heartbeat(
+            Arc::clone(&self.agent.store),
+            self.state.record.run_id.clone(),
+            self.lease_owner.clone(),
+            self.agent.lease_duration,
+        );
+        let work = async {
+            match start {
+                Start::Fresh => {
+                    self.emit(ChunkKind::Start(crate::chunk::Start {
+                        id: self.agent.id.clone(),
+                        message_id: self.message_id.clone(),
+                    }));
+                    self.steps().await
+                }
+                Start::Resume(action) => self.resume(action).await,
+                Start::Applied(applied) => self.after_apply(applied).await,
+                Start::Recovered => self.recovered().await,
             }
-            Start::Resume(action) => self.resume(action).await,
-            Start::Applied(applied) => self.after_apply(applied).await,
         };
+        let ended = super::lease::while_renewing(work, heartbeat).await;
         self.output(ended)
     }
 
@@ -170,10 +191,10 @@ impl Driver {
         if matches!(ended, Ended::Suspended) {
             self.agent.conversations.put(&record.run_id, record.version, messages);
         }
-        let (status, finish_reason, error) = match ended {
+        let (status, finish_reason, failure) = match ended {
             Ended::Completed => (RunStatus::Completed, FinishReason::Stop, None),
             Ended::Suspended => (RunStatus::Suspended, FinishReason::Suspended, None),
-            Ended::Failed(message) => (RunStatus::Failed, FinishReason::Error, Some(message)),
+            Ended::Failed(failure) => (RunStatus::Failed, FinishReason::Error, Some(failure)),
             Ended::Cancelled => (RunStatus::Cancelled, FinishReason::Cancelled, None),
         };
         StreamOutput {
@@ -187,7 +208,8 @@ impl Driver {
                 Vec::new()
             },
             usage: record.usage,
-            error,
+            error: failure.as_ref().map(RunFailure::message),
+            failure,
         }
     }
 
@@ -202,11 +224,10 @@ impl Driver {
     async fn steps(&mut self) -> Ended {
         loop {
             if !machine::may_call_model(self.steps_here, self.agent.max_steps) {
-                let err = RunError::StepLimit {
-                    run_id: self.state.record.run_id.clone(),
+                let failure = RunFailure::StepLimit {
                     limit: self.agent.max_steps,
                 };
-                return self.fail(err.to_string()).await;
+                return self.fail(failure).await;
             }
             let started_at = Utc::now();
             self.emit(ChunkKind::StepStart(StepStart {
@@ -225,7 +246,13 @@ impl Driver {
             );
             let turn = match self.model_turn(started_at).instrument(span).await {
                 Ok(turn) => turn,
-                Err(err) => return self.fail(err.to_string()).await,
+                Err(err) => {
+                    let failure = RunFailure::Model {
+                        transient: err.is_transient(),
+                        message: err.to_string(),
+                    };
+                    return self.fail(failure).await;
+                }
             };
             self.state.record.usage.add(turn.usage);
             let calls: Vec<ToolCall> = turn.calls.iter().map(|c| c.call.clone()).collect();
@@ -247,7 +274,21 @@ impl Driver {
                 AfterModel::RunTools => {}
             }
 
-            let outcomes = self.run_calls(&turn.calls).await;
+            // A call whose tool must not run twice is preceded by a write of
+            // the turn: if this process dies while it runs, recovery finds
+            // the call stored without a result and tells the model, instead
+            // of calling the model again and maybe running it twice.
+            let mut assistant = Some(assistant);
+            if self.runs_unrepeatable(&turn.calls) {
+                let turn_only = assistant.take().into_iter().collect();
+                if let Err(err) = self
+                    .save(RunStatus::Running, turn_only, Vec::new(), Vec::new(), None)
+                    .await
+                {
+                    return self.store_failed(err).await;
+                }
+            }
+            let outcomes = self.run_calls(&turn.calls, false).await;
             let mut pending = Vec::new();
             let mut results = Vec::new();
             let mut result_chunks = Vec::new();
@@ -264,7 +305,13 @@ impl Driver {
             match machine::after_tools(&calls, &pending, &results) {
                 AfterTools::Wait => {
                     let saved = self
-                        .save(RunStatus::Suspended, vec![assistant], pending, results, None)
+                        .save(
+                            RunStatus::Suspended,
+                            assistant.into_iter().collect(),
+                            pending,
+                            results,
+                            None,
+                        )
                         .await;
                     if let Err(err) = saved {
                         return self.store_failed(err).await;
@@ -277,7 +324,7 @@ impl Driver {
                 }
                 AfterTools::Continue(ordered) => {
                     let mut append = Vec::with_capacity(ordered.len() + 1);
-                    append.push(assistant);
+                    append.extend(assistant);
                     append.extend(ordered.into_iter().map(Message::Tool));
                     if let Err(err) = self
                         .save(RunStatus::Running, append, Vec::new(), Vec::new(), None)
@@ -294,12 +341,93 @@ impl Driver {
         }
     }
 
+    /// Continues a run taken over after its driver stopped (its lease ran
+    /// out) or failed (a retry), from its last stored step:
+    ///
+    /// - calls still pending wait on people: the run is suspended again, and
+    ///   a decision that was being applied when the driver stopped (never
+    ///   stored) is asked for again; stored answers are never asked again;
+    /// - calls of the last stored turn that have no result were interrupted:
+    ///   each is run again if its tool is idempotent, else the model is told
+    ///   it was interrupted;
+    /// - otherwise the model call the driver was making is made again.
+    async fn recovered(&mut self) -> Ended {
+        self.emit(ChunkKind::Start(crate::chunk::Start {
+            id: self.agent.id.clone(),
+            message_id: self.message_id.clone(),
+        }));
+        let record = &self.state.record;
+        if !record.pending.is_empty() {
+            let (pending, results) = (record.pending.clone(), record.step_results.clone());
+            if let Err(err) = self
+                .save(RunStatus::Suspended, Vec::new(), pending, results, None)
+                .await
+            {
+                return self.store_failed(err).await;
+            }
+            self.emit_pending();
+            return Ended::Suspended;
+        }
+        let Some(turn_calls) = unanswered_turn(&self.state.messages) else {
+            return self.steps().await;
+        };
+        let done: Vec<&str> = record.step_results.iter().map(|r| r.tool_call_id.as_str()).collect();
+        let interrupted: Vec<ModelCall> = turn_calls
+            .iter()
+            .filter(|call| !done.contains(&call.id.as_str()))
+            .map(|call| ModelCall {
+                call: call.clone(),
+                malformed: None,
+            })
+            .collect();
+        let mut pending = Vec::new();
+        let mut results = record.step_results.clone();
+        let mut result_chunks = Vec::new();
+        for outcome in self.run_calls(&interrupted, true).await {
+            match outcome {
+                CallOutcome::Done(result, chunk) => {
+                    results.push(result);
+                    result_chunks.push(chunk);
+                }
+                CallOutcome::Pending(p) => pending.push(p),
+            }
+        }
+        match machine::after_tools(&turn_calls, &pending, &results) {
+            AfterTools::Wait => {
+                if let Err(err) = self
+                    .save(RunStatus::Suspended, Vec::new(), pending, results, None)
+                    .await
+                {
+                    return self.store_failed(err).await;
+                }
+                for chunk in result_chunks {
+                    self.emit(chunk);
+                }
+                self.emit_pending();
+                Ended::Suspended
+            }
+            AfterTools::Continue(ordered) => {
+                let append = ordered.into_iter().map(Message::Tool).collect();
+                if let Err(err) = self
+                    .save(RunStatus::Running, append, Vec::new(), Vec::new(), None)
+                    .await
+                {
+                    return self.store_failed(err).await;
+                }
+                for chunk in result_chunks {
+                    self.emit(chunk);
+                }
+                self.steps().await
+            }
+        }
+    }
+
     /// Applies a checked decision to its pending call, then carries on.
     async fn resume(&mut self, action: ResumeAction) -> Ended {
         match self.apply(action).await {
             Ok(applied) => self.after_apply(applied).await,
             Err(ApplyFailed::Store(err)) => self.store_failed(err).await,
-            Err(ApplyFailed::Broken(message)) => self.fail(message).await,
+            Err(ApplyFailed::Broken(message)) => self.fail(RunFailure::Broken { message }).await,
         }
     }
 
@@ -590,18 +718,33 @@ impl Driver {
         }
     }
 
-    /// Runs a step's tool calls concurrently.
-    async fn run_calls(&self, calls: &[ModelCall]) -> Vec<CallOutcome> {
+    /// Whether any of these calls would execute a tool that must not run
+    /// twice (see [`crate::Tool::idempotent`]).
+    fn runs_unrepeatable(&self, calls: &[ModelCall]) -> bool {
+        calls.iter().any(|mc| {
+            mc.malformed.is_none()
+                && self
+                    .agent
+                    .tools
+                    .get(&mc.call.name)
+                    .is_some_and(|t| !t.needs_approval && !t.tool.idempotent())
+        })
+    }
+
+    /// Runs a step's tool calls concurrently. When `recovering` (the calls
+    /// were interrupted with the process that ran them), a tool that must
+    /// not run twice is not run: its result tells the model so.
+    async fn run_calls(&self, calls: &[ModelCall], recovering: bool) -> Vec<CallOutcome> {
         let run_id = &self.state.record.run_id;
         join_all(calls.iter().map(|mc| {
             let span = tracing::info_span!("tool_call", tool_call_id = %mc.call.id, tool = %mc.call.name);
-            self.run_call(run_id, mc).instrument(span)
+            self.run_call(run_id, mc, recovering).instrument(span)
         }))
         .await
     }
 
     /// Checks and runs one tool call of a step.
-    async fn run_call(&self, run_id: &str, mc: &ModelCall) -> CallOutcome {
+    async fn run_call(&self, run_id: &str, mc: &ModelCall, recovering: bool) -> CallOutcome {
         if let Some(problem) = &mc.malformed {
             let message = format!(
                 "The arguments for tool {} are not valid JSON ({problem}). Call the tool again with a JSON object that matches its input schema.",
@@ -639,6 +782,14 @@ impl Driver {
                 resume_schema: Some(approval_schema()),
             });
         }
+        if recovering && !registered.tool.idempotent() {
+            let message = format!(
+                "Tool {} was interrupted while it ran (the process running it stopped); it may or may not have \
+                 taken effect, and it was not run again. Check before calling it again.",
+                mc.call.name
+            );
+            return error_result(&mc.call, message);
+        }
         self.execute(&mc.call, ToolContext::in_run(run_id, &mc.call.id)).await
     }
 
@@ -675,8 +826,12 @@ impl Driver {
         append: Vec<Message>,
         pending: Vec<PendingToolCall>,
         step_results: Vec<ToolResult>,
-        error: Option<String>,
+        failure: Option<RunFailure>,
     ) -> Result<(), StoreError> {
+        let error = failure.as_ref().map(RunFailure::message);
+        // A run that stays running stays held, for a full lease from now.
+        let lease = (status == RunStatus::Running)
+            .then(|| Lease::new(self.lease_owner.clone(), Utc::now() + self.agent.lease_duration));
         let record = &self.state.record;
         let update = RunUpdate {
             run_id: &record.run_id,
@@ -688,6 +843,8 @@ impl Driver {
             steps: record.steps,
             usage: record.usage,
             error: error.as_deref(),
+            failure: failure.as_ref(),
+            lease: lease.as_ref(),
         };
         let version = self.agent.store.update(update).await?;
         let record = &mut self.state.record;
@@ -697,30 +854,32 @@ impl Driver {
         record.step_results = step_results;
         record.message_count += append.len() as i64;
         record.error = error;
+        record.failure = failure;
+        record.lease = lease;
         self.state.messages.extend(append);
         Ok(())
     }
 
-    /// Marks the run failed (best effort) and emits the `error` chunk.
-    async fn fail(&mut self, message: String) -> Ended {
+    /// Marks the run failed with its typed reason and emits the `error`
+    /// chunk. What the step had stored (messages, pending calls, results)
+    /// is kept, so a transient failure can be retried from there. If even
+    /// that write fails, the run stays `running` under a lease nobody
+    /// renews once this stream ends: recovery takes it over.
+    async fn fail(&mut self, failure: RunFailure) -> Ended {
+        let record = &self.state.record;
+        let (pending, results) = (record.pending.clone(), record.step_results.clone());
         if let Err(err) = self
-            .save(
-                RunStatus::Failed,
-                Vec::new(),
-                Vec::new(),
-                Vec::new(),
-                Some(message.clone()),
-            )
+            .save(RunStatus::Failed, Vec::new(), pending, results, Some(failure.clone()))
             .await
         {
             tracing::warn!(run_id = %self.state.record.run_id, error = %err, "could not record the run's failure");
         }
         self.emit(ChunkKind::Error(ErrorPayload {
             error: ErrorDetail {
-                message: message.clone(),
+                message: failure.message(),
             },
         }));
-        Ended::Failed(message)
+        Ended::Failed(failure)
     }
 
     /// A step could not be written. Nothing of it is emitted; a lost
@@ -736,6 +895,9 @@ impl Driver {
                 }));
                 return Ended::Cancelled;
             }
+            // Another process took the run over (this one's lease ran out)
+            // or wrote it: that one goes on from what is stored; nothing of
+            // this step is written here.
             let message = format!(
                 "run {} was changed by someone else while this process drove it; its step was not written",
                 self.state.record.run_id
@@ -745,13 +907,13 @@ impl Driver {
                     message: message.clone(),
                 },
             }));
-            return Ended::Failed(message);
+            return Ended::Failed(RunFailure::Interrupted { message });
         }
-        self.fail(format!(
-            "run {}: could not store the step: {err}",
-            self.state.record.run_id
-        ))
-        .await
+        let failure = RunFailure::Store {
+            transient: err.is_transient(),
+            message: format!("run {}: could not store the step: {err}", self.state.record.run_id),
+        };
+        self.fail(failure).await
     }
 }
 
@@ -803,6 +965,15 @@ fn error_result(call: &ToolCall, message: String) -> CallOutcome {
         is_error: true,
     };
     CallOutcome::Done(result, chunk)
+}
+
+/// The tool calls of the conversation's last message, when it is a model
+/// turn with calls whose results were never stored.
+fn unanswered_turn(messages: &[Message]) -> Option<Vec<ToolCall>> {
+    match messages.last()? {
+        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(tool_calls.clone()),
+        _ => None,
+    }
 }
 
 /// The tool calls of the last assistant message.

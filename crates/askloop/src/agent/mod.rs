@@ -3,7 +3,9 @@
 
 mod cache;
 mod driver;
+mod lease;
 mod machine;
+mod recovery;
 mod stream;
 
 use std::collections::{HashMap, HashSet};
@@ -17,9 +19,10 @@ use crate::ask_user::ASK_USER_TOOL_ID;
 use crate::error::RunError;
 use crate::message::Message;
 use crate::model::{Model, ToolSpec};
-use crate::store::{MemoryStore, PendingKind, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
+use crate::store::{Lease, MemoryStore, PendingKind, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
 use crate::tool::{InvalidResume, Tool};
 
+pub use lease::DEFAULT_LEASE;
 pub use stream::{AgentStream, StreamOutput};
 
 use cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
@@ -81,6 +84,14 @@ pub(crate) struct AgentInner {
     pub(crate) store: Arc<dyn RunStore>,
     pub(crate) max_steps: u32,
     pub(crate) conversations: ConversationCache,
+    pub(crate) lease_duration: std::time::Duration,
+}
+
+impl AgentInner {
+    /// A lease for a new driver of a run, from now.
+    pub(crate) fn new_lease(&self) -> Lease {
+        Lease::new(uuid::Uuid::now_v7().to_string(), Utc::now() + self.lease_duration)
+    }
 }
 
 pub(crate) struct RegisteredTool {
@@ -101,6 +112,7 @@ pub struct AgentBuilder {
     approve_all: bool,
     approve_tools: HashSet<String>,
     cached_messages: usize,
+    lease_duration: std::time::Duration,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -204,6 +216,15 @@ impl AgentBuilder {
         self
     }
 
+    /// How long a run this agent drives stays held after the process driving
+    /// it stops renewing (30 s by default): the longest a run whose process
+    /// died waits before `recover_runs` may take it over. Renewed every
+    /// third of it while the run is driven.
+    pub fn lease_duration(mut self, duration: std::time::Duration) -> Self {
+        self.lease_duration = duration.max(std::time::Duration::from_millis(30));
+        self
+    }
+
     /// Builds the agent, checking tool schemas once here rather than on
     /// every call.
     pub fn build(self) -> Result<Agent, BuildError> {
@@ -251,6 +272,7 @@ impl AgentBuilder {
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
                 max_steps: self.max_steps,
                 conversations: ConversationCache::new(self.cached_messages),
+                lease_duration: self.lease_duration,
             }),
         })
     }
@@ -386,6 +408,7 @@ impl Agent {
             approve_all: false,
             approve_tools: HashSet::new(),
             cached_messages: DEFAULT_CACHED_MESSAGES,
+            lease_duration: DEFAULT_LEASE,
         }
     }
 
@@ -463,15 +486,25 @@ impl Agent {
             usage: Default::default(),
             error: None,
             metadata: options.metadata,
+            lease: Some(self.inner.new_lease()),
+            failure: None,
         };
         self.inner.store.create(&record, &messages).await?;
         let state = RunState { record, messages };
         Ok(self.spawn(state, Start::Fresh))
     }
 
-    /// Runs to the end (or to a suspension) and returns the outcome.
+    /// Runs to the end (or to a suspension) and returns the outcome. A run
+    /// that failed is [`RunError::Failed`], with its typed reason.
     pub async fn generate(&self, input: impl Into<AgentInput>) -> Result<StreamOutput, RunError> {
-        Ok(self.stream(input).await?.output().await)
+        let output = self.stream(input).await?.output().await;
+        match (&output.status, &output.failure) {
+            (RunStatus::Failed, Some(failure)) => Err(RunError::Failed {
+                run_id: output.run_id,
+                failure: failure.clone(),
+            }),
+            _ => Ok(output),
+        }
     }
 
     /// Answers a pending call and continues the run. The answer is checked
@@ -526,6 +559,8 @@ impl Agent {
                 steps: run.steps,
                 usage: run.usage,
                 error: None,
+                failure: None,
+                lease: None,
             };
             match self.inner.store.update(update).await {
                 Ok(_) => return Ok(()),
@@ -629,6 +664,9 @@ impl Agent {
         let messages = self.conversation(&run).await.map_err(Attempt::Failed)?;
         let run_id = run.run_id.clone();
         let outbox = stream::Outbox::default();
+        // The driver takes a lease of its own with its first write.
+        let mut run = run;
+        run.lease = None;
         let mut driver = Driver::new(
             Arc::clone(&self.inner),
             RunState { record: run, messages },
@@ -647,7 +685,8 @@ impl Agent {
     /// Claims the run, then lets the stream apply the decision (the tool
     /// may have effects, so it runs only once the run is ours).
     async fn resume_claimed(&self, run: RunRecord, action: ResumeAction) -> Result<AgentStream, Attempt> {
-        let version = match self.inner.store.claim(&run.run_id, run.version).await {
+        let lease = self.inner.new_lease();
+        let version = match self.inner.store.claim(&run.run_id, run.version, &lease).await {
             Ok(version) => version,
             Err(StoreError::Conflict { .. }) => return Err(Attempt::Lost),
             Err(err) => return Err(Attempt::Failed(err.into())),
@@ -656,6 +695,7 @@ impl Agent {
         let mut record = run;
         record.version = version;
         record.status = RunStatus::Running;
+        record.lease = Some(lease);
         // With other calls still pending, this answer ends in one store
         // write and no model call: make it before returning, so answers to
         // sibling questions never wait on a stream its caller has not

@@ -18,7 +18,7 @@ use futures::{Stream, StreamExt};
 
 use crate::chunk::{Chunk, ChunkKind};
 use crate::message::{FinishReason, Usage};
-use crate::store::{PendingToolCall, RunStatus};
+use crate::store::{PendingToolCall, RunFailure, RunStatus};
 
 /// How a stream ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +38,8 @@ pub struct StreamOutput {
     pub usage: Usage,
     /// What went wrong, for a failed run.
     pub error: Option<String>,
+    /// Why, typed, for a failed run.
+    pub failure: Option<RunFailure>,
 }
 
 /// Where the driver leaves chunks for the stream to hand out.
@@ -126,6 +128,7 @@ impl AgentStream {
             pending: Vec::new(),
             usage: Usage::default(),
             error: Some("the stream's outcome was already taken".into()),
+            failure: None,
         })
     }
 

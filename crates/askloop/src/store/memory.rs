@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{ChangeBroadcast, RunChange, RunChanges, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
+use super::{
+    ChangeBroadcast, Lease, RunChange, RunChanges, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError,
+};
 use crate::message::Message;
 
 #[derive(Debug, Default)]
@@ -40,6 +42,8 @@ impl Default for RunRecord {
             usage: Default::default(),
             error: None,
             metadata: serde_json::Value::Null,
+            lease: None,
+            failure: None,
         }
     }
 }
@@ -96,7 +100,7 @@ impl RunStore for MemoryStore {
             .unwrap_or_default())
     }
 
-    async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
+    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
         let mut runs = self.lock();
         let run = runs.get_mut(run_id).ok_or_else(|| StoreError::NotFound {
             run_id: run_id.to_owned(),
@@ -110,8 +114,69 @@ impl RunStore for MemoryStore {
         run.record.status = RunStatus::Running;
         run.record.version += 1;
         run.record.updated_at = Utc::now();
+        run.record.lease = Some(lease.clone());
         self.changes.send(RunChange::of(run_id));
         Ok(run.record.version)
+    }
+
+    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError> {
+        let mut runs = self.lock();
+        let run = runs.get_mut(run_id).ok_or_else(|| StoreError::NotFound {
+            run_id: run_id.to_owned(),
+        })?;
+        let held = run.record.status == RunStatus::Running
+            && run.record.lease.as_ref().is_some_and(|held| held.owner == lease.owner);
+        if !held {
+            return Err(StoreError::LeaseLost {
+                run_id: run_id.to_owned(),
+                owner: lease.owner.clone(),
+            });
+        }
+        run.record.lease = Some(lease.clone());
+        Ok(())
+    }
+
+    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let runs = self.lock();
+        let mut found: Vec<RunRecord> = runs
+            .values()
+            .map(|run| &run.record)
+            .filter(|r| r.is_stalled(now))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| a.updated_at.cmp(&b.updated_at).then_with(|| a.run_id.cmp(&b.run_id)));
+        found.truncate(limit as usize);
+        Ok(found)
+    }
+
+    async fn reclaim(
+        &self,
+        run_id: &str,
+        expected_version: i64,
+        lease: &Lease,
+        now: DateTime<Utc>,
+    ) -> Result<i64, StoreError> {
+        let mut runs = self.lock();
+        let run = runs.get_mut(run_id).ok_or_else(|| StoreError::NotFound {
+            run_id: run_id.to_owned(),
+        })?;
+        let free = run.record.is_stalled(now) || run.record.status == RunStatus::Failed;
+        if !free || run.record.version != expected_version {
+            return Err(StoreError::Conflict {
+                run_id: run_id.to_owned(),
+                expected_version,
+            });
+        }
+        let record = &mut run.record;
+        record.status = RunStatus::Running;
+        record.version += 1;
+        record.updated_at = Utc::now();
+        record.lease = Some(lease.clone());
+        record.error = None;
+        record.failure = None;
+        let version = record.version;
+        self.changes.send(RunChange::of(run_id));
+        Ok(version)
     }
 
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
@@ -134,6 +199,8 @@ impl RunStore for MemoryStore {
         record.steps = update.steps;
         record.usage = update.usage;
         record.error = update.error.map(str::to_owned);
+        record.failure = update.failure.cloned();
+        record.lease = update.lease.cloned();
         record.message_count += update.append.len() as i64;
         run.messages.extend_from_slice(update.append);
         self.changes.send(RunChange::of(update.run_id));

@@ -152,12 +152,126 @@ pub struct RunRecord {
     /// started with).
     #[serde(default)]
     pub metadata: Value,
+    /// Who drives the run and until when, while it is `running` (none for
+    /// runs stored by builds without leases, and for runs not running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+    /// Why the run failed, typed, for a failed run written by a build that
+    /// stores it (older failed runs have only [`RunRecord::error`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RunFailure>,
 }
 
 impl RunRecord {
     /// The ids of the pending tool calls.
     pub fn pending_ids(&self) -> Vec<String> {
         self.pending.iter().map(|p| p.tool_call_id.clone()).collect()
+    }
+
+    /// Whether the run says `running` but nobody drives it any more: its
+    /// lease ran out at `now` (its process died or stopped renewing), or it
+    /// has none (stored by a build without leases). Such a run is continued
+    /// by recovery (`Agent::recover_runs`).
+    pub fn is_stalled(&self, now: DateTime<Utc>) -> bool {
+        self.status == RunStatus::Running && self.lease.as_ref().is_none_or(|lease| lease.is_expired(now))
+    }
+}
+
+/// A hold on a running run: its `owner` drives it and no one else may take
+/// it before `until`. The owner renews it while it works; once it has run
+/// out, any process may take the run over ([`RunStore::reclaim`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// Who holds it (an id unique to one driver of one process).
+    pub owner: String,
+    /// When it runs out.
+    pub until: DateTime<Utc>,
+}
+
+impl Lease {
+    /// A lease held by `owner` until `until`. The time is kept to the
+    /// microsecond, as every store keeps it.
+    pub fn new(owner: impl Into<String>, until: DateTime<Utc>) -> Self {
+        let until = DateTime::from_timestamp_micros(until.timestamp_micros()).unwrap_or(until);
+        Lease {
+            owner: owner.into(),
+            until,
+        }
+    }
+
+    /// Whether it has run out at `now`.
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        self.until <= now
+    }
+}
+
+/// Why a run failed, as stored with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+#[non_exhaustive]
+pub enum RunFailure {
+    /// The model could not be reached or failed.
+    Model {
+        /// Whether trying again later may work (unreachable, 5xx, rate
+        /// limited), as opposed to a refused request or a bad key.
+        transient: bool,
+        /// What the provider said.
+        message: String,
+    },
+    /// The run took more model calls than the agent allows.
+    StepLimit {
+        /// The limit.
+        limit: u32,
+    },
+    /// The store failed while the run was driven.
+    Store {
+        /// Whether trying again later may work (database busy, closed,
+        /// unreachable).
+        transient: bool,
+        /// What the store said.
+        message: String,
+    },
+    /// The process driving the run stopped before the run was done and the
+    /// run could not be continued.
+    Interrupted {
+        /// What happened.
+        message: String,
+    },
+    /// The stored run was not in a state its next step fits (a damaged
+    /// row, or an agent that lost a tool the run waits on).
+    Broken {
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl RunFailure {
+    /// Whether the run may be continued from its last stored step with
+    /// some hope that it works this time (see `Agent::retry_run`).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RunFailure::Model { transient, .. } | RunFailure::Store { transient, .. } => *transient,
+            RunFailure::Interrupted { .. } => true,
+            RunFailure::StepLimit { .. } | RunFailure::Broken { .. } => false,
+        }
+    }
+
+    /// What happened, for people.
+    pub fn message(&self) -> String {
+        match self {
+            RunFailure::Model { message, .. }
+            | RunFailure::Store { message, .. }
+            | RunFailure::Interrupted { message }
+            | RunFailure::Broken { message } => message.clone(),
+            RunFailure::StepLimit { limit } => format!("reached the step limit of {limit} model calls"),
+        }
+    }
+}
+
+impl fmt::Display for RunFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
     }
 }
 
@@ -184,6 +298,11 @@ pub struct RunUpdate<'a> {
     pub usage: Usage,
     /// The error, for a failed run.
     pub error: Option<&'a str>,
+    /// Why, typed, for a failed run.
+    pub failure: Option<&'a RunFailure>,
+    /// The writer's lease, for a run that stays `running` (a run in any
+    /// other status holds none: pass `None`).
+    pub lease: Option<&'a Lease>,
 }
 
 /// Which runs to list.
@@ -262,6 +381,29 @@ pub enum StoreError {
         /// help (e.g. "disk full (database or disk is full)").
         detail: String,
     },
+    /// The lease on a running run is no longer this owner's: it ran out
+    /// and another process took the run over, or the run stopped running.
+    #[error(
+        "run {run_id} is no longer held by {owner}: its lease ran out and it was taken over, or it stopped running"
+    )]
+    LeaseLost {
+        /// The run.
+        run_id: String,
+        /// The owner that lost it.
+        owner: String,
+    },
+    /// The store was closed; nothing more can be read or written through it.
+    #[error("the store is closed")]
+    Closed,
+    /// The database is busy: another connection holds the lock longer than
+    /// the store waits. Trying again later may work.
+    #[error("the database {location} is busy: {detail}")]
+    Busy {
+        /// The database.
+        location: String,
+        /// What the database said.
+        detail: String,
+    },
     /// The database failed.
     #[error("store error: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -276,6 +418,18 @@ impl StoreError {
     /// Whether this is a lost compare-and-set.
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict { .. })
+    }
+
+    /// Whether trying the same operation again later may work: the
+    /// database was busy, closed, unreachable or failed for a reason not
+    /// about this run. A refusal about the run itself (not found, conflict,
+    /// corrupt, newer) or about the location is not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Busy { .. } | StoreError::Closed | StoreError::Backend(_) => true,
+            StoreError::Unusable { fault, .. } => *fault == DatabaseFault::DiskFull,
+            _ => false,
+        }
     }
 
     /// What is wrong with the database, when the store could tell.
@@ -342,9 +496,35 @@ pub trait RunStore: Send + Sync + fmt::Debug + 'static {
     /// Reads a run's messages, oldest first.
     async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError>;
 
-    /// Moves a suspended run at `expected_version` to `running` and bumps its
-    /// version, in one compare-and-set. Returns the new version.
-    async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError>;
+    /// Moves a suspended run at `expected_version` to `running`, held by
+    /// `lease`, and bumps its version, in one compare-and-set. Returns the
+    /// new version.
+    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError>;
+
+    /// Moves the end of a running run's lease to `lease.until`, if the run
+    /// is still running and held by `lease.owner` (else
+    /// [`StoreError::LeaseLost`]). Changes neither the version nor anything
+    /// else, so the owner's next write still matches.
+    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Running runs whose lease ran out at `now` (or that have none: stored
+    /// by a build without leases), oldest write first, at most `limit`.
+    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// Takes a run nobody drives, to drive it under `lease`: a running run
+    /// whose lease ran out at `now` (or that has none), or a failed run (to
+    /// retry it). One compare-and-set on `expected_version`: of concurrent
+    /// reclaimers exactly one wins, the others get
+    /// [`StoreError::Conflict`]; so does a reclaim of a run whose owner
+    /// renewed its lease meanwhile. The run becomes `running` with its
+    /// error cleared; everything it stored is kept. Returns the new version.
+    async fn reclaim(
+        &self,
+        run_id: &str,
+        expected_version: i64,
+        lease: &Lease,
+        now: DateTime<Utc>,
+    ) -> Result<i64, StoreError>;
 
     /// Writes a step: the row's new state and the new messages, if the
     /// version is still `expected_version`. Returns the new version.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use askloop::{
-    Agent, AskUser, Chunk, ChunkKind, MemoryStore, Message, Model, ModelError, ModelRequest, ModelStream, RunQuery,
-    RunRecord, RunStatus, RunStore, RunUpdate, ScriptedModel, StoreError, StreamOutput,
+    Agent, AskUser, Chunk, ChunkKind, Lease, MemoryStore, Message, Model, ModelError, ModelRequest, ModelStream,
+    RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, ScriptedModel, StoreError, StreamOutput,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -67,9 +67,9 @@ impl RunStore for FlakyStore {
         self.message_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.messages(run_id).await
     }
-    async fn claim(&self, run_id: &str, expected_version: i64) -> Result<i64, StoreError> {
+    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
         self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim(run_id, expected_version).await
+        self.inner.claim(run_id, expected_version, lease).await
     }
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
         self.updates.fetch_add(1, Ordering::SeqCst);
@@ -83,6 +83,24 @@ impl RunStore for FlakyStore {
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.list(query).await
     }
+    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.renew_lease(run_id, lease).await
+    }
+
+    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.expired(now, limit).await
+    }
+
+    async fn reclaim(
+        &self,
+        run_id: &str,
+        expected_version: i64,
+        lease: &Lease,
+        now: DateTime<Utc>,
+    ) -> Result<i64, StoreError> {
+        self.inner.reclaim(run_id, expected_version, lease, now).await
+    }
+
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         self.inner.prune(before).await
     }

@@ -1,0 +1,112 @@
+//! Taking over runs nobody drives: runs whose driver's lease ran out (its
+//! process died, or its stream was dropped outside a runtime) and failed
+//! runs that are retried.
+//!
+//! A take-over is one compare-and-set ([`RunStore::reclaim`]): of several
+//! processes recovering at once, exactly one gets each run. The run then
+//! continues from its last stored step (see `Driver::recovered`): nothing
+//! it stored is done again, and answers already stored are never asked
+//! again.
+
+use chrono::Utc;
+
+use super::driver::{RunState, Start};
+use super::{Agent, AgentStream};
+use crate::error::RunError;
+use crate::store::{RunRecord, RunStatus, RunStore, StoreError};
+
+/// How many runs one look for expired leases reads.
+const EXPIRED_PAGE: u32 = 500;
+
+impl Agent {
+    /// Takes over this agent's runs whose lease ran out (the process driving
+    /// them died or stopped) and continues each from its last stored step.
+    /// Returns one stream per run taken over; each is driven as its stream
+    /// is read (or dropped, see [`AgentStream`]). Runs another process took
+    /// over first, or whose owner renewed its lease meanwhile, are left
+    /// alone. A host calls this at start and then from time to time.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use askloop::{Agent, ScriptedModel};
+    /// let model = ScriptedModel::from_json("demo", r#"{"turns": [{"text": "hi"}]}"#).unwrap();
+    /// let agent = Agent::builder("assistant").model(Arc::new(model)).build().unwrap();
+    /// for stream in agent.recover_runs().await.unwrap() {
+    ///     println!("{}: {:?}", stream.run_id().to_owned(), stream.output().await.status);
+    /// }
+    /// # });
+    /// ```
+    pub async fn recover_runs(&self) -> Result<Vec<AgentStream>, RunError> {
+        let now = Utc::now();
+        let expired = self.inner.store.expired(now, EXPIRED_PAGE).await?;
+        let mut streams = Vec::new();
+        for run in expired.into_iter().filter(|run| run.agent_id == self.inner.id) {
+            if let Some(stream) = self.take_over(run).await? {
+                streams.push(stream);
+            }
+        }
+        Ok(streams)
+    }
+
+    /// Takes over one run if its lease ran out (see [`Agent::recover_runs`]);
+    /// `None` when it is not stalled (held, not running) or another process
+    /// took it first.
+    pub async fn recover_run(&self, run_id: &str) -> Result<Option<AgentStream>, RunError> {
+        let run = self.load(run_id).await?;
+        if !run.is_stalled(Utc::now()) {
+            return Ok(None);
+        }
+        self.take_over(run).await
+    }
+
+    /// Continues a failed run from its last stored step, if it failed for a
+    /// reason that trying again may fix (the model or the database
+    /// unreachable or busy, the process interrupted; see
+    /// [`crate::RunFailure::is_transient`]). What it stored is kept: stored
+    /// answers are not asked again and stored tool results are not run
+    /// again.
+    pub async fn retry_run(&self, run_id: &str) -> Result<AgentStream, RunError> {
+        let run = self.load(run_id).await?;
+        if run.status != RunStatus::Failed {
+            return Err(RunError::NotRetryable {
+                run_id: run_id.to_owned(),
+                reason: format!("it is {}, not failed", run.status),
+            });
+        }
+        if let Some(failure) = run.failure.as_ref().filter(|f| !f.is_transient()) {
+            return Err(RunError::NotRetryable {
+                run_id: run_id.to_owned(),
+                reason: format!("it failed for a reason trying again does not fix: {failure}"),
+            });
+        }
+        match self.take_over(run).await? {
+            Some(stream) => Ok(stream),
+            None => Err(RunError::Conflict {
+                run_id: run_id.to_owned(),
+            }),
+        }
+    }
+
+    /// Reclaims `run` as read and starts a driver on it; `None` when another
+    /// writer changed it first.
+    async fn take_over(&self, run: RunRecord) -> Result<Option<AgentStream>, RunError> {
+        let store: &dyn RunStore = self.inner.store.as_ref();
+        let lease = self.inner.new_lease();
+        let version = match store.reclaim(&run.run_id, run.version, &lease, Utc::now()).await {
+            Ok(version) => version,
+            Err(StoreError::Conflict { .. }) => return Ok(None),
+            Err(err) => return Err(err.into()),
+        };
+        tracing::info!(run_id = %run.run_id, was = %run.status, "took the run over");
+        // Another process wrote it: never this process's cached copy.
+        let messages = store.messages(&run.run_id).await?;
+        let mut record = run;
+        record.version = version;
+        record.status = RunStatus::Running;
+        record.lease = Some(lease);
+        record.error = None;
+        record.failure = None;
+        Ok(Some(self.spawn(RunState { record, messages }, Start::Recovered)))
+    }
+}

@@ -1,0 +1,428 @@
+//! Runs whose driver died are taken over and continued from their last
+//! stored step; failed runs are retried; a driver that renews its lease
+//! keeps its run.
+//!
+//! A driver "dies" here the way a killed process does: its stream stops
+//! being polled and is never dropped (`mem::forget`), so nothing more of it
+//! runs, its heartbeat included. (Killing real processes is the crash test's
+//! job, in `askloop-store`.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use askloop::{
+    Agent, AgentStream, AskUser, ChunkKind, FunctionTool, MemoryStore, Message, Model, ModelError, ModelRequest,
+    ModelStream, ResumeOptions, RunError, RunFailure, RunStatus, RunStore, ScriptedModel, ToolContent, ToolOutput,
+};
+use async_trait::async_trait;
+use chrono::Utc;
+use common::{CountingModel, types};
+use futures::StreamExt;
+use serde_json::json;
+
+const LEASE: Duration = Duration::from_millis(300);
+
+/// A scripted model that, on the turn given, never answers (the call hangs
+/// as a call to a dead or slow provider does).
+#[derive(Debug)]
+struct HangsOnTurn {
+    inner: ScriptedModel,
+    turn: usize,
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl Model for HangsOnTurn {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if request.messages.iter().filter(|m| m.is_assistant()).count() == self.turn {
+            return Ok(futures::stream::pending().boxed());
+        }
+        self.inner.stream(request).await
+    }
+}
+
+fn hangs_on_turn(script: &str, turn: usize) -> Arc<HangsOnTurn> {
+    Arc::new(HangsOnTurn {
+        inner: ScriptedModel::from_json("test-script", script).unwrap(),
+        turn,
+        calls: AtomicUsize::new(0),
+    })
+}
+
+fn agent(model: Arc<dyn Model>, store: &Arc<dyn RunStore>) -> Agent {
+    Agent::builder("assistant")
+        .model(model)
+        .tool(AskUser::new())
+        .store(Arc::clone(store))
+        .lease_duration(LEASE)
+        .build()
+        .unwrap()
+}
+
+/// Polls `stream` until `dead` is true, then abandons it without dropping
+/// it: the driver stops where it is, as if its process had been killed.
+async fn kill_when(mut stream: AgentStream, dead: impl Fn() -> bool) {
+    loop {
+        tokio::select! {
+            chunk = stream.next() => {
+                assert!(chunk.is_some(), "the stream ended before the moment to kill it");
+            }
+            () = until(&dead) => break,
+        }
+    }
+    std::mem::forget(stream);
+}
+
+/// Waits for `condition`, checking every few milliseconds (for at most 10 s).
+async fn until(condition: impl Fn() -> bool) {
+    for _ in 0..2000 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("waited 10 s for a condition that never held");
+}
+
+/// Waits until the store lists `run_id` as expired (its lease ran out).
+async fn until_expired(store: &Arc<dyn RunStore>, run_id: &str) {
+    for _ in 0..2000 {
+        let expired = store.expired(Utc::now(), 100).await.unwrap();
+        if expired.iter().any(|r| r.run_id == run_id) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("run {run_id} was never listed as expired");
+}
+
+const ASK_THEN_ANSWER: &str = r#"{"turns": [
+    {"toolCalls": [{"name": "ask_user", "args": {"question": "Which city?"}}]},
+    {"text": "Booked {{toolResults}}"}
+]}"#;
+
+#[tokio::test]
+async fn a_run_whose_driver_died_mid_model_call_is_taken_over_and_the_call_made_again() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let dying = hangs_on_turn(ASK_THEN_ANSWER, 0);
+    let first = agent(dying.clone(), &store);
+    let stream = first.stream("Book a trip").await.unwrap();
+    let run_id = stream.run_id().to_owned();
+    kill_when(stream, || dying.calls.load(Ordering::SeqCst) == 1).await;
+
+    let run = store.get(&run_id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Running);
+    until_expired(&store, &run_id).await;
+    assert!(store.get(&run_id).await.unwrap().unwrap().is_stalled(Utc::now()));
+
+    let model = CountingModel::new(ASK_THEN_ANSWER);
+    let second = agent(model.clone(), &store);
+    let mut recovered = second.recover_runs().await.unwrap();
+    assert_eq!(recovered.len(), 1);
+    let (chunks, output) = recovered.remove(0).collect().await;
+    assert_eq!(output.status, RunStatus::Suspended);
+    assert_eq!(model.calls(), 1, "the interrupted model call is made again, once");
+    assert!(types(&chunks).contains(&"tool-call-suspended"));
+    assert!(
+        second.recover_runs().await.unwrap().is_empty(),
+        "nothing left to recover"
+    );
+
+    let done = second
+        .resume_stream("Paris", ResumeOptions::run(&run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.text, "Booked User answered: Paris");
+    let messages = store.messages(&run_id).await.unwrap();
+    assert_eq!(
+        messages.len(),
+        4,
+        "user, question, answer, reply; nothing twice: {messages:?}"
+    );
+}
+
+#[tokio::test]
+async fn answers_stored_before_the_driver_died_are_not_asked_again() {
+    let script = r#"{"turns": [
+        {"toolCalls": [
+            {"name": "ask_user", "args": {"question": "Which city?"}},
+            {"name": "ask_user", "args": {"question": "Which day?"}}
+        ]},
+        {"text": "Booked {{toolResults}}"}
+    ]}"#;
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let dying = hangs_on_turn(script, 1);
+    let first = agent(dying.clone(), &store);
+    let output = first.stream("Book a trip").await.unwrap().output().await;
+    let ids: Vec<String> = output.pending.iter().map(|p| p.tool_call_id.clone()).collect();
+    let run_id = output.run_id;
+    first
+        .resume_stream("Paris", ResumeOptions::call(&run_id, &ids[0]))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    // The last answer starts the model call that hangs; the process dies.
+    let last = first
+        .resume_stream("Friday", ResumeOptions::call(&run_id, &ids[1]))
+        .await
+        .unwrap();
+    kill_when(last, || dying.calls.load(Ordering::SeqCst) == 2).await;
+    until_expired(&store, &run_id).await;
+
+    let second = agent(CountingModel::new(script), &store);
+    let (chunks, output) = second.recover_runs().await.unwrap().remove(0).collect().await;
+    assert_eq!(output.status, RunStatus::Completed);
+    assert!(!types(&chunks).contains(&"tool-call-suspended"), "{:?}", types(&chunks));
+    assert_eq!(output.text, "Booked User answered: Paris; User answered: Friday");
+}
+
+/// A tool that counts its runs and, in the process that is to die, never
+/// returns from its first run.
+fn charge_tool(runs: Arc<AtomicUsize>, hang: bool, idempotent: bool) -> FunctionTool {
+    FunctionTool::builder("charge")
+        .description("Charges the card.")
+        .input_schema(json!({"type": "object"}))
+        .idempotent(idempotent)
+        .execute(move |_input: serde_json::Value, _ctx| {
+            let runs = Arc::clone(&runs);
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                if hang {
+                    futures::future::pending::<()>().await;
+                }
+                Ok(ToolOutput::text("charged").into())
+            }
+        })
+}
+
+const CHARGE_THEN_REPLY: &str = r#"{"turns": [
+    {"toolCalls": [{"name": "charge", "args": {}}]},
+    {"text": "Done: {{toolResults}}"}
+]}"#;
+
+/// Runs a charge that dies mid-tool, then recovers it in another agent;
+/// returns (runs in the dead process, runs in the recovering one, the
+/// recovered stream's output, the stored tool result).
+async fn die_mid_tool(idempotent: bool) -> (usize, usize, askloop::StreamOutput, ToolContent) {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let build = |runs: &Arc<AtomicUsize>, hang: bool| {
+        Agent::builder("assistant")
+            .model(CountingModel::new(CHARGE_THEN_REPLY))
+            .tool(charge_tool(Arc::clone(runs), hang, idempotent))
+            .store(Arc::clone(&store))
+            .lease_duration(LEASE)
+            .build()
+            .unwrap()
+    };
+    let dead_runs = Arc::new(AtomicUsize::new(0));
+    let stream = build(&dead_runs, true).stream("Charge me").await.unwrap();
+    let run_id = stream.run_id().to_owned();
+    kill_when(stream, || dead_runs.load(Ordering::SeqCst) == 1).await;
+    until_expired(&store, &run_id).await;
+
+    let new_runs = Arc::new(AtomicUsize::new(0));
+    let output = build(&new_runs, false)
+        .recover_runs()
+        .await
+        .unwrap()
+        .remove(0)
+        .output()
+        .await;
+    let messages = store.messages(&run_id).await.unwrap();
+    let result = messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(result) => Some(result.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(messages.len(), 4, "user, call, result, reply: {messages:?}");
+    (
+        dead_runs.load(Ordering::SeqCst),
+        new_runs.load(Ordering::SeqCst),
+        output,
+        result,
+    )
+}
+
+#[tokio::test]
+async fn an_interrupted_tool_that_is_not_idempotent_is_not_run_again_and_the_model_is_told() {
+    let (dead, new, output, result) = die_mid_tool(false).await;
+    assert_eq!((dead, new), (1, 0), "the charge must never run twice");
+    assert_eq!(output.status, RunStatus::Completed);
+    let ToolContent::Text(text) = result else {
+        panic!("{result:?}")
+    };
+    assert!(text.contains("interrupted"), "{text}");
+}
+
+#[tokio::test]
+async fn an_interrupted_idempotent_tool_is_run_again() {
+    let (dead, new, output, result) = die_mid_tool(true).await;
+    assert_eq!((dead, new), (1, 1));
+    assert_eq!(output.status, RunStatus::Completed);
+    assert_eq!(output.text, "Done: charged");
+    assert_eq!(result, ToolContent::Text("charged".into()));
+}
+
+#[tokio::test]
+async fn a_driver_that_renews_its_lease_keeps_its_run_from_recovery() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let slow = hangs_on_turn(ASK_THEN_ANSWER, 0);
+    let first = agent(slow.clone(), &store);
+    let mut stream = first.stream("Book a trip").await.unwrap();
+    let run_id = stream.run_id().to_owned();
+    let taken = store.get(&run_id).await.unwrap().unwrap().lease.unwrap();
+    // Keep driving (the model call hangs) until the heartbeat has moved the
+    // lease past its first end twice over.
+    let until_renewed = async {
+        loop {
+            let now = store.get(&run_id).await.unwrap().unwrap().lease.unwrap();
+            if now.until > taken.until + chrono::Duration::from_std(LEASE).unwrap() {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let mut until_renewed = std::pin::pin!(until_renewed);
+    let renewed = loop {
+        tokio::select! {
+            chunk = stream.next() => assert!(chunk.is_some(), "the hanging model call ended"),
+            renewed = &mut until_renewed => break renewed,
+        }
+    };
+    assert_eq!(renewed.owner, taken.owner);
+    assert!(Utc::now() > taken.until, "the first lease has run out by now");
+    let other = agent(CountingModel::new(ASK_THEN_ANSWER), &store);
+    assert!(
+        other.recover_runs().await.unwrap().is_empty(),
+        "a held run is not taken over"
+    );
+    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Running);
+}
+
+#[tokio::test]
+async fn a_run_failed_by_an_unreachable_model_keeps_its_answer_and_is_retried_from_there() {
+    #[derive(Debug)]
+    struct Unreachable;
+    #[async_trait]
+    impl Model for Unreachable {
+        fn name(&self) -> &str {
+            "down"
+        }
+        async fn stream(&self, _request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
+            Err(ModelError::Transport {
+                provider: "down".into(),
+                message: "connection refused".into(),
+            })
+        }
+    }
+
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let up = agent(CountingModel::new(ASK_THEN_ANSWER), &store);
+    let down = agent(Arc::new(Unreachable), &store);
+    let run_id = up.stream("Book a trip").await.unwrap().output().await.run_id;
+    let failed = down
+        .resume_stream("Paris", ResumeOptions::run(&run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(failed.status, RunStatus::Failed);
+    let run = store.get(&run_id).await.unwrap().unwrap();
+    assert!(
+        matches!(&run.failure, Some(RunFailure::Model { transient: true, message }) if message.contains("refused")),
+        "{:?}",
+        run.failure
+    );
+    assert!(run.lease.is_none());
+
+    let model = CountingModel::new(ASK_THEN_ANSWER);
+    let retried = agent(model.clone(), &store)
+        .retry_run(&run_id)
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(retried.status, RunStatus::Completed);
+    assert_eq!(
+        retried.text, "Booked User answered: Paris",
+        "the stored answer is used, not asked again"
+    );
+    assert_eq!(model.calls(), 1);
+    let run = store.get(&run_id).await.unwrap().unwrap();
+    assert_eq!((run.error, run.failure), (None, None));
+
+    match up.retry_run(&run_id).await {
+        Err(RunError::NotRetryable { reason, .. }) => assert!(reason.contains("completed"), "{reason}"),
+        other => panic!("a completed run is not retried: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn generate_returns_the_typed_failure_and_a_step_limit_is_not_retried() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let looping = r#"{"turns": [
+        {"toolCalls": [{"name": "charge", "args": {}}]},
+        {"toolCalls": [{"name": "charge", "args": {}}]}
+    ]}"#;
+    let agent = Agent::builder("assistant")
+        .model(CountingModel::new(looping))
+        .tool(charge_tool(Arc::new(AtomicUsize::new(0)), false, true))
+        .store(Arc::clone(&store))
+        .max_steps(1)
+        .build()
+        .unwrap();
+    let run_id = match agent.generate("Charge me").await {
+        Err(RunError::Failed {
+            run_id,
+            failure: RunFailure::StepLimit { limit: 1 },
+        }) => run_id,
+        other => panic!("expected a step-limit failure, got {other:?}"),
+    };
+    let run = store.get(&run_id).await.unwrap().unwrap();
+    assert_eq!(run.failure, Some(RunFailure::StepLimit { limit: 1 }));
+    assert!(matches!(
+        agent.retry_run(&run_id).await,
+        Err(RunError::NotRetryable { .. })
+    ));
+}
+
+#[tokio::test]
+async fn the_stream_of_a_recovered_run_shows_only_what_is_new() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let dying = hangs_on_turn(ASK_THEN_ANSWER, 1);
+    let first = agent(dying.clone(), &store);
+    let run_id = first.stream("Book a trip").await.unwrap().output().await.run_id;
+    let resumed = first.resume_stream("Paris", ResumeOptions::run(&run_id)).await.unwrap();
+    kill_when(resumed, || dying.calls.load(Ordering::SeqCst) == 2).await;
+    until_expired(&store, &run_id).await;
+    let (chunks, output) = agent(CountingModel::new(ASK_THEN_ANSWER), &store)
+        .recover_runs()
+        .await
+        .unwrap()
+        .remove(0)
+        .collect()
+        .await;
+    assert_eq!(output.status, RunStatus::Completed);
+    let results = chunks
+        .iter()
+        .filter(|c| matches!(c.kind, ChunkKind::ToolResult(_)))
+        .count();
+    assert_eq!(results, 0, "the stored answer's result is not shown again");
+    assert_eq!(types(&chunks).first(), Some(&"start"));
+    assert_eq!(types(&chunks).last(), Some(&"finish"));
+}

@@ -36,42 +36,37 @@ async fn dropping_a_store_ends_its_write_thread() {
         drop(store);
         assert_eq!(clone.get("r1").await.unwrap().unwrap().agent_id, "a");
     }
-    assert_eq!(settled_write_threads().await, 0, "write threads outlived their stores");
+    assert_eq!(
+        write_threads_once_settled_at(0).await,
+        0,
+        "write threads outlived their stores"
+    );
 
     let kept = SqliteStore::open(dir.path().join("kept.db")).await.unwrap();
-    assert_eq!(started_write_threads(1).await, 1, "an open store has its write thread");
+    assert_eq!(
+        write_threads_once_settled_at(1).await,
+        1,
+        "an open store has its write thread"
+    );
     kept.close().await;
     assert_eq!(
-        settled_write_threads().await,
+        write_threads_once_settled_at(0).await,
         0,
         "a closed store's write thread has ended"
     );
 }
 
-/// The write threads once those that are ending have ended (a thread ends
-/// on its own, a moment after its store is gone), waiting up to 2 s.
-async fn settled_write_threads() -> usize {
-    let mut left = write_threads();
-    for _ in 0..100 {
-        if left == 0 {
-            break;
-        }
+/// The write threads once their count has reached `expected`, or after
+/// 30 s if it never does. A thread ends on its own a moment after its store
+/// is gone, and names itself a moment after it starts; on a loaded machine
+/// (the whole suite on 2 cores) that moment has taken over 2 s, so the wait
+/// is long and ends as soon as the count is reached.
+async fn write_threads_once_settled_at(expected: usize) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut count = write_threads();
+    while count != expected && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        left = write_threads();
+        count = write_threads();
     }
-    left
-}
-
-/// The write threads once `expected` of them carry their name (a new
-/// thread names itself a moment after it starts), waiting up to 2 s.
-async fn started_write_threads(expected: usize) -> usize {
-    let mut found = write_threads();
-    for _ in 0..100 {
-        if found >= expected {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        found = write_threads();
-    }
-    found
+    count
 }

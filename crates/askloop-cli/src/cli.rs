@@ -9,14 +9,14 @@ const EXIT_CODES: &str = "\
 Exit status:
   0  the run completed (or the command succeeded; output cut short by a closed pipe too)
   1  failure: unknown run, run not suspended, question already answered or another resume won,
-     model error; and the database: none at the --db path (only run and chat create one),
+     model error; and the database: none at the --db path (only run, chat and serve create one),
      not a SQLite database or damaged, read only, disk full, server unreachable
   2  bad usage: bad flags (a --db that is no kind of location, --limit 0, --reason without
      --decline), an answer the question does not accept, malformed --answer-json, a resume
      without --tool-call-id while several questions are pending
   3  the run is suspended, waiting for an answer (answer it with `askloop resume`)
 
---db: run and chat create the SQLite file (and its folder) when missing; runs, runs show,
+--db: run, chat and serve create the SQLite file (and its folder) when missing; runs, runs show,
 resume, approve and decline never do: they say that no database exists at that path.
 runs and runs show open it read only, so a read-only file or folder can be listed.";
 
@@ -26,7 +26,7 @@ runs and runs show open it read only, so a read-only file or folder can be liste
 pub struct Cli {
     /// Where runs are stored: a SQLite file path, sqlite://PATH or postgres://URL.
     /// Default: $XDG_DATA_HOME/askloop/askloop.db (or ~/.local/share/askloop/askloop.db).
-    /// Only run and chat create a missing file; the other commands fail (exit 1).
+    /// Only run, chat and serve create a missing file; the other commands fail (exit 1).
     #[arg(long, env = "ASKLOOP_DB", global = true, value_name = "PATH_OR_URL")]
     pub db: Option<String>,
     #[command(subcommand)]
@@ -148,6 +148,10 @@ pub struct ServeArgs {
     /// Seconds open streams may run on after SIGTERM or Ctrl-C.
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     pub shutdown_grace: u64,
+    /// Seconds between looks for runs whose process died mid-step (their
+    /// lease ran out); such runs are taken over and continued. 0: never.
+    #[arg(long, default_value_t = 15, value_name = "SECONDS")]
+    pub recover_every: u64,
 }
 
 #[derive(Debug, Args)]

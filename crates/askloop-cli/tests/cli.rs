@@ -462,7 +462,7 @@ fn help_documents_the_exit_statuses() {
     assert!(text.contains("3  the run is suspended"), "{text}");
     assert!(text.contains("2  bad usage"), "{text}");
     assert!(
-        text.contains("none at the --db path (only run and chat create one)"),
+        text.contains("none at the --db path (only run, chat and serve create one)"),
         "{text}"
     );
     assert!(text.contains("disk full"), "{text}");

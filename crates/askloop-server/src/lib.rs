@@ -46,6 +46,7 @@ pub mod config;
 mod error;
 mod events;
 mod extract;
+mod recovery;
 mod runs;
 mod sse;
 pub mod tools;
@@ -80,6 +81,11 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// How long open streams may run on after a shutdown signal, by default.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// How often the server looks for runs whose driver stopped (their lease
+/// ran out), by default. A run's lease lasts 30 s by default, so a run whose
+/// process died is taken over within about 45 s.
+pub const DEFAULT_RECOVER_EVERY: Duration = Duration::from_secs(15);
+
 /// How the server guards and limits requests.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -96,6 +102,9 @@ pub struct ServerOptions {
     pub body_limit: usize,
     /// How long open streams may run on after a shutdown signal.
     pub shutdown_grace: Duration,
+    /// How often to look for runs whose driver stopped and take them over
+    /// (at start, then at this interval); zero: never.
+    pub recover_every: Duration,
 }
 
 impl Default for ServerOptions {
@@ -106,6 +115,7 @@ impl Default for ServerOptions {
             cors_origins: Vec::new(),
             body_limit: DEFAULT_BODY_LIMIT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            recover_every: DEFAULT_RECOVER_EVERY,
         }
     }
 }
@@ -118,6 +128,7 @@ impl fmt::Debug for ServerOptions {
             .field("cors_origins", &self.cors_origins)
             .field("body_limit", &self.body_limit)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("recover_every", &self.recover_every)
             .finish()
     }
 }
@@ -150,6 +161,12 @@ impl ServerOptions {
     /// Sets the shutdown grace period.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
+        self
+    }
+
+    /// Sets how often stalled runs are looked for (zero: never).
+    pub fn recover_every(mut self, every: Duration) -> Self {
+        self.recover_every = every;
         self
     }
 }
@@ -320,6 +337,14 @@ impl Server {
                 tracing::debug!(error = %err, "cannot set TCP_NODELAY on a connection");
             }
         });
+        if !self.options.recover_every.is_zero() {
+            tokio::spawn(recovery::take_over_stalled_runs(
+                self.agents.clone(),
+                self.runs.clone(),
+                self.options.recover_every,
+                stopping.clone(),
+            ));
+        }
         let graceful = axum::serve(listener, router).with_graceful_shutdown(async move {
             shutdown.await;
             tracing::info!("shutting down: no new connections; open streams may finish");

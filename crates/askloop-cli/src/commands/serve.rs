@@ -47,7 +47,8 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .allow_unauthenticated(args.allow_unauthenticated)
         .cors_origins(args.cors_origin)
         .body_limit(args.max_body_bytes)
-        .shutdown_grace(Duration::from_secs(args.shutdown_grace));
+        .shutdown_grace(Duration::from_secs(args.shutdown_grace))
+        .recover_every(Duration::from_secs(args.recover_every));
     let ids: Vec<String> = agents.iter().map(|a| a.id().to_owned()).collect();
     let server = Server::new(agents, store)
         .map_err(|err| CliError::usage(err.to_string()))?

@@ -7,13 +7,12 @@
 //! `CI=true` and is skipped, with the reason printed, elsewhere.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+mod common;
+
+use common::{BIN, Serving, skipped_for_lack_of};
 
 /// The server's API token, which the client sends as Mastra's users send one.
 const TOKEN: &str = "interop-token";
@@ -65,64 +64,22 @@ fn node_missing(dir: &Path) -> Option<String> {
     None
 }
 
-/// A running `askloop serve`, killed when dropped.
-struct Serving {
-    child: Child,
-    base: String,
-}
-
-impl Serving {
-    fn start(dir: &Path) -> Serving {
-        let mut child = Command::new(BIN)
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("ASKLOOP_MODEL")
-            .env("ASKLOOP_API_TOKEN", TOKEN)
-            .env("ASKLOOP_DB", dir.join("runs.db"))
-            .current_dir(dir)
-            .args(["serve", "--addr", "127.0.0.1:0", "--config", "askloop.toml"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, stderr) = mpsc::channel();
-        let pipe = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in pipe.lines().map_while(Result::ok) {
-                eprintln!("askloop serve: {line}");
-                if lines.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let base = loop {
-            let line = stderr
-                .recv_timeout(Duration::from_secs(60))
-                .expect("askloop serve printed its address");
-            if let Some(at) = line.find("http://") {
-                break line[at..].trim_end_matches("/api").to_owned();
-            }
-        };
-        Serving { child, base }
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn serve(dir: &Path) -> Serving {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_MODEL")
+        .env("ASKLOOP_API_TOKEN", TOKEN)
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .args(["serve", "--addr", "127.0.0.1:0", "--config", "askloop.toml"]);
+    Serving::start(cmd)
 }
 
 #[test]
 fn the_published_mastra_client_streams_resumes_lists_approves_and_declines_through_askloop_serve() {
     let interop = interop_dir();
-    if let Some(reason) = node_missing(&interop) {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("the @mastra/client-js interop test cannot run under CI: {reason}");
-        }
-        eprintln!("skipped: {reason}");
+    if skipped_for_lack_of("the @mastra/client-js interop test", node_missing(&interop)) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -132,7 +89,7 @@ fn the_published_mastra_client_streams_resumes_lists_approves_and_declines_throu
     let write_dir = dir.path().join("out");
     std::fs::create_dir(&write_dir).unwrap();
 
-    let server = Serving::start(dir.path());
+    let server = serve(dir.path());
     let output = Command::new("node")
         .args(["--test", "--test-reporter=tap", "client.test.mjs"])
         .current_dir(&interop)

@@ -5,13 +5,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+mod common;
+
+use common::{BIN, Serving};
 
 const DEPLOY_SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?",
@@ -32,68 +32,11 @@ fn serve_command(dir: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-/// A running `askloop serve`, with the address it printed.
-struct Serving {
-    child: Child,
-    base: String,
-    /// What it printed up to its address.
-    banner: Vec<String>,
-    stderr: mpsc::Receiver<String>,
-}
-
-impl Serving {
-    /// Starts the server on a free port and waits for its "serving" line.
-    fn start(dir: &Path, args: &[&str]) -> Serving {
-        let mut all = vec!["--addr", "127.0.0.1:0"];
-        all.extend_from_slice(args);
-        let mut child = serve_command(dir, &all)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (lines, stderr) = mpsc::channel();
-        let pipe = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in pipe.lines().map_while(Result::ok) {
-                if lines.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut banner = Vec::new();
-        let base = loop {
-            let line = stderr
-                .recv_timeout(Duration::from_secs(60))
-                .expect("askloop serve printed its address");
-            banner.push(line.clone());
-            if let Some(at) = line.find("http://") {
-                break line[at..].trim_end_matches("/api").to_owned();
-            }
-        };
-        Serving {
-            child,
-            base,
-            banner,
-            stderr,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// The stderr lines printed so far and until the process ends.
-    fn rest_of_stderr(&self) -> Vec<String> {
-        self.stderr.iter().collect()
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts `askloop serve` in `dir` on a free port with these arguments.
+fn start(dir: &Path, args: &[&str]) -> Serving {
+    let mut all = vec!["--addr", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    Serving::start(serve_command(dir, &all))
 }
 
 fn frames(body: &str) -> Vec<Value> {
@@ -116,7 +59,7 @@ async fn a_server_killed_between_question_and_answer_resumes_the_run_after_a_res
     let script = script.to_str().unwrap();
     let client = reqwest::Client::new();
 
-    let mut first = Serving::start(dir.path(), &["--script", script]);
+    let mut first = start(dir.path(), &["--script", script]);
     let body = client
         .post(first.url("/api/agents/assistant/stream"))
         .json(&json!({"messages": "Deploy the app."}))
@@ -133,7 +76,7 @@ async fn a_server_killed_between_question_and_answer_resumes_the_run_after_a_res
     first.child.kill().unwrap();
     first.child.wait().unwrap();
 
-    let second = Serving::start(dir.path(), &["--script", script]);
+    let second = start(dir.path(), &["--script", script]);
     let listed: Value = client
         .get(second.url("/api/agents/assistant/suspended-runs"))
         .send()
@@ -210,7 +153,7 @@ fn serve_refuses_a_public_address_without_a_token() {
 #[tokio::test]
 async fn serve_says_it_is_loopback_only_without_a_token_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let mut serving = Serving::start(dir.path(), &[]);
+    let mut serving = start(dir.path(), &[]);
     let banner = serving.banner.join("\n");
     assert!(
         banner.contains("no ASKLOOP_API_TOKEN") && banner.contains("loopback only"),

@@ -8,13 +8,12 @@
 //! CI (`CI=true`) and is skipped with the reason otherwise.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+mod common;
+
+use common::{BIN, Serving, skipped_for_lack_of};
 const TOKEN: &str = "web-page-test-token";
 
 const ASSISTANT_SCRIPT: &str = r#"{"turns": [
@@ -76,18 +75,6 @@ fn missing_needs(web: &Path) -> Option<String> {
     None
 }
 
-struct Serving {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve(dir: &Path, token: Option<&str>) -> Serving {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("OPENAI_API_KEY")
@@ -95,32 +82,12 @@ fn serve(dir: &Path, token: Option<&str>) -> Serving {
         .env_remove("ASKLOOP_MODEL")
         .env("ASKLOOP_DB", dir.join("runs.db"))
         .current_dir(dir)
-        .args(["serve", "--addr", "127.0.0.1:0", "--script", "assistant.json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+        .args(["serve", "--addr", "127.0.0.1:0", "--script", "assistant.json"]);
     match token {
         Some(token) => cmd.env("ASKLOOP_API_TOKEN", token),
         None => cmd.env_remove("ASKLOOP_API_TOKEN"),
     };
-    let mut child = cmd.spawn().unwrap();
-    let (lines, stderr) = mpsc::channel();
-    let pipe = BufReader::new(child.stderr.take().unwrap());
-    std::thread::spawn(move || {
-        for line in pipe.lines().map_while(Result::ok) {
-            eprintln!("[serve] {line}");
-            let _ = lines.send(line);
-        }
-    });
-    let base = loop {
-        let line = stderr
-            .recv_timeout(Duration::from_secs(60))
-            .expect("askloop serve printed its address");
-        if let Some(at) = line.find("http://") {
-            break line[at..].trim_end_matches("/api").to_owned();
-        }
-    };
-    Serving { child, base }
+    Serving::start(cmd)
 }
 
 fn target_dir() -> PathBuf {
@@ -135,11 +102,7 @@ fn target_dir() -> PathBuf {
 #[test]
 fn the_web_page_passes_its_browser_test_against_the_real_server() {
     let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/web");
-    if let Some(reason) = missing_needs(&web) {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("the browser test cannot run under CI: {reason}");
-        }
-        eprintln!("web_page: skipped: {reason}");
+    if skipped_for_lack_of("the browser test", missing_needs(&web)) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

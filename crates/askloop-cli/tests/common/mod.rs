@@ -7,6 +7,10 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+mod serving;
+#[allow(unused_imports)] // not every test file starts a server
+pub use serving::{Serving, skipped_for_lack_of};
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_askloop");
 
 pub struct Env {

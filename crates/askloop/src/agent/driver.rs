@@ -102,6 +102,27 @@ enum CallOutcome {
     Pending(PendingToolCall),
 }
 
+/// Sorts a step's call outcomes into the calls still waiting, the results
+/// (after `results`, the step's results stored earlier) and the chunks that
+/// show the new results, each in call order.
+fn sort_outcomes(
+    outcomes: Vec<CallOutcome>,
+    mut results: Vec<ToolResult>,
+) -> (Vec<PendingToolCall>, Vec<ToolResult>, Vec<ChunkKind>) {
+    let mut pending = Vec::new();
+    let mut chunks = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            CallOutcome::Done(result, chunk) => {
+                results.push(result);
+                chunks.push(chunk);
+            }
+            CallOutcome::Pending(p) => pending.push(p),
+        }
+    }
+    (pending, results, chunks)
+}
+
 /// A tool call as the model produced it, with its arguments checked for JSON.
 struct ModelCall {
     call: ToolCall,
@@ -289,18 +310,7 @@ impl Driver {
                 }
             }
             let outcomes = self.run_calls(&turn.calls, false).await;
-            let mut pending = Vec::new();
-            let mut results = Vec::new();
-            let mut result_chunks = Vec::new();
-            for outcome in outcomes {
-                match outcome {
-                    CallOutcome::Done(result, chunk) => {
-                        results.push(result);
-                        result_chunks.push(chunk);
-                    }
-                    CallOutcome::Pending(p) => pending.push(p),
-                }
-            }
+            let (pending, results, result_chunks) = sort_outcomes(outcomes, Vec::new());
 
             match machine::after_tools(&calls, &pending, &results) {
                 AfterTools::Wait => {
@@ -380,18 +390,8 @@ impl Driver {
                 malformed: None,
             })
             .collect();
-        let mut pending = Vec::new();
-        let mut results = record.step_results.clone();
-        let mut result_chunks = Vec::new();
-        for outcome in self.run_calls(&interrupted, true).await {
-            match outcome {
-                CallOutcome::Done(result, chunk) => {
-                    results.push(result);
-                    result_chunks.push(chunk);
-                }
-                CallOutcome::Pending(p) => pending.push(p),
-            }
-        }
+        let outcomes = self.run_calls(&interrupted, true).await;
+        let (pending, results, result_chunks) = sort_outcomes(outcomes, record.step_results.clone());
         match machine::after_tools(&turn_calls, &pending, &results) {
             AfterTools::Wait => {
                 if let Err(err) = self

@@ -1,6 +1,6 @@
 //! Where a benchmark runs: the model server (external, or the testkit's fake
 //! one started in this process) and the store (given, or a fresh SQLite file
-//! in a temporary directory), and the agent of issue 6 built on them.
+//! in a temporary directory), and the benchmark scenario's agent (`docs/benchmarks.md`) built on them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -80,7 +80,7 @@ impl Environment {
         })
     }
 
-    /// The benchmark's agent: issue 6's instructions, `ask_user`, the store,
+    /// The benchmark's agent: the benchmark scenario's instructions, `ask_user`, the store,
     /// and an OpenAI-compatible model at the base URL.
     pub async fn agent(&self) -> anyhow::Result<Agent> {
         self.timed_agent(None).await

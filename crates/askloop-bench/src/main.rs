@@ -1,4 +1,4 @@
-//! `askloop-bench`: the ask-the-user round trip benchmark of issue 6.
+//! `askloop-bench`: the ask-the-user round trip benchmark (`docs/benchmarks.md`).
 //!
 //! ```text
 //! askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] MODE

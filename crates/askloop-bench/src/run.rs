@@ -1,4 +1,4 @@
-//! The two halves of a round trip, timed the way issue 6 defines them, with
+//! The two halves of a round trip, timed the way `docs/benchmarks.md` defines them, with
 //! what each stream showed kept for the correctness checks: a fast wrong
 //! answer is worthless.
 

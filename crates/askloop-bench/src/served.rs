@@ -1,7 +1,7 @@
 //! A real `askloop serve` process for the `http` modes, and what the kernel
 //! says it costs: CPU time (`/proc/PID/stat`) and memory (`/proc/PID/status`).
 //!
-//! The server serves one agent, `deployment-assistant`, with issue 6's
+//! The server serves one agent, `deployment-assistant`, with the benchmark scenario's
 //! instructions and `ask_user`, on the bench's store (SQLite with
 //! `synchronous = FULL` unless `--db` says otherwise), its model the
 //! OpenAI-compatible server at the bench's base URL, as a user would set it

@@ -1,5 +1,5 @@
 //! What one resume costs the SQLite store (and PostgreSQL), for a run with 10 messages and
-//! one with 1,000 (issue 3: the second within 1.5x of the first).
+//! one with 1,000 (the store's goal: the second within 1.5x of the first).
 //!
 //! A resume, as `Agent::resume_stream` does it, is: read the run, claim it,
 //! read its messages (the model needs the whole conversation), write the

@@ -1,4 +1,4 @@
-//! The benchmark workloads of issue 6, as responders: the answer depends
+//! The benchmark workloads (`docs/benchmarks.md`), as responders: the answer depends
 //! only on the conversation in the request, so any number of runs (and any
 //! framework) can share one server.
 //!

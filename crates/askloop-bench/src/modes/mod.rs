@@ -1,4 +1,4 @@
-//! The benchmark modes of issue 6, each producing one JSON line.
+//! The benchmark modes, each producing one JSON line.
 
 mod concurrent;
 mod http;

@@ -1,7 +1,7 @@
 //! `restart`: a run suspends in one process and is resumed, by its id, in a
 //! fresh process of this same binary (the hidden `__restart-suspend` and
-//! `__restart-resume RUN_ID` modes). Each child times its stream as issue 6
-//! defines it; "cold" means the process, its store connections and its HTTP
+//! `__restart-resume RUN_ID` modes). Each child times its stream as
+//! `docs/benchmarks.md` defines it; "cold" means the process, its store connections and its HTTP
 //! client are new.
 
 use anyhow::{Context, bail};

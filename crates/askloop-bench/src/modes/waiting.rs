@@ -15,7 +15,7 @@ use crate::environment::{Environment, Workload};
 use crate::measure;
 use crate::run::{self, DEPLOY_ANSWER, DEPLOY_EXPECTED, Streamed};
 
-/// Runs in flight at once, as issue 6 sets it.
+/// Runs in flight at once, as the benchmark scenario sets it (`docs/benchmarks.md`).
 const IN_FLIGHT: usize = 100;
 
 #[derive(Debug, Serialize)]

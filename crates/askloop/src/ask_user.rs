@@ -130,12 +130,15 @@ impl Question {
     /// JSON Schema of the answers this question accepts.
     pub fn answer_schema(&self, allow_free_text: bool) -> Value {
         let labels = self.labels();
+        // Text with something other than white space: the check refuses a
+        // blank answer, so the schema clients validate with does too.
+        let text = json!({"type": "string", "minLength": 1, "pattern": "\\S"});
         match self.mode {
-            None => json!({"type": "string", "minLength": 1}),
-            Some(SelectionMode::SingleSelect) if allow_free_text => json!({"type": "string", "minLength": 1}),
+            None => text,
+            Some(SelectionMode::SingleSelect) if allow_free_text => text,
             Some(SelectionMode::SingleSelect) => json!({"type": "string", "enum": labels}),
             Some(SelectionMode::MultiSelect) if allow_free_text => json!({
-                "type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "uniqueItems": true
+                "type": "array", "items": text, "minItems": 1, "uniqueItems": true
             }),
             Some(SelectionMode::MultiSelect) => json!({
                 "type": "array", "items": {"type": "string", "enum": labels}, "minItems": 1, "uniqueItems": true
@@ -162,6 +165,9 @@ impl Question {
                 "a free-text question needs a string answer, got {}",
                 json_kind(other)
             )),
+            (Some(SelectionMode::SingleSelect), Value::String(label)) if label.trim().is_empty() => {
+                refuse("the answer is empty; pick one of the options".into())
+            }
             (Some(SelectionMode::SingleSelect), Value::String(label)) if known(label) => Ok(()),
             (Some(SelectionMode::SingleSelect), Value::String(label)) => {
                 refuse(format!("{label:?} is not one of the options"))

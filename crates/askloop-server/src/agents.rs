@@ -60,7 +60,7 @@ fn info(agent: &Agent) -> AgentInfo {
                         id: spec.name.clone(),
                         description: spec.description.clone(),
                         input_schema: json!({"json": spec.input_schema}).to_string(),
-                        require_approval: agent.needs_approval(&spec.name),
+                        require_approval: agent.requires_approval(&spec.name),
                     };
                     (spec.name.clone(), tool)
                 })
@@ -179,16 +179,11 @@ async fn decide(
     decision: Decision,
 ) -> Result<Response, ApiError> {
     let agent = owning_agent(state, agent_id, run_id).await?;
+    let options = ResumeOptions::call_or_run(run_id, tool_call_id);
     let stream = match decision {
-        Decision::Answer(data) => {
-            let options = match tool_call_id {
-                Some(call) => ResumeOptions::call(run_id, call),
-                None => ResumeOptions::run(run_id),
-            };
-            agent.resume_stream(data, options).await?
-        }
-        Decision::Approve => agent.approve_tool_call(run_id, tool_call_id).await?,
-        Decision::Decline(reason) => agent.decline_tool_call(run_id, tool_call_id, reason).await?,
+        Decision::Answer(data) => agent.resume_stream(data, options).await?,
+        Decision::Approve => agent.approve_tool_call(options).await?,
+        Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await?,
     };
     Ok(sse::respond(state, stream, run_span(agent_id, run_id, tool_call_id)))
 }

@@ -57,9 +57,7 @@ pub async fn resume(ctx: &Context, args: ResumeArgs) -> Result<Done, CliError> {
     let options = ResumeOptions::call(&run.run_id, &call.tool_call_id);
 
     if args.decline {
-        let stream = agent
-            .decline_tool_call(&run.run_id, Some(&call.tool_call_id), args.reason)
-            .await?;
+        let stream = agent.decline_tool_call(options.with_reason(args.reason)).await?;
         return Ok(finish(ctx, stream, args.json).await);
     }
     let data = match (&args.answer_json, args.answer.as_slice()) {
@@ -148,7 +146,7 @@ pub async fn approve(ctx: &Context, call: Call<'_>, json: bool) -> Result<Done, 
     let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
     let pending = target(&run, call.tool_call_id)?;
     let stream = agent
-        .approve_tool_call(&run.run_id, Some(&pending.tool_call_id))
+        .approve_tool_call(ResumeOptions::call(&run.run_id, &pending.tool_call_id))
         .await?;
     Ok(finish(ctx, stream, json).await)
 }
@@ -157,7 +155,7 @@ pub async fn decline(ctx: &Context, call: Call<'_>, reason: Option<String>, json
     let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
     let pending = target(&run, call.tool_call_id)?;
     let stream = agent
-        .decline_tool_call(&run.run_id, Some(&pending.tool_call_id), reason)
+        .decline_tool_call(ResumeOptions::call(&run.run_id, &pending.tool_call_id).with_reason(reason))
         .await?;
     Ok(finish(ctx, stream, json).await)
 }

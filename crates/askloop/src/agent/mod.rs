@@ -340,7 +340,16 @@ impl StreamOptions {
     }
 }
 
-/// Which run, and which of its pending calls, a resume answers.
+/// Which run, and which of its pending calls, a decision is for: the one
+/// options shape of [`Agent::resume_stream`], [`Agent::approve_tool_call`]
+/// and [`Agent::decline_tool_call`].
+///
+/// ```
+/// use askloop::ResumeOptions;
+/// let options = ResumeOptions::call("run-1", "call-1").reason("not on a Friday");
+/// assert_eq!(options.tool_call_id.as_deref(), Some("call-1"));
+/// assert_eq!(options.reason.as_deref(), Some("not on a Friday"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ResumeOptions {
@@ -348,6 +357,11 @@ pub struct ResumeOptions {
     pub run_id: String,
     /// The call; may be left out when exactly one call is pending.
     pub tool_call_id: Option<String>,
+    /// Why the call is declined, told to the model: used by
+    /// [`Agent::decline_tool_call`], and by a resume that declines an
+    /// approval (`{"approved": false}`) without a reason of its own. An
+    /// answer or an approval takes no reason.
+    pub reason: Option<String>,
 }
 
 impl ResumeOptions {
@@ -359,6 +373,7 @@ impl ResumeOptions {
         ResumeOptions {
             run_id: run_id.into(),
             tool_call_id: None,
+            reason: None,
         }
     }
 
@@ -367,14 +382,42 @@ impl ResumeOptions {
         ResumeOptions {
             run_id: run_id.into(),
             tool_call_id: Some(tool_call_id.into()),
+            reason: None,
         }
+    }
+
+    /// The specific call when `tool_call_id` is given, else the run's only
+    /// pending call (a host passing on an optional id it was sent).
+    pub fn call_or_run(run_id: impl Into<String>, tool_call_id: Option<impl Into<String>>) -> Self {
+        ResumeOptions {
+            run_id: run_id.into(),
+            tool_call_id: tool_call_id.map(Into::into),
+            reason: None,
+        }
+    }
+
+    /// Sets the reason a decline gives the model.
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// Sets or clears the reason a decline gives the model.
+    pub fn with_reason(mut self, reason: Option<String>) -> Self {
+        self.reason = reason;
+        self
     }
 }
 
 /// What a person decided about a pending call.
 #[derive(Debug, Clone, PartialEq)]
 enum Decision {
-    Answer(Value),
+    /// Resume data, and the reason of the options (used only when the data
+    /// declines an approval without a reason of its own).
+    Answer {
+        data: Value,
+        reason: Option<String>,
+    },
     Approve,
     Decline(Option<String>),
 }
@@ -438,7 +481,7 @@ impl Agent {
     }
 
     /// Whether calls of this tool wait for approval.
-    pub fn needs_approval(&self, tool_id: &str) -> bool {
+    pub fn requires_approval(&self, tool_id: &str) -> bool {
         self.inner.tools.get(tool_id).is_some_and(|t| t.needs_approval)
     }
 
@@ -511,31 +554,58 @@ impl Agent {
     /// against the question first; a refused answer changes nothing.
     ///
     /// For a call waiting on approval, `{"approved": true}` approves it and
-    /// `{"approved": false, "reason": "..."}` declines it.
+    /// `{"approved": false, "reason": "..."}` declines it (without a reason
+    /// in the data, `options.reason` is the reason).
     pub async fn resume_stream(
         &self,
         resume_data: impl Into<Value>,
         options: ResumeOptions,
     ) -> Result<AgentStream, RunError> {
-        self.decide(options, Decision::Answer(resume_data.into())).await
+        let decision = Decision::Answer {
+            data: resume_data.into(),
+            reason: options.reason.clone(),
+        };
+        self.decide(options, decision).await
     }
 
-    /// Approves a call that waits on approval; the tool then runs.
-    pub async fn approve_tool_call(&self, run_id: &str, tool_call_id: Option<&str>) -> Result<AgentStream, RunError> {
-        self.decide(call_options(run_id, tool_call_id), Decision::Approve).await
+    /// Approves a call that waits on approval; the tool then runs. Takes the
+    /// same options as [`Agent::resume_stream`] (a reason is refused: an
+    /// approval needs none).
+    pub async fn approve_tool_call(&self, options: ResumeOptions) -> Result<AgentStream, RunError> {
+        if options.reason.is_some() {
+            return Err(RunError::InvalidInput(
+                "an approval takes no reason; a reason goes with a decline".into(),
+            ));
+        }
+        self.decide(options, Decision::Approve).await
     }
 
     /// Declines a pending call. A call waiting on approval never runs (the
     /// stream shows `tool-output-denied`); a question is left unanswered. The
-    /// model is told, with the reason when given, and the run goes on.
-    pub async fn decline_tool_call(
-        &self,
-        run_id: &str,
-        tool_call_id: Option<&str>,
-        reason: Option<String>,
-    ) -> Result<AgentStream, RunError> {
-        self.decide(call_options(run_id, tool_call_id), Decision::Decline(reason))
-            .await
+    /// model is told, with `options.reason` when given, and the run goes on.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use askloop::{Agent, AskUser, ResumeOptions, ScriptedModel};
+    /// let model = ScriptedModel::from_json("demo", r#"{"turns": [
+    ///     {"toolCalls": [{"name": "ask_user", "args": {"question": "Deploy now?"}}]},
+    ///     {"text": "Understood: {{toolResults}}"}
+    /// ]}"#).unwrap();
+    /// let agent = Agent::builder("assistant").model(Arc::new(model)).tool(AskUser::new()).build().unwrap();
+    /// let run = agent.generate("Deploy").await.unwrap();
+    /// let declined = agent
+    ///     .decline_tool_call(ResumeOptions::run(&run.run_id).reason("not on a Friday"))
+    ///     .await
+    ///     .unwrap()
+    ///     .output()
+    ///     .await;
+    /// assert_eq!(declined.text, "Understood: The user declined to answer: not on a Friday");
+    /// # });
+    /// ```
+    pub async fn decline_tool_call(&self, options: ResumeOptions) -> Result<AgentStream, RunError> {
+        let reason = options.reason.clone();
+        self.decide(options, Decision::Decline(reason)).await
     }
 
     /// Cancels a suspended (or running) run: its status becomes `cancelled`
@@ -734,7 +804,7 @@ impl Agent {
                 })
         };
         match (pending.kind, decision) {
-            (PendingKind::Suspended, Decision::Answer(data)) => {
+            (PendingKind::Suspended, Decision::Answer { data, .. }) => {
                 let tool = tool()?;
                 let payload = pending.suspend_payload.clone().unwrap_or(Value::Null);
                 tool.check_resume_data(data, &payload)
@@ -764,9 +834,13 @@ impl Agent {
                 tool_call_id,
                 reason: reason.clone(),
             }),
-            (PendingKind::Approval, Decision::Answer(data)) => {
+            (PendingKind::Approval, Decision::Answer { data, reason }) => {
                 let approved = data.get("approved").and_then(Value::as_bool);
-                let reason = data.get("reason").and_then(Value::as_str).map(str::to_owned);
+                let reason = data
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .or_else(|| reason.clone());
                 match approved {
                     Some(true) => {
                         tool()?;
@@ -807,13 +881,6 @@ fn sibling_answer_in_flight(run: &RunRecord, tool_call_id: Option<&str>) -> bool
 async fn claim_backoff(attempt: u32) {
     let wait = CLAIM_BACKOFF_MS.saturating_mul(1 << attempt.min(6));
     tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
-}
-
-fn call_options(run_id: &str, tool_call_id: Option<&str>) -> ResumeOptions {
-    ResumeOptions {
-        run_id: run_id.to_owned(),
-        tool_call_id: tool_call_id.map(str::to_owned),
-    }
 }
 
 /// The JSON Schema of an approval decision, as Mastra publishes it.

@@ -1,5 +1,7 @@
 //! The async driver: calls the model, runs tools, writes the store, emits
-//! chunks. The decisions it follows are in `machine.rs`.
+//! chunks. It decides nothing about the run itself: what a call does, what
+//! a step writes, where a recovered run goes on and what a lost write means
+//! are decided in `machine.rs`.
 //!
 //! Order of effects in a step: stream the model turn (emitting its chunks as
 //! they arrive), run the tools, write the step to the store, and only then
@@ -14,7 +16,9 @@ use futures::{FutureExt, StreamExt, future::join_all};
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::machine::{self, AfterModel, AfterTools};
+use super::machine::{
+    self, AfterModel, CallFacts, CallOutcome, CallPlan, LostWrite, Recovery, ResumeAction, Step, StepWrite, ToolRules,
+};
 use super::stream::Outbox;
 use super::{AgentInner, StreamOutput, approval_schema};
 use crate::chunk::finish::StepReport;
@@ -32,37 +36,6 @@ const NOT_APPROVED: &str = "Tool call was not approved by the user";
 pub(crate) struct RunState {
     pub(crate) record: RunRecord,
     pub(crate) messages: Vec<Message>,
-}
-
-/// What a resume does to its pending call, already checked.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ResumeAction {
-    Answer {
-        tool_call_id: String,
-        data: Value,
-    },
-    DeclineQuestion {
-        tool_call_id: String,
-        reason: Option<String>,
-    },
-    Approve {
-        tool_call_id: String,
-    },
-    Deny {
-        tool_call_id: String,
-        reason: Option<String>,
-    },
-}
-
-impl ResumeAction {
-    pub(crate) fn tool_call_id(&self) -> &str {
-        match self {
-            ResumeAction::Answer { tool_call_id, .. }
-            | ResumeAction::DeclineQuestion { tool_call_id, .. }
-            | ResumeAction::Approve { tool_call_id }
-            | ResumeAction::Deny { tool_call_id, .. } => tool_call_id,
-        }
-    }
 }
 
 /// Where a driver starts.
@@ -92,35 +65,6 @@ pub(crate) enum ApplyFailed {
     /// The stored run is not in a state the decision fits (a bug, or a
     /// damaged row).
     Broken(String),
-}
-
-/// How one tool call ended in this stream.
-enum CallOutcome {
-    /// A result, with the chunk that shows it.
-    Done(ToolResult, ChunkKind),
-    /// The call waits on a person.
-    Pending(PendingToolCall),
-}
-
-/// Sorts a step's call outcomes into the calls still waiting, the results
-/// (after `results`, the step's results stored earlier) and the chunks that
-/// show the new results, each in call order.
-fn sort_outcomes(
-    outcomes: Vec<CallOutcome>,
-    mut results: Vec<ToolResult>,
-) -> (Vec<PendingToolCall>, Vec<ToolResult>, Vec<ChunkKind>) {
-    let mut pending = Vec::new();
-    let mut chunks = Vec::new();
-    for outcome in outcomes {
-        match outcome {
-            CallOutcome::Done(result, chunk) => {
-                results.push(result);
-                chunks.push(chunk);
-            }
-            CallOutcome::Pending(p) => pending.push(p),
-        }
-    }
-    (pending, results, chunks)
 }
 
 /// A tool call as the model produced it, with its arguments checked for JSON.
@@ -295,12 +239,9 @@ impl Driver {
                 AfterModel::RunTools => {}
             }
 
-            // A call whose tool must not run twice is preceded by a write of
-            // the turn: if this process dies while it runs, recovery finds
-            // the call stored without a result and tells the model, instead
-            // of calling the model again and maybe running it twice.
+            let plans = self.plan_calls(&turn.calls, false);
             let mut assistant = Some(assistant);
-            if self.runs_unrepeatable(&turn.calls) {
+            if machine::store_turn_first(&plans) {
                 let turn_only = assistant.take().into_iter().collect();
                 if let Err(err) = self
                     .save(RunStatus::Running, turn_only, Vec::new(), Vec::new(), None)
@@ -309,46 +250,45 @@ impl Driver {
                     return self.store_failed(err).await;
                 }
             }
-            let outcomes = self.run_calls(&turn.calls, false).await;
-            let (pending, results, result_chunks) = sort_outcomes(outcomes, Vec::new());
-
-            match machine::after_tools(&calls, &pending, &results) {
-                AfterTools::Wait => {
-                    let saved = self
-                        .save(
-                            RunStatus::Suspended,
-                            assistant.into_iter().collect(),
-                            pending,
-                            results,
-                            None,
-                        )
-                        .await;
-                    if let Err(err) = saved {
-                        return self.store_failed(err).await;
-                    }
-                    for chunk in result_chunks {
-                        self.emit(chunk);
-                    }
-                    self.emit_pending();
-                    return Ended::Suspended;
-                }
-                AfterTools::Continue(ordered) => {
-                    let mut append = Vec::with_capacity(ordered.len() + 1);
-                    append.extend(assistant);
-                    append.extend(ordered.into_iter().map(Message::Tool));
-                    if let Err(err) = self
-                        .save(RunStatus::Running, append, Vec::new(), Vec::new(), None)
-                        .await
-                    {
-                        return self.store_failed(err).await;
-                    }
-                    for chunk in result_chunks {
-                        self.emit(chunk);
-                    }
-                    self.emit(ChunkKind::StepFinish(Box::new(self.report(&turn, true))));
-                }
+            let step = Step {
+                calls: calls.clone(),
+                ..Step::default()
+            };
+            match self.finish_calls(step, &calls, &plans, assistant).await {
+                Ok(true) => return Ended::Suspended,
+                Ok(false) => self.emit(ChunkKind::StepFinish(Box::new(self.report(&turn, true)))),
+                Err(ended) => return ended,
             }
         }
+    }
+
+    /// Runs a step's calls as planned, records how each ended, writes the
+    /// step (with `turn` when it is not stored yet) and then shows the new
+    /// results and, when the run waits, what it waits on. `Ok(true)` when it
+    /// waits; `Err` when the write failed (the stream's end).
+    async fn finish_calls(
+        &mut self,
+        mut step: Step,
+        calls: &[ToolCall],
+        plans: &[(CallPlan, ToolRules)],
+        turn: Option<Message>,
+    ) -> Result<bool, Ended> {
+        let mut chunks = Vec::new();
+        for outcome in self.run_calls(calls, plans).await {
+            chunks.extend(step.resolve(outcome));
+        }
+        let write = step.write(turn);
+        let waiting = write.waiting();
+        if let Err(err) = self.save_step(write).await {
+            return Err(self.store_failed(err).await);
+        }
+        for chunk in chunks {
+            self.emit(chunk);
+        }
+        if waiting {
+            self.emit_pending();
+        }
+        Ok(waiting)
     }
 
     /// Continues a run taken over after its driver stopped (its lease ran
@@ -366,59 +306,31 @@ impl Driver {
             id: self.agent.id.clone(),
             message_id: self.message_id.clone(),
         }));
-        let record = &self.state.record;
-        if !record.pending.is_empty() {
-            let (pending, results) = (record.pending.clone(), record.step_results.clone());
-            if let Err(err) = self
-                .save(RunStatus::Suspended, Vec::new(), pending, results, None)
-                .await
-            {
-                return self.store_failed(err).await;
-            }
-            self.emit_pending();
-            return Ended::Suspended;
-        }
-        let Some(turn_calls) = unanswered_turn(&self.state.messages) else {
-            return self.steps().await;
-        };
-        let done: Vec<&str> = record.step_results.iter().map(|r| r.tool_call_id.as_str()).collect();
-        let interrupted: Vec<ModelCall> = turn_calls
-            .iter()
-            .filter(|call| !done.contains(&call.id.as_str()))
-            .map(|call| ModelCall {
-                call: call.clone(),
-                malformed: None,
-            })
-            .collect();
-        let outcomes = self.run_calls(&interrupted, true).await;
-        let (pending, results, result_chunks) = sort_outcomes(outcomes, record.step_results.clone());
-        match machine::after_tools(&turn_calls, &pending, &results) {
-            AfterTools::Wait => {
-                if let Err(err) = self
-                    .save(RunStatus::Suspended, Vec::new(), pending, results, None)
-                    .await
-                {
+        match machine::recovery(&self.state.record, &self.state.messages) {
+            Recovery::Resuspend(step) => {
+                if let Err(err) = self.save_step(step.write(None)).await {
                     return self.store_failed(err).await;
-                }
-                for chunk in result_chunks {
-                    self.emit(chunk);
                 }
                 self.emit_pending();
                 Ended::Suspended
             }
-            AfterTools::Continue(ordered) => {
-                let append = ordered.into_iter().map(Message::Tool).collect();
-                if let Err(err) = self
-                    .save(RunStatus::Running, append, Vec::new(), Vec::new(), None)
-                    .await
-                {
-                    return self.store_failed(err).await;
+            Recovery::Interrupted(step) => {
+                let interrupted = step.unresolved();
+                let model_calls: Vec<ModelCall> = interrupted
+                    .iter()
+                    .map(|call| ModelCall {
+                        call: call.clone(),
+                        malformed: None,
+                    })
+                    .collect();
+                let plans = self.plan_calls(&model_calls, true);
+                match self.finish_calls(step, &interrupted, &plans, None).await {
+                    Ok(true) => Ended::Suspended,
+                    Ok(false) => self.steps().await,
+                    Err(ended) => ended,
                 }
-                for chunk in result_chunks {
-                    self.emit(chunk);
-                }
-                self.steps().await
             }
+            Recovery::CallModel => self.steps().await,
         }
     }
 
@@ -436,19 +348,19 @@ impl Driver {
     /// nothing: what the stream shows comes from [`Driver::after_apply`].
     pub(crate) async fn apply(&mut self, action: ResumeAction) -> Result<Applied, ApplyFailed> {
         let target_id = action.tool_call_id().to_owned();
-        let Some(position) = self
+        let Some(target) = self
             .state
             .record
             .pending
             .iter()
-            .position(|p| p.tool_call_id == target_id)
+            .find(|p| p.tool_call_id == target_id)
+            .cloned()
         else {
             // Checked before the claim; only a bug gets here.
             return Err(ApplyFailed::Broken(format!(
                 "tool call {target_id} is no longer pending"
             )));
         };
-        let target = self.state.record.pending[position].clone();
         let call = ToolCall {
             id: target.tool_call_id.clone(),
             name: target.tool_name.clone(),
@@ -469,7 +381,7 @@ impl Driver {
                 };
                 done_result(&call, ToolOutput::text(text))
             }
-            ResumeAction::Deny { reason, .. } => {
+            ResumeAction::DeclineApproval { reason, .. } => {
                 let reason = reason.filter(|r| !r.trim().is_empty());
                 let result = ToolResult {
                     tool_call_id: call.id.clone(),
@@ -491,40 +403,15 @@ impl Driver {
             }
         };
 
-        let mut pending = self.state.record.pending.clone();
-        let mut results = self.state.record.step_results.clone();
-        let mut chunk = None;
-        match outcome {
-            CallOutcome::Done(result, c) => {
-                pending.remove(position);
-                results.push(result);
-                chunk = Some(c);
-            }
-            // Suspended again (or, after approval, the tool asked something):
-            // it keeps its place among the pending calls.
-            CallOutcome::Pending(p) => pending[position] = p,
-        }
-
-        let Some(assistant_calls) = last_tool_calls(&self.state.messages) else {
+        let Some(mut step) = Step::stored(&self.state.record, &self.state.messages) else {
             return Err(ApplyFailed::Broken(
                 "the stored conversation has no tool calls to answer".to_owned(),
             ));
         };
-        let waiting = match machine::after_tools(&assistant_calls, &pending, &results) {
-            AfterTools::Wait => {
-                self.save(RunStatus::Suspended, Vec::new(), pending, results, None)
-                    .await
-                    .map_err(ApplyFailed::Store)?;
-                true
-            }
-            AfterTools::Continue(ordered) => {
-                let append: Vec<Message> = ordered.into_iter().map(Message::Tool).collect();
-                self.save(RunStatus::Running, append, Vec::new(), Vec::new(), None)
-                    .await
-                    .map_err(ApplyFailed::Store)?;
-                false
-            }
-        };
+        let chunk = step.resolve(outcome);
+        let write = step.write(None);
+        let waiting = write.waiting();
+        self.save_step(write).await.map_err(ApplyFailed::Store)?;
         Ok(Applied { chunk, waiting })
     }
 
@@ -718,79 +605,58 @@ impl Driver {
         }
     }
 
-    /// Whether any of these calls would execute a tool that must not run
-    /// twice (see [`crate::Tool::idempotent`]).
-    fn runs_unrepeatable(&self, calls: &[ModelCall]) -> bool {
-        calls.iter().any(|mc| {
-            mc.malformed.is_none()
-                && self
-                    .agent
-                    .tools
-                    .get(&mc.call.name)
-                    .is_some_and(|t| !t.needs_approval && !t.tool.idempotent())
-        })
+    /// What the machine decides for each of a turn's calls, with its
+    /// tool's rules.
+    fn plan_calls(&self, calls: &[ModelCall], recovering: bool) -> Vec<(CallPlan, ToolRules)> {
+        let known: Vec<&str> = self.agent.specs.iter().map(|s| s.name.as_str()).collect();
+        calls
+            .iter()
+            .map(|mc| {
+                let tool = self.agent.tools.get(&mc.call.name).map(|t| {
+                    let rules = ToolRules {
+                        needs_approval: t.needs_approval,
+                        idempotent: t.tool.idempotent(),
+                    };
+                    (rules, describe_errors(&t.validator, &mc.call.args))
+                });
+                let rules = tool.as_ref().map(|(rules, _)| *rules).unwrap_or(ToolRules {
+                    needs_approval: false,
+                    idempotent: true,
+                });
+                let facts = CallFacts {
+                    malformed: mc.malformed.as_deref(),
+                    tool,
+                    known_tools: &known,
+                    recovering,
+                };
+                (machine::plan_call(&mc.call, facts), rules)
+            })
+            .collect()
     }
 
-    /// Runs a step's tool calls concurrently. When `recovering` (the calls
-    /// were interrupted with the process that ran them), a tool that must
-    /// not run twice is not run: its result tells the model so.
-    async fn run_calls(&self, calls: &[ModelCall], recovering: bool) -> Vec<CallOutcome> {
+    /// Carries out a step's plans, running the tools concurrently.
+    async fn run_calls(&self, calls: &[ToolCall], plans: &[(CallPlan, ToolRules)]) -> Vec<CallOutcome> {
         let run_id = &self.state.record.run_id;
-        join_all(calls.iter().map(|mc| {
-            let span = tracing::info_span!("tool_call", tool_call_id = %mc.call.id, tool = %mc.call.name);
-            self.run_call(run_id, mc, recovering).instrument(span)
+        join_all(calls.iter().zip(plans).map(|(call, (plan, _))| async move {
+            match plan {
+                CallPlan::Refuse(message) => error_result(call, message.clone()),
+                CallPlan::AskApproval => CallOutcome::Pending(PendingToolCall {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    args: call.args.clone(),
+                    kind: PendingKind::Approval,
+                    suspend_payload: None,
+                    resume_schema: Some(approval_schema()),
+                }),
+                CallPlan::Execute => {
+                    let span = tracing::info_span!("tool_call", tool_call_id = %call.id, tool = %call.name);
+                    self.execute(call, ToolContext::in_run(run_id, &call.id))
+                        .instrument(span)
+                        .await
+                }
+            }
         }))
         .await
-    }
-
-    /// Checks and runs one tool call of a step.
-    async fn run_call(&self, run_id: &str, mc: &ModelCall, recovering: bool) -> CallOutcome {
-        if let Some(problem) = &mc.malformed {
-            let message = format!(
-                "The arguments for tool {} are not valid JSON ({problem}). Call the tool again with a JSON object that matches its input schema.",
-                mc.call.name
-            );
-            return error_result(&mc.call, message);
-        }
-        let Some(registered) = self.agent.tools.get(&mc.call.name) else {
-            let known: Vec<&str> = self.agent.specs.iter().map(|s| s.name.as_str()).collect();
-            let message = format!(
-                "Unknown tool {}. Available tools: {}.",
-                mc.call.name,
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            );
-            return error_result(&mc.call, message);
-        };
-        if let Err(problems) = describe_errors(&registered.validator, &mc.call.args) {
-            let message = format!(
-                "Invalid input for tool {}: {problems}. Call it again with input that matches its schema.",
-                mc.call.name
-            );
-            return error_result(&mc.call, message);
-        }
-        if registered.needs_approval {
-            return CallOutcome::Pending(PendingToolCall {
-                tool_call_id: mc.call.id.clone(),
-                tool_name: mc.call.name.clone(),
-                args: mc.call.args.clone(),
-                kind: PendingKind::Approval,
-                suspend_payload: None,
-                resume_schema: Some(approval_schema()),
-            });
-        }
-        if recovering && !registered.tool.idempotent() {
-            let message = format!(
-                "Tool {} was interrupted while it ran (the process running it stopped); it may or may not have \
-                 taken effect, and it was not run again. Check before calling it again.",
-                mc.call.name
-            );
-            return error_result(&mc.call, message);
-        }
-        self.execute(&mc.call, ToolContext::in_run(run_id, &mc.call.id)).await
     }
 
     /// Executes one tool; a panic in the tool becomes a tool error, not a
@@ -816,6 +682,12 @@ impl Driver {
             Ok(Err(err)) => error_result(call, err.to_string()),
             Err(_) => error_result(call, format!("Tool {} crashed while running.", call.name)),
         }
+    }
+
+    /// Writes a step's state as the machine decided it.
+    async fn save_step(&mut self, write: StepWrite) -> Result<(), StoreError> {
+        self.save(write.status, write.append, write.pending, write.step_results, None)
+            .await
     }
 
     /// Writes the run's new state and appends messages, as one
@@ -886,9 +758,8 @@ impl Driver {
     /// compare-and-set to a cancel ends the stream with `abort`.
     async fn store_failed(&mut self, err: StoreError) -> Ended {
         if err.is_conflict() {
-            if let Ok(Some(now)) = self.agent.store.get(&self.state.record.run_id).await
-                && now.status == RunStatus::Cancelled
-            {
+            let now = self.agent.store.get(&self.state.record.run_id).await.ok().flatten();
+            if let (LostWrite::Cancelled, Some(now)) = (machine::lost_write(now.as_ref().map(|r| r.status)), now) {
                 self.state.record = now;
                 self.emit(ChunkKind::Abort(AbortPayload {
                     reason: Some("the run was cancelled".into()),
@@ -965,23 +836,6 @@ fn error_result(call: &ToolCall, message: String) -> CallOutcome {
         is_error: true,
     };
     CallOutcome::Done(result, chunk)
-}
-
-/// The tool calls of the conversation's last message, when it is a model
-/// turn with calls whose results were never stored.
-fn unanswered_turn(messages: &[Message]) -> Option<Vec<ToolCall>> {
-    match messages.last()? {
-        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(tool_calls.clone()),
-        _ => None,
-    }
-}
-
-/// The tool calls of the last assistant message.
-fn last_tool_calls(messages: &[Message]) -> Option<Vec<ToolCall>> {
-    messages.iter().rev().find_map(|m| match m {
-        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(tool_calls.clone()),
-        _ => None,
-    })
 }
 
 #[cfg(test)]

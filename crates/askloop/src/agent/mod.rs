@@ -19,14 +19,15 @@ use crate::ask_user::ASK_USER_TOOL_ID;
 use crate::error::RunError;
 use crate::message::Message;
 use crate::model::{Model, ToolSpec};
-use crate::store::{Lease, MemoryStore, PendingKind, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
-use crate::tool::{InvalidResume, Tool};
+use crate::store::{Lease, MemoryStore, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
+use crate::tool::Tool;
 
 pub use lease::DEFAULT_LEASE;
 pub use stream::{AgentStream, StreamOutput};
 
 use cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
-use driver::{ApplyFailed, Driver, ResumeAction, RunState, Start};
+use driver::{ApplyFailed, Driver, RunState, Start};
+use machine::{Decision, ResumeAction};
 
 /// How many model calls one stream (or resume) may make, by default.
 pub const DEFAULT_MAX_STEPS: u32 = 25;
@@ -409,19 +410,6 @@ impl ResumeOptions {
     }
 }
 
-/// What a person decided about a pending call.
-#[derive(Debug, Clone, PartialEq)]
-enum Decision {
-    /// Resume data, and the reason of the options (used only when the data
-    /// declines an approval without a reason of its own).
-    Answer {
-        data: Value,
-        reason: Option<String>,
-    },
-    Approve,
-    Decline(Option<String>),
-}
-
 /// How one try at taking a suspended run went wrong.
 enum Attempt {
     /// Another writer changed the run first.
@@ -662,7 +650,7 @@ impl Agent {
             let run = self.load(run_id).await?;
             if run.status == RunStatus::Running
                 && attempt < CLAIM_ATTEMPTS
-                && sibling_answer_in_flight(&run, options.tool_call_id.as_deref())
+                && machine::sibling_answer_in_flight(&run, options.tool_call_id.as_deref())
             {
                 claim_backoff(attempt).await;
                 continue;
@@ -681,12 +669,7 @@ impl Agent {
                 // call of the same step and still wanted, try again.
                 Err(Attempt::Lost) if attempt < CLAIM_ATTEMPTS => {
                     let now = self.load(run_id).await?;
-                    let retry = match now.status {
-                        RunStatus::Suspended => now.pending.iter().any(|p| p.tool_call_id == ours),
-                        RunStatus::Running => sibling_answer_in_flight(&now, Some(&ours)),
-                        _ => false,
-                    };
-                    if !retry {
+                    if !machine::retry_lost_claim(&now, &ours) {
                         return Err(RunError::Conflict {
                             run_id: run_id.to_owned(),
                         });
@@ -708,7 +691,7 @@ impl Agent {
     /// says so; never an approval, which runs the tool for real.
     fn is_pure(&self, run: &RunRecord, action: &ResumeAction) -> bool {
         match action {
-            ResumeAction::DeclineQuestion { .. } | ResumeAction::Deny { .. } => true,
+            ResumeAction::DeclineQuestion { .. } | ResumeAction::DeclineApproval { .. } => true,
             ResumeAction::Approve { .. } => false,
             ResumeAction::Answer { tool_call_id, .. } => run
                 .pending
@@ -779,87 +762,16 @@ impl Agent {
         })
     }
 
-    /// Checks a decision against the pending call, before anything is written.
+    /// Checks a decision against the pending call, before anything is
+    /// written (see [`machine::fit_decision`]).
     fn check_decision(
         &self,
         run: &RunRecord,
         pending: &crate::store::PendingToolCall,
         decision: &Decision,
     ) -> Result<ResumeAction, RunError> {
-        let tool_call_id = pending.tool_call_id.clone();
-        let wrong_kind = |detail: &str| RunError::WrongPendingKind {
-            run_id: run.run_id.clone(),
-            tool_call_id: tool_call_id.clone(),
-            detail: detail.to_owned(),
-        };
-        let tool = || {
-            self.inner
-                .tools
-                .get(&pending.tool_name)
-                .map(|t| Arc::clone(&t.tool))
-                .ok_or_else(|| RunError::UnknownTool {
-                    run_id: run.run_id.clone(),
-                    agent_id: self.inner.id.clone(),
-                    tool_name: pending.tool_name.clone(),
-                })
-        };
-        match (pending.kind, decision) {
-            (PendingKind::Suspended, Decision::Answer { data, .. }) => {
-                let tool = tool()?;
-                let payload = pending.suspend_payload.clone().unwrap_or(Value::Null);
-                tool.check_resume_data(data, &payload)
-                    .map_err(|InvalidResume { reason, accepted }| RunError::InvalidAnswer {
-                        run_id: run.run_id.clone(),
-                        tool_call_id: tool_call_id.clone(),
-                        reason,
-                        accepted,
-                    })?;
-                Ok(ResumeAction::Answer {
-                    tool_call_id,
-                    data: data.clone(),
-                })
-            }
-            (PendingKind::Suspended, Decision::Decline(reason)) => Ok(ResumeAction::DeclineQuestion {
-                tool_call_id,
-                reason: reason.clone(),
-            }),
-            (PendingKind::Suspended, Decision::Approve) => Err(wrong_kind(
-                "is a question waiting for an answer, not a call waiting for approval; answer it instead",
-            )),
-            (PendingKind::Approval, Decision::Approve) => {
-                tool()?;
-                Ok(ResumeAction::Approve { tool_call_id })
-            }
-            (PendingKind::Approval, Decision::Decline(reason)) => Ok(ResumeAction::Deny {
-                tool_call_id,
-                reason: reason.clone(),
-            }),
-            (PendingKind::Approval, Decision::Answer { data, reason }) => {
-                let approved = data.get("approved").and_then(Value::as_bool);
-                let reason = data
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                    .or_else(|| reason.clone());
-                match approved {
-                    Some(true) => {
-                        tool()?;
-                        Ok(ResumeAction::Approve { tool_call_id })
-                    }
-                    Some(false) => Ok(ResumeAction::Deny { tool_call_id, reason }),
-                    None => Err(RunError::InvalidAnswer {
-                        run_id: run.run_id.clone(),
-                        tool_call_id,
-                        reason: format!(
-                            "this call waits for approval; resume it with {} or {}, got {data}",
-                            json!({"approved": true}),
-                            json!({"approved": false, "reason": "..."})
-                        ),
-                        accepted: None,
-                    }),
-                }
-            }
-        }
+        let tool = self.inner.tools.get(&pending.tool_name).map(|t| t.tool.as_ref());
+        machine::fit_decision(run, pending, decision, tool, &self.inner.id)
     }
 
     fn spawn(&self, state: RunState, start: Start) -> AgentStream {
@@ -868,14 +780,6 @@ impl Agent {
         let driver = Driver::new(Arc::clone(&self.inner), state, Arc::clone(&outbox));
         AgentStream::new(run_id, outbox, driver.run(start))
     }
-}
-
-/// Whether another process may hold the run to answer a *different* call of
-/// the same step: several calls are pending and ours is one of them. Then a
-/// lost claim is worth retrying once that (short) write lands. With a single
-/// pending call, whoever won answered ours: that is a plain conflict.
-fn sibling_answer_in_flight(run: &RunRecord, tool_call_id: Option<&str>) -> bool {
-    run.pending.len() > 1 && tool_call_id.is_some_and(|id| run.pending.iter().any(|p| p.tool_call_id == id))
 }
 
 async fn claim_backoff(attempt: u32) {

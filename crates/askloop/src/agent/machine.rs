@@ -3,7 +3,7 @@
 //! written for it; which decision fits which pending call; what a lost
 //! write means; when a lost claim is tried again; where a recovered run
 //! goes on. The driver (`driver.rs`) carries these decisions out (model
-//! calls, tools, store writes, chunks); `tests/run_machine.rs` drives them
+//! calls, tools, store writes, chunks); `machine_properties.rs` drives them
 //! with random runs, crashes and answers.
 
 use serde::{Deserialize, Serialize};

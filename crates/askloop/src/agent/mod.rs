@@ -5,6 +5,8 @@ mod cache;
 mod driver;
 mod lease;
 mod machine;
+#[cfg(test)]
+mod machine_properties;
 mod recovery;
 mod stream;
 

@@ -1,35 +1,37 @@
 //! [`Agent`]: a model, instructions and tools, driving runs that can stop to
 //! ask a person and carry on when the answer comes.
 
+mod builder;
 mod cache;
 mod driver;
 mod lease;
 mod machine;
 #[cfg(test)]
 mod machine_properties;
+mod options;
 mod recovery;
+mod resume;
 mod stream;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use crate::ask_user::ASK_USER_TOOL_ID;
 use crate::error::RunError;
-use crate::message::Message;
 use crate::model::{Model, ToolSpec};
-use crate::store::{Lease, MemoryStore, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
+use crate::store::{Lease, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
 use crate::tool::Tool;
 
+pub use builder::{AgentBuilder, BuildError};
 pub use lease::DEFAULT_LEASE;
+pub use options::{AgentInput, ResumeOptions, StreamOptions};
 pub use stream::{AgentStream, StreamOutput};
 
-use cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
-use driver::{ApplyFailed, Driver, RunState, Start};
-use machine::{Decision, ResumeAction};
+use cache::ConversationCache;
+use driver::{Driver, RunState, Start};
 
 /// How many model calls one stream (or resume) may make, by default.
 pub const DEFAULT_MAX_STEPS: u32 = 25;
@@ -103,348 +105,7 @@ pub(crate) struct RegisteredTool {
     pub(crate) needs_approval: bool,
 }
 
-/// Builds an [`Agent`].
-pub struct AgentBuilder {
-    id: String,
-    name: Option<String>,
-    instructions: Option<String>,
-    model: Option<Arc<dyn Model>>,
-    tools: Vec<Arc<dyn Tool>>,
-    store: Option<Arc<dyn RunStore>>,
-    max_steps: u32,
-    approve_all: bool,
-    approve_tools: HashSet<String>,
-    cached_messages: usize,
-    lease_duration: std::time::Duration,
-}
-
-impl fmt::Debug for AgentBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AgentBuilder")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Why an agent could not be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// No model was given.
-    #[error("agent {0} has no model: call .model(...)")]
-    MissingModel(String),
-    /// Two tools share an id.
-    #[error("agent {agent_id} has two tools with id {tool_id}")]
-    DuplicateTool {
-        /// The agent.
-        agent_id: String,
-        /// The id.
-        tool_id: String,
-    },
-    /// A tool's input schema is not a valid JSON Schema.
-    #[error("tool {tool_id} has an invalid input schema: {reason}")]
-    InvalidSchema {
-        /// The tool.
-        tool_id: String,
-        /// Why.
-        reason: String,
-    },
-    /// Approval was required for a tool the agent does not have.
-    #[error("approval is required for tool {0}, which the agent does not have")]
-    UnknownApprovalTool(String),
-}
-
-impl AgentBuilder {
-    /// The display name (defaults to the id).
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// The instructions, sent as the system prompt.
-    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
-        self.instructions = Some(instructions.into());
-        self
-    }
-
-    /// The model.
-    pub fn model(mut self, model: Arc<dyn Model>) -> Self {
-        self.model = Some(model);
-        self
-    }
-
-    /// Adds a tool.
-    pub fn tool(mut self, tool: impl Tool) -> Self {
-        self.tools.push(Arc::new(tool));
-        self
-    }
-
-    /// Adds a shared tool.
-    pub fn tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
-        self.tools.push(tool);
-        self
-    }
-
-    /// Where runs are stored (in memory by default).
-    pub fn store(mut self, store: Arc<dyn RunStore>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
-    /// How many model calls one stream or resume may make.
-    pub fn max_steps(mut self, max_steps: u32) -> Self {
-        self.max_steps = max_steps.max(1);
-        self
-    }
-
-    /// Every tool call needs a person's approval before it runs, except
-    /// `ask_user` (asking permission to ask a question would be noise).
-    pub fn require_tool_approval(mut self, yes: bool) -> Self {
-        self.approve_all = yes;
-        self
-    }
-
-    /// Calls of this tool need a person's approval before they run.
-    pub fn require_approval_for(mut self, tool_id: impl Into<String>) -> Self {
-        self.approve_tools.insert(tool_id.into());
-        self
-    }
-
-    /// How many messages, across runs, this process keeps of the runs it
-    /// suspended, so resuming them here skips reading their conversation
-    /// back from the store (0 turns it off). Entries are checked against the
-    /// run's version, so another process's writes are never missed.
-    pub fn conversation_cache(mut self, messages: usize) -> Self {
-        self.cached_messages = messages;
-        self
-    }
-
-    /// How long a run this agent drives stays held after the process driving
-    /// it stops renewing (30 s by default): the longest a run whose process
-    /// died waits before `recover_runs` may take it over. Renewed every
-    /// third of it while the run is driven.
-    pub fn lease_duration(mut self, duration: std::time::Duration) -> Self {
-        self.lease_duration = duration.max(std::time::Duration::from_millis(30));
-        self
-    }
-
-    /// Builds the agent, checking tool schemas once here rather than on
-    /// every call.
-    pub fn build(self) -> Result<Agent, BuildError> {
-        let model = self.model.ok_or_else(|| BuildError::MissingModel(self.id.clone()))?;
-        let mut tools = HashMap::new();
-        let mut specs = Vec::new();
-        for tool in self.tools {
-            let tool_id = tool.id().to_owned();
-            let validator =
-                jsonschema::validator_for(tool.input_schema()).map_err(|err| BuildError::InvalidSchema {
-                    tool_id: tool_id.clone(),
-                    reason: err.to_string(),
-                })?;
-            let needs_approval = tool.requires_approval()
-                || self.approve_tools.contains(&tool_id)
-                || (self.approve_all && tool_id != ASK_USER_TOOL_ID);
-            specs.push(ToolSpec {
-                name: tool_id.clone(),
-                description: tool.description().to_owned(),
-                input_schema: tool.input_schema().clone(),
-            });
-            let registered = RegisteredTool {
-                tool,
-                validator,
-                needs_approval,
-            };
-            if tools.insert(tool_id.clone(), registered).is_some() {
-                return Err(BuildError::DuplicateTool {
-                    agent_id: self.id,
-                    tool_id,
-                });
-            }
-        }
-        if let Some(missing) = self.approve_tools.iter().find(|id| !tools.contains_key(*id)) {
-            return Err(BuildError::UnknownApprovalTool(missing.clone()));
-        }
-        Ok(Agent {
-            inner: Arc::new(AgentInner {
-                name: self.name.unwrap_or_else(|| self.id.clone()),
-                id: self.id,
-                instructions: self.instructions,
-                model,
-                tools,
-                specs,
-                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
-                max_steps: self.max_steps,
-                conversations: ConversationCache::new(self.cached_messages),
-                lease_duration: self.lease_duration,
-            }),
-        })
-    }
-}
-
-/// What a run starts from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentInput {
-    messages: Vec<Message>,
-}
-
-impl From<&str> for AgentInput {
-    fn from(text: &str) -> Self {
-        AgentInput {
-            messages: vec![Message::user(text)],
-        }
-    }
-}
-
-impl From<String> for AgentInput {
-    fn from(text: String) -> Self {
-        AgentInput {
-            messages: vec![Message::user(text)],
-        }
-    }
-}
-
-impl From<Vec<Message>> for AgentInput {
-    fn from(messages: Vec<Message>) -> Self {
-        AgentInput { messages }
-    }
-}
-
-/// Options for a new run.
-#[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
-pub struct StreamOptions {
-    /// Use this run id instead of a new UUID v7.
-    pub run_id: Option<String>,
-    /// The conversation thread the run belongs to.
-    pub thread_id: Option<String>,
-    /// Data stored with the run (e.g. how to rebuild its agent later).
-    pub metadata: Value,
-}
-
-impl StreamOptions {
-    /// Options with a caller-chosen run id.
-    pub fn with_run_id(run_id: impl Into<String>) -> Self {
-        StreamOptions {
-            run_id: Some(run_id.into()),
-            ..Default::default()
-        }
-    }
-
-    /// Sets the metadata stored with the run.
-    pub fn metadata(mut self, metadata: Value) -> Self {
-        self.metadata = metadata;
-        self
-    }
-
-    /// Sets the thread.
-    pub fn thread_id(mut self, thread_id: impl Into<String>) -> Self {
-        self.thread_id = Some(thread_id.into());
-        self
-    }
-}
-
-/// Which run, and which of its pending calls, a decision is for: the one
-/// options shape of [`Agent::resume_stream`], [`Agent::approve_tool_call`]
-/// and [`Agent::decline_tool_call`].
-///
-/// ```
-/// use askloop::ResumeOptions;
-/// let options = ResumeOptions::call("run-1", "call-1").reason("not on a Friday");
-/// assert_eq!(options.tool_call_id.as_deref(), Some("call-1"));
-/// assert_eq!(options.reason.as_deref(), Some("not on a Friday"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ResumeOptions {
-    /// The run.
-    pub run_id: String,
-    /// The call; may be left out when exactly one call is pending.
-    pub tool_call_id: Option<String>,
-    /// Why the call is declined, told to the model: used by
-    /// [`Agent::decline_tool_call`], and by a resume that declines an
-    /// approval (`{"approved": false}`) without a reason of its own. An
-    /// answer or an approval takes no reason.
-    pub reason: Option<String>,
-}
-
-impl ResumeOptions {
-    /// Resumes the run's only pending call, whichever it is when the resume
-    /// arrives (Mastra's `resumeStream(data, { runId })`). When others may
-    /// answer the same run, prefer [`ResumeOptions::call`]: if the run moved
-    /// on to its next question meanwhile, this form would answer that one.
-    pub fn run(run_id: impl Into<String>) -> Self {
-        ResumeOptions {
-            run_id: run_id.into(),
-            tool_call_id: None,
-            reason: None,
-        }
-    }
-
-    /// Resumes a specific call.
-    pub fn call(run_id: impl Into<String>, tool_call_id: impl Into<String>) -> Self {
-        ResumeOptions {
-            run_id: run_id.into(),
-            tool_call_id: Some(tool_call_id.into()),
-            reason: None,
-        }
-    }
-
-    /// The specific call when `tool_call_id` is given, else the run's only
-    /// pending call (a host passing on an optional id it was sent).
-    pub fn call_or_run(run_id: impl Into<String>, tool_call_id: Option<impl Into<String>>) -> Self {
-        ResumeOptions {
-            run_id: run_id.into(),
-            tool_call_id: tool_call_id.map(Into::into),
-            reason: None,
-        }
-    }
-
-    /// Sets the reason a decline gives the model.
-    pub fn reason(mut self, reason: impl Into<String>) -> Self {
-        self.reason = Some(reason.into());
-        self
-    }
-
-    /// Sets or clears the reason a decline gives the model.
-    pub fn with_reason(mut self, reason: Option<String>) -> Self {
-        self.reason = reason;
-        self
-    }
-}
-
-/// How one try at taking a suspended run went wrong.
-enum Attempt {
-    /// Another writer changed the run first.
-    Lost,
-    /// Anything else; not worth another try.
-    Failed(RunError),
-}
-
-/// How many times a resume tries to claim a run when another answer to the
-/// same run (for a different call of the step) holds it.
-const CLAIM_ATTEMPTS: u32 = 12;
-
-/// First wait before such a retry, doubled each time (capped at 64x).
-const CLAIM_BACKOFF_MS: u64 = 2;
-
 impl Agent {
-    /// Starts building an agent with an id.
-    pub fn builder(id: impl Into<String>) -> AgentBuilder {
-        AgentBuilder {
-            id: id.into(),
-            name: None,
-            instructions: None,
-            model: None,
-            tools: Vec::new(),
-            store: None,
-            max_steps: DEFAULT_MAX_STEPS,
-            approve_all: false,
-            approve_tools: HashSet::new(),
-            cached_messages: DEFAULT_CACHED_MESSAGES,
-            lease_duration: DEFAULT_LEASE,
-        }
-    }
-
     /// The agent's id.
     pub fn id(&self) -> &str {
         &self.inner.id
@@ -540,68 +201,10 @@ impl Agent {
         }
     }
 
-    /// Answers a pending call and continues the run. The answer is checked
-    /// against the question first; a refused answer changes nothing.
-    ///
-    /// For a call waiting on approval, `{"approved": true}` approves it and
-    /// `{"approved": false, "reason": "..."}` declines it (without a reason
-    /// in the data, `options.reason` is the reason).
-    pub async fn resume_stream(
-        &self,
-        resume_data: impl Into<Value>,
-        options: ResumeOptions,
-    ) -> Result<AgentStream, RunError> {
-        let decision = Decision::Answer {
-            data: resume_data.into(),
-            reason: options.reason.clone(),
-        };
-        self.decide(options, decision).await
-    }
-
-    /// Approves a call that waits on approval; the tool then runs. Takes the
-    /// same options as [`Agent::resume_stream`] (a reason is refused: an
-    /// approval needs none).
-    pub async fn approve_tool_call(&self, options: ResumeOptions) -> Result<AgentStream, RunError> {
-        if options.reason.is_some() {
-            return Err(RunError::InvalidInput(
-                "an approval takes no reason; a reason goes with a decline".into(),
-            ));
-        }
-        self.decide(options, Decision::Approve).await
-    }
-
-    /// Declines a pending call. A call waiting on approval never runs (the
-    /// stream shows `tool-output-denied`); a question is left unanswered. The
-    /// model is told, with `options.reason` when given, and the run goes on.
-    ///
-    /// ```
-    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
-    /// use std::sync::Arc;
-    /// use askloop::{Agent, AskUser, ResumeOptions, ScriptedModel};
-    /// let model = ScriptedModel::from_json("demo", r#"{"turns": [
-    ///     {"toolCalls": [{"name": "ask_user", "args": {"question": "Deploy now?"}}]},
-    ///     {"text": "Understood: {{toolResults}}"}
-    /// ]}"#).unwrap();
-    /// let agent = Agent::builder("assistant").model(Arc::new(model)).tool(AskUser::new()).build().unwrap();
-    /// let run = agent.generate("Deploy").await.unwrap();
-    /// let declined = agent
-    ///     .decline_tool_call(ResumeOptions::run(&run.run_id).reason("not on a Friday"))
-    ///     .await
-    ///     .unwrap()
-    ///     .output()
-    ///     .await;
-    /// assert_eq!(declined.text, "Understood: The user declined to answer: not on a Friday");
-    /// # });
-    /// ```
-    pub async fn decline_tool_call(&self, options: ResumeOptions) -> Result<AgentStream, RunError> {
-        let reason = options.reason.clone();
-        self.decide(options, Decision::Decline(reason)).await
-    }
-
     /// Cancels a suspended (or running) run: its status becomes `cancelled`
     /// and the model is not called again.
     pub async fn cancel_run(&self, run_id: &str) -> Result<(), RunError> {
-        for _ in 0..CLAIM_ATTEMPTS {
+        for _ in 0..resume::CLAIM_ATTEMPTS {
             let run = self.load(run_id).await?;
             if run.status.is_finished() {
                 return Err(RunError::NotSuspended {
@@ -644,149 +247,12 @@ impl Agent {
         })
     }
 
-    async fn decide(&self, options: ResumeOptions, decision: Decision) -> Result<AgentStream, RunError> {
-        let run_id = options.run_id.as_str();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let run = self.load(run_id).await?;
-            if run.status == RunStatus::Running
-                && attempt < CLAIM_ATTEMPTS
-                && machine::sibling_answer_in_flight(&run, options.tool_call_id.as_deref())
-            {
-                claim_backoff(attempt).await;
-                continue;
-            }
-            let target = run.resume_target(options.tool_call_id.as_deref())?;
-            let action = self.check_decision(&run, target, &decision)?;
-            let ours = action.tool_call_id().to_owned();
-            let tried = if self.is_pure(&run, &action) {
-                self.resume_pure(run, action).await
-            } else {
-                self.resume_claimed(run, action).await
-            };
-            match tried {
-                Ok(stream) => return Ok(stream),
-                // Another answer to the same run won. If ours is for another
-                // call of the same step and still wanted, try again.
-                Err(Attempt::Lost) if attempt < CLAIM_ATTEMPTS => {
-                    let now = self.load(run_id).await?;
-                    if !machine::retry_lost_claim(&now, &ours) {
-                        return Err(RunError::Conflict {
-                            run_id: run_id.to_owned(),
-                        });
-                    }
-                    claim_backoff(attempt).await;
-                }
-                Err(Attempt::Lost) => {
-                    return Err(RunError::Conflict {
-                        run_id: run_id.to_owned(),
-                    });
-                }
-                Err(Attempt::Failed(err)) => return Err(err),
-            }
-        }
-    }
-
-    /// Whether a decision can be applied before the claim (see
-    /// [`Tool::resume_is_pure`]): declines always, answers when the tool
-    /// says so; never an approval, which runs the tool for real.
-    fn is_pure(&self, run: &RunRecord, action: &ResumeAction) -> bool {
-        match action {
-            ResumeAction::DeclineQuestion { .. } | ResumeAction::DeclineApproval { .. } => true,
-            ResumeAction::Approve { .. } => false,
-            ResumeAction::Answer { tool_call_id, .. } => run
-                .pending
-                .iter()
-                .find(|p| &p.tool_call_id == tool_call_id)
-                .and_then(|p| self.inner.tools.get(&p.tool_name))
-                .is_some_and(|t| t.tool.resume_is_pure()),
-        }
-    }
-
-    /// The conversation as of `run`'s version: this process's copy if it has
-    /// that one, else the store's.
-    async fn conversation(&self, run: &RunRecord) -> Result<Vec<Message>, RunError> {
-        match self.inner.conversations.take(&run.run_id, run.version) {
-            Some(messages) => Ok(messages),
-            None => Ok(self.inner.store.messages(&run.run_id).await?),
-        }
-    }
-
-    /// Computes the decision's result and writes it as the compare-and-set
-    /// on the version read: one commit for claim and answer.
-    async fn resume_pure(&self, run: RunRecord, action: ResumeAction) -> Result<AgentStream, Attempt> {
-        let messages = self.conversation(&run).await.map_err(Attempt::Failed)?;
-        let run_id = run.run_id.clone();
-        let outbox = stream::Outbox::default();
-        // The driver takes a lease of its own with its first write.
-        let mut run = run;
-        run.lease = None;
-        let mut driver = Driver::new(
-            Arc::clone(&self.inner),
-            RunState { record: run, messages },
-            Arc::clone(&outbox),
-        );
-        match driver.apply(action).await {
-            Ok(applied) => Ok(AgentStream::new(run_id, outbox, driver.run(Start::Applied(applied)))),
-            Err(ApplyFailed::Store(StoreError::Conflict { .. })) => Err(Attempt::Lost),
-            Err(ApplyFailed::Store(err)) => Err(Attempt::Failed(err.into())),
-            Err(ApplyFailed::Broken(detail)) => {
-                Err(Attempt::Failed(RunError::Store(StoreError::Corrupt { run_id, detail })))
-            }
-        }
-    }
-
-    /// Claims the run, then lets the stream apply the decision (the tool
-    /// may have effects, so it runs only once the run is ours).
-    async fn resume_claimed(&self, run: RunRecord, action: ResumeAction) -> Result<AgentStream, Attempt> {
-        let lease = self.inner.new_lease();
-        let version = match self.inner.store.claim(&run.run_id, run.version, &lease).await {
-            Ok(version) => version,
-            Err(StoreError::Conflict { .. }) => return Err(Attempt::Lost),
-            Err(err) => return Err(Attempt::Failed(err.into())),
-        };
-        let messages = self.conversation(&run).await.map_err(Attempt::Failed)?;
-        let mut record = run;
-        record.version = version;
-        record.status = RunStatus::Running;
-        record.lease = Some(lease);
-        // With other calls still pending, this answer ends in one store
-        // write and no model call: make it before returning, so answers to
-        // sibling questions never wait on a stream its caller has not
-        // polled yet.
-        let siblings_pending = record.pending.len() > 1;
-        let stream = self.spawn(RunState { record, messages }, Start::Resume(action));
-        Ok(if siblings_pending {
-            stream.settled().await
-        } else {
-            stream
-        })
-    }
-
-    /// Checks a decision against the pending call, before anything is
-    /// written (see [`machine::fit_decision`]).
-    fn check_decision(
-        &self,
-        run: &RunRecord,
-        pending: &crate::store::PendingToolCall,
-        decision: &Decision,
-    ) -> Result<ResumeAction, RunError> {
-        let tool = self.inner.tools.get(&pending.tool_name).map(|t| t.tool.as_ref());
-        machine::fit_decision(run, pending, decision, tool, &self.inner.id)
-    }
-
     fn spawn(&self, state: RunState, start: Start) -> AgentStream {
         let outbox = stream::Outbox::default();
         let run_id = state.record.run_id.clone();
         let driver = Driver::new(Arc::clone(&self.inner), state, Arc::clone(&outbox));
         AgentStream::new(run_id, outbox, driver.run(start))
     }
-}
-
-async fn claim_backoff(attempt: u32) {
-    let wait = CLAIM_BACKOFF_MS.saturating_mul(1 << attempt.min(6));
-    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
 }
 
 /// The JSON Schema of an approval decision, as Mastra publishes it.

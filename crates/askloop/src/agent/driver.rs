@@ -8,25 +8,28 @@
 //! emit the tool results and any suspension. A client that saw
 //! `tool-call-suspended` can therefore always resume, from any process.
 
-use std::panic::AssertUnwindSafe;
+mod calls;
+mod turn;
+
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
-use futures::{FutureExt, StreamExt, future::join_all};
+use chrono::Utc;
 use serde_json::Value;
 use tracing::Instrument;
 
+use calls::done_result;
+use turn::{ModelCall, Turn};
+
 use super::machine::{
-    self, AfterModel, CallFacts, CallOutcome, CallPlan, LostWrite, Recovery, ResumeAction, Step, StepWrite, ToolRules,
+    self, AfterModel, CallOutcome, CallPlan, LostWrite, Recovery, ResumeAction, Step, StepWrite, ToolRules,
 };
 use super::stream::Outbox;
 use super::{AgentInner, StreamOutput, approval_schema};
 use crate::chunk::finish::StepReport;
 use crate::chunk::*;
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
-use crate::model::{ModelError, ModelEvent, ModelRequest, ToolCallIds};
 use crate::store::{Lease, PendingKind, PendingToolCall, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError};
-use crate::tool::{ToolContext, ToolOutcome, ToolOutput, describe_errors};
+use crate::tool::{ToolContext, ToolOutput};
 
 /// The default reason a model is given for a declined call.
 const NOT_APPROVED: &str = "Tool call was not approved by the user";
@@ -65,21 +68,6 @@ pub(crate) enum ApplyFailed {
     /// The stored run is not in a state the decision fits (a bug, or a
     /// damaged row).
     Broken(String),
-}
-
-/// A tool call as the model produced it, with its arguments checked for JSON.
-struct ModelCall {
-    call: ToolCall,
-    malformed: Option<String>,
-}
-
-/// One model turn, complete.
-struct Turn {
-    started_at: DateTime<Utc>,
-    text: String,
-    calls: Vec<ModelCall>,
-    reason: FinishReason,
-    usage: Usage,
 }
 
 /// How the stream ended.
@@ -476,214 +464,6 @@ impl Driver {
         })
     }
 
-    /// Streams one model turn, emitting its chunks as they arrive.
-    async fn model_turn(&mut self, started_at: DateTime<Utc>) -> Result<Turn, ModelError> {
-        let request = ModelRequest {
-            run_id: &self.state.record.run_id,
-            system: self.agent.instructions.as_deref(),
-            messages: &self.state.messages,
-            tools: &self.agent.specs,
-        };
-        let mut events = self.agent.model.stream(request).await?;
-
-        let mut turn = Turn {
-            started_at,
-            text: String::new(),
-            calls: Vec::new(),
-            reason: FinishReason::Stop,
-            usage: Usage::default(),
-        };
-        let mut text_id: Option<String> = None;
-        // Calls whose input is streaming: (the model's id, the call's id in
-        // the run, the tool). Ids are made unique per turn here, whatever the
-        // model sent, so every chunk, pending call and result of a step names
-        // exactly one call.
-        let mut ids = ToolCallIds::new();
-        let mut open: Vec<(String, String, String)> = Vec::new();
-        let mut finished = false;
-
-        while let Some(event) = events.next().await {
-            match event? {
-                ModelEvent::TextDelta(text) => {
-                    if text.is_empty() {
-                        continue;
-                    }
-                    let id = match &text_id {
-                        Some(id) => id.clone(),
-                        None => {
-                            let id = new_id();
-                            self.emit(ChunkKind::TextStart(TextId { id: id.clone() }));
-                            text_id = Some(id.clone());
-                            id
-                        }
-                    };
-                    turn.text.push_str(&text);
-                    self.text.push_str(&text);
-                    self.emit(ChunkKind::TextDelta(TextDelta { id, text }));
-                }
-                ModelEvent::ToolCallStart { id: model_id, name } => {
-                    self.close_text(&mut text_id);
-                    let id = ids.claim(&model_id);
-                    self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
-                        tool_call_id: id.clone(),
-                        tool_name: name.clone(),
-                    }));
-                    open.push((model_id, id, name));
-                }
-                ModelEvent::ToolCallDelta {
-                    id: model_id,
-                    args_delta,
-                } => {
-                    // The latest call started under this id is the one streaming.
-                    let (id, tool_name) = match open.iter().rev().find(|(m, _, _)| *m == model_id) {
-                        Some((_, id, name)) => (id.clone(), name.clone()),
-                        None => (model_id, String::new()),
-                    };
-                    self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
-                        tool_call_id: id,
-                        tool_name,
-                        args_text_delta: args_delta,
-                    }));
-                }
-                ModelEvent::ToolCall {
-                    id: model_id,
-                    name,
-                    arguments,
-                } => {
-                    self.close_text(&mut text_id);
-                    // Calls started under one id finish in the order they started.
-                    let started = open.iter().position(|(m, _, _)| *m == model_id);
-                    let id = match started {
-                        Some(position) => open.remove(position).1,
-                        None => ids.claim(&model_id),
-                    };
-                    if started.is_none() {
-                        // The provider sent the call whole (Ollama does):
-                        // show it the way a streamed one looks.
-                        self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
-                            tool_call_id: id.clone(),
-                            tool_name: name.clone(),
-                        }));
-                        self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
-                            tool_call_id: id.clone(),
-                            tool_name: name.clone(),
-                            args_text_delta: arguments.clone(),
-                        }));
-                    }
-                    self.emit(ChunkKind::ToolCallInputStreamingEnd(ToolCallId {
-                        tool_call_id: id.clone(),
-                    }));
-                    let (args, malformed) = parse_arguments(&arguments);
-                    let call = ToolCall { id, name, args };
-                    self.emit(ChunkKind::ToolCall(ToolCallPayload::from(&call)));
-                    turn.calls.push(ModelCall { call, malformed });
-                }
-                ModelEvent::Finish { reason, usage } => {
-                    turn.reason = reason;
-                    turn.usage = usage;
-                    finished = true;
-                }
-            }
-        }
-        self.close_text(&mut text_id);
-        if !finished && turn.text.is_empty() && turn.calls.is_empty() {
-            return Err(ModelError::Protocol {
-                provider: self.agent.model.name().to_owned(),
-                message: "the stream ended without any output".to_owned(),
-            });
-        }
-        // A turn with tool calls is a tool turn, whatever the provider said.
-        if !turn.calls.is_empty() {
-            turn.reason = FinishReason::ToolCalls;
-        }
-        Ok(turn)
-    }
-
-    fn close_text(&self, text_id: &mut Option<String>) {
-        if let Some(id) = text_id.take() {
-            self.emit(ChunkKind::TextEnd(TextId { id }));
-        }
-    }
-
-    /// What the machine decides for each of a turn's calls, with its
-    /// tool's rules.
-    fn plan_calls(&self, calls: &[ModelCall], recovering: bool) -> Vec<(CallPlan, ToolRules)> {
-        let known: Vec<&str> = self.agent.specs.iter().map(|s| s.name.as_str()).collect();
-        calls
-            .iter()
-            .map(|mc| {
-                let tool = self.agent.tools.get(&mc.call.name).map(|t| {
-                    let rules = ToolRules {
-                        needs_approval: t.needs_approval,
-                        idempotent: t.tool.idempotent(),
-                    };
-                    (rules, describe_errors(&t.validator, &mc.call.args))
-                });
-                let rules = tool.as_ref().map(|(rules, _)| *rules).unwrap_or(ToolRules {
-                    needs_approval: false,
-                    idempotent: true,
-                });
-                let facts = CallFacts {
-                    malformed: mc.malformed.as_deref(),
-                    tool,
-                    known_tools: &known,
-                    recovering,
-                };
-                (machine::plan_call(&mc.call, facts), rules)
-            })
-            .collect()
-    }
-
-    /// Carries out a step's plans, running the tools concurrently.
-    async fn run_calls(&self, calls: &[ToolCall], plans: &[(CallPlan, ToolRules)]) -> Vec<CallOutcome> {
-        let run_id = &self.state.record.run_id;
-        join_all(calls.iter().zip(plans).map(|(call, (plan, _))| async move {
-            match plan {
-                CallPlan::Refuse(message) => error_result(call, message.clone()),
-                CallPlan::AskApproval => CallOutcome::Pending(PendingToolCall {
-                    tool_call_id: call.id.clone(),
-                    tool_name: call.name.clone(),
-                    args: call.args.clone(),
-                    kind: PendingKind::Approval,
-                    suspend_payload: None,
-                    resume_schema: Some(approval_schema()),
-                }),
-                CallPlan::Execute => {
-                    let span = tracing::info_span!("tool_call", tool_call_id = %call.id, tool = %call.name);
-                    self.execute(call, ToolContext::in_run(run_id, &call.id))
-                        .instrument(span)
-                        .await
-                }
-            }
-        }))
-        .await
-    }
-
-    /// Executes one tool; a panic in the tool becomes a tool error, not a
-    /// lost run.
-    async fn execute(&self, call: &ToolCall, ctx: ToolContext) -> CallOutcome {
-        let Some(registered) = self.agent.tools.get(&call.name) else {
-            return error_result(call, format!("Unknown tool {}.", call.name));
-        };
-        let tool = Arc::clone(&registered.tool);
-        let run = AssertUnwindSafe(tool.execute(call.args.clone(), ctx))
-            .catch_unwind()
-            .await;
-        match run {
-            Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output),
-            Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(PendingToolCall {
-                tool_call_id: call.id.clone(),
-                tool_name: call.name.clone(),
-                args: call.args.clone(),
-                kind: PendingKind::Suspended,
-                resume_schema: tool.resume_schema_for(&payload),
-                suspend_payload: Some(payload),
-            }),
-            Ok(Err(err)) => error_result(call, err.to_string()),
-            Err(_) => error_result(call, format!("Tool {} crashed while running.", call.name)),
-        }
-    }
-
     /// Writes a step's state as the machine decided it.
     async fn save_step(&mut self, write: StepWrite) -> Result<(), StoreError> {
         self.save(write.status, write.append, write.pending, write.step_results, None)
@@ -790,68 +570,4 @@ impl Driver {
 
 fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
-}
-
-/// Parses a tool call's arguments. Empty means `{}` (providers send that for
-/// tools without parameters); malformed JSON is kept as text and reported.
-fn parse_arguments(arguments: &str) -> (Value, Option<String>) {
-    if arguments.trim().is_empty() {
-        return (Value::Object(Default::default()), None);
-    }
-    match serde_json::from_str(arguments) {
-        Ok(value) => (value, None),
-        Err(err) => (Value::String(arguments.to_owned()), Some(err.to_string())),
-    }
-}
-
-/// A finished call: the chunk shows the tool's own value, the model is told
-/// its model content.
-fn done_result(call: &ToolCall, output: ToolOutput) -> CallOutcome {
-    let result = ToolResult {
-        tool_call_id: call.id.clone(),
-        tool_name: call.name.clone(),
-        content: output.model_content(),
-        is_error: output.is_error,
-    };
-    let chunk = ChunkKind::ToolResult(ToolResultPayload {
-        tool_call_id: call.id.clone(),
-        tool_name: call.name.clone(),
-        args: call.args.clone(),
-        result: output.value,
-    });
-    CallOutcome::Done(result, chunk)
-}
-
-fn error_result(call: &ToolCall, message: String) -> CallOutcome {
-    let chunk = ChunkKind::ToolError(ToolErrorPayload {
-        tool_call_id: call.id.clone(),
-        tool_name: call.name.clone(),
-        args: call.args.clone(),
-        error: message.clone(),
-    });
-    let result = ToolResult {
-        tool_call_id: call.id.clone(),
-        tool_name: call.name.clone(),
-        content: ToolContent::Text(message),
-        is_error: true,
-    };
-    CallOutcome::Done(result, chunk)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn empty_arguments_mean_an_empty_object() {
-        assert_eq!(parse_arguments(""), (serde_json::json!({}), None));
-        assert_eq!(parse_arguments("  "), (serde_json::json!({}), None));
-    }
-
-    #[test]
-    fn malformed_arguments_are_kept_as_text_and_reported() {
-        let (value, problem) = parse_arguments("{\"a\": ");
-        assert_eq!(value, Value::String("{\"a\": ".into()));
-        assert!(problem.is_some());
-    }
 }

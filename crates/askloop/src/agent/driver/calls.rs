@@ -1,0 +1,133 @@
+//! Carrying out the machine's plan for a step's calls: refusing, asking for
+//! approval, or running the tool (concurrently; a panic in a tool becomes
+//! a tool error, not a lost run).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::{FutureExt, future::join_all};
+use tracing::Instrument;
+
+use super::super::approval_schema;
+use super::Driver;
+use super::turn::ModelCall;
+use crate::agent::machine::{self, CallFacts, CallOutcome, CallPlan, ToolRules};
+use crate::chunk::*;
+use crate::message::{ToolCall, ToolContent, ToolResult};
+use crate::store::{PendingKind, PendingToolCall};
+use crate::tool::{ToolContext, ToolOutcome, ToolOutput, describe_errors};
+
+impl Driver {
+    /// What the machine decides for each of a turn's calls, with its
+    /// tool's rules.
+    pub(super) fn plan_calls(&self, calls: &[ModelCall], recovering: bool) -> Vec<(CallPlan, ToolRules)> {
+        let known: Vec<&str> = self.agent.specs.iter().map(|s| s.name.as_str()).collect();
+        calls
+            .iter()
+            .map(|mc| {
+                let tool = self.agent.tools.get(&mc.call.name).map(|t| {
+                    let rules = ToolRules {
+                        needs_approval: t.needs_approval,
+                        idempotent: t.tool.idempotent(),
+                    };
+                    (rules, describe_errors(&t.validator, &mc.call.args))
+                });
+                let rules = tool.as_ref().map(|(rules, _)| *rules).unwrap_or(ToolRules {
+                    needs_approval: false,
+                    idempotent: true,
+                });
+                let facts = CallFacts {
+                    malformed: mc.malformed.as_deref(),
+                    tool,
+                    known_tools: &known,
+                    recovering,
+                };
+                (machine::plan_call(&mc.call, facts), rules)
+            })
+            .collect()
+    }
+
+    /// Carries out a step's plans, running the tools concurrently.
+    pub(super) async fn run_calls(&self, calls: &[ToolCall], plans: &[(CallPlan, ToolRules)]) -> Vec<CallOutcome> {
+        let run_id = &self.state.record.run_id;
+        join_all(calls.iter().zip(plans).map(|(call, (plan, _))| async move {
+            match plan {
+                CallPlan::Refuse(message) => error_result(call, message.clone()),
+                CallPlan::AskApproval => CallOutcome::Pending(PendingToolCall {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    args: call.args.clone(),
+                    kind: PendingKind::Approval,
+                    suspend_payload: None,
+                    resume_schema: Some(approval_schema()),
+                }),
+                CallPlan::Execute => {
+                    let span = tracing::info_span!("tool_call", tool_call_id = %call.id, tool = %call.name);
+                    self.execute(call, ToolContext::in_run(run_id, &call.id))
+                        .instrument(span)
+                        .await
+                }
+            }
+        }))
+        .await
+    }
+
+    /// Executes one tool; a panic in the tool becomes a tool error, not a
+    /// lost run.
+    pub(super) async fn execute(&self, call: &ToolCall, ctx: ToolContext) -> CallOutcome {
+        let Some(registered) = self.agent.tools.get(&call.name) else {
+            return error_result(call, format!("Unknown tool {}.", call.name));
+        };
+        let tool = Arc::clone(&registered.tool);
+        let run = AssertUnwindSafe(tool.execute(call.args.clone(), ctx))
+            .catch_unwind()
+            .await;
+        match run {
+            Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output),
+            Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(PendingToolCall {
+                tool_call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                args: call.args.clone(),
+                kind: PendingKind::Suspended,
+                resume_schema: tool.resume_schema_for(&payload),
+                suspend_payload: Some(payload),
+            }),
+            Ok(Err(err)) => error_result(call, err.to_string()),
+            Err(_) => error_result(call, format!("Tool {} crashed while running.", call.name)),
+        }
+    }
+}
+
+/// A finished call: the chunk shows the tool's own value, the model is told
+/// its model content.
+pub(super) fn done_result(call: &ToolCall, output: ToolOutput) -> CallOutcome {
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: output.model_content(),
+        is_error: output.is_error,
+    };
+    let chunk = ChunkKind::ToolResult(ToolResultPayload {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        result: output.value,
+    });
+    CallOutcome::Done(result, chunk)
+}
+
+pub(super) fn error_result(call: &ToolCall, message: String) -> CallOutcome {
+    let chunk = ChunkKind::ToolError(ToolErrorPayload {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        error: message.clone(),
+    });
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: ToolContent::Text(message),
+        is_error: true,
+    };
+    CallOutcome::Done(result, chunk)
+}

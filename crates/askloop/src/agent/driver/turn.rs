@@ -55,23 +55,7 @@ impl Driver {
 
         while let Some(event) = events.next().await {
             match event? {
-                ModelEvent::TextDelta(text) => {
-                    if text.is_empty() {
-                        continue;
-                    }
-                    let id = match &text_id {
-                        Some(id) => id.clone(),
-                        None => {
-                            let id = new_id();
-                            self.emit(ChunkKind::TextStart(TextId { id: id.clone() }));
-                            text_id = Some(id.clone());
-                            id
-                        }
-                    };
-                    turn.text.push_str(&text);
-                    self.text.push_str(&text);
-                    self.emit(ChunkKind::TextDelta(TextDelta { id, text }));
-                }
+                ModelEvent::TextDelta(text) => self.text_delta(&mut turn, &mut text_id, text),
                 ModelEvent::ToolCallStart { id: model_id, name } => {
                     self.close_text(&mut text_id);
                     let id = ids.claim(&model_id);
@@ -102,32 +86,8 @@ impl Driver {
                     arguments,
                 } => {
                     self.close_text(&mut text_id);
-                    // Calls started under one id finish in the order they started.
-                    let started = open.iter().position(|(m, _, _)| *m == model_id);
-                    let id = match started {
-                        Some(position) => open.remove(position).1,
-                        None => ids.claim(&model_id),
-                    };
-                    if started.is_none() {
-                        // The provider sent the call whole (Ollama does):
-                        // show it the way a streamed one looks.
-                        self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
-                            tool_call_id: id.clone(),
-                            tool_name: name.clone(),
-                        }));
-                        self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
-                            tool_call_id: id.clone(),
-                            tool_name: name.clone(),
-                            args_text_delta: arguments.clone(),
-                        }));
-                    }
-                    self.emit(ChunkKind::ToolCallInputStreamingEnd(ToolCallId {
-                        tool_call_id: id.clone(),
-                    }));
-                    let (args, malformed) = parse_arguments(&arguments);
-                    let call = ToolCall { id, name, args };
-                    self.emit(ChunkKind::ToolCall(ToolCallPayload::from(&call)));
-                    turn.calls.push(ModelCall { call, malformed });
+                    let call = self.whole_call(&mut open, &mut ids, model_id, name, arguments);
+                    turn.calls.push(call);
                 }
                 ModelEvent::Finish { reason, usage } => {
                     turn.reason = reason;
@@ -148,6 +108,63 @@ impl Driver {
             turn.reason = FinishReason::ToolCalls;
         }
         Ok(turn)
+    }
+
+    /// Emits a piece of the turn's text, opening the text part first.
+    fn text_delta(&mut self, turn: &mut Turn, text_id: &mut Option<String>, text: String) {
+        if text.is_empty() {
+            return;
+        }
+        let id = match text_id {
+            Some(id) => id.clone(),
+            None => {
+                let id = new_id();
+                self.emit(ChunkKind::TextStart(TextId { id: id.clone() }));
+                *text_id = Some(id.clone());
+                id
+            }
+        };
+        turn.text.push_str(&text);
+        self.text.push_str(&text);
+        self.emit(ChunkKind::TextDelta(TextDelta { id, text }));
+    }
+
+    /// A call the model finished: emitted the way a streamed one looks,
+    /// with its arguments checked for JSON.
+    fn whole_call(
+        &self,
+        open: &mut Vec<(String, String, String)>,
+        ids: &mut ToolCallIds,
+        model_id: String,
+        name: String,
+        arguments: String,
+    ) -> ModelCall {
+        // Calls started under one id finish in the order they started.
+        let started = open.iter().position(|(m, _, _)| *m == model_id);
+        let id = match started {
+            Some(position) => open.remove(position).1,
+            None => ids.claim(&model_id),
+        };
+        if started.is_none() {
+            // The provider sent the call whole (Ollama does): show it the
+            // way a streamed one looks.
+            self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
+                tool_call_id: id.clone(),
+                tool_name: name.clone(),
+            }));
+            self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
+                tool_call_id: id.clone(),
+                tool_name: name.clone(),
+                args_text_delta: arguments.clone(),
+            }));
+        }
+        self.emit(ChunkKind::ToolCallInputStreamingEnd(ToolCallId {
+            tool_call_id: id.clone(),
+        }));
+        let (args, malformed) = parse_arguments(&arguments);
+        let call = ToolCall { id, name, args };
+        self.emit(ChunkKind::ToolCall(ToolCallPayload::from(&call)));
+        ModelCall { call, malformed }
     }
 
     fn close_text(&self, text_id: &mut Option<String>) {

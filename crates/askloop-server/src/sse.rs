@@ -4,12 +4,10 @@
 //! or `id:` lines: the client drops them.
 //!
 //! The body drives the run: polling it polls the [`AgentStream`], which
-//! polls the run's driver, on the connection's own task. Chunks that come
-//! one right after another (a model's response read in one piece, a step's
-//! closing chunks) are gathered into one buffer, written when the run has
-//! waited one turn of the scheduler without a new chunk: a burst is one
-//! write to the socket rather than one write per chunk (measured by
-//! `askloop-bench http`, see `docs/benchmarks.md`).
+//! polls the run's driver, on the connection's own task: no task, no
+//! channel and no hand-over between tasks per chunk. The chunks that are
+//! ready at one poll (a step's closing chunks, a tool call's chunks) go out
+//! as one buffer, one write to the socket.
 //!
 //! A client that goes away mid-stream drops the body; the rest of the run is
 //! then driven on a task tracked by the server, so it still reaches its next
@@ -61,8 +59,6 @@ fn push_frame(out: &mut Vec<u8>, chunk: &Chunk) {
 pub(crate) fn respond(state: &AppState, stream: AgentStream, span: tracing::Span) -> Response {
     let frames = Frames {
         run: Some(stream),
-        out: Vec::new(),
-        waited: false,
         span,
         runs: state.runs.clone(),
         _open: state.runs.token(),
@@ -80,11 +76,6 @@ pub(crate) fn respond(state: &AppState, stream: AgentStream, span: tracing::Span
 struct Frames {
     /// The run, until its last frame (`[DONE]`) has been handed out.
     run: Option<AgentStream>,
-    /// Frames not yet handed to the connection.
-    out: Vec<u8>,
-    /// Whether `out` has already waited one turn of the scheduler for more
-    /// chunks and none came.
-    waited: bool,
     span: tracing::Span,
     /// Where the rest of the run goes if the client leaves early.
     runs: TaskTracker,
@@ -101,37 +92,27 @@ impl Stream for Frames {
             return Poll::Ready(None);
         };
         let _entered = this.span.enter();
+        let mut out = Vec::new();
         loop {
             match run.poll_next_unpin(cx) {
                 Poll::Ready(Some(chunk)) => {
-                    push_frame(&mut this.out, &chunk);
-                    this.waited = false;
-                    if this.out.len() >= FLUSH_BYTES {
+                    push_frame(&mut out, &chunk);
+                    if out.len() >= FLUSH_BYTES {
                         break;
                     }
                 }
                 Poll::Ready(None) => {
-                    this.out.extend_from_slice(DONE);
+                    out.extend_from_slice(DONE);
                     if let Some(run) = this.run.take() {
                         log_end(run);
                     }
                     break;
                 }
-                Poll::Pending if this.out.is_empty() => return Poll::Pending,
-                // The run waits, perhaps only for another task that holds
-                // its next chunk already (the model client's connection
-                // hands a response over one piece at a time): let the
-                // scheduler run once before writing what there is.
-                Poll::Pending if !this.waited => {
-                    this.waited = true;
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
+                Poll::Pending if out.is_empty() => return Poll::Pending,
                 Poll::Pending => break,
             }
         }
-        this.waited = false;
-        Poll::Ready(Some(Ok(Bytes::from(std::mem::take(&mut this.out)))))
+        Poll::Ready(Some(Ok(Bytes::from(out))))
     }
 }
 

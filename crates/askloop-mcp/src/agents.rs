@@ -37,8 +37,26 @@ pub fn ask_tool_name(agent_id: &str) -> String {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WaitingLinks {
     /// The web page's base URL (e.g. `http://127.0.0.1:4111`), whose
-    /// `/runs/{run_id}` shows the run's questions.
+    /// `/runs/{run_id}` shows the run's questions. When `None` over HTTP,
+    /// the `Host` the client used is taken (the page is served beside
+    /// `/mcp`).
     pub page: Option<String>,
+}
+
+impl WaitingLinks {
+    fn page_for(&self, context: &RequestContext<RoleServer>) -> Option<String> {
+        if let Some(page) = &self.page {
+            return Some(page.trim_end_matches('/').to_owned());
+        }
+        let parts = context.extensions.get::<http::request::Parts>()?;
+        let host = parts.headers.get(http::header::HOST)?.to_str().ok()?;
+        let https = parts
+            .headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+        Some(format!("{}://{host}", if https { "https" } else { "http" }))
+    }
 }
 
 /// The MCP server of a set of agents.
@@ -107,13 +125,13 @@ impl AgentTools {
                 }
             }
             if !can_ask {
-                return self.waiting(&output, None);
+                return self.waiting(context, &output, None);
             }
             let Some(pending) = output.pending.first().cloned() else {
-                return self.waiting(&output, None);
+                return self.waiting(context, &output, None);
             };
             let Some(form) = Form::of(&pending) else {
-                return self.waiting(&output, Some("this question cannot be shown as an MCP form"));
+                return self.waiting(context, &output, Some("this question cannot be shown as an MCP form"));
             };
             let params = ElicitRequestParams::FormElicitationParams {
                 meta: None,
@@ -122,7 +140,9 @@ impl AgentTools {
             };
             let answer = match context.peer.create_elicitation(params).await {
                 Ok(answer) => answer,
-                Err(err) => return self.waiting(&output, Some(&format!("the client could not be asked: {err}"))),
+                Err(err) => {
+                    return self.waiting(context, &output, Some(&format!("the client could not be asked: {err}")));
+                }
             };
             let next = match answer.action {
                 ElicitationAction::Accept => {
@@ -149,17 +169,22 @@ impl AgentTools {
                             .await
                     }
                 },
-                _ => return self.waiting(&output, Some("the question was dismissed")),
+                _ => return self.waiting(context, &output, Some("the question was dismissed")),
             };
             output = match next {
                 Ok(stream) => stream.output().await,
-                Err(err) => return self.waiting(&output, Some(&refused(&err))),
+                Err(err) => return self.waiting(context, &output, Some(&refused(&err))),
             };
         }
     }
 
     /// The result for a run that waits on a person who cannot be asked here.
-    fn waiting(&self, output: &StreamOutput, why: Option<&str>) -> CallToolResult {
+    fn waiting(
+        &self,
+        context: &RequestContext<RoleServer>,
+        output: &StreamOutput,
+        why: Option<&str>,
+    ) -> CallToolResult {
         let questions: Vec<Value> = output
             .pending
             .iter()
@@ -176,9 +201,8 @@ impl AgentTools {
             .collect();
         let answer_at = self
             .links
-            .page
-            .as_ref()
-            .map(|page| format!("{}/runs/{}", page.trim_end_matches('/'), output.run_id));
+            .page_for(context)
+            .map(|page| format!("{page}/runs/{}", output.run_id));
         let mut text = format!("The run {} is waiting for an answer", output.run_id);
         if let Some(why) = why {
             text.push_str(&format!(" ({why})"));

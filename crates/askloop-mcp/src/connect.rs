@@ -39,7 +39,7 @@ pub(crate) struct Relay {
 }
 
 impl Relay {
-    /// A session that only lists tools: it declares no elicitation.
+    /// A session that only lists tools: an elicitation is answered `cancel`.
     pub fn listing() -> Self {
         Relay { elicitations: None }
     }
@@ -70,11 +70,11 @@ impl ClientHandler for Relay {
     }
 
     fn get_info(&self) -> ClientConfig {
-        let capabilities: ClientCapabilities = if self.elicitations.is_some() {
-            serde_json::from_value(serde_json::json!({"elicitation": {"form": {}}})).unwrap_or_default()
-        } else {
-            ClientCapabilities::default()
-        };
+        // Declared for the listing session too: some servers (the reference
+        // server among them) offer their asking tools only to clients that
+        // can be asked.
+        let capabilities: ClientCapabilities =
+            serde_json::from_value(serde_json::json!({"elicitation": {"form": {}}})).unwrap_or_default();
         let mut info = ClientConfig::new(
             capabilities,
             rmcp::model::Implementation::new("askloop", env!("CARGO_PKG_VERSION")),

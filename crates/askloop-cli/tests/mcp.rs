@@ -240,13 +240,18 @@ const DEPLOY_SCRIPT: &str = r#"{"turns": [
   {"text": "Deploying to {{toolResults}}."}
 ]}"#;
 
-fn askloop_mcp(dir: &Path) -> TokioChildProcess {
+/// Writes an askloop.toml with one agent, `deployer`, that asks a question.
+fn write_deployer(dir: &Path) {
     std::fs::write(dir.join("deploy.json"), DEPLOY_SCRIPT).unwrap();
     std::fs::write(
         dir.join("askloop.toml"),
         "[agents.deployer]\nname = \"Deployer\"\nscript = \"deploy.json\"\n",
     )
     .unwrap();
+}
+
+fn askloop_mcp(dir: &Path) -> TokioChildProcess {
+    write_deployer(dir);
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
@@ -328,4 +333,55 @@ async fn askloop_mcp_tells_a_client_without_elicitation_that_the_run_waits_and_w
         .unwrap();
     let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(shown["status"], "suspended", "{shown}");
+}
+
+#[test]
+fn the_official_typescript_sdk_client_lists_calls_and_answers_askloop_mcp() {
+    let client = repo_root().join("tests/mcp/client.mjs");
+    let sdk = repo_root().join("tests/mcp/node_modules/@modelcontextprotocol/sdk/package.json");
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let missing = if !node {
+        Some("node is not installed".to_owned())
+    } else if !sdk.is_file() {
+        Some(format!("{} is missing: run npm ci in tests/mcp", sdk.display()))
+    } else {
+        None
+    };
+    if skipped_for_lack_of("TypeScript SDK client", missing) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_deployer(dir.path());
+    let output = Command::new("node")
+        .arg(&client)
+        .arg(BIN)
+        .arg(dir.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| panic!("{err}: {stderr}"));
+    assert_eq!(seen["tools"], json!(["ask_deployer"]));
+    assert_eq!(seen["asked"][0]["message"], "Which environment?");
+    assert_eq!(
+        seen["asked"][0]["requestedSchema"]["properties"]["answer"]["enum"],
+        json!(["staging", "production"])
+    );
+    assert_eq!(seen["answered"]["structuredContent"]["status"], "completed", "{seen}");
+    assert!(
+        seen["answered"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("staging"),
+        "{seen}"
+    );
+    let waiting = &seen["waiting"]["structuredContent"];
+    assert_eq!(waiting["status"], "suspended", "{seen}");
+    let run_id = waiting["runId"].as_str().unwrap();
+    assert_eq!(waiting["answerUrl"], format!("http://127.0.0.1:4111/runs/{run_id}"));
 }

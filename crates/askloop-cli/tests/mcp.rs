@@ -17,7 +17,8 @@ use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
 };
 use rmcp::service::RequestContext;
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
@@ -384,4 +385,39 @@ fn the_official_typescript_sdk_client_lists_calls_and_answers_askloop_mcp() {
     assert_eq!(waiting["status"], "suspended", "{seen}");
     let run_id = waiting["runId"].as_str().unwrap();
     assert_eq!(waiting["answerUrl"], format!("http://127.0.0.1:4111/runs/{run_id}"));
+}
+
+#[tokio::test]
+async fn askloop_serve_offers_its_agents_at_mcp_behind_the_api_token() {
+    let dir = tempfile::tempdir().unwrap();
+    write_deployer(dir.path());
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("ASKLOOP_API_TOKEN", "s3cret")
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .current_dir(dir.path())
+        .args(["serve", "--addr", "127.0.0.1:0"]);
+    let serving = Serving::start(cmd);
+    let url = serving.url("/mcp");
+
+    let refused = reqwest::Client::new()
+        .post(&url)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401, "no token, no MCP");
+
+    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header("s3cret");
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert_eq!(tools[0].name, "ask_deployer");
+    let result = client.peer().call_tool(ask("Deploy the app")).await.unwrap();
+    let structured = result.structured_content.unwrap();
+    assert_eq!(structured["status"], "suspended");
+    let run_id = structured["runId"].as_str().unwrap();
+    assert_eq!(structured["answerUrl"], serving.url(&format!("/runs/{run_id}")));
+    let _ = client.cancel().await;
 }

@@ -14,6 +14,14 @@
 //! tools = ["ask_user", "write_file"]
 //! require_approval = ["write_file"]  # write_file always needs approval; list others here
 //! allow_free_text = true             # answers outside the offered options are accepted
+//!
+//! [[agents.deployer.mcp]]            # an MCP server's tools (repeat the table for more)
+//! name = "everything"
+//! command = "npx"                    # a program speaking MCP on stdio...
+//! args = ["-y", "@modelcontextprotocol/server-everything"]
+//! # url = "http://127.0.0.1:3001/mcp"  # ...or a streamable-HTTP endpoint
+//! # headers = { Authorization = "Bearer ..." }
+//! # tools = ["echo"]                 # only these of its tools
 //! ```
 
 mod raw;
@@ -22,7 +30,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, AskUser, Model, RunStore, ScriptedModel};
+use askloop::{Agent, AskUser, Model, RunStore, ScriptedModel, Tool};
+use askloop_mcp::McpServerSpec;
 
 use crate::tools::{WRITE_FILE_TOOL_ID, write_file};
 
@@ -66,6 +75,8 @@ pub struct AgentConfig {
     pub max_steps: Option<u32>,
     /// Where `write_file` writes.
     pub write_dir: PathBuf,
+    /// MCP servers whose tools the agent gets (`[[agents.<id>.mcp]]`).
+    pub mcp: Vec<McpServerSpec>,
 }
 
 /// Where an agent's model comes from.
@@ -150,6 +161,7 @@ impl ServerConfig {
                 allow_free_text: false,
                 max_steps: None,
                 write_dir: PathBuf::from("."),
+                mcp: Vec::new(),
             }],
         }
     }
@@ -187,20 +199,57 @@ impl ServerConfig {
 
     /// Builds the agents on `store`. `default_model` makes the model of
     /// agents that name none. A model that cannot be made (a missing key, an
-    /// unreadable script) is an error naming the agent's key.
+    /// unreadable script) is an error naming the agent's key. Agents with MCP
+    /// servers need [`ServerConfig::build_agents_with_mcp`], which lists
+    /// their tools first.
     pub fn build_agents(
         &self,
         store: &Arc<dyn RunStore>,
         default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
     ) -> Result<Vec<Agent>, ConfigError> {
-        let file = self
-            .path
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("(built-in configuration)"));
+        let file = self.file();
         self.agents
             .iter()
-            .map(|agent| agent.build(&file, store, default_model))
+            .map(|agent| {
+                if !agent.mcp.is_empty() {
+                    return Err(ConfigError::new(
+                        &file,
+                        format!("agents.{}.mcp", agent.id),
+                        "MCP servers' tools are listed before the agent is built: use build_agents_with_mcp",
+                    ));
+                }
+                agent.build(&file, store, default_model, Vec::new())
+            })
             .collect()
+    }
+
+    /// Builds the agents as [`ServerConfig::build_agents`] does, first
+    /// starting (or connecting to) each agent's MCP servers to list their
+    /// tools. A server that cannot be reached is an error naming its key.
+    pub async fn build_agents_with_mcp(
+        &self,
+        store: &Arc<dyn RunStore>,
+        default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
+    ) -> Result<Vec<Agent>, ConfigError> {
+        let file = self.file();
+        let mut agents = Vec::with_capacity(self.agents.len());
+        for agent in &self.agents {
+            let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+            for (i, server) in agent.mcp.iter().enumerate() {
+                let listed = askloop_mcp::mcp_tools(server)
+                    .await
+                    .map_err(|err| ConfigError::new(&file, format!("agents.{}.mcp[{i}]", agent.id), err.to_string()))?;
+                tools.extend(listed);
+            }
+            agents.push(agent.build(&file, store, default_model, tools)?);
+        }
+        Ok(agents)
+    }
+
+    fn file(&self) -> PathBuf {
+        self.path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("(built-in configuration)"))
     }
 }
 
@@ -210,6 +259,7 @@ impl AgentConfig {
         file: &Path,
         store: &Arc<dyn RunStore>,
         default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
+        mcp_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Agent, ConfigError> {
         let key = |field: &str| format!("agents.{}.{field}", self.id);
         let model = match &self.model {
@@ -234,6 +284,9 @@ impl AgentConfig {
                 ToolKind::AskUser => builder.tool(AskUser::new().allow_free_text_answers(self.allow_free_text)),
                 ToolKind::WriteFile => builder.tool(write_file(self.write_dir.clone())),
             };
+        }
+        for tool in mcp_tools {
+            builder = builder.tool_arc(tool);
         }
         for tool in &self.require_approval {
             builder = builder.require_approval_for(tool.id());
@@ -300,8 +353,89 @@ fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Re
         allow_free_text: raw.allow_free_text.unwrap_or(false),
         max_steps: raw.max_steps,
         write_dir: base.join(raw.write_dir.unwrap_or_else(|| PathBuf::from("."))),
+        mcp: mcp_servers(file, base, &id, raw.mcp.unwrap_or_default())?,
         id,
     })
+}
+
+fn mcp_servers(
+    file: &Path,
+    base: &Path,
+    agent: &str,
+    raw: Vec<raw::RawMcpServer>,
+) -> Result<Vec<McpServerSpec>, ConfigError> {
+    let mut servers: Vec<McpServerSpec> = Vec::with_capacity(raw.len());
+    for (i, server) in raw.into_iter().enumerate() {
+        let key = |field: &str| format!("agents.{agent}.mcp[{i}]{field}");
+        let mut spec = match (server.command, server.url) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    file,
+                    key(""),
+                    "give either command (stdio) or url (streamable HTTP), not both",
+                ));
+            }
+            (None, None) => {
+                return Err(ConfigError::new(
+                    file,
+                    key(""),
+                    "give command = \"...\" (a program speaking MCP on stdio) or url = \"http://...\" (a streamable-HTTP endpoint)",
+                ));
+            }
+            (Some(command), None) => {
+                if server.headers.is_some() {
+                    return Err(ConfigError::new(
+                        file,
+                        key(".headers"),
+                        "headers go with url; a command takes env",
+                    ));
+                }
+                let name = server.name.clone().unwrap_or_else(|| command.clone());
+                let mut spec = McpServerSpec::stdio(name, command, server.args.unwrap_or_default());
+                for (k, v) in server.env.unwrap_or_default() {
+                    spec = spec.env(k, v);
+                }
+                spec.cwd(base.join(server.cwd.unwrap_or_else(|| PathBuf::from("."))))
+            }
+            (None, Some(url)) => {
+                if server.args.is_some() || server.env.is_some() || server.cwd.is_some() {
+                    return Err(ConfigError::new(
+                        file,
+                        key(""),
+                        "args, env and cwd go with command; a url takes headers",
+                    ));
+                }
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(ConfigError::new(
+                        file,
+                        key(".url"),
+                        format!("{url:?} is not an http:// or https:// URL"),
+                    ));
+                }
+                let name = server.name.clone().unwrap_or_else(|| url.clone());
+                let mut spec = McpServerSpec::http(name, url);
+                for (k, v) in server.headers.unwrap_or_default() {
+                    spec = spec.header(k, v);
+                }
+                spec
+            }
+        };
+        if let Some(tools) = server.tools {
+            spec = spec.only_tools(tools);
+        }
+        if let Some(secs) = server.hold_for_secs {
+            spec = spec.hold_for(std::time::Duration::from_secs(secs));
+        }
+        if servers.iter().any(|s| s.name == spec.name) {
+            return Err(ConfigError::new(
+                file,
+                key(".name"),
+                format!("another MCP server of this agent is named {:?}", spec.name),
+            ));
+        }
+        servers.push(spec);
+    }
+    Ok(servers)
 }
 
 fn tool_list(file: &Path, key: &str, names: Vec<String>) -> Result<Vec<ToolKind>, ConfigError> {

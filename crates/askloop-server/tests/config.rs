@@ -319,3 +319,41 @@ async fn a_configured_write_file_refuses_paths_leading_out_of_its_write_dir() {
         "nothing was written outside write_dir"
     );
 }
+
+#[test]
+fn mcp_servers_resolve_to_a_command_or_a_url_and_their_mistakes_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "askloop.toml",
+        r#"
+[agents.clerk]
+[[agents.clerk.mcp]]
+name = "everything"
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-everything"]
+env = { LOG = "warn" }
+tools = ["echo"]
+[[agents.clerk.mcp]]
+url = "http://127.0.0.1:3001/mcp"
+headers = { Authorization = "Bearer t" }
+"#,
+    );
+    let config = ServerConfig::load(&path).unwrap();
+    let servers = &config.agents[0].mcp;
+    assert_eq!(servers.len(), 2);
+    assert_eq!(servers[0].name, "everything");
+    assert_eq!(servers[0].only_tools, ["echo"]);
+    assert!(matches!(&servers[0].transport, askloop_mcp::McpTransport::Stdio { command, .. } if command == "npx"));
+    assert_eq!(servers[1].name, "http://127.0.0.1:3001/mcp");
+
+    let (_, err) = load_err("[agents.a]\n[[agents.a.mcp]]\ncommand = \"x\"\nurl = \"http://h/mcp\"\n");
+    assert_eq!(err.key, "agents.a.mcp[0]");
+    assert!(err.problem.contains("not both"), "{err}");
+    let (_, err) = load_err("[agents.a]\n[[agents.a.mcp]]\nname = \"n\"\n");
+    assert!(err.problem.contains("give command"), "{err}");
+    let (_, err) = load_err("[agents.a]\n[[agents.a.mcp]]\nurl = \"ftp://h\"\n");
+    assert_eq!(err.key, "agents.a.mcp[0].url");
+    let (_, err) = load_err("[agents.a]\n[[agents.a.mcp]]\ncommand = \"x\"\nheaders = { A = \"b\" }\n");
+    assert_eq!(err.key, "agents.a.mcp[0].headers");
+}

@@ -28,6 +28,23 @@ pub(super) struct RawAgent {
     pub(super) allow_free_text: Option<bool>,
     pub(super) max_steps: Option<u32>,
     pub(super) write_dir: Option<PathBuf>,
+    pub(super) mcp: Option<Vec<RawMcpServer>>,
+}
+
+/// One `[[agents.<id>.mcp]]` table: an MCP server whose tools the agent
+/// gets, started as a program (`command`) or reached at a `url`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcpServer {
+    pub(super) name: Option<String>,
+    pub(super) command: Option<String>,
+    pub(super) args: Option<Vec<String>>,
+    pub(super) env: Option<BTreeMap<String, String>>,
+    pub(super) cwd: Option<PathBuf>,
+    pub(super) url: Option<String>,
+    pub(super) headers: Option<BTreeMap<String, String>>,
+    pub(super) tools: Option<Vec<String>>,
+    pub(super) hold_for_secs: Option<u64>,
 }
 
 pub(super) fn parse(file: &Path, text: &str) -> Result<RawConfig, ConfigError> {

@@ -162,6 +162,10 @@ impl Question {
                 "a free-text question needs a string answer, got {}",
                 json_kind(other)
             )),
+            // With free text allowed, a blank answer would pass as "known".
+            (Some(SelectionMode::SingleSelect), Value::String(label)) if label.trim().is_empty() => {
+                refuse("the answer is empty; a single-select question needs one of the labels".into())
+            }
             (Some(SelectionMode::SingleSelect), Value::String(label)) if known(label) => Ok(()),
             (Some(SelectionMode::SingleSelect), Value::String(label)) => {
                 refuse(format!("{label:?} is not one of the options"))

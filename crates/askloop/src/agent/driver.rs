@@ -6,6 +6,7 @@
 //! emit the tool results and any suspension. A client that saw
 //! `tool-call-suspended` can therefore always resume, from any process.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -736,11 +737,33 @@ impl Driver {
     /// not run twice is not run: its result tells the model so.
     async fn run_calls(&self, calls: &[ModelCall], recovering: bool) -> Vec<CallOutcome> {
         let run_id = &self.state.record.run_id;
+        let mut seen: HashMap<&str, usize> = HashMap::new();
         join_all(calls.iter().map(|mc| {
+            let nth = seen.entry(mc.call.name.as_str()).or_default();
+            *nth += 1;
+            let over = self.over_step_limit(&mc.call.name, *nth);
             let span = tracing::info_span!("tool_call", tool_call_id = %mc.call.id, tool = %mc.call.name);
-            self.run_call(run_id, mc, recovering).instrument(span)
+            async move {
+                match over {
+                    Some(message) => error_result(&mc.call, message),
+                    None => self.run_call(run_id, mc, recovering).await,
+                }
+            }
+            .instrument(span)
         }))
         .await
+    }
+
+    /// Whether the `nth` call of `tool` in a step is past the tool's
+    /// per-step limit ([`Tool::max_calls_per_step`]), with what the model is told.
+    fn over_step_limit(&self, tool: &str, nth: usize) -> Option<String> {
+        let limit = self.agent.tools.get(tool)?.tool.max_calls_per_step()?;
+        (nth > limit).then(|| {
+            format!(
+                "Not run: at most {limit} calls of {tool} are accepted in one step. Make this call again after \
+                 the others are answered."
+            )
+        })
     }
 
     /// Checks and runs one tool call of a step.

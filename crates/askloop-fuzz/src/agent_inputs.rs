@@ -127,7 +127,11 @@ pub fn answer_check_case(payload: &Value, answer: &Value, allow_free_text: bool)
         let labels = question.labels();
         let is_label = |v: &Value| v.as_str().is_some_and(|s| labels.iter().any(|l| l == s));
         let expected = match (question.mode, answer) {
-            (Some(SelectionMode::SingleSelect), answer) => is_label(answer) && !labels.is_empty(),
+            // A blank answer is refused even if a (never offered: ask_user
+            // refuses blank labels) stored label is blank.
+            (Some(SelectionMode::SingleSelect), answer) => {
+                is_label(answer) && answer.as_str().is_some_and(|s| !s.trim().is_empty())
+            }
             (Some(SelectionMode::MultiSelect), Value::Array(items)) => {
                 let distinct = items.iter().enumerate().all(|(i, v)| !items[..i].contains(v));
                 !items.is_empty()

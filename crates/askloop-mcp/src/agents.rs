@@ -165,7 +165,7 @@ impl AgentTools {
                     }
                     _ => {
                         agent
-                            .decline_tool_call(&output.run_id, Some(&pending.tool_call_id), None)
+                            .decline_tool_call(ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()))
                             .await
                     }
                 },

@@ -30,7 +30,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, AskUser, Model, RunStore, ScriptedModel, Tool};
+use askloop::{Agent, AskUser, AskUserLimits, Model, RunStore, ScriptedModel, Tool};
 use askloop_mcp::McpServerSpec;
 
 use crate::tools::{WRITE_FILE_TOOL_ID, write_file};
@@ -51,6 +51,9 @@ pub struct ServerConfig {
     pub path: Option<PathBuf>,
     /// The agents, ordered by id.
     pub agents: Vec<AgentConfig>,
+    /// The `[limits]` table: options, answer size and questions per step
+    /// of every agent's `ask_user`.
+    pub limits: AskUserLimits,
 }
 
 /// One agent, checked.
@@ -163,6 +166,7 @@ impl ServerConfig {
                 write_dir: PathBuf::from("."),
                 mcp: Vec::new(),
             }],
+            limits: AskUserLimits::default(),
         }
     }
 
@@ -186,6 +190,7 @@ impl ServerConfig {
                 "no agents: add at least one table like [agents.assistant] with instructions = \"...\"",
             ));
         }
+        let limits = resolve_limits(path, raw.limits)?;
         let agents = raw
             .agents
             .into_iter()
@@ -194,6 +199,7 @@ impl ServerConfig {
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
+            limits,
         })
     }
 
@@ -218,7 +224,7 @@ impl ServerConfig {
                         "MCP servers' tools are listed before the agent is built: use build_agents_with_mcp",
                     ));
                 }
-                agent.build(&file, store, default_model, Vec::new())
+                agent.build(&file, store, default_model, Vec::new(), self.limits)
             })
             .collect()
     }
@@ -241,7 +247,7 @@ impl ServerConfig {
                     .map_err(|err| ConfigError::new(&file, format!("agents.{}.mcp[{i}]", agent.id), err.to_string()))?;
                 tools.extend(listed);
             }
-            agents.push(agent.build(&file, store, default_model, tools)?);
+            agents.push(agent.build(&file, store, default_model, tools, self.limits)?);
         }
         Ok(agents)
     }
@@ -260,6 +266,7 @@ impl AgentConfig {
         store: &Arc<dyn RunStore>,
         default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
         mcp_tools: Vec<Arc<dyn Tool>>,
+        limits: AskUserLimits,
     ) -> Result<Agent, ConfigError> {
         let key = |field: &str| format!("agents.{}.{field}", self.id);
         let model = match &self.model {
@@ -281,7 +288,11 @@ impl AgentConfig {
         }
         for tool in &self.tools {
             builder = match tool {
-                ToolKind::AskUser => builder.tool(AskUser::new().allow_free_text_answers(self.allow_free_text)),
+                ToolKind::AskUser => builder.tool(
+                    AskUser::new()
+                        .allow_free_text_answers(self.allow_free_text)
+                        .limits(limits),
+                ),
                 ToolKind::WriteFile => builder.tool(write_file(self.write_dir.clone())),
             };
         }
@@ -295,6 +306,30 @@ impl AgentConfig {
             .build()
             .map_err(|err| ConfigError::new(file, format!("agents.{}", self.id), err.to_string()))
     }
+}
+
+/// `[limits]`: each key falls back to its default; zero would refuse
+/// everything, so it is an error.
+fn resolve_limits(file: &Path, raw: raw::RawLimits) -> Result<AskUserLimits, ConfigError> {
+    let defaults = AskUserLimits::default();
+    let pick = |key: &str, value: Option<usize>, default: usize| match value {
+        Some(0) => Err(ConfigError::new(
+            file,
+            format!("limits.{key}"),
+            format!("0 would refuse every question; give a positive number (the default is {default})"),
+        )),
+        Some(value) => Ok(value),
+        None => Ok(default),
+    };
+    Ok(AskUserLimits {
+        max_answer_bytes: pick("max_answer_bytes", raw.max_answer_bytes, defaults.max_answer_bytes)?,
+        max_options: pick("max_options", raw.max_options, defaults.max_options)?,
+        max_questions_per_step: pick(
+            "max_questions_per_step",
+            raw.max_questions_per_step,
+            defaults.max_questions_per_step,
+        )?,
+    })
 }
 
 fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Result<AgentConfig, ConfigError> {

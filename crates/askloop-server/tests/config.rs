@@ -105,6 +105,16 @@ fn bad_files_are_one_error_naming_the_file_the_key_and_the_problem() {
             "not in this agent's tools",
         ),
         ("[agents.a]\nmax_steps = 0\n", "agents.a.max_steps", "at least 1"),
+        (
+            "[limits]\nmax_options = 0\n[agents.a]\n",
+            "limits.max_options",
+            "0 would refuse every question",
+        ),
+        (
+            "[limits]\nmax_option = 3\n[agents.a]\n",
+            "limits.max_option",
+            "unknown field `max_option`",
+        ),
         ("[agents.a]\nmax_steps = -3\n", "agents.a.max_steps", "invalid value"),
         (
             "[agents.a]\nallow_free_text = \"yes\"\n",
@@ -356,4 +366,16 @@ headers = { Authorization = "Bearer t" }
     assert_eq!(err.key, "agents.a.mcp[0].url");
     let (_, err) = load_err("[agents.a]\n[[agents.a.mcp]]\ncommand = \"x\"\nheaders = { A = \"b\" }\n");
     assert_eq!(err.key, "agents.a.mcp[0].headers");
+}
+
+#[test]
+fn the_limits_table_sets_ask_user_limits_and_missing_keys_keep_their_defaults() {
+    let text = "[limits]\nmax_options = 4\nmax_answer_bytes = 100\n[agents.a]\ninstructions = \"x\"\n";
+    let config = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), text).unwrap();
+    let defaults = askloop::AskUserLimits::default();
+    assert_eq!(config.limits.max_options, 4);
+    assert_eq!(config.limits.max_answer_bytes, 100);
+    assert_eq!(config.limits.max_questions_per_step, defaults.max_questions_per_step);
+    let without = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), "[agents.a]\n").unwrap();
+    assert_eq!(without.limits, defaults);
 }

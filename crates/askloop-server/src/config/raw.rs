@@ -14,6 +14,17 @@ use super::ConfigError;
 pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) agents: BTreeMap<String, RawAgent>,
+    #[serde(default)]
+    pub(super) limits: RawLimits,
+}
+
+/// `[limits]`: what one `ask_user` call may ask and be answered with.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimits {
+    pub(super) max_answer_bytes: Option<usize>,
+    pub(super) max_options: Option<usize>,
+    pub(super) max_questions_per_step: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]

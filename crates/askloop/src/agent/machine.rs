@@ -75,6 +75,9 @@ pub(crate) struct ToolRules {
     pub(crate) needs_approval: bool,
     /// It may run again after an interruption (see [`Tool::idempotent`]).
     pub(crate) idempotent: bool,
+    /// How many of its calls one step accepts (see
+    /// [`Tool::max_calls_per_step`]); `None`: no limit.
+    pub(crate) max_per_step: Option<usize>,
 }
 
 /// A call as the machine judges it: the call, and what is known of it.
@@ -89,6 +92,8 @@ pub(crate) struct CallFacts<'a> {
     pub(crate) known_tools: &'a [&'a str],
     /// The call was interrupted with the process that ran it.
     pub(crate) recovering: bool,
+    /// Which call of its tool this is in the step, counting from 1.
+    pub(crate) nth_of_tool: usize,
 }
 
 /// Whether a call runs, errors or waits.
@@ -118,6 +123,13 @@ pub(crate) fn plan_call(call: &ToolCall, facts: CallFacts<'_>) -> CallPlan {
         };
         return CallPlan::Refuse(format!("Unknown tool {}. Available tools: {known}.", call.name));
     };
+    if let Some(limit) = rules.max_per_step.filter(|limit| facts.nth_of_tool > *limit) {
+        return CallPlan::Refuse(format!(
+            "Not run: at most {limit} calls of {} are accepted in one step. Make this call again after the \
+             others are answered.",
+            call.name
+        ));
+    }
     if let Err(problems) = input {
         return CallPlan::Refuse(format!(
             "Invalid input for tool {}: {problems}. Call it again with input that matches its schema.",
@@ -542,6 +554,33 @@ mod tests {
         };
         let ids: Vec<&str> = ordered.iter().map(|r| r.tool_call_id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn calls_of_a_tool_past_its_per_step_limit_are_refused_and_the_earlier_ones_run() {
+        let rules = ToolRules {
+            needs_approval: false,
+            idempotent: true,
+            max_per_step: Some(2),
+        };
+        let plan = |nth_of_tool| {
+            plan_call(
+                &call("x"),
+                CallFacts {
+                    malformed: None,
+                    tool: Some((rules, Ok(()))),
+                    known_tools: &["t"],
+                    recovering: false,
+                    nth_of_tool,
+                },
+            )
+        };
+        assert_eq!(plan(1), CallPlan::Execute);
+        assert_eq!(plan(2), CallPlan::Execute);
+        let CallPlan::Refuse(message) = plan(3) else {
+            panic!("the third call should be refused")
+        };
+        assert!(message.contains("at most 2 calls of t"), "{message}");
     }
 
     #[test]

@@ -40,14 +40,17 @@ fn rules(name: &str) -> Option<ToolRules> {
         "plain" | "ask_user" => Some(ToolRules {
             needs_approval: false,
             idempotent: true,
+            max_per_step: None,
         }),
         "once" => Some(ToolRules {
             needs_approval: false,
             idempotent: false,
+            max_per_step: None,
         }),
         "guarded" => Some(ToolRules {
             needs_approval: true,
             idempotent: false,
+            max_per_step: None,
         }),
         _ => None,
     }
@@ -236,6 +239,7 @@ impl World {
                         rules(&c.name).unwrap_or(ToolRules {
                             needs_approval: false,
                             idempotent: true,
+                            max_per_step: None,
                         }),
                     )
                 })
@@ -379,6 +383,7 @@ fn plan(calls: &[ToolCall], recovering: bool) -> Vec<CallPlan> {
                 tool: rules(&call.name).map(|r| (r, Ok(()))),
                 known_tools: &TOOLS,
                 recovering,
+                nth_of_tool: 1,
             };
             machine::plan_call(call, facts)
         })

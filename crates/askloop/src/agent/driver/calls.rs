@@ -2,6 +2,7 @@
 //! approval, or running the tool (concurrently; a panic in a tool becomes
 //! a tool error, not a lost run).
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -22,25 +23,31 @@ impl Driver {
     /// tool's rules.
     pub(super) fn plan_calls(&self, calls: &[ModelCall], recovering: bool) -> Vec<(CallPlan, ToolRules)> {
         let known: Vec<&str> = self.agent.specs.iter().map(|s| s.name.as_str()).collect();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
         calls
             .iter()
             .map(|mc| {
+                let nth_of_tool = seen.entry(mc.call.name.as_str()).or_default();
+                *nth_of_tool += 1;
                 let tool = self.agent.tools.get(&mc.call.name).map(|t| {
                     let rules = ToolRules {
                         needs_approval: t.needs_approval,
                         idempotent: t.tool.idempotent(),
+                        max_per_step: t.tool.max_calls_per_step(),
                     };
                     (rules, describe_errors(&t.validator, &mc.call.args))
                 });
                 let rules = tool.as_ref().map(|(rules, _)| *rules).unwrap_or(ToolRules {
                     needs_approval: false,
                     idempotent: true,
+                    max_per_step: None,
                 });
                 let facts = CallFacts {
                     malformed: mc.malformed.as_deref(),
                     tool,
                     known_tools: &known,
                     recovering,
+                    nth_of_tool: *nth_of_tool,
                 };
                 (machine::plan_call(&mc.call, facts), rules)
             })

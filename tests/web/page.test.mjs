@@ -215,6 +215,39 @@ test('approve and decline a tool call', async () => {
   await page.close();
 });
 
+test("an MCP server's form (elicitation) is filled in, refused while incomplete, then sent from the chat", async () => {
+  // Tall enough for the whole form in its screenshot.
+  const page = await openPage(BASE, { width: 1100, height: 1700 });
+  const turn = await chat(page, 'Clerk', 'Sign me up');
+  const form = page.getByRole('form', { name: 'Please provide inputs for the following fields:' });
+  await form.waitFor();
+  await form.getByText('everything · trigger-elicitation-request').waitFor();
+  // Defaults from the server's schema are filled in.
+  assert.equal(await form.getByLabel('String with default', { exact: true }).inputValue(), 'It was a dark and stormy night.');
+  assert.equal(await form.getByLabel('Integer', { exact: true }).inputValue(), '42');
+
+  // The required name is missing: the server refuses, the form keeps the rest.
+  await form.getByRole('checkbox', { name: 'Boolean', exact: true }).check();
+  await form.getByRole('button', { name: 'Send', exact: true }).click();
+  await form.getByRole('alert').filter({ hasText: '"name" is a required property' }).waitFor();
+  assert.ok(await form.getByRole('checkbox', { name: 'Boolean', exact: true }).isChecked());
+
+  await form.getByRole('textbox', { name: 'String', exact: true }).fill('Ada Lovelace');
+  await form.getByLabel('Titled Single Select Enum', { exact: true }).selectOption({ label: 'Wonder Woman' });
+  await form.getByRole('checkbox', { name: 'Salmon' }).check();
+  await form.screenshot({ path: join(SHOTS, 'mcp-form.png') });
+  await form.getByRole('button', { name: 'Send', exact: true }).click();
+  await form.getByRole('status').filter({ hasText: 'Sent' }).waitFor();
+
+  // The MCP server got the answer on its open call and its result reached the model.
+  const reply = turn.getByText(/^Done: /);
+  await reply.waitFor();
+  const text = await reply.textContent();
+  for (const part of ['Name: Ada Lovelace', 'Agreed to terms: true', 'Favorite Integer: 42', 'hero-3', 'fish-2']) assert.ok(text.includes(part), `the reply has ${part}: ${text}`);
+  assert.deepEqual(page.problems, []);
+  await page.close();
+});
+
 test('run view: a run opens by its link, with its status, questions and answers', async () => {
   const page = await openPage(BASE);
   const turn = await chat(page, 'Assistant', 'Plan a small launch');

@@ -44,6 +44,22 @@ const DEPLOYER_SCRIPT: &str = r##"{"turns": [
   {"text": "Done: {{toolResults}}"}
 ]}"##;
 
+const CLERK_SCRIPT: &str = r#"{"turns": [
+  {"text": "The sign-up form comes from the MCP server.", "toolCalls": [
+    {"name": "trigger-elicitation-request", "id": "call_form"}]},
+  {"text": "Done: {{toolResults}}"}
+]}"#;
+
+/// The agents; the clerk takes the tools of the MCP reference server
+/// (`tests/mcp`), whose elicitation the page shows as a form.
+fn config(everything: &Path) -> String {
+    format!(
+        "{CONFIG}\n[agents.clerk]\nname = \"Clerk\"\nscript = \"clerk.json\"\n\n[[agents.clerk.mcp]]\n\
+         name = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\ntools = [\"trigger-elicitation-request\"]\n",
+        everything.display().to_string()
+    )
+}
+
 const CONFIG: &str = r#"
 [agents.assistant]
 name = "Assistant"
@@ -65,6 +81,12 @@ fn missing_needs(web: &Path) -> Option<String> {
     if Command::new("node").arg("--version").output().is_err() {
         return Some("node is missing".to_owned());
     }
+    if !everything_entry(web).is_file() {
+        return Some(format!(
+            "{} is missing (npm ci in tests/mcp)",
+            everything_entry(web).display()
+        ));
+    }
     if !web.join("node_modules/playwright-core").is_dir() {
         return Some(format!(
             "{} is missing (npm ci in {})",
@@ -73,6 +95,11 @@ fn missing_needs(web: &Path) -> Option<String> {
         ));
     }
     None
+}
+
+/// The MCP reference server's entry point, beside the browser test.
+fn everything_entry(web: &Path) -> PathBuf {
+    web.join("../mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
 }
 
 fn serve(dir: &Path, token: Option<&str>) -> Serving {
@@ -106,7 +133,9 @@ fn the_web_page_passes_its_browser_test_against_the_real_server() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("askloop.toml"), CONFIG).unwrap();
+    let everything = everything_entry(&web).canonicalize().unwrap();
+    std::fs::write(dir.path().join("askloop.toml"), config(&everything)).unwrap();
+    std::fs::write(dir.path().join("clerk.json"), CLERK_SCRIPT).unwrap();
     std::fs::write(dir.path().join("assistant.json"), ASSISTANT_SCRIPT).unwrap();
     std::fs::write(dir.path().join("deployer.json"), DEPLOYER_SCRIPT).unwrap();
     std::fs::write(dir.path().join("cli.json"), CLI_SCRIPT).unwrap();
@@ -131,7 +160,13 @@ fn the_web_page_passes_its_browser_test_against_the_real_server() {
         status.success(),
         "the browser test failed ({status}); its output is above"
     );
-    for shot in ["chat-question.png", "inbox.png", "inbox-dark.png", "chat-phone.png"] {
+    for shot in [
+        "chat-question.png",
+        "inbox.png",
+        "inbox-dark.png",
+        "chat-phone.png",
+        "mcp-form.png",
+    ] {
         assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
     }
 }

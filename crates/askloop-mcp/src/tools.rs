@@ -265,13 +265,7 @@ impl Tool for McpTool {
                 accepted: None,
             });
         };
-        askloop::tool::check_against_schema(&payload.answer_schema(), data).map_err(|reason| InvalidResume {
-            reason: format!(
-                "give {{\"action\": \"accept\", \"content\": {{...}}}} with content matching {}, or {{\"action\": \"decline\"}} or {{\"action\": \"cancel\"}}: {reason}",
-                payload.requested_schema
-            ),
-            accepted: None,
-        })
+        check_elicitation_answer(&payload, data).map_err(|reason| InvalidResume { reason, accepted: None })
     }
 
     fn idempotent(&self) -> bool {
@@ -323,4 +317,28 @@ fn lost_session_note(server: &str, tool: &str, answer: &ElicitationAnswer) -> To
         "note": note,
     }))
     .for_model(note)
+}
+
+/// Checks an answer to an elicitation, saying what is wrong in the terms of
+/// the form: which action is missing, or which field of the content does not
+/// fit the server's schema (not the whole schema back).
+fn check_elicitation_answer(payload: &ElicitationPayload, data: &Value) -> Result<(), String> {
+    const SHAPES: &str = r#"give {"action": "accept", "content": {...}}, {"action": "decline"} or {"action": "cancel"}"#;
+    let action = data.get("action").and_then(Value::as_str);
+    match action {
+        Some("accept") => {
+            let Some(content) = data.get("content") else {
+                return Err(format!("an accepted form needs its content: {SHAPES}"));
+            };
+            askloop::tool::check_against_schema(&payload.requested_schema, content)
+                .map_err(|problems| format!("the form's content does not fit what {} asked: {problems}", payload.server))?;
+        }
+        Some("decline" | "cancel") => {}
+        Some(other) => return Err(format!("unknown action {other:?}: {SHAPES}")),
+        None => return Err(format!("the answer has no action: {SHAPES}")),
+    }
+    // Whatever the checks above let through must still fit the whole answer
+    // schema (no stray keys, for one).
+    askloop::tool::check_against_schema(&payload.answer_schema(), data)
+        .map_err(|_| format!("the answer has keys other than action and content: {SHAPES}"))
 }

@@ -115,18 +115,25 @@ async fn an_answer_outside_the_requested_schema_is_refused_and_the_question_stay
     let store = memory();
     let agent = agent(&url, Arc::clone(&store), booking_script()).await;
     let run_id = suspended_booking(&agent).await;
-    for bad in [
-        json!({"action": "accept", "content": {"name": "Ada", "seats": 12}}),
-        json!({"action": "accept", "content": {"name": "Ada"}}),
-        json!("Ada"),
-        json!({"action": "maybe"}),
+    // Each refusal says what is wrong in the form's terms: the field, or the
+    // missing action; never the whole schema back.
+    for (bad, says) in [
+        (json!({"action": "accept", "content": {"name": "Ada", "seats": 12}}), "seats"),
+        (json!({"action": "accept", "content": {"name": "Ada"}}), "\"seats\" is a required property"),
+        (json!("Ada"), "the answer has no action"),
+        (json!({"action": "maybe"}), "unknown action \"maybe\""),
+        (json!({"action": "accept"}), "needs its content"),
     ] {
         let err = agent
             .resume_stream(bad.clone(), ResumeOptions::call(&run_id, "call_book"))
             .await
             .err()
             .unwrap_or_else(|| panic!("{bad} was accepted"));
-        assert!(matches!(err, RunError::InvalidAnswer { .. }), "{bad}: {err:?}");
+        let RunError::InvalidAnswer { reason, .. } = &err else {
+            panic!("{bad}: {err:?}")
+        };
+        assert!(reason.contains(says), "{bad}: {reason}");
+        assert!(!reason.contains("properties"), "the schema is not repeated back: {reason}");
         assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Suspended);
     }
     // The live call still takes a good answer afterwards.

@@ -80,6 +80,8 @@ static ASSETS: &[Asset] = &[
     asset!("api.js", JS),
     asset!("dom.js", JS),
     asset!("questions.js", JS),
+    asset!("forms.js", JS),
+    asset!("elicitation.js", JS),
     asset!("chat.js", JS),
     asset!("inbox.js", JS),
     asset!("run.js", JS),

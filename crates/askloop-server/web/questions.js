@@ -1,44 +1,23 @@
 // A waiting tool call as a form a person answers: an ask_user question
-// (free text, single-select, multi-select) or a tool call to approve or
-// decline. Used by the Chat, the Inbox and the Run view alike.
+// (free text, single-select, multi-select), an MCP server's form
+// (elicitation.js), or a tool call to approve or decline. Used by the
+// Chat, the Inbox and the Run view alike.
 //
 // A refused answer (e.g. 422: not one of the options) shows the server's
 // reason beside the form, which keeps what was typed or chosen.
 
 import { agentPath, postStream } from './api.js';
 import { h, uid } from './dom.js';
+import { answered, errorBox, setBusy, showError } from './forms.js';
+import { elicitationForm, isElicitation } from './elicitation.js';
 
 /**
  * @param {{runId: string, agentId: string, call: object, onContinue: (chunks: AsyncIterable<object>, what: string) => void}} options
  */
 export function pendingCallForm({ runId, agentId, call, onContinue }) {
-  return call.kind === 'approval' || call.requiresApproval
-    ? approvalForm({ runId, agentId, call, onContinue })
-    : questionForm({ runId, agentId, call, onContinue });
-}
-
-function errorBox() {
-  return h('p', { class: 'form-error', role: 'alert', hidden: true });
-}
-
-function showError(box, err) {
-  box.textContent = '';
-  box.append(h('strong', {}, 'Not accepted: '), err.message);
-  if (err.accepted?.length) box.append(h('span', { class: 'accepted' }, ` Accepted: ${err.accepted.join(', ')}.`));
-  box.hidden = false;
-}
-
-function setBusy(form, busy) {
-  for (const el of form.querySelectorAll('button, input, textarea')) el.disabled = busy;
-  form.setAttribute('aria-busy', busy ? 'true' : 'false');
-}
-
-function answered(form, text) {
-  form.classList.add('answered');
-  setBusy(form, true);
-  const note = h('p', { class: 'answered-note', role: 'status' }, text);
-  form.append(note);
-  return note;
+  if (call.kind === 'approval' || call.requiresApproval) return approvalForm({ runId, agentId, call, onContinue });
+  if (isElicitation(call)) return elicitationForm({ runId, agentId, call, onContinue });
+  return questionForm({ runId, agentId, call, onContinue });
 }
 
 function questionForm({ runId, agentId, call, onContinue }) {

@@ -1,0 +1,152 @@
+// An MCP server's question (an elicitation, `kind: "mcp-elicitation"`) as
+// a form: one field per property of its requested schema, in MCP's flat
+// subset: text (with the email, uri and date formats), integer and number
+// (with their bounds), yes/no, one of a list (enum, or oneOf with titles,
+// or the older enumNames), and several of a list (an array of those).
+// Send answers `{"action": "accept", "content": {...}}`; Decline and Cancel
+// answer with that action alone. The server checks the content against the
+// schema again; a refusal shows beside the form, which keeps what was filled in.
+
+import { agentPath, postStream } from './api.js';
+import { h, uid } from './dom.js';
+import { answered, errorBox, setBusy, showError } from './forms.js';
+
+export function isElicitation(call) {
+  const payload = call.suspendPayload;
+  return payload?.kind === 'mcp-elicitation' && typeof payload.requestedSchema === 'object';
+}
+
+/** The choices of a one-of-a-list schema, as [{value, title}], or null. */
+function choices(schema) {
+  if (!schema || typeof schema !== 'object') return null;
+  if (Array.isArray(schema.oneOf ?? schema.anyOf)) {
+    return (schema.oneOf ?? schema.anyOf)
+      .filter((c) => c && 'const' in c)
+      .map((c) => ({ value: String(c.const), title: c.title ?? String(c.const) }));
+  }
+  if (Array.isArray(schema.enum)) {
+    const names = Array.isArray(schema.enumNames) ? schema.enumNames : [];
+    return schema.enum.map((v, i) => ({ value: String(v), title: names[i] ?? String(v) }));
+  }
+  return null;
+}
+
+const INPUT_TYPES = { email: 'email', uri: 'url', date: 'date', 'date-time': 'datetime-local' };
+
+/** One field: its element and how to read its value (undefined: left empty). */
+function field(key, schema, required) {
+  const id = uid('field');
+  const title = schema.title || key;
+  const descId = schema.description ? uid('desc') : undefined;
+  const label = h('label', { for: id, class: 'field-label' }, title, required ? h('span', { class: 'required', 'aria-hidden': 'true' }, ' *') : null);
+  const desc = schema.description ? h('span', { class: 'field-desc', id: descId }, schema.description) : null;
+  const many = schema.type === 'array' ? choices(schema.items) : null;
+  const one = schema.type !== 'array' ? choices(schema) : null;
+
+  if (many) {
+    const chosen = new Set(Array.isArray(schema.default) ? schema.default.map(String) : []);
+    const boxes = many.map((c) => {
+      const boxId = uid('opt');
+      const input = h('input', { type: 'checkbox', id: boxId, value: c.value, checked: chosen.has(c.value) });
+      return { input, el: h('div', { class: 'option' }, input, h('label', { for: boxId }, h('span', { class: 'option-label' }, c.title))) };
+    });
+    const el = h(
+      'fieldset',
+      { class: 'field', 'aria-describedby': descId },
+      h('legend', { class: 'field-label' }, title, required ? h('span', { class: 'required', 'aria-hidden': 'true' }, ' *') : null),
+      desc,
+      h('div', { class: 'options' }, boxes.map((b) => b.el)),
+    );
+    return { el, read: () => boxes.filter((b) => b.input.checked).map((b) => b.input.value) };
+  }
+  if (one) {
+    const select = h(
+      'select',
+      { id, required, 'aria-describedby': descId },
+      required && schema.default !== undefined ? null : h('option', { value: '' }, '—'),
+      one.map((c) => h('option', { value: c.value, selected: String(schema.default) === c.value }, c.title)),
+    );
+    return { el: h('div', { class: 'field' }, label, desc, select), read: () => select.value || undefined };
+  }
+  if (schema.type === 'boolean') {
+    const box = h('input', { type: 'checkbox', id, checked: schema.default === true, 'aria-describedby': descId });
+    const el = h('div', { class: 'field field-check' }, box, h('label', { for: id, class: 'field-label' }, title), desc);
+    return { el, read: () => box.checked };
+  }
+  if (schema.type === 'integer' || schema.type === 'number') {
+    const input = h('input', {
+      type: 'number',
+      id,
+      required,
+      min: schema.minimum,
+      max: schema.maximum,
+      step: schema.type === 'integer' ? 1 : 'any',
+      value: schema.default,
+      'aria-describedby': descId,
+    });
+    const read = () => (input.value.trim() === '' ? undefined : Number(input.value));
+    return { el: h('div', { class: 'field' }, label, desc, input), read };
+  }
+  const input = h('input', {
+    type: INPUT_TYPES[schema.format] ?? 'text',
+    id,
+    required,
+    minlength: schema.minLength,
+    maxlength: schema.maxLength,
+    value: schema.default,
+    autocomplete: 'off',
+    'aria-describedby': descId,
+  });
+  return { el: h('div', { class: 'field' }, label, desc, input), read: () => (input.value === '' ? undefined : input.value) };
+}
+
+export function elicitationForm({ runId, agentId, call, onContinue }) {
+  const payload = call.suspendPayload;
+  const schema = payload.requestedSchema || {};
+  const required = new Set(Array.isArray(schema.required) ? schema.required : []);
+  const fields = Object.entries(schema.properties || {}).map(([key, s]) => ({ key, ...field(key, s || {}, required.has(key)) }));
+  const error = errorBox();
+  const message = payload.message || `${call.toolName} asks for details`;
+  const form = h(
+    'form',
+    { class: 'pending question elicitation', 'data-tool-call-id': call.toolCallId, 'aria-label': message, novalidate: true },
+    h('p', { class: 'approval-title' }, h('span', { class: 'tag' }, 'Form'), ' ', h('code', { class: 'tool-name' }, `${payload.server} · ${payload.tool}`)),
+    h('p', { class: 'question-text' }, message),
+    h('div', { class: 'fields' }, fields.map((f) => f.el)),
+    error,
+    h(
+      'div',
+      { class: 'actions' },
+      h('button', { type: 'submit', class: 'primary', value: 'accept' }, 'Send'),
+      h('button', { type: 'submit', value: 'decline' }, 'Decline'),
+      h('button', { type: 'submit', class: 'danger', value: 'cancel' }, 'Cancel'),
+    ),
+  );
+
+  const content = () => {
+    const out = {};
+    for (const f of fields) {
+      const value = f.read();
+      if (value === undefined || (Array.isArray(value) && value.length === 0 && !required.has(f.key))) continue;
+      out[f.key] = value;
+    }
+    return out;
+  };
+
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const action = event.submitter?.value ?? 'accept';
+    const resumeData = action === 'accept' ? { action, content: content() } : { action };
+    error.hidden = true;
+    setBusy(form, true);
+    try {
+      const chunks = await postStream(agentPath(agentId, 'resume-stream'), { runId, toolCallId: call.toolCallId, resumeData });
+      answered(form, action === 'accept' ? 'Sent' : action === 'decline' ? 'Declined' : 'Cancelled');
+      onContinue?.(chunks, action === 'accept' ? 'answer' : 'decline');
+    } catch (err) {
+      setBusy(form, false);
+      showError(error, err);
+    }
+  });
+  return form;
+}

@@ -323,15 +323,20 @@ fn lost_session_note(server: &str, tool: &str, answer: &ElicitationAnswer) -> To
 /// the form: which action is missing, or which field of the content does not
 /// fit the server's schema (not the whole schema back).
 fn check_elicitation_answer(payload: &ElicitationPayload, data: &Value) -> Result<(), String> {
-    const SHAPES: &str = r#"give {"action": "accept", "content": {...}}, {"action": "decline"} or {"action": "cancel"}"#;
+    const SHAPES: &str =
+        r#"give {"action": "accept", "content": {...}}, {"action": "decline"} or {"action": "cancel"}"#;
     let action = data.get("action").and_then(Value::as_str);
     match action {
         Some("accept") => {
             let Some(content) = data.get("content") else {
                 return Err(format!("an accepted form needs its content: {SHAPES}"));
             };
-            askloop::tool::check_against_schema(&payload.requested_schema, content)
-                .map_err(|problems| format!("the form's content does not fit what {} asked: {problems}", payload.server))?;
+            askloop::tool::check_against_schema(&payload.requested_schema, content).map_err(|problems| {
+                format!(
+                    "the form's content does not fit what {} asked: {problems}",
+                    payload.server
+                )
+            })?;
         }
         Some("decline" | "cancel") => {}
         Some(other) => return Err(format!("unknown action {other:?}: {SHAPES}")),

@@ -118,8 +118,14 @@ async fn an_answer_outside_the_requested_schema_is_refused_and_the_question_stay
     // Each refusal says what is wrong in the form's terms: the field, or the
     // missing action; never the whole schema back.
     for (bad, says) in [
-        (json!({"action": "accept", "content": {"name": "Ada", "seats": 12}}), "seats"),
-        (json!({"action": "accept", "content": {"name": "Ada"}}), "\"seats\" is a required property"),
+        (
+            json!({"action": "accept", "content": {"name": "Ada", "seats": 12}}),
+            "seats",
+        ),
+        (
+            json!({"action": "accept", "content": {"name": "Ada"}}),
+            "\"seats\" is a required property",
+        ),
         (json!("Ada"), "the answer has no action"),
         (json!({"action": "maybe"}), "unknown action \"maybe\""),
         (json!({"action": "accept"}), "needs its content"),
@@ -133,7 +139,10 @@ async fn an_answer_outside_the_requested_schema_is_refused_and_the_question_stay
             panic!("{bad}: {err:?}")
         };
         assert!(reason.contains(says), "{bad}: {reason}");
-        assert!(!reason.contains("properties"), "the schema is not repeated back: {reason}");
+        assert!(
+            !reason.contains("properties"),
+            "the schema is not repeated back: {reason}"
+        );
         assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Suspended);
     }
     // The live call still takes a good answer afterwards.

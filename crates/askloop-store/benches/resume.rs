@@ -71,6 +71,7 @@ fn pending() -> Vec<PendingToolCall> {
             json!({"question": "Which environment?", "options": [{"label": "staging"}, {"label": "production"}], "selectionMode": "single-select"}),
         ),
         resume_schema: Some(json!({"type": "string", "enum": ["staging", "production"]})),
+        expires_at: None,
     }]
 }
 
@@ -138,6 +139,7 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
             error: None,
             failure: None,
             lease: None,
+            resolution: None,
         })
         .await
         .unwrap();
@@ -182,6 +184,7 @@ impl Fixture {
                     error: None,
                     failure: None,
                     lease: None,
+                    resolution: None,
                 })
                 .await
                 .unwrap();

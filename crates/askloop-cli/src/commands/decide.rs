@@ -218,6 +218,7 @@ mod tests {
             kind: PendingKind::Suspended,
             suspend_payload: Some(json!({"question": "?"})),
             resume_schema: None,
+            expires_at: None,
         };
         let now = chrono::Utc::now();
         RunRecord {

@@ -780,6 +780,7 @@ impl Driver {
                 kind: PendingKind::Approval,
                 suspend_payload: None,
                 resume_schema: Some(approval_schema()),
+                expires_at: None,
             });
         }
         if recovering && !registered.tool.idempotent() {
@@ -812,6 +813,7 @@ impl Driver {
                 kind: PendingKind::Suspended,
                 resume_schema: tool.resume_schema_for(&payload),
                 suspend_payload: Some(payload),
+                expires_at: None,
             }),
             Ok(Err(err)) => error_result(call, err.to_string()),
             Err(_) => error_result(call, format!("Tool {} crashed while running.", call.name)),
@@ -845,6 +847,7 @@ impl Driver {
             error: error.as_deref(),
             failure: failure.as_ref(),
             lease: lease.as_ref(),
+            resolution: None,
         };
         let version = self.agent.store.update(update).await?;
         let record = &mut self.state.record;

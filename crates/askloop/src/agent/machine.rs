@@ -126,6 +126,7 @@ mod tests {
             kind: PendingKind::Suspended,
             suspend_payload: None,
             resume_schema: None,
+            expires_at: None,
         }
     }
 

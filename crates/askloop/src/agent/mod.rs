@@ -488,6 +488,7 @@ impl Agent {
             metadata: options.metadata,
             lease: Some(self.inner.new_lease()),
             failure: None,
+            resolutions: Vec::new(),
         };
         self.inner.store.create(&record, &messages).await?;
         let state = RunState { record, messages };
@@ -561,6 +562,7 @@ impl Agent {
                 error: None,
                 failure: None,
                 lease: None,
+                resolution: None,
             };
             match self.inner.store.update(update).await {
                 Ok(_) => return Ok(()),

@@ -14,6 +14,7 @@ use futures::{FutureExt, StreamExt, future::join_all};
 use serde_json::Value;
 use tracing::Instrument;
 
+use super::expiry;
 use super::machine::{self, AfterModel, AfterTools};
 use super::stream::Outbox;
 use super::{AgentInner, StreamOutput, approval_schema};
@@ -21,7 +22,10 @@ use crate::chunk::finish::StepReport;
 use crate::chunk::*;
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 use crate::model::{ModelError, ModelEvent, ModelRequest, ToolCallIds};
-use crate::store::{Lease, PendingKind, PendingToolCall, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError};
+use crate::store::{
+    Author, Lease, PendingKind, PendingToolCall, Resolution, ResolutionKind, RunFailure, RunRecord, RunStatus,
+    RunUpdate, StoreError,
+};
 use crate::tool::{ToolContext, ToolOutcome, ToolOutput, describe_errors};
 
 /// The default reason a model is given for a declined call.
@@ -52,6 +56,10 @@ pub(crate) enum ResumeAction {
         tool_call_id: String,
         reason: Option<String>,
     },
+    /// The call's time limit passed unanswered (see `expiry.rs`).
+    Expire {
+        tool_call_id: String,
+    },
 }
 
 impl ResumeAction {
@@ -60,7 +68,19 @@ impl ResumeAction {
             ResumeAction::Answer { tool_call_id, .. }
             | ResumeAction::DeclineQuestion { tool_call_id, .. }
             | ResumeAction::Approve { tool_call_id }
-            | ResumeAction::Deny { tool_call_id, .. } => tool_call_id,
+            | ResumeAction::Deny { tool_call_id, .. }
+            | ResumeAction::Expire { tool_call_id } => tool_call_id,
+        }
+    }
+
+    /// What the decision is, as stored among the run's resolutions.
+    fn resolution_kind(&self) -> ResolutionKind {
+        match self {
+            ResumeAction::Answer { .. } => ResolutionKind::Answered,
+            ResumeAction::DeclineQuestion { .. } => ResolutionKind::Declined,
+            ResumeAction::Approve { .. } => ResolutionKind::Approved,
+            ResumeAction::Deny { .. } => ResolutionKind::Denied,
+            ResumeAction::Expire { .. } => ResolutionKind::Expired,
         }
     }
 }
@@ -69,8 +89,8 @@ impl ResumeAction {
 pub(crate) enum Start {
     /// A new run.
     Fresh,
-    /// A claimed run, with the decision to apply.
-    Resume(ResumeAction),
+    /// A claimed run, with the decision to apply and who made it.
+    Resume(ResumeAction, Author),
     /// A decision already applied and written (see `Driver::apply`).
     Applied(Applied),
     /// A run taken over after its driver stopped (see `Driver::recovered`).
@@ -157,6 +177,8 @@ pub(crate) struct Driver {
     text: String,
     /// Model calls made in this stream.
     steps_here: u32,
+    /// The resolution the next write records (set by [`Driver::apply`]).
+    resolution: Option<Resolution>,
     /// Who holds the run's lease while this driver has it running: the
     /// owner of the lease the run was claimed or created with, else a new
     /// one (taken by the first write that keeps the run running).
@@ -176,6 +198,7 @@ impl Driver {
             message_id: new_id(),
             text: String::new(),
             steps_here: 0,
+            resolution: None,
             lease_owner,
         }
     }
@@ -198,7 +221,7 @@ impl Driver {
                     }));
                     self.steps().await
                 }
-                Start::Resume(action) => self.resume(action).await,
+                Start::Resume(action, author) => self.resume(action, author).await,
                 Start::Applied(applied) => self.after_apply(applied).await,
                 Start::Recovered => self.recovered().await,
             }
@@ -423,8 +446,8 @@ impl Driver {
     }
 
     /// Applies a checked decision to its pending call, then carries on.
-    async fn resume(&mut self, action: ResumeAction) -> Ended {
-        match self.apply(action).await {
+    async fn resume(&mut self, action: ResumeAction, author: Author) -> Ended {
+        match self.apply(action, author).await {
             Ok(applied) => self.after_apply(applied).await,
             Err(ApplyFailed::Store(err)) => self.store_failed(err).await,
             Err(ApplyFailed::Broken(message)) => self.fail(RunFailure::Broken { message }).await,
@@ -434,7 +457,7 @@ impl Driver {
     /// Applies a checked decision to its pending call and writes the result,
     /// as one compare-and-set on the version this driver holds. Emits
     /// nothing: what the stream shows comes from [`Driver::after_apply`].
-    pub(crate) async fn apply(&mut self, action: ResumeAction) -> Result<Applied, ApplyFailed> {
+    pub(crate) async fn apply(&mut self, action: ResumeAction, author: Author) -> Result<Applied, ApplyFailed> {
         let target_id = action.tool_call_id().to_owned();
         let Some(position) = self
             .state
@@ -455,6 +478,7 @@ impl Driver {
             args: target.args.clone(),
         };
         let run_id = self.state.record.run_id.clone();
+        self.resolution = Some(Resolution::now(Some(&target_id), action.resolution_kind(), author));
 
         let outcome = match action {
             ResumeAction::Answer { data, .. } => {
@@ -469,26 +493,14 @@ impl Driver {
                 };
                 done_result(&call, ToolOutput::text(text))
             }
-            ResumeAction::Deny { reason, .. } => {
-                let reason = reason.filter(|r| !r.trim().is_empty());
-                let result = ToolResult {
-                    tool_call_id: call.id.clone(),
-                    tool_name: call.name.clone(),
-                    content: ToolContent::Text(reason.clone().unwrap_or_else(|| NOT_APPROVED.to_owned())),
-                    is_error: false,
-                };
-                let chunk = ChunkKind::ToolOutputDenied(ToolOutputDenied {
-                    tool_call_id: call.id.clone(),
-                    tool_name: call.name.clone(),
-                    args: call.args.clone(),
-                    approval: ApprovalDecision {
-                        id: call.id.clone(),
-                        approved: false,
-                        reason,
-                    },
-                });
-                CallOutcome::Done(result, chunk)
-            }
+            ResumeAction::Deny { reason, .. } => denied(&call, reason.filter(|r| !r.trim().is_empty())),
+            ResumeAction::Expire { .. } => match target.kind {
+                PendingKind::Suspended => done_result(
+                    &call,
+                    ToolOutput::text(expiry::expired_question_text(target.expires_at)),
+                ),
+                PendingKind::Approval => denied(&call, Some(expiry::expired_approval_reason(target.expires_at))),
+            },
         };
 
         let mut pending = self.state.record.pending.clone();
@@ -773,7 +785,7 @@ impl Driver {
             return error_result(&mc.call, message);
         }
         if registered.needs_approval {
-            return CallOutcome::Pending(PendingToolCall {
+            let pending = PendingToolCall {
                 tool_call_id: mc.call.id.clone(),
                 tool_name: mc.call.name.clone(),
                 args: mc.call.args.clone(),
@@ -781,7 +793,8 @@ impl Driver {
                 suspend_payload: None,
                 resume_schema: Some(approval_schema()),
                 expires_at: None,
-            });
+            };
+            return CallOutcome::Pending(self.with_time_limit(pending));
         }
         if recovering && !registered.tool.idempotent() {
             let message = format!(
@@ -792,6 +805,12 @@ impl Driver {
             return error_result(&mc.call, message);
         }
         self.execute(&mc.call, ToolContext::in_run(run_id, &mc.call.id)).await
+    }
+
+    /// A new waiting call with the agent's time limit for its tool, from now.
+    fn with_time_limit(&self, pending: PendingToolCall) -> PendingToolCall {
+        let expires_at = expiry::deadline(self.agent.time_limit_for(&pending.tool_name), Utc::now());
+        expiry::with_deadline(pending, expires_at)
     }
 
     /// Executes one tool; a panic in the tool becomes a tool error, not a
@@ -806,7 +825,7 @@ impl Driver {
             .await;
         match run {
             Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output),
-            Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(PendingToolCall {
+            Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(self.with_time_limit(PendingToolCall {
                 tool_call_id: call.id.clone(),
                 tool_name: call.name.clone(),
                 args: call.args.clone(),
@@ -814,7 +833,7 @@ impl Driver {
                 resume_schema: tool.resume_schema_for(&payload),
                 suspend_payload: Some(payload),
                 expires_at: None,
-            }),
+            })),
             Ok(Err(err)) => error_result(call, err.to_string()),
             Err(_) => error_result(call, format!("Tool {} crashed while running.", call.name)),
         }
@@ -847,9 +866,12 @@ impl Driver {
             error: error.as_deref(),
             failure: failure.as_ref(),
             lease: lease.as_ref(),
-            resolution: None,
+            resolution: self.resolution.as_ref(),
         };
         let version = self.agent.store.update(update).await?;
+        if let Some(resolution) = self.resolution.take() {
+            self.state.record.resolutions.push(resolution);
+        }
         let record = &mut self.state.record;
         record.version = version;
         record.status = status;
@@ -950,6 +972,28 @@ fn done_result(call: &ToolCall, output: ToolOutput) -> CallOutcome {
         tool_name: call.name.clone(),
         args: call.args.clone(),
         result: output.value,
+    });
+    CallOutcome::Done(result, chunk)
+}
+
+/// A call that was declined before it ran: the model gets the reason (or
+/// the default), the stream `tool-output-denied`.
+fn denied(call: &ToolCall, reason: Option<String>) -> CallOutcome {
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: ToolContent::Text(reason.clone().unwrap_or_else(|| NOT_APPROVED.to_owned())),
+        is_error: false,
+    };
+    let chunk = ChunkKind::ToolOutputDenied(ToolOutputDenied {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        approval: ApprovalDecision {
+            id: call.id.clone(),
+            approved: false,
+            reason,
+        },
     });
     CallOutcome::Done(result, chunk)
 }

@@ -3,6 +3,7 @@
 
 mod cache;
 mod driver;
+mod expiry;
 mod lease;
 mod machine;
 mod recovery;
@@ -19,9 +20,13 @@ use crate::ask_user::ASK_USER_TOOL_ID;
 use crate::error::RunError;
 use crate::message::Message;
 use crate::model::{Model, ToolSpec};
-use crate::store::{Lease, MemoryStore, PendingKind, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
+use crate::store::{
+    Author, Lease, MemoryStore, PendingKind, Resolution, ResolutionKind, RunRecord, RunStatus, RunStore, RunUpdate,
+    StoreError,
+};
 use crate::tool::{InvalidResume, Tool};
 
+pub(crate) use expiry::rfc3339;
 pub use lease::DEFAULT_LEASE;
 pub use stream::{AgentStream, StreamOutput};
 
@@ -85,9 +90,28 @@ pub(crate) struct AgentInner {
     pub(crate) max_steps: u32,
     pub(crate) conversations: ConversationCache,
     pub(crate) lease_duration: std::time::Duration,
+    pub(crate) time_limits: TimeLimits,
+}
+
+/// How long a call of each tool may wait for an answer or an approval.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TimeLimits {
+    /// For every tool without its own.
+    pub(crate) default: Option<std::time::Duration>,
+    /// Per tool id.
+    pub(crate) per_tool: HashMap<String, std::time::Duration>,
 }
 
 impl AgentInner {
+    /// How long a call of `tool_id` may wait, if it has a limit.
+    pub(crate) fn time_limit_for(&self, tool_id: &str) -> Option<std::time::Duration> {
+        self.time_limits
+            .per_tool
+            .get(tool_id)
+            .copied()
+            .or(self.time_limits.default)
+    }
+
     /// A lease for a new driver of a run, from now.
     pub(crate) fn new_lease(&self) -> Lease {
         Lease::new(uuid::Uuid::now_v7().to_string(), Utc::now() + self.lease_duration)
@@ -113,6 +137,7 @@ pub struct AgentBuilder {
     approve_tools: HashSet<String>,
     cached_messages: usize,
     lease_duration: std::time::Duration,
+    time_limits: TimeLimits,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -216,6 +241,24 @@ impl AgentBuilder {
         self
     }
 
+    /// How long a question (`ask_user` or any suspended tool) or an approval
+    /// may wait for a person (none by default: it waits until answered).
+    /// Once the limit passes, [`Agent::expire_runs`] resolves it: the model
+    /// is told no answer came within the limit (never given an invented
+    /// one), and an approval counts as declined with that reason. Answers
+    /// after the limit are refused with [`RunError::Expired`].
+    pub fn time_limit(mut self, limit: std::time::Duration) -> Self {
+        self.time_limits.default = Some(limit);
+        self
+    }
+
+    /// How long a call of one tool may wait (overrides
+    /// [`AgentBuilder::time_limit`] for it).
+    pub fn time_limit_for(mut self, tool_id: impl Into<String>, limit: std::time::Duration) -> Self {
+        self.time_limits.per_tool.insert(tool_id.into(), limit);
+        self
+    }
+
     /// How long a run this agent drives stays held after the process driving
     /// it stops renewing (30 s by default): the longest a run whose process
     /// died waits before `recover_runs` may take it over. Renewed every
@@ -273,6 +316,7 @@ impl AgentBuilder {
                 max_steps: self.max_steps,
                 conversations: ConversationCache::new(self.cached_messages),
                 lease_duration: self.lease_duration,
+                time_limits: self.time_limits,
             }),
         })
     }
@@ -348,6 +392,9 @@ pub struct ResumeOptions {
     pub run_id: String,
     /// The call; may be left out when exactly one call is pending.
     pub tool_call_id: Option<String>,
+    /// Who decides, stored with the run's resolution (the library, with
+    /// no name, unless set with [`ResumeOptions::by`]).
+    pub author: Author,
 }
 
 impl ResumeOptions {
@@ -359,6 +406,7 @@ impl ResumeOptions {
         ResumeOptions {
             run_id: run_id.into(),
             tool_call_id: None,
+            author: Author::default(),
         }
     }
 
@@ -367,7 +415,14 @@ impl ResumeOptions {
         ResumeOptions {
             run_id: run_id.into(),
             tool_call_id: Some(tool_call_id.into()),
+            author: Author::default(),
         }
+    }
+
+    /// Who decides: the interface and, where known, the person or client.
+    pub fn by(mut self, author: Author) -> Self {
+        self.author = author;
+        self
     }
 }
 
@@ -377,6 +432,8 @@ enum Decision {
     Answer(Value),
     Approve,
     Decline(Option<String>),
+    /// The call's time limit passed.
+    Expire,
 }
 
 /// How one try at taking a suspended run went wrong.
@@ -409,6 +466,7 @@ impl Agent {
             approve_tools: HashSet::new(),
             cached_messages: DEFAULT_CACHED_MESSAGES,
             lease_duration: DEFAULT_LEASE,
+            time_limits: TimeLimits::default(),
         }
     }
 
@@ -539,9 +597,70 @@ impl Agent {
             .await
     }
 
+    /// Approves a call that waits on approval, as `options.author`.
+    pub async fn approve(&self, options: ResumeOptions) -> Result<AgentStream, RunError> {
+        self.decide(options, Decision::Approve).await
+    }
+
+    /// Declines a pending call (see [`Agent::decline_tool_call`]), as
+    /// `options.author`.
+    pub async fn decline(&self, options: ResumeOptions, reason: Option<String>) -> Result<AgentStream, RunError> {
+        self.decide(options, Decision::Decline(reason)).await
+    }
+
+    /// Resolves every pending call of this agent's runs whose time limit
+    /// has passed (see [`AgentBuilder::time_limit`]), as `author`: a
+    /// question is answered for the model with a text saying no answer came
+    /// within the limit, an approval is declined with that reason. Returns
+    /// the streams of the runs that continue (each calls the model once its
+    /// last waiting call is resolved): drive them to the end. Works from
+    /// any process: the expiry time is stored with the call.
+    pub async fn expire_runs(&self, author: Author) -> Result<Vec<AgentStream>, RunError> {
+        const BATCH: u32 = 100;
+        let now = Utc::now();
+        let mut streams = Vec::new();
+        for run in self.inner.store.expiring(now, BATCH).await? {
+            if run.agent_id == self.inner.id {
+                streams.extend(self.expire_run(&run.run_id, author.clone()).await?);
+            }
+        }
+        Ok(streams)
+    }
+
+    /// Resolves the pending calls of one run whose time limit has passed,
+    /// as `author` (see [`Agent::expire_runs`]). Calls answered meanwhile
+    /// by someone else are left alone.
+    pub async fn expire_run(&self, run_id: &str, author: Author) -> Result<Vec<AgentStream>, RunError> {
+        let run = self.load(run_id).await?;
+        let now = Utc::now();
+        let mut streams = Vec::new();
+        for id in run
+            .expired_calls(now)
+            .map(|p| p.tool_call_id.clone())
+            .collect::<Vec<_>>()
+        {
+            let options = ResumeOptions::call(run_id, id).by(author.clone());
+            match self.decide(options, Decision::Expire).await {
+                Ok(stream) => streams.push(stream),
+                // Answered, declined or expired by someone else first.
+                Err(
+                    RunError::ToolCallNotPending { .. } | RunError::NotSuspended { .. } | RunError::Conflict { .. },
+                ) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(streams)
+    }
+
     /// Cancels a suspended (or running) run: its status becomes `cancelled`
     /// and the model is not called again.
     pub async fn cancel_run(&self, run_id: &str) -> Result<(), RunError> {
+        self.cancel_run_by(run_id, Author::default()).await
+    }
+
+    /// Cancels a run (see [`Agent::cancel_run`]), recording `author`.
+    pub async fn cancel_run_by(&self, run_id: &str, author: Author) -> Result<(), RunError> {
+        let resolution = Resolution::now(None, ResolutionKind::Cancelled, author);
         for _ in 0..CLAIM_ATTEMPTS {
             let run = self.load(run_id).await?;
             if run.status.is_finished() {
@@ -562,7 +681,7 @@ impl Agent {
                 error: None,
                 failure: None,
                 lease: None,
-                resolution: None,
+                resolution: Some(&resolution),
             };
             match self.inner.store.update(update).await {
                 Ok(_) => return Ok(()),
@@ -599,13 +718,33 @@ impl Agent {
                 claim_backoff(attempt).await;
                 continue;
             }
+            if decision != Decision::Expire
+                && let Some(expired_at) =
+                    expiry::expired_before_answer(&run, options.tool_call_id.as_deref(), Utc::now())
+            {
+                return Err(RunError::Expired {
+                    run_id: run_id.to_owned(),
+                    tool_call_id: options.tool_call_id.clone().unwrap_or_default(),
+                    expired_at,
+                });
+            }
             let target = run.resume_target(options.tool_call_id.as_deref())?;
+            if decision != Decision::Expire
+                && let Some(expired_at) = target.expires_at.filter(|at| *at <= Utc::now())
+            {
+                return Err(RunError::Expired {
+                    run_id: run_id.to_owned(),
+                    tool_call_id: target.tool_call_id.clone(),
+                    expired_at,
+                });
+            }
             let action = self.check_decision(&run, target, &decision)?;
             let ours = action.tool_call_id().to_owned();
+            let author = options.author.clone();
             let tried = if self.is_pure(&run, &action) {
-                self.resume_pure(run, action).await
+                self.resume_pure(run, action, author).await
             } else {
-                self.resume_claimed(run, action).await
+                self.resume_claimed(run, action, author).await
             };
             match tried {
                 Ok(stream) => return Ok(stream),
@@ -640,7 +779,7 @@ impl Agent {
     /// says so; never an approval, which runs the tool for real.
     fn is_pure(&self, run: &RunRecord, action: &ResumeAction) -> bool {
         match action {
-            ResumeAction::DeclineQuestion { .. } | ResumeAction::Deny { .. } => true,
+            ResumeAction::DeclineQuestion { .. } | ResumeAction::Deny { .. } | ResumeAction::Expire { .. } => true,
             ResumeAction::Approve { .. } => false,
             ResumeAction::Answer { tool_call_id, .. } => run
                 .pending
@@ -662,7 +801,7 @@ impl Agent {
 
     /// Computes the decision's result and writes it as the compare-and-set
     /// on the version read: one commit for claim and answer.
-    async fn resume_pure(&self, run: RunRecord, action: ResumeAction) -> Result<AgentStream, Attempt> {
+    async fn resume_pure(&self, run: RunRecord, action: ResumeAction, author: Author) -> Result<AgentStream, Attempt> {
         let messages = self.conversation(&run).await.map_err(Attempt::Failed)?;
         let run_id = run.run_id.clone();
         let outbox = stream::Outbox::default();
@@ -674,7 +813,7 @@ impl Agent {
             RunState { record: run, messages },
             Arc::clone(&outbox),
         );
-        match driver.apply(action).await {
+        match driver.apply(action, author).await {
             Ok(applied) => Ok(AgentStream::new(run_id, outbox, driver.run(Start::Applied(applied)))),
             Err(ApplyFailed::Store(StoreError::Conflict { .. })) => Err(Attempt::Lost),
             Err(ApplyFailed::Store(err)) => Err(Attempt::Failed(err.into())),
@@ -686,7 +825,12 @@ impl Agent {
 
     /// Claims the run, then lets the stream apply the decision (the tool
     /// may have effects, so it runs only once the run is ours).
-    async fn resume_claimed(&self, run: RunRecord, action: ResumeAction) -> Result<AgentStream, Attempt> {
+    async fn resume_claimed(
+        &self,
+        run: RunRecord,
+        action: ResumeAction,
+        author: Author,
+    ) -> Result<AgentStream, Attempt> {
         let lease = self.inner.new_lease();
         let version = match self.inner.store.claim(&run.run_id, run.version, &lease).await {
             Ok(version) => version,
@@ -703,7 +847,7 @@ impl Agent {
         // sibling questions never wait on a stream its caller has not
         // polled yet.
         let siblings_pending = record.pending.len() > 1;
-        let stream = self.spawn(RunState { record, messages }, Start::Resume(action));
+        let stream = self.spawn(RunState { record, messages }, Start::Resume(action, author));
         Ok(if siblings_pending {
             stream.settled().await
         } else {
@@ -736,6 +880,7 @@ impl Agent {
                 })
         };
         match (pending.kind, decision) {
+            (_, Decision::Expire) => Ok(ResumeAction::Expire { tool_call_id }),
             (PendingKind::Suspended, Decision::Answer(data)) => {
                 let tool = tool()?;
                 let payload = pending.suspend_payload.clone().unwrap_or(Value::Null);
@@ -815,6 +960,7 @@ fn call_options(run_id: &str, tool_call_id: Option<&str>) -> ResumeOptions {
     ResumeOptions {
         run_id: run_id.to_owned(),
         tool_call_id: tool_call_id.map(str::to_owned),
+        author: Author::default(),
     }
 }
 

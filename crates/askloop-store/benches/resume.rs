@@ -123,6 +123,7 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
         metadata: json!({}),
         lease: None,
         failure: None,
+        resolutions: Vec::new(),
     };
     store.create(&run, &messages).await.unwrap();
     let pending = pending();

@@ -271,6 +271,7 @@ mod tests {
             lease_owner: None,
             lease_until: None,
             failure: None,
+            resolutions: "[]".into(),
         }
     }
 

@@ -238,6 +238,7 @@ mod tests {
             metadata: json!({}),
             lease: None,
             failure: None,
+            resolutions: Vec::new(),
         }
     }
 

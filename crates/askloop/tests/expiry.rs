@@ -61,7 +61,7 @@ async fn a_question_expires_while_no_process_runs_and_the_next_one_resolves_it_w
     let expires_at = run.pending[0].expires_at.expect("the call has a time limit");
     assert_eq!(
         run.pending[0].suspend_payload.as_ref().unwrap()["metadata"]["expiresAt"],
-        expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     );
     // Not expired yet: nothing to do.
     let later = asking_agent(store.clone(), None);

@@ -28,6 +28,8 @@ pub(super) struct RawAgent {
     pub(super) allow_free_text: Option<bool>,
     pub(super) max_steps: Option<u32>,
     pub(super) write_dir: Option<PathBuf>,
+    pub(super) time_limit: Option<String>,
+    pub(super) time_limits: Option<BTreeMap<String, String>>,
 }
 
 pub(super) fn parse(file: &Path, text: &str) -> Result<RawConfig, ConfigError> {

@@ -71,7 +71,7 @@ pub(crate) fn expired_before_answer(
 }
 
 pub(crate) fn rfc3339(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 fn at_suffix(at: Option<DateTime<Utc>>) -> String {

@@ -121,6 +121,23 @@ pub enum Command {
     },
     /// Serve the HTTP API (Mastra-compatible agent routes, /api/runs) for the agents of askloop.toml.
     Serve(ServeArgs),
+    /// Serve the agents of askloop.toml as MCP tools (ask_<agent>) on stdin/stdout, for an
+    /// MCP client such as Claude Desktop, Claude Code, Cursor or VS Code.
+    Mcp(McpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The agents to serve. Default: ./askloop.toml if it exists, else one agent,
+    /// `assistant`, with ask_user and the model of --model / --script / the environment.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The base URL of an `askloop serve` on the same database (e.g. http://127.0.0.1:4111):
+    /// a client that cannot show questions is told to answer at URL/runs/RUN_ID.
+    #[arg(long, value_name = "URL")]
+    pub page_url: Option<String>,
 }
 
 #[derive(Debug, Args)]

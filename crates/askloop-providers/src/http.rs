@@ -175,10 +175,17 @@ fn random_u64() -> u64 {
     hasher.finish()
 }
 
+/// How many idle connections to one provider host a client keeps open for
+/// the next calls. Without a bound, a burst of N calls at once (a server
+/// resuming N runs) leaves N idle connections and their buffers behind for
+/// the pool's idle timeout; a few dozen serve any steady rate of calls.
+const IDLE_CONNECTIONS_PER_HOST: usize = 32;
+
 /// Builds the `reqwest` client for a provider.
 pub(crate) fn client(provider: &str, http: &HttpConfig) -> Result<reqwest::Client, ModelError> {
     reqwest::Client::builder()
         .connect_timeout(http.connect_timeout)
+        .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOST)
         .build()
         .map_err(|err| ModelError::Transport {
             provider: provider.to_owned(),

@@ -28,6 +28,9 @@
 #![warn(missing_docs)]
 
 mod anthropic;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod openai;
 mod settings;

@@ -328,8 +328,9 @@ pub(crate) fn parse_sse_text<P: StreamParser>(text: &str, parser: P) -> Vec<Resu
     parse_sse_chunks([text.as_bytes()], parser)
 }
 
-/// [`parse_sse_text`] with the body cut into the given chunks.
-#[cfg(test)]
+/// Replays a body cut into the given chunks through a parser, as the
+/// stream of a response would (`parse_sse_text` with cuts; the fuzz targets).
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn parse_sse_chunks<'a, P: StreamParser>(
     chunks: impl IntoIterator<Item = &'a [u8]>,
     mut parser: P,

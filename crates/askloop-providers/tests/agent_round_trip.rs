@@ -16,7 +16,7 @@ async fn openai_agent_suspends_on_a_streamed_ask_user_and_resumes_to_streamed_te
     let agent = deploy_agent(openai_model(&server, quick_http(0)));
 
     let stream = agent.stream(workload::DEPLOY_PROMPT).await.unwrap();
-    let (chunks, output) = stream.collect().await;
+    let (chunks, output) = stream.output_with_chunks().await;
     assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error);
     assert_eq!(count(&chunks, "tool-call-delta"), 4, "{:?}", type_names(&chunks));
     let suspended = chunks
@@ -34,7 +34,7 @@ async fn openai_agent_suspends_on_a_streamed_ask_user_and_resumes_to_streamed_te
         .resume_stream("staging", ResumeOptions::call(&output.run_id, &suspended.tool_call_id))
         .await
         .unwrap();
-    let (chunks, output) = resumed.collect().await;
+    let (chunks, output) = resumed.output_with_chunks().await;
     assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error);
     assert_eq!(output.text, "Deploying to User answered: staging.");
     assert_eq!(count(&chunks, "text-delta"), 20);
@@ -89,7 +89,7 @@ async fn anthropic_agent_suspends_on_a_streamed_tool_use_and_resumes_to_streamed
         .resume_stream("staging", ResumeOptions::run(&output.run_id))
         .await
         .unwrap()
-        .collect()
+        .output_with_chunks()
         .await;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(streamed_text(&chunks), "Deploying to User answered: staging.");
@@ -171,7 +171,7 @@ async fn malformed_arguments_become_an_is_error_result_the_model_sees_with_its_r
         .unwrap();
     let agent = deploy_agent(openai_model(&server, quick_http(0)));
 
-    let (chunks, output) = agent.stream("Deploy").await.unwrap().collect().await;
+    let (chunks, output) = agent.stream("Deploy").await.unwrap().output_with_chunks().await;
     assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error);
     assert_eq!(count(&chunks, "tool-error"), 1, "{:?}", type_names(&chunks));
 
@@ -252,7 +252,7 @@ async fn two_questions_under_one_id_keep_their_own_answers(
         .store(store.clone())
         .build()
         .unwrap();
-    let (chunks, output) = agent.stream("Plan").await.unwrap().collect().await;
+    let (chunks, output) = agent.stream("Plan").await.unwrap().output_with_chunks().await;
     assert_eq!(output.pending.len(), 2, "{:?}", output.error);
     let ids: Vec<String> = output.pending.iter().map(|p| p.tool_call_id.clone()).collect();
     assert_ne!(ids[0], ids[1], "each question has its own id");

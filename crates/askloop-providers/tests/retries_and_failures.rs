@@ -23,7 +23,12 @@ async fn a_429_with_retry_after_is_retried_and_the_run_goes_on() {
         .await
         .unwrap();
     let agent = deploy_agent(openai_model(&server, quick_http(3)));
-    let (chunks, output) = agent.stream(workload::DEPLOY_PROMPT).await.unwrap().collect().await;
+    let (chunks, output) = agent
+        .stream(workload::DEPLOY_PROMPT)
+        .await
+        .unwrap()
+        .output_with_chunks()
+        .await;
     assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error);
     assert_eq!(server.request_count(), 2);
     assert_eq!(
@@ -66,7 +71,12 @@ async fn a_500_three_times_fails_the_run_with_the_status_message_and_attempts() 
     let server = builder.responder(workload::deploy_responder()).start().await.unwrap();
     let agent = deploy_agent(openai_model(&server, quick_http(2)));
 
-    let (chunks, output) = agent.stream(workload::DEPLOY_PROMPT).await.unwrap().collect().await;
+    let (chunks, output) = agent
+        .stream(workload::DEPLOY_PROMPT)
+        .await
+        .unwrap()
+        .output_with_chunks()
+        .await;
     assert_eq!(output.status, RunStatus::Failed);
     assert_eq!(server.request_count(), 3, "one attempt and two retries");
     let message = error_message(&chunks).expect("an error chunk");
@@ -115,7 +125,7 @@ async fn a_disconnect_mid_stream_fails_the_run_once_without_retrying_or_duplicat
         };
         let agent = deploy_agent(model);
 
-        let (chunks, output) = agent.stream("Count").await.unwrap().collect().await;
+        let (chunks, output) = agent.stream("Count").await.unwrap().output_with_chunks().await;
         assert_eq!(output.status, RunStatus::Failed, "anthropic={anthropic}");
         assert_eq!(server.request_count(), 1, "nothing is retried once streaming began");
         assert_eq!(count(&chunks, "error"), 1);
@@ -140,7 +150,7 @@ async fn an_anthropic_error_event_mid_stream_fails_the_run_with_its_message() {
         .await
         .unwrap();
     let agent = deploy_agent(anthropic_model(&server, quick_http(3)));
-    let (chunks, output) = agent.stream("Hi").await.unwrap().collect().await;
+    let (chunks, output) = agent.stream("Hi").await.unwrap().output_with_chunks().await;
     assert_eq!(output.status, RunStatus::Failed);
     assert_eq!(streamed_text(&chunks), "Let me think");
     let message = error_message(&chunks).unwrap();

@@ -61,7 +61,7 @@ fn info(agent: &Agent) -> AgentInfo {
                         id: spec.name.clone(),
                         description: spec.description.clone(),
                         input_schema: json!({"json": spec.input_schema}).to_string(),
-                        require_approval: agent.needs_approval(&spec.name),
+                        require_approval: agent.requires_approval(&spec.name),
                     };
                     (spec.name.clone(), tool)
                 })
@@ -194,25 +194,13 @@ async fn decide(
     decision: Decision,
 ) -> Result<Response, ApiError> {
     let agent = owning_agent(state, agent_id, run_id).await?;
+    let options = ResumeOptions::call_or_run(run_id, tool_call_id).by(author);
     let stream = match decision {
-        Decision::Answer(data) => {
-            let options = match tool_call_id {
-                Some(call) => ResumeOptions::call(run_id, call),
-                None => ResumeOptions::run(run_id),
-            };
-            agent.resume_stream(data, options.by(author)).await?
-        }
-        Decision::Approve => agent.approve(options(run_id, tool_call_id).by(author)).await?,
-        Decision::Decline(reason) => agent.decline(options(run_id, tool_call_id).by(author), reason).await?,
+        Decision::Answer(data) => agent.resume_stream(data, options).await?,
+        Decision::Approve => agent.approve_tool_call(options).await?,
+        Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await?,
     };
     Ok(sse::respond(state, stream, run_span(agent_id, run_id, tool_call_id)))
-}
-
-fn options(run_id: &str, tool_call_id: Option<&str>) -> ResumeOptions {
-    match tool_call_id {
-        Some(call) => ResumeOptions::call(run_id, call),
-        None => ResumeOptions::run(run_id),
-    }
 }
 
 /// The header the web page sends with its requests, so that what a person

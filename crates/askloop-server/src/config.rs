@@ -14,6 +14,14 @@
 //! tools = ["ask_user", "write_file"]
 //! require_approval = ["write_file"]  # write_file always needs approval; list others here
 //! allow_free_text = true             # answers outside the offered options are accepted
+//!
+//! [[agents.deployer.mcp]]            # an MCP server's tools (repeat the table for more)
+//! name = "everything"
+//! command = "npx"                    # a program speaking MCP on stdio...
+//! args = ["-y", "@modelcontextprotocol/server-everything"]
+//! # url = "http://127.0.0.1:3001/mcp"  # ...or a streamable-HTTP endpoint
+//! # headers = { Authorization = "Bearer ..." }
+//! # tools = ["echo"]                 # only these of its tools
 //! ```
 
 mod duration;
@@ -23,7 +31,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, AskUser, Model, RunStore, ScriptedModel};
+use askloop::{Agent, AskUser, AskUserLimits, Model, RunStore, ScriptedModel, Tool};
+use askloop_mcp::McpServerSpec;
 
 use crate::tools::{WRITE_FILE_TOOL_ID, write_file};
 
@@ -43,6 +52,9 @@ pub struct ServerConfig {
     pub path: Option<PathBuf>,
     /// The agents, ordered by id.
     pub agents: Vec<AgentConfig>,
+    /// The `[limits]` table: options, answer size and questions per step
+    /// of every agent's `ask_user`.
+    pub limits: AskUserLimits,
 }
 
 /// One agent, checked.
@@ -71,6 +83,8 @@ pub struct AgentConfig {
     pub time_limit: Option<std::time::Duration>,
     /// How long a call of one tool may wait (over `time_limit`).
     pub time_limits: Vec<(ToolKind, std::time::Duration)>,
+    /// MCP servers whose tools the agent gets (`[[agents.<id>.mcp]]`).
+    pub mcp: Vec<McpServerSpec>,
 }
 
 /// Where an agent's model comes from.
@@ -157,7 +171,9 @@ impl ServerConfig {
                 write_dir: PathBuf::from("."),
                 time_limit: None,
                 time_limits: Vec::new(),
+                mcp: Vec::new(),
             }],
+            limits: AskUserLimits::default(),
         }
     }
 
@@ -181,6 +197,7 @@ impl ServerConfig {
                 "no agents: add at least one table like [agents.assistant] with instructions = \"...\"",
             ));
         }
+        let limits = resolve_limits(path, raw.limits)?;
         let agents = raw
             .agents
             .into_iter()
@@ -189,25 +206,63 @@ impl ServerConfig {
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
+            limits,
         })
     }
 
     /// Builds the agents on `store`. `default_model` makes the model of
     /// agents that name none. A model that cannot be made (a missing key, an
-    /// unreadable script) is an error naming the agent's key.
+    /// unreadable script) is an error naming the agent's key. Agents with MCP
+    /// servers need [`ServerConfig::build_agents_with_mcp`], which lists
+    /// their tools first.
     pub fn build_agents(
         &self,
         store: &Arc<dyn RunStore>,
         default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
     ) -> Result<Vec<Agent>, ConfigError> {
-        let file = self
-            .path
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("(built-in configuration)"));
+        let file = self.file();
         self.agents
             .iter()
-            .map(|agent| agent.build(&file, store, default_model))
+            .map(|agent| {
+                if !agent.mcp.is_empty() {
+                    return Err(ConfigError::new(
+                        &file,
+                        format!("agents.{}.mcp", agent.id),
+                        "MCP servers' tools are listed before the agent is built: use build_agents_with_mcp",
+                    ));
+                }
+                agent.build(&file, store, default_model, Vec::new(), self.limits)
+            })
             .collect()
+    }
+
+    /// Builds the agents as [`ServerConfig::build_agents`] does, first
+    /// starting (or connecting to) each agent's MCP servers to list their
+    /// tools. A server that cannot be reached is an error naming its key.
+    pub async fn build_agents_with_mcp(
+        &self,
+        store: &Arc<dyn RunStore>,
+        default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
+    ) -> Result<Vec<Agent>, ConfigError> {
+        let file = self.file();
+        let mut agents = Vec::with_capacity(self.agents.len());
+        for agent in &self.agents {
+            let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+            for (i, server) in agent.mcp.iter().enumerate() {
+                let listed = askloop_mcp::mcp_tools(server)
+                    .await
+                    .map_err(|err| ConfigError::new(&file, format!("agents.{}.mcp[{i}]", agent.id), err.to_string()))?;
+                tools.extend(listed);
+            }
+            agents.push(agent.build(&file, store, default_model, tools, self.limits)?);
+        }
+        Ok(agents)
+    }
+
+    fn file(&self) -> PathBuf {
+        self.path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("(built-in configuration)"))
     }
 }
 
@@ -217,6 +272,8 @@ impl AgentConfig {
         file: &Path,
         store: &Arc<dyn RunStore>,
         default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
+        mcp_tools: Vec<Arc<dyn Tool>>,
+        limits: AskUserLimits,
     ) -> Result<Agent, ConfigError> {
         let key = |field: &str| format!("agents.{}.{field}", self.id);
         let model = match &self.model {
@@ -244,9 +301,16 @@ impl AgentConfig {
         }
         for tool in &self.tools {
             builder = match tool {
-                ToolKind::AskUser => builder.tool(AskUser::new().allow_free_text_answers(self.allow_free_text)),
+                ToolKind::AskUser => builder.tool(
+                    AskUser::new()
+                        .allow_free_text_answers(self.allow_free_text)
+                        .limits(limits),
+                ),
                 ToolKind::WriteFile => builder.tool(write_file(self.write_dir.clone())),
             };
+        }
+        for tool in mcp_tools {
+            builder = builder.tool_arc(tool);
         }
         for tool in &self.require_approval {
             builder = builder.require_approval_for(tool.id());
@@ -255,6 +319,30 @@ impl AgentConfig {
             .build()
             .map_err(|err| ConfigError::new(file, format!("agents.{}", self.id), err.to_string()))
     }
+}
+
+/// `[limits]`: each key falls back to its default; zero would refuse
+/// everything, so it is an error.
+fn resolve_limits(file: &Path, raw: raw::RawLimits) -> Result<AskUserLimits, ConfigError> {
+    let defaults = AskUserLimits::default();
+    let pick = |key: &str, value: Option<usize>, default: usize| match value {
+        Some(0) => Err(ConfigError::new(
+            file,
+            format!("limits.{key}"),
+            format!("0 would refuse every question; give a positive number (the default is {default})"),
+        )),
+        Some(value) => Ok(value),
+        None => Ok(default),
+    };
+    Ok(AskUserLimits {
+        max_answer_bytes: pick("max_answer_bytes", raw.max_answer_bytes, defaults.max_answer_bytes)?,
+        max_options: pick("max_options", raw.max_options, defaults.max_options)?,
+        max_questions_per_step: pick(
+            "max_questions_per_step",
+            raw.max_questions_per_step,
+            defaults.max_questions_per_step,
+        )?,
+    })
 }
 
 fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Result<AgentConfig, ConfigError> {
@@ -328,8 +416,89 @@ fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Re
         write_dir: base.join(raw.write_dir.unwrap_or_else(|| PathBuf::from("."))),
         time_limit,
         time_limits,
+        mcp: mcp_servers(file, base, &id, raw.mcp.unwrap_or_default())?,
         id,
     })
+}
+
+fn mcp_servers(
+    file: &Path,
+    base: &Path,
+    agent: &str,
+    raw: Vec<raw::RawMcpServer>,
+) -> Result<Vec<McpServerSpec>, ConfigError> {
+    let mut servers: Vec<McpServerSpec> = Vec::with_capacity(raw.len());
+    for (i, server) in raw.into_iter().enumerate() {
+        let key = |field: &str| format!("agents.{agent}.mcp[{i}]{field}");
+        let mut spec = match (server.command, server.url) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    file,
+                    key(""),
+                    "give either command (stdio) or url (streamable HTTP), not both",
+                ));
+            }
+            (None, None) => {
+                return Err(ConfigError::new(
+                    file,
+                    key(""),
+                    "give command = \"...\" (a program speaking MCP on stdio) or url = \"http://...\" (a streamable-HTTP endpoint)",
+                ));
+            }
+            (Some(command), None) => {
+                if server.headers.is_some() {
+                    return Err(ConfigError::new(
+                        file,
+                        key(".headers"),
+                        "headers go with url; a command takes env",
+                    ));
+                }
+                let name = server.name.clone().unwrap_or_else(|| command.clone());
+                let mut spec = McpServerSpec::stdio(name, command, server.args.unwrap_or_default());
+                for (k, v) in server.env.unwrap_or_default() {
+                    spec = spec.env(k, v);
+                }
+                spec.cwd(base.join(server.cwd.unwrap_or_else(|| PathBuf::from("."))))
+            }
+            (None, Some(url)) => {
+                if server.args.is_some() || server.env.is_some() || server.cwd.is_some() {
+                    return Err(ConfigError::new(
+                        file,
+                        key(""),
+                        "args, env and cwd go with command; a url takes headers",
+                    ));
+                }
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(ConfigError::new(
+                        file,
+                        key(".url"),
+                        format!("{url:?} is not an http:// or https:// URL"),
+                    ));
+                }
+                let name = server.name.clone().unwrap_or_else(|| url.clone());
+                let mut spec = McpServerSpec::http(name, url);
+                for (k, v) in server.headers.unwrap_or_default() {
+                    spec = spec.header(k, v);
+                }
+                spec
+            }
+        };
+        if let Some(tools) = server.tools {
+            spec = spec.only_tools(tools);
+        }
+        if let Some(secs) = server.hold_for_secs {
+            spec = spec.hold_for(std::time::Duration::from_secs(secs));
+        }
+        if servers.iter().any(|s| s.name == spec.name) {
+            return Err(ConfigError::new(
+                file,
+                key(".name"),
+                format!("another MCP server of this agent is named {:?}", spec.name),
+            ));
+        }
+        servers.push(spec);
+    }
+    Ok(servers)
 }
 
 fn tool_list(file: &Path, key: &str, names: Vec<String>) -> Result<Vec<ToolKind>, ConfigError> {

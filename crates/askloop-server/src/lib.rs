@@ -292,8 +292,21 @@ impl Server {
                 Arc::clone(&state),
                 auth::require_token,
             ));
+        // Each agent as an MCP tool (`ask_<agent>`), over streamable HTTP,
+        // behind the same token as the API.
+        let mcp_tools = askloop_mcp::AgentTools::new(self.agents.clone(), askloop_mcp::WaitingLinks::default());
+        let mcp = Router::new()
+            .route_service(
+                "/mcp",
+                askloop_mcp::streamable_http_service(mcp_tools, self.options.token.is_none()),
+            )
+            .route_layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&state),
+                auth::require_token,
+            ));
         let mut router = Router::new()
             .nest("/api", api)
+            .merge(mcp)
             .route("/healthz", get(runs::health))
             .merge(web::routes())
             .fallback(unknown_route)

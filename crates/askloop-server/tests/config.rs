@@ -105,6 +105,16 @@ fn bad_files_are_one_error_naming_the_file_the_key_and_the_problem() {
             "not in this agent's tools",
         ),
         ("[agents.a]\nmax_steps = 0\n", "agents.a.max_steps", "at least 1"),
+        (
+            "[limits]\nmax_options = 0\n[agents.a]\n",
+            "limits.max_options",
+            "0 would refuse every question",
+        ),
+        (
+            "[limits]\nmax_option = 3\n[agents.a]\n",
+            "limits.max_option",
+            "unknown field `max_option`",
+        ),
         ("[agents.a]\nmax_steps = -3\n", "agents.a.max_steps", "invalid value"),
         (
             "[agents.a]\nallow_free_text = \"yes\"\n",
@@ -318,4 +328,54 @@ async fn a_configured_write_file_refuses_paths_leading_out_of_its_write_dir() {
         0,
         "nothing was written outside write_dir"
     );
+}
+
+#[test]
+fn mcp_servers_resolve_to_a_command_or_a_url_and_their_mistakes_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "askloop.toml",
+        r#"
+[agents.clerk]
+[[agents.clerk.mcp]]
+name = "everything"
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-everything"]
+env = { LOG = "warn" }
+tools = ["echo"]
+[[agents.clerk.mcp]]
+url = "http://127.0.0.1:3001/mcp"
+headers = { Authorization = "Bearer t" }
+"#,
+    );
+    let config = ServerConfig::load(&path).unwrap();
+    let servers = &config.agents[0].mcp;
+    assert_eq!(servers.len(), 2);
+    assert_eq!(servers[0].name, "everything");
+    assert_eq!(servers[0].only_tools, ["echo"]);
+    assert!(matches!(&servers[0].transport, askloop_mcp::McpTransport::Stdio { command, .. } if command == "npx"));
+    assert_eq!(servers[1].name, "http://127.0.0.1:3001/mcp");
+
+    let (_, err) = load_err("[agents.a]\n[[agents.a.mcp]]\ncommand = \"x\"\nurl = \"http://h/mcp\"\n");
+    assert_eq!(err.key, "agents.a.mcp[0]");
+    assert!(err.problem.contains("not both"), "{err}");
+    let (_, err) = load_err("[agents.a]\n[[agents.a.mcp]]\nname = \"n\"\n");
+    assert!(err.problem.contains("give command"), "{err}");
+    let (_, err) = load_err("[agents.a]\n[[agents.a.mcp]]\nurl = \"ftp://h\"\n");
+    assert_eq!(err.key, "agents.a.mcp[0].url");
+    let (_, err) = load_err("[agents.a]\n[[agents.a.mcp]]\ncommand = \"x\"\nheaders = { A = \"b\" }\n");
+    assert_eq!(err.key, "agents.a.mcp[0].headers");
+}
+
+#[test]
+fn the_limits_table_sets_ask_user_limits_and_missing_keys_keep_their_defaults() {
+    let text = "[limits]\nmax_options = 4\nmax_answer_bytes = 100\n[agents.a]\ninstructions = \"x\"\n";
+    let config = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), text).unwrap();
+    let defaults = askloop::AskUserLimits::default();
+    assert_eq!(config.limits.max_options, 4);
+    assert_eq!(config.limits.max_answer_bytes, 100);
+    assert_eq!(config.limits.max_questions_per_step, defaults.max_questions_per_step);
+    let without = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), "[agents.a]\n").unwrap();
+    assert_eq!(without.limits, defaults);
 }

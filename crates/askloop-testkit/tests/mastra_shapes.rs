@@ -76,7 +76,7 @@ fn message_ids(chunks: &[Value]) -> std::collections::BTreeSet<String> {
 
 /// Runs a scenario's first stream; returns its chunks and the call's id.
 async fn first_stream(agent: &Agent, scenario: &str, recorded: &Exchange) -> (Vec<Chunk>, String, String) {
-    let (chunks, output) = agent.stream(PROMPT).await.unwrap().collect().await;
+    let (chunks, output) = agent.stream(PROMPT).await.unwrap().output_with_chunks().await;
     assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error);
     assert_same_shapes(scenario, "stream", recorded, &chunks);
     let call_id = output.pending[0].tool_call_id.clone();
@@ -112,7 +112,7 @@ async fn single_question_stream_and_resume_have_mastras_chunk_shapes() {
         .resume_stream("staging", ResumeOptions::call(&run_id, &call_id))
         .await
         .unwrap()
-        .collect()
+        .output_with_chunks()
         .await;
     assert_same_shapes("single", "resume-stream", &second, &resumed);
     // As in the recording, one message id runs through the stream's steps.
@@ -141,10 +141,10 @@ async fn approved_tool_call_has_mastras_chunk_shapes_and_its_own_result() {
         .unwrap();
     let (_, run_id, call_id) = first_stream(&agent, "approve", &first).await;
     let (approved, _) = agent
-        .approve_tool_call(&run_id, Some(&call_id))
+        .approve_tool_call(ResumeOptions::call(&run_id, &call_id))
         .await
         .unwrap()
-        .collect()
+        .output_with_chunks()
         .await;
     assert_same_shapes("approve", "approve-tool-call", &second, &approved);
     assert_eq!(as_json(&approved)[0]["payload"]["result"], json!("staging-approved"));
@@ -165,10 +165,10 @@ async fn declined_tool_call_has_mastras_chunk_shapes() {
         .unwrap()
         .to_owned();
     let (declined, _) = agent
-        .decline_tool_call(&run_id, Some(&call_id), Some(reason))
+        .decline_tool_call(ResumeOptions::call(&run_id, &call_id).reason(reason))
         .await
         .unwrap()
-        .collect()
+        .output_with_chunks()
         .await;
     assert_same_shapes("decline", "decline-tool-call", &second, &declined);
 }

@@ -136,12 +136,15 @@ impl Question {
     /// JSON Schema of the answers this question accepts.
     pub fn answer_schema(&self, allow_free_text: bool) -> Value {
         let labels = self.labels();
+        // Text with something other than white space: the check refuses a
+        // blank answer, so the schema clients validate with does too.
+        let text = json!({"type": "string", "minLength": 1, "pattern": "\\S"});
         match self.mode {
-            None => json!({"type": "string", "minLength": 1}),
-            Some(SelectionMode::SingleSelect) if allow_free_text => json!({"type": "string", "minLength": 1}),
+            None => text,
+            Some(SelectionMode::SingleSelect) if allow_free_text => text,
             Some(SelectionMode::SingleSelect) => json!({"type": "string", "enum": labels}),
             Some(SelectionMode::MultiSelect) if allow_free_text => json!({
-                "type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "uniqueItems": true
+                "type": "array", "items": text, "minItems": 1, "uniqueItems": true
             }),
             Some(SelectionMode::MultiSelect) => json!({
                 "type": "array", "items": {"type": "string", "enum": labels}, "minItems": 1, "uniqueItems": true
@@ -168,6 +171,10 @@ impl Question {
                 "a free-text question needs a string answer, got {}",
                 json_kind(other)
             )),
+            // With free text allowed, a blank answer would pass as "known".
+            (Some(SelectionMode::SingleSelect), Value::String(label)) if label.trim().is_empty() => {
+                refuse("the answer is empty; a single-select question needs one of the labels".into())
+            }
             (Some(SelectionMode::SingleSelect), Value::String(label)) if known(label) => Ok(()),
             (Some(SelectionMode::SingleSelect), Value::String(label)) => {
                 refuse(format!("{label:?} is not one of the options"))
@@ -220,12 +227,43 @@ fn json_kind(value: &Value) -> &'static str {
     }
 }
 
+/// How much one `ask_user` call may ask and be answered with. Each refusal
+/// says the limit: options and questions are refused to the model (which
+/// can ask again with less), an answer is refused to the person (the
+/// question stays open).
+///
+/// ```
+/// use askloop::{AskUser, AskUserLimits};
+/// let tool = AskUser::new().limits(AskUserLimits { max_options: 5, ..AskUserLimits::default() });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AskUserLimits {
+    /// Most bytes of an answer, as JSON (default 64 KiB).
+    pub max_answer_bytes: usize,
+    /// Most options of one question (default 20).
+    pub max_options: usize,
+    /// Most `ask_user` calls the model may make in one step (default 8);
+    /// calls past it are told to wait until the others are answered.
+    pub max_questions_per_step: usize,
+}
+
+impl Default for AskUserLimits {
+    fn default() -> Self {
+        AskUserLimits {
+            max_answer_bytes: 64 * 1024,
+            max_options: 20,
+            max_questions_per_step: 8,
+        }
+    }
+}
+
 /// The built-in `ask_user` tool.
 #[derive(Debug, Clone)]
 pub struct AskUser {
     input_schema: Value,
     resume_schema: Value,
     allow_free_text: bool,
+    limits: AskUserLimits,
 }
 
 impl Default for AskUser {
@@ -241,7 +279,14 @@ impl AskUser {
             input_schema: input_schema(),
             resume_schema: json!({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
             allow_free_text: false,
+            limits: AskUserLimits::default(),
         }
+    }
+
+    /// Sets the limits on options, answers and questions per step.
+    pub fn limits(mut self, limits: AskUserLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Accepts answers outside the offered labels (a host-side choice, off by
@@ -291,7 +336,22 @@ impl Tool for AskUser {
         true
     }
 
+    fn max_calls_per_step(&self) -> Option<usize> {
+        Some(self.limits.max_questions_per_step)
+    }
+
     fn check_resume_data(&self, data: &Value, suspend_payload: &Value) -> Result<(), InvalidResume> {
+        let size = serde_json::to_vec(data).map_or(usize::MAX, |bytes| bytes.len());
+        if size > self.limits.max_answer_bytes {
+            return Err(InvalidResume {
+                reason: format!(
+                    "the answer is {size} bytes; at most {} are accepted (AskUserLimits::max_answer_bytes, \
+                     [limits] max_answer_bytes in askloop.toml)",
+                    self.limits.max_answer_bytes
+                ),
+                accepted: None,
+            });
+        }
         match Question::from_payload(suspend_payload) {
             Some(question) => question.check_answer(data, self.allow_free_text),
             None => Err(InvalidResume {
@@ -304,7 +364,7 @@ impl Tool for AskUser {
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {
         let input: AskUserInput =
             serde_json::from_value(input).map_err(|err| ToolError(format!("Failed to ask user: {err}")))?;
-        check_options(input.options.as_deref().unwrap_or_default())?;
+        check_options(input.options.as_deref().unwrap_or_default(), self.limits.max_options)?;
         let options = input.options.filter(|o| !o.is_empty());
         if input.selection_mode.is_some() && options.is_none() {
             return Ok(reply("Failed to ask user: selectionMode requires options.", true).into());
@@ -376,8 +436,15 @@ fn input_schema() -> Value {
 }
 
 /// Refuses options a person could not tell apart or pick: an empty (or
-/// blank) label, or a label offered twice.
-fn check_options(options: &[AskUserOption]) -> Result<(), ToolError> {
+/// blank) label, a label offered twice, more options than the limit.
+fn check_options(options: &[AskUserOption], max_options: usize) -> Result<(), ToolError> {
+    if options.len() > max_options {
+        return Err(ToolError(format!(
+            "Failed to ask user: {} options were given; at most {max_options} are accepted. Offer fewer options, \
+             or ask a free-text question.",
+            options.len()
+        )));
+    }
     for (position, option) in options.iter().enumerate() {
         if option.label.trim().is_empty() {
             return Err(ToolError(format!(

@@ -29,7 +29,7 @@ pub use agent::{
     Agent, AgentBuilder, AgentInput, AgentStream, BuildError, DEFAULT_MAX_STEPS, ResumeOptions, StreamOptions,
     StreamOutput,
 };
-pub use ask_user::{ASK_USER_TOOL_ID, AskUser, AskUserInput, AskUserOption, Question, SelectionMode};
+pub use ask_user::{ASK_USER_TOOL_ID, AskUser, AskUserInput, AskUserLimits, AskUserOption, Question, SelectionMode};
 pub use chunk::{Chunk, ChunkKind};
 pub use error::RunError;
 pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};

@@ -98,6 +98,13 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// The most calls of this tool the model may make in one step (`None`:
+    /// no limit). Calls past it are not run: each gets an error result
+    /// telling the model the limit, so it can make them after the others.
+    fn max_calls_per_step(&self) -> Option<usize> {
+        None
+    }
+
     /// Runs the tool with its checked input.
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError>;
 }

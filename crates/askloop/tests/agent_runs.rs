@@ -46,7 +46,7 @@ async fn resumed_stream_starts_with_tool_result_and_finishes() {
         .resume_stream("staging", ResumeOptions::run(&output.run_id))
         .await
         .unwrap()
-        .collect()
+        .output_with_chunks()
         .await;
     let types = types(&chunks);
     assert_eq!(&types[..4], ["tool-result", "step-finish", "step-start", "text-start"]);
@@ -76,7 +76,7 @@ async fn caller_chosen_run_id_is_used() {
         .await
         .unwrap();
     assert_eq!(stream.run_id(), "interop-1");
-    let (chunks, _) = stream.collect().await;
+    let (chunks, _) = stream.output_with_chunks().await;
     assert!(chunks.iter().all(|c| c.run_id == "interop-1"));
     let again = agent
         .stream_with("Deploy", askloop::StreamOptions::with_run_id("interop-1"))
@@ -137,10 +137,10 @@ async fn tool_needing_approval_suspends_before_running_and_approve_runs_it() {
     assert_eq!(output.pending[0].kind, askloop::PendingKind::Approval);
 
     let (chunks, out) = agent
-        .approve_tool_call(&output.run_id, None)
+        .approve_tool_call(ResumeOptions::run(&output.run_id))
         .await
         .unwrap()
-        .collect()
+        .output_with_chunks()
         .await;
     let ChunkKind::ToolResult(result) = &chunks[0].kind else {
         panic!("{:?}", chunks[0])
@@ -161,10 +161,10 @@ async fn declined_tool_never_runs_and_the_model_sees_the_reason() {
     let (agent, _) = approval_agent(executions.clone());
     let (_, output) = run(&agent, "Deploy").await;
     let (chunks, out) = agent
-        .decline_tool_call(&output.run_id, None, Some("not on a Friday".into()))
+        .decline_tool_call(ResumeOptions::run(&output.run_id).reason("not on a Friday"))
         .await
         .unwrap()
-        .collect()
+        .output_with_chunks()
         .await;
     let ChunkKind::ToolOutputDenied(denied) = &chunks[0].kind else {
         panic!("{:?}", chunks[0])
@@ -180,7 +180,7 @@ async fn declined_without_reason_gives_the_model_the_default_reason() {
     let (agent, _) = approval_agent(Arc::new(AtomicUsize::new(0)));
     let (_, output) = run(&agent, "Deploy").await;
     let out = agent
-        .decline_tool_call(&output.run_id, None, None)
+        .decline_tool_call(ResumeOptions::run(&output.run_id))
         .await
         .unwrap()
         .output()
@@ -212,7 +212,10 @@ async fn approval_can_be_given_as_resume_data_and_bad_shapes_are_refused() {
 async fn approving_a_question_is_refused_with_what_to_do_instead() {
     let agent = agent_with(CountingModel::new(ASK_THEN_ANSWER), Arc::new(MemoryStore::new()));
     let (_, output) = run(&agent, "Deploy").await;
-    let err = agent.approve_tool_call(&output.run_id, None).await.unwrap_err();
+    let err = agent
+        .approve_tool_call(ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap_err();
     assert!(matches!(err, RunError::WrongPendingKind { .. }), "{err:?}");
     assert!(err.to_string().contains("answer it"));
 }
@@ -229,8 +232,8 @@ async fn require_tool_approval_applies_to_every_tool_but_ask_user() {
         .require_tool_approval(true)
         .build()
         .unwrap();
-    assert!(agent.needs_approval("add"));
-    assert!(!agent.needs_approval("ask_user"));
+    assert!(agent.requires_approval("add"));
+    assert!(!agent.requires_approval("ask_user"));
 }
 
 #[tokio::test]
@@ -464,7 +467,7 @@ async fn suspended_tool_gets_its_payload_and_answer_when_executed_again() {
         .resume_stream(json!({"ok": true}), ResumeOptions::run(&output.run_id))
         .await
         .unwrap()
-        .collect()
+        .output_with_chunks()
         .await;
     assert_eq!(out.text, r#"{"confirmed":true}"#);
     let shown = chunks_after.iter().find_map(|c| match &c.kind {
@@ -659,7 +662,7 @@ async fn an_approval_claims_the_run_before_the_tool_runs() {
         .unwrap();
     let (_, output) = run(&agent, "Deploy").await;
     let out = agent
-        .approve_tool_call(&output.run_id, None)
+        .approve_tool_call(ResumeOptions::run(&output.run_id))
         .await
         .unwrap()
         .output()

@@ -222,10 +222,10 @@ async fn declining_a_question_tells_the_model_with_the_reason_and_the_run_goes_o
     let (agent, model, _) = setup(FREE_TEXT);
     let (_, output) = run(&agent, "x").await;
     let resumed = agent
-        .decline_tool_call(&output.run_id, None, Some("not now".into()))
+        .decline_tool_call(ResumeOptions::run(&output.run_id).reason("not now"))
         .await
         .unwrap();
-    let (chunks, output) = resumed.collect().await;
+    let (chunks, output) = resumed.output_with_chunks().await;
     assert_eq!(types(&chunks)[0], "tool-result");
     assert_eq!(output.status, RunStatus::Completed);
     assert_eq!(output.text, "Done: The user declined to answer: not now");
@@ -353,7 +353,7 @@ async fn three_questions_in_one_step_answered_in_reverse_order_call_the_model_on
             .resume_stream(answer.clone(), ResumeOptions::call(&output.run_id, &ids[i]))
             .await
             .unwrap();
-        let (chunks, out) = stream.collect().await;
+        let (chunks, out) = stream.output_with_chunks().await;
         assert_eq!(
             types(&chunks)[0],
             "tool-result",

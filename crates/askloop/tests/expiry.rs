@@ -183,7 +183,10 @@ async fn an_approval_that_expires_counts_as_declined_and_the_tool_never_runs() {
     let run = store.get(&run_id).await.unwrap().unwrap();
     assert_eq!(run.resolutions[0].kind, ResolutionKind::Expired);
     let approve = agent
-        .approve_tool_call(&run_id, run.resolutions[0].tool_call_id.as_deref())
+        .approve_tool_call(ResumeOptions::call_or_run(
+            &run_id,
+            run.resolutions[0].tool_call_id.as_deref(),
+        ))
         .await;
     assert!(
         matches!(approve, Err(RunError::Expired { .. })),

@@ -128,7 +128,7 @@ async fn a_run_whose_driver_died_mid_model_call_is_taken_over_and_the_call_made_
     let second = agent(model.clone(), &store);
     let mut recovered = second.recover_runs().await.unwrap();
     assert_eq!(recovered.len(), 1);
-    let (chunks, output) = recovered.remove(0).collect().await;
+    let (chunks, output) = recovered.remove(0).output_with_chunks().await;
     assert_eq!(output.status, RunStatus::Suspended);
     assert_eq!(model.calls(), 1, "the interrupted model call is made again, once");
     assert!(types(&chunks).contains(&"tool-call-suspended"));
@@ -183,7 +183,13 @@ async fn answers_stored_before_the_driver_died_are_not_asked_again() {
     until_expired(&store, &run_id).await;
 
     let second = agent(CountingModel::new(script), &store);
-    let (chunks, output) = second.recover_runs().await.unwrap().remove(0).collect().await;
+    let (chunks, output) = second
+        .recover_runs()
+        .await
+        .unwrap()
+        .remove(0)
+        .output_with_chunks()
+        .await;
     assert_eq!(output.status, RunStatus::Completed);
     assert!(!types(&chunks).contains(&"tool-call-suspended"), "{:?}", types(&chunks));
     assert_eq!(output.text, "Booked User answered: Paris; User answered: Friday");
@@ -415,7 +421,7 @@ async fn the_stream_of_a_recovered_run_shows_only_what_is_new() {
         .await
         .unwrap()
         .remove(0)
-        .collect()
+        .output_with_chunks()
         .await;
     assert_eq!(output.status, RunStatus::Completed);
     let results = chunks

@@ -66,8 +66,16 @@ async fn answer_until_done(
         let stream = match call.kind {
             PendingKind::Approval => {
                 match prompter.approve(&tools::describe_call(root, &call.tool_name, &call.args))? {
-                    Some(true) => agent.approve_tool_call(&run_id, Some(&call.tool_call_id)).await?,
-                    Some(false) => agent.decline_tool_call(&run_id, Some(&call.tool_call_id), None).await?,
+                    Some(true) => {
+                        agent
+                            .approve_tool_call(ResumeOptions::call(&run_id, &call.tool_call_id))
+                            .await?
+                    }
+                    Some(false) => {
+                        agent
+                            .decline_tool_call(ResumeOptions::call(&run_id, &call.tool_call_id))
+                            .await?
+                    }
                     None => return left(ctx, &output),
                 }
             }

@@ -60,7 +60,7 @@ pub async fn resume(ctx: &Context, args: ResumeArgs) -> Result<Done, CliError> {
     let options = ResumeOptions::call(&run.run_id, &call.tool_call_id).by(cli_author());
 
     if args.decline {
-        let stream = agent.decline(options, args.reason).await?;
+        let stream = agent.decline_tool_call(options.with_reason(args.reason)).await?;
         return Ok(finish(ctx, stream, args.json).await);
     }
     let data = match (&args.answer_json, args.answer.as_slice()) {
@@ -149,7 +149,7 @@ pub async fn approve(ctx: &Context, call: Call<'_>, json: bool) -> Result<Done, 
     let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
     let pending = target(&run, call.tool_call_id)?;
     let stream = agent
-        .approve(ResumeOptions::call(&run.run_id, &pending.tool_call_id).by(cli_author()))
+        .approve_tool_call(ResumeOptions::call(&run.run_id, &pending.tool_call_id).by(cli_author()))
         .await?;
     Ok(finish(ctx, stream, json).await)
 }
@@ -158,9 +158,10 @@ pub async fn decline(ctx: &Context, call: Call<'_>, reason: Option<String>, json
     let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
     let pending = target(&run, call.tool_call_id)?;
     let stream = agent
-        .decline(
-            ResumeOptions::call(&run.run_id, &pending.tool_call_id).by(cli_author()),
-            reason,
+        .decline_tool_call(
+            ResumeOptions::call(&run.run_id, &pending.tool_call_id)
+                .by(cli_author())
+                .with_reason(reason),
         )
         .await?;
     Ok(finish(ctx, stream, json).await)

@@ -3,6 +3,7 @@
 
 mod chat;
 mod decide;
+mod mcp;
 mod run;
 mod runs;
 mod serve;
@@ -50,6 +51,7 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
         Command::Retry { run_id, model, json } => decide::retry(&ctx, &run_id, model.as_deref(), json).await,
         Command::Cancel { run_id } => decide::cancel(&ctx, &run_id).await,
         Command::Serve(args) => serve::serve(&ctx, args).await,
+        Command::Mcp(args) => mcp::mcp(&ctx, args).await,
     }
 }
 

@@ -33,9 +33,10 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .iter()
         .any(|a| a.model == askloop_server::ModelSource::Default);
     let agents = config
-        .build_agents(&store, &|| {
+        .build_agents_with_mcp(&store, &|| {
             setup::make_model(&choice, false).map_err(|err| err.to_string())
         })
+        .await
         .map_err(|err| CliError::usage(err.to_string()))?;
     if uses_default {
         announce(&choice);
@@ -94,7 +95,7 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
 }
 
 /// `--config` as given, else `./askloop.toml` when it exists.
-fn config_path(given: Option<&Path>) -> Option<PathBuf> {
+pub(super) fn config_path(given: Option<&Path>) -> Option<PathBuf> {
     match given {
         Some(path) => Some(path.to_path_buf()),
         None => Some(PathBuf::from(DEFAULT_CONFIG)).filter(|p| p.is_file()),

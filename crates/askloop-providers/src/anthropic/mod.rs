@@ -1,7 +1,7 @@
 //! Anthropic Messages: `POST {base}/v1/messages` with `stream: true`.
 
 mod request;
-mod stream;
+pub(crate) mod stream;
 
 use askloop::{Model, ModelError, ModelRequest, ModelStream};
 use async_trait::async_trait;

@@ -3,7 +3,7 @@
 //! `POST {base}/chat/completions` with `stream: true`.
 
 mod request;
-mod stream;
+pub(crate) mod stream;
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -14,6 +14,17 @@ use super::ConfigError;
 pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) agents: BTreeMap<String, RawAgent>,
+    #[serde(default)]
+    pub(super) limits: RawLimits,
+}
+
+/// `[limits]`: what one `ask_user` call may ask and be answered with.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimits {
+    pub(super) max_answer_bytes: Option<usize>,
+    pub(super) max_options: Option<usize>,
+    pub(super) max_questions_per_step: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -30,6 +41,23 @@ pub(super) struct RawAgent {
     pub(super) write_dir: Option<PathBuf>,
     pub(super) time_limit: Option<String>,
     pub(super) time_limits: Option<BTreeMap<String, String>>,
+    pub(super) mcp: Option<Vec<RawMcpServer>>,
+}
+
+/// One `[[agents.<id>.mcp]]` table: an MCP server whose tools the agent
+/// gets, started as a program (`command`) or reached at a `url`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcpServer {
+    pub(super) name: Option<String>,
+    pub(super) command: Option<String>,
+    pub(super) args: Option<Vec<String>>,
+    pub(super) env: Option<BTreeMap<String, String>>,
+    pub(super) cwd: Option<PathBuf>,
+    pub(super) url: Option<String>,
+    pub(super) headers: Option<BTreeMap<String, String>>,
+    pub(super) tools: Option<Vec<String>>,
+    pub(super) hold_for_secs: Option<u64>,
 }
 
 pub(super) fn parse(file: &Path, text: &str) -> Result<RawConfig, ConfigError> {

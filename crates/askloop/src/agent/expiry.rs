@@ -117,7 +117,7 @@ mod tests {
         assert_eq!(p.expires_at, at);
         assert_eq!(
             p.suspend_payload.unwrap()["metadata"]["expiresAt"],
-            "2026-01-01T00:01:30Z"
+            "2026-01-01T00:01:30.000Z"
         );
     }
 
@@ -126,7 +126,7 @@ mod tests {
         let at = Some(t("2026-01-01T00:01:30Z"));
         let text = expired_question_text(at);
         assert!(text.starts_with("No answer came within the time limit"), "{text}");
-        assert!(text.contains("2026-01-01T00:01:30Z"), "{text}");
+        assert!(text.contains("2026-01-01T00:01:30.000Z"), "{text}");
         assert!(expired_approval_reason(at).contains("declined"));
     }
 

@@ -1,10 +1,19 @@
-//! The run's decision logic, with no I/O: what to do after a model turn, after
-//! tool calls, and which pending call a resume targets. The driver
-//! (`driver.rs`) does the I/O around these decisions.
+//! The run's decisions, with no I/O: whether a call runs, errors or waits;
+//! what a result or an answer does to the step's pending calls and what is
+//! written for it; which decision fits which pending call; what a lost
+//! write means; when a lost claim is tried again; where a recovered run
+//! goes on. The driver (`driver.rs`) carries these decisions out (model
+//! calls, tools, store writes, chunks); `machine_properties.rs` drives them
+//! with random runs, crashes and answers.
 
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::chunk::ChunkKind;
 use crate::error::RunError;
-use crate::message::{ToolCall, ToolResult};
-use crate::store::{PendingToolCall, RunRecord, RunStatus};
+use crate::message::{Message, ToolCall, ToolResult};
+use crate::store::{PendingKind, PendingToolCall, ResolutionKind, RunRecord, RunStatus};
+use crate::tool::{InvalidResume, Tool};
 
 /// What follows a model turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +66,431 @@ pub(crate) fn after_tools(calls: &[ToolCall], pending: &[PendingToolCall], resul
 /// Whether another model call is allowed in this stream.
 pub(crate) fn may_call_model(steps_this_stream: u32, max_steps: u32) -> bool {
     steps_this_stream < max_steps
+}
+
+/// What the machine needs to know of a registered tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ToolRules {
+    /// Its calls wait for a person's approval before they run.
+    pub(crate) needs_approval: bool,
+    /// It may run again after an interruption (see [`Tool::idempotent`]).
+    pub(crate) idempotent: bool,
+    /// How many of its calls one step accepts (see
+    /// [`Tool::max_calls_per_step`]); `None`: no limit.
+    pub(crate) max_per_step: Option<usize>,
+}
+
+/// A call as the machine judges it: the call, and what is known of it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CallFacts<'a> {
+    /// Why its arguments are not JSON, if they are not.
+    pub(crate) malformed: Option<&'a str>,
+    /// Its tool's rules and why its input does not fit the tool's schema;
+    /// `None` when the agent has no such tool.
+    pub(crate) tool: Option<(ToolRules, Result<(), String>)>,
+    /// The tools the agent has, for an unknown tool's error.
+    pub(crate) known_tools: &'a [&'a str],
+    /// The call was interrupted with the process that ran it.
+    pub(crate) recovering: bool,
+    /// Which call of its tool this is in the step, counting from 1.
+    pub(crate) nth_of_tool: usize,
+}
+
+/// Whether a call runs, errors or waits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum CallPlan {
+    /// The model is told this, as the call's error result.
+    Refuse(String),
+    /// The call waits for a person's approval.
+    AskApproval,
+    /// The tool runs.
+    Execute,
+}
+
+/// Decides whether a call runs, errors or waits.
+pub(crate) fn plan_call(call: &ToolCall, facts: CallFacts<'_>) -> CallPlan {
+    if let Some(problem) = facts.malformed {
+        return CallPlan::Refuse(format!(
+            "The arguments for tool {} are not valid JSON ({problem}). Call the tool again with a JSON object that matches its input schema.",
+            call.name
+        ));
+    }
+    let Some((rules, input)) = facts.tool else {
+        let known = if facts.known_tools.is_empty() {
+            "none".to_owned()
+        } else {
+            facts.known_tools.join(", ")
+        };
+        return CallPlan::Refuse(format!("Unknown tool {}. Available tools: {known}.", call.name));
+    };
+    if let Some(limit) = rules.max_per_step.filter(|limit| facts.nth_of_tool > *limit) {
+        return CallPlan::Refuse(format!(
+            "Not run: at most {limit} calls of {} are accepted in one step. Make this call again after the \
+             others are answered.",
+            call.name
+        ));
+    }
+    if let Err(problems) = input {
+        return CallPlan::Refuse(format!(
+            "Invalid input for tool {}: {problems}. Call it again with input that matches its schema.",
+            call.name
+        ));
+    }
+    if rules.needs_approval {
+        return CallPlan::AskApproval;
+    }
+    if facts.recovering && !rules.idempotent {
+        return CallPlan::Refuse(format!(
+            "Tool {} was interrupted while it ran (the process running it stopped); it may or may not have \
+             taken effect, and it was not run again. Check before calling it again.",
+            call.name
+        ));
+    }
+    CallPlan::Execute
+}
+
+/// Whether a turn must be written before its tools run: a call whose tool
+/// must not run twice is, so that a process dying while it runs leaves the
+/// call stored without a result (recovery then tells the model) instead of
+/// a model call made again that may run it twice.
+pub(crate) fn store_turn_first(plans: &[(CallPlan, ToolRules)]) -> bool {
+    plans
+        .iter()
+        .any(|(plan, rules)| *plan == CallPlan::Execute && !rules.idempotent)
+}
+
+/// How one tool call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CallOutcome {
+    /// A result, with the chunk that shows it.
+    Done(ToolResult, ChunkKind),
+    /// The call waits on a person.
+    Pending(PendingToolCall),
+}
+
+/// The calls of one step and how far they got: the state an answer, a
+/// decline, an approval or a tool's return moves on.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub(crate) struct Step {
+    /// The calls, as the model made them.
+    pub(crate) calls: Vec<ToolCall>,
+    /// The calls waiting on people, in the order they were raised.
+    pub(crate) pending: Vec<PendingToolCall>,
+    /// The results so far, in the order they came.
+    pub(crate) results: Vec<ToolResult>,
+}
+
+/// What a step's state asks the driver to write.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StepWrite {
+    /// The run's status after the write.
+    pub(crate) status: RunStatus,
+    /// Messages to append: the turn (when not stored yet), then, once
+    /// every call has a result, the results in call order.
+    pub(crate) append: Vec<Message>,
+    /// The calls still pending.
+    pub(crate) pending: Vec<PendingToolCall>,
+    /// The step's results while calls are pending (empty once appended).
+    pub(crate) step_results: Vec<ToolResult>,
+}
+
+impl StepWrite {
+    /// Whether the run waits on people after this write.
+    pub(crate) fn waiting(&self) -> bool {
+        self.status == RunStatus::Suspended
+    }
+}
+
+impl Step {
+    /// A step of a stored run: its last turn's calls, pending calls and
+    /// results.
+    pub(crate) fn stored(record: &RunRecord, messages: &[Message]) -> Option<Step> {
+        Some(Step {
+            calls: last_tool_calls(messages)?,
+            pending: record.pending.clone(),
+            results: record.step_results.clone(),
+        })
+    }
+
+    /// Records how one call ended: a result is kept (and the call is no
+    /// longer pending); a call that waits takes the place it had among the
+    /// pending calls, or the end. Returns the chunk that shows a result.
+    pub(crate) fn resolve(&mut self, outcome: CallOutcome) -> Option<ChunkKind> {
+        match outcome {
+            CallOutcome::Done(result, chunk) => {
+                self.pending.retain(|p| p.tool_call_id != result.tool_call_id);
+                if !self.results.iter().any(|r| r.tool_call_id == result.tool_call_id) {
+                    self.results.push(result);
+                }
+                Some(chunk)
+            }
+            CallOutcome::Pending(p) => {
+                match self.pending.iter_mut().find(|q| q.tool_call_id == p.tool_call_id) {
+                    Some(place) => *place = p,
+                    None => self.pending.push(p),
+                }
+                None
+            }
+        }
+    }
+
+    /// The calls of the step with neither a result nor a pending entry:
+    /// those whose run was interrupted.
+    pub(crate) fn unresolved(&self) -> Vec<ToolCall> {
+        self.calls
+            .iter()
+            .filter(|c| {
+                !self.results.iter().any(|r| r.tool_call_id == c.id)
+                    && !self.pending.iter().any(|p| p.tool_call_id == c.id)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The write that stores this step's state: suspended while calls are
+    /// pending, else running with the results appended in call order.
+    /// `turn` is the model turn when it is not stored yet.
+    pub(crate) fn write(self, turn: Option<Message>) -> StepWrite {
+        match after_tools(&self.calls, &self.pending, &self.results) {
+            AfterTools::Wait => StepWrite {
+                status: RunStatus::Suspended,
+                append: turn.into_iter().collect(),
+                pending: self.pending,
+                step_results: self.results,
+            },
+            AfterTools::Continue(ordered) => {
+                let mut append = Vec::with_capacity(ordered.len() + 1);
+                append.extend(turn);
+                append.extend(ordered.into_iter().map(Message::Tool));
+                StepWrite {
+                    status: RunStatus::Running,
+                    append,
+                    pending: Vec::new(),
+                    step_results: Vec::new(),
+                }
+            }
+        }
+    }
+}
+
+/// Where a run taken over (its driver stopped) or retried goes on.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Recovery {
+    /// Calls wait on people: store it suspended again and show them. A
+    /// decision that was being applied when the driver stopped (never
+    /// stored) is asked for again; stored answers never are.
+    Resuspend(Step),
+    /// The last stored turn has calls without a result: they were
+    /// interrupted. Each is run again if its tool is idempotent, else the
+    /// model is told (see [`plan_call`] with `recovering`).
+    Interrupted(Step),
+    /// Make the model call the driver was making again.
+    CallModel,
+}
+
+/// Decides where a stored run goes on.
+pub(crate) fn recovery(record: &RunRecord, messages: &[Message]) -> Recovery {
+    if !record.pending.is_empty() {
+        return Recovery::Resuspend(Step {
+            calls: last_tool_calls(messages).unwrap_or_default(),
+            pending: record.pending.clone(),
+            results: record.step_results.clone(),
+        });
+    }
+    match messages.last() {
+        Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty() => Recovery::Interrupted(Step {
+            calls: tool_calls.clone(),
+            pending: Vec::new(),
+            results: record.step_results.clone(),
+        }),
+        _ => Recovery::CallModel,
+    }
+}
+
+/// The tool calls of the last assistant message.
+pub(crate) fn last_tool_calls(messages: &[Message]) -> Option<Vec<ToolCall>> {
+    messages.iter().rev().find_map(|m| match m {
+        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(tool_calls.clone()),
+        _ => None,
+    })
+}
+
+/// What a lost compare-and-set on the run means for this driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostWrite {
+    /// The run was cancelled meanwhile: end with `abort`.
+    Cancelled,
+    /// Another process took the run over (this one's lease ran out) or
+    /// wrote it: that one goes on from what is stored; this one stops,
+    /// writing nothing of its step.
+    TakenOver,
+}
+
+/// Decides what a lost write means, from the run's status as read after it.
+pub(crate) fn lost_write(now: Option<RunStatus>) -> LostWrite {
+    match now {
+        Some(RunStatus::Cancelled) => LostWrite::Cancelled,
+        _ => LostWrite::TakenOver,
+    }
+}
+
+/// Whether another process may hold the run to answer a *different* call of
+/// the same step: several calls are pending and ours is one of them. Then a
+/// lost claim is worth trying again once that (short) write lands. With a
+/// single pending call, whoever won answered ours: that is a plain conflict.
+pub(crate) fn sibling_answer_in_flight(run: &RunRecord, tool_call_id: Option<&str>) -> bool {
+    run.pending.len() > 1 && tool_call_id.is_some_and(|id| run.pending.iter().any(|p| p.tool_call_id == id))
+}
+
+/// Whether a decision for call `ours` that lost its claim to another writer
+/// is tried again, from the run as read after the loss: yes while `ours` is
+/// still pending, or another answer of the same step holds the run.
+pub(crate) fn retry_lost_claim(now: &RunRecord, ours: &str) -> bool {
+    match now.status {
+        RunStatus::Suspended => now.pending.iter().any(|p| p.tool_call_id == ours),
+        RunStatus::Running => sibling_answer_in_flight(now, Some(ours)),
+        _ => false,
+    }
+}
+
+/// What a person decided about a pending call, as given.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Decision {
+    /// Resume data, and the reason of the options (used only when the data
+    /// declines an approval without a reason of its own).
+    Answer { data: Value, reason: Option<String> },
+    /// Run the call.
+    Approve,
+    /// Do not run the call or answer the question, for this reason.
+    Decline(Option<String>),
+    /// The call's time limit passed unanswered (see `expiry.rs`).
+    Expire,
+}
+
+/// What a decision does to its pending call, checked against it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum ResumeAction {
+    /// Run the suspended tool again with this answer.
+    Answer { tool_call_id: String, data: Value },
+    /// Leave the question unanswered; the model is told.
+    DeclineQuestion {
+        tool_call_id: String,
+        reason: Option<String>,
+    },
+    /// Run the call that waited for approval.
+    Approve { tool_call_id: String },
+    /// Never run the call that waited for approval; the model is told.
+    DeclineApproval {
+        tool_call_id: String,
+        reason: Option<String>,
+    },
+    /// The call's time limit passed unanswered: a question is resolved with
+    /// a text saying so, an approval is declined (see `expiry.rs`).
+    Expire { tool_call_id: String },
+}
+
+impl ResumeAction {
+    pub(crate) fn tool_call_id(&self) -> &str {
+        match self {
+            ResumeAction::Answer { tool_call_id, .. }
+            | ResumeAction::DeclineQuestion { tool_call_id, .. }
+            | ResumeAction::Approve { tool_call_id }
+            | ResumeAction::DeclineApproval { tool_call_id, .. }
+            | ResumeAction::Expire { tool_call_id } => tool_call_id,
+        }
+    }
+
+    /// What the decision is, as stored among the run's resolutions.
+    pub(crate) fn resolution_kind(&self) -> ResolutionKind {
+        match self {
+            ResumeAction::Answer { .. } => ResolutionKind::Answered,
+            ResumeAction::DeclineQuestion { .. } => ResolutionKind::Declined,
+            ResumeAction::Approve { .. } => ResolutionKind::Approved,
+            ResumeAction::DeclineApproval { .. } => ResolutionKind::Denied,
+            ResumeAction::Expire { .. } => ResolutionKind::Expired,
+        }
+    }
+}
+
+/// Which decision fits which pending call: checks `decision` against
+/// `pending` (of `run`), with its tool when the agent has it. An answer to
+/// a question is checked by the tool; a decline and an expiry fit any call;
+/// an approval only a call that waits for one.
+pub(crate) fn fit_decision(
+    run: &RunRecord,
+    pending: &PendingToolCall,
+    decision: &Decision,
+    tool: Option<&dyn Tool>,
+    agent_id: &str,
+) -> Result<ResumeAction, RunError> {
+    let tool_call_id = pending.tool_call_id.clone();
+    let has_tool = || {
+        tool.ok_or_else(|| RunError::UnknownTool {
+            run_id: run.run_id.clone(),
+            agent_id: agent_id.to_owned(),
+            tool_name: pending.tool_name.clone(),
+        })
+    };
+    match (pending.kind, decision) {
+        (_, Decision::Expire) => Ok(ResumeAction::Expire { tool_call_id }),
+        (PendingKind::Suspended, Decision::Answer { data, .. }) => {
+            let payload = pending.suspend_payload.clone().unwrap_or(Value::Null);
+            has_tool()?
+                .check_resume_data(data, &payload)
+                .map_err(|InvalidResume { reason, accepted }| RunError::InvalidAnswer {
+                    run_id: run.run_id.clone(),
+                    tool_call_id: tool_call_id.clone(),
+                    reason,
+                    accepted,
+                })?;
+            Ok(ResumeAction::Answer {
+                tool_call_id,
+                data: data.clone(),
+            })
+        }
+        (PendingKind::Suspended, Decision::Decline(reason)) => Ok(ResumeAction::DeclineQuestion {
+            tool_call_id,
+            reason: reason.clone(),
+        }),
+        (PendingKind::Suspended, Decision::Approve) => Err(RunError::WrongPendingKind {
+            run_id: run.run_id.clone(),
+            tool_call_id,
+            detail: "is a question waiting for an answer, not a call waiting for approval; answer it instead".into(),
+        }),
+        (PendingKind::Approval, Decision::Approve) => {
+            has_tool()?;
+            Ok(ResumeAction::Approve { tool_call_id })
+        }
+        (PendingKind::Approval, Decision::Decline(reason)) => Ok(ResumeAction::DeclineApproval {
+            tool_call_id,
+            reason: reason.clone(),
+        }),
+        (PendingKind::Approval, Decision::Answer { data, reason }) => {
+            let approved = data.get("approved").and_then(Value::as_bool);
+            let reason = data
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| reason.clone());
+            match approved {
+                Some(true) => {
+                    has_tool()?;
+                    Ok(ResumeAction::Approve { tool_call_id })
+                }
+                Some(false) => Ok(ResumeAction::DeclineApproval { tool_call_id, reason }),
+                None => Err(RunError::InvalidAnswer {
+                    run_id: run.run_id.clone(),
+                    tool_call_id,
+                    reason: format!(
+                        "this call waits for approval; resume it with {} or {}, got {data}",
+                        json!({"approved": true}),
+                        json!({"approved": false, "reason": "..."})
+                    ),
+                    accepted: None,
+                }),
+            }
+        }
+    }
 }
 
 impl RunRecord {
@@ -139,6 +573,33 @@ mod tests {
         };
         let ids: Vec<&str> = ordered.iter().map(|r| r.tool_call_id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn calls_of_a_tool_past_its_per_step_limit_are_refused_and_the_earlier_ones_run() {
+        let rules = ToolRules {
+            needs_approval: false,
+            idempotent: true,
+            max_per_step: Some(2),
+        };
+        let plan = |nth_of_tool| {
+            plan_call(
+                &call("x"),
+                CallFacts {
+                    malformed: None,
+                    tool: Some((rules, Ok(()))),
+                    known_tools: &["t"],
+                    recovering: false,
+                    nth_of_tool,
+                },
+            )
+        };
+        assert_eq!(plan(1), CallPlan::Execute);
+        assert_eq!(plan(2), CallPlan::Execute);
+        let CallPlan::Refuse(message) = plan(3) else {
+            panic!("the third call should be refused")
+        };
+        assert!(message.contains("at most 2 calls of t"), "{message}");
     }
 
     #[test]

@@ -48,6 +48,22 @@ pub(crate) type Outbox = Arc<Mutex<VecDeque<Chunk>>>;
 type DriverFuture = Pin<Box<dyn Future<Output = StreamOutput> + Send>>;
 
 /// The chunks of one stream of a run.
+///
+/// The run is driven as the stream is polled: read it (chunk by chunk, or
+/// with [`AgentStream::output`] / [`AgentStream::output_with_chunks`]) to
+/// move the run on.
+///
+/// # Dropping a stream
+///
+/// Dropping a stream before its end does not stop or lose the run. Inside
+/// a Tokio runtime, the rest of the run is spawned onto the runtime and
+/// carries on to its next stored state (suspended, completed or failed);
+/// its remaining chunks are discarded, and the run can be read back with
+/// [`Agent::get_run`](crate::Agent::get_run). Outside a runtime the run
+/// stays `running` under its lease, which nobody renews: once the lease
+/// runs out, [`Agent::recover_runs`](crate::Agent::recover_runs) (in this
+/// or any other process) takes it over from its last stored step. To stop
+/// a run, use [`Agent::cancel_run`](crate::Agent::cancel_run).
 pub struct AgentStream {
     run_id: String,
     outbox: Outbox,
@@ -99,7 +115,9 @@ impl AgentStream {
     }
 
     /// Reads the rest of the stream, returning its chunks and how it ended.
-    pub async fn collect(mut self) -> (Vec<Chunk>, StreamOutput) {
+    /// (Named apart from [`StreamExt::collect`], which an `AgentStream` has
+    /// too, as a stream of chunks.)
+    pub async fn output_with_chunks(mut self) -> (Vec<Chunk>, StreamOutput) {
         let mut chunks = Vec::new();
         while let Some(chunk) = self.next().await {
             chunks.push(chunk);

@@ -122,7 +122,7 @@ pub fn types(chunks: &[Chunk]) -> Vec<&'static str> {
 
 /// Streams a fresh run to its end.
 pub async fn run(agent: &Agent, input: &str) -> (Vec<Chunk>, StreamOutput) {
-    agent.stream(input).await.unwrap().collect().await
+    agent.stream(input).await.unwrap().output_with_chunks().await
 }
 
 pub fn suspended_ids(chunks: &[Chunk]) -> Vec<String> {

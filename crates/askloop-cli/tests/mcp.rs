@@ -1,0 +1,423 @@
+//! MCP both ways, with real processes:
+//!
+//! - `askloop serve` whose agents use the official reference server
+//!   (`@modelcontextprotocol/server-everything`, started over stdio from
+//!   `tests/mcp/node_modules`): a tool call, and its elicitation accepted,
+//!   declined, and answered after the server that asked was killed;
+//! - `askloop mcp` driven by rmcp's client: listing, a question received as
+//!   an elicitation and answered, and a client without elicitation getting
+//!   the waiting run's id.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+mod common;
+
+use common::{BIN, Serving, skipped_for_lack_of};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The reference server's entry point, or why it cannot run here.
+fn everything() -> Result<PathBuf, String> {
+    let entry = repo_root().join("tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if !entry.is_file() {
+        return Err(format!("{} is missing: run npm ci in tests/mcp", entry.display()));
+    }
+    match Command::new("node").arg("--version").output() {
+        Ok(out) if out.status.success() => Ok(entry),
+        _ => Err("node is not installed".into()),
+    }
+}
+
+const SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "trigger-elicitation-request", "id": "call_form"}]},
+  {"text": "Done: {{toolResults}}"}
+]}"#;
+
+const ECHO_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "echo", "args": {"message": "hello over stdio"}}]},
+  {"text": "Said: {{toolResults}}"}
+]}"#;
+
+fn config(dir: &Path, entry: &Path) -> PathBuf {
+    std::fs::write(dir.join("form.json"), SCRIPT).unwrap();
+    std::fs::write(dir.join("echo.json"), ECHO_SCRIPT).unwrap();
+    let server = format!(
+        "command = \"node\"\nargs = [{:?}, \"stdio\"]\ntools = [\"echo\", \"trigger-elicitation-request\"]\n",
+        entry.display().to_string()
+    );
+    let text = format!(
+        "[agents.clerk]\nscript = \"form.json\"\n\n[[agents.clerk.mcp]]\nname = \"everything\"\n{server}\n\
+         [agents.echoer]\nscript = \"echo.json\"\n\n[[agents.echoer.mcp]]\nname = \"everything\"\n{server}"
+    );
+    let path = dir.join("askloop.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn serve(dir: &Path, config: &Path) -> Serving {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_API_TOKEN")
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
+        .arg(config);
+    Serving::start(cmd)
+}
+
+fn frames(body: &str) -> Vec<Value> {
+    body.split_terminator("\n\n")
+        .filter(|f| *f != "data: [DONE]")
+        .map(|f| serde_json::from_str(f.strip_prefix("data: ").unwrap()).unwrap())
+        .collect()
+}
+
+async fn post(client: &reqwest::Client, url: String, body: Value) -> Vec<Value> {
+    let response = client.post(url).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    frames(&response.text().await.unwrap())
+}
+
+fn finish_text(chunks: &[Value]) -> String {
+    assert!(chunks.iter().any(|c| c["type"] == "finish"), "no finish in {chunks:?}");
+    chunks
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .map(|c| c["payload"]["text"].as_str().unwrap_or_default())
+        .collect()
+}
+
+/// Starts the clerk's run and returns its run id, checking the question.
+async fn asked(client: &reqwest::Client, serving: &Serving) -> String {
+    let chunks = post(
+        client,
+        serving.url("/api/agents/clerk/stream"),
+        json!({"messages": "Sign me up."}),
+    )
+    .await;
+    let suspended = chunks.last().unwrap();
+    assert_eq!(suspended["type"], "tool-call-suspended", "{chunks:?}");
+    let payload = &suspended["payload"]["suspendPayload"];
+    assert_eq!(payload["kind"], "mcp-elicitation");
+    assert_eq!(payload["server"], "everything");
+    assert_eq!(payload["message"], "Please provide inputs for the following fields:");
+    assert_eq!(payload["requestedSchema"]["required"], json!(["name"]));
+    suspended["runId"].as_str().unwrap().to_owned()
+}
+
+fn resume_body(run_id: &str, data: Value) -> Value {
+    json!({"runId": run_id, "toolCallId": "call_form", "resumeData": data})
+}
+
+#[tokio::test]
+async fn an_agent_calls_the_reference_servers_tools_and_its_elicitation_is_answered_accepted_or_declined() {
+    let entry = match everything() {
+        Ok(entry) => entry,
+        Err(why) => {
+            if skipped_for_lack_of("reference server", Some(why)) {
+                return;
+            }
+            unreachable!()
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &entry);
+    let serving = serve(dir.path(), &config);
+    let client = reqwest::Client::new();
+
+    let chunks = post(
+        &client,
+        serving.url("/api/agents/echoer/stream"),
+        json!({"messages": "Echo."}),
+    )
+    .await;
+    assert_eq!(finish_text(&chunks), "Said: Echo: hello over stdio");
+
+    // Accepted: the answer goes to the live call, which finishes with it.
+    let run_id = asked(&client, &serving).await;
+    let bad = client
+        .post(serving.url("/api/agents/clerk/resume-stream"))
+        .json(&resume_body(
+            &run_id,
+            json!({"action": "accept", "content": {"check": true}}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 422, "an answer without the required name is refused");
+    let chunks = post(
+        &client,
+        serving.url("/api/agents/clerk/resume-stream"),
+        resume_body(
+            &run_id,
+            json!({"action": "accept", "content": {"name": "Ada Lovelace", "check": true}}),
+        ),
+    )
+    .await;
+    let text = finish_text(&chunks);
+    assert!(
+        text.starts_with("Done: ✅ User provided the requested information!"),
+        "{text}"
+    );
+    assert!(text.contains("- Name: Ada Lovelace"), "{text}");
+
+    // Declined: the server hears decline.
+    let run_id = asked(&client, &serving).await;
+    let chunks = post(
+        &client,
+        serving.url("/api/agents/clerk/resume-stream"),
+        resume_body(&run_id, json!({"action": "decline"})),
+    )
+    .await;
+    assert!(finish_text(&chunks).contains("User declined"), "{chunks:?}");
+
+    // Cancelled: the server hears cancel.
+    let run_id = asked(&client, &serving).await;
+    let chunks = post(
+        &client,
+        serving.url("/api/agents/clerk/resume-stream"),
+        resume_body(&run_id, json!({"action": "cancel"})),
+    )
+    .await;
+    assert!(finish_text(&chunks).contains("User cancelled"), "{chunks:?}");
+}
+
+#[tokio::test]
+async fn an_elicitation_answered_after_the_asking_server_was_killed_reaches_the_model_with_a_note() {
+    let entry = match everything() {
+        Ok(entry) => entry,
+        Err(why) => {
+            if skipped_for_lack_of("reference server", Some(why)) {
+                return;
+            }
+            unreachable!()
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &entry);
+    let client = reqwest::Client::new();
+    let mut first = serve(dir.path(), &config);
+    let run_id = asked(&client, &first).await;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+
+    let second = serve(dir.path(), &config);
+    let chunks = post(
+        &client,
+        second.url("/api/agents/clerk/resume-stream"),
+        resume_body(&run_id, json!({"action": "accept", "content": {"name": "Ada"}})),
+    )
+    .await;
+    let text = finish_text(&chunks);
+    assert!(
+        text.starts_with("Done: The MCP server everything asked the person"),
+        "{text}"
+    );
+    assert!(text.contains("never received the answer"), "{text}");
+    assert!(text.contains(r#"accepted, with {"name":"Ada"}"#), "{text}");
+}
+
+const DEPLOY_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?",
+     "options": [{"label": "staging"}, {"label": "production"}]}}]},
+  {"text": "Deploying to {{toolResults}}."}
+]}"#;
+
+/// Writes an askloop.toml with one agent, `deployer`, that asks a question.
+fn write_deployer(dir: &Path) {
+    std::fs::write(dir.join("deploy.json"), DEPLOY_SCRIPT).unwrap();
+    std::fs::write(
+        dir.join("askloop.toml"),
+        "[agents.deployer]\nname = \"Deployer\"\nscript = \"deploy.json\"\n",
+    )
+    .unwrap();
+}
+
+fn askloop_mcp(dir: &Path) -> TokioChildProcess {
+    write_deployer(dir);
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .args(["mcp", "--page-url", "http://127.0.0.1:4111"]);
+    TokioChildProcess::new(cmd).unwrap()
+}
+
+#[derive(Clone, Default)]
+struct Person {
+    asked: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ClientHandler for Person {
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        self.asked.lock().unwrap().push(serde_json::to_value(&request).unwrap());
+        Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"answer": "production"})))
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::default();
+        info.capabilities = serde_json::from_value::<ClientCapabilities>(json!({"elicitation": {"form": {}}})).unwrap();
+        info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
+        info
+    }
+}
+
+fn ask(message: &str) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new("ask_deployer");
+    params.arguments = json!({"message": message}).as_object().cloned();
+    params
+}
+
+#[tokio::test]
+async fn askloop_mcp_lists_its_agents_and_asks_their_questions_as_elicitations() {
+    let dir = tempfile::tempdir().unwrap();
+    let person = Person::default();
+    let client = person.clone().serve(askloop_mcp(dir.path())).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["ask_deployer"]);
+    let result = client.peer().call_tool(ask("Deploy the app")).await.unwrap();
+    let asked = person.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0]["message"], "Which environment?");
+    assert_eq!(
+        asked[0]["requestedSchema"]["properties"]["answer"]["enum"],
+        json!(["staging", "production"])
+    );
+    let structured = result.structured_content.unwrap();
+    assert_eq!(structured["status"], "completed");
+    assert!(
+        structured["text"].as_str().unwrap().contains("production"),
+        "{structured}"
+    );
+    let _ = client.cancel().await;
+}
+
+#[tokio::test]
+async fn askloop_mcp_tells_a_client_without_elicitation_that_the_run_waits_and_where_to_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = ().serve(askloop_mcp(dir.path())).await.unwrap();
+    let result = client.peer().call_tool(ask("Deploy the app")).await.unwrap();
+    let structured = result.structured_content.unwrap();
+    assert_eq!(structured["status"], "suspended");
+    let run_id = structured["runId"].as_str().unwrap();
+    assert_eq!(structured["answerUrl"], format!("http://127.0.0.1:4111/runs/{run_id}"));
+    let _ = client.cancel().await;
+    // The run waits in the database, as any other process sees it.
+    let shown = Command::new(BIN)
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .args(["runs", "show", run_id, "--json"])
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["status"], "suspended", "{shown}");
+}
+
+#[test]
+fn the_official_typescript_sdk_client_lists_calls_and_answers_askloop_mcp() {
+    let client = repo_root().join("tests/mcp/client.mjs");
+    let sdk = repo_root().join("tests/mcp/node_modules/@modelcontextprotocol/sdk/package.json");
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let missing = if !node {
+        Some("node is not installed".to_owned())
+    } else if !sdk.is_file() {
+        Some(format!("{} is missing: run npm ci in tests/mcp", sdk.display()))
+    } else {
+        None
+    };
+    if skipped_for_lack_of("TypeScript SDK client", missing) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_deployer(dir.path());
+    let output = Command::new("node")
+        .arg(&client)
+        .arg(BIN)
+        .arg(dir.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| panic!("{err}: {stderr}"));
+    assert_eq!(seen["tools"], json!(["ask_deployer"]));
+    assert_eq!(seen["asked"][0]["message"], "Which environment?");
+    assert_eq!(
+        seen["asked"][0]["requestedSchema"]["properties"]["answer"]["enum"],
+        json!(["staging", "production"])
+    );
+    assert_eq!(seen["answered"]["structuredContent"]["status"], "completed", "{seen}");
+    assert!(
+        seen["answered"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("staging"),
+        "{seen}"
+    );
+    let waiting = &seen["waiting"]["structuredContent"];
+    assert_eq!(waiting["status"], "suspended", "{seen}");
+    let run_id = waiting["runId"].as_str().unwrap();
+    assert_eq!(waiting["answerUrl"], format!("http://127.0.0.1:4111/runs/{run_id}"));
+}
+
+#[tokio::test]
+async fn askloop_serve_offers_its_agents_at_mcp_behind_the_api_token() {
+    let dir = tempfile::tempdir().unwrap();
+    write_deployer(dir.path());
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("ASKLOOP_API_TOKEN", "s3cret")
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .current_dir(dir.path())
+        .args(["serve", "--addr", "127.0.0.1:0"]);
+    let serving = Serving::start(cmd);
+    let url = serving.url("/mcp");
+
+    let refused = reqwest::Client::new()
+        .post(&url)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401, "no token, no MCP");
+
+    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header("s3cret");
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert_eq!(tools[0].name, "ask_deployer");
+    let result = client.peer().call_tool(ask("Deploy the app")).await.unwrap();
+    let structured = result.structured_content.unwrap();
+    assert_eq!(structured["status"], "suspended");
+    let run_id = structured["runId"].as_str().unwrap();
+    assert_eq!(structured["answerUrl"], serving.url(&format!("/runs/{run_id}")));
+    let _ = client.cancel().await;
+}

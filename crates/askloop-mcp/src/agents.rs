@@ -1,0 +1,397 @@
+//! askloop's agents as MCP tools: `askloop mcp` (stdio) and the `/mcp`
+//! endpoint of `askloop serve` (streamable HTTP).
+//!
+//! Each agent is a tool `ask_<agent id>` taking `{"message": "..."}`. A call
+//! starts a run and waits for it. When the run asks a question, a client
+//! that declared form elicitation is asked through `elicitation/create`
+//! (free text as a string field, a single-select as an enum, a multi-select
+//! as an array of enum, an approval as a boolean), and the run goes on with
+//! its answer; a client without it gets a result saying the run waits, with
+//! its run id and where to answer, so the question is never lost.
+
+use std::sync::Arc;
+
+use askloop::store::{PendingKind, PendingToolCall, RunStatus};
+use askloop::{Agent, Question, ResumeOptions, RunError, SelectionMode, StreamOutput};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction,
+    ElicitationSchema, Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool as McpToolInfo,
+};
+use rmcp::service::{ElicitationMode, RequestContext};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Map, Value, json};
+
+use crate::connect::protocol_version;
+use crate::elicitation::{ElicitationAnswer, ElicitationPayload};
+
+/// The MCP tool name of an agent.
+pub fn ask_tool_name(agent_id: &str) -> String {
+    format!("ask_{agent_id}")
+}
+
+/// Where a person can answer a waiting run, for the result given to a
+/// client that cannot be asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WaitingLinks {
+    /// The web page's base URL (e.g. `http://127.0.0.1:4111`), whose
+    /// `/runs/{run_id}` shows the run's questions. When `None` over HTTP,
+    /// the `Host` the client used is taken (the page is served beside
+    /// `/mcp`).
+    pub page: Option<String>,
+}
+
+impl WaitingLinks {
+    fn page_for(&self, context: &RequestContext<RoleServer>) -> Option<String> {
+        if let Some(page) = &self.page {
+            return Some(page.trim_end_matches('/').to_owned());
+        }
+        let parts = context.extensions.get::<http::request::Parts>()?;
+        let host = parts.headers.get(http::header::HOST)?.to_str().ok()?;
+        let https = parts
+            .headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+        Some(format!("{}://{host}", if https { "https" } else { "http" }))
+    }
+}
+
+/// The MCP server of a set of agents.
+#[derive(Debug, Clone)]
+pub struct AgentTools {
+    agents: Arc<Vec<Agent>>,
+    links: WaitingLinks,
+}
+
+impl AgentTools {
+    /// Serves these agents.
+    pub fn new(agents: Vec<Agent>, links: WaitingLinks) -> Self {
+        AgentTools {
+            agents: Arc::new(agents),
+            links,
+        }
+    }
+
+    fn tools(&self) -> Vec<McpToolInfo> {
+        self.agents
+            .iter()
+            .map(|agent| {
+                let schema = json!({
+                    "type": "object",
+                    "properties": {"message": {"type": "string", "description": "What to ask the agent."}},
+                    "required": ["message"],
+                });
+                let mut description = format!("Ask the agent {} ({}).", agent.name(), agent.id());
+                if let Some(instructions) = agent.instructions() {
+                    description.push_str(" Its instructions: ");
+                    description.push_str(instructions);
+                }
+                description.push_str(
+                    " It may ask the person questions before it answers; if they cannot be asked here, the result \
+                     says the run waits and where to answer.",
+                );
+                let schema = match schema {
+                    Value::Object(map) => map,
+                    _ => Map::new(),
+                };
+                McpToolInfo::new(ask_tool_name(agent.id()), description, Arc::new(schema))
+            })
+            .collect()
+    }
+
+    async fn ask(&self, agent: &Agent, message: String, context: &RequestContext<RoleServer>) -> CallToolResult {
+        let mut output = match agent.stream(message).await {
+            Ok(stream) => stream.output().await,
+            Err(err) => return failed(format!("the run could not start: {err}")),
+        };
+        let can_ask = context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form);
+        loop {
+            match output.status {
+                RunStatus::Completed => return finished(&output),
+                RunStatus::Suspended => {}
+                RunStatus::Cancelled => return failed(format!("run {} was cancelled", output.run_id)),
+                _ => {
+                    let reason = output
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| format!("status {:?}", output.status));
+                    return failed(format!("run {} failed: {reason}", output.run_id));
+                }
+            }
+            if !can_ask {
+                return self.waiting(context, &output, None);
+            }
+            let Some(pending) = output.pending.first().cloned() else {
+                return self.waiting(context, &output, None);
+            };
+            let Some(form) = Form::of(&pending) else {
+                return self.waiting(context, &output, Some("this question cannot be shown as an MCP form"));
+            };
+            let params = ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message: form.message.clone(),
+                requested_schema: form.schema.clone(),
+            };
+            let answer = match context.peer.create_elicitation(params).await {
+                Ok(answer) => answer,
+                Err(err) => {
+                    return self.waiting(context, &output, Some(&format!("the client could not be asked: {err}")));
+                }
+            };
+            let next = match answer.action {
+                ElicitationAction::Accept => {
+                    let content = answer.content.unwrap_or(Value::Null);
+                    agent
+                        .resume_stream(
+                            form.resume_data(&content),
+                            ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()),
+                        )
+                        .await
+                }
+                ElicitationAction::Decline => match form.kind {
+                    FormKind::Elicitation => {
+                        agent
+                            .resume_stream(
+                                serde_json::to_value(ElicitationAnswer::Decline).unwrap_or(Value::Null),
+                                ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()),
+                            )
+                            .await
+                    }
+                    _ => {
+                        agent
+                            .decline_tool_call(ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()))
+                            .await
+                    }
+                },
+                _ => return self.waiting(context, &output, Some("the question was dismissed")),
+            };
+            output = match next {
+                Ok(stream) => stream.output().await,
+                Err(err) => return self.waiting(context, &output, Some(&refused(&err))),
+            };
+        }
+    }
+
+    /// The result for a run that waits on a person who cannot be asked here.
+    fn waiting(
+        &self,
+        context: &RequestContext<RoleServer>,
+        output: &StreamOutput,
+        why: Option<&str>,
+    ) -> CallToolResult {
+        let questions: Vec<Value> = output
+            .pending
+            .iter()
+            .map(|p| {
+                json!({
+                    "toolCallId": p.tool_call_id,
+                    "toolName": p.tool_name,
+                    "kind": match p.kind { PendingKind::Approval => "approval", _ => "question" },
+                    "question": Form::of(p).map(|f| f.message),
+                    "suspendPayload": p.suspend_payload,
+                    "resumeSchema": p.resume_schema,
+                })
+            })
+            .collect();
+        let answer_at = self
+            .links
+            .page_for(context)
+            .map(|page| format!("{page}/runs/{}", output.run_id));
+        let mut text = format!("The run {} is waiting for an answer", output.run_id);
+        if let Some(why) = why {
+            text.push_str(&format!(" ({why})"));
+        }
+        text.push('.');
+        for q in &questions {
+            if let Some(question) = q["question"].as_str() {
+                text.push_str(&format!(" Question: {question}"));
+            }
+        }
+        match &answer_at {
+            Some(url) => text.push_str(&format!(
+                " Answer it at {url} (or POST to the server's /api/agents/<agent>/resume-stream with this runId)."
+            )),
+            None => {
+                text.push_str(" Answer it from `askloop serve`'s page or API on the same database, with this run id.")
+            }
+        }
+        if !output.text.is_empty() {
+            text.push_str(&format!(" The agent said so far: {}", output.text));
+        }
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(json!({
+            "status": "suspended",
+            "runId": output.run_id,
+            "answerUrl": answer_at,
+            "pending": questions,
+        }));
+        result
+    }
+}
+
+fn finished(output: &StreamOutput) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![ContentBlock::text(output.text.clone())]);
+    result.structured_content = Some(json!({"status": "completed", "runId": output.run_id, "text": output.text}));
+    result
+}
+
+fn failed(reason: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(reason)])
+}
+
+fn refused(err: &RunError) -> String {
+    format!("the answer was not taken: {err}")
+}
+
+/// How a pending call is shown as an MCP form, and how the form's content
+/// becomes resume data.
+struct Form {
+    kind: FormKind,
+    message: String,
+    schema: ElicitationSchema,
+}
+
+enum FormKind {
+    /// `ask_user`: one field, `answer`.
+    Question,
+    /// A call waiting on approval: one boolean, `approve`.
+    Approval,
+    /// An MCP server's own elicitation (an agent's MCP tool asked): passed
+    /// on as it came.
+    Elicitation,
+}
+
+impl Form {
+    fn of(pending: &PendingToolCall) -> Option<Form> {
+        let (kind, message, schema) = match pending.kind {
+            PendingKind::Approval => (
+                FormKind::Approval,
+                format!(
+                    "The agent wants to run {} with {}. Allow it?",
+                    pending.tool_name, pending.args
+                ),
+                json!({"type": "object", "properties": {"approve": {"type": "boolean", "title": "Allow"}}, "required": ["approve"]}),
+            ),
+            _ => {
+                let payload = pending.suspend_payload.as_ref()?;
+                if let Some(elicitation) = ElicitationPayload::from_value(payload) {
+                    (FormKind::Elicitation, elicitation.message, elicitation.requested_schema)
+                } else {
+                    let question = Question::from_payload(payload)?;
+                    let labels = question.labels();
+                    let field = match question.mode {
+                        None => json!({"type": "string", "title": "Answer"}),
+                        Some(SelectionMode::MultiSelect) => {
+                            json!({"type": "array", "title": "Answer", "items": {"type": "string", "enum": labels}})
+                        }
+                        Some(_) => json!({"type": "string", "title": "Answer", "enum": labels}),
+                    };
+                    (
+                        FormKind::Question,
+                        question.text,
+                        json!({"type": "object", "properties": {"answer": field}, "required": ["answer"]}),
+                    )
+                }
+            }
+        };
+        let schema = serde_json::from_value(schema).ok()?;
+        Some(Form { kind, message, schema })
+    }
+
+    fn resume_data(&self, content: &Value) -> Value {
+        match self.kind {
+            FormKind::Question => content.get("answer").cloned().unwrap_or(Value::Null),
+            FormKind::Approval => json!({"approved": content.get("approve").and_then(Value::as_bool).unwrap_or(false)}),
+            FormKind::Elicitation => serde_json::to_value(ElicitationAnswer::Accept {
+                content: content.clone(),
+            })
+            .unwrap_or(Value::Null),
+        }
+    }
+}
+
+impl ServerHandler for AgentTools {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.protocol_version = protocol_version();
+        info.server_info = Implementation::new("askloop", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "Each tool asks one askloop agent. An agent may ask you questions (as elicitations) before it answers."
+                .into(),
+        );
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, rmcp::ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, rmcp::ErrorData> {
+        let Some(agent) = self.agents.iter().find(|a| ask_tool_name(a.id()) == request.name) else {
+            let names: Vec<String> = self.agents.iter().map(|a| ask_tool_name(a.id())).collect();
+            return Err(rmcp::ErrorData::invalid_params(
+                format!("no tool {:?}; the tools are: {}", request.name, names.join(", ")),
+                None,
+            ));
+        };
+        let message = request
+            .arguments
+            .as_ref()
+            .and_then(|args| args.get("message"))
+            .and_then(Value::as_str)
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| {
+                rmcp::ErrorData::invalid_params(
+                    format!("{} needs {{\"message\": \"...\"}}, a non-empty string", request.name),
+                    None,
+                )
+            })?
+            .to_owned();
+        Ok(self.ask(agent, message, &context).await.into())
+    }
+}
+
+/// Serves the agents over stdio until the client closes it.
+pub async fn serve_stdio(tools: AgentTools) -> Result<(), std::io::Error> {
+    let running = tools
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|err| std::io::Error::other(err.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|err| std::io::Error::other(err.to_string()))?;
+    Ok(())
+}
+
+/// A tower service for the streamable-HTTP transport (mount it at `/mcp`).
+/// `check_host`: refuse requests whose `Host` is not a loopback name (set it
+/// when no token protects the endpoint, against DNS rebinding).
+pub fn streamable_http_service(
+    tools: AgentTools,
+    check_host: bool,
+) -> StreamableHttpService<AgentTools, LocalSessionManager> {
+    let mut config = StreamableHttpServerConfig::default();
+    if !check_host {
+        config = config.disable_allowed_hosts();
+    }
+    StreamableHttpService::new(
+        move || Ok(tools.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
+}

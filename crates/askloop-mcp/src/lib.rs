@@ -1,0 +1,96 @@
+//! MCP both ways for askloop.
+//!
+//! - **MCP servers' tools for agents** ([`mcp_tools`]): the tools of a
+//!   server started as a program (stdio) or reached over streamable HTTP
+//!   become askloop tools, with their schemas. When the server asks the
+//!   person something mid-call (`elicitation/create`), the run suspends with
+//!   an [`ElicitationPayload`], a question like any other: stored, shown,
+//!   answered from the CLI, the API or the page, and checked against the
+//!   server's schema before it is accepted.
+//! - **Agents as MCP tools** ([`AgentTools`]): each agent is a tool
+//!   `ask_<agent>`; its questions reach the MCP client as elicitations when
+//!   the client supports them, and otherwise the result says the run waits,
+//!   with its id and where to answer.
+//!
+//! askloop speaks MCP protocol revision [`PROTOCOL_VERSION`] (through rmcp).
+//!
+//! # What is durable
+//!
+//! The question and its answer are: the suspension is stored before it is
+//! shown, and the answer is checked and stored like any resume. The MCP
+//! session of the call that asked is not: it lives in the process that made
+//! the call, for at most [`McpServerSpec::hold_for`]. An answer that reaches
+//! that process in time goes back to the server, and the call finishes (or
+//! asks again). An answer that comes later, or to another process, cannot
+//! reach the server: the model is then given the answer as the tool's
+//! result, with a note that the server never received it, and the run goes
+//! on.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use askloop::Agent;
+//! use askloop_mcp::{McpServerSpec, mcp_tools};
+//!
+//! let everything = McpServerSpec::stdio("everything", "npx", ["-y", "@modelcontextprotocol/server-everything"]);
+//! let mut agent = Agent::builder("helper").instructions("Use the tools.");
+//! for tool in mcp_tools(&everything).await? {
+//!     agent = agent.tool_arc(tool);
+//! }
+//! # Ok(()) }
+//! ```
+
+mod agents;
+mod connect;
+pub mod elicitation;
+mod spec;
+mod tools;
+
+pub use agents::{AgentTools, WaitingLinks, ask_tool_name, serve_stdio, streamable_http_service};
+pub use connect::PROTOCOL_VERSION;
+pub use elicitation::{ELICITATION_KIND, ElicitationAnswer, ElicitationPayload};
+pub use spec::{DEFAULT_HOLD_FOR, McpServerSpec, McpTransport};
+pub use tools::{LiveCalls, McpTool, mcp_tools};
+
+/// An MCP server could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// The program of a stdio server could not be started.
+    #[error("cannot start the MCP server {server} ({command}): {reason}")]
+    Start {
+        /// The server's name.
+        server: String,
+        /// The program.
+        command: String,
+        /// Why.
+        reason: String,
+    },
+    /// The server did not complete the `initialize` handshake.
+    #[error("the MCP server {server} did not start a session: {reason}")]
+    Handshake {
+        /// The server's name.
+        server: String,
+        /// Why.
+        reason: String,
+    },
+    /// A request to the server failed (not a tool's own error result).
+    #[error("the MCP server {server} failed the request {tool}: {reason}")]
+    Call {
+        /// The server's name.
+        server: String,
+        /// The tool, or the request.
+        tool: String,
+        /// Why.
+        reason: String,
+    },
+    /// The configuration names a tool the server does not have.
+    #[error("the MCP server {server} has no tool {tool:?}; its tools: {known}")]
+    UnknownTool {
+        /// The server's name.
+        server: String,
+        /// The missing tool.
+        tool: String,
+        /// The tools it has.
+        known: String,
+    },
+}

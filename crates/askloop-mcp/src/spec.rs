@@ -1,0 +1,134 @@
+//! Where an MCP server is: a command to start (stdio) or a URL (streamable HTTP).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long a tool call that asked the person something is kept alive,
+/// waiting for the answer, before askloop gives up on it and ends its MCP
+/// session. The stored question stays answerable after that: the answer is
+/// then handed to the model with a note (see the crate docs).
+pub const DEFAULT_HOLD_FOR: Duration = Duration::from_secs(600);
+
+/// One MCP server whose tools an agent can call.
+///
+/// ```
+/// use askloop_mcp::McpServerSpec;
+///
+/// let everything = McpServerSpec::stdio("everything", "npx", ["-y", "@modelcontextprotocol/server-everything"]);
+/// let remote = McpServerSpec::http("docs", "https://mcp.example.com/mcp").header("Authorization", "Bearer t0k3n");
+/// assert_eq!(everything.name, "everything");
+/// assert_eq!(remote.name, "docs");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct McpServerSpec {
+    /// A short name, shown in questions and errors.
+    pub name: String,
+    /// How to reach it.
+    pub transport: McpTransport,
+    /// Only these of its tools (all when empty).
+    pub only_tools: Vec<String>,
+    /// How long a call waiting on an answer is kept alive.
+    pub hold_for: Duration,
+}
+
+/// How to reach an MCP server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum McpTransport {
+    /// A program that speaks MCP on its standard input and output. It is
+    /// started for each tool call (and once to list the tools) and stopped
+    /// when the call ends.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Variables added to its environment.
+        env: BTreeMap<String, String>,
+        /// Its working folder (the current one when `None`).
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable-HTTP endpoint.
+    Http {
+        /// The endpoint's URL.
+        url: String,
+        /// Headers sent with every request (e.g. `Authorization`).
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl McpServerSpec {
+    /// A server started as a program speaking MCP over stdio.
+    pub fn stdio<I, S>(name: impl Into<String>, command: impl Into<String>, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        McpServerSpec {
+            name: name.into(),
+            transport: McpTransport::Stdio {
+                command: command.into(),
+                args: args.into_iter().map(Into::into).collect(),
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+            only_tools: Vec::new(),
+            hold_for: DEFAULT_HOLD_FOR,
+        }
+    }
+
+    /// A server reached over streamable HTTP.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        McpServerSpec {
+            name: name.into(),
+            transport: McpTransport::Http {
+                url: url.into(),
+                headers: BTreeMap::new(),
+            },
+            only_tools: Vec::new(),
+            hold_for: DEFAULT_HOLD_FOR,
+        }
+    }
+
+    /// Adds an environment variable (stdio servers; ignored for HTTP).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        if let McpTransport::Stdio { env, .. } = &mut self.transport {
+            env.insert(key.into(), value.into());
+        }
+        self
+    }
+
+    /// Sets the working folder (stdio servers; ignored for HTTP).
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        if let McpTransport::Stdio { cwd, .. } = &mut self.transport {
+            *cwd = Some(dir.into());
+        }
+        self
+    }
+
+    /// Adds a header (HTTP servers; ignored for stdio).
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        if let McpTransport::Http { headers, .. } = &mut self.transport {
+            headers.insert(key.into(), value.into());
+        }
+        self
+    }
+
+    /// Offers the model only these tools of the server.
+    pub fn only_tools<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.only_tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// How long a call waiting on an answer is kept alive.
+    pub fn hold_for(mut self, duration: Duration) -> Self {
+        self.hold_for = duration;
+        self
+    }
+}

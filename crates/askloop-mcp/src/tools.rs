@@ -1,0 +1,326 @@
+//! An MCP server's tools as askloop tools.
+//!
+//! Each call opens its own MCP session (starting the program, for a stdio
+//! server) and closes it when the call ends, so an elicitation the server
+//! sends belongs, without doubt, to the call that is running. A call whose
+//! server asks something suspends the run with an [`ElicitationPayload`];
+//! the session stays open in a [`LiveCalls`] table keyed by run id and tool
+//! call id, and the answer, when it comes to this process, goes straight
+//! back to it. When the process that asked is gone, so is the session: the
+//! stored answer is then given to the model as the tool's result, with a
+//! note saying the server never received it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use askloop::{InvalidResume, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};
+use async_trait::async_trait;
+use rmcp::ServiceError;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ElicitRequestParams};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::McpError;
+use crate::connect::{Elicitation, Relay, connect};
+use crate::elicitation::{ELICITATION_KIND, ElicitationAnswer, ElicitationPayload, answer_schema};
+use crate::spec::McpServerSpec;
+
+/// Lists a server's tools (one short session) and returns them as askloop
+/// tools, in the server's order.
+pub async fn mcp_tools(spec: &McpServerSpec) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+    let session = connect(spec, Relay::listing()).await?;
+    let listed = session.peer().list_all_tools().await;
+    let _ = session.cancel().await;
+    let listed = listed.map_err(|err| McpError::Call {
+        server: spec.name.clone(),
+        tool: "tools/list".into(),
+        reason: err.to_string(),
+    })?;
+    for wanted in &spec.only_tools {
+        if !listed.iter().any(|t| t.name == *wanted) {
+            let names: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
+            return Err(McpError::UnknownTool {
+                server: spec.name.clone(),
+                tool: wanted.clone(),
+                known: names.join(", "),
+            });
+        }
+    }
+    let live = LiveCalls::default();
+    Ok(listed
+        .into_iter()
+        .filter(|t| spec.only_tools.is_empty() || spec.only_tools.iter().any(|w| *w == t.name))
+        .map(|t| {
+            let annotations = t.annotations.as_ref();
+            let idempotent =
+                annotations.is_some_and(|a| a.read_only_hint == Some(true) || a.idempotent_hint == Some(true));
+            Arc::new(McpTool {
+                spec: spec.clone(),
+                name: t.name.to_string(),
+                description: t.description.as_deref().unwrap_or_default().to_owned(),
+                input_schema: Value::Object((*t.input_schema).clone()),
+                idempotent,
+                live: live.clone(),
+            }) as Arc<dyn Tool>
+        })
+        .collect())
+}
+
+/// One tool of an MCP server.
+#[derive(Debug)]
+pub struct McpTool {
+    spec: McpServerSpec,
+    name: String,
+    description: String,
+    input_schema: Value,
+    idempotent: bool,
+    live: LiveCalls,
+}
+
+/// Calls that wait on an answer, each with its open MCP session, by
+/// (run id, tool call id).
+#[derive(Debug, Clone, Default)]
+pub struct LiveCalls {
+    calls: Arc<Mutex<HashMap<(String, String), LiveCall>>>,
+}
+
+impl LiveCalls {
+    fn put(&self, key: (String, String), call: LiveCall) {
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.insert(key, call);
+        }
+    }
+
+    fn take(&self, key: &(String, String)) -> Option<LiveCall> {
+        self.calls.lock().ok()?.remove(key)
+    }
+
+    /// How many calls wait on an answer in this process.
+    pub fn len(&self) -> usize {
+        self.calls.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// Whether no call waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A call in flight: its session's task, the server's elicitations, and the
+/// reply to the one it waits on.
+#[derive(Debug)]
+struct LiveCall {
+    task: JoinHandle<()>,
+    elicitations: mpsc::UnboundedReceiver<Elicitation>,
+    done: oneshot::Receiver<Result<CallToolResult, McpError>>,
+    reply: Option<oneshot::Sender<rmcp::model::ElicitResult>>,
+    expiry: Option<JoinHandle<()>>,
+}
+
+impl Drop for LiveCall {
+    fn drop(&mut self) {
+        // Ending the task drops the session, which stops a stdio server.
+        self.task.abort();
+        if let Some(expiry) = &self.expiry {
+            expiry.abort();
+        }
+    }
+}
+
+impl McpTool {
+    fn start(&self, input: Value) -> LiveCall {
+        let (to_driver, elicitations) = mpsc::unbounded_channel();
+        let (finish, done) = oneshot::channel();
+        let spec = self.spec.clone();
+        let arguments = match input {
+            Value::Object(map) => Some(map),
+            _ => None,
+        };
+        let mut params = CallToolRequestParams::new(self.name.clone());
+        params.arguments = arguments;
+        let tool = self.name.clone();
+        let task = tokio::spawn(async move {
+            let outcome = async {
+                let session = connect(&spec, Relay::for_call(to_driver)).await?;
+                let result = session.peer().call_tool(params).await;
+                let _ = session.cancel().await;
+                result.map_err(|err| call_error(&spec.name, &tool, err))
+            }
+            .await;
+            let _ = finish.send(outcome);
+        });
+        LiveCall {
+            task,
+            elicitations,
+            done,
+            reply: None,
+            expiry: None,
+        }
+    }
+
+    /// Waits for the call's next event: its result, or a question.
+    async fn drive(&self, mut call: LiveCall, ctx: &ToolContext) -> Result<ToolOutcome, ToolError> {
+        loop {
+            tokio::select! {
+                biased;
+                done = &mut call.done => {
+                    return match done {
+                        Ok(Ok(result)) => Ok(tool_output(result).into()),
+                        Ok(Err(err)) => Err(ToolError::new(err.to_string())),
+                        Err(_) => Err(ToolError::new(format!("the call to {} on the MCP server {} ended without a result", self.name, self.spec.name))),
+                    };
+                }
+                Some(elicitation) = call.elicitations.recv() => {
+                    let payload = match &elicitation.params {
+                        ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } => ElicitationPayload {
+                            kind: ELICITATION_KIND.to_owned(),
+                            server: self.spec.name.clone(),
+                            tool: self.name.clone(),
+                            message: message.clone(),
+                            requested_schema: serde_json::to_value(requested_schema).unwrap_or(Value::Null),
+                        },
+                        _ => {
+                            // URL elicitations send the person to a web page
+                            // askloop cannot show; the server hears "cancel".
+                            let _ = elicitation.reply.send(ElicitationAnswer::Cancel.into_result());
+                            continue;
+                        }
+                    };
+                    let (Some(run_id), Some(call_id)) = (ctx.run_id(), ctx.tool_call_id()) else {
+                        let _ = elicitation.reply.send(ElicitationAnswer::Cancel.into_result());
+                        continue;
+                    };
+                    let key = (run_id.to_owned(), call_id.to_owned());
+                    call.reply = Some(elicitation.reply);
+                    let live = self.live.clone();
+                    let expiring = key.clone();
+                    let hold_for = self.spec.hold_for;
+                    call.expiry = Some(tokio::spawn(async move {
+                        tokio::time::sleep(hold_for).await;
+                        drop(live.take(&expiring));
+                    }));
+                    self.live.put(key, call);
+                    return Ok(ctx.suspend(serde_json::to_value(&payload).unwrap_or(Value::Null))?);
+                }
+            }
+        }
+    }
+}
+
+fn call_error(server: &str, tool: &str, err: ServiceError) -> McpError {
+    McpError::Call {
+        server: server.to_owned(),
+        tool: tool.to_owned(),
+        reason: err.to_string(),
+    }
+}
+
+/// An MCP result as a tool output: the value is the structured content when
+/// the server gave one, else the content blocks; the model reads the text.
+fn tool_output(result: CallToolResult) -> ToolOutput {
+    let texts: Vec<String> = result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|t| t.text.clone()))
+        .collect();
+    let value = match (&result.structured_content, texts.as_slice()) {
+        (Some(structured), _) => structured.clone(),
+        (None, [one]) if result.content.len() == 1 => Value::String(one.clone()),
+        (None, _) => serde_json::to_value(&result.content).unwrap_or(Value::Null),
+    };
+    let is_error = result.is_error == Some(true);
+    let for_model = if texts.is_empty() { None } else { Some(texts.join("\n")) };
+    let mut output = ToolOutput::json(value);
+    output.is_error = is_error;
+    if let Some(text) = for_model {
+        output = output.for_model(text);
+    }
+    output
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn id(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn input_schema(&self) -> &Value {
+        &self.input_schema
+    }
+
+    fn resume_schema_for(&self, suspend_payload: &Value) -> Option<Value> {
+        let requested = suspend_payload.get("requestedSchema").cloned().unwrap_or(json!({}));
+        Some(answer_schema(&requested))
+    }
+
+    fn check_resume_data(&self, data: &Value, suspend_payload: &Value) -> Result<(), InvalidResume> {
+        let Some(payload) = ElicitationPayload::from_value(suspend_payload) else {
+            return Err(InvalidResume {
+                reason: "the stored question of this MCP call could not be read".into(),
+                accepted: None,
+            });
+        };
+        askloop::tool::check_against_schema(&payload.answer_schema(), data).map_err(|reason| InvalidResume {
+            reason: format!(
+                "give {{\"action\": \"accept\", \"content\": {{...}}}} with content matching {}, or {{\"action\": \"decline\"}} or {{\"action\": \"cancel\"}}: {reason}",
+                payload.requested_schema
+            ),
+            accepted: None,
+        })
+    }
+
+    fn idempotent(&self) -> bool {
+        self.idempotent
+    }
+
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {
+        let Some(data) = ctx.resume_data() else {
+            let call = self.start(input);
+            return self.drive(call, &ctx).await;
+        };
+        let answer = ElicitationAnswer::from_resume_data(data).ok_or_else(|| {
+            ToolError::new(format!(
+                "the answer to the MCP server {} could not be read: {data}",
+                self.spec.name
+            ))
+        })?;
+        let key = (
+            ctx.run_id().unwrap_or_default().to_owned(),
+            ctx.tool_call_id().unwrap_or_default().to_owned(),
+        );
+        match self.live.take(&key) {
+            Some(mut call) => {
+                if let Some(expiry) = call.expiry.take() {
+                    expiry.abort();
+                }
+                if let Some(reply) = call.reply.take() {
+                    let _ = reply.send(answer.into_result());
+                }
+                self.drive(call, &ctx).await
+            }
+            None => Ok(lost_session_note(&self.spec.name, &self.name, &answer).into()),
+        }
+    }
+}
+
+/// What the model is told when the answer came after the MCP session that
+/// asked was gone (the process stopped, or the call was held too long).
+fn lost_session_note(server: &str, tool: &str, answer: &ElicitationAnswer) -> ToolOutput {
+    let note = format!(
+        "The MCP server {server} asked the person a question during this call of {tool}, but its session ended before \
+         the answer came (the process that made the call stopped, or the call was held too long), so the server never \
+         received the answer and the call did not finish. The person {}. Call {tool} again if it is still needed.",
+        answer.describe()
+    );
+    ToolOutput::json(json!({
+        "sessionLost": true,
+        "answer": answer,
+        "note": note,
+    }))
+    .for_model(note)
+}

@@ -1,0 +1,232 @@
+//! Building an [`Agent`]: its model, instructions and tools, checked once.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use super::cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
+
+use super::{Agent, AgentInner, DEFAULT_LEASE, DEFAULT_MAX_STEPS, RegisteredTool, TimeLimits};
+use crate::ask_user::ASK_USER_TOOL_ID;
+use crate::model::{Model, ToolSpec};
+use crate::store::{MemoryStore, RunStore};
+use crate::tool::Tool;
+
+/// Builds an [`Agent`].
+pub struct AgentBuilder {
+    id: String,
+    name: Option<String>,
+    instructions: Option<String>,
+    model: Option<Arc<dyn Model>>,
+    tools: Vec<Arc<dyn Tool>>,
+    store: Option<Arc<dyn RunStore>>,
+    max_steps: u32,
+    approve_all: bool,
+    approve_tools: HashSet<String>,
+    cached_messages: usize,
+    lease_duration: std::time::Duration,
+    time_limits: TimeLimits,
+}
+
+impl fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an agent could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No model was given.
+    #[error("agent {0} has no model: call .model(...)")]
+    MissingModel(String),
+    /// Two tools share an id.
+    #[error("agent {agent_id} has two tools with id {tool_id}")]
+    DuplicateTool {
+        /// The agent.
+        agent_id: String,
+        /// The id.
+        tool_id: String,
+    },
+    /// A tool's input schema is not a valid JSON Schema.
+    #[error("tool {tool_id} has an invalid input schema: {reason}")]
+    InvalidSchema {
+        /// The tool.
+        tool_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// Approval was required for a tool the agent does not have.
+    #[error("approval is required for tool {0}, which the agent does not have")]
+    UnknownApprovalTool(String),
+}
+
+impl AgentBuilder {
+    /// The display name (defaults to the id).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The instructions, sent as the system prompt.
+    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.instructions = Some(instructions.into());
+        self
+    }
+
+    /// The model.
+    pub fn model(mut self, model: Arc<dyn Model>) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Adds a shared tool.
+    pub fn tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Where runs are stored (in memory by default).
+    pub fn store(mut self, store: Arc<dyn RunStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// How many model calls one stream or resume may make.
+    pub fn max_steps(mut self, max_steps: u32) -> Self {
+        self.max_steps = max_steps.max(1);
+        self
+    }
+
+    /// Every tool call needs a person's approval before it runs, except
+    /// `ask_user` (asking permission to ask a question would be noise).
+    pub fn require_tool_approval(mut self, yes: bool) -> Self {
+        self.approve_all = yes;
+        self
+    }
+
+    /// Calls of this tool need a person's approval before they run.
+    pub fn require_approval_for(mut self, tool_id: impl Into<String>) -> Self {
+        self.approve_tools.insert(tool_id.into());
+        self
+    }
+
+    /// How many messages, across runs, this process keeps of the runs it
+    /// suspended, so resuming them here skips reading their conversation
+    /// back from the store (0 turns it off). Entries are checked against the
+    /// run's version, so another process's writes are never missed.
+    pub fn conversation_cache(mut self, messages: usize) -> Self {
+        self.cached_messages = messages;
+        self
+    }
+
+    /// How long a question (`ask_user` or any suspended tool) or an approval
+    /// may wait for a person (none by default: it waits until answered).
+    /// Once the limit passes, [`Agent::expire_runs`] resolves it: the model
+    /// is told no answer came within the limit (never given an invented
+    /// one), and an approval counts as declined with that reason. Answers
+    /// after the limit are refused with
+    /// [`RunError::Expired`](crate::RunError::Expired).
+    pub fn time_limit(mut self, limit: std::time::Duration) -> Self {
+        self.time_limits.default = Some(limit);
+        self
+    }
+
+    /// How long a call of one tool may wait (overrides
+    /// [`AgentBuilder::time_limit`] for it).
+    pub fn time_limit_for(mut self, tool_id: impl Into<String>, limit: std::time::Duration) -> Self {
+        self.time_limits.per_tool.insert(tool_id.into(), limit);
+        self
+    }
+
+    /// How long a run this agent drives stays held after the process driving
+    /// it stops renewing (30 s by default): the longest a run whose process
+    /// died waits before `recover_runs` may take it over. Renewed every
+    /// third of it while the run is driven.
+    pub fn lease_duration(mut self, duration: std::time::Duration) -> Self {
+        self.lease_duration = duration.max(std::time::Duration::from_millis(30));
+        self
+    }
+
+    /// Builds the agent, checking tool schemas once here rather than on
+    /// every call.
+    pub fn build(self) -> Result<Agent, BuildError> {
+        let model = self.model.ok_or_else(|| BuildError::MissingModel(self.id.clone()))?;
+        let mut tools = HashMap::new();
+        let mut specs = Vec::new();
+        for tool in self.tools {
+            let tool_id = tool.id().to_owned();
+            let validator =
+                jsonschema::validator_for(tool.input_schema()).map_err(|err| BuildError::InvalidSchema {
+                    tool_id: tool_id.clone(),
+                    reason: err.to_string(),
+                })?;
+            let needs_approval = tool.requires_approval()
+                || self.approve_tools.contains(&tool_id)
+                || (self.approve_all && tool_id != ASK_USER_TOOL_ID);
+            specs.push(ToolSpec {
+                name: tool_id.clone(),
+                description: tool.description().to_owned(),
+                input_schema: tool.input_schema().clone(),
+            });
+            let registered = RegisteredTool {
+                tool,
+                validator,
+                needs_approval,
+            };
+            if tools.insert(tool_id.clone(), registered).is_some() {
+                return Err(BuildError::DuplicateTool {
+                    agent_id: self.id,
+                    tool_id,
+                });
+            }
+        }
+        if let Some(missing) = self.approve_tools.iter().find(|id| !tools.contains_key(*id)) {
+            return Err(BuildError::UnknownApprovalTool(missing.clone()));
+        }
+        Ok(Agent {
+            inner: Arc::new(AgentInner {
+                name: self.name.unwrap_or_else(|| self.id.clone()),
+                id: self.id,
+                instructions: self.instructions,
+                model,
+                tools,
+                specs,
+                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                max_steps: self.max_steps,
+                conversations: ConversationCache::new(self.cached_messages),
+                lease_duration: self.lease_duration,
+                time_limits: self.time_limits,
+            }),
+        })
+    }
+}
+
+impl Agent {
+    /// Starts building an agent with an id.
+    pub fn builder(id: impl Into<String>) -> AgentBuilder {
+        AgentBuilder {
+            id: id.into(),
+            name: None,
+            instructions: None,
+            model: None,
+            tools: Vec::new(),
+            store: None,
+            max_steps: DEFAULT_MAX_STEPS,
+            approve_all: false,
+            approve_tools: HashSet::new(),
+            cached_messages: DEFAULT_CACHED_MESSAGES,
+            lease_duration: DEFAULT_LEASE,
+            time_limits: TimeLimits::default(),
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! One model turn, streamed: its chunks are emitted as they arrive, and the
+//! turn (text, calls with their arguments checked for JSON, finish reason,
+//! usage) is returned whole.
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde_json::Value;
+
+use super::{Driver, new_id};
+use crate::chunk::*;
+use crate::message::{FinishReason, ToolCall, Usage};
+use crate::model::{ModelError, ModelEvent, ModelRequest, ToolCallIds};
+
+/// A tool call as the model produced it, with its arguments checked for JSON.
+pub(super) struct ModelCall {
+    pub(super) call: ToolCall,
+    pub(super) malformed: Option<String>,
+}
+
+/// One model turn, complete.
+pub(super) struct Turn {
+    pub(super) started_at: DateTime<Utc>,
+    pub(super) text: String,
+    pub(super) calls: Vec<ModelCall>,
+    pub(super) reason: FinishReason,
+    pub(super) usage: Usage,
+}
+
+impl Driver {
+    /// Streams one model turn, emitting its chunks as they arrive.
+    pub(super) async fn model_turn(&mut self, started_at: DateTime<Utc>) -> Result<Turn, ModelError> {
+        let request = ModelRequest {
+            run_id: &self.state.record.run_id,
+            system: self.agent.instructions.as_deref(),
+            messages: &self.state.messages,
+            tools: &self.agent.specs,
+        };
+        let mut events = self.agent.model.stream(request).await?;
+
+        let mut turn = Turn {
+            started_at,
+            text: String::new(),
+            calls: Vec::new(),
+            reason: FinishReason::Stop,
+            usage: Usage::default(),
+        };
+        let mut text_id: Option<String> = None;
+        // Calls whose input is streaming: (the model's id, the call's id in
+        // the run, the tool). Ids are made unique per turn here, whatever the
+        // model sent, so every chunk, pending call and result of a step names
+        // exactly one call.
+        let mut ids = ToolCallIds::new();
+        let mut open: Vec<(String, String, String)> = Vec::new();
+        let mut finished = false;
+
+        while let Some(event) = events.next().await {
+            match event? {
+                ModelEvent::TextDelta(text) => self.text_delta(&mut turn, &mut text_id, text),
+                ModelEvent::ToolCallStart { id: model_id, name } => {
+                    self.close_text(&mut text_id);
+                    let id = ids.claim(&model_id);
+                    self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
+                        tool_call_id: id.clone(),
+                        tool_name: name.clone(),
+                    }));
+                    open.push((model_id, id, name));
+                }
+                ModelEvent::ToolCallDelta {
+                    id: model_id,
+                    args_delta,
+                } => {
+                    // The latest call started under this id is the one streaming.
+                    let (id, tool_name) = match open.iter().rev().find(|(m, _, _)| *m == model_id) {
+                        Some((_, id, name)) => (id.clone(), name.clone()),
+                        None => (model_id, String::new()),
+                    };
+                    self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
+                        tool_call_id: id,
+                        tool_name,
+                        args_text_delta: args_delta,
+                    }));
+                }
+                ModelEvent::ToolCall {
+                    id: model_id,
+                    name,
+                    arguments,
+                } => {
+                    self.close_text(&mut text_id);
+                    let call = self.whole_call(&mut open, &mut ids, model_id, name, arguments);
+                    turn.calls.push(call);
+                }
+                ModelEvent::Finish { reason, usage } => {
+                    turn.reason = reason;
+                    turn.usage = usage;
+                    finished = true;
+                }
+            }
+        }
+        self.close_text(&mut text_id);
+        if !finished && turn.text.is_empty() && turn.calls.is_empty() {
+            return Err(ModelError::Protocol {
+                provider: self.agent.model.name().to_owned(),
+                message: "the stream ended without any output".to_owned(),
+            });
+        }
+        // A turn with tool calls is a tool turn, whatever the provider said.
+        if !turn.calls.is_empty() {
+            turn.reason = FinishReason::ToolCalls;
+        }
+        Ok(turn)
+    }
+
+    /// Emits a piece of the turn's text, opening the text part first.
+    fn text_delta(&mut self, turn: &mut Turn, text_id: &mut Option<String>, text: String) {
+        if text.is_empty() {
+            return;
+        }
+        let id = match text_id {
+            Some(id) => id.clone(),
+            None => {
+                let id = new_id();
+                self.emit(ChunkKind::TextStart(TextId { id: id.clone() }));
+                *text_id = Some(id.clone());
+                id
+            }
+        };
+        turn.text.push_str(&text);
+        self.text.push_str(&text);
+        self.emit(ChunkKind::TextDelta(TextDelta { id, text }));
+    }
+
+    /// A call the model finished: emitted the way a streamed one looks,
+    /// with its arguments checked for JSON.
+    fn whole_call(
+        &self,
+        open: &mut Vec<(String, String, String)>,
+        ids: &mut ToolCallIds,
+        model_id: String,
+        name: String,
+        arguments: String,
+    ) -> ModelCall {
+        // Calls started under one id finish in the order they started.
+        let started = open.iter().position(|(m, _, _)| *m == model_id);
+        let id = match started {
+            Some(position) => open.remove(position).1,
+            None => ids.claim(&model_id),
+        };
+        if started.is_none() {
+            // The provider sent the call whole (Ollama does): show it the
+            // way a streamed one looks.
+            self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
+                tool_call_id: id.clone(),
+                tool_name: name.clone(),
+            }));
+            self.emit(ChunkKind::ToolCallDelta(ToolCallDelta {
+                tool_call_id: id.clone(),
+                tool_name: name.clone(),
+                args_text_delta: arguments.clone(),
+            }));
+        }
+        self.emit(ChunkKind::ToolCallInputStreamingEnd(ToolCallId {
+            tool_call_id: id.clone(),
+        }));
+        let (args, malformed) = parse_arguments(&arguments);
+        let call = ToolCall { id, name, args };
+        self.emit(ChunkKind::ToolCall(ToolCallPayload::from(&call)));
+        ModelCall { call, malformed }
+    }
+
+    fn close_text(&self, text_id: &mut Option<String>) {
+        if let Some(id) = text_id.take() {
+            self.emit(ChunkKind::TextEnd(TextId { id }));
+        }
+    }
+}
+
+/// Parses a tool call's arguments. Empty means `{}` (providers send that for
+/// tools without parameters); malformed JSON is kept as text and reported.
+fn parse_arguments(arguments: &str) -> (Value, Option<String>) {
+    if arguments.trim().is_empty() {
+        return (Value::Object(Default::default()), None);
+    }
+    match serde_json::from_str(arguments) {
+        Ok(value) => (value, None),
+        Err(err) => (Value::String(arguments.to_owned()), Some(err.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_arguments_mean_an_empty_object() {
+        assert_eq!(parse_arguments(""), (serde_json::json!({}), None));
+        assert_eq!(parse_arguments("  "), (serde_json::json!({}), None));
+    }
+
+    #[test]
+    fn malformed_arguments_are_kept_as_text_and_reported() {
+        let (value, problem) = parse_arguments("{\"a\": ");
+        assert_eq!(value, Value::String("{\"a\": ".into()));
+        assert!(problem.is_some());
+    }
+}

@@ -1,0 +1,153 @@
+//! What a run starts from and the options of a new run and of a decision.
+
+use serde_json::Value;
+
+use crate::message::Message;
+use crate::store::Author;
+
+/// What a run starts from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentInput {
+    pub(super) messages: Vec<Message>,
+}
+
+impl From<&str> for AgentInput {
+    fn from(text: &str) -> Self {
+        AgentInput {
+            messages: vec![Message::user(text)],
+        }
+    }
+}
+
+impl From<String> for AgentInput {
+    fn from(text: String) -> Self {
+        AgentInput {
+            messages: vec![Message::user(text)],
+        }
+    }
+}
+
+impl From<Vec<Message>> for AgentInput {
+    fn from(messages: Vec<Message>) -> Self {
+        AgentInput { messages }
+    }
+}
+
+/// Options for a new run.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct StreamOptions {
+    /// Use this run id instead of a new UUID v7.
+    pub run_id: Option<String>,
+    /// The conversation thread the run belongs to.
+    pub thread_id: Option<String>,
+    /// Data stored with the run (e.g. how to rebuild its agent later).
+    pub metadata: Value,
+}
+
+impl StreamOptions {
+    /// Options with a caller-chosen run id.
+    pub fn with_run_id(run_id: impl Into<String>) -> Self {
+        StreamOptions {
+            run_id: Some(run_id.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Sets the metadata stored with the run.
+    pub fn metadata(mut self, metadata: Value) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// Sets the thread.
+    pub fn thread_id(mut self, thread_id: impl Into<String>) -> Self {
+        self.thread_id = Some(thread_id.into());
+        self
+    }
+}
+
+/// Which run, and which of its pending calls, a decision is for: the one
+/// options shape of [`Agent::resume_stream`], [`Agent::approve_tool_call`]
+/// and [`Agent::decline_tool_call`].
+///
+/// [`Agent::resume_stream`]: crate::Agent::resume_stream
+/// [`Agent::approve_tool_call`]: crate::Agent::approve_tool_call
+/// [`Agent::decline_tool_call`]: crate::Agent::decline_tool_call
+///
+/// ```
+/// use askloop::ResumeOptions;
+/// let options = ResumeOptions::call("run-1", "call-1").reason("not on a Friday");
+/// assert_eq!(options.tool_call_id.as_deref(), Some("call-1"));
+/// assert_eq!(options.reason.as_deref(), Some("not on a Friday"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResumeOptions {
+    /// The run.
+    pub run_id: String,
+    /// The call; may be left out when exactly one call is pending.
+    pub tool_call_id: Option<String>,
+    /// Why the call is declined, told to the model: used by
+    /// [`Agent::decline_tool_call`](crate::Agent::decline_tool_call), and by
+    /// a resume that declines an approval (`{"approved": false}`) without a
+    /// reason of its own. An answer or an approval takes no reason.
+    pub reason: Option<String>,
+    /// Who decides, stored with the run's resolution (the library, with
+    /// no name, unless set with [`ResumeOptions::by`]).
+    pub author: Author,
+}
+
+impl ResumeOptions {
+    /// Resumes the run's only pending call, whichever it is when the resume
+    /// arrives (Mastra's `resumeStream(data, { runId })`). When others may
+    /// answer the same run, prefer [`ResumeOptions::call`]: if the run moved
+    /// on to its next question meanwhile, this form would answer that one.
+    pub fn run(run_id: impl Into<String>) -> Self {
+        ResumeOptions {
+            run_id: run_id.into(),
+            tool_call_id: None,
+            reason: None,
+            author: Author::default(),
+        }
+    }
+
+    /// Resumes a specific call.
+    pub fn call(run_id: impl Into<String>, tool_call_id: impl Into<String>) -> Self {
+        ResumeOptions {
+            run_id: run_id.into(),
+            tool_call_id: Some(tool_call_id.into()),
+            reason: None,
+            author: Author::default(),
+        }
+    }
+
+    /// The specific call when `tool_call_id` is given, else the run's only
+    /// pending call (a host passing on an optional id it was sent).
+    pub fn call_or_run(run_id: impl Into<String>, tool_call_id: Option<impl Into<String>>) -> Self {
+        ResumeOptions {
+            run_id: run_id.into(),
+            tool_call_id: tool_call_id.map(Into::into),
+            reason: None,
+            author: Author::default(),
+        }
+    }
+
+    /// Sets the reason a decline gives the model.
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// Who decides: the interface and, where known, the person or client.
+    pub fn by(mut self, author: Author) -> Self {
+        self.author = author;
+        self
+    }
+
+    /// Sets or clears the reason a decline gives the model.
+    pub fn with_reason(mut self, reason: Option<String>) -> Self {
+        self.reason = reason;
+        self
+    }
+}

@@ -227,6 +227,13 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Resolve every question and approval whose time limit passed (the model
+    /// is told no answer came; an approval is declined) and continue those runs.
+    Expire {
+        /// Print every chunk as one JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show one run: status, pending questions, conversation.
     Show {
         /// The run.

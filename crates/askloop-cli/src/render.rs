@@ -237,6 +237,7 @@ mod tests {
                 json!({"question": "Env?", "options": [{"label": "staging"}, {"label": "prod env"}], "selectionMode": "single_select"}),
             ),
             resume_schema: None,
+            expires_at: None,
         }];
         let text = describe_pending("askloop", "r1", &pending);
         assert!(text.contains("Question: Env?"));

@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use askloop::{Agent, Message, ResumeOptions, RunQuery, RunStatus, StreamOptions};
+use askloop::{Agent, Author, Interface, Message, ResumeOptions, RunQuery, RunStatus, StreamOptions};
 use axum::Json;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -121,11 +122,13 @@ pub(crate) async fn generate(
 pub(crate) async fn resume_stream(
     State(state): AppStateRef,
     ApiPath(agent_id): ApiPath<String>,
+    headers: HeaderMap,
     ApiJson(request): ApiJson<ResumeRequest>,
 ) -> Result<Response, ApiError> {
     let decision = Decision::Answer(request.resume_data);
     decide(
         &state,
+        author(&headers),
         &agent_id,
         &request.run_id,
         request.tool_call_id.as_deref(),
@@ -138,21 +141,32 @@ pub(crate) async fn resume_stream(
 pub(crate) async fn approve(
     State(state): AppStateRef,
     ApiPath(agent_id): ApiPath<String>,
+    headers: HeaderMap,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
     let call = request.tool_call_id.as_deref();
-    decide(&state, &agent_id, &request.run_id, call, Decision::Approve).await
+    decide(
+        &state,
+        author(&headers),
+        &agent_id,
+        &request.run_id,
+        call,
+        Decision::Approve,
+    )
+    .await
 }
 
 /// `POST /api/agents/{agentId}/decline-tool-call`.
 pub(crate) async fn decline(
     State(state): AppStateRef,
     ApiPath(agent_id): ApiPath<String>,
+    headers: HeaderMap,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
     let call = request.tool_call_id.as_deref();
     decide(
         &state,
+        author(&headers),
         &agent_id,
         &request.run_id,
         call,
@@ -173,19 +187,34 @@ enum Decision {
 /// the agent, and streams the rest of the run.
 async fn decide(
     state: &AppState,
+    author: Author,
     agent_id: &str,
     run_id: &str,
     tool_call_id: Option<&str>,
     decision: Decision,
 ) -> Result<Response, ApiError> {
     let agent = owning_agent(state, agent_id, run_id).await?;
-    let options = ResumeOptions::call_or_run(run_id, tool_call_id);
+    let options = ResumeOptions::call_or_run(run_id, tool_call_id).by(author);
     let stream = match decision {
         Decision::Answer(data) => agent.resume_stream(data, options).await?,
         Decision::Approve => agent.approve_tool_call(options).await?,
         Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await?,
     };
     Ok(sse::respond(state, stream, run_span(agent_id, run_id, tool_call_id)))
+}
+
+/// The header the web page sends with its requests, so that what a person
+/// did on the page is recorded as done through the page.
+pub(crate) const INTERFACE_HEADER: &str = "x-askloop-interface";
+
+/// Who makes a decision over HTTP: the page when it says so, else the
+/// HTTP API.
+pub(crate) fn author(headers: &HeaderMap) -> Author {
+    let via = match headers.get(INTERFACE_HEADER).and_then(|v| v.to_str().ok()) {
+        Some("page") => Interface::Page,
+        _ => Interface::Http,
+    };
+    Author::via(via)
 }
 
 /// `GET /api/agents/{agentId}/suspended-runs`: the agent's runs waiting on

@@ -24,6 +24,7 @@
 //! # tools = ["echo"]                 # only these of its tools
 //! ```
 
+mod duration;
 mod raw;
 
 use std::fmt;
@@ -78,6 +79,10 @@ pub struct AgentConfig {
     pub max_steps: Option<u32>,
     /// Where `write_file` writes.
     pub write_dir: PathBuf,
+    /// How long any question or approval of this agent may wait.
+    pub time_limit: Option<std::time::Duration>,
+    /// How long a call of one tool may wait (over `time_limit`).
+    pub time_limits: Vec<(ToolKind, std::time::Duration)>,
     /// MCP servers whose tools the agent gets (`[[agents.<id>.mcp]]`).
     pub mcp: Vec<McpServerSpec>,
 }
@@ -164,6 +169,8 @@ impl ServerConfig {
                 allow_free_text: false,
                 max_steps: None,
                 write_dir: PathBuf::from("."),
+                time_limit: None,
+                time_limits: Vec::new(),
                 mcp: Vec::new(),
             }],
             limits: AskUserLimits::default(),
@@ -286,6 +293,12 @@ impl AgentConfig {
         if let Some(steps) = self.max_steps {
             builder = builder.max_steps(steps);
         }
+        if let Some(limit) = self.time_limit {
+            builder = builder.time_limit(limit);
+        }
+        for (tool, limit) in &self.time_limits {
+            builder = builder.time_limit_for(tool.id(), *limit);
+        }
         for tool in &self.tools {
             builder = match tool {
                 ToolKind::AskUser => builder.tool(
@@ -379,6 +392,19 @@ fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Re
     if raw.max_steps == Some(0) {
         return Err(ConfigError::new(file, key("max_steps"), "must be at least 1"));
     }
+    let time_limit = raw
+        .time_limit
+        .map(|text| duration::parse_limit(&text).map_err(|problem| ConfigError::new(file, key("time_limit"), problem)))
+        .transpose()?;
+    let mut time_limits = Vec::new();
+    for (name, text) in raw.time_limits.unwrap_or_default() {
+        let at = format!("{}.{name}", key("time_limits"));
+        let tool = ToolKind::from_id(&name)
+            .filter(|t| tools.contains(t))
+            .ok_or_else(|| ConfigError::new(file, at.clone(), format!("{name} is not one of this agent's tools")))?;
+        let limit = duration::parse_limit(&text).map_err(|problem| ConfigError::new(file, at, problem))?;
+        time_limits.push((tool, limit));
+    }
     Ok(AgentConfig {
         name: raw.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| id.clone()),
         instructions: raw.instructions.unwrap_or_else(|| DEFAULT_INSTRUCTIONS.to_owned()),
@@ -388,6 +414,8 @@ fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Re
         allow_free_text: raw.allow_free_text.unwrap_or(false),
         max_steps: raw.max_steps,
         write_dir: base.join(raw.write_dir.unwrap_or_else(|| PathBuf::from("."))),
+        time_limit,
+        time_limits,
         mcp: mcp_servers(file, base, &id, raw.mcp.unwrap_or_default())?,
         id,
     })

@@ -117,6 +117,7 @@ fn run_status(err: &RunError) -> (StatusCode, &'static str) {
     match err {
         RunError::UnknownRun { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
         RunError::NotSuspended { .. } => (StatusCode::CONFLICT, "run_not_suspended"),
+        RunError::Expired { .. } => (StatusCode::CONFLICT, "expired"),
         RunError::ToolCallNotPending { .. } => (StatusCode::CONFLICT, "tool_call_not_pending"),
         RunError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
         RunError::AmbiguousResume { .. } => (StatusCode::BAD_REQUEST, "ambiguous_resume"),

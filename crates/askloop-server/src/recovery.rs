@@ -6,10 +6,14 @@
 //! compare-and-set in the store: of several instances looking at once, one
 //! gets it) and drives it on from its last stored step, exactly as a client
 //! stream would.
+//!
+//! The same sweep resolves questions and approvals whose time limit passed
+//! (`Agent::expire_runs`): expiry is durable, it happens even when the
+//! process that asked is long gone.
 
 use std::time::Duration;
 
-use askloop::Agent;
+use askloop::{Agent, Author, Interface};
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -35,6 +39,17 @@ pub(crate) async fn take_over_stalled_runs(
                     }
                 }
                 Err(err) => tracing::warn!(agent = agent.id(), error = %err, "cannot look for stalled runs"),
+            }
+            match agent.expire_runs(Author::via(Interface::Server)).await {
+                Ok(streams) => {
+                    for stream in streams {
+                        let run_id = stream.run_id().to_owned();
+                        tracing::info!(run_id = %run_id, agent = agent.id(), "resolved a question whose time limit passed");
+                        let span = tracing::info_span!("expired_question", run_id = %run_id);
+                        runs.spawn(stream.output().instrument(span));
+                    }
+                }
+                Err(err) => tracing::warn!(agent = agent.id(), error = %err, "cannot look for expired questions"),
             }
         }
         tokio::select! {

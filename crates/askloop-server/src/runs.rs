@@ -175,12 +175,13 @@ pub(crate) async fn get(
 pub(crate) async fn cancel(
     State(state): State<Arc<AppState>>,
     ApiPath(run_id): ApiPath<String>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Json<Cancelled>, ApiError> {
     let run = load(&state, &run_id).await?;
     // Cancelling needs the run's agent only to write through its store;
     // a run of an agent this server does not serve is left alone.
     let agent = state.agent(&run.agent_id)?;
-    agent.cancel_run(&run_id).await?;
+    agent.cancel_run_by(&run_id, crate::agents::author(&headers)).await?;
     Ok(Json(Cancelled {
         run_id,
         status: RunStatus::Cancelled,

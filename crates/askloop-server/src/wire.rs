@@ -183,6 +183,9 @@ pub(crate) struct PendingCall {
     pub(crate) suspend_payload: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) resume_schema: Option<Value>,
+    /// When it stops waiting (RFC 3339), if it has a time limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) expires_at: Option<String>,
 }
 
 impl From<PendingToolCall> for PendingCall {
@@ -195,6 +198,7 @@ impl From<PendingToolCall> for PendingCall {
             args: p.args,
             suspend_payload: p.suspend_payload,
             resume_schema: p.resume_schema,
+            expires_at: p.expires_at.map(timestamp),
         }
     }
 }
@@ -214,6 +218,9 @@ pub(crate) struct RunSummary {
     pub(crate) pending_tool_calls: Vec<PendingCall>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) error: Option<String>,
+    /// Every answer, decline, approval, expiry and cancel, with when, through
+    /// which interface and by whom.
+    pub(crate) resolutions: Vec<askloop::Resolution>,
 }
 
 impl From<RunRecord> for RunSummary {
@@ -228,6 +235,7 @@ impl From<RunRecord> for RunSummary {
             steps: run.steps,
             pending_tool_calls: run.pending.into_iter().map(PendingCall::from).collect(),
             error: run.error,
+            resolutions: run.resolutions,
         }
     }
 }

@@ -30,8 +30,9 @@ export function onUnauthorized(listener) {
   unauthorizedListeners.add(listener);
 }
 
+// Decisions made here are stored as made through the page.
 function headers(extra = {}) {
-  const all = { ...extra };
+  const all = { 'X-Askloop-Interface': 'page', ...extra };
   const t = token();
   if (t) all.Authorization = `Bearer ${t}`;
   return all;

@@ -101,6 +101,41 @@ function render(run) {
       )
     : null;
 
+  // When each waiting call stops waiting, and who resolved what so far.
+  const limits = run.pendingToolCalls.filter((call) => call.expiresAt);
+  const deadlines = limits.length
+    ? h(
+        'ul',
+        { class: 'deadlines', 'aria-label': 'Time limits' },
+        limits.map((call) =>
+          h('li', {}, h('code', {}, call.toolCallId), ' expires ', h('time', { datetime: call.expiresAt, title: call.expiresAt }, untilTime(call.expiresAt))),
+        ),
+      )
+    : null;
+  const resolutions = (run.resolutions || []).length
+    ? h(
+        'section',
+        { class: 'resolutions', 'aria-labelledby': 'resolutions-title' },
+        h('h2', { id: 'resolutions-title' }, 'Decisions'),
+        h(
+          'ul',
+          {},
+          run.resolutions.map((r) =>
+            h(
+              'li',
+              {},
+              r.kind,
+              r.toolCallId ? [' ', h('code', {}, r.toolCallId)] : null,
+              ` via ${r.via}`,
+              r.by ? ` by ${r.by}` : '',
+              ' ',
+              h('time', { datetime: r.at, title: r.at }, ago(r.at)),
+            ),
+          ),
+        ),
+      )
+    : null;
+
   const cancel = !['completed', 'failed', 'cancelled'].includes(run.status)
     ? h('button', { type: 'button', class: 'quiet', onclick: () => cancelRun(run.runId) }, 'Cancel run')
     : null;
@@ -127,7 +162,9 @@ function render(run) {
         cancel ? h('div', { class: 'fact-action' }, cancel) : null,
       ),
       run.error ? h('p', { class: 'form-error', role: 'alert' }, run.error) : null,
+      deadlines,
       pending,
+      resolutions,
       h('h2', { class: 'section-title' }, 'Conversation'),
       log,
     ),
@@ -161,4 +198,13 @@ async function cancelRun(runId) {
   } finally {
     refreshRun(runId);
   }
+}
+
+/** How long until an RFC 3339 time, for a countdown ("in 4 min", or "now"). */
+function untilTime(at) {
+  const seconds = Math.round((Date.parse(at) - Date.now()) / 1000);
+  if (!(seconds > 0)) return 'now';
+  if (seconds < 90) return `in ${seconds} s`;
+  if (seconds < 5400) return `in ${Math.round(seconds / 60)} min`;
+  return `in ${Math.round(seconds / 3600)} h`;
 }

@@ -71,6 +71,7 @@ fn pending() -> Vec<PendingToolCall> {
             json!({"question": "Which environment?", "options": [{"label": "staging"}, {"label": "production"}], "selectionMode": "single-select"}),
         ),
         resume_schema: Some(json!({"type": "string", "enum": ["staging", "production"]})),
+        expires_at: None,
     }]
 }
 
@@ -122,6 +123,7 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
         metadata: json!({}),
         lease: None,
         failure: None,
+        resolutions: Vec::new(),
     };
     store.create(&run, &messages).await.unwrap();
     let pending = pending();
@@ -138,6 +140,7 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
             error: None,
             failure: None,
             lease: None,
+            resolution: None,
         })
         .await
         .unwrap();
@@ -182,6 +185,7 @@ impl Fixture {
                     error: None,
                     failure: None,
                     lease: None,
+                    resolution: None,
                 })
                 .await
                 .unwrap();

@@ -238,7 +238,8 @@ macro_rules! run_columns {
     () => {
         "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending::text AS pending, \
          step_results::text AS step_results, message_count, steps, usage::text AS usage, error, \
-         metadata::text AS metadata, schema_version, lease_owner, lease_until, failure::text AS failure"
+         metadata::text AS metadata, schema_version, lease_owner, lease_until, failure::text AS failure, \
+         resolutions::text AS resolutions"
     };
 }
 
@@ -275,6 +276,7 @@ fn stored_run(row: &PgRow) -> Result<StoredRun, StoreError> {
             .try_get::<Option<String>, _>("failure")
             .map(|f| f.map(nul::decode_json))
             .map_err(column)?,
+        resolutions: json("resolutions").map_err(column)?,
         run_id: run_id.clone(),
     })
 }
@@ -285,6 +287,8 @@ struct PgJson {
     step_results: String,
     usage: String,
     failure: Option<String>,
+    resolutions: Option<String>,
+    expires_at: Option<chrono::DateTime<Utc>>,
 }
 
 impl PgJson {
@@ -294,6 +298,8 @@ impl PgJson {
             step_results: nul::encode_json(&json.step_results).into_owned(),
             usage: nul::encode_json(&json.usage).into_owned(),
             failure: json.failure.map(|f| nul::encode_json(&f).into_owned()),
+            resolutions: json.resolutions.map(|r| nul::encode_json(&r).into_owned()),
+            expires_at: json.expires_at,
         }
     }
 }
@@ -355,9 +361,10 @@ impl RunStore for PostgresStore {
         let inserted = sqlx::query(concat!(
             "INSERT INTO runs (",
             "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, step_results, \
-             message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure",
+             message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure, \
+             resolutions, expires_at",
             ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12::jsonb, $13, $14::jsonb, $15, \
-             $16, $17, $18::jsonb)"
+             $16, $17, $18::jsonb, COALESCE($19::jsonb, '[]'::jsonb), $20)"
         ))
         .bind(run_id)
         .bind(&run.agent_id)
@@ -377,6 +384,8 @@ impl RunStore for PostgresStore {
         .bind(run.lease.as_ref().map(|lease| lease.owner.as_str()))
         .bind(run.lease.as_ref().map(|lease| lease.until))
         .bind(&json.failure)
+        .bind(&json.resolutions)
+        .bind(json.expires_at)
         .execute(&mut *tx)
         .await;
         if let Err(err) = inserted {
@@ -494,6 +503,20 @@ impl RunStore for PostgresStore {
         crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
     }
 
+    async fn expiring(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE status = 'suspended' AND expires_at <= $1 ORDER BY expires_at, run_id LIMIT $2"
+        ))
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.failed(|| "listing runs whose questions expired".to_owned()))?;
+        crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
+    }
+
     async fn reclaim(
         &self,
         run_id: &str,
@@ -545,7 +568,9 @@ impl RunStore for PostgresStore {
         let written = sqlx::query(
             "UPDATE runs SET status = $1, version = version + 1, updated_at = $2, pending = $3::jsonb, \
              step_results = $4::jsonb, message_count = message_count + $5, steps = $6, usage = $7::jsonb, \
-             error = $8, schema_version = $9, failure = $12::jsonb, lease_owner = $13, lease_until = $14 \
+             error = $8, schema_version = $9, failure = $12::jsonb, lease_owner = $13, lease_until = $14, \
+             expires_at = $15, resolutions = CASE WHEN $16::jsonb IS NULL THEN resolutions \
+             ELSE resolutions || jsonb_build_array($16::jsonb) END \
              WHERE run_id = $10 AND version = $11 AND schema_version <= $9 \
              RETURNING version, message_count",
         )
@@ -563,6 +588,8 @@ impl RunStore for PostgresStore {
         .bind(&json.failure)
         .bind(update.lease.map(|lease| lease.owner.as_str()))
         .bind(update.lease.map(|lease| lease.until))
+        .bind(json.expires_at)
+        .bind(&json.resolutions)
         .fetch_optional(&mut *tx)
         .await
         .map_err(self.failed(writing))?;

@@ -8,8 +8,8 @@
 //! [`StoreError::Corrupt`] naming the run.
 
 use askloop::{
-    Lease, Message, PendingToolCall, RUN_SCHEMA_VERSION, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError,
-    ToolResult, Usage,
+    Lease, Message, PendingToolCall, RUN_SCHEMA_VERSION, Resolution, RunFailure, RunRecord, RunStatus, RunUpdate,
+    StoreError, ToolResult, Usage,
 };
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -37,6 +37,7 @@ pub(crate) struct StoredRun {
     pub(crate) lease_owner: Option<String>,
     pub(crate) lease_until: Option<DateTime<Utc>>,
     pub(crate) failure: Option<String>,
+    pub(crate) resolutions: String,
 }
 
 impl StoredRun {
@@ -64,6 +65,8 @@ impl StoredRun {
         // A failure this build cannot read (a kind added later) leaves the
         // run readable: its error text still says what happened.
         let failure = self.failure.as_deref().and_then(|text| parse_column(text).ok());
+        let resolutions: Vec<Resolution> =
+            parse_column(&self.resolutions).map_err(|e| corrupt(format!("resolutions: {e}")))?;
         if self.message_count < 0 {
             return Err(corrupt(format!("message_count: {} is negative", self.message_count)));
         }
@@ -84,6 +87,7 @@ impl StoredRun {
             metadata,
             lease,
             failure,
+            resolutions,
         })
     }
 }
@@ -129,27 +133,39 @@ pub(crate) struct JsonColumns {
     pub(crate) step_results: String,
     pub(crate) usage: String,
     pub(crate) failure: Option<String>,
+    /// For a new run, all its resolutions; for an update, the one it
+    /// appends, if any.
+    pub(crate) resolutions: Option<String>,
+    /// The earliest time limit of the pending calls.
+    pub(crate) expires_at: Option<DateTime<Utc>>,
 }
 
 impl JsonColumns {
     pub(crate) fn of_record(run: &RunRecord) -> Result<Self, StoreError> {
-        Self::build(
+        let mut json = Self::build(
             &run.run_id,
             &run.pending,
             &run.step_results,
             &run.usage,
             run.failure.as_ref(),
-        )
+        )?;
+        json.resolutions = Some(to_json(&run.run_id, "resolutions", &run.resolutions)?);
+        Ok(json)
     }
 
     pub(crate) fn of_update(update: &RunUpdate<'_>) -> Result<Self, StoreError> {
-        Self::build(
+        let mut json = Self::build(
             update.run_id,
             update.pending,
             update.step_results,
             &update.usage,
             update.failure,
-        )
+        )?;
+        json.resolutions = update
+            .resolution
+            .map(|r| to_json(update.run_id, "resolution", r))
+            .transpose()?;
+        Ok(json)
     }
 
     fn build(
@@ -164,6 +180,8 @@ impl JsonColumns {
             step_results: to_json(run_id, "step_results", step_results)?,
             usage: to_json(run_id, "usage", usage)?,
             failure: failure.map(|f| to_json(run_id, "failure", f)).transpose()?,
+            resolutions: None,
+            expires_at: pending.iter().filter_map(|p| p.expires_at).min(),
         })
     }
 }
@@ -253,6 +271,7 @@ mod tests {
             lease_owner: None,
             lease_until: None,
             failure: None,
+            resolutions: "[]".into(),
         }
     }
 

@@ -389,7 +389,8 @@ struct MigrationFailed(rusqlite::Error);
 macro_rules! run_columns {
     () => {
         "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, step_results, \
-         message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure"
+         message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure, \
+         resolutions, expires_at"
     };
 }
 
@@ -436,6 +437,7 @@ fn stored_run(row: &rusqlite::Row<'_>) -> Result<StoredRun, StoreError> {
             None => None,
         },
         failure: row.get(17).map_err(column)?,
+        resolutions: row.get(18).map_err(column)?,
         run_id: run_id.clone(),
     })
 }
@@ -473,6 +475,8 @@ impl RunStore for SqliteStore {
             lease_owner: run.lease.as_ref().map(|lease| lease.owner.clone()),
             lease_until: run.lease.as_ref().map(|lease| micros(lease.until)),
             failure: json.failure,
+            resolutions: json.resolutions.unwrap_or_else(|| "[]".to_owned()),
+            expires_at: json.expires_at.map(micros),
         };
         self.write(Write::Create { run, bodies }).await?;
         Ok(())
@@ -558,6 +562,29 @@ impl RunStore for SqliteStore {
         crate::readable_runs(rows.into_iter().map(|row| row?.into_record()))
     }
 
+    async fn expiring(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let now = micros(now);
+        let limit = i64::from(limit);
+        let rows = self.read(|conn| {
+            let mut select = conn
+                .prepare_cached(concat!(
+                    "SELECT ",
+                    run_columns!(),
+                    " FROM runs WHERE status = 'suspended' AND expires_at <= ? ORDER BY expires_at, run_id LIMIT ?"
+                ))
+                .map_err(StoreError::backend)?;
+            let mut rows = select
+                .query(rusqlite::params![now, limit])
+                .map_err(StoreError::backend)?;
+            let mut stored = Vec::new();
+            while let Some(row) = rows.next().map_err(StoreError::backend)? {
+                stored.push(stored_run(row));
+            }
+            Ok(stored)
+        })?;
+        crate::readable_runs(rows.into_iter().map(|row| row?.into_record()))
+    }
+
     async fn reclaim(
         &self,
         run_id: &str,
@@ -590,6 +617,8 @@ impl RunStore for SqliteStore {
             failure: json.failure,
             lease_owner: update.lease.map(|lease| lease.owner.clone()),
             lease_until: update.lease.map(|lease| micros(lease.until)),
+            resolution: json.resolutions,
+            expires_at: json.expires_at.map(micros),
         };
         self.write(Write::Update { step, bodies }).await
     }

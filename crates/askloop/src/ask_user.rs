@@ -106,9 +106,15 @@ pub struct Question {
 }
 
 impl Question {
-    /// Reads a question from an `ask_user` suspend payload.
+    /// Reads a question from an `ask_user` suspend payload. Its `metadata`
+    /// (what the runtime adds, such as `expiresAt`) is not part of the
+    /// question.
     pub fn from_payload(payload: &Value) -> Option<Question> {
-        let input: AskUserInput = serde_json::from_value(payload.clone()).ok()?;
+        let mut payload = payload.clone();
+        if let Value::Object(fields) = &mut payload {
+            fields.remove("metadata");
+        }
+        let input: AskUserInput = serde_json::from_value(payload).ok()?;
         let options = input.options.unwrap_or_default();
         let mode = match (options.is_empty(), input.selection_mode) {
             (true, _) => None,

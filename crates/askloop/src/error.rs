@@ -21,6 +21,20 @@ pub enum RunError {
         /// Its status.
         status: RunStatus,
     },
+    /// The call's time limit passed before the answer came: the question
+    /// was (or is being) resolved as expired, and the answer is refused.
+    #[error(
+        "tool call {tool_call_id} of run {run_id} expired at {}: no answer is taken after its time limit",
+        crate::agent::rfc3339(*expired_at)
+    )]
+    Expired {
+        /// The run.
+        run_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// When it expired.
+        expired_at: chrono::DateTime<chrono::Utc>,
+    },
     /// The named tool call is not one the run waits on.
     #[error(
         "run {run_id} is not waiting on tool call {tool_call_id}; pending tool calls: {}",
@@ -123,6 +137,7 @@ impl RunError {
         match self {
             RunError::UnknownRun { run_id }
             | RunError::NotSuspended { run_id, .. }
+            | RunError::Expired { run_id, .. }
             | RunError::ToolCallNotPending { run_id, .. }
             | RunError::AmbiguousResume { run_id, .. }
             | RunError::InvalidAnswer { run_id, .. }

@@ -1,7 +1,10 @@
 //! `askloop resume`, `approve` and `decline`: a person's decision on a
 //! pending call, then the rest of the run.
 
-use askloop::{Agent, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord, RunStatus, SelectionMode};
+use askloop::{
+    Agent, Author, Interface, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord, RunStatus,
+    SelectionMode,
+};
 use serde_json::Value;
 
 use super::{Access, Context, finish};
@@ -54,7 +57,7 @@ pub async fn resume(ctx: &Context, args: ResumeArgs) -> Result<Done, CliError> {
     }
     let (agent, run) = agent_for(ctx, &args.run_id, args.model.as_deref()).await?;
     let call = target(&run, args.tool_call_id.as_deref())?;
-    let options = ResumeOptions::call(&run.run_id, &call.tool_call_id);
+    let options = ResumeOptions::call(&run.run_id, &call.tool_call_id).by(cli_author());
 
     if args.decline {
         let stream = agent.decline_tool_call(options.with_reason(args.reason)).await?;
@@ -146,7 +149,7 @@ pub async fn approve(ctx: &Context, call: Call<'_>, json: bool) -> Result<Done, 
     let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
     let pending = target(&run, call.tool_call_id)?;
     let stream = agent
-        .approve_tool_call(ResumeOptions::call(&run.run_id, &pending.tool_call_id))
+        .approve_tool_call(ResumeOptions::call(&run.run_id, &pending.tool_call_id).by(cli_author()))
         .await?;
     Ok(finish(ctx, stream, json).await)
 }
@@ -155,7 +158,11 @@ pub async fn decline(ctx: &Context, call: Call<'_>, reason: Option<String>, json
     let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
     let pending = target(&run, call.tool_call_id)?;
     let stream = agent
-        .decline_tool_call(ResumeOptions::call(&run.run_id, &pending.tool_call_id).with_reason(reason))
+        .decline_tool_call(
+            ResumeOptions::call(&run.run_id, &pending.tool_call_id)
+                .by(cli_author())
+                .with_reason(reason),
+        )
         .await?;
     Ok(finish(ctx, stream, json).await)
 }
@@ -170,7 +177,7 @@ pub async fn retry(ctx: &Context, run_id: &str, model: Option<&str>, json: bool)
 /// `askloop cancel RUN`.
 pub async fn cancel(ctx: &Context, run_id: &str) -> Result<Done, CliError> {
     let (agent, run) = agent_for(ctx, run_id, None).await?;
-    agent.cancel_run(&run.run_id).await?;
+    agent.cancel_run_by(&run.run_id, cli_author()).await?;
     outln!("Cancelled run {}.", run.run_id);
     Ok(Done::Ok)
 }
@@ -203,6 +210,42 @@ pub async fn recover(ctx: &Context, json: bool) -> Result<Done, CliError> {
     Ok(worst)
 }
 
+/// `askloop runs expire`: every question and approval whose time limit
+/// passed, resolved (a question tells the model no answer came, an approval
+/// is declined), and each run that can go on driven to its next stop.
+pub async fn expire(ctx: &Context, json: bool) -> Result<Done, CliError> {
+    let store = ctx.store(Access::Existing).await?;
+    let expiring = store.expiring(chrono::Utc::now(), 1000).await?;
+    if expiring.is_empty() {
+        errln!("No expired questions.");
+        return Ok(Done::Ok);
+    }
+    let mut worst = Done::Ok;
+    for run in expiring {
+        let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
+        let streams = agent.expire_run(&run.run_id, cli_author()).await?;
+        errln!("Expired the overdue questions of run {}.", run.run_id);
+        for stream in streams {
+            let done = finish(ctx, stream, json).await;
+            worst = match (worst, done) {
+                (Done::RunFailed, _) | (_, Done::RunFailed) => Done::RunFailed,
+                (Done::Suspended, _) | (_, Done::Suspended) => Done::Suspended,
+                _ => Done::Ok,
+            };
+        }
+    }
+    Ok(worst)
+}
+
+/// Who acts through this command: the CLI, by the login name when the
+/// environment gives one.
+pub(crate) fn cli_author() -> Author {
+    match std::env::var("USER").or_else(|_| std::env::var("USERNAME")) {
+        Ok(user) if !user.trim().is_empty() => Author::named(Interface::Cli, user),
+        _ => Author::via(Interface::Cli),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +259,7 @@ mod tests {
             kind: PendingKind::Suspended,
             suspend_payload: Some(json!({"question": "?"})),
             resume_schema: None,
+            expires_at: None,
         };
         let now = chrono::Utc::now();
         RunRecord {
@@ -235,6 +279,7 @@ mod tests {
             metadata: json!({}),
             lease: None,
             failure: None,
+            resolutions: Vec::new(),
         }
     }
 

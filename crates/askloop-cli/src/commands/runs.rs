@@ -121,6 +121,7 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
         value["usage"] = serde_json::to_value(run.usage).unwrap_or(Value::Null);
         value["steps"] = json!(run.steps);
         value["metadata"] = run.metadata.clone();
+        value["resolutions"] = serde_json::to_value(&run.resolutions).unwrap_or(Value::Null);
         outln!("{value}");
         return Ok(Done::Ok);
     }
@@ -150,6 +151,34 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
             "{}",
             render::describe_pending(&ctx.askloop(), &run.run_id, &run.pending)
         );
+        for call in &run.pending {
+            if let Some(at) = call.expires_at {
+                outln!(
+                    "  {} expires {}",
+                    escape::one_line(&call.tool_call_id),
+                    at.format("%Y-%m-%d %H:%M:%S UTC")
+                );
+            }
+        }
+    }
+    if !run.resolutions.is_empty() {
+        outln!();
+        outln!("Decisions:");
+        for r in &run.resolutions {
+            let call = r.tool_call_id.as_deref().map(escape::one_line).unwrap_or_default();
+            let by = r
+                .author
+                .by
+                .as_deref()
+                .map(|by| format!(" by {}", escape::one_line(by)))
+                .unwrap_or_default();
+            outln!(
+                "  {} {} {call} via {}{by}",
+                r.at.format("%Y-%m-%d %H:%M:%S UTC"),
+                r.kind,
+                r.author.via
+            );
+        }
     }
     outln!();
     outln!("Conversation:");

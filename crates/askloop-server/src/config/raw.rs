@@ -39,6 +39,8 @@ pub(super) struct RawAgent {
     pub(super) allow_free_text: Option<bool>,
     pub(super) max_steps: Option<u32>,
     pub(super) write_dir: Option<PathBuf>,
+    pub(super) time_limit: Option<String>,
+    pub(super) time_limits: Option<BTreeMap<String, String>>,
     pub(super) mcp: Option<Vec<RawMcpServer>>,
 }
 

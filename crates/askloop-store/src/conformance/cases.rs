@@ -44,6 +44,7 @@ pub fn new_run(run_id: &str, agent_id: &str, created_at: DateTime<Utc>, messages
         metadata: json!({"model": "scripted"}),
         lease: None,
         failure: None,
+        resolutions: Vec::new(),
     }
 }
 
@@ -72,6 +73,7 @@ fn pending_question(id: &str, question: &str) -> PendingToolCall {
         kind: PendingKind::Suspended,
         suspend_payload: Some(json!({"question": question, "selectionMode": "free-text"})),
         resume_schema: Some(json!({"type": "string"})),
+        expires_at: None,
     }
 }
 
@@ -107,6 +109,7 @@ pub(crate) fn step<'a>(
         error: None,
         failure: None,
         lease: None,
+        resolution: None,
     }
 }
 

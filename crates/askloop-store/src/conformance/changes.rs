@@ -36,6 +36,7 @@ fn question() -> PendingToolCall {
         kind: PendingKind::Suspended,
         suspend_payload: Some(json!({"question": "Which city?", "selectionMode": "free-text"})),
         resume_schema: Some(json!({"type": "string"})),
+        expires_at: None,
     }
 }
 
@@ -52,6 +53,7 @@ fn write<'a>(run_id: &'a str, version: i64, status: RunStatus, pending: &'a [Pen
         error: None,
         failure: None,
         lease: None,
+        resolution: None,
     }
 }
 

@@ -19,6 +19,7 @@
 
 mod cases;
 mod changes;
+mod expiry;
 mod leases;
 mod raw;
 mod text;
@@ -34,6 +35,7 @@ use crate::{PostgresOptions, PostgresStore, SqliteStore};
 
 pub use cases::*;
 pub use changes::*;
+pub use expiry::*;
 pub use leases::*;
 pub use raw::RawRows;
 pub use text::*;
@@ -200,7 +202,9 @@ macro_rules! store_conformance_tests {
             reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_one,
             of_twenty_concurrent_reclaims_exactly_one_wins,
             after_a_takeover_the_old_owner_can_neither_renew_nor_write,
-            an_update_sets_or_clears_the_lease_and_keeps_the_typed_failure
+            an_update_sets_or_clears_the_lease_and_keeps_the_typed_failure,
+            a_suspended_run_is_expiring_once_its_earliest_time_limit_passed,
+            resolutions_are_appended_by_writes_and_kept_in_order
         );
     };
 }

@@ -27,6 +27,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
         kind: PendingKind::Suspended,
         suspend_payload: Some(json!({"question": AWKWARD, "options": [{"label": AWKWARD}], AWKWARD: 1})),
         resume_schema: Some(json!({"type": "string"})),
+        expires_at: None,
     }];
     let call = ToolCall {
         id: "call_1".to_owned(),
@@ -48,6 +49,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             error: None,
             failure: None,
             lease: None,
+            resolution: None,
         })
         .await
         .unwrap();
@@ -74,6 +76,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             error: Some(AWKWARD),
             failure: None,
             lease: None,
+            resolution: None,
         })
         .await
         .unwrap();

@@ -12,6 +12,10 @@ use super::SqliteOptions;
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/sqlite/0001_runs.sql")),
     (2, include_str!("../../migrations/sqlite/0002_leases.sql")),
+    (
+        3,
+        include_str!("../../migrations/sqlite/0003_expiry_and_resolutions.sql"),
+    ),
 ];
 
 /// How many prepared statements a connection keeps (the write connection

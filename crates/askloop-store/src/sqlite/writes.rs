@@ -90,6 +90,8 @@ pub(crate) struct NewRun {
     pub(crate) lease_owner: Option<String>,
     pub(crate) lease_until: Option<i64>,
     pub(crate) failure: Option<String>,
+    pub(crate) resolutions: String,
+    pub(crate) expires_at: Option<i64>,
 }
 
 /// A step to write on a run, serialised.
@@ -106,6 +108,9 @@ pub(crate) struct Step {
     pub(crate) failure: Option<String>,
     pub(crate) lease_owner: Option<String>,
     pub(crate) lease_until: Option<i64>,
+    /// A resolution to append to the run's, as JSON.
+    pub(crate) resolution: Option<String>,
+    pub(crate) expires_at: Option<i64>,
 }
 
 /// One write, with everything it writes already serialised (by the caller,
@@ -179,7 +184,7 @@ impl Write {
                     .prepare_cached(concat!(
                         "INSERT INTO runs (",
                         run_columns!(),
-                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     ))
                     .map_err(StoreError::backend)?;
                 let inserted = insert.execute(params![
@@ -201,6 +206,8 @@ impl Write {
                     run.lease_owner,
                     run.lease_until,
                     run.failure,
+                    run.resolutions,
+                    run.expires_at,
                 ]);
                 match inserted {
                     Ok(_) => {}
@@ -219,7 +226,9 @@ impl Write {
                     .prepare_cached(
                         "UPDATE runs SET status = ?, version = version + 1, updated_at = ?, pending = ?, \
                          step_results = ?, message_count = message_count + ?, steps = ?, usage = ?, error = ?, \
-                         schema_version = ?, failure = ?, lease_owner = ?, lease_until = ? \
+                         schema_version = ?, failure = ?, lease_owner = ?, lease_until = ?, expires_at = ?, \
+                         resolutions = CASE WHEN ? IS NULL THEN resolutions \
+                         ELSE json_insert(resolutions, '$[#]', json(?)) END \
                          WHERE run_id = ? AND version = ? AND schema_version <= ? \
                          RETURNING version, message_count",
                     )
@@ -239,6 +248,9 @@ impl Write {
                             step.failure,
                             step.lease_owner,
                             step.lease_until,
+                            step.expires_at,
+                            step.resolution,
+                            step.resolution,
                             step.run_id,
                             step.expected_version,
                             RUN_SCHEMA_VERSION,
@@ -710,6 +722,8 @@ mod tests {
                 lease_owner: None,
                 lease_until: None,
                 failure: None,
+                resolutions: "[]".to_owned(),
+                expires_at: None,
             },
             bodies: bodies(texts),
         }
@@ -729,6 +743,8 @@ mod tests {
                 failure: None,
                 lease_owner: None,
                 lease_until: None,
+                resolution: None,
+                expires_at: None,
             },
             bodies: bodies(texts),
         }
@@ -789,6 +805,7 @@ mod tests {
                 error: None,
                 failure: None,
                 lease: None,
+                resolution: None,
             })
             .await
             .unwrap();

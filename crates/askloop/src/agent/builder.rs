@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
 
-use super::{Agent, AgentInner, DEFAULT_LEASE, DEFAULT_MAX_STEPS, RegisteredTool};
+use super::{Agent, AgentInner, DEFAULT_LEASE, DEFAULT_MAX_STEPS, RegisteredTool, TimeLimits};
 use crate::ask_user::ASK_USER_TOOL_ID;
 use crate::model::{Model, ToolSpec};
 use crate::store::{MemoryStore, RunStore};
@@ -25,6 +25,7 @@ pub struct AgentBuilder {
     approve_tools: HashSet<String>,
     cached_messages: usize,
     lease_duration: std::time::Duration,
+    time_limits: TimeLimits,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -128,6 +129,25 @@ impl AgentBuilder {
         self
     }
 
+    /// How long a question (`ask_user` or any suspended tool) or an approval
+    /// may wait for a person (none by default: it waits until answered).
+    /// Once the limit passes, [`Agent::expire_runs`] resolves it: the model
+    /// is told no answer came within the limit (never given an invented
+    /// one), and an approval counts as declined with that reason. Answers
+    /// after the limit are refused with
+    /// [`RunError::Expired`](crate::RunError::Expired).
+    pub fn time_limit(mut self, limit: std::time::Duration) -> Self {
+        self.time_limits.default = Some(limit);
+        self
+    }
+
+    /// How long a call of one tool may wait (overrides
+    /// [`AgentBuilder::time_limit`] for it).
+    pub fn time_limit_for(mut self, tool_id: impl Into<String>, limit: std::time::Duration) -> Self {
+        self.time_limits.per_tool.insert(tool_id.into(), limit);
+        self
+    }
+
     /// How long a run this agent drives stays held after the process driving
     /// it stops renewing (30 s by default): the longest a run whose process
     /// died waits before `recover_runs` may take it over. Renewed every
@@ -185,6 +205,7 @@ impl AgentBuilder {
                 max_steps: self.max_steps,
                 conversations: ConversationCache::new(self.cached_messages),
                 lease_duration: self.lease_duration,
+                time_limits: self.time_limits,
             }),
         })
     }
@@ -205,6 +226,7 @@ impl Agent {
             approve_tools: HashSet::new(),
             cached_messages: DEFAULT_CACHED_MESSAGES,
             lease_duration: DEFAULT_LEASE,
+            time_limits: TimeLimits::default(),
         }
     }
 }

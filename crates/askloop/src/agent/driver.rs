@@ -17,22 +17,20 @@ use chrono::Utc;
 use serde_json::Value;
 use tracing::Instrument;
 
-use calls::done_result;
+use calls::{denied, done_result};
 use turn::{ModelCall, Turn};
 
-use super::machine::{
-    self, AfterModel, CallOutcome, CallPlan, LostWrite, Recovery, ResumeAction, Step, StepWrite, ToolRules,
-};
+use super::expiry;
+use super::machine::{self, AfterModel, CallPlan, LostWrite, Recovery, ResumeAction, Step, StepWrite, ToolRules};
 use super::stream::Outbox;
 use super::{AgentInner, StreamOutput, approval_schema};
 use crate::chunk::finish::StepReport;
 use crate::chunk::*;
-use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
-use crate::store::{Lease, PendingKind, PendingToolCall, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError};
+use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
+use crate::store::{
+    Author, Lease, PendingKind, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError,
+};
 use crate::tool::{ToolContext, ToolOutput};
-
-/// The default reason a model is given for a declined call.
-const NOT_APPROVED: &str = "Tool call was not approved by the user";
 
 /// A run as the driver holds it: the stored row (with its current version)
 /// and the whole conversation.
@@ -45,8 +43,8 @@ pub(crate) struct RunState {
 pub(crate) enum Start {
     /// A new run.
     Fresh,
-    /// A claimed run, with the decision to apply.
-    Resume(ResumeAction),
+    /// A claimed run, with the decision to apply and who made it.
+    Resume(ResumeAction, Author),
     /// A decision already applied and written (see `Driver::apply`).
     Applied(Applied),
     /// A run taken over after its driver stopped (see `Driver::recovered`).
@@ -89,6 +87,8 @@ pub(crate) struct Driver {
     text: String,
     /// Model calls made in this stream.
     steps_here: u32,
+    /// The resolution the next write records (set by [`Driver::apply`]).
+    resolution: Option<Resolution>,
     /// Who holds the run's lease while this driver has it running: the
     /// owner of the lease the run was claimed or created with, else a new
     /// one (taken by the first write that keeps the run running).
@@ -108,6 +108,7 @@ impl Driver {
             message_id: new_id(),
             text: String::new(),
             steps_here: 0,
+            resolution: None,
             lease_owner,
         }
     }
@@ -130,7 +131,7 @@ impl Driver {
                     }));
                     self.steps().await
                 }
-                Start::Resume(action) => self.resume(action).await,
+                Start::Resume(action, author) => self.resume(action, author).await,
                 Start::Applied(applied) => self.after_apply(applied).await,
                 Start::Recovered => self.recovered().await,
             }
@@ -323,8 +324,8 @@ impl Driver {
     }
 
     /// Applies a checked decision to its pending call, then carries on.
-    async fn resume(&mut self, action: ResumeAction) -> Ended {
-        match self.apply(action).await {
+    async fn resume(&mut self, action: ResumeAction, author: Author) -> Ended {
+        match self.apply(action, author).await {
             Ok(applied) => self.after_apply(applied).await,
             Err(ApplyFailed::Store(err)) => self.store_failed(err).await,
             Err(ApplyFailed::Broken(message)) => self.fail(RunFailure::Broken { message }).await,
@@ -334,7 +335,8 @@ impl Driver {
     /// Applies a checked decision to its pending call and writes the result,
     /// as one compare-and-set on the version this driver holds. Emits
     /// nothing: what the stream shows comes from [`Driver::after_apply`].
-    pub(crate) async fn apply(&mut self, action: ResumeAction) -> Result<Applied, ApplyFailed> {
+    /// The same write records who decided, among the run's resolutions.
+    pub(crate) async fn apply(&mut self, action: ResumeAction, author: Author) -> Result<Applied, ApplyFailed> {
         let target_id = action.tool_call_id().to_owned();
         let Some(target) = self
             .state
@@ -355,6 +357,7 @@ impl Driver {
             args: target.args.clone(),
         };
         let run_id = self.state.record.run_id.clone();
+        self.resolution = Some(Resolution::now(Some(&target_id), action.resolution_kind(), author));
 
         let outcome = match action {
             ResumeAction::Answer { data, .. } => {
@@ -369,26 +372,14 @@ impl Driver {
                 };
                 done_result(&call, ToolOutput::text(text))
             }
-            ResumeAction::DeclineApproval { reason, .. } => {
-                let reason = reason.filter(|r| !r.trim().is_empty());
-                let result = ToolResult {
-                    tool_call_id: call.id.clone(),
-                    tool_name: call.name.clone(),
-                    content: ToolContent::Text(reason.clone().unwrap_or_else(|| NOT_APPROVED.to_owned())),
-                    is_error: false,
-                };
-                let chunk = ChunkKind::ToolOutputDenied(ToolOutputDenied {
-                    tool_call_id: call.id.clone(),
-                    tool_name: call.name.clone(),
-                    args: call.args.clone(),
-                    approval: ApprovalDecision {
-                        id: call.id.clone(),
-                        approved: false,
-                        reason,
-                    },
-                });
-                CallOutcome::Done(result, chunk)
-            }
+            ResumeAction::DeclineApproval { reason, .. } => denied(&call, reason.filter(|r| !r.trim().is_empty())),
+            ResumeAction::Expire { .. } => match target.kind {
+                PendingKind::Suspended => done_result(
+                    &call,
+                    ToolOutput::text(expiry::expired_question_text(target.expires_at)),
+                ),
+                PendingKind::Approval => denied(&call, Some(expiry::expired_approval_reason(target.expires_at))),
+            },
         };
 
         let Some(mut step) = Step::stored(&self.state.record, &self.state.messages) else {
@@ -484,6 +475,9 @@ impl Driver {
         // A run that stays running stays held, for a full lease from now.
         let lease = (status == RunStatus::Running)
             .then(|| Lease::new(self.lease_owner.clone(), Utc::now() + self.agent.lease_duration));
+        // The decision being applied goes with this write only: a write
+        // that fails takes it along.
+        let resolution = self.resolution.take();
         let record = &self.state.record;
         let update = RunUpdate {
             run_id: &record.run_id,
@@ -497,8 +491,10 @@ impl Driver {
             error: error.as_deref(),
             failure: failure.as_ref(),
             lease: lease.as_ref(),
+            resolution: resolution.as_ref(),
         };
         let version = self.agent.store.update(update).await?;
+        self.state.record.resolutions.extend(resolution);
         let record = &mut self.state.record;
         record.version = version;
         record.status = status;

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::chunk::ChunkKind;
 use crate::error::RunError;
 use crate::message::{Message, ToolCall, ToolResult};
-use crate::store::{PendingKind, PendingToolCall, RunRecord, RunStatus};
+use crate::store::{PendingKind, PendingToolCall, ResolutionKind, RunRecord, RunStatus};
 use crate::tool::{InvalidResume, Tool};
 
 /// What follows a model turn.
@@ -363,6 +363,8 @@ pub(crate) enum Decision {
     Approve,
     /// Do not run the call or answer the question, for this reason.
     Decline(Option<String>),
+    /// The call's time limit passed unanswered (see `expiry.rs`).
+    Expire,
 }
 
 /// What a decision does to its pending call, checked against it.
@@ -382,6 +384,9 @@ pub(crate) enum ResumeAction {
         tool_call_id: String,
         reason: Option<String>,
     },
+    /// The call's time limit passed unanswered: a question is resolved with
+    /// a text saying so, an approval is declined (see `expiry.rs`).
+    Expire { tool_call_id: String },
 }
 
 impl ResumeAction {
@@ -390,15 +395,27 @@ impl ResumeAction {
             ResumeAction::Answer { tool_call_id, .. }
             | ResumeAction::DeclineQuestion { tool_call_id, .. }
             | ResumeAction::Approve { tool_call_id }
-            | ResumeAction::DeclineApproval { tool_call_id, .. } => tool_call_id,
+            | ResumeAction::DeclineApproval { tool_call_id, .. }
+            | ResumeAction::Expire { tool_call_id } => tool_call_id,
+        }
+    }
+
+    /// What the decision is, as stored among the run's resolutions.
+    pub(crate) fn resolution_kind(&self) -> ResolutionKind {
+        match self {
+            ResumeAction::Answer { .. } => ResolutionKind::Answered,
+            ResumeAction::DeclineQuestion { .. } => ResolutionKind::Declined,
+            ResumeAction::Approve { .. } => ResolutionKind::Approved,
+            ResumeAction::DeclineApproval { .. } => ResolutionKind::Denied,
+            ResumeAction::Expire { .. } => ResolutionKind::Expired,
         }
     }
 }
 
 /// Which decision fits which pending call: checks `decision` against
 /// `pending` (of `run`), with its tool when the agent has it. An answer to
-/// a question is checked by the tool; a decline fits any call; an approval
-/// only a call that waits for one.
+/// a question is checked by the tool; a decline and an expiry fit any call;
+/// an approval only a call that waits for one.
 pub(crate) fn fit_decision(
     run: &RunRecord,
     pending: &PendingToolCall,
@@ -415,6 +432,7 @@ pub(crate) fn fit_decision(
         })
     };
     match (pending.kind, decision) {
+        (_, Decision::Expire) => Ok(ResumeAction::Expire { tool_call_id }),
         (PendingKind::Suspended, Decision::Answer { data, .. }) => {
             let payload = pending.suspend_payload.clone().unwrap_or(Value::Null);
             has_tool()?
@@ -542,6 +560,7 @@ mod tests {
             kind: PendingKind::Suspended,
             suspend_payload: None,
             resume_schema: None,
+            expires_at: None,
         }
     }
 

@@ -1,12 +1,12 @@
 //! Property tests of the run machine: random runs (model turns of 0-4 tool
 //! calls: plain, must-not-run-twice, questions and calls waiting for
-//! approval), answered, declined and approved in random order, with
+//! approval), answered, declined, expired and approved in random order, with
 //! cancels, process deaths before any write and lost leases. A small
 //! simulated driver carries out the machine's decisions against a simulated
 //! store the way `driver.rs` does against a real one; the properties are
 //! checked on what is stored.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -86,8 +86,11 @@ enum Stop {
 struct World {
     script: Vec<Vec<Kind>>,
     faults: Faults,
-    /// Decision per call id: true answers or approves, false declines.
+    /// Decision per call id: true answers or approves, false declines (or,
+    /// for the calls in `expire`, lets the time limit pass).
     accept: HashMap<String, bool>,
+    /// Refused calls resolved by their time limit passing, not a decline.
+    expire: HashSet<String>,
     store: Stored,
     writes: usize,
     suspensions: usize,
@@ -104,10 +107,14 @@ struct World {
 impl World {
     fn new(script: Vec<Vec<Kind>>, faults: Faults, accept_bits: &[bool]) -> World {
         let mut accept = HashMap::new();
+        let mut expire = HashSet::new();
         for (t, turn) in script.iter().enumerate() {
             for c in 0..turn.len() {
                 let bit = accept_bits.get(t * 4 + c).copied().unwrap_or(true);
                 accept.insert(call_id(t, c), bit);
+                if !bit && (t + c) % 2 == 1 {
+                    expire.insert(call_id(t, c));
+                }
             }
         }
         let record = RunRecord {
@@ -119,6 +126,7 @@ impl World {
             script,
             faults,
             accept,
+            expire,
             store: Stored {
                 record,
                 messages: vec![Message::user("go")],
@@ -188,6 +196,7 @@ impl World {
                 kind: PendingKind::Suspended,
                 suspend_payload: Some(call.args.clone()),
                 resume_schema: None,
+                expires_at: None,
             }),
             (_, answer) => done(
                 call,
@@ -207,6 +216,7 @@ impl World {
                     kind: PendingKind::Approval,
                     suspend_payload: None,
                     resume_schema: None,
+                    expires_at: None,
                 }),
                 CallPlan::Execute => self.execute(call, None),
             };
@@ -301,6 +311,7 @@ impl World {
                 reason: None,
             },
             (PendingKind::Approval, true) => Decision::Approve,
+            (_, false) if self.expire.contains(&pending.tool_call_id) => Decision::Expire,
             (_, false) => Decision::Decline(Some("no".into())),
         };
         // The questions are ask_user's; for an approval only the tool's
@@ -319,6 +330,7 @@ impl World {
             ResumeAction::DeclineQuestion { .. } | ResumeAction::DeclineApproval { .. } => {
                 done(&call, format!("{} declined", call.id))
             }
+            ResumeAction::Expire { .. } => done(&call, format!("{} expired", call.id)),
         };
         let mut step = Step::stored(&record, &self.store.messages).expect("a suspended run has a turn with calls");
         step.resolve(outcome);

@@ -4,6 +4,7 @@
 mod builder;
 mod cache;
 mod driver;
+mod expiry;
 mod lease;
 mod machine;
 #[cfg(test)]
@@ -22,10 +23,11 @@ use serde_json::{Value, json};
 
 use crate::error::RunError;
 use crate::model::{Model, ToolSpec};
-use crate::store::{Lease, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
+use crate::store::{Author, Lease, Resolution, ResolutionKind, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
 use crate::tool::Tool;
 
 pub use builder::{AgentBuilder, BuildError};
+pub(crate) use expiry::rfc3339;
 pub use lease::DEFAULT_LEASE;
 pub use options::{AgentInput, ResumeOptions, StreamOptions};
 pub use stream::{AgentStream, StreamOutput};
@@ -90,9 +92,28 @@ pub(crate) struct AgentInner {
     pub(crate) max_steps: u32,
     pub(crate) conversations: ConversationCache,
     pub(crate) lease_duration: std::time::Duration,
+    pub(crate) time_limits: TimeLimits,
+}
+
+/// How long a call of each tool may wait for an answer or an approval.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TimeLimits {
+    /// For every tool without its own.
+    pub(crate) default: Option<std::time::Duration>,
+    /// Per tool id.
+    pub(crate) per_tool: HashMap<String, std::time::Duration>,
 }
 
 impl AgentInner {
+    /// How long a call of `tool_id` may wait, if it has a limit.
+    pub(crate) fn time_limit_for(&self, tool_id: &str) -> Option<std::time::Duration> {
+        self.time_limits
+            .per_tool
+            .get(tool_id)
+            .copied()
+            .or(self.time_limits.default)
+    }
+
     /// A lease for a new driver of a run, from now.
     pub(crate) fn new_lease(&self) -> Lease {
         Lease::new(uuid::Uuid::now_v7().to_string(), Utc::now() + self.lease_duration)
@@ -182,6 +203,7 @@ impl Agent {
             metadata: options.metadata,
             lease: Some(self.inner.new_lease()),
             failure: None,
+            resolutions: Vec::new(),
         };
         self.inner.store.create(&record, &messages).await?;
         let state = RunState { record, messages };
@@ -204,6 +226,12 @@ impl Agent {
     /// Cancels a suspended (or running) run: its status becomes `cancelled`
     /// and the model is not called again.
     pub async fn cancel_run(&self, run_id: &str) -> Result<(), RunError> {
+        self.cancel_run_by(run_id, Author::default()).await
+    }
+
+    /// Cancels a run (see [`Agent::cancel_run`]), recording `author`.
+    pub async fn cancel_run_by(&self, run_id: &str, author: Author) -> Result<(), RunError> {
+        let resolution = Resolution::now(None, ResolutionKind::Cancelled, author);
         for _ in 0..resume::CLAIM_ATTEMPTS {
             let run = self.load(run_id).await?;
             if run.status.is_finished() {
@@ -224,6 +252,7 @@ impl Agent {
                 error: None,
                 failure: None,
                 lease: None,
+                resolution: Some(&resolution),
             };
             match self.inner.store.update(update).await {
                 Ok(_) => return Ok(()),

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use crate::message::Message;
+use crate::store::Author;
 
 /// What a run starts from.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,6 +93,9 @@ pub struct ResumeOptions {
     /// a resume that declines an approval (`{"approved": false}`) without a
     /// reason of its own. An answer or an approval takes no reason.
     pub reason: Option<String>,
+    /// Who decides, stored with the run's resolution (the library, with
+    /// no name, unless set with [`ResumeOptions::by`]).
+    pub author: Author,
 }
 
 impl ResumeOptions {
@@ -104,6 +108,7 @@ impl ResumeOptions {
             run_id: run_id.into(),
             tool_call_id: None,
             reason: None,
+            author: Author::default(),
         }
     }
 
@@ -113,6 +118,7 @@ impl ResumeOptions {
             run_id: run_id.into(),
             tool_call_id: Some(tool_call_id.into()),
             reason: None,
+            author: Author::default(),
         }
     }
 
@@ -123,12 +129,19 @@ impl ResumeOptions {
             run_id: run_id.into(),
             tool_call_id: tool_call_id.map(Into::into),
             reason: None,
+            author: Author::default(),
         }
     }
 
     /// Sets the reason a decline gives the model.
     pub fn reason(mut self, reason: impl Into<String>) -> Self {
         self.reason = Some(reason.into());
+        self
+    }
+
+    /// Who decides: the interface and, where known, the person or client.
+    pub fn by(mut self, author: Author) -> Self {
+        self.author = author;
         self
     }
 

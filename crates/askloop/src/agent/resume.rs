@@ -1,18 +1,20 @@
-//! Resuming a suspended run: a decision (answer, approval, decline) is
-//! checked against its pending call (see `machine::fit_decision`), then
+//! Resuming a suspended run: a decision (answer, approval, decline, expiry)
+//! is checked against its pending call (see `machine::fit_decision`), then
 //! applied in one compare-and-set, or after a claim when applying it runs
-//! a tool.
+//! a tool. Either way the write records who decided.
 
 use std::sync::Arc;
 
+use chrono::Utc;
 use serde_json::Value;
 
 use super::driver::{ApplyFailed, Driver, RunState, Start};
+use super::expiry;
 use super::machine::{self, Decision, ResumeAction};
 use super::{Agent, AgentStream, ResumeOptions, stream};
 use crate::error::RunError;
 use crate::message::Message;
-use crate::store::{RunRecord, RunStatus, StoreError};
+use crate::store::{Author, RunRecord, RunStatus, StoreError};
 
 /// How one try at taking a suspended run went wrong.
 enum Attempt {
@@ -88,6 +90,52 @@ impl Agent {
         self.decide(options, Decision::Decline(reason)).await
     }
 
+    /// Resolves every pending call of this agent's runs whose time limit
+    /// has passed (see [`AgentBuilder::time_limit`]), as `author`: a
+    /// question is answered for the model with a text saying no answer came
+    /// within the limit, an approval is declined with that reason. Returns
+    /// the streams of the runs that continue (each calls the model once its
+    /// last waiting call is resolved): drive them to the end. Works from
+    /// any process: the expiry time is stored with the call.
+    ///
+    /// [`AgentBuilder::time_limit`]: crate::AgentBuilder::time_limit
+    pub async fn expire_runs(&self, author: Author) -> Result<Vec<AgentStream>, RunError> {
+        const BATCH: u32 = 100;
+        let now = Utc::now();
+        let mut streams = Vec::new();
+        for run in self.inner.store.expiring(now, BATCH).await? {
+            if run.agent_id == self.inner.id {
+                streams.extend(self.expire_run(&run.run_id, author.clone()).await?);
+            }
+        }
+        Ok(streams)
+    }
+
+    /// Resolves the pending calls of one run whose time limit has passed,
+    /// as `author` (see [`Agent::expire_runs`]). Calls answered meanwhile
+    /// by someone else are left alone.
+    pub async fn expire_run(&self, run_id: &str, author: Author) -> Result<Vec<AgentStream>, RunError> {
+        let run = self.load(run_id).await?;
+        let now = Utc::now();
+        let mut streams = Vec::new();
+        for id in run
+            .expired_calls(now)
+            .map(|p| p.tool_call_id.clone())
+            .collect::<Vec<_>>()
+        {
+            let options = ResumeOptions::call(run_id, id).by(author.clone());
+            match self.decide(options, Decision::Expire).await {
+                Ok(stream) => streams.push(stream),
+                // Answered, declined or expired by someone else first.
+                Err(
+                    RunError::ToolCallNotPending { .. } | RunError::NotSuspended { .. } | RunError::Conflict { .. },
+                ) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(streams)
+    }
+
     async fn decide(&self, options: ResumeOptions, decision: Decision) -> Result<AgentStream, RunError> {
         let run_id = options.run_id.as_str();
         let mut attempt = 0;
@@ -101,13 +149,33 @@ impl Agent {
                 claim_backoff(attempt).await;
                 continue;
             }
+            if decision != Decision::Expire
+                && let Some(expired_at) =
+                    expiry::expired_before_answer(&run, options.tool_call_id.as_deref(), Utc::now())
+            {
+                return Err(RunError::Expired {
+                    run_id: run_id.to_owned(),
+                    tool_call_id: options.tool_call_id.clone().unwrap_or_default(),
+                    expired_at,
+                });
+            }
             let target = run.resume_target(options.tool_call_id.as_deref())?;
+            if decision != Decision::Expire
+                && let Some(expired_at) = target.expires_at.filter(|at| *at <= Utc::now())
+            {
+                return Err(RunError::Expired {
+                    run_id: run_id.to_owned(),
+                    tool_call_id: target.tool_call_id.clone(),
+                    expired_at,
+                });
+            }
             let action = self.check_decision(&run, target, &decision)?;
             let ours = action.tool_call_id().to_owned();
+            let author = options.author.clone();
             let tried = if self.is_pure(&run, &action) {
-                self.resume_pure(run, action).await
+                self.resume_pure(run, action, author).await
             } else {
-                self.resume_claimed(run, action).await
+                self.resume_claimed(run, action, author).await
             };
             match tried {
                 Ok(stream) => return Ok(stream),
@@ -137,7 +205,9 @@ impl Agent {
     /// says so; never an approval, which runs the tool for real.
     fn is_pure(&self, run: &RunRecord, action: &ResumeAction) -> bool {
         match action {
-            ResumeAction::DeclineQuestion { .. } | ResumeAction::DeclineApproval { .. } => true,
+            ResumeAction::DeclineQuestion { .. }
+            | ResumeAction::DeclineApproval { .. }
+            | ResumeAction::Expire { .. } => true,
             ResumeAction::Approve { .. } => false,
             ResumeAction::Answer { tool_call_id, .. } => run
                 .pending
@@ -159,7 +229,7 @@ impl Agent {
 
     /// Computes the decision's result and writes it as the compare-and-set
     /// on the version read: one commit for claim and answer.
-    async fn resume_pure(&self, run: RunRecord, action: ResumeAction) -> Result<AgentStream, Attempt> {
+    async fn resume_pure(&self, run: RunRecord, action: ResumeAction, author: Author) -> Result<AgentStream, Attempt> {
         let messages = self.conversation(&run).await.map_err(Attempt::Failed)?;
         let run_id = run.run_id.clone();
         let outbox = stream::Outbox::default();
@@ -171,7 +241,7 @@ impl Agent {
             RunState { record: run, messages },
             Arc::clone(&outbox),
         );
-        match driver.apply(action).await {
+        match driver.apply(action, author).await {
             Ok(applied) => Ok(AgentStream::new(run_id, outbox, driver.run(Start::Applied(applied)))),
             Err(ApplyFailed::Store(StoreError::Conflict { .. })) => Err(Attempt::Lost),
             Err(ApplyFailed::Store(err)) => Err(Attempt::Failed(err.into())),
@@ -183,7 +253,12 @@ impl Agent {
 
     /// Claims the run, then lets the stream apply the decision (the tool
     /// may have effects, so it runs only once the run is ours).
-    async fn resume_claimed(&self, run: RunRecord, action: ResumeAction) -> Result<AgentStream, Attempt> {
+    async fn resume_claimed(
+        &self,
+        run: RunRecord,
+        action: ResumeAction,
+        author: Author,
+    ) -> Result<AgentStream, Attempt> {
         let lease = self.inner.new_lease();
         let version = match self.inner.store.claim(&run.run_id, run.version, &lease).await {
             Ok(version) => version,
@@ -200,7 +275,7 @@ impl Agent {
         // sibling questions never wait on a stream its caller has not
         // polled yet.
         let siblings_pending = record.pending.len() > 1;
-        let stream = self.spawn(RunState { record, messages }, Start::Resume(action));
+        let stream = self.spawn(RunState { record, messages }, Start::Resume(action, author));
         Ok(if siblings_pending {
             stream.settled().await
         } else {

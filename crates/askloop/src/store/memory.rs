@@ -44,6 +44,7 @@ impl Default for RunRecord {
             metadata: serde_json::Value::Null,
             lease: None,
             failure: None,
+            resolutions: Vec::new(),
         }
     }
 }
@@ -201,6 +202,7 @@ impl RunStore for MemoryStore {
         record.error = update.error.map(str::to_owned);
         record.failure = update.failure.cloned();
         record.lease = update.lease.cloned();
+        record.resolutions.extend(update.resolution.cloned());
         record.message_count += update.append.len() as i64;
         run.messages.extend_from_slice(update.append);
         self.changes.send(RunChange::of(update.run_id));

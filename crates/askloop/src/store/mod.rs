@@ -9,6 +9,7 @@
 
 mod changes;
 mod memory;
+mod resolution;
 
 use std::fmt;
 
@@ -21,6 +22,7 @@ use crate::message::{Message, ToolResult, Usage};
 
 pub use changes::{ChangeBroadcast, RunChange, RunChanges};
 pub use memory::MemoryStore;
+pub use resolution::{Author, Interface, Resolution, ResolutionKind};
 
 /// The layout version of stored runs. A store refuses rows written with a
 /// newer one rather than misread them.
@@ -112,6 +114,17 @@ pub struct PendingToolCall {
     /// JSON Schema of the accepted resume data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_schema: Option<Value>,
+    /// When the call stops waiting, unanswered, if it has a time limit:
+    /// then a question is resolved as expired and an approval as declined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl PendingToolCall {
+    /// Whether its time limit has passed at `now`.
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
 }
 
 /// The stored state of a run, without its messages.
@@ -160,9 +173,26 @@ pub struct RunRecord {
     /// stores it (older failed runs have only [`RunRecord::error`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<RunFailure>,
+    /// Every answer, decline, approval, expiry, cancel and recovery of the
+    /// run, oldest first, with who made it and through which interface.
+    #[serde(default)]
+    pub resolutions: Vec<Resolution>,
 }
 
 impl RunRecord {
+    /// The pending calls whose time limit has passed at `now`.
+    pub fn expired_calls(&self, now: DateTime<Utc>) -> impl Iterator<Item = &PendingToolCall> {
+        self.pending.iter().filter(move |p| p.is_expired(now))
+    }
+
+    /// The stored resolution of a call, the latest if several.
+    pub fn resolution_of(&self, tool_call_id: &str) -> Option<&Resolution> {
+        self.resolutions
+            .iter()
+            .rev()
+            .find(|r| r.tool_call_id.as_deref() == Some(tool_call_id))
+    }
+
     /// The ids of the pending tool calls.
     pub fn pending_ids(&self) -> Vec<String> {
         self.pending.iter().map(|p| p.tool_call_id.clone()).collect()
@@ -303,6 +333,9 @@ pub struct RunUpdate<'a> {
     /// The writer's lease, for a run that stays `running` (a run in any
     /// other status holds none: pass `None`).
     pub lease: Option<&'a Lease>,
+    /// A resolution this write makes (an answer, a decline, an expiry...),
+    /// appended to the run's [`RunRecord::resolutions`] in the same write.
+    pub resolution: Option<&'a Resolution>,
 }
 
 /// Which runs to list.
@@ -529,6 +562,23 @@ pub trait RunStore: Send + Sync + fmt::Debug + 'static {
     /// Writes a step: the row's new state and the new messages, if the
     /// version is still `expected_version`. Returns the new version.
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError>;
+
+    /// Suspended runs with a pending call whose time limit passed at `now`,
+    /// at most `limit`. The default reads every suspended run; the SQL
+    /// stores answer from an index.
+    async fn expiring(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let suspended = self
+            .list(&RunQuery {
+                status: Some(RunStatus::Suspended),
+                ..RunQuery::default()
+            })
+            .await?;
+        Ok(suspended
+            .into_iter()
+            .filter(|run| run.expired_calls(now).next().is_some())
+            .take(limit as usize)
+            .collect())
+    }
 
     /// Lists runs, newest first.
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError>;

@@ -6,12 +6,14 @@ use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use chrono::Utc;
 use futures::{FutureExt, future::join_all};
 use tracing::Instrument;
 
 use super::super::approval_schema;
 use super::Driver;
 use super::turn::ModelCall;
+use crate::agent::expiry;
 use crate::agent::machine::{self, CallFacts, CallOutcome, CallPlan, ToolRules};
 use crate::chunk::*;
 use crate::message::{ToolCall, ToolContent, ToolResult};
@@ -60,14 +62,15 @@ impl Driver {
         join_all(calls.iter().zip(plans).map(|(call, (plan, _))| async move {
             match plan {
                 CallPlan::Refuse(message) => error_result(call, message.clone()),
-                CallPlan::AskApproval => CallOutcome::Pending(PendingToolCall {
+                CallPlan::AskApproval => CallOutcome::Pending(self.with_time_limit(PendingToolCall {
                     tool_call_id: call.id.clone(),
                     tool_name: call.name.clone(),
                     args: call.args.clone(),
                     kind: PendingKind::Approval,
                     suspend_payload: None,
                     resume_schema: Some(approval_schema()),
-                }),
+                    expires_at: None,
+                })),
                 CallPlan::Execute => {
                     let span = tracing::info_span!("tool_call", tool_call_id = %call.id, tool = %call.name);
                     self.execute(call, ToolContext::in_run(run_id, &call.id))
@@ -77,6 +80,12 @@ impl Driver {
             }
         }))
         .await
+    }
+
+    /// A new waiting call with the agent's time limit for its tool, from now.
+    fn with_time_limit(&self, pending: PendingToolCall) -> PendingToolCall {
+        let expires_at = expiry::deadline(self.agent.time_limit_for(&pending.tool_name), Utc::now());
+        expiry::with_deadline(pending, expires_at)
     }
 
     /// Executes one tool; a panic in the tool becomes a tool error, not a
@@ -91,14 +100,15 @@ impl Driver {
             .await;
         match run {
             Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output),
-            Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(PendingToolCall {
+            Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(self.with_time_limit(PendingToolCall {
                 tool_call_id: call.id.clone(),
                 tool_name: call.name.clone(),
                 args: call.args.clone(),
                 kind: PendingKind::Suspended,
                 resume_schema: tool.resume_schema_for(&payload),
                 suspend_payload: Some(payload),
-            }),
+                expires_at: None,
+            })),
             Ok(Err(err)) => error_result(call, err.to_string()),
             Err(_) => error_result(call, format!("Tool {} crashed while running.", call.name)),
         }
@@ -136,5 +146,30 @@ pub(super) fn error_result(call: &ToolCall, message: String) -> CallOutcome {
         content: ToolContent::Text(message),
         is_error: true,
     };
+    CallOutcome::Done(result, chunk)
+}
+
+/// The default reason a model is given for a declined call.
+const NOT_APPROVED: &str = "Tool call was not approved by the user";
+
+/// A call that was declined before it ran: the model gets the reason (or
+/// the default), the stream `tool-output-denied`.
+pub(super) fn denied(call: &ToolCall, reason: Option<String>) -> CallOutcome {
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: ToolContent::Text(reason.clone().unwrap_or_else(|| NOT_APPROVED.to_owned())),
+        is_error: false,
+    };
+    let chunk = ChunkKind::ToolOutputDenied(ToolOutputDenied {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        approval: ApprovalDecision {
+            id: call.id.clone(),
+            approved: false,
+            reason,
+        },
+    });
     CallOutcome::Done(result, chunk)
 }

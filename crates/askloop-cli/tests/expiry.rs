@@ -1,0 +1,122 @@
+//! Time limits end to end, with real `askloop serve` processes and a real
+//! SQLite file: a question expires while no process runs, the next server
+//! resolves it (the model's next turn sees that no answer came), the run
+//! records who resolved it, and a late answer gets 409 saying when it
+//! expired.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+mod common;
+
+use common::{BIN, Serving};
+
+const SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?"}}]},
+  {"text": "Model saw: {{toolResults}}"}
+]}"#;
+
+fn start(dir: &Path) -> Serving {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_MODEL")
+        .env_remove("ASKLOOP_API_TOKEN")
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
+        .arg(dir.join("askloop.toml"));
+    Serving::start(cmd)
+}
+
+async fn run_of(client: &reqwest::Client, server: &Serving, run_id: &str) -> Value {
+    client
+        .get(server.url(&format!("/api/runs/{run_id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_question_expires_while_no_server_runs_and_the_next_one_resolves_it_and_refuses_late_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("deploy.json"), SCRIPT).unwrap();
+    std::fs::write(
+        dir.path().join("askloop.toml"),
+        "[agents.deployer]\nscript = \"deploy.json\"\n[agents.deployer.time_limits]\nask_user = \"1s\"\n",
+    )
+    .unwrap();
+    let client = reqwest::Client::new();
+
+    let mut first = start(dir.path());
+    let body = client
+        .post(first.url("/api/agents/deployer/stream"))
+        .json(&json!({"messages": "Deploy the app."}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(body.contains("tool-call-suspended"), "{body}");
+    let run_id = body
+        .split("\"runId\":\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    let run = run_of(&client, &first, &run_id).await;
+    let call = &run["pendingToolCalls"][0];
+    let call_id = call["toolCallId"].as_str().unwrap().to_owned();
+    let expires_at = call["expiresAt"].as_str().unwrap().to_owned();
+    assert_eq!(call["suspendPayload"]["metadata"]["expiresAt"], expires_at);
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+
+    // No process runs while the limit passes (the wait is for the stored
+    // instant, not a guess).
+    let at = chrono::DateTime::parse_from_rfc3339(&expires_at).unwrap().to_utc();
+    let left = (at - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(left + Duration::from_millis(50)).await;
+
+    // The next server resolves it at start; wait for the stored result.
+    let second = start(dir.path());
+    let mut run = run_of(&client, &second, &run_id).await;
+    for _ in 0..600 {
+        if run["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        run = run_of(&client, &second, &run_id).await;
+    }
+    assert_eq!(run["status"], "completed", "{run}");
+    let resolution = &run["resolutions"][0];
+    assert_eq!(resolution["kind"], "expired");
+    assert_eq!(resolution["via"], "server");
+    assert_eq!(resolution["toolCallId"], call_id.as_str());
+    let last = run["messages"].as_array().unwrap().last().unwrap().to_string();
+    assert!(
+        last.contains("Model saw: No answer came within the time limit"),
+        "{last}"
+    );
+
+    let late = client
+        .post(second.url("/api/agents/deployer/resume-stream"))
+        .json(&json!({"runId": run_id, "toolCallId": call_id, "resumeData": "staging"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(late.status(), 409);
+    let refusal: Value = late.json().await.unwrap();
+    assert_eq!(refusal["error"]["code"], "expired", "{refusal}");
+    assert!(refusal.to_string().contains("expired at"), "{refusal}");
+}

@@ -1,0 +1,108 @@
+//! The conformance cases of time limits and resolutions: finding suspended
+//! runs whose questions expired, and keeping who resolved what.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use askloop::{Author, Interface, Message, PendingKind, PendingToolCall, Resolution, ResolutionKind, RunStatus};
+use chrono::{DateTime, Duration, Utc};
+use serde_json::json;
+
+use super::Subject;
+use super::cases::{at, base_time, ids, new_run, step, user};
+
+fn question(id: &str, expires_at: Option<DateTime<Utc>>) -> PendingToolCall {
+    PendingToolCall {
+        tool_call_id: id.to_owned(),
+        tool_name: "ask_user".to_owned(),
+        args: json!({"question": "Which city?"}),
+        kind: PendingKind::Suspended,
+        suspend_payload: Some(json!({"question": "Which city?"})),
+        resume_schema: None,
+        expires_at,
+    }
+}
+
+/// Creates a run suspended on `pending`; returns its version.
+async fn suspended_on(s: &Subject, run_id: &str, pending: &[PendingToolCall]) -> i64 {
+    s.store
+        .create(&new_run(run_id, "agent-1", base_time(), 1), &[user("go")])
+        .await
+        .unwrap();
+    let assistant = [Message::assistant("", vec![])];
+    s.store
+        .update(step(run_id, 0, RunStatus::Suspended, pending, &assistant))
+        .await
+        .unwrap()
+}
+
+/// A suspended run is found by `expiring` once the earliest time limit of
+/// its pending calls has passed, and not before; a run with no limit, or
+/// one no longer suspended, never is. The limit is kept to the microsecond.
+pub async fn a_suspended_run_is_expiring_once_its_earliest_time_limit_passed(s: &Subject) {
+    let now = at(Utc::now());
+    let soon = now + Duration::seconds(30);
+    let later = now + Duration::seconds(300);
+    suspended_on(s, "no-limit", &[question("c1", None)]).await;
+    suspended_on(
+        s,
+        "two-limits",
+        &[question("c1", Some(later)), question("c2", Some(soon))],
+    )
+    .await;
+    let v = suspended_on(s, "answered", &[question("c1", Some(soon))]).await;
+    s.store
+        .update(step("answered", v, RunStatus::Completed, &[], &[]))
+        .await
+        .unwrap();
+
+    assert!(s.store.expiring(now, 10).await.unwrap().is_empty());
+    let found = s.store.expiring(soon, 10).await.unwrap();
+    assert_eq!(ids(&found), ["two-limits"]);
+    assert_eq!(found[0].pending[1].expires_at, Some(soon));
+    assert_eq!(
+        found[0]
+            .expired_calls(soon)
+            .map(|p| p.tool_call_id.as_str())
+            .collect::<Vec<_>>(),
+        ["c2"]
+    );
+    assert_eq!(ids(&s.store.expiring(later, 10).await.unwrap()), ["two-limits"]);
+    assert!(s.store.expiring(later, 0).await.unwrap().is_empty());
+}
+
+/// Each write may append one resolution; the run keeps them all, in order,
+/// with their author and time, and a write without one keeps them as they
+/// were.
+pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
+    let v = suspended_on(s, "run-r", &[question("c1", None), question("c2", None)]).await;
+    let answered = Resolution {
+        tool_call_id: Some("c1".into()),
+        kind: ResolutionKind::Answered,
+        at: at(Utc::now()),
+        author: Author::named(Interface::Http, "ops"),
+    };
+    let mut first = step("run-r", v, RunStatus::Suspended, &[], &[]);
+    let still = [question("c2", None)];
+    first.pending = &still;
+    first.resolution = Some(&answered);
+    let v = s.store.update(first).await.unwrap();
+    let v = s
+        .store
+        .update(step("run-r", v, RunStatus::Suspended, &still, &[]))
+        .await
+        .unwrap();
+    let expired = Resolution {
+        tool_call_id: Some("c2".into()),
+        kind: ResolutionKind::Expired,
+        at: at(Utc::now()),
+        author: Author::via(Interface::Server),
+    };
+    let mut last = step("run-r", v, RunStatus::Completed, &[], &[]);
+    last.resolution = Some(&expired);
+    s.store.update(last).await.unwrap();
+
+    let run = s.store.get("run-r").await.unwrap().unwrap();
+    assert_eq!(run.resolutions, [answered.clone(), expired.clone()]);
+    assert_eq!(run.resolution_of("c2"), Some(&expired));
+    let listed = s.store.list(&Default::default()).await.unwrap();
+    assert_eq!(listed[0].resolutions, [answered, expired]);
+}

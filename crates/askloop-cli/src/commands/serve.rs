@@ -3,12 +3,15 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use askloop::{Agent, RunStore};
 
 use askloop_server::{Server, ServerConfig, ServerOptions};
 
 use super::{Context, announce};
-use crate::cli::ServeArgs;
+use crate::cli::{ModelArgs, ServeArgs};
 use crate::exit::{CliError, Done};
 use crate::setup;
 
@@ -22,25 +25,7 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             args.addr
         ))
     })?;
-    let config = match config_path(args.config.as_deref()) {
-        Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
-        None => ServerConfig::default_agent(),
-    };
-    let choice = setup::choose_model(&args.model)?;
-    let store = setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?;
-    let uses_default = config
-        .agents
-        .iter()
-        .any(|a| a.model == askloop_server::ModelSource::Default);
-    let agents = config
-        .build_agents_with_mcp(&store, &|| {
-            setup::make_model(&choice, false).map_err(|err| err.to_string())
-        })
-        .await
-        .map_err(|err| CliError::usage(err.to_string()))?;
-    if uses_default {
-        announce(&choice);
-    }
+    let Configured { config, agents, store } = configured_agents(ctx, args.config.as_deref(), &args.model).await?;
     let token = std::env::var("ASKLOOP_API_TOKEN").ok().filter(|t| !t.is_empty());
     let protected = token.is_some();
     let options = ServerOptions::default()
@@ -92,6 +77,45 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .map_err(|err| CliError::failure(err.to_string()))?;
     errln!("askloop: stopped");
     Ok(Done::Ok)
+}
+
+/// The agents of the configuration file (`--config`, else `askloop.toml` if
+/// it exists, else the default agent), with their MCP servers' tools, on the
+/// store of `--db`; announces the model when an agent uses the default one.
+/// `askloop serve` and `askloop mcp` start the same way.
+pub(super) async fn configured_agents(
+    ctx: &Context,
+    config: Option<&Path>,
+    model: &ModelArgs,
+) -> Result<Configured, CliError> {
+    let config = match config_path(config) {
+        Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
+        None => ServerConfig::default_agent(),
+    };
+    let choice = setup::choose_model(model)?;
+    let store = setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?;
+    let uses_default = config
+        .agents
+        .iter()
+        .any(|a| a.model == askloop_server::ModelSource::Default);
+    let agents = config
+        .build_agents_with_mcp(&store, &|| {
+            setup::make_model(&choice, false).map_err(|err| err.to_string())
+        })
+        .await
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    if uses_default {
+        announce(&choice);
+    }
+    Ok(Configured { config, agents, store })
+}
+
+/// What [`configured_agents`] started from and built.
+pub(super) struct Configured {
+    /// The configuration read (its `path` says where from).
+    pub(super) config: ServerConfig,
+    pub(super) agents: Vec<Agent>,
+    pub(super) store: Arc<dyn RunStore>,
 }
 
 /// `--config` as given, else `./askloop.toml` when it exists.

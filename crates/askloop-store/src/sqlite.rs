@@ -324,6 +324,21 @@ impl SqliteStore {
         written.map_err(|err| fault::explain(&self.shared.path, err))
     }
 
+    /// Runs a `SELECT` of [`run_columns!`] and reads each row as a run; a
+    /// damaged row is an error naming its run.
+    fn select_runs(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = self.read(|conn| {
+            let mut select = conn.prepare_cached(sql).map_err(StoreError::backend)?;
+            let mut rows = select.query(params).map_err(StoreError::backend)?;
+            let mut stored = Vec::new();
+            while let Some(row) = rows.next().map_err(StoreError::backend)? {
+                stored.push(stored_run(row));
+            }
+            Ok(stored)
+        })?;
+        crate::readable_runs(rows.into_iter().map(|row| row?.into_record()))
+    }
+
     /// Runs `read` on an idle read connection (or a new one), on this thread.
     fn read<T>(&self, read: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
         if self.is_closed() {
@@ -541,48 +556,28 @@ impl RunStore for SqliteStore {
     async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
         let now = micros(now);
         let limit = i64::from(limit);
-        let rows = self.read(|conn| {
-            let mut select = conn
-                .prepare_cached(concat!(
-                    "SELECT ",
-                    run_columns!(),
-                    " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?) \
-                     ORDER BY updated_at, run_id LIMIT ?"
-                ))
-                .map_err(StoreError::backend)?;
-            let mut rows = select
-                .query(rusqlite::params![now, limit])
-                .map_err(StoreError::backend)?;
-            let mut stored = Vec::new();
-            while let Some(row) = rows.next().map_err(StoreError::backend)? {
-                stored.push(stored_run(row));
-            }
-            Ok(stored)
-        })?;
-        crate::readable_runs(rows.into_iter().map(|row| row?.into_record()))
+        self.select_runs(
+            concat!(
+                "SELECT ",
+                run_columns!(),
+                " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?) \
+                 ORDER BY updated_at, run_id LIMIT ?"
+            ),
+            rusqlite::params![now, limit],
+        )
     }
 
     async fn expiring(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
         let now = micros(now);
         let limit = i64::from(limit);
-        let rows = self.read(|conn| {
-            let mut select = conn
-                .prepare_cached(concat!(
-                    "SELECT ",
-                    run_columns!(),
-                    " FROM runs WHERE status = 'suspended' AND expires_at <= ? ORDER BY expires_at, run_id LIMIT ?"
-                ))
-                .map_err(StoreError::backend)?;
-            let mut rows = select
-                .query(rusqlite::params![now, limit])
-                .map_err(StoreError::backend)?;
-            let mut stored = Vec::new();
-            while let Some(row) = rows.next().map_err(StoreError::backend)? {
-                stored.push(stored_run(row));
-            }
-            Ok(stored)
-        })?;
-        crate::readable_runs(rows.into_iter().map(|row| row?.into_record()))
+        self.select_runs(
+            concat!(
+                "SELECT ",
+                run_columns!(),
+                " FROM runs WHERE status = 'suspended' AND expires_at <= ? ORDER BY expires_at, run_id LIMIT ?"
+            ),
+            rusqlite::params![now, limit],
+        )
     }
 
     async fn reclaim(
@@ -659,16 +654,7 @@ impl RunStore for SqliteStore {
         }
         values.push(&limit);
         values.push(&offset);
-        let rows = self.read(|conn| {
-            let mut select = conn.prepare_cached(sql).map_err(StoreError::backend)?;
-            let mut rows = select.query(values.as_slice()).map_err(StoreError::backend)?;
-            let mut stored = Vec::new();
-            while let Some(row) = rows.next().map_err(StoreError::backend)? {
-                stored.push(stored_run(row));
-            }
-            Ok(stored)
-        })?;
-        crate::readable_runs(rows.into_iter().map(|row| row?.into_record()))
+        self.select_runs(sql, values.as_slice())
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {

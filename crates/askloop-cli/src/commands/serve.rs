@@ -25,7 +25,7 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             args.addr
         ))
     })?;
-    let Configured { config, agents, store } = configured_agents(ctx, args.config.as_deref(), &args.model).await?;
+    let Configured { config, agents, store } = configured_agents(ctx, &args.model).await?;
     let token = std::env::var("ASKLOOP_API_TOKEN").ok().filter(|t| !t.is_empty());
     let protected = token.is_some();
     let options = ServerOptions::default()
@@ -83,31 +83,71 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
 /// it exists, else the default agent), with their MCP servers' tools, on the
 /// store of `--db`; announces the model when an agent uses the default one.
 /// `askloop serve` and `askloop mcp` start the same way.
-pub(super) async fn configured_agents(
-    ctx: &Context,
-    config: Option<&Path>,
-    model: &ModelArgs,
-) -> Result<Configured, CliError> {
-    let config = match config_path(config) {
-        Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
-        None => ServerConfig::default_agent(),
-    };
-    let choice = setup::choose_model(model)?;
+pub(super) async fn configured_agents(ctx: &Context, model: &ModelArgs) -> Result<Configured, CliError> {
+    let config = load_config(ctx)?;
     let store = setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?;
+    let agents = build_agents(config.clone(), model, &store, true).await?;
+    Ok(Configured { config, agents, store })
+}
+
+/// The agent `agent_id` of the configuration file, rebuilt on `store` to go
+/// on with a run that `askloop serve` or `askloop mcp` started: the same
+/// tools, instructions and limits as there. Only that agent's MCP servers
+/// are started.
+pub(super) async fn configured_agent(
+    ctx: &Context,
+    agent_id: &str,
+    model: &ModelArgs,
+    store: &Arc<dyn RunStore>,
+) -> Result<Agent, CliError> {
+    let mut config = load_config(ctx)?;
+    let source = config
+        .path
+        .as_ref()
+        .map_or_else(|| "the default configuration".to_owned(), |p| p.display().to_string());
+    config.agents.retain(|agent| agent.id == agent_id);
+    if config.agents.is_empty() {
+        return Err(CliError::usage(format!(
+            "the run belongs to agent `{agent_id}`, which {source} does not define; give --config the file that `askloop serve` or `askloop mcp` started it with, or resume it from the program that started it"
+        )));
+    }
+    let mut agents = build_agents(config, model, store, false).await?;
+    Ok(agents.remove(0))
+}
+
+/// The configuration file of `--config` (else `./askloop.toml` if it
+/// exists, else the default agent), checked.
+fn load_config(ctx: &Context) -> Result<ServerConfig, CliError> {
+    match config_path(ctx.config.as_deref()) {
+        Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string())),
+        None => Ok(ServerConfig::default_agent()),
+    }
+}
+
+/// Builds the agents of `config` with their MCP servers' tools; those that
+/// use the default model get the one of `--model` / `--script` / the
+/// environment, which is announced when `announce_default` is set.
+async fn build_agents(
+    config: ServerConfig,
+    model: &ModelArgs,
+    store: &Arc<dyn RunStore>,
+    announce_default: bool,
+) -> Result<Vec<Agent>, CliError> {
+    let choice = setup::choose_model(model)?;
     let uses_default = config
         .agents
         .iter()
         .any(|a| a.model == askloop_server::ModelSource::Default);
     let agents = config
-        .build_agents_with_mcp(&store, &|| {
+        .build_agents_with_mcp(store, &|| {
             setup::make_model(&choice, false).map_err(|err| err.to_string())
         })
         .await
         .map_err(|err| CliError::usage(err.to_string()))?;
-    if uses_default {
+    if uses_default && announce_default {
         announce(&choice);
     }
-    Ok(Configured { config, agents, store })
+    Ok(agents)
 }
 
 /// What [`configured_agents`] started from and built.

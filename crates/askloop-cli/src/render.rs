@@ -221,7 +221,11 @@ impl McpForm {
                     .iter()
                     .map(|(name, field)| {
                         let kind = field.get("type").and_then(Value::as_str).unwrap_or("any");
-                        let need = if required.contains(&name.as_str()) { ", required" } else { "" };
+                        let need = if required.contains(&name.as_str()) {
+                            ", required"
+                        } else {
+                            ""
+                        };
                         format!("{} ({}{need})", one_line(name), one_line(kind))
                     })
                     .collect()

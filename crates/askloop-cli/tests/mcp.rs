@@ -282,28 +282,51 @@ async fn an_elicitation_that_askloop_serve_raised_is_shown_and_answered_through_
     let bare = cli(dir.path(), &config, &["resume", &accepted]);
     let err = String::from_utf8_lossy(&bare.stderr);
     assert_eq!(bare.status.code(), Some(2), "{err}");
-    assert!(err.contains("name (string, required)") && err.contains(r#""action":"decline""#), "{err}");
+    assert!(
+        err.contains("name (string, required)") && err.contains(r#""action":"decline""#),
+        "{err}"
+    );
 
     // A content without the required field is refused and the question stays.
     let bad = cli(
         dir.path(),
         &config,
-        &["resume", &accepted, "--answer-json", r#"{"action":"accept","content":{"check":true}}"#],
+        &[
+            "resume",
+            &accepted,
+            "--answer-json",
+            r#"{"action":"accept","content":{"check":true}}"#,
+        ],
     );
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("\"name\" is a required property"), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("\"name\" is a required property"),
+        "{bad:?}"
+    );
 
     let done = cli(
         dir.path(),
         &config,
-        &["resume", &accepted, "--answer-json", r#"{"action":"accept","content":{"name":"Ada"}}"#],
+        &[
+            "resume",
+            &accepted,
+            "--answer-json",
+            r#"{"action":"accept","content":{"name":"Ada"}}"#,
+        ],
     );
     let text = String::from_utf8_lossy(&done.stdout);
     assert!(done.status.success(), "{done:?}");
-    assert!(text.contains("Done: The MCP server everything asked the person"), "{text}");
+    assert!(
+        text.contains("Done: The MCP server everything asked the person"),
+        "{text}"
+    );
     assert!(text.contains(r#"accepted, with {"name":"Ada"}"#), "{text}");
 
-    let done = cli(dir.path(), &config, &["resume", &declined, "--answer-json", r#"{"action":"decline"}"#]);
+    let done = cli(
+        dir.path(),
+        &config,
+        &["resume", &declined, "--answer-json", r#"{"action":"decline"}"#],
+    );
     let text = String::from_utf8_lossy(&done.stdout);
     assert!(done.status.success(), "{done:?}");
     assert!(text.contains("declined"), "{text}");
@@ -313,7 +336,11 @@ async fn an_elicitation_that_askloop_serve_raised_is_shown_and_answered_through_
     let run: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(run["status"], "completed", "{run}");
     let last = run["resolutions"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!((&last["kind"], &last["via"]), (&json!("answered"), &json!("cli")), "{last}");
+    assert_eq!(
+        (&last["kind"], &last["via"]),
+        (&json!("answered"), &json!("cli")),
+        "{last}"
+    );
 }
 
 /// A run of an agent the configuration file does not define is refused,
@@ -339,10 +366,17 @@ async fn resuming_a_served_run_with_another_configuration_names_the_missing_agen
 
     let other = dir.path().join("other.toml");
     std::fs::write(&other, "[agents.helper]\nscript = \"echo.json\"\n").unwrap();
-    let out = cli(dir.path(), &other, &["resume", &run_id, "--answer-json", r#"{"action":"cancel"}"#]);
+    let out = cli(
+        dir.path(),
+        &other,
+        &["resume", &run_id, "--answer-json", r#"{"action":"cancel"}"#],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("agent `clerk`") && err.contains("other.toml") && err.contains("--config"), "{err}");
+    assert!(
+        err.contains("agent `clerk`") && err.contains("other.toml") && err.contains("--config"),
+        "{err}"
+    );
 }
 
 const DEPLOY_SCRIPT: &str = r#"{"turns": [

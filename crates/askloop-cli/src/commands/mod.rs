@@ -78,7 +78,10 @@ impl Context {
         }
         if let Some(config) = &self.config {
             let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
-            command.push_str(&format!(" --config {}", render::shell_quote(&config.display().to_string())));
+            command.push_str(&format!(
+                " --config {}",
+                render::shell_quote(&config.display().to_string())
+            ));
         }
         command
     }

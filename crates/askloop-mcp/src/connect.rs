@@ -2,6 +2,7 @@
 //! server's elicitations to whoever drives the tool call.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, ProtocolVersion,
@@ -32,21 +33,26 @@ pub(crate) struct Elicitation {
 }
 
 /// The client side of one session: declares form elicitation and hands each
-/// elicitation to the call's driver, waiting for its answer.
-#[derive(Clone)]
+/// elicitation to whoever drives the session's current call, waiting for its
+/// answer. A session serves one call at a time, so the call an elicitation
+/// belongs to is always the one it is handed to; between calls (and while
+/// only listing tools) nobody is there to ask, and the server hears `cancel`.
+#[derive(Clone, Default)]
 pub(crate) struct Relay {
-    elicitations: Option<mpsc::UnboundedSender<Elicitation>>,
+    elicitations: Arc<Mutex<Option<mpsc::UnboundedSender<Elicitation>>>>,
 }
 
 impl Relay {
-    /// A session that only lists tools: an elicitation is answered `cancel`.
-    pub fn listing() -> Self {
-        Relay { elicitations: None }
+    /// Sends the session's elicitations to `to` (a call's driver), or to
+    /// nobody (`None`) when the call ended.
+    pub fn direct_to(&self, to: Option<mpsc::UnboundedSender<Elicitation>>) {
+        if let Ok(mut target) = self.elicitations.lock() {
+            *target = to;
+        }
     }
 
-    /// A session for one call, whose elicitations go to `to`.
-    pub fn for_call(to: mpsc::UnboundedSender<Elicitation>) -> Self {
-        Relay { elicitations: Some(to) }
+    fn target(&self) -> Option<mpsc::UnboundedSender<Elicitation>> {
+        self.elicitations.lock().ok()?.clone()
     }
 }
 
@@ -57,7 +63,7 @@ impl ClientHandler for Relay {
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, rmcp::ErrorData> {
         let cancel = || ElicitResult::new(ElicitationAction::Cancel);
-        let Some(to) = &self.elicitations else {
+        let Some(to) = self.target() else {
             return Ok(cancel());
         };
         let (reply, answer) = oneshot::channel();

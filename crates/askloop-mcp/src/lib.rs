@@ -42,6 +42,7 @@
 mod agents;
 mod connect;
 pub mod elicitation;
+mod pool;
 mod spec;
 mod tools;
 

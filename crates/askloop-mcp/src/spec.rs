@@ -38,8 +38,10 @@ pub struct McpServerSpec {
 #[non_exhaustive]
 pub enum McpTransport {
     /// A program that speaks MCP on its standard input and output. It is
-    /// started for each tool call (and once to list the tools) and stopped
-    /// when the call ends.
+    /// started to list the tools, and that process then serves calls one at
+    /// a time; calls at once start more. A process unused for a minute is
+    /// stopped (at most four idle ones are kept), and so is one whose call
+    /// failed or was given up while it waited on the person.
     Stdio {
         /// The program.
         command: String,

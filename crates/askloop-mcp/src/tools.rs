@@ -1,8 +1,9 @@
 //! An MCP server's tools as askloop tools.
 //!
-//! Each call opens its own MCP session (starting the program, for a stdio
-//! server) and closes it when the call ends, so an elicitation the server
-//! sends belongs, without doubt, to the call that is running. A call whose
+//! Each call has an MCP session to itself for as long as it runs (taken from
+//! the server's [`Pool`] of idle sessions, or opened, which starts the
+//! program of a stdio server), so an elicitation the server sends belongs,
+//! without doubt, to the call that is running. A call whose
 //! server asks something suspends the run with an [`ElicitationPayload`];
 //! the session stays open in a [`LiveCalls`] table keyed by run id and tool
 //! call id, and the answer, when it comes to this process, goes straight
@@ -24,14 +25,21 @@ use tokio::task::JoinHandle;
 use crate::McpError;
 use crate::connect::{Elicitation, Relay, connect};
 use crate::elicitation::{ELICITATION_KIND, ElicitationAnswer, ElicitationPayload, answer_schema};
+use crate::pool::Pool;
 use crate::spec::McpServerSpec;
 
 /// Lists a server's tools (one short session) and returns them as askloop
 /// tools, in the server's order.
 pub async fn mcp_tools(spec: &McpServerSpec) -> Result<Vec<Arc<dyn Tool>>, McpError> {
-    let session = connect(spec, Relay::listing()).await?;
+    let relay = Relay::default();
+    let session = connect(spec, relay.clone()).await?;
     let listed = session.peer().list_all_tools().await;
-    let _ = session.cancel().await;
+    let pool = Pool::default();
+    if listed.is_ok() {
+        pool.keep_listing(session, relay);
+    } else {
+        let _ = session.cancel().await;
+    }
     let listed = listed.map_err(|err| McpError::Call {
         server: spec.name.clone(),
         tool: "tools/list".into(),
@@ -62,6 +70,7 @@ pub async fn mcp_tools(spec: &McpServerSpec) -> Result<Vec<Arc<dyn Tool>>, McpEr
                 input_schema: Value::Object((*t.input_schema).clone()),
                 idempotent,
                 live: live.clone(),
+                pool: pool.clone(),
             }) as Arc<dyn Tool>
         })
         .collect())
@@ -76,6 +85,8 @@ pub struct McpTool {
     input_schema: Value,
     idempotent: bool,
     live: LiveCalls,
+    /// Sessions to the server kept open between calls, shared by its tools.
+    pool: Pool,
 }
 
 /// Calls that wait on an answer, each with its open MCP session, by
@@ -140,12 +151,20 @@ impl McpTool {
         let mut params = CallToolRequestParams::new(self.name.clone());
         params.arguments = arguments;
         let tool = self.name.clone();
+        let pool = self.pool.clone();
         let task = tokio::spawn(async move {
             let outcome = async {
-                let session = connect(&spec, Relay::for_call(to_driver)).await?;
-                let result = session.peer().call_tool(params).await;
-                let _ = session.cancel().await;
-                result.map_err(|err| call_error(&spec.name, &tool, err))
+                let open = pool.take(&spec, to_driver).await?;
+                match open.session.peer().call_tool(params).await {
+                    Ok(result) => {
+                        pool.put_back(open);
+                        Ok(result)
+                    }
+                    Err(err) => {
+                        let _ = open.session.cancel().await;
+                        Err(call_error(&spec.name, &tool, err))
+                    }
+                }
             }
             .await;
             let _ = finish.send(outcome);

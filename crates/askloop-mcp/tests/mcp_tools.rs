@@ -52,6 +52,47 @@ async fn the_servers_tools_are_offered_with_their_schemas_and_calls_return_resul
 }
 
 #[tokio::test]
+async fn calls_one_after_another_reuse_one_session_to_the_server_also_after_a_question() {
+    let (url, sessions) = common::serve_counted_desk().await;
+    let opened = || sessions.load(std::sync::atomic::Ordering::SeqCst);
+    let script = json!({"turns": [
+        {"toolCalls": [{"name": "add", "args": {"a": 2, "b": 40}}]},
+        {"text": "Sum: {{toolResults}}"}
+    ]});
+    let adder = agent(&url, memory(), script).await;
+    assert_eq!(opened(), 1, "listing the tools opens one session");
+    for _ in 0..3 {
+        assert_eq!(adder.generate("add them").await.unwrap().text, "Sum: 42");
+    }
+    assert_eq!(opened(), 1, "the calls took the listing's session in turn");
+
+    // A call that asked the person keeps its session to itself until the
+    // answer; then the session serves the next call.
+    let booker = agent(&url, memory(), booking_script()).await;
+    let before = opened();
+    let run_id = suspended_booking(&booker).await;
+    let output = booker
+        .resume_stream(
+            json!({"action": "accept", "content": {"name": "Ada", "seats": 2}}),
+            ResumeOptions::run(&run_id),
+        )
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(output.text, "Done: Booked 2 seats for Ada at Hamlet");
+    let run_id = suspended_booking(&booker).await;
+    assert_eq!(opened(), before, "the second booking reused the first one's session");
+    let output = booker
+        .resume_stream(json!({"action": "decline"}), ResumeOptions::run(&run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(output.text, "Done: Not booked: the person declined");
+}
+
+#[tokio::test]
 async fn an_error_result_of_the_server_reaches_the_model_as_an_error() {
     let url = common::serve_desk().await;
     let script = json!({"turns": [

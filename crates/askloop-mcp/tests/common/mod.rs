@@ -115,14 +115,29 @@ impl ServerHandler for Desk {
 }
 
 /// Serves the desk; returns its URL. The server stops with the test's runtime.
+#[allow(dead_code)]
 pub async fn serve_desk() -> String {
-    let service: StreamableHttpService<Desk, LocalSessionManager> =
-        StreamableHttpService::new(|| Ok(Desk), Default::default(), StreamableHttpServerConfig::default());
+    serve_counted_desk().await.0
+}
+
+/// Serves the desk; returns its URL and the count of MCP sessions opened
+/// on it so far.
+pub async fn serve_counted_desk() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let sessions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = sessions.clone();
+    let service: StreamableHttpService<Desk, LocalSessionManager> = StreamableHttpService::new(
+        move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Desk)
+        },
+        Default::default(),
+        StreamableHttpServerConfig::default(),
+    );
     let router = axum::Router::new().nest_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
-    format!("http://{addr}/mcp")
+    (format!("http://{addr}/mcp"), sessions)
 }

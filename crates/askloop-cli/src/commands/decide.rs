@@ -260,6 +260,7 @@ mod tests {
             suspend_payload: Some(json!({"question": "?"})),
             resume_schema: None,
             expires_at: None,
+            started_at: None,
         };
         let now = chrono::Utc::now();
         RunRecord {

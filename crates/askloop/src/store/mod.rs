@@ -118,6 +118,14 @@ pub struct PendingToolCall {
     /// then a question is resolved as expired and an approval as declined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<DateTime<Utc>>,
+    /// When its tool started running after an approval or an answer, for
+    /// a tool that must not run twice (see `Tool::idempotent`): stored with
+    /// the claim that takes the run, before the tool runs. A run whose
+    /// process died meanwhile has the call marked and no result; recovery
+    /// then tells the model it was interrupted instead of asking again and
+    /// running it twice. `None` while the call waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 impl PendingToolCall {

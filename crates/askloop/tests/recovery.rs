@@ -96,7 +96,7 @@ async fn until(condition: impl Fn() -> bool) {
 /// Waits until the store lists `run_id` as expired (its lease ran out).
 async fn until_expired(store: &Arc<dyn RunStore>, run_id: &str) {
     for _ in 0..2000 {
-        let expired = store.expired(Utc::now(), 100).await.unwrap();
+        let expired = store.expired(Utc::now(), None, 100).await.unwrap();
         if expired.iter().any(|r| r.run_id == run_id) {
             return;
         }
@@ -548,4 +548,33 @@ async fn approving_a_tool_that_must_not_run_twice_takes_no_more_writes_than_befo
     // step's result, the model's reply: three writes, as without the mark.
     assert_eq!(after.version - before.version, 3);
     assert_eq!(after.resolutions.len(), 1, "{:?}", after.resolutions);
+}
+
+#[tokio::test]
+async fn recover_runs_takes_over_every_stalled_run_of_its_agent_however_many_pages_they_take() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let dead = askloop::Lease::new("dead", Utc::now() - chrono::Duration::seconds(5));
+    // 1,100 stalled runs of this agent among 1,100 of another: more than
+    // two pages of either.
+    for n in 0..2200 {
+        let run = askloop::RunRecord {
+            run_id: format!("r{n:04}"),
+            agent_id: if n % 2 == 0 { "assistant" } else { "other" }.to_owned(),
+            status: RunStatus::Running,
+            lease: Some(dead.clone()),
+            message_count: 1,
+            ..askloop::RunRecord::default()
+        };
+        store.create(&run, &[Message::user("Book a trip")]).await.unwrap();
+    }
+    let agent = agent(CountingModel::new(ASK_THEN_ANSWER), &store);
+    let streams = agent.recover_runs().await.unwrap();
+    assert_eq!(streams.len(), 1100);
+    for stream in streams {
+        assert_eq!(stream.output().await.status, RunStatus::Suspended);
+    }
+    let others = store.expired(Utc::now(), None, 5000).await.unwrap();
+    assert_eq!(others.len(), 1100);
+    assert!(others.iter().all(|r| r.agent_id == "other"));
+    assert!(agent.recover_runs().await.unwrap().is_empty());
 }

@@ -310,6 +310,7 @@ mod tests {
             ),
             resume_schema: None,
             expires_at: None,
+            started_at: None,
         }];
         let text = describe_pending("askloop", "r1", &pending);
         assert!(text.contains("Question: Env?"));

@@ -353,6 +353,7 @@ impl Server {
         if !self.options.recover_every.is_zero() {
             tokio::spawn(recovery::take_over_stalled_runs(
                 self.agents.clone(),
+                Arc::clone(&self.store),
                 self.runs.clone(),
                 self.options.recover_every,
                 stopping.clone(),

@@ -11,35 +11,33 @@
 //! (`Agent::expire_runs`): expiry is durable, it happens even when the
 //! process that asked is long gone.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use askloop::{Agent, Author, Interface};
+use askloop::{Agent, Author, ExpiredRuns, Interface, RunError, RunStore};
+use chrono::Utc;
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
+
+/// How many runs one read of expired leases returns.
+const EXPIRED_PAGE: u32 = 500;
 
 /// Looks for stalled runs of `agents` now and then every `every`, until
 /// `stopping` turns true. Each run taken over is driven on `runs`, so a
 /// shutdown waits for it like any other.
 pub(crate) async fn take_over_stalled_runs(
     agents: Vec<Agent>,
+    store: Arc<dyn RunStore>,
     runs: TaskTracker,
     every: Duration,
     mut stopping: watch::Receiver<bool>,
 ) {
     loop {
+        if let Err(err) = take_over_expired(&agents, store.as_ref(), &runs).await {
+            tracing::warn!(error = %err, "cannot look for stalled runs");
+        }
         for agent in &agents {
-            match agent.recover_runs().await {
-                Ok(streams) => {
-                    for stream in streams {
-                        let run_id = stream.run_id().to_owned();
-                        tracing::info!(run_id = %run_id, agent = agent.id(), "took over a run whose driver stopped");
-                        let span = tracing::info_span!("recovered_run", run_id = %run_id);
-                        runs.spawn(stream.output().instrument(span));
-                    }
-                }
-                Err(err) => tracing::warn!(agent = agent.id(), error = %err, "cannot look for stalled runs"),
-            }
             match agent.expire_runs(Author::via(Interface::Server)).await {
                 Ok(streams) => {
                     for stream in streams {
@@ -56,5 +54,104 @@ pub(crate) async fn take_over_stalled_runs(
             () = tokio::time::sleep(every) => {}
             _ = stopping.wait_for(|stop| *stop) => return,
         }
+    }
+}
+
+/// One look: reads the runs whose lease ran out, page after page, once for
+/// every agent, and hands each to its agent to take over. Runs of agents
+/// this server does not have are left alone. Returns how many it took.
+pub(crate) async fn take_over_expired(
+    agents: &[Agent],
+    store: &dyn RunStore,
+    runs: &TaskTracker,
+) -> Result<usize, RunError> {
+    let mut taken = 0;
+    let mut pages = ExpiredRuns::new(store, Utc::now(), EXPIRED_PAGE);
+    while let Some(page) = pages.next_page().await? {
+        for run in page {
+            let Some(agent) = agents.iter().find(|agent| agent.id() == run.agent_id) else {
+                continue;
+            };
+            let run_id = run.run_id.clone();
+            match agent.recover_listed_run(run).await {
+                Ok(Some(stream)) => {
+                    taken += 1;
+                    tracing::info!(run_id = %run_id, agent = agent.id(), "took over a run whose driver stopped");
+                    let span = tracing::info_span!("recovered_run", run_id = %run_id);
+                    runs.spawn(stream.output().instrument(span));
+                }
+                // Taken by another process first, or renewed meanwhile.
+                Ok(None) => {}
+                Err(err) => tracing::warn!(run_id = %run_id, error = %err, "cannot take over a stalled run"),
+            }
+        }
+    }
+    Ok(taken)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use askloop::{Lease, MemoryStore, RunQuery, RunRecord, RunStatus, ScriptedModel};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn one_look_takes_over_the_stalled_runs_of_every_agent_past_one_page_and_leaves_unknown_agents_alone() {
+        let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+        let agent = |id: &str| {
+            let model = ScriptedModel::from_json("s", r#"{"turns": [{"text": "back"}]}"#).unwrap();
+            Agent::builder(id)
+                .model(Arc::new(model))
+                .store(Arc::clone(&store))
+                .build()
+                .unwrap()
+        };
+        let agents = vec![agent("a"), agent("b")];
+        let dead = Lease::new("dead", Utc::now() - chrono::Duration::seconds(5));
+        // 1,300 stalled runs: 434 of a, 433 of b, 433 of an agent this
+        // server does not have.
+        for n in 0..1300 {
+            let run = RunRecord {
+                run_id: format!("r{n:04}"),
+                agent_id: ["a", "b", "c"][n % 3].to_owned(),
+                status: RunStatus::Running,
+                lease: Some(dead.clone()),
+                message_count: 1,
+                ..RunRecord::default()
+            };
+            store.create(&run, &[askloop::Message::user("go")]).await.unwrap();
+        }
+        let runs = TaskTracker::new();
+        let taken = take_over_expired(&agents, store.as_ref(), &runs).await.unwrap();
+        assert_eq!(taken, 867);
+        runs.close();
+        runs.wait().await;
+        let count = |status| {
+            let store = Arc::clone(&store);
+            async move {
+                let listed = store
+                    .list(&RunQuery {
+                        status: Some(status),
+                        ..RunQuery::default()
+                    })
+                    .await
+                    .unwrap();
+                let mut by_agent = [0; 3];
+                for run in listed {
+                    by_agent[["a", "b", "c"].iter().position(|a| *a == run.agent_id).unwrap()] += 1;
+                }
+                by_agent
+            }
+        };
+        assert_eq!(count(RunStatus::Completed).await, [434, 433, 0]);
+        assert_eq!(
+            count(RunStatus::Running).await,
+            [0, 0, 433],
+            "runs of unknown agents are left alone"
+        );
+        // A second look finds nothing of a or b.
+        assert_eq!(take_over_expired(&agents, store.as_ref(), &runs).await.unwrap(), 0);
     }
 }

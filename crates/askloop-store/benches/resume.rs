@@ -72,6 +72,7 @@ fn pending() -> Vec<PendingToolCall> {
         ),
         resume_schema: Some(json!({"type": "string", "enum": ["staging", "production"]})),
         expires_at: None,
+        started_at: None,
     }]
 }
 

@@ -21,7 +21,9 @@ mod settings;
 
 use std::time::Duration;
 
-use askloop::{Lease, Message, RUN_SCHEMA_VERSION, RunChanges, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::{
+    Lease, Message, RUN_SCHEMA_VERSION, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
@@ -488,14 +490,22 @@ impl RunStore for PostgresStore {
         })
     }
 
-    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+    async fn expired(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&RunCursor>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
             " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= $1) \
-             ORDER BY updated_at, run_id LIMIT $2"
+             AND ($2::timestamptz IS NULL OR (updated_at, run_id) > ($2, $3)) \
+             ORDER BY updated_at, run_id LIMIT $4"
         ))
         .bind(now)
+        .bind(after.map(|after| after.updated_at))
+        .bind(after.map(|after| after.run_id.as_str()))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await

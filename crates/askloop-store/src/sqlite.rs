@@ -35,7 +35,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
-use askloop::{DatabaseFault, Lease, Message, RunChanges, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::{
+    DatabaseFault, Lease, Message, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, ToSql};
@@ -553,17 +555,27 @@ impl RunStore for SqliteStore {
         Ok(())
     }
 
-    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+    async fn expired(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&RunCursor>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
         let now = micros(now);
         let limit = i64::from(limit);
+        let (after_write, after_id) = match after {
+            Some(after) => (Some(micros(after.updated_at)), Some(after.run_id.as_str())),
+            None => (None, None),
+        };
         self.select_runs(
             concat!(
                 "SELECT ",
                 run_columns!(),
-                " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?) \
-                 ORDER BY updated_at, run_id LIMIT ?"
+                " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?1) \
+                 AND (?2 IS NULL OR (updated_at, run_id) > (?2, ?3)) \
+                 ORDER BY updated_at, run_id LIMIT ?4"
             ),
-            rusqlite::params![now, limit],
+            rusqlite::params![now, after_write, after_id, limit],
         )
     }
 

@@ -3,8 +3,9 @@
 //! times, and started again each time; it takes over the runs its
 //! predecessor was driving, and answers questions as they appear. At the
 //! end every run must be completed and, per run: each question answered
-//! exactly once, with its own answer; the tool that is not idempotent run
-//! at most once; the final text made of the answers. On a real SQLite file
+//! exactly once, with its own answer; the tools that are not idempotent
+//! (one runs at once, one once a person approved it) run at most once; each
+//! approval stored at most once; the final text made of the answers. On a real SQLite file
 //! and, with `ASKLOOP_TEST_DATABASE_URL`, a real PostgreSQL server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
@@ -14,14 +15,15 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use askloop::{Message, RunStatus, RunStore};
+use askloop::{Message, ResolutionKind, RunStatus, RunStore, ToolCall};
 use askloop_store::conformance::{drop_schema, postgres_test_url, unique_schema_name};
 use askloop_store::{PostgresOptions, PostgresStore, SqliteStore};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 const DRIVER: &str = env!("CARGO_BIN_EXE_askloop-store-crash");
-/// How many runs (each takes 3 model calls, 2 answers and a charge).
+/// How many runs (each takes 3 model calls, 2 answers, a charge and an
+/// approved payment).
 const RUNS: usize = 200;
 /// Kills of drivers that answer only each run's first question (so none can
 /// finish before its kill), then of drivers that answer everything (which
@@ -152,10 +154,11 @@ fn recovered(line: &str) -> usize {
 /// duplicates found (each also reported).
 async fn check(store: &Arc<dyn RunStore>, log: &str) -> usize {
     let mut duplicates = 0;
-    let mut charges: HashMap<String, usize> = HashMap::new();
+    // (tool, run) -> how many times it ran.
+    let mut ran: HashMap<(String, String), usize> = HashMap::new();
     for line in std::fs::read_to_string(log).unwrap().lines() {
-        let run_id = line.strip_prefix("charge ").unwrap().to_owned();
-        *charges.entry(run_id).or_default() += 1;
+        let (tool, run_id) = line.split_once(' ').unwrap();
+        *ran.entry((tool.to_owned(), run_id.to_owned())).or_default() += 1;
     }
     for n in 0..RUNS {
         let run_id = format!("crash-{n}");
@@ -194,9 +197,30 @@ async fn check(store: &Arc<dyn RunStore>, log: &str) -> usize {
         for id in &asked {
             assert!(content.contains(&format!("answer-to-{id}")), "{run_id}: {content}");
         }
-        let charged = charges.get(&run_id).copied().unwrap_or(0);
-        if charged > 1 {
-            println!("{run_id}: the charge ran {charged} times");
+        for tool in ["charge", "pay"] {
+            let runs = ran.get(&(tool.to_owned(), run_id.clone())).copied().unwrap_or(0);
+            if runs > 1 {
+                println!("{run_id}: {tool} ran {runs} times");
+                duplicates += 1;
+            }
+        }
+        let paid: Vec<&ToolCall> = messages
+            .iter()
+            .flat_map(|m| match m {
+                Message::Assistant { tool_calls, .. } => tool_calls.iter().filter(|c| c.name == "pay").collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(paid.len(), 1, "{run_id}: one payment asked for: {messages:?}");
+        let pay_results = results.get(&paid[0].id).map_or(0, Vec::len);
+        assert_eq!(pay_results, 1, "{run_id}: the payment has one result: {messages:?}");
+        let approvals = run
+            .resolutions
+            .iter()
+            .filter(|r| r.kind == ResolutionKind::Approved)
+            .count();
+        if approvals > 1 {
+            println!("{run_id}: the payment was approved {approvals} times");
             duplicates += 1;
         }
     }
@@ -206,9 +230,11 @@ async fn check(store: &Arc<dyn RunStore>, log: &str) -> usize {
 async fn crash_test(location: &str, schema: Option<&str>, store: Arc<dyn RunStore>, log: &str) {
     let counts = drive_with_kills(location, schema, log).await;
     let duplicates = check(&store, log).await;
-    let charges = std::fs::read_to_string(log).unwrap().lines().count();
+    let logged = std::fs::read_to_string(log).unwrap();
+    let charges = logged.lines().filter(|l| l.starts_with("charge ")).count();
+    let payments = logged.lines().filter(|l| l.starts_with("pay ")).count();
     println!(
-        "crash test: runs {RUNS}, kills {}, recoveries {}, charges {charges}, duplicates {duplicates}",
+        "crash test: runs {RUNS}, kills {}, recoveries {}, charges {charges}, payments {payments}, duplicates {duplicates}",
         counts.kills, counts.recoveries
     );
     assert_eq!(duplicates, 0);

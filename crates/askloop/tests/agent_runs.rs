@@ -651,16 +651,34 @@ async fn an_answer_is_written_as_the_compare_and_set_itself_with_no_separate_cla
 }
 
 #[tokio::test]
-async fn an_approval_claims_the_run_before_the_tool_runs() {
-    let executions = Arc::new(AtomicUsize::new(0));
+async fn an_approval_claims_the_run_and_marks_its_call_started_before_the_tool_runs() {
     let store = Arc::new(FlakyStore::default());
+    // What the store holds when the tool runs: (status, call marked started).
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let tool = {
+        let (store, seen) = (store.clone(), seen.clone());
+        FunctionTool::builder("deploy")
+            .description("Deploys.")
+            .input::<Deploy>()
+            .requires_approval(true)
+            .execute(move |input: Deploy, ctx| {
+                let (store, seen) = (store.clone(), seen.clone());
+                async move {
+                    let run = store.get(ctx.run_id().unwrap()).await.unwrap().unwrap();
+                    let marked = run.pending.iter().any(|p| p.started_at.is_some());
+                    *seen.lock().unwrap() = Some((run.status, marked));
+                    Ok(ToolOutput::text(format!("{}-approved", input.env)).into())
+                }
+            })
+    };
     let agent = Agent::builder("approver")
         .model(CountingModel::new(DEPLOY))
-        .tool(deploy_tool(executions.clone()))
+        .tool(tool)
         .store(store.clone())
         .build()
         .unwrap();
     let (_, output) = run(&agent, "Deploy").await;
+    let updates_before = store.updates.load(Ordering::SeqCst);
     let out = agent
         .approve_tool_call(ResumeOptions::run(&output.run_id))
         .await
@@ -669,9 +687,14 @@ async fn an_approval_claims_the_run_before_the_tool_runs() {
         .await;
     assert_eq!(out.status, RunStatus::Completed);
     assert_eq!(
-        store.claims.load(Ordering::SeqCst),
-        1,
-        "a tool with effects runs only once the run is claimed"
+        *seen.lock().unwrap(),
+        Some((RunStatus::Running, true)),
+        "a tool with effects runs only once the run is claimed and its call marked started"
     );
-    assert_eq!(executions.load(Ordering::SeqCst), 1);
+    // The claim is the compare-and-set that stores the mark and the
+    // approval (no claim of its own), then the result, then the reply.
+    assert_eq!(store.claims.load(Ordering::SeqCst), 0);
+    assert_eq!(store.updates.load(Ordering::SeqCst) - updates_before, 3);
+    let stored = store.get(&output.run_id).await.unwrap().unwrap();
+    assert!(stored.pending.is_empty());
 }

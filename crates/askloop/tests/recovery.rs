@@ -96,7 +96,7 @@ async fn until(condition: impl Fn() -> bool) {
 /// Waits until the store lists `run_id` as expired (its lease ran out).
 async fn until_expired(store: &Arc<dyn RunStore>, run_id: &str) {
     for _ in 0..2000 {
-        let expired = store.expired(Utc::now(), 100).await.unwrap();
+        let expired = store.expired(Utc::now(), None, 100).await.unwrap();
         if expired.iter().any(|r| r.run_id == run_id) {
             return;
         }
@@ -198,10 +198,16 @@ async fn answers_stored_before_the_driver_died_are_not_asked_again() {
 /// A tool that counts its runs and, in the process that is to die, never
 /// returns from its first run.
 fn charge_tool(runs: Arc<AtomicUsize>, hang: bool, idempotent: bool) -> FunctionTool {
+    charge_tool_approved(runs, hang, idempotent, false)
+}
+
+/// [`charge_tool`], waiting for a person's approval when `approval`.
+fn charge_tool_approved(runs: Arc<AtomicUsize>, hang: bool, idempotent: bool, approval: bool) -> FunctionTool {
     FunctionTool::builder("charge")
         .description("Charges the card.")
         .input_schema(json!({"type": "object"}))
         .idempotent(idempotent)
+        .requires_approval(approval)
         .execute(move |_input: serde_json::Value, _ctx| {
             let runs = Arc::clone(&runs);
             async move {
@@ -431,4 +437,144 @@ async fn the_stream_of_a_recovered_run_shows_only_what_is_new() {
     assert_eq!(results, 0, "the stored answer's result is not shown again");
     assert_eq!(types(&chunks).first(), Some(&"start"));
     assert_eq!(types(&chunks).last(), Some(&"finish"));
+}
+
+/// Approves a charge that waits for approval; the process that runs it
+/// dies mid-tool, and another agent recovers the run. Returns (runs in the
+/// dead process, runs in the recovering one, the recovered output, the
+/// stored tool result, the stored run).
+async fn die_mid_approved_tool(
+    idempotent: bool,
+) -> (usize, usize, askloop::StreamOutput, ToolContent, askloop::RunRecord) {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let build = |runs: &Arc<AtomicUsize>, hang: bool| {
+        Agent::builder("assistant")
+            .model(CountingModel::new(CHARGE_THEN_REPLY))
+            .tool(charge_tool_approved(Arc::clone(runs), hang, idempotent, true))
+            .store(Arc::clone(&store))
+            .lease_duration(LEASE)
+            .build()
+            .unwrap()
+    };
+    let dead_runs = Arc::new(AtomicUsize::new(0));
+    let dying = build(&dead_runs, true);
+    let waiting = dying.generate("Charge me").await.unwrap();
+    assert_eq!(waiting.status, RunStatus::Suspended);
+    let run_id = waiting.run_id.clone();
+    let stream = dying.approve_tool_call(ResumeOptions::run(&run_id)).await.unwrap();
+    kill_when(stream, || dead_runs.load(Ordering::SeqCst) == 1).await;
+    until_expired(&store, &run_id).await;
+
+    let new_runs = Arc::new(AtomicUsize::new(0));
+    let recovering = build(&new_runs, false);
+    let mut streams = recovering.recover_runs().await.unwrap();
+    assert_eq!(streams.len(), 1);
+    let output = streams.remove(0).output().await;
+    let messages = store.messages(&run_id).await.unwrap();
+    let result = messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(result) => Some(result.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(messages.len(), 4, "user, call, result, reply: {messages:?}");
+    let run = store.get(&run_id).await.unwrap().unwrap();
+    (
+        dead_runs.load(Ordering::SeqCst),
+        new_runs.load(Ordering::SeqCst),
+        output,
+        result,
+        run,
+    )
+}
+
+#[tokio::test]
+async fn an_approved_tool_that_is_not_idempotent_interrupted_mid_run_is_neither_approved_nor_run_again() {
+    let (dead, new, output, result, run) = die_mid_approved_tool(false).await;
+    assert_eq!((dead, new), (1, 0), "the approved charge must never run twice");
+    assert_eq!(
+        output.status,
+        RunStatus::Completed,
+        "the run does not wait for a second approval"
+    );
+    let ToolContent::Text(text) = result else {
+        panic!("{result:?}")
+    };
+    assert!(text.contains("interrupted"), "{text}");
+    // The approval was stored with the claim, before the tool ran: once.
+    let approvals = run
+        .resolutions
+        .iter()
+        .filter(|r| r.kind == askloop::ResolutionKind::Approved)
+        .count();
+    assert_eq!(approvals, 1, "{:?}", run.resolutions);
+    assert!(run.pending.is_empty());
+}
+
+#[tokio::test]
+async fn an_approved_idempotent_tool_interrupted_mid_run_is_run_again_without_asking_again() {
+    let (dead, new, output, result, _) = die_mid_approved_tool(true).await;
+    assert_eq!(output.status, RunStatus::Completed);
+    assert_eq!(output.text, "Done: charged");
+    assert_eq!(result, ToolContent::Text("charged".into()));
+    // The approval was stored with the claim: the tool, which may run
+    // twice, runs again without asking the person a second time.
+    assert_eq!((dead, new), (1, 1));
+}
+
+#[tokio::test]
+async fn approving_a_tool_that_must_not_run_twice_takes_no_more_writes_than_before() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let agent = Agent::builder("assistant")
+        .model(CountingModel::new(CHARGE_THEN_REPLY))
+        .tool(charge_tool_approved(Arc::clone(&runs), false, false, true))
+        .store(Arc::clone(&store))
+        .build()
+        .unwrap();
+    let waiting = agent.generate("Charge me").await.unwrap();
+    let before = store.get(&waiting.run_id).await.unwrap().unwrap();
+    let output = agent
+        .approve_tool_call(ResumeOptions::run(&waiting.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(output.status, RunStatus::Completed);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let after = store.get(&waiting.run_id).await.unwrap().unwrap();
+    // The claim (which carries the started mark and the approval), the
+    // step's result, the model's reply: three writes, as without the mark.
+    assert_eq!(after.version - before.version, 3);
+    assert_eq!(after.resolutions.len(), 1, "{:?}", after.resolutions);
+}
+
+#[tokio::test]
+async fn recover_runs_takes_over_every_stalled_run_of_its_agent_however_many_pages_they_take() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let dead = askloop::Lease::new("dead", Utc::now() - chrono::Duration::seconds(5));
+    // 1,100 stalled runs of this agent among 1,100 of another: more than
+    // two pages of either.
+    for n in 0..2200 {
+        let run = askloop::RunRecord {
+            run_id: format!("r{n:04}"),
+            agent_id: if n % 2 == 0 { "assistant" } else { "other" }.to_owned(),
+            status: RunStatus::Running,
+            lease: Some(dead.clone()),
+            message_count: 1,
+            ..askloop::RunRecord::default()
+        };
+        store.create(&run, &[Message::user("Book a trip")]).await.unwrap();
+    }
+    let agent = agent(CountingModel::new(ASK_THEN_ANSWER), &store);
+    let streams = agent.recover_runs().await.unwrap();
+    assert_eq!(streams.len(), 1100);
+    for stream in streams {
+        assert_eq!(stream.output().await.status, RunStatus::Suspended);
+    }
+    let others = store.expired(Utc::now(), None, 5000).await.unwrap();
+    assert_eq!(others.len(), 1100);
+    assert!(others.iter().all(|r| r.agent_id == "other"));
+    assert!(agent.recover_runs().await.unwrap().is_empty());
 }

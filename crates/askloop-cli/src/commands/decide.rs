@@ -223,25 +223,30 @@ pub async fn cancel(ctx: &Context, run_id: &str) -> Result<Done, CliError> {
 /// suspension).
 pub async fn recover(ctx: &Context, json: bool) -> Result<Done, CliError> {
     let store = ctx.store(Access::Existing).await?;
-    let stalled = store.expired(chrono::Utc::now(), 1000).await?;
-    if stalled.is_empty() {
-        errln!("No stalled runs.");
-        return Ok(Done::Ok);
-    }
+    // Page by page (keyset), so any number of stalled runs is seen; each
+    // run is driven to its next stop before the next page is read.
+    let mut pages = askloop::ExpiredRuns::new(store.as_ref(), chrono::Utc::now(), 500);
+    let mut seen = 0;
     let mut worst = Done::Ok;
-    for run in stalled {
-        let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
-        let Some(stream) = agent.recover_run(&run.run_id).await? else {
-            errln!("Run {} was taken over by another process.", run.run_id);
-            continue;
-        };
-        errln!("Recovering run {}.", run.run_id);
-        let done = finish(ctx, stream, json).await;
-        worst = match (worst, done) {
-            (Done::RunFailed, _) | (_, Done::RunFailed) => Done::RunFailed,
-            (Done::Suspended, _) | (_, Done::Suspended) => Done::Suspended,
-            _ => Done::Ok,
-        };
+    while let Some(stalled) = pages.next_page().await? {
+        for run in stalled {
+            seen += 1;
+            let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
+            let Some(stream) = agent.recover_run(&run.run_id).await? else {
+                errln!("Run {} was taken over by another process.", run.run_id);
+                continue;
+            };
+            errln!("Recovering run {}.", run.run_id);
+            let done = finish(ctx, stream, json).await;
+            worst = match (worst, done) {
+                (Done::RunFailed, _) | (_, Done::RunFailed) => Done::RunFailed,
+                (Done::Suspended, _) | (_, Done::Suspended) => Done::Suspended,
+                _ => Done::Ok,
+            };
+        }
+    }
+    if seen == 0 {
+        errln!("No stalled runs.");
     }
     Ok(worst)
 }
@@ -296,6 +301,7 @@ mod tests {
             suspend_payload: Some(json!({"question": "?"})),
             resume_schema: None,
             expires_at: None,
+            started_at: None,
         };
         let now = chrono::Utc::now();
         RunRecord {

@@ -10,10 +10,12 @@
 //! predecessor's), starts the runs `crash-0` .. `crash-{RUNS-1}` that do not
 //! exist yet, answers every pending question, and repeats until every run is
 //! completed; then prints `done` and exits 0. Every run: the model calls
-//! `charge` (a tool that is not idempotent), then asks two questions at once,
-//! then replies with the answers. The model is slow enough (a few tens of
-//! milliseconds per call) to be killed mid-call. `LOG` gets a line
-//! `charge RUN_ID` each time the charge runs, written before it returns.
+//! `charge` (a tool that is not idempotent), then asks two questions at once
+//! and calls `pay` (not idempotent either, and waiting for approval, which
+//! this process gives) in the same step, then replies with the answers. The
+//! model is slow enough (a few tens of milliseconds per call) to be killed
+//! mid-call. `LOG` gets a line `charge RUN_ID` (or `pay RUN_ID`) each time
+//! the charge (or the payment) runs, written before it returns.
 //! Prints `model` as each model call starts (the test kills it after a
 //! random number of them, plus a random moment) and `recovered N` for each
 //! look that took runs over.
@@ -30,8 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use askloop::{
-    Agent, AgentStream, AskUser, FunctionTool, Model, ModelError, ModelRequest, ModelStream, ResumeOptions, RunQuery,
-    RunStatus, RunStore, ScriptedModel, StreamOptions, ToolOutput,
+    Agent, AgentStream, AskUser, FunctionTool, Model, ModelError, ModelRequest, ModelStream, PendingKind,
+    ResumeOptions, RunQuery, RunStatus, RunStore, ScriptedModel, StreamOptions, ToolOutput,
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -42,7 +44,8 @@ const SCRIPT: &str = r#"{"turns": [
     {"text": "Charging first.", "toolCalls": [{"name": "charge", "args": {}}]},
     {"toolCalls": [
         {"name": "ask_user", "args": {"question": "Which city?"}},
-        {"name": "ask_user", "args": {"question": "Which day?"}}
+        {"name": "ask_user", "args": {"question": "Which day?"}},
+        {"name": "pay", "args": {}}
     ]},
     {"text": "Booked: {{toolResults}}"}
 ]}"#;
@@ -105,29 +108,13 @@ async fn run(args: &[String]) -> Result<(), Failure> {
     let log = Arc::new(Mutex::new(
         std::fs::OpenOptions::new().create(true).append(true).open(log)?,
     ));
-    let charge = FunctionTool::builder("charge")
-        .description("Charges the card.")
-        .input_schema(json!({"type": "object"}))
-        .execute(move |_input: serde_json::Value, ctx| {
-            let log = Arc::clone(&log);
-            async move {
-                let run_id = ctx.run_id().unwrap_or("?").to_owned();
-                {
-                    let mut file = log.lock().unwrap_or_else(|p| p.into_inner());
-                    // In the file system's hands once written: a SIGKILL
-                    // cannot lose it (only a power cut could).
-                    writeln!(file, "charge {run_id}").map_err(|e| askloop::ToolError::new(e.to_string()))?;
-                }
-                tokio::time::sleep(Duration::from_millis(60)).await;
-                Ok(ToolOutput::text("charged").into())
-            }
-        });
     let agent = Agent::builder("crash")
         .model(Arc::new(SlowModel {
             inner: ScriptedModel::from_json("crash", SCRIPT)?,
         }))
         .tool(AskUser::new())
-        .tool(charge)
+        .tool(logged_tool("charge", false, &log))
+        .tool(logged_tool("pay", true, &log))
         .store(Arc::clone(&store))
         .lease_duration(LEASE)
         .build()?;
@@ -160,7 +147,8 @@ async fn run(args: &[String]) -> Result<(), Failure> {
         };
         for run in store.list(&suspended).await? {
             for pending in &run.pending {
-                if hold && pending.args["question"] != "Which city?" {
+                let approval = pending.kind == PendingKind::Approval;
+                if hold && !approval && pending.args["question"] != "Which city?" {
                     continue;
                 }
                 let key = format!("{} {}", run.run_id, pending.tool_call_id);
@@ -176,7 +164,12 @@ async fn run(args: &[String]) -> Result<(), Failure> {
                 driving.spawn(async move {
                     // A lost race (another answer, a take-over) is fine: the
                     // question stays listed while it is still pending.
-                    if let Ok(stream) = agent.resume_stream(answer, options).await {
+                    let decided = if approval {
+                        agent.approve_tool_call(options).await
+                    } else {
+                        agent.resume_stream(answer, options).await
+                    };
+                    if let Ok(stream) = decided {
                         drive(stream).await;
                     }
                     answering.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
@@ -196,6 +189,30 @@ async fn run(args: &[String]) -> Result<(), Failure> {
             () = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
     }
+}
+
+/// A tool that is not idempotent and logs each run as `NAME RUN_ID`, then
+/// takes a moment (to be killed in); `approval`: it waits for approval.
+fn logged_tool(name: &'static str, approval: bool, log: &Arc<Mutex<std::fs::File>>) -> FunctionTool {
+    let log = Arc::clone(log);
+    FunctionTool::builder(name)
+        .description("Moves money.")
+        .input_schema(json!({"type": "object"}))
+        .requires_approval(approval)
+        .execute(move |_input: serde_json::Value, ctx| {
+            let log = Arc::clone(&log);
+            async move {
+                let run_id = ctx.run_id().unwrap_or("?").to_owned();
+                {
+                    let mut file = log.lock().unwrap_or_else(|p| p.into_inner());
+                    // In the file system's hands once written: a SIGKILL
+                    // cannot lose it (only a power cut could).
+                    writeln!(file, "{name} {run_id}").map_err(|e| askloop::ToolError::new(e.to_string()))?;
+                }
+                tokio::time::sleep(Duration::from_millis(60)).await;
+                Ok(ToolOutput::text(format!("{name} done")).into())
+            }
+        })
 }
 
 async fn drive(stream: AgentStream) {

@@ -329,8 +329,13 @@ impl RunStore for GateAtClaim {
         self.inner.renew_lease(run_id, lease).await
     }
 
-    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.expired(now, limit).await
+    async fn expired(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&askloop::RunCursor>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.expired(now, after, limit).await
     }
 
     async fn reclaim(

@@ -74,6 +74,7 @@ fn pending_question(id: &str, question: &str) -> PendingToolCall {
         suspend_payload: Some(json!({"question": question, "selectionMode": "free-text"})),
         resume_schema: Some(json!({"type": "string"})),
         expires_at: None,
+        started_at: None,
     }
 }
 

@@ -37,6 +37,7 @@ fn question() -> PendingToolCall {
         suspend_payload: Some(json!({"question": "Which city?", "selectionMode": "free-text"})),
         resume_schema: Some(json!({"type": "string"})),
         expires_at: None,
+        started_at: None,
     }
 }
 

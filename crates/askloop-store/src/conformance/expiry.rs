@@ -18,6 +18,7 @@ fn question(id: &str, expires_at: Option<DateTime<Utc>>) -> PendingToolCall {
         suspend_payload: Some(json!({"question": "Which city?"})),
         resume_schema: None,
         expires_at,
+        started_at: None,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use askloop::{Lease, RunFailure, RunStatus, RunUpdate, StoreError};
+use askloop::{ExpiredRuns, Lease, RunFailure, RunStatus, RunUpdate, StoreError};
 use chrono::{Duration, Utc};
 
 use super::Subject;
@@ -76,21 +76,64 @@ pub async fn runs_whose_lease_ran_out_or_that_have_none_are_expired_and_held_one
     running_run(s, "held", Some(lease("owner-b", 60))).await;
     suspended_run(s.store.as_ref(), "waiting", "agent-1", base_time()).await;
     let now = Utc::now();
-    let mut expired = ids(&s.store.expired(now, 10).await.unwrap())
+    let mut expired = ids(&s.store.expired(now, None, 10).await.unwrap())
         .into_iter()
         .map(str::to_owned)
         .collect::<Vec<_>>();
     expired.sort();
     assert_eq!(expired, ["no-lease", "ran-out"]);
-    assert_eq!(s.store.expired(now, 1).await.unwrap().len(), 1, "the limit holds");
+    assert_eq!(s.store.expired(now, None, 1).await.unwrap().len(), 1, "the limit holds");
     let later = now + Duration::seconds(120);
     assert_eq!(
-        s.store.expired(later, 10).await.unwrap().len(),
+        s.store.expired(later, None, 10).await.unwrap().len(),
         3,
         "once its lease has run out, the held run is expired too"
     );
-    let run = s.store.expired(now, 10).await.unwrap().remove(0);
+    let run = s.store.expired(now, None, 10).await.unwrap().remove(0);
     assert!(run.is_stalled(now));
+}
+
+/// Paging through expired runs ([`ExpiredRuns`] over `expired` with a
+/// cursor) reads every one once, in order of last write then id (runs
+/// written at the same moment included), 500 at a time; runs taken over
+/// between two pages are not read, and none is skipped.
+pub async fn expired_runs_are_read_page_after_page_each_once_past_five_hundred(s: &Subject) {
+    const RUNS: usize = 1203;
+    let id = |n: usize| format!("paged-{n:04}");
+    let ran_out = lease("owner-dead", -5);
+    // Three runs per moment, so pages end inside a moment too.
+    for chunk in (0..RUNS).collect::<Vec<_>>().chunks(100) {
+        futures::future::join_all(chunk.iter().map(|&n| {
+            let mut run = new_run(&id(n), "agent-1", base_time() + Duration::seconds((n / 3) as i64), 1);
+            run.lease = Some(ran_out.clone());
+            let store = Arc::clone(&s.store);
+            async move { store.create(&run, &[user("go")]).await.unwrap() }
+        }))
+        .await;
+    }
+    running_run(s, "held", Some(lease("owner-b", 60))).await;
+    suspended_run(s.store.as_ref(), "waiting", "agent-1", base_time()).await;
+
+    let now = Utc::now();
+    let mut pages = ExpiredRuns::new(s.store.as_ref(), now, 500);
+    let first = pages.next_page().await.unwrap().unwrap();
+    assert_eq!(first.len(), 500);
+    // Another process takes over ten runs of the next page meanwhile.
+    let taken: Vec<String> = (600..610).map(id).collect();
+    for run_id in &taken {
+        s.store.reclaim(run_id, 0, &lease("owner-new", 60), now).await.unwrap();
+    }
+    let mut read: Vec<String> = first.iter().map(|r| r.run_id.clone()).collect();
+    let mut sizes = vec![first.len()];
+    while let Some(page) = pages.next_page().await.unwrap() {
+        assert!(page.len() <= 500);
+        sizes.push(page.len());
+        read.extend(page.into_iter().map(|r| r.run_id));
+    }
+    let expected: Vec<String> = (0..RUNS).map(id).filter(|run_id| !taken.contains(run_id)).collect();
+    assert_eq!(read.len(), expected.len(), "pages of {sizes:?}");
+    assert_eq!(read, expected, "each expired run once, oldest write first, then by id");
+    assert_eq!(sizes, [500, 500, 193]);
 }
 
 /// `reclaim` takes a running run whose lease ran out (or that has none) and

@@ -199,6 +199,7 @@ macro_rules! store_conformance_tests {
             text_with_nul_characters_round_trips_exactly,
             a_claim_holds_the_run_and_only_its_owner_renews_it_without_a_new_version,
             runs_whose_lease_ran_out_or_that_have_none_are_expired_and_held_ones_are_not,
+            expired_runs_are_read_page_after_page_each_once_past_five_hundred,
             reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_one,
             of_twenty_concurrent_reclaims_exactly_one_wins,
             after_a_takeover_the_old_owner_can_neither_renew_nor_write,

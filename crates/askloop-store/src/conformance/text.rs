@@ -28,6 +28,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
         suspend_payload: Some(json!({"question": AWKWARD, "options": [{"label": AWKWARD}], AWKWARD: 1})),
         resume_schema: Some(json!({"type": "string"})),
         expires_at: None,
+        started_at: None,
     }];
     let call = ToolCall {
         id: "call_1".to_owned(),

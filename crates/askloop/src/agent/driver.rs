@@ -43,8 +43,9 @@ pub(crate) struct RunState {
 pub(crate) enum Start {
     /// A new run.
     Fresh,
-    /// A claimed run, with the decision to apply and who made it.
-    Resume(ResumeAction, Author),
+    /// A claimed run, with the decision to apply and who made it (`None`:
+    /// the claim stored the decision already, marking its call started).
+    Resume(ResumeAction, Option<Author>),
     /// A decision already applied and written (see `Driver::apply`).
     Applied(Applied),
     /// A run taken over after its driver stopped (see `Driver::recovered`).
@@ -228,7 +229,7 @@ impl Driver {
                 AfterModel::RunTools => {}
             }
 
-            let plans = self.plan_calls(&turn.calls, false);
+            let plans = self.plan_calls(&turn.calls, false, &[]);
             let mut assistant = Some(assistant);
             if machine::store_turn_first(&plans) {
                 let turn_only = assistant.take().into_iter().collect();
@@ -286,6 +287,8 @@ impl Driver {
     /// - calls still pending wait on people: the run is suspended again, and
     ///   a decision that was being applied when the driver stopped (never
     ///   stored) is asked for again; stored answers are never asked again;
+    /// - a call approved or answered whose claim marked it started (a tool
+    ///   that must not run twice) and that has no result was interrupted;
     /// - calls of the last stored turn that have no result were interrupted:
     ///   each is run again if its tool is idempotent, else the model is told
     ///   it was interrupted;
@@ -303,7 +306,7 @@ impl Driver {
                 self.emit_pending();
                 Ended::Suspended
             }
-            Recovery::Interrupted(step) => {
+            Recovery::Interrupted { step, started } => {
                 let interrupted = step.unresolved();
                 let model_calls: Vec<ModelCall> = interrupted
                     .iter()
@@ -312,7 +315,7 @@ impl Driver {
                         malformed: None,
                     })
                     .collect();
-                let plans = self.plan_calls(&model_calls, true);
+                let plans = self.plan_calls(&model_calls, true, &started);
                 match self.finish_calls(step, &interrupted, &plans, None).await {
                     Ok(true) => Ended::Suspended,
                     Ok(false) => self.steps().await,
@@ -324,7 +327,7 @@ impl Driver {
     }
 
     /// Applies a checked decision to its pending call, then carries on.
-    async fn resume(&mut self, action: ResumeAction, author: Author) -> Ended {
+    async fn resume(&mut self, action: ResumeAction, author: Option<Author>) -> Ended {
         match self.apply(action, author).await {
             Ok(applied) => self.after_apply(applied).await,
             Err(ApplyFailed::Store(err)) => self.store_failed(err).await,
@@ -335,8 +338,9 @@ impl Driver {
     /// Applies a checked decision to its pending call and writes the result,
     /// as one compare-and-set on the version this driver holds. Emits
     /// nothing: what the stream shows comes from [`Driver::after_apply`].
-    /// The same write records who decided, among the run's resolutions.
-    pub(crate) async fn apply(&mut self, action: ResumeAction, author: Author) -> Result<Applied, ApplyFailed> {
+    /// The same write records who decided, among the run's resolutions,
+    /// unless the claim did (`author` is `None`).
+    pub(crate) async fn apply(&mut self, action: ResumeAction, author: Option<Author>) -> Result<Applied, ApplyFailed> {
         let target_id = action.tool_call_id().to_owned();
         let Some(target) = self
             .state
@@ -357,7 +361,7 @@ impl Driver {
             args: target.args.clone(),
         };
         let run_id = self.state.record.run_id.clone();
-        self.resolution = Some(Resolution::now(Some(&target_id), action.resolution_kind(), author));
+        self.resolution = author.map(|author| Resolution::now(Some(&target_id), action.resolution_kind(), author));
 
         let outcome = match action {
             ResumeAction::Answer { data, .. } => {

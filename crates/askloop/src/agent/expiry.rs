@@ -95,6 +95,7 @@ mod tests {
             suspend_payload: Some(json!({"question": "Which city?"})),
             resume_schema: None,
             expires_at,
+            started_at: None,
         }
     }
 

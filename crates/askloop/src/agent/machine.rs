@@ -92,6 +92,9 @@ pub(crate) struct CallFacts<'a> {
     pub(crate) known_tools: &'a [&'a str],
     /// The call was interrupted with the process that ran it.
     pub(crate) recovering: bool,
+    /// It was approved (or answered) and its tool had started when its
+    /// process died: the claim marked it (see [`marks_start`]).
+    pub(crate) started: bool,
     /// Which call of its tool this is in the step, counting from 1.
     pub(crate) nth_of_tool: usize,
 }
@@ -136,10 +139,10 @@ pub(crate) fn plan_call(call: &ToolCall, facts: CallFacts<'_>) -> CallPlan {
             call.name
         ));
     }
-    if rules.needs_approval {
+    if rules.needs_approval && !facts.started {
         return CallPlan::AskApproval;
     }
-    if facts.recovering && !rules.idempotent {
+    if (facts.recovering || facts.started) && !rules.idempotent {
         return CallPlan::Refuse(format!(
             "Tool {} was interrupted while it ran (the process running it stopped); it may or may not have \
              taken effect, and it was not run again. Check before calling it again.",
@@ -157,6 +160,42 @@ pub(crate) fn store_turn_first(plans: &[(CallPlan, ToolRules)]) -> bool {
     plans
         .iter()
         .any(|(plan, rules)| *plan == CallPlan::Execute && !rules.idempotent)
+}
+
+/// Whether the claim that applies `action` marks its call started (see
+/// [`PendingToolCall::started_at`]) and stores the decision: an approval
+/// always, an answer when its tool must not run twice (`rules`, `None` for
+/// a tool the agent does not have). The tool runs after the claim; a
+/// process dying before the result is written then leaves a call that
+/// recovery treats by the tool's rule (run again if idempotent, else the
+/// model is told), never one that waits to be approved, and run, a second
+/// time. The mark goes with the claim's own write: it costs no write of
+/// its own. An answer to an idempotent tool is not marked: the answer is
+/// not stored with the mark, so such a question is asked again.
+pub(crate) fn marks_start(action: &ResumeAction, rules: Option<ToolRules>) -> bool {
+    match action {
+        ResumeAction::Approve { .. } => rules.is_some(),
+        ResumeAction::Answer { .. } => rules.is_some_and(|rules| !rules.idempotent),
+        _ => false,
+    }
+}
+
+/// The pending calls with call `tool_call_id` marked started at `at`.
+pub(crate) fn mark_started(
+    pending: &[PendingToolCall],
+    tool_call_id: &str,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Vec<PendingToolCall> {
+    pending
+        .iter()
+        .map(|p| {
+            let mut p = p.clone();
+            if p.tool_call_id == tool_call_id {
+                p.started_at = Some(at);
+            }
+            p
+        })
+        .collect()
 }
 
 /// How one tool call ended.
@@ -282,27 +321,44 @@ pub(crate) enum Recovery {
     Resuspend(Step),
     /// The last stored turn has calls without a result: they were
     /// interrupted. Each is run again if its tool is idempotent, else the
-    /// model is told (see [`plan_call`] with `recovering`).
-    Interrupted(Step),
+    /// model is told (see [`plan_call`] with `recovering`). `started` are
+    /// the calls among them that had been approved or answered and marked
+    /// started (see [`marks_start`]): they are not asked again. Calls
+    /// still waiting on people stay in the step's pending calls.
+    Interrupted { step: Step, started: Vec<String> },
     /// Make the model call the driver was making again.
     CallModel,
 }
 
 /// Decides where a stored run goes on.
 pub(crate) fn recovery(record: &RunRecord, messages: &[Message]) -> Recovery {
-    if !record.pending.is_empty() {
+    let (started, waiting): (Vec<_>, Vec<_>) = record.pending.iter().cloned().partition(|p| p.started_at.is_some());
+    if !started.is_empty() {
+        return Recovery::Interrupted {
+            step: Step {
+                calls: last_tool_calls(messages).unwrap_or_default(),
+                pending: waiting,
+                results: record.step_results.clone(),
+            },
+            started: started.into_iter().map(|p| p.tool_call_id).collect(),
+        };
+    }
+    if !waiting.is_empty() {
         return Recovery::Resuspend(Step {
             calls: last_tool_calls(messages).unwrap_or_default(),
-            pending: record.pending.clone(),
+            pending: waiting,
             results: record.step_results.clone(),
         });
     }
     match messages.last() {
-        Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty() => Recovery::Interrupted(Step {
-            calls: tool_calls.clone(),
-            pending: Vec::new(),
-            results: record.step_results.clone(),
-        }),
+        Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty() => Recovery::Interrupted {
+            step: Step {
+                calls: tool_calls.clone(),
+                pending: Vec::new(),
+                results: record.step_results.clone(),
+            },
+            started: Vec::new(),
+        },
         _ => Recovery::CallModel,
     }
 }
@@ -561,6 +617,7 @@ mod tests {
             suspend_payload: None,
             resume_schema: None,
             expires_at: None,
+            started_at: None,
         }
     }
 
@@ -590,6 +647,7 @@ mod tests {
                     tool: Some((rules, Ok(()))),
                     known_tools: &["t"],
                     recovering: false,
+                    started: false,
                     nth_of_tool,
                 },
             )
@@ -600,6 +658,77 @@ mod tests {
             panic!("the third call should be refused")
         };
         assert!(message.contains("at most 2 calls of t"), "{message}");
+    }
+
+    #[test]
+    fn an_approval_or_an_answer_to_a_tool_that_must_not_run_twice_marks_its_call_started() {
+        let rules = |idempotent| {
+            Some(ToolRules {
+                needs_approval: true,
+                idempotent,
+                max_per_step: None,
+            })
+        };
+        let approve = ResumeAction::Approve {
+            tool_call_id: "a".into(),
+        };
+        let answer = ResumeAction::Answer {
+            tool_call_id: "a".into(),
+            data: json!("yes"),
+        };
+        let decline = ResumeAction::DeclineApproval {
+            tool_call_id: "a".into(),
+            reason: None,
+        };
+        assert!(marks_start(&approve, rules(false)));
+        assert!(marks_start(&answer, rules(false)));
+        assert!(marks_start(&approve, rules(true)));
+        assert!(!marks_start(&answer, rules(true)));
+        assert!(!marks_start(&decline, rules(false)));
+        assert!(!marks_start(&approve, None));
+        let marked = mark_started(&[pending("a"), pending("b")], "b", chrono::Utc::now());
+        assert!(marked[0].started_at.is_none());
+        assert!(marked[1].started_at.is_some());
+    }
+
+    #[test]
+    fn a_started_call_without_a_result_is_interrupted_on_recovery_and_not_approved_again() {
+        let mut started = pending("a");
+        started.kind = PendingKind::Approval;
+        started.started_at = Some(chrono::Utc::now());
+        let run = RunRecord {
+            status: RunStatus::Running,
+            pending: vec![started, pending("b")],
+            ..suspended_run(&[])
+        };
+        let messages = [Message::user("go"), Message::assistant("", vec![call("a"), call("b")])];
+        let Recovery::Interrupted { step, started } = recovery(&run, &messages) else {
+            panic!("a started call is interrupted")
+        };
+        assert_eq!(started, ["a"]);
+        assert_eq!(step.pending.len(), 1, "the question still waits");
+        assert_eq!(step.pending[0].tool_call_id, "b");
+        assert_eq!(step.unresolved(), [call("a")]);
+
+        let guarded = ToolRules {
+            needs_approval: true,
+            idempotent: false,
+            max_per_step: None,
+        };
+        let facts = |started| CallFacts {
+            malformed: None,
+            tool: Some((guarded, Ok(()))),
+            known_tools: &["t"],
+            recovering: true,
+            started,
+            nth_of_tool: 1,
+        };
+        let CallPlan::Refuse(told) = plan_call(&call("a"), facts(true)) else {
+            panic!("a started call that must not run twice is not run again")
+        };
+        assert!(told.contains("was interrupted"), "{told}");
+        // Not started: the approval was never given for good; ask again.
+        assert_eq!(plan_call(&call("a"), facts(false)), CallPlan::AskApproval);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Property tests of the run machine: random runs (model turns of 0-4 tool
 //! calls: plain, must-not-run-twice, questions and calls waiting for
-//! approval), answered, declined, expired and approved in random order, with
+//! approval, of tools that may or must not run twice), answered, declined, expired and approved in random order, with
 //! cancels, process deaths before any write and lost leases. A small
 //! simulated driver carries out the machine's decisions against a simulated
 //! store the way `driver.rs` does against a real one; the properties are
@@ -29,11 +29,13 @@ enum Kind {
     Once,
     /// `ask_user`: suspends with a question.
     Ask,
-    /// Waits for approval, then runs.
+    /// Waits for approval, then runs; must not run twice.
     Guarded,
+    /// Waits for approval, then runs; may run again.
+    Checked,
 }
 
-const TOOLS: [&str; 4] = ["plain", "once", "ask_user", "guarded"];
+const TOOLS: [&str; 5] = ["plain", "once", "ask_user", "guarded", "checked"];
 
 fn rules(name: &str) -> Option<ToolRules> {
     match name {
@@ -50,6 +52,11 @@ fn rules(name: &str) -> Option<ToolRules> {
         "guarded" => Some(ToolRules {
             needs_approval: true,
             idempotent: false,
+            max_per_step: None,
+        }),
+        "checked" => Some(ToolRules {
+            needs_approval: true,
+            idempotent: true,
             max_per_step: None,
         }),
         _ => None,
@@ -102,6 +109,8 @@ struct World {
     executions: HashMap<String, u32>,
     /// How many times recovery took the run over.
     recoveries: usize,
+    /// Per call: how many approvals of it were stored (claimed).
+    approvals: HashMap<String, u32>,
 }
 
 impl World {
@@ -137,6 +146,7 @@ impl World {
             lost_turns: 0,
             executions: HashMap::new(),
             recoveries: 0,
+            approvals: HashMap::new(),
         }
     }
 
@@ -197,6 +207,7 @@ impl World {
                 suspend_payload: Some(call.args.clone()),
                 resume_schema: None,
                 expires_at: None,
+                started_at: None,
             }),
             (_, answer) => done(
                 call,
@@ -217,6 +228,7 @@ impl World {
                     suspend_payload: None,
                     resume_schema: None,
                     expires_at: None,
+                    started_at: None,
                 }),
                 CallPlan::Execute => self.execute(call, None),
             };
@@ -238,7 +250,7 @@ impl World {
                 });
                 return stored.inspect_err(|_| self.lost_turns += 1);
             }
-            let plans = plan(&calls, false);
+            let plans = plan(&calls, false, &[]);
             let mut turn = Some(turn);
             let with_rules: Vec<(CallPlan, ToolRules)> = plans
                 .iter()
@@ -287,9 +299,9 @@ impl World {
         self.recoveries += 1;
         match machine::recovery(&self.store.record, &self.store.messages) {
             Recovery::Resuspend(step) => self.write(step.write(None)),
-            Recovery::Interrupted(mut step) => {
+            Recovery::Interrupted { mut step, started } => {
                 let calls = step.unresolved();
-                let plans = plan(&calls, true);
+                let plans = plan(&calls, true, &started);
                 self.run_calls(&mut step, &calls, &plans);
                 let write = step.write(None);
                 let waiting = write.waiting();
@@ -324,9 +336,26 @@ impl World {
             name: pending.tool_name.clone(),
             args: pending.args.clone(),
         };
+        // An approval runs the tool for real: the run is claimed first, as
+        // `resume.rs` does (answers to ask_user are applied in one write).
+        // A tool that must not run twice is marked started by the claim.
+        let mut record = record;
+        if matches!(action, ResumeAction::Approve { .. }) {
+            if machine::marks_start(&action, rules(&call.name)) {
+                record.pending = machine::mark_started(&record.pending, &call.id, chrono::Utc::now());
+            }
+            self.write(StepWrite {
+                status: RunStatus::Running,
+                append: Vec::new(),
+                pending: record.pending.clone(),
+                step_results: record.step_results.clone(),
+            })?;
+            *self.approvals.entry(call.id.clone()).or_default() += 1;
+        }
         let outcome = match action {
             ResumeAction::Answer { data, .. } => self.execute(&call, Some(&data)),
-            ResumeAction::Approve { .. } => self.execute(&call, Some(&json!("approved"))),
+            // As the driver: an approved tool runs as it would have unasked.
+            ResumeAction::Approve { .. } => self.execute(&call, None),
             ResumeAction::DeclineQuestion { .. } | ResumeAction::DeclineApproval { .. } => {
                 done(&call, format!("{} declined", call.id))
             }
@@ -386,7 +415,7 @@ fn done(call: &ToolCall, text: String) -> CallOutcome {
     CallOutcome::Done(result, chunk)
 }
 
-fn plan(calls: &[ToolCall], recovering: bool) -> Vec<CallPlan> {
+fn plan(calls: &[ToolCall], recovering: bool, started: &[String]) -> Vec<CallPlan> {
     calls
         .iter()
         .map(|call| {
@@ -395,6 +424,7 @@ fn plan(calls: &[ToolCall], recovering: bool) -> Vec<CallPlan> {
                 tool: rules(&call.name).map(|r| (r, Ok(()))),
                 known_tools: &TOOLS,
                 recovering,
+                started: started.contains(&call.id),
                 nth_of_tool: 1,
             };
             machine::plan_call(call, facts)
@@ -432,7 +462,8 @@ fn script() -> impl Strategy<Value = Vec<Vec<Kind>>> {
         Just(Kind::Plain),
         Just(Kind::Once),
         Just(Kind::Ask),
-        Just(Kind::Guarded)
+        Just(Kind::Guarded),
+        Just(Kind::Checked)
     ];
     prop::collection::vec(prop::collection::vec(kind, 0..=4), 0..5)
 }
@@ -477,18 +508,21 @@ proptest! {
             prop_assert!(world.store.record.step_results.is_empty());
         }
         // A tool the model called that must not run twice never does,
-        // whatever died when. (An approved call is run by the decision that
-        // approves it, before that decision is stored: a process dying in
-        // between leaves the approval to be given again, and the tool may
-        // run twice. Not asserted here; see docs/reliability.md.)
+        // whatever died when: neither one that runs at once nor one that
+        // runs once a person approved it.
         for (id, runs) in &world.executions {
             let kind = messages.iter().find_map(|m| match m {
                 Message::Assistant { tool_calls, .. } => tool_calls.iter().find(|c| &c.id == id).map(|c| c.name.clone()),
                 _ => None,
             });
-            if kind.as_deref() == Some("once") {
+            if matches!(kind.as_deref(), Some("once" | "guarded")) {
                 prop_assert!(*runs <= 1, "{id} ran {runs} times");
             }
+        }
+        // An approval, once stored, is never asked for again, whatever
+        // died when.
+        for (id, approvals) in &world.approvals {
+            prop_assert!(*approvals <= 1, "{id} was approved {approvals} times");
         }
         // The model is called once per stored turn, and again only for a
         // turn whose process died (or lost the run) before storing it.

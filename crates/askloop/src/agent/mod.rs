@@ -132,6 +132,17 @@ pub(crate) struct RegisteredTool {
     pub(crate) needs_approval: bool,
 }
 
+impl RegisteredTool {
+    /// What the run machine needs to know of the tool.
+    pub(crate) fn rules(&self) -> machine::ToolRules {
+        machine::ToolRules {
+            needs_approval: self.needs_approval,
+            idempotent: self.tool.idempotent(),
+            max_per_step: self.tool.max_calls_per_step(),
+        }
+    }
+}
+
 impl Agent {
     /// The agent's id.
     pub fn id(&self) -> &str {

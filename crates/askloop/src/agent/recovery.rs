@@ -13,9 +13,10 @@ use chrono::Utc;
 use super::driver::{RunState, Start};
 use super::{Agent, AgentStream};
 use crate::error::RunError;
-use crate::store::{RunRecord, RunStatus, RunStore, StoreError};
+use crate::store::{ExpiredRuns, RunRecord, RunStatus, RunStore, StoreError};
 
-/// How many runs one look for expired leases reads.
+/// How many runs one read of expired leases returns; a look reads page
+/// after page until it has seen them all.
 const EXPIRED_PAGE: u32 = 500;
 
 impl Agent {
@@ -38,15 +39,37 @@ impl Agent {
     /// # });
     /// ```
     pub async fn recover_runs(&self) -> Result<Vec<AgentStream>, RunError> {
-        let now = Utc::now();
-        let expired = self.inner.store.expired(now, EXPIRED_PAGE).await?;
         let mut streams = Vec::new();
-        for run in expired.into_iter().filter(|run| run.agent_id == self.inner.id) {
-            if let Some(stream) = self.take_over(run).await? {
-                streams.push(stream);
+        let mut pages = ExpiredRuns::new(self.inner.store.as_ref(), Utc::now(), EXPIRED_PAGE);
+        while let Some(page) = pages.next_page().await? {
+            for run in page.into_iter().filter(|run| run.agent_id == self.inner.id) {
+                if let Some(stream) = self.take_over(run).await? {
+                    streams.push(stream);
+                }
             }
         }
         Ok(streams)
+    }
+
+    /// Takes over `run`, as a listing of expired runs read it (see
+    /// [`ExpiredRuns`]), if it is still at that version and stalled; `None`
+    /// when another process took it first or its owner renewed its lease.
+    /// For a host that reads the expired runs once for all its agents and
+    /// hands each to its agent; [`Agent::recover_runs`] does both for one
+    /// agent. A run of another agent is refused.
+    pub async fn recover_listed_run(&self, run: RunRecord) -> Result<Option<AgentStream>, RunError> {
+        if run.agent_id != self.inner.id {
+            return Err(RunError::InvalidInput(format!(
+                "run {} belongs to agent {}, not {}",
+                run.run_id, run.agent_id, self.inner.id
+            )));
+        }
+        // Only a run listed as running: a failed one is retried by
+        // `retry_run`, which checks why it failed.
+        if run.status != RunStatus::Running {
+            return Ok(None);
+        }
+        self.take_over(run).await
     }
 
     /// Takes over one run if its lease ran out (see [`Agent::recover_runs`]);

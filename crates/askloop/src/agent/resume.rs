@@ -14,7 +14,7 @@ use super::machine::{self, Decision, ResumeAction};
 use super::{Agent, AgentStream, ResumeOptions, stream};
 use crate::error::RunError;
 use crate::message::Message;
-use crate::store::{Author, RunRecord, RunStatus, StoreError};
+use crate::store::{Author, Resolution, RunRecord, RunStatus, RunUpdate, StoreError};
 
 /// How one try at taking a suspended run went wrong.
 enum Attempt {
@@ -245,7 +245,7 @@ impl Agent {
             RunState { record: run, messages },
             Arc::clone(&outbox),
         );
-        match driver.apply(action, author).await {
+        match driver.apply(action, Some(author)).await {
             Ok(applied) => Ok(AgentStream::new(run_id, outbox, driver.run(Start::Applied(applied)))),
             Err(ApplyFailed::Store(StoreError::Conflict { .. })) => Err(Attempt::Lost),
             Err(ApplyFailed::Store(err)) => Err(Attempt::Failed(err.into())),
@@ -256,7 +256,12 @@ impl Agent {
     }
 
     /// Claims the run, then lets the stream apply the decision (the tool
-    /// may have effects, so it runs only once the run is ours).
+    /// may have effects, so it runs only once the run is ours). When the
+    /// tool must not run twice, the claim also marks the call started and
+    /// records the decision (see [`machine::marks_start`]), in its one
+    /// compare-and-set: a process dying before the result is written then
+    /// leaves a call that recovery reports as interrupted, never one that
+    /// waits to be approved and run again.
     async fn resume_claimed(
         &self,
         run: RunRecord,
@@ -264,13 +269,47 @@ impl Agent {
         author: Author,
     ) -> Result<AgentStream, Attempt> {
         let lease = self.inner.new_lease();
-        let version = match self.inner.store.claim(&run.run_id, run.version, &lease).await {
-            Ok(version) => version,
+        let target = action.tool_call_id();
+        let rules = run
+            .pending
+            .iter()
+            .find(|p| p.tool_call_id == target)
+            .and_then(|p| self.inner.tools.get(&p.tool_name))
+            .map(|t| t.rules());
+        let mut record = run;
+        let claimed = if machine::marks_start(&action, rules) {
+            let pending = machine::mark_started(&record.pending, target, Utc::now());
+            let resolution = Resolution::now(Some(target), action.resolution_kind(), author);
+            let claim = RunUpdate {
+                run_id: &record.run_id,
+                expected_version: record.version,
+                status: RunStatus::Running,
+                pending: &pending,
+                step_results: &record.step_results,
+                append: &[],
+                steps: record.steps,
+                usage: record.usage,
+                error: None,
+                failure: None,
+                lease: Some(&lease),
+                resolution: Some(&resolution),
+            };
+            let claimed = self.inner.store.update(claim).await;
+            if claimed.is_ok() {
+                record.pending = pending;
+                record.resolutions.push(resolution);
+            }
+            claimed.map(|version| (version, None))
+        } else {
+            let claimed = self.inner.store.claim(&record.run_id, record.version, &lease).await;
+            claimed.map(|version| (version, Some(author)))
+        };
+        let (version, author) = match claimed {
+            Ok(claimed) => claimed,
             Err(StoreError::Conflict { .. }) => return Err(Attempt::Lost),
             Err(err) => return Err(Attempt::Failed(err.into())),
         };
-        let messages = self.conversation(&run).await.map_err(Attempt::Failed)?;
-        let mut record = run;
+        let messages = self.conversation(&record).await.map_err(Attempt::Failed)?;
         record.version = version;
         record.status = RunStatus::Running;
         record.lease = Some(lease);

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{
-    ChangeBroadcast, Lease, RunChange, RunChanges, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError,
+    ChangeBroadcast, Lease, RunChange, RunChanges, RunCursor, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,
+    StoreError,
 };
 use crate::message::Message;
 
@@ -137,12 +138,18 @@ impl RunStore for MemoryStore {
         Ok(())
     }
 
-    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+    async fn expired(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&RunCursor>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
         let runs = self.lock();
         let mut found: Vec<RunRecord> = runs
             .values()
             .map(|run| &run.record)
             .filter(|r| r.is_stalled(now))
+            .filter(|r| after.is_none_or(|after| after.precedes(r)))
             .cloned()
             .collect();
         found.sort_by(|a, b| a.updated_at.cmp(&b.updated_at).then_with(|| a.run_id.cmp(&b.run_id)));

@@ -118,6 +118,14 @@ pub struct PendingToolCall {
     /// then a question is resolved as expired and an approval as declined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<DateTime<Utc>>,
+    /// When its tool started running after an approval or an answer, for
+    /// a tool that must not run twice (see `Tool::idempotent`): stored with
+    /// the claim that takes the run, before the tool runs. A run whose
+    /// process died meanwhile has the call marked and no result; recovery
+    /// then tells the model it was interrupted instead of asking again and
+    /// running it twice. `None` while the call waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 impl PendingToolCall {
@@ -338,6 +346,91 @@ pub struct RunUpdate<'a> {
     pub resolution: Option<&'a Resolution>,
 }
 
+/// A place in a listing of runs ordered by last write: the last run read
+/// (its `updated_at`, then its id, to order runs written at the same
+/// microsecond). The next page starts after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCursor {
+    /// The run's last write.
+    pub updated_at: DateTime<Utc>,
+    /// The run's id.
+    pub run_id: String,
+}
+
+impl RunCursor {
+    /// The place just after `run`.
+    pub fn after(run: &RunRecord) -> RunCursor {
+        RunCursor {
+            updated_at: run.updated_at,
+            run_id: run.run_id.clone(),
+        }
+    }
+
+    /// Whether `run` comes after this place.
+    pub fn precedes(&self, run: &RunRecord) -> bool {
+        (run.updated_at, run.run_id.as_str()) > (self.updated_at, self.run_id.as_str())
+    }
+}
+
+/// Pages through every run whose lease ran out at one moment, a bounded
+/// page at a time (keyset paging on [`RunCursor`], so a page costs the same
+/// however far in it is, and runs taken over meanwhile are not skipped or
+/// read twice).
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use askloop::{ExpiredRuns, MemoryStore};
+/// let store = MemoryStore::new();
+/// let mut pages = ExpiredRuns::new(&store, chrono::Utc::now(), 500);
+/// while let Some(page) = pages.next_page().await.unwrap() {
+///     for run in page {
+///         println!("{} has no driver", run.run_id);
+///     }
+/// }
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct ExpiredRuns<'a> {
+    store: &'a dyn RunStore,
+    now: DateTime<Utc>,
+    page: u32,
+    after: Option<RunCursor>,
+    done: bool,
+}
+
+impl<'a> ExpiredRuns<'a> {
+    /// Runs of `store` whose lease ran out at `now`, `page` at a time (at
+    /// least one).
+    pub fn new(store: &'a dyn RunStore, now: DateTime<Utc>, page: u32) -> Self {
+        ExpiredRuns {
+            store,
+            now,
+            page: page.max(1),
+            after: None,
+            done: false,
+        }
+    }
+
+    /// The next page, or `None` once every page was read.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<RunRecord>>, StoreError> {
+        if self.done {
+            return Ok(None);
+        }
+        let runs = self.store.expired(self.now, self.after.as_ref(), self.page).await?;
+        self.done = runs.len() < self.page as usize;
+        match runs.last() {
+            Some(last) => {
+                self.after = Some(RunCursor::after(last));
+                Ok(Some(runs))
+            }
+            None => {
+                self.done = true;
+                Ok(None)
+            }
+        }
+    }
+}
+
 /// Which runs to list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunQuery {
@@ -541,8 +634,16 @@ pub trait RunStore: Send + Sync + fmt::Debug + 'static {
     async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError>;
 
     /// Running runs whose lease ran out at `now` (or that have none: stored
-    /// by a build without leases), oldest write first, at most `limit`.
-    async fn expired(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
+    /// by a build without leases), oldest write first (by `updated_at`,
+    /// then id), at most `limit`; with `after`, only those after it in that
+    /// order, so that a caller pages through them all (see
+    /// [`ExpiredRuns`]).
+    async fn expired(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&RunCursor>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError>;
 
     /// Takes a run nobody drives, to drive it under `lease`: a running run
     /// whose lease ran out at `now` (or that has none), or a failed run (to

@@ -22,8 +22,14 @@ use crate::tool::{ToolContext, ToolOutcome, ToolOutput, describe_errors};
 
 impl Driver {
     /// What the machine decides for each of a turn's calls, with its
-    /// tool's rules.
-    pub(super) fn plan_calls(&self, calls: &[ModelCall], recovering: bool) -> Vec<(CallPlan, ToolRules)> {
+    /// tool's rules. `started`: the calls a recovered run finds marked
+    /// started (see `machine::marks_start`).
+    pub(super) fn plan_calls(
+        &self,
+        calls: &[ModelCall],
+        recovering: bool,
+        started: &[String],
+    ) -> Vec<(CallPlan, ToolRules)> {
         let known: Vec<&str> = self.agent.specs.iter().map(|s| s.name.as_str()).collect();
         let mut seen: HashMap<&str, usize> = HashMap::new();
         calls
@@ -31,14 +37,11 @@ impl Driver {
             .map(|mc| {
                 let nth_of_tool = seen.entry(mc.call.name.as_str()).or_default();
                 *nth_of_tool += 1;
-                let tool = self.agent.tools.get(&mc.call.name).map(|t| {
-                    let rules = ToolRules {
-                        needs_approval: t.needs_approval,
-                        idempotent: t.tool.idempotent(),
-                        max_per_step: t.tool.max_calls_per_step(),
-                    };
-                    (rules, describe_errors(&t.validator, &mc.call.args))
-                });
+                let tool = self
+                    .agent
+                    .tools
+                    .get(&mc.call.name)
+                    .map(|t| (t.rules(), describe_errors(&t.validator, &mc.call.args)));
                 let rules = tool.as_ref().map(|(rules, _)| *rules).unwrap_or(ToolRules {
                     needs_approval: false,
                     idempotent: true,
@@ -49,6 +52,7 @@ impl Driver {
                     tool,
                     known_tools: &known,
                     recovering,
+                    started: started.contains(&mc.call.id),
                     nth_of_tool: *nth_of_tool,
                 };
                 (machine::plan_call(&mc.call, facts), rules)
@@ -70,6 +74,7 @@ impl Driver {
                     suspend_payload: None,
                     resume_schema: Some(approval_schema()),
                     expires_at: None,
+                    started_at: None,
                 })),
                 CallPlan::Execute => {
                     let span = tracing::info_span!("tool_call", tool_call_id = %call.id, tool = %call.name);
@@ -108,6 +113,7 @@ impl Driver {
                 resume_schema: tool.resume_schema_for(&payload),
                 suspend_payload: Some(payload),
                 expires_at: None,
+                started_at: None,
             })),
             Ok(Err(err)) => error_result(call, err.to_string()),
             Err(_) => error_result(call, format!("Tool {} crashed while running.", call.name)),

@@ -168,6 +168,14 @@ pub struct ServeArgs {
     /// lease ran out); such runs are taken over and continued. 0: never.
     #[arg(long, default_value_t = 15, value_name = "SECONDS")]
     pub recover_every: u64,
+    /// Seconds a client may take to send a request's headers; a slower
+    /// client's connection is closed (at least 1).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout: u64,
+    /// Seconds a request body may go without a byte; the request then gets
+    /// 408 (at least 1).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_timeout: u64,
 }
 
 #[derive(Debug, Args)]

@@ -63,6 +63,13 @@ pub enum ApiError {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// The request body stopped arriving: no byte for longer than the
+    /// server waits.
+    #[error("the request body stopped arriving: no byte came for {seconds} s; send the whole body at once")]
+    BodyTimeout {
+        /// The wait, in seconds.
+        seconds: u64,
+    },
     /// The store cannot report changes, so `/api/events` has nothing to
     /// send.
     #[error("this server's store cannot report run changes; read GET /api/runs again to see new questions")]
@@ -105,6 +112,7 @@ impl ApiError {
             ApiError::UnknownRoute { .. } => (StatusCode::NOT_FOUND, "unknown_route"),
             ApiError::MethodNotAllowed { .. } => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            ApiError::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::NoChangeFeed => (StatusCode::NOT_IMPLEMENTED, "no_change_feed"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::Run(err) => run_status(err),
@@ -120,6 +128,7 @@ fn run_status(err: &RunError) -> (StatusCode, &'static str) {
         RunError::Expired { .. } => (StatusCode::CONFLICT, "expired"),
         RunError::ToolCallNotPending { .. } => (StatusCode::CONFLICT, "tool_call_not_pending"),
         RunError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+        RunError::NotRetryable { .. } => (StatusCode::CONFLICT, "not_retryable"),
         RunError::AmbiguousResume { .. } => (StatusCode::BAD_REQUEST, "ambiguous_resume"),
         RunError::InvalidInput(_) => (StatusCode::BAD_REQUEST, "bad_request"),
         RunError::InvalidAnswer { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_answer"),

@@ -24,9 +24,25 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
             Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::BodyTooLarge {
                 limit: state.body_limit,
             }),
+            Err(rejection) if stopped_arriving(&rejection) => Err(ApiError::BodyTimeout {
+                seconds: state.body_read_timeout.as_secs(),
+            }),
             Err(rejection) => Err(rejection.into()),
         }
     }
+}
+
+/// Whether the body could not be read because it stopped arriving (the
+/// server's body read timeout, `TimeoutBody` in the router).
+fn stopped_arriving(rejection: &axum::extract::rejection::JsonRejection) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
+    while let Some(error) = source {
+        if error.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// A query string.

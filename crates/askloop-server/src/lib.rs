@@ -42,6 +42,7 @@
 
 mod agents;
 mod auth;
+mod connections;
 pub mod config;
 mod error;
 mod events;
@@ -62,13 +63,14 @@ use std::time::Duration;
 
 use askloop::{Agent, RunStore};
 use axum::Router;
+use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, Method, Request, header};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::timeout::TimeoutBody;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 pub use config::{AgentConfig, ConfigError, ModelSource, ServerConfig, ToolKind};
@@ -77,6 +79,14 @@ pub use error::ApiError;
 /// The default limit on request bodies: 1 MiB, far above any answer or
 /// prompt a person types, far below what would hurt the server.
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// How long a client may take to send a request's headers, by default
+/// (hyper's own default, which `axum::serve` leaves off): a slow-loris
+/// client is cut off after this long.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a request body may go without sending a byte, by default.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long open streams may run on after a shutdown signal, by default.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -105,6 +115,12 @@ pub struct ServerOptions {
     /// How often to look for runs whose driver stopped and take them over
     /// (at start, then at this interval); zero: never.
     pub recover_every: Duration,
+    /// How long a client may take to send a request's headers; the
+    /// connection is closed after that.
+    pub header_read_timeout: Duration,
+    /// How long a request body may go without a byte; the request then
+    /// fails with 408.
+    pub body_read_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -116,6 +132,8 @@ impl Default for ServerOptions {
             body_limit: DEFAULT_BODY_LIMIT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             recover_every: DEFAULT_RECOVER_EVERY,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
         }
     }
 }
@@ -129,6 +147,8 @@ impl fmt::Debug for ServerOptions {
             .field("body_limit", &self.body_limit)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("recover_every", &self.recover_every)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("body_read_timeout", &self.body_read_timeout)
             .finish()
     }
 }
@@ -167,6 +187,18 @@ impl ServerOptions {
     /// Sets how often stalled runs are looked for (zero: never).
     pub fn recover_every(mut self, every: Duration) -> Self {
         self.recover_every = every;
+        self
+    }
+
+    /// Sets how long a client may take to send a request's headers.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// Sets how long a request body may go without a byte.
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.body_read_timeout = timeout;
         self
     }
 }
@@ -209,6 +241,7 @@ pub(crate) struct AppState {
     pub(crate) runs: TaskTracker,
     pub(crate) token: Option<String>,
     pub(crate) body_limit: usize,
+    pub(crate) body_read_timeout: Duration,
     /// The store's run changes, for `GET /api/events`.
     pub(crate) events: events::RunEvents,
 }
@@ -261,6 +294,7 @@ impl Server {
 
     /// The routes, to serve yourself or to nest in a bigger application.
     pub fn router(&self) -> Result<Router, ServerError> {
+        let body_read_timeout = self.options.body_read_timeout;
         let state = Arc::new(AppState {
             by_id: self
                 .agents
@@ -273,6 +307,7 @@ impl Server {
             runs: self.runs.clone(),
             token: self.options.token.clone(),
             body_limit: self.options.body_limit,
+            body_read_timeout: self.options.body_read_timeout,
             events: events::RunEvents::default(),
         });
         let api = Router::new()
@@ -287,6 +322,7 @@ impl Server {
             .route("/runs", get(runs::list))
             .route("/runs/{run_id}", get(runs::get))
             .route("/runs/{run_id}/cancel", post(runs::cancel))
+            .route("/runs/{run_id}/retry", post(runs::retry))
             .route("/events", get(events::stream))
             .route_layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&state),
@@ -312,6 +348,9 @@ impl Server {
             .fallback(unknown_route)
             .method_not_allowed_fallback(wrong_method)
             .layer(DefaultBodyLimit::max(self.options.body_limit))
+            .layer(axum::middleware::map_request(move |request: Request<Body>| async move {
+                request.map(|body| Body::new(TimeoutBody::new(body_read_timeout, body)))
+            }))
             .layer(
                 TraceLayer::new_for_http()
                     .make_span_with(|request: &Request<_>| {
@@ -342,14 +381,6 @@ impl Server {
         let router = self.router()?;
         let grace = self.options.shutdown_grace;
         let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
-        // Streams are many small writes (one SSE frame per chunk): without
-        // TCP_NODELAY, Nagle's algorithm holds a frame back until the client's
-        // delayed ACK, about 40 ms per stream (measured by `askloop-bench http`).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(err) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %err, "cannot set TCP_NODELAY on a connection");
-            }
-        });
         if !self.options.recover_every.is_zero() {
             tokio::spawn(recovery::take_over_stalled_runs(
                 self.agents.clone(),
@@ -359,13 +390,13 @@ impl Server {
                 stopping.clone(),
             ));
         }
-        let graceful = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let graceful = connections::serve(listener, router, self.options.header_read_timeout, async move {
             shutdown.await;
             tracing::info!("shutting down: no new connections; open streams may finish");
             let _ = stopping_tx.send(true);
         });
         tokio::select! {
-            served = graceful => served?,
+            () = graceful => {}
             _ = async {
                 let _ = stopping.wait_for(|s| *s).await;
                 tokio::time::sleep(grace).await;

@@ -188,6 +188,24 @@ pub(crate) async fn cancel(
     }))
 }
 
+/// `POST /api/runs/{runId}/retry`: continues a run that failed for a
+/// reason trying again may fix (the model unreachable, rate limited,
+/// overloaded or cut off mid-stream, the database busy) from its last stored
+/// step, and streams it as `resume-stream` does. Stored answers are not
+/// asked again, stored tool results not run again. A run that did not fail,
+/// or failed for good (a refused request, the step limit), is 409
+/// `not_retryable` with the reason.
+pub(crate) async fn retry(
+    State(state): State<Arc<AppState>>,
+    ApiPath(run_id): ApiPath<String>,
+) -> Result<Response, ApiError> {
+    let run = load(&state, &run_id).await?;
+    let agent = state.agent(&run.agent_id)?;
+    let stream = agent.retry_run(&run_id).await?;
+    let span = tracing::info_span!("run", agent_id = %run.agent_id, run_id = %run_id, tool_call_id = "");
+    Ok(crate::sse::respond(&state, stream, span))
+}
+
 async fn load(state: &AppState, run_id: &str) -> Result<RunRecord, ApiError> {
     state.store.get(run_id).await?.ok_or_else(|| ApiError::UnknownRun {
         run_id: run_id.to_owned(),

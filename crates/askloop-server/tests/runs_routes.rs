@@ -306,3 +306,59 @@ async fn without_a_token_the_server_refuses_to_listen_beyond_loopback_unless_all
         .options(ServerOptions::default().token(Some("t".into())));
     assert!(with_token.check_exposure(public).is_ok());
 }
+
+/// An `assistant` whose model is the fake OpenAI server, with no retries
+/// of its own, so one failing request fails the run.
+fn assistant_on(server: &askloop_testkit::FakeServer, store: &std::sync::Arc<dyn askloop::RunStore>) -> askloop::Agent {
+    let base = server.openai_base_url();
+    let env = move |name: &str| match name {
+        "OPENAI_API_KEY" => Some("sk-test".to_owned()),
+        "OPENAI_BASE_URL" => Some(base.clone()),
+        _ => None,
+    };
+    let http = askloop_providers::HttpConfig {
+        retry: askloop_providers::RetryPolicy {
+            max_retries: 0,
+            ..askloop_providers::RetryPolicy::default()
+        },
+        ..askloop_providers::HttpConfig::default()
+    };
+    let model = askloop_providers::from_spec_with("openai/gpt-4o-mini", env, http).unwrap();
+    askloop::Agent::builder("assistant")
+        .model(model)
+        .tool(askloop::AskUser::new())
+        .store(std::sync::Arc::clone(store))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn retry_continues_a_run_failed_by_a_provider_error_and_refuses_one_that_did_not_fail() {
+    let fake = askloop_testkit::FakeServer::builder()
+        .fail_request(1, askloop_testkit::FakeError::new(503, "The engine is currently overloaded"))
+        .responder(askloop_testkit::workload::deploy_responder())
+        .start()
+        .await
+        .unwrap();
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant_on(&fake, &store)], store).await;
+    let failed = server
+        .post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT, "runId": "r1"}))
+        .await;
+    assert!(failed.types().contains(&"error".to_owned()), "{:?}", failed.types());
+    assert_eq!(stored_run(&server, "r1").await["status"], "failed");
+
+    let retried = server.post_sse("/api/runs/r1/retry", json!({})).await;
+    assert_eq!(retried.status, 200, "{}", retried.body);
+    let question = retried.first("tool-call-suspended");
+    assert_eq!(question["runId"], "r1");
+    assert_eq!(stored_run(&server, "r1").await["status"], "suspended");
+
+    // Suspended, not failed: nothing to retry.
+    let (status, error) = error_of(server.post("/api/runs/r1/retry", json!({})).await).await;
+    assert_eq!(status, 409);
+    assert_eq!(error["code"], "not_retryable");
+    assert!(error["message"].as_str().unwrap().contains("suspended"), "{error}");
+    let (status, _) = error_of(server.post("/api/runs/nope/retry", json!({})).await).await;
+    assert_eq!(status, 404);
+}

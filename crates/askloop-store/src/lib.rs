@@ -39,6 +39,7 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod columns;
 mod location;
 mod postgres;
 mod row;

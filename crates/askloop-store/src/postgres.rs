@@ -93,12 +93,27 @@ impl PostgresStore {
             }
         };
         let migrated = schema::migrate(&mut setup, &placed.schema).await;
+        let present = match migrated {
+            Ok(()) => Some(schema::columns(&mut setup, &placed.schema).await),
+            Err(_) => None,
+        };
         let _ = setup.close().await;
         if let Err(err) = migrated {
             return Err(match err {
                 Ok(err) => limits.failure(&format!("preparing schema {}", placed.schema), err),
                 Err(err) => limits.migration_failure(&placed.schema, err),
             });
+        }
+        if let Some(present) = present {
+            let present = present.map_err(|e| limits.failure("reading the columns of askloop's tables", e))?;
+            let missing = crate::columns::missing(&present);
+            if !missing.is_empty() {
+                return Err(StoreError::Unusable {
+                    location: format!("{shown} (schema {})", placed.schema),
+                    fault: askloop::DatabaseFault::NotADatabase,
+                    detail: crate::columns::refusal(&missing, &format!("{}._sqlx_migrations", placed.schema)),
+                });
+            }
         }
         let mut settings = vec![("search_path", quoted(&placed.schema))];
         if let Some(timeout) = limits.lock_timeout {

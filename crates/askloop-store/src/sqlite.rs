@@ -222,7 +222,10 @@ impl SqliteStore {
             OpenError::new(racy, err)
         };
         if options.read_only {
-            return Self::connect_read_only(path.clone(), options).map_err(cannot_open);
+            let store = Self::connect_read_only(path.clone(), options.clone()).map_err(cannot_open)?;
+            let reader = connection::open(&path, Role::ReadOnly, &options).map_err(cannot_open)?;
+            check_columns(&path, &reader, cannot_open)?;
+            return Ok(store);
         }
         let mut writer = connection::open(&path, Role::Writer, &options).map_err(cannot_open)?;
         let mode = connection::switch_to_wal(&writer).map_err(cannot_open)?;
@@ -242,6 +245,7 @@ impl SqliteStore {
             let err = fault::from_sqlite(&path, &e).unwrap_or_else(|| StoreError::backend(MigrationFailed(e)));
             return Err(OpenError::new(racy, err));
         }
+        check_columns(&path, &writer, cannot_open)?;
         // One read connection now: a file that cannot be read fails here,
         // not at the first read.
         let reader = connection::open(&path, Role::Reader, &options).map_err(cannot_open)?;
@@ -364,6 +368,25 @@ impl SqliteStore {
         }
         result
     }
+}
+
+/// Refuses a file whose tables lack a column askloop needs, though its
+/// `user_version` says they are current (see `columns.rs`).
+fn check_columns(
+    path: &Path,
+    conn: &rusqlite::Connection,
+    cannot_open: impl Fn(rusqlite::Error) -> OpenError,
+) -> Result<(), OpenError> {
+    let present = connection::columns(conn).map_err(cannot_open)?;
+    let missing = crate::columns::missing(&present);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(OpenError::Fatal(fault::unusable(
+        path,
+        DatabaseFault::NotADatabase,
+        crate::columns::refusal(&missing, "the file's user_version"),
+    )))
 }
 
 enum OpenError {

@@ -9,7 +9,8 @@
 //! ([`FakeServerBuilder::fail_request`]). A [`FakeTurn`] can stream every
 //! quirk real servers have (whole tool calls in one chunk, no ids, a finish
 //! reason in the same chunk, error events mid-stream, dropped connections,
-//! delays). A request without `stream: true` gets the same turn as one JSON
+//! delays). A [`FaultSchedule`] injects provider faults into every `n`th
+//! answer (429, 500, 529, a cut stream, a stall). A request without `stream: true` gets the same turn as one JSON
 //! body (`chat.completion` / `message`), for clients that do not stream.
 //!
 //! [`mastra`] reads recorded traffic of a real Mastra server and checks a
@@ -33,12 +34,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod faults;
 pub mod mastra;
 mod response;
 mod server;
 mod wire;
 pub mod workload;
 
+pub use faults::{Fault, FaultSchedule};
 pub use response::{FakeError, FakeResponse, FakeToolCall, FakeTurn, Finish, split_even};
 pub use server::{FakeServer, FakeServerBuilder, RecordedRequest, Responder};
 pub use wire::WireFormat;

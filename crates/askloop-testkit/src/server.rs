@@ -23,6 +23,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::faults::FaultSchedule;
 use crate::response::{FakeError, FakeResponse};
 use crate::wire::{self, RequestInfo, WireFormat};
 
@@ -76,6 +77,7 @@ pub struct FakeServerBuilder {
     overrides: HashMap<usize, FakeResponse>,
     responder: Option<Responder>,
     record: bool,
+    faults: Option<Arc<FaultSchedule>>,
 }
 
 impl fmt::Debug for FakeServerBuilder {
@@ -86,6 +88,7 @@ impl fmt::Debug for FakeServerBuilder {
             .field("overrides", &self.overrides.keys().collect::<Vec<_>>())
             .field("responder", &self.responder.is_some())
             .field("record", &self.record)
+            .field("faults", &self.faults)
             .finish()
     }
 }
@@ -117,6 +120,14 @@ impl FakeServerBuilder {
         self
     }
 
+    /// Injects faults on this schedule (e.g. every third request a 429, a
+    /// 500, a 529, a cut stream or a stall, in turn) into whatever the
+    /// request would have got; [`FakeServer::faults_injected`] counts them.
+    pub fn faults(mut self, schedule: FaultSchedule) -> Self {
+        self.faults = Some(Arc::new(schedule));
+        self
+    }
+
     /// Whether requests are recorded (default yes). A benchmark turns it off:
     /// a long run's bodies grow with the conversation.
     pub fn record_requests(mut self, record: bool) -> Self {
@@ -136,6 +147,7 @@ impl FakeServerBuilder {
             count: AtomicUsize::new(0),
             requests: Mutex::new(Vec::new()),
             open_streams: Arc::new(AtomicUsize::new(0)),
+            faults: self.faults,
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
@@ -165,6 +177,7 @@ struct Shared {
     count: AtomicUsize,
     requests: Mutex<Vec<RecordedRequest>>,
     open_streams: Arc<AtomicUsize>,
+    faults: Option<Arc<FaultSchedule>>,
 }
 
 /// A lock that survives a panicking test thread.
@@ -201,6 +214,7 @@ impl FakeServer {
             overrides: HashMap::new(),
             responder: None,
             record: true,
+            faults: None,
         }
     }
 
@@ -245,6 +259,12 @@ impl FakeServer {
     /// counting when it is sent whole or when the client goes away.
     pub fn open_streams(&self) -> usize {
         self.shared.open_streams.load(Ordering::SeqCst)
+    }
+
+    /// How many of each fault of its schedule ([`FakeServerBuilder::faults`])
+    /// were injected so far; empty without one.
+    pub fn faults_injected(&self) -> Vec<(crate::Fault, usize)> {
+        self.shared.faults.as_ref().map(|s| s.injected()).unwrap_or_default()
     }
 
     /// The requests received so far (empty when recording is off).
@@ -336,7 +356,10 @@ async fn answer(
     let Ok(request) = json else {
         return error_response(format, &FakeError::new(400, "the request body is not JSON"));
     };
-    let response = next_response(shared, number, &request);
+    let mut response = next_response(shared, number, &request);
+    if let Some(faults) = &shared.faults {
+        response = faults.inject(number, format, response);
+    }
     let info = RequestInfo {
         number,
         model: request

@@ -34,7 +34,9 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .cors_origins(args.cors_origin)
         .body_limit(args.max_body_bytes)
         .shutdown_grace(Duration::from_secs(args.shutdown_grace))
-        .recover_every(Duration::from_secs(args.recover_every));
+        .recover_every(Duration::from_secs(args.recover_every))
+        .header_read_timeout(Duration::from_secs(args.header_timeout))
+        .body_read_timeout(Duration::from_secs(args.body_timeout));
     let ids: Vec<String> = agents.iter().map(|a| a.id().to_owned()).collect();
     let server = Server::new(agents, store)
         .map_err(|err| CliError::usage(err.to_string()))?

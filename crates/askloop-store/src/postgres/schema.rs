@@ -106,6 +106,17 @@ pub(crate) async fn place(conn: &mut PgConnection, requested: Requested) -> Resu
     })
 }
 
+/// The columns of askloop's tables in `schema`: (table, column).
+pub(crate) async fn columns(conn: &mut PgConnection, schema: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT table_name::text, column_name::text FROM information_schema.columns \
+         WHERE table_schema = $1 AND table_name IN ('runs', 'messages')",
+    )
+    .bind(schema)
+    .fetch_all(conn)
+    .await
+}
+
 /// Creates the schema if it is missing and applies the migrations there, on
 /// a connection of its own: migrations may take longer than statements are
 /// allowed to, and wait for servers starting together (sqlx holds an

@@ -117,6 +117,17 @@ pub(crate) fn has_tables(conn: &Connection) -> rusqlite::Result<bool> {
     )
 }
 
+/// The columns of askloop's tables as the file has them: (table, column).
+pub(crate) fn columns(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut statement = conn.prepare(
+        "SELECT m.name, p.name FROM sqlite_master AS m, pragma_table_info(m.name) AS p \
+         WHERE m.type = 'table' AND m.name IN ('runs', 'messages')",
+    )?;
+    statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect()
+}
+
 /// Brings the tables up to date: applies, in one `BEGIN IMMEDIATE`
 /// transaction, the migrations the file has not seen. The file's level is
 /// SQLite's `user_version`; two processes migrating one new file at once

@@ -29,7 +29,7 @@ pub(crate) async fn take_over_stalled_runs(
 ) {
     loop {
         for agent in &agents {
-            match agent.recover_runs().await {
+            match agent.recover_runs_by(Author::via(Interface::Server)).await {
                 Ok(streams) => {
                     for stream in streams {
                         let run_id = stream.run_id().to_owned();

@@ -27,9 +27,11 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
     })?;
     let Configured { config, agents, store } = configured_agents(ctx, args.config.as_deref(), &args.model).await?;
     let token = std::env::var("ASKLOOP_API_TOKEN").ok().filter(|t| !t.is_empty());
-    let protected = token.is_some();
+    let protected = token.is_some() || !config.tokens.is_empty();
     let options = ServerOptions::default()
         .token(token)
+        .tokens(config.tokens.clone())
+        .author_header(config.author_header.clone())
         .allow_unauthenticated(args.allow_unauthenticated)
         .cors_origins(args.cors_origin)
         .body_limit(args.max_body_bytes)
@@ -92,6 +94,9 @@ pub(super) async fn configured_agents(
         Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
         None => ServerConfig::default_agent(),
     };
+    for warning in &config.warnings {
+        errln!("askloop: warning: {warning}");
+    }
     let choice = setup::choose_model(model)?;
     let store = setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?;
     let uses_default = config

@@ -267,3 +267,65 @@ async fn tokens_sharing_a_name_or_naming_an_agent_not_served_are_refused_at_star
     let err = elsewhere.router().unwrap_err().to_string();
     assert!(err.contains("bot") && err.contains("nobody"), "{err}");
 }
+
+/// An MCP client that answers every question with `staging`.
+#[derive(Clone)]
+struct McpPerson;
+
+impl rmcp::ClientHandler for McpPerson {
+    async fn create_elicitation(
+        &self,
+        _request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        Ok(rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+            .with_content(json!({"answer": "staging"})))
+    }
+
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut info = rmcp::model::ClientConfig::default();
+        info.capabilities = serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap();
+        info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
+        info.client_info = rmcp::model::Implementation::new("some-mcp-client", "1.0");
+        info
+    }
+}
+
+#[tokio::test]
+async fn over_mcp_the_tokens_name_is_the_author_and_its_agent_rights_apply() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let server = start().await;
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(server.url("/mcp")).auth_header(SUPPORT),
+    );
+    let client = McpPerson.serve(transport).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["ask_assistant"], "a limited token sees its agents' tools only");
+
+    let mut call = rmcp::model::CallToolRequestParams::new("ask_approver");
+    call.arguments = json!({"message": PROMPT}).as_object().cloned();
+    let refused = client.peer().call_tool(call).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("support-bot") && refused.contains("approver"),
+        "{refused}"
+    );
+
+    let mut call = rmcp::model::CallToolRequestParams::new("ask_assistant");
+    call.arguments = json!({"message": PROMPT}).as_object().cloned();
+    let result = client.peer().call_tool(call).await.unwrap();
+    let structured = result.structured_content.clone().unwrap();
+    assert_eq!(structured["status"], "completed", "{result:?}");
+    let stored = run_of(&server, structured["runId"].as_str().unwrap()).await;
+    let resolution = only_resolution(&stored);
+    assert_eq!(resolution["kind"], "answered");
+    assert_eq!(resolution["via"], "mcp");
+    assert_eq!(resolution["by"], "support-bot", "the token's name wins over the client's");
+    let _ = client.cancel().await;
+
+    let runs: Value = get(&server, ALICE, "/api/runs?agentId=approver").await.json().await.unwrap();
+    assert_eq!(runs["runs"], json!([]), "the refused call started no run");
+}

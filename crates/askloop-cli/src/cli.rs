@@ -229,10 +229,18 @@ pub enum RunsCommand {
     },
     /// Resolve every question and approval whose time limit passed (the model
     /// is told no answer came; an approval is declined) and continue those runs.
+    /// Runs that `askloop serve` started are continued with the agents of its
+    /// configuration file.
     Expire {
         /// Print every chunk as one JSON object per line.
         #[arg(long)]
         json: bool,
+        /// The configuration file of the server whose runs these are (default:
+        /// ./askloop.toml if it exists, else the default agent).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        model: ModelArgs,
     },
     /// Show one run: status, pending questions, conversation.
     Show {

@@ -213,16 +213,44 @@ pub async fn recover(ctx: &Context, json: bool) -> Result<Done, CliError> {
 /// `askloop runs expire`: every question and approval whose time limit
 /// passed, resolved (a question tells the model no answer came, an approval
 /// is declined), and each run that can go on driven to its next stop.
-pub async fn expire(ctx: &Context, json: bool) -> Result<Done, CliError> {
+pub async fn expire(
+    ctx: &Context,
+    config: Option<&std::path::Path>,
+    model: &crate::cli::ModelArgs,
+    json: bool,
+) -> Result<Done, CliError> {
     let store = ctx.store(Access::Existing).await?;
     let expiring = store.expiring(chrono::Utc::now(), 1000).await?;
     if expiring.is_empty() {
         errln!("No expired questions.");
         return Ok(Done::Ok);
     }
+    // The server's agents, built once and only if a run needs them.
+    let mut served: Option<Vec<Agent>> = None;
     let mut worst = Done::Ok;
     for run in expiring {
-        let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
+        let agent = if RunOrigin::of_run(&run).is_ok() {
+            agent_for(ctx, &run.run_id, None).await?.0
+        } else {
+            if served.is_none() {
+                served = Some(super::serve::agents_on(&store, config, model).await?.1);
+            }
+            let agents = served.as_deref().unwrap_or_default();
+            match agents.iter().find(|a| a.id() == run.agent_id) {
+                Some(agent) => agent.clone(),
+                None => {
+                    let ids: Vec<&str> = agents.iter().map(Agent::id).collect();
+                    errln!(
+                        "Run {} is of agent {}, which the configuration does not have (it has: {}); pass the server's --config.",
+                        run.run_id,
+                        run.agent_id,
+                        ids.join(", ")
+                    );
+                    worst = Done::RunFailed;
+                    continue;
+                }
+            }
+        };
         let streams = agent.expire_run(&run.run_id, cli_author()).await?;
         errln!("Expired the overdue questions of run {}.", run.run_id);
         for stream in streams {

@@ -45,7 +45,9 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
         Command::Runs(args) => match args.show {
             Some(RunsCommand::Show { run_id, json }) => runs::show(&ctx, &run_id, json).await,
             Some(RunsCommand::Recover { json }) => decide::recover(&ctx, json).await,
-            Some(RunsCommand::Expire { json }) => decide::expire(&ctx, json).await,
+            Some(RunsCommand::Expire { json, config, model }) => {
+                decide::expire(&ctx, config.as_deref(), &model, json).await
+            }
             None => runs::list(&ctx, args.status.as_deref(), args.limit, args.json).await,
         },
         Command::Retry { run_id, model, json } => decide::retry(&ctx, &run_id, model.as_deref(), json).await,

@@ -90,6 +90,19 @@ pub(super) async fn configured_agents(
     config: Option<&Path>,
     model: &ModelArgs,
 ) -> Result<Configured, CliError> {
+    let store = setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?;
+    let (config, agents) = agents_on(&store, config, model).await?;
+    Ok(Configured { config, agents, store })
+}
+
+/// The agents of the configuration file (as [`configured_agents`] finds
+/// it) built on `store`: the agents `askloop serve` would serve, for the
+/// commands that act on its runs without a server.
+pub(super) async fn agents_on(
+    store: &Arc<dyn RunStore>,
+    config: Option<&Path>,
+    model: &ModelArgs,
+) -> Result<(ServerConfig, Vec<Agent>), CliError> {
     let config = match config_path(config) {
         Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
         None => ServerConfig::default_agent(),
@@ -98,13 +111,12 @@ pub(super) async fn configured_agents(
         errln!("askloop: warning: {warning}");
     }
     let choice = setup::choose_model(model)?;
-    let store = setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?;
     let uses_default = config
         .agents
         .iter()
         .any(|a| a.model == askloop_server::ModelSource::Default);
     let agents = config
-        .build_agents_with_mcp(&store, &|| {
+        .build_agents_with_mcp(store, &|| {
             setup::make_model(&choice, false).map_err(|err| err.to_string())
         })
         .await
@@ -112,7 +124,7 @@ pub(super) async fn configured_agents(
     if uses_default {
         announce(&choice);
     }
-    Ok(Configured { config, agents, store })
+    Ok((config, agents))
 }
 
 /// What [`configured_agents`] started from and built.

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Env, Serving, SUSPENDED, code, stderr};
+use common::{Env, SUSPENDED, Serving, code, stderr};
 
 const SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?"}}]},

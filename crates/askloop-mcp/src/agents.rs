@@ -212,7 +212,8 @@ impl AgentTools {
                         agent
                             .resume_stream(
                                 serde_json::to_value(ElicitationAnswer::Decline).unwrap_or(Value::Null),
-                                ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()).by(author.clone()),
+                                ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone())
+                                    .by(author.clone()),
                             )
                             .await
                     }

@@ -152,15 +152,7 @@ pub(crate) async fn approve(
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
     let call = request.tool_call_id.as_deref();
-    decide(
-        &state,
-        &caller,
-        &agent_id,
-        &request.run_id,
-        call,
-        Decision::Approve,
-    )
-    .await
+    decide(&state, &caller, &agent_id, &request.run_id, call, Decision::Approve).await
 }
 
 /// `POST /api/agents/{agentId}/decline-tool-call`.

@@ -257,10 +257,14 @@ mod tests {
     #[test]
     fn each_token_is_known_by_its_name_and_a_wrong_or_missing_one_is_refused() {
         let access = access();
-        let alice = access.identify(&headers(&[("authorization", "Bearer secret-a")])).unwrap();
+        let alice = access
+            .identify(&headers(&[("authorization", "Bearer secret-a")]))
+            .unwrap();
         assert_eq!(alice.author(), Author::named(Interface::Http, "alice"));
         assert!(alice.may_act_for("anything"));
-        let bot = access.identify(&headers(&[("authorization", "Bearer secret-b")])).unwrap();
+        let bot = access
+            .identify(&headers(&[("authorization", "Bearer secret-b")]))
+            .unwrap();
         assert_eq!(bot.author(), Author::named(Interface::Http, "bot"));
         assert!(bot.may_act_for("support") && !bot.may_act_for("deployer"));
         for wrong in [
@@ -285,7 +289,10 @@ mod tests {
         assert_eq!(caller.author(), Author::named(Interface::Page, "carol"));
         assert!(!caller.may_act_for("deployer"), "the rights stay the token's");
         let empty = access
-            .identify(&headers(&[("authorization", "Bearer secret-a"), ("x-forwarded-user", " ")]))
+            .identify(&headers(&[
+                ("authorization", "Bearer secret-a"),
+                ("x-forwarded-user", " "),
+            ]))
             .unwrap();
         assert_eq!(empty.author(), Author::named(Interface::Http, "alice"));
     }
@@ -300,10 +307,15 @@ mod tests {
     #[test]
     fn a_limited_token_is_refused_naming_the_token_and_the_agent() {
         let access = access();
-        let bot = access.identify(&headers(&[("authorization", "Bearer secret-b")])).unwrap();
+        let bot = access
+            .identify(&headers(&[("authorization", "Bearer secret-b")]))
+            .unwrap();
         let err = bot.check("deployer").unwrap_err();
         assert_eq!(err.status_and_code().1, "forbidden");
         let message = err.to_string();
-        assert!(message.contains("bot") && message.contains("deployer") && message.contains("support"), "{message}");
+        assert!(
+            message.contains("bot") && message.contains("deployer") && message.contains("support"),
+            "{message}"
+        );
     }
 }

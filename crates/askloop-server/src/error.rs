@@ -23,7 +23,9 @@ pub enum ApiError {
     #[error("{0}")]
     BadRequest(String),
     /// `Authorization: Bearer <token>` is missing or wrong.
-    #[error("this server needs `Authorization: Bearer <token>` with one of its tokens (ASKLOOP_API_TOKEN, or a [[tokens]] entry of askloop.toml)")]
+    #[error(
+        "this server needs `Authorization: Bearer <token>` with one of its tokens (ASKLOOP_API_TOKEN, or a [[tokens]] entry of askloop.toml)"
+    )]
     Unauthorized,
     /// The token may not act for this agent (it is limited to others).
     #[error("the token {token:?} may not act for agent {agent_id}; it may act for: {}", allowed.join(", "))]

@@ -35,7 +35,13 @@ fn post(server: &TestServer, token: &str, path: &str, body: Value) -> reqwest::R
 }
 
 async fn get(server: &TestServer, token: &str, path: &str) -> reqwest::Response {
-    server.client.get(server.url(path)).bearer_auth(token).send().await.unwrap()
+    server
+        .client
+        .get(server.url(path))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
 }
 
 /// Starts a run of `agent` with `token` and returns its run id and the id of
@@ -90,8 +96,20 @@ async fn answers_with_two_named_tokens_are_recorded_under_each_tokens_name() {
     let (run_c, _) = suspended(&server, ALICE, "assistant").await;
 
     let resume = |run: &str, call: &str| json!({"runId": run, "toolCallId": call, "resumeData": "staging"});
-    answer(post(&server, ALICE, "/api/agents/assistant/resume-stream", resume(&run_a, &call_a))).await;
-    answer(post(&server, BOB, "/api/agents/assistant/resume-stream", resume(&run_b, &call_b))).await;
+    answer(post(
+        &server,
+        ALICE,
+        "/api/agents/assistant/resume-stream",
+        resume(&run_a, &call_a),
+    ))
+    .await;
+    answer(post(
+        &server,
+        BOB,
+        "/api/agents/assistant/resume-stream",
+        resume(&run_b, &call_b),
+    ))
+    .await;
     let cancelled = post(&server, DEFAULT, &format!("/api/runs/{run_c}/cancel"), json!({}))
         .send()
         .await
@@ -149,7 +167,10 @@ async fn on_the_page_behind_a_proxy_the_header_names_the_author_and_the_interfac
     let resolution = only_resolution(&stored);
     assert_eq!(resolution["kind"], "approved");
     assert_eq!(resolution["via"], "page");
-    assert_eq!(resolution["by"], "carol", "the proxy's header wins over the token's name");
+    assert_eq!(
+        resolution["by"], "carol",
+        "the proxy's header wins over the token's name"
+    );
 }
 
 #[tokio::test]
@@ -201,7 +222,10 @@ async fn a_token_limited_to_one_agent_gets_403_on_every_route_of_another_and_not
 
     let after = run_of(&server, &run_id).await;
     assert_eq!(after["status"], "suspended");
-    assert_eq!(after["version"], before["version"], "the refused requests wrote nothing");
+    assert_eq!(
+        after["version"], before["version"],
+        "the refused requests wrote nothing"
+    );
     assert_eq!(after["resolutions"], json!([]));
     let runs_after = get(&server, ALICE, "/api/runs").await.json::<Value>().await.unwrap()["runs"]
         .as_array()
@@ -254,16 +278,14 @@ async fn an_unknown_token_is_401_and_the_author_header_alone_opens_nothing() {
 async fn tokens_sharing_a_name_or_naming_an_agent_not_served_are_refused_at_start() {
     let store = memory_store();
     let server = askloop_server::Server::new(vec![assistant(&store)], store.clone()).unwrap();
-    let twice = server.options(
-        ServerOptions::default().tokens(vec![ApiToken::new("alice", "one"), ApiToken::new("alice", "two")]),
-    );
+    let twice = server
+        .options(ServerOptions::default().tokens(vec![ApiToken::new("alice", "one"), ApiToken::new("alice", "two")]));
     let err = twice.router().unwrap_err().to_string();
     assert!(err.contains("alice") && err.contains("name"), "{err}");
 
     let server = askloop_server::Server::new(vec![assistant(&store)], store).unwrap();
-    let elsewhere = server.options(
-        ServerOptions::default().tokens(vec![ApiToken::new("bot", "one").only_agents(vec!["nobody".into()])]),
-    );
+    let elsewhere = server
+        .options(ServerOptions::default().tokens(vec![ApiToken::new("bot", "one").only_agents(vec!["nobody".into()])]));
     let err = elsewhere.router().unwrap_err().to_string();
     assert!(err.contains("bot") && err.contains("nobody"), "{err}");
 }
@@ -323,9 +345,16 @@ async fn over_mcp_the_tokens_name_is_the_author_and_its_agent_rights_apply() {
     let resolution = only_resolution(&stored);
     assert_eq!(resolution["kind"], "answered");
     assert_eq!(resolution["via"], "mcp");
-    assert_eq!(resolution["by"], "support-bot", "the token's name wins over the client's");
+    assert_eq!(
+        resolution["by"], "support-bot",
+        "the token's name wins over the client's"
+    );
     let _ = client.cancel().await;
 
-    let runs: Value = get(&server, ALICE, "/api/runs?agentId=approver").await.json().await.unwrap();
+    let runs: Value = get(&server, ALICE, "/api/runs?agentId=approver")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(runs["runs"], json!([]), "the refused call started no run");
 }

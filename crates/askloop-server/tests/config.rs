@@ -450,7 +450,9 @@ fn token_and_time_limit_mistakes_are_one_error_naming_the_file_the_key_and_the_p
             "another token is named \"alice\"",
         ),
         (
-            format!("[[tokens]]\nname = \"bot\"\ntoken_env = \"ALICE_TOKEN\"\nagents = [\"support\", \"billing\"]\n{agents}"),
+            format!(
+                "[[tokens]]\nname = \"bot\"\ntoken_env = \"ALICE_TOKEN\"\nagents = [\"support\", \"billing\"]\n{agents}"
+            ),
             "tokens[0].agents[1]",
             "unknown agent \"billing\"; agents in this file: deployer, support",
         ),

@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use askloop::{
-    Agent, AgentStream, AskUser, Author, Interface, ResolutionKind, ChunkKind, FunctionTool, MemoryStore, Message, Model, ModelError, ModelRequest,
-    ModelStream, ResumeOptions, RunError, RunFailure, RunStatus, RunStore, ScriptedModel, ToolContent, ToolOutput,
+    Agent, AgentStream, AskUser, Author, ChunkKind, FunctionTool, Interface, MemoryStore, Message, Model, ModelError,
+    ModelRequest, ModelStream, ResolutionKind, ResumeOptions, RunError, RunFailure, RunStatus, RunStore, ScriptedModel,
+    ToolContent, ToolOutput,
 };
 use async_trait::async_trait;
 use chrono::Utc;

@@ -341,7 +341,9 @@ impl RunStore for GateAtClaim {
         now: DateTime<Utc>,
         resolution: Option<&askloop::Resolution>,
     ) -> Result<i64, StoreError> {
-        self.inner.reclaim(run_id, expected_version, lease, now, resolution).await
+        self.inner
+            .reclaim(run_id, expected_version, lease, now, resolution)
+            .await
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {

@@ -156,7 +156,10 @@ pub async fn reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_
     );
 
     let waiting = suspended_run(s.store.as_ref(), "waiting", "agent-1", base_time()).await;
-    expect_conflict(s.store.reclaim("waiting", waiting, &new_owner, now, None).await, "waiting");
+    expect_conflict(
+        s.store.reclaim("waiting", waiting, &new_owner, now, None).await,
+        "waiting",
+    );
     expect_not_found(s.store.reclaim("nope", 0, &new_owner, now, None).await, "nope");
 }
 

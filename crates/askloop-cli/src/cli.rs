@@ -29,6 +29,13 @@ pub struct Cli {
     /// Only run, chat and serve create a missing file; the other commands fail (exit 1).
     #[arg(long, env = "ASKLOOP_DB", global = true, value_name = "PATH_OR_URL")]
     pub db: Option<String>,
+    /// The agents' configuration file. serve and mcp serve its agents; resume, approve,
+    /// decline, retry, cancel and runs recover/expire rebuild from it the agent of a run that
+    /// `askloop serve` or `askloop mcp` started. Default: ./askloop.toml if it exists, else
+    /// one agent, `assistant`, with ask_user and the model of --model / --script / the
+    /// environment.
+    #[arg(long, env = "ASKLOOP_CONFIG", global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -128,10 +135,6 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// The agents to serve. Default: ./askloop.toml if it exists, else one agent,
-    /// `assistant`, with ask_user and the model of --model / --script / the environment.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
     /// The base URL of an `askloop serve` on the same database (e.g. http://127.0.0.1:4111):
@@ -146,10 +149,6 @@ pub struct ServeArgs {
     /// accepted unless --allow-unauthenticated is given.
     #[arg(long, default_value = "127.0.0.1:4111", value_name = "HOST:PORT")]
     pub addr: String,
-    /// The agents to serve. Default: ./askloop.toml if it exists, else one agent,
-    /// `assistant`, with ask_user and the model of --model / --script / the environment.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
     /// Listen beyond loopback without ASKLOOP_API_TOKEN (anyone who reaches the port can
@@ -229,18 +228,10 @@ pub enum RunsCommand {
     },
     /// Resolve every question and approval whose time limit passed (the model
     /// is told no answer came; an approval is declined) and continue those runs.
-    /// Runs that `askloop serve` started are continued with the agents of its
-    /// configuration file.
     Expire {
         /// Print every chunk as one JSON object per line.
         #[arg(long)]
         json: bool,
-        /// The configuration file of the server whose runs these are (default:
-        /// ./askloop.toml if it exists, else the default agent).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-        #[command(flatten)]
-        model: ModelArgs,
     },
     /// Show one run: status, pending questions, conversation.
     Show {

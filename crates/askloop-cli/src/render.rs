@@ -8,6 +8,7 @@ use std::time::Duration;
 use askloop::{AgentStream, Chunk, ChunkKind, PendingKind, PendingToolCall, Question, StreamOutput};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
 
 use crate::escape;
 
@@ -153,6 +154,16 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
                             shell_quote(example)
                         ));
                     }
+                    None if let Some(form) = call.suspend_payload.as_ref().and_then(McpForm::from_payload) => {
+                        text.push_str(&format!("Form of the MCP server {}: {}\n", form.server, form.message));
+                        for field in &form.fields {
+                            text.push_str(&format!("  - {field}\n"));
+                        }
+                        text.push_str(&format!("  run {run_id}, tool call {}\n", call.tool_call_id));
+                        text.push_str(&format!(
+                            "  answer: {askloop} resume {run_id}{id_flag} --answer-json '{{\"action\":\"accept\",\"content\":{{...}}}}'\n"
+                        ));
+                    }
                     None => {
                         let payload = call.suspend_payload.clone().unwrap_or_default();
                         text.push_str(&format!(
@@ -178,6 +189,67 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
         }
     }
     text
+}
+
+/// An MCP server's form (`elicitation/create`) that a run waits on, as
+/// people read it: the server, its message and one line per field.
+pub struct McpForm {
+    pub server: String,
+    pub message: String,
+    /// `name (type, required)`, in the server's order.
+    pub fields: Vec<String>,
+}
+
+impl McpForm {
+    /// The form in a suspend payload of kind `mcp-elicitation`, if it is one.
+    pub fn from_payload(payload: &Value) -> Option<McpForm> {
+        if payload.get("kind").and_then(Value::as_str) != Some("mcp-elicitation") {
+            return None;
+        }
+        let text = |key: &str| one_line(payload.get(key).and_then(Value::as_str).unwrap_or_default());
+        let schema = payload.get("requestedSchema");
+        let required: Vec<&str> = schema
+            .and_then(|s| s.get("required"))
+            .and_then(Value::as_array)
+            .map(|names| names.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let fields = schema
+            .and_then(|s| s.get("properties"))
+            .and_then(Value::as_object)
+            .map(|properties| {
+                properties
+                    .iter()
+                    .map(|(name, field)| {
+                        let kind = field.get("type").and_then(Value::as_str).unwrap_or("any");
+                        let need = if required.contains(&name.as_str()) {
+                            ", required"
+                        } else {
+                            ""
+                        };
+                        format!("{} ({}{need})", one_line(name), one_line(kind))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(McpForm {
+            server: text("server"),
+            message: text("message"),
+            fields,
+        })
+    }
+
+    /// The three `--answer-json` shapes the form takes.
+    pub fn how_to_answer(&self) -> String {
+        let fields = if self.fields.is_empty() {
+            "the fields it asks for".to_owned()
+        } else {
+            format!("the fields {}", self.fields.join(", "))
+        };
+        format!(
+            "--answer-json '{{\"action\":\"accept\",\"content\":{{...}}}}' with {fields}; \
+             or --answer-json '{{\"action\":\"decline\"}}' or '{{\"action\":\"cancel\"}}'"
+        )
+    }
 }
 
 /// Quotes a word for a shell command line when it needs it.

@@ -100,6 +100,12 @@ impl RunOrigin {
         serde_json::json!({ ORIGIN_KEY: origin })
     }
 
+    /// Whether the `askloop` command started the run (and so recorded its
+    /// origin); runs of `askloop serve`, `askloop mcp` and programs have none.
+    pub fn recorded(run: &RunRecord) -> bool {
+        run.metadata.get(ORIGIN_KEY).is_some()
+    }
+
     /// Reads the origin a run was started with.
     pub fn of_run(run: &RunRecord) -> Result<RunOrigin, CliError> {
         let origin = run.metadata.get(ORIGIN_KEY).cloned().ok_or_else(|| {

@@ -235,6 +235,150 @@ async fn an_elicitation_answered_after_the_asking_server_was_killed_reaches_the_
     assert!(text.contains(r#"accepted, with {"name":"Ada"}"#), "{text}");
 }
 
+/// `askloop` run on the database of a server, with its configuration file.
+fn cli(dir: &Path, config: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_elicitation_that_askloop_serve_raised_is_shown_and_answered_through_the_cli() {
+    let entry = match everything() {
+        Ok(entry) => entry,
+        Err(why) => {
+            if skipped_for_lack_of("reference server", Some(why)) {
+                return;
+            }
+            unreachable!()
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &entry);
+    let client = reqwest::Client::new();
+    let mut serving = serve(dir.path(), &config);
+    let accepted = asked(&client, &serving).await;
+    let declined = asked(&client, &serving).await;
+    serving.child.kill().unwrap();
+    serving.child.wait().unwrap();
+
+    // The run shows the server's form and how to answer it.
+    let show = cli(dir.path(), &config, &["runs", "show", &accepted]);
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(show.status.success(), "{show:?}");
+    assert!(text.contains("Form of the MCP server everything"), "{text}");
+    assert!(text.contains("- name (string, required)"), "{text}");
+    assert!(text.contains("--config"), "the hint names the configuration: {text}");
+
+    // No answer at a prompt that cannot show a form: the accepted shapes.
+    let bare = cli(dir.path(), &config, &["resume", &accepted]);
+    let err = String::from_utf8_lossy(&bare.stderr);
+    assert_eq!(bare.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("name (string, required)") && err.contains(r#""action":"decline""#),
+        "{err}"
+    );
+
+    // A content without the required field is refused and the question stays.
+    let bad = cli(
+        dir.path(),
+        &config,
+        &[
+            "resume",
+            &accepted,
+            "--answer-json",
+            r#"{"action":"accept","content":{"check":true}}"#,
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("\"name\" is a required property"),
+        "{bad:?}"
+    );
+
+    let done = cli(
+        dir.path(),
+        &config,
+        &[
+            "resume",
+            &accepted,
+            "--answer-json",
+            r#"{"action":"accept","content":{"name":"Ada"}}"#,
+        ],
+    );
+    let text = String::from_utf8_lossy(&done.stdout);
+    assert!(done.status.success(), "{done:?}");
+    assert!(
+        text.contains("Done: The MCP server everything asked the person"),
+        "{text}"
+    );
+    assert!(text.contains(r#"accepted, with {"name":"Ada"}"#), "{text}");
+
+    let done = cli(
+        dir.path(),
+        &config,
+        &["resume", &declined, "--answer-json", r#"{"action":"decline"}"#],
+    );
+    let text = String::from_utf8_lossy(&done.stdout);
+    assert!(done.status.success(), "{done:?}");
+    assert!(text.contains("declined"), "{text}");
+
+    // The CLI recorded who answered.
+    let show = cli(dir.path(), &config, &["runs", "show", &accepted, "--json"]);
+    let run: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(run["status"], "completed", "{run}");
+    let last = run["resolutions"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (&last["kind"], &last["via"]),
+        (&json!("answered"), &json!("cli")),
+        "{last}"
+    );
+}
+
+/// A run of an agent the configuration file does not define is refused,
+/// naming the agent and what to give.
+#[tokio::test]
+async fn resuming_a_served_run_with_another_configuration_names_the_missing_agent() {
+    let entry = match everything() {
+        Ok(entry) => entry,
+        Err(why) => {
+            if skipped_for_lack_of("reference server", Some(why)) {
+                return;
+            }
+            unreachable!()
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &entry);
+    let client = reqwest::Client::new();
+    let mut serving = serve(dir.path(), &config);
+    let run_id = asked(&client, &serving).await;
+    serving.child.kill().unwrap();
+    serving.child.wait().unwrap();
+
+    let other = dir.path().join("other.toml");
+    std::fs::write(&other, "[agents.helper]\nscript = \"echo.json\"\n").unwrap();
+    let out = cli(
+        dir.path(),
+        &other,
+        &["resume", &run_id, "--answer-json", r#"{"action":"cancel"}"#],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("agent `clerk`") && err.contains("other.toml") && err.contains("--config"),
+        "{err}"
+    );
+}
+
 const DEPLOY_SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?",
      "options": [{"label": "staging"}, {"label": "production"}]}}]},

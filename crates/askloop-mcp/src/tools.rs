@@ -268,6 +268,13 @@ impl Tool for McpTool {
         check_elicitation_answer(&payload, data).map_err(|reason| InvalidResume { reason, accepted: None })
     }
 
+    /// A decline of the server's form is MCP's own `decline`: the server
+    /// hears it (while its call is alive) and its result goes to the model.
+    /// MCP's decline carries no reason, so a reason given is not passed on.
+    fn decline_as_answer(&self, _reason: Option<&str>) -> Option<Value> {
+        Some(json!({ "action": "decline" }))
+    }
+
     fn idempotent(&self) -> bool {
         self.idempotent
     }

@@ -175,6 +175,24 @@ async fn declined_and_cancelled_elicitations_reach_the_server_as_such() {
 }
 
 #[tokio::test]
+async fn declining_the_call_as_a_question_reaches_the_live_server_as_its_decline() {
+    let url = common::serve_desk().await;
+    let agent = agent(&url, memory(), booking_script()).await;
+    let run_id = suspended_booking(&agent).await;
+    let output = agent
+        .decline_tool_call(ResumeOptions::call(&run_id, "call_book").reason("not today"))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(output.status, RunStatus::Completed);
+    // The server's own result for a decline, not askloop's generic text.
+    assert_eq!(output.text, "Done: Not booked: the person declined");
+    let run = agent.store().get(&run_id).await.unwrap().unwrap();
+    assert_eq!(run.resolutions.last().unwrap().kind.as_str(), "declined");
+}
+
+#[tokio::test]
 async fn an_answer_reaching_a_process_without_the_live_call_is_given_to_the_model_with_a_note() {
     let url = common::serve_desk().await;
     let dir = tempfile::tempdir().unwrap();

@@ -105,6 +105,16 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// The answer that declining this tool's question stands for, when the
+    /// tool's own protocol has a decline of its own (an MCP server's form:
+    /// `{"action": "decline"}`). Then a decline resumes the call with it, so
+    /// the tool hears the decline and the model gets the tool's result.
+    /// `None` (the default): a decline ends the call, and the model is told
+    /// the person declined (with the reason, if one was given).
+    fn decline_as_answer(&self, _reason: Option<&str>) -> Option<Value> {
+        None
+    }
+
     /// Runs the tool with its checked input.
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError>;
 }

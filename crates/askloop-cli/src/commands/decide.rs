@@ -7,8 +7,9 @@ use askloop::{
 };
 use serde_json::Value;
 
+use super::serve::configured_agent;
 use super::{Access, Context, finish};
-use crate::cli::ResumeArgs;
+use crate::cli::{ModelArgs, ResumeArgs};
 use crate::exit::{CliError, Done};
 use crate::prompt::{self, Reply};
 use crate::render;
@@ -39,10 +40,21 @@ impl<'a> Call<'a> {
     }
 }
 
-/// Loads a run and rebuilds the agent it was started with.
+/// Loads a run and rebuilds the agent it was started with: from the run's
+/// own record when the `askloop` command started it, else from the
+/// configuration file (`--config`) that `askloop serve` or `askloop mcp`
+/// started it with.
 async fn agent_for(ctx: &Context, run_id: &str, model: Option<&str>) -> Result<(Agent, RunRecord), CliError> {
     let store = ctx.store(Access::Existing).await?;
     let run = setup::load_run(&store, run_id).await?;
+    if !RunOrigin::recorded(&run) {
+        let model = ModelArgs {
+            model: model.map(str::to_owned),
+            script: None,
+        };
+        let agent = configured_agent(ctx, &run.agent_id, &model, &store).await?;
+        return Ok((agent, run));
+    }
     let origin = RunOrigin::of_run(&run)?;
     let model = setup::resume_model(&run.run_id, &origin, model)?;
     let agent = setup::agent(&origin, model, store)?;
@@ -91,6 +103,35 @@ fn target(run: &RunRecord, tool_call_id: Option<&str>) -> Result<PendingToolCall
     Ok(run.resume_target(tool_call_id)?.clone())
 }
 
+/// The folder a run's `write_file` writes in, for the approval prompt: the
+/// one the `askloop` command recorded, else the current folder.
+fn run_root(run: &RunRecord) -> Result<std::path::PathBuf, CliError> {
+    if RunOrigin::recorded(run) {
+        return Ok(RunOrigin::of_run(run)?.root());
+    }
+    std::env::current_dir().map_err(|err| CliError::failure(format!("cannot tell the current folder: {err}")))
+}
+
+/// Why a call that waits for structured input cannot be answered at the
+/// prompt, with the `--answer-json` shapes it accepts: for an MCP server's
+/// form, its fields and the three actions.
+fn structured_input_needed(run: &RunRecord, call: &PendingToolCall) -> CliError {
+    match call.suspend_payload.as_ref().and_then(render::McpForm::from_payload) {
+        Some(form) => CliError::usage(format!(
+            "tool call {} of run {} is a form of the MCP server {} ({}); answer it with {}",
+            call.tool_call_id,
+            run.run_id,
+            form.server,
+            form.message,
+            form.how_to_answer()
+        )),
+        None => CliError::usage(format!(
+            "tool {} waits for structured input; give it with --answer-json",
+            call.tool_name
+        )),
+    }
+}
+
 /// Turns `--answer` flags into the resume data the question needs: a string,
 /// or a list for a multi-select question.
 fn shape_answers(run: &RunRecord, call: &PendingToolCall, answers: &[String]) -> Result<Value, CliError> {
@@ -118,18 +159,13 @@ fn shape_answers(run: &RunRecord, call: &PendingToolCall, answers: &[String]) ->
 fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<Value>, CliError> {
     let mut prompter = prompt::for_stdin();
     let reply = match call.kind {
-        PendingKind::Approval => match prompter.approve(&describe_call(&RunOrigin::of_run(run)?.root(), call))? {
+        PendingKind::Approval => match prompter.approve(&describe_call(&run_root(run)?, call))? {
             Some(approved) => Reply::Answer(serde_json::json!({ "approved": approved })),
             None => Reply::Left,
         },
         PendingKind::Suspended => match call.suspend_payload.as_ref().and_then(Question::from_payload) {
             Some(question) => prompter.ask(&question)?,
-            None => {
-                return Err(CliError::usage(format!(
-                    "tool {} waits for structured input; give it with --answer-json",
-                    call.tool_name
-                )));
-            }
+            None => return Err(structured_input_needed(run, call)),
         },
     };
     match reply {
@@ -213,44 +249,16 @@ pub async fn recover(ctx: &Context, json: bool) -> Result<Done, CliError> {
 /// `askloop runs expire`: every question and approval whose time limit
 /// passed, resolved (a question tells the model no answer came, an approval
 /// is declined), and each run that can go on driven to its next stop.
-pub async fn expire(
-    ctx: &Context,
-    config: Option<&std::path::Path>,
-    model: &crate::cli::ModelArgs,
-    json: bool,
-) -> Result<Done, CliError> {
+pub async fn expire(ctx: &Context, json: bool) -> Result<Done, CliError> {
     let store = ctx.store(Access::Existing).await?;
     let expiring = store.expiring(chrono::Utc::now(), 1000).await?;
     if expiring.is_empty() {
         errln!("No expired questions.");
         return Ok(Done::Ok);
     }
-    // The server's agents, built once and only if a run needs them.
-    let mut served: Option<Vec<Agent>> = None;
     let mut worst = Done::Ok;
     for run in expiring {
-        let agent = if RunOrigin::of_run(&run).is_ok() {
-            agent_for(ctx, &run.run_id, None).await?.0
-        } else {
-            if served.is_none() {
-                served = Some(super::serve::agents_on(&store, config, model).await?.1);
-            }
-            let agents = served.as_deref().unwrap_or_default();
-            match agents.iter().find(|a| a.id() == run.agent_id) {
-                Some(agent) => agent.clone(),
-                None => {
-                    let ids: Vec<&str> = agents.iter().map(Agent::id).collect();
-                    errln!(
-                        "Run {} is of agent {}, which the configuration does not have (it has: {}); pass the server's --config.",
-                        run.run_id,
-                        run.agent_id,
-                        ids.join(", ")
-                    );
-                    worst = Done::RunFailed;
-                    continue;
-                }
-            }
-        };
+        let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
         let streams = agent.expire_run(&run.run_id, cli_author()).await?;
         errln!("Expired the overdue questions of run {}.", run.run_id);
         for stream in streams {

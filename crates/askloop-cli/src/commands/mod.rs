@@ -18,7 +18,10 @@ pub use askloop_store::Access;
 
 /// Runs the command the user typed.
 pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
-    let ctx = Context { db: cli.db };
+    let ctx = Context {
+        db: cli.db,
+        config: cli.config,
+    };
     match cli.command {
         Command::Chat { prompt, model } => chat::chat(&ctx, prompt, &model).await,
         Command::Run { prompt, json, model } => run::run(&ctx, prompt, json, &model).await,
@@ -45,9 +48,7 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
         Command::Runs(args) => match args.show {
             Some(RunsCommand::Show { run_id, json }) => runs::show(&ctx, &run_id, json).await,
             Some(RunsCommand::Recover { json }) => decide::recover(&ctx, json).await,
-            Some(RunsCommand::Expire { json, config, model }) => {
-                decide::expire(&ctx, config.as_deref(), &model, json).await
-            }
+            Some(RunsCommand::Expire { json }) => decide::expire(&ctx, json).await,
             None => runs::list(&ctx, args.status.as_deref(), args.limit, args.json).await,
         },
         Command::Retry { run_id, model, json } => decide::retry(&ctx, &run_id, model.as_deref(), json).await,
@@ -62,16 +63,27 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
 pub struct Context {
     /// `--db` as given (None: the default file).
     pub db: Option<String>,
+    /// `--config` as given (None: `./askloop.toml` when it exists, else the
+    /// default agent).
+    pub config: Option<std::path::PathBuf>,
 }
 
 impl Context {
     /// The command prefix to print in hints, so they work as typed from any
     /// folder: a relative database path is made absolute.
     pub fn askloop(&self) -> String {
-        match &self.db {
-            Some(db) => format!("askloop --db {}", render::shell_quote(&setup::absolute_location(db))),
-            None => "askloop".to_owned(),
+        let mut command = "askloop".to_owned();
+        if let Some(db) = &self.db {
+            command.push_str(&format!(" --db {}", render::shell_quote(&setup::absolute_location(db))));
         }
+        if let Some(config) = &self.config {
+            let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
+            command.push_str(&format!(
+                " --config {}",
+                render::shell_quote(&config.display().to_string())
+            ));
+        }
+        command
     }
 
     /// Opens the store for what the command will do with it.

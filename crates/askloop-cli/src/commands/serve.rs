@@ -25,7 +25,7 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             args.addr
         ))
     })?;
-    let Configured { config, agents, store } = configured_agents(ctx, args.config.as_deref(), &args.model).await?;
+    let Configured { config, agents, store } = configured_agents(ctx, &args.model).await?;
     let token = std::env::var("ASKLOOP_API_TOKEN").ok().filter(|t| !t.is_empty());
     let protected = token.is_some() || !config.tokens.is_empty();
     let options = ServerOptions::default()
@@ -85,31 +85,60 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
 /// it exists, else the default agent), with their MCP servers' tools, on the
 /// store of `--db`; announces the model when an agent uses the default one.
 /// `askloop serve` and `askloop mcp` start the same way.
-pub(super) async fn configured_agents(
-    ctx: &Context,
-    config: Option<&Path>,
-    model: &ModelArgs,
-) -> Result<Configured, CliError> {
+pub(super) async fn configured_agents(ctx: &Context, model: &ModelArgs) -> Result<Configured, CliError> {
+    let config = load_config(ctx)?;
     let store = setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?;
-    let (config, agents) = agents_on(&store, config, model).await?;
+    let agents = build_agents(config.clone(), model, &store, true).await?;
     Ok(Configured { config, agents, store })
 }
 
-/// The agents of the configuration file (as [`configured_agents`] finds
-/// it) built on `store`: the agents `askloop serve` would serve, for the
-/// commands that act on its runs without a server.
-pub(super) async fn agents_on(
-    store: &Arc<dyn RunStore>,
-    config: Option<&Path>,
+/// The agent `agent_id` of the configuration file, rebuilt on `store` to go
+/// on with a run that `askloop serve` or `askloop mcp` started: the same
+/// tools, instructions and limits as there. Only that agent's MCP servers
+/// are started.
+pub(super) async fn configured_agent(
+    ctx: &Context,
+    agent_id: &str,
     model: &ModelArgs,
-) -> Result<(ServerConfig, Vec<Agent>), CliError> {
-    let config = match config_path(config) {
+    store: &Arc<dyn RunStore>,
+) -> Result<Agent, CliError> {
+    let mut config = load_config(ctx)?;
+    let source = config
+        .path
+        .as_ref()
+        .map_or_else(|| "the default configuration".to_owned(), |p| p.display().to_string());
+    config.agents.retain(|agent| agent.id == agent_id);
+    if config.agents.is_empty() {
+        return Err(CliError::usage(format!(
+            "the run belongs to agent `{agent_id}`, which {source} does not define; give --config the file that `askloop serve` or `askloop mcp` started it with, or resume it from the program that started it"
+        )));
+    }
+    let mut agents = build_agents(config, model, store, false).await?;
+    Ok(agents.remove(0))
+}
+
+/// The configuration file of `--config` (else `./askloop.toml` if it
+/// exists, else the default agent), checked.
+fn load_config(ctx: &Context) -> Result<ServerConfig, CliError> {
+    let config = match config_path(ctx.config.as_deref()) {
         Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
         None => ServerConfig::default_agent(),
     };
     for warning in &config.warnings {
         errln!("askloop: warning: {warning}");
     }
+    Ok(config)
+}
+
+/// Builds the agents of `config` with their MCP servers' tools; those that
+/// use the default model get the one of `--model` / `--script` / the
+/// environment, which is announced when `announce_default` is set.
+async fn build_agents(
+    config: ServerConfig,
+    model: &ModelArgs,
+    store: &Arc<dyn RunStore>,
+    announce_default: bool,
+) -> Result<Vec<Agent>, CliError> {
     let choice = setup::choose_model(model)?;
     let uses_default = config
         .agents
@@ -121,10 +150,10 @@ pub(super) async fn agents_on(
         })
         .await
         .map_err(|err| CliError::usage(err.to_string()))?;
-    if uses_default {
+    if uses_default && announce_default {
         announce(&choice);
     }
-    Ok((config, agents))
+    Ok(agents)
 }
 
 /// What [`configured_agents`] started from and built.

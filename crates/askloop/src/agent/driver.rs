@@ -365,13 +365,23 @@ impl Driver {
                 self.execute(&call, ctx).await
             }
             ResumeAction::Approve { .. } => self.execute(&call, ToolContext::in_run(&run_id, &call.id)).await,
-            ResumeAction::DeclineQuestion { reason, .. } => {
-                let text = match reason {
-                    Some(reason) if !reason.trim().is_empty() => format!("The user declined to answer: {reason}"),
-                    _ => "The user declined to answer.".to_owned(),
-                };
-                done_result(&call, ToolOutput::text(text))
-            }
+            ResumeAction::DeclineQuestion { reason, .. } => match self
+                .agent
+                .decline_as_answer(&call.name, reason.as_deref())
+            {
+                Some(data) => {
+                    let ctx =
+                        ToolContext::in_run(&run_id, &call.id).resumed(target.suspend_payload.clone(), Some(data));
+                    self.execute(&call, ctx).await
+                }
+                None => {
+                    let text = match reason {
+                        Some(reason) if !reason.trim().is_empty() => format!("The user declined to answer: {reason}"),
+                        _ => "The user declined to answer.".to_owned(),
+                    };
+                    done_result(&call, ToolOutput::text(text))
+                }
+            },
             ResumeAction::DeclineApproval { reason, .. } => denied(&call, reason.filter(|r| !r.trim().is_empty())),
             ResumeAction::Expire { .. } => match target.kind {
                 PendingKind::Suspended => done_result(

@@ -114,6 +114,12 @@ impl AgentInner {
             .or(self.time_limits.default)
     }
 
+    /// What declining a question of `tool_id` means as an answer to it,
+    /// when the tool has a decline of its own ([`Tool::decline_as_answer`]).
+    pub(crate) fn decline_as_answer(&self, tool_id: &str, reason: Option<&str>) -> Option<serde_json::Value> {
+        self.tools.get(tool_id)?.tool.decline_as_answer(reason)
+    }
+
     /// A lease for a new driver of a run, from now.
     pub(crate) fn new_lease(&self) -> Lease {
         Lease::new(uuid::Uuid::now_v7().to_string(), Utc::now() + self.lease_duration)

@@ -201,13 +201,17 @@ impl Agent {
     }
 
     /// Whether a decision can be applied before the claim (see
-    /// [`Tool::resume_is_pure`]): declines always, answers when the tool
-    /// says so; never an approval, which runs the tool for real.
+    /// [`Tool::resume_is_pure`]): declines always, except where the tool
+    /// hears a decline as an answer ([`Tool::decline_as_answer`]); answers
+    /// when the tool says so; never an approval, which runs the tool for real.
     fn is_pure(&self, run: &RunRecord, action: &ResumeAction) -> bool {
         match action {
-            ResumeAction::DeclineQuestion { .. }
-            | ResumeAction::DeclineApproval { .. }
-            | ResumeAction::Expire { .. } => true,
+            ResumeAction::DeclineQuestion { tool_call_id, reason } => run
+                .pending
+                .iter()
+                .find(|p| &p.tool_call_id == tool_call_id)
+                .is_none_or(|p| self.inner.decline_as_answer(&p.tool_name, reason.as_deref()).is_none()),
+            ResumeAction::DeclineApproval { .. } | ResumeAction::Expire { .. } => true,
             ResumeAction::Approve { .. } => false,
             ResumeAction::Answer { tool_call_id, .. } => run
                 .pending

@@ -425,6 +425,7 @@ impl ClientHandler for Person {
         let mut info = ClientConfig::default();
         info.capabilities = serde_json::from_value::<ClientCapabilities>(json!({"elicitation": {"form": {}}})).unwrap();
         info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
+        info.client_info = rmcp::model::Implementation::new("test-person", "1.0");
         info
     }
 }
@@ -458,6 +459,17 @@ async fn askloop_mcp_lists_its_agents_and_asks_their_questions_as_elicitations()
         "{structured}"
     );
     let _ = client.cancel().await;
+    // The answer is recorded as given through MCP, by the client's name.
+    let shown = Command::new(BIN)
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .args(["runs", "show", structured["runId"].as_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let resolution = &shown["resolutions"][0];
+    assert_eq!(resolution["kind"], "answered", "{shown}");
+    assert_eq!(resolution["via"], "mcp", "{shown}");
+    assert_eq!(resolution["by"], "test-person", "{shown}");
 }
 
 #[tokio::test]

@@ -8,11 +8,17 @@
 //! as an array of enum, an approval as a boolean), and the run goes on with
 //! its answer; a client without it gets a result saying the run waits, with
 //! its run id and where to answer, so the question is never lost.
+//!
+//! Every answer given through MCP is recorded on the run as made through
+//! the `mcp` interface, by the [`Caller`] the HTTP server put on the
+//! request (its token's name, or the person a trusted proxy named), else by
+//! the name the client gave in its `initialize` request. Over HTTP, a
+//! caller limited to some agents sees and may call only their tools.
 
 use std::sync::Arc;
 
 use askloop::store::{PendingKind, PendingToolCall, RunStatus};
-use askloop::{Agent, Question, ResumeOptions, RunError, SelectionMode, StreamOutput};
+use askloop::{Agent, Author, Interface, Question, ResumeOptions, RunError, SelectionMode, StreamOutput};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction,
     ElicitationSchema, Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
@@ -59,6 +65,51 @@ impl WaitingLinks {
     }
 }
 
+/// Who calls the `/mcp` endpoint, as the HTTP server in front of it found
+/// out: it puts this in the request's extensions (see
+/// [`http::Extensions`]), and the tools read it from there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// Who to record as the author of answers (a token's name, a name a
+    /// proxy vouched for).
+    pub by: Option<String>,
+    /// The agents the caller may ask (`None`: every agent).
+    pub agents: Option<Vec<String>>,
+}
+
+impl Caller {
+    /// The caller of a request: what the HTTP server put on it, else
+    /// anyone (stdio).
+    fn of(context: &RequestContext<RoleServer>) -> Caller {
+        context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Caller>())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn may_ask(&self, agent_id: &str) -> bool {
+        self.agents
+            .as_ref()
+            .is_none_or(|agents| agents.iter().any(|a| a == agent_id))
+    }
+
+    /// The author of answers given in this request: the caller's name, else
+    /// the MCP client's.
+    fn author(&self, context: &RequestContext<RoleServer>) -> Author {
+        let client = context
+            .peer
+            .peer_info()
+            .map(|info| info.client_info.name.clone())
+            .filter(|name| !name.trim().is_empty());
+        match self.by.clone().or(client) {
+            Some(by) => Author::named(Interface::Mcp, by),
+            None => Author::via(Interface::Mcp),
+        }
+    }
+}
+
 /// The MCP server of a set of agents.
 #[derive(Debug, Clone)]
 pub struct AgentTools {
@@ -75,9 +126,10 @@ impl AgentTools {
         }
     }
 
-    fn tools(&self) -> Vec<McpToolInfo> {
+    fn tools(&self, caller: &Caller) -> Vec<McpToolInfo> {
         self.agents
             .iter()
+            .filter(|agent| caller.may_ask(agent.id()))
             .map(|agent| {
                 let schema = json!({
                     "type": "object",
@@ -103,6 +155,7 @@ impl AgentTools {
     }
 
     async fn ask(&self, agent: &Agent, message: String, context: &RequestContext<RoleServer>) -> CallToolResult {
+        let author = Caller::of(context).author(context);
         let mut output = match agent.stream(message).await {
             Ok(stream) => stream.output().await,
             Err(err) => return failed(format!("the run could not start: {err}")),
@@ -150,7 +203,7 @@ impl AgentTools {
                     agent
                         .resume_stream(
                             form.resume_data(&content),
-                            ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()),
+                            ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()).by(author.clone()),
                         )
                         .await
                 }
@@ -159,13 +212,17 @@ impl AgentTools {
                         agent
                             .resume_stream(
                                 serde_json::to_value(ElicitationAnswer::Decline).unwrap_or(Value::Null),
-                                ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()),
+                                ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone())
+                                    .by(author.clone()),
                             )
                             .await
                     }
                     _ => {
                         agent
-                            .decline_tool_call(ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()))
+                            .decline_tool_call(
+                                ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone())
+                                    .by(author.clone()),
+                            )
                             .await
                     }
                 },
@@ -331,9 +388,9 @@ impl ServerHandler for AgentTools {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, rmcp::ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        Ok(ListToolsResult::with_all_items(self.tools(&Caller::of(&context))))
     }
 
     async fn call_tool(
@@ -341,13 +398,30 @@ impl ServerHandler for AgentTools {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, rmcp::ErrorData> {
+        let caller = Caller::of(&context);
         let Some(agent) = self.agents.iter().find(|a| ask_tool_name(a.id()) == request.name) else {
-            let names: Vec<String> = self.agents.iter().map(|a| ask_tool_name(a.id())).collect();
+            let names: Vec<String> = self
+                .agents
+                .iter()
+                .filter(|a| caller.may_ask(a.id()))
+                .map(|a| ask_tool_name(a.id()))
+                .collect();
             return Err(rmcp::ErrorData::invalid_params(
                 format!("no tool {:?}; the tools are: {}", request.name, names.join(", ")),
                 None,
             ));
         };
+        if !caller.may_ask(agent.id()) {
+            return Err(rmcp::ErrorData::invalid_request(
+                format!(
+                    "{} may not ask agent {}; it may ask: {}",
+                    caller.by.as_deref().unwrap_or("this caller"),
+                    agent.id(),
+                    caller.agents.as_deref().unwrap_or_default().join(", ")
+                ),
+                None,
+            ));
+        }
         let message = request
             .arguments
             .as_ref()

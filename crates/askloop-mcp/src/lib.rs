@@ -46,7 +46,7 @@ mod pool;
 mod spec;
 mod tools;
 
-pub use agents::{AgentTools, WaitingLinks, ask_tool_name, serve_stdio, streamable_http_service};
+pub use agents::{AgentTools, Caller, WaitingLinks, ask_tool_name, serve_stdio, streamable_http_service};
 pub use connect::PROTOCOL_VERSION;
 pub use elicitation::{ELICITATION_KIND, ElicitationAnswer, ElicitationPayload};
 pub use spec::{DEFAULT_HOLD_FOR, McpServerSpec, McpTransport};

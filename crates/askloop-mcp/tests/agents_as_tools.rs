@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use askloop::store::RunStatus;
-use askloop::{Agent, AskUser, RunStore, ScriptedModel};
+use askloop::{Agent, AskUser, Author, Interface, ResolutionKind, RunStore, ScriptedModel};
 use askloop_mcp::{AgentTools, WaitingLinks, streamable_http_service};
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
@@ -81,6 +81,7 @@ impl ClientHandler for Person {
         let mut info = ClientConfig::default();
         info.capabilities = capabilities;
         info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
+        info.client_info = rmcp::model::Implementation::new("person-client", "1.0");
         info
     }
 }
@@ -127,7 +128,17 @@ async fn the_agents_question_reaches_a_client_as_an_elicitation_and_its_answer_f
     assert_eq!(structured["status"], "completed", "{result:?}");
     assert!(structured["text"].as_str().unwrap().contains("staging"), "{structured}");
     let run_id = structured["runId"].as_str().unwrap();
-    assert_eq!(store.get(run_id).await.unwrap().unwrap().status, RunStatus::Completed);
+    let run = store.get(run_id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    let [answered] = &run.resolutions[..] else {
+        panic!("{:?}", run.resolutions)
+    };
+    assert_eq!(answered.kind, ResolutionKind::Answered);
+    assert_eq!(
+        answered.author,
+        Author::named(Interface::Mcp, "person-client"),
+        "an answer through MCP is recorded via mcp, by the client's name"
+    );
     let _ = client.cancel().await;
 }
 

@@ -3,14 +3,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use askloop::{Agent, Author, Interface, Message, ResumeOptions, RunQuery, RunStatus, StreamOptions};
+use askloop::{Agent, Author, Message, ResumeOptions, RunQuery, RunStatus, StreamOptions};
 use axum::Json;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath};
 use crate::sse;
@@ -21,12 +21,13 @@ use crate::wire::{
 
 type AppStateRef = State<Arc<AppState>>;
 
-/// `GET /api/agents`: every agent, keyed by id.
-pub(crate) async fn list(State(state): AppStateRef) -> Json<Keyed<AgentInfo>> {
+/// `GET /api/agents`: every agent the caller may act for, keyed by id.
+pub(crate) async fn list(State(state): AppStateRef, caller: Caller) -> Json<Keyed<AgentInfo>> {
     Json(Keyed(
         state
             .agents
             .iter()
+            .filter(|agent| caller.may_act_for(agent.id()))
             .map(|agent| (agent.id().to_owned(), info(agent)))
             .collect(),
     ))
@@ -35,8 +36,10 @@ pub(crate) async fn list(State(state): AppStateRef) -> Json<Keyed<AgentInfo>> {
 /// `GET /api/agents/{agentId}`.
 pub(crate) async fn get(
     State(state): AppStateRef,
+    caller: Caller,
     ApiPath(agent_id): ApiPath<String>,
 ) -> Result<Json<AgentInfo>, ApiError> {
+    caller.check(&agent_id)?;
     Ok(Json(info(state.agent(&agent_id)?)))
 }
 
@@ -77,9 +80,11 @@ fn info(agent: &Agent) -> AgentInfo {
 /// `POST /api/agents/{agentId}/stream`: starts a run and streams it.
 pub(crate) async fn stream(
     State(state): AppStateRef,
+    caller: Caller,
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(request): ApiJson<StreamRequest>,
 ) -> Result<Response, ApiError> {
+    caller.check(&agent_id)?;
     let agent = state.agent(&agent_id)?;
     let (messages, options) = start_options(request)?;
     let stream = agent.stream_with(messages, options).await?;
@@ -91,9 +96,11 @@ pub(crate) async fn stream(
 /// suspension and answers with the outcome as JSON.
 pub(crate) async fn generate(
     State(state): AppStateRef,
+    caller: Caller,
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(request): ApiJson<StreamRequest>,
 ) -> Result<Json<GenerateResponse>, ApiError> {
+    caller.check(&agent_id)?;
     let agent = state.agent(&agent_id)?;
     let (messages, options) = start_options(request)?;
     let stream = agent.stream_with(messages, options).await?;
@@ -122,13 +129,13 @@ pub(crate) async fn generate(
 pub(crate) async fn resume_stream(
     State(state): AppStateRef,
     ApiPath(agent_id): ApiPath<String>,
-    headers: HeaderMap,
+    caller: Caller,
     ApiJson(request): ApiJson<ResumeRequest>,
 ) -> Result<Response, ApiError> {
     let decision = Decision::Answer(request.resume_data);
     decide(
         &state,
-        author(&headers),
+        &caller,
         &agent_id,
         &request.run_id,
         request.tool_call_id.as_deref(),
@@ -141,32 +148,24 @@ pub(crate) async fn resume_stream(
 pub(crate) async fn approve(
     State(state): AppStateRef,
     ApiPath(agent_id): ApiPath<String>,
-    headers: HeaderMap,
+    caller: Caller,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
     let call = request.tool_call_id.as_deref();
-    decide(
-        &state,
-        author(&headers),
-        &agent_id,
-        &request.run_id,
-        call,
-        Decision::Approve,
-    )
-    .await
+    decide(&state, &caller, &agent_id, &request.run_id, call, Decision::Approve).await
 }
 
 /// `POST /api/agents/{agentId}/decline-tool-call`.
 pub(crate) async fn decline(
     State(state): AppStateRef,
     ApiPath(agent_id): ApiPath<String>,
-    headers: HeaderMap,
+    caller: Caller,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
     let call = request.tool_call_id.as_deref();
     decide(
         &state,
-        author(&headers),
+        &caller,
         &agent_id,
         &request.run_id,
         call,
@@ -187,13 +186,17 @@ enum Decision {
 /// the agent, and streams the rest of the run.
 async fn decide(
     state: &AppState,
-    author: Author,
+    caller: &Caller,
     agent_id: &str,
     run_id: &str,
     tool_call_id: Option<&str>,
     decision: Decision,
 ) -> Result<Response, ApiError> {
+    // Refused before the run is read: a limited token learns nothing of
+    // another agent's runs, and nothing is written.
+    caller.check(agent_id)?;
     let agent = owning_agent(state, agent_id, run_id).await?;
+    let author: Author = caller.author();
     let options = ResumeOptions::call_or_run(run_id, tool_call_id).by(author);
     let stream = match decision {
         Decision::Answer(data) => agent.resume_stream(data, options).await?,
@@ -203,26 +206,14 @@ async fn decide(
     Ok(sse::respond(state, stream, run_span(agent_id, run_id, tool_call_id)))
 }
 
-/// The header the web page sends with its requests, so that what a person
-/// did on the page is recorded as done through the page.
-pub(crate) const INTERFACE_HEADER: &str = "x-askloop-interface";
-
-/// Who makes a decision over HTTP: the page when it says so, else the
-/// HTTP API.
-pub(crate) fn author(headers: &HeaderMap) -> Author {
-    let via = match headers.get(INTERFACE_HEADER).and_then(|v| v.to_str().ok()) {
-        Some("page") => Interface::Page,
-        _ => Interface::Http,
-    };
-    Author::via(via)
-}
-
 /// `GET /api/agents/{agentId}/suspended-runs`: the agent's runs waiting on
 /// a person, newest first.
 pub(crate) async fn suspended_runs(
     State(state): AppStateRef,
+    caller: Caller,
     ApiPath(agent_id): ApiPath<String>,
 ) -> Result<Json<SuspendedRuns>, ApiError> {
+    caller.check(&agent_id)?;
     let agent = state.agent(&agent_id)?;
     let query = RunQuery {
         status: Some(RunStatus::Suspended),

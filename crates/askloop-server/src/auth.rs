@@ -1,9 +1,30 @@
-//! The bearer token every `/api` route needs when the server has one.
+//! Who is calling: the API tokens every `/api` route and `/mcp` need when
+//! the server has some, the agents each may act for, and the author a
+//! resolution is recorded with.
+//!
+//! - A request must carry `Authorization: Bearer <secret>` of one of the
+//!   server's tokens (none configured: no token needed). Every secret is
+//!   compared, each in constant time, so the time taken says nothing about
+//!   which token, or how much of one, matched.
+//! - A token limited to some agents (`agents = [...]` in `askloop.toml`) may
+//!   only see and act on those agents and their runs; anything else is a
+//!   403 naming the token and the agent, decided before anything is read or
+//!   written for the request.
+//! - The author of what a request resolves is the person a trusted proxy
+//!   names in the configured header (`author_header`), else the token's
+//!   name; the interface is the page when it says so
+//!   (`X-Askloop-Interface: page`), else HTTP. The header is read only when
+//!   configured: the proxy in front must set it on every request and strip
+//!   it from what clients send, or anyone could write any name.
 
+use std::fmt;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use askloop::{Author, Interface};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
@@ -11,21 +32,290 @@ use subtle::ConstantTimeEq;
 use crate::AppState;
 use crate::error::ApiError;
 
-/// Lets the request through when the server has no token, or when it
-/// carries `Authorization: Bearer <token>` with the right one. The
-/// comparison takes the same time however much of the token matches.
-pub(crate) async fn require_token(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let Some(expected) = state.token.as_deref() else {
-        return next.run(request).await;
-    };
-    let given = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim);
-    match given {
-        Some(token) if bool::from(token.as_bytes().ct_eq(expected.as_bytes())) => next.run(request).await,
-        _ => ApiError::Unauthorized.into_response(),
+/// The name recorded for the token given as `ASKLOOP_API_TOKEN`
+/// ([`crate::ServerOptions::token`]).
+pub const DEFAULT_TOKEN_NAME: &str = "api-token";
+
+/// The header the web page sends with its requests, so that what a person
+/// did on the page is recorded as done through the page.
+pub(crate) const INTERFACE_HEADER: &str = "x-askloop-interface";
+
+/// One API token: the name recorded as the author of what is done with it,
+/// its secret, and the agents it may act for.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiToken {
+    name: String,
+    secret: String,
+    agents: Option<Vec<String>>,
+}
+
+impl ApiToken {
+    /// A token named `name` (recorded as the author of what is done with
+    /// it) whose requests carry `Authorization: Bearer <secret>`; it may act
+    /// for every agent until [`ApiToken::only_agents`] limits it.
+    pub fn new(name: impl Into<String>, secret: impl Into<String>) -> Self {
+        ApiToken {
+            name: name.into(),
+            secret: secret.into(),
+            agents: None,
+        }
+    }
+
+    /// Limits the token to these agents: it may see and act on them and
+    /// their runs only.
+    pub fn only_agents(mut self, agents: Vec<String>) -> Self {
+        self.agents = Some(agents);
+        self
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The agents it may act for (`None`: every agent).
+    pub fn agents(&self) -> Option<&[String]> {
+        self.agents.as_deref()
+    }
+
+    pub(crate) fn secret(&self) -> &str {
+        &self.secret
+    }
+}
+
+impl fmt::Debug for ApiToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiToken")
+            .field("name", &self.name)
+            .field("secret", &"<set>")
+            .field("agents", &self.agents)
+            .finish()
+    }
+}
+
+/// The server's tokens and author header, as every request is checked
+/// against them.
+#[derive(Debug, Default)]
+pub(crate) struct Access {
+    pub(crate) tokens: Vec<ApiToken>,
+    pub(crate) author_header: Option<HeaderName>,
+}
+
+/// Who made a request: the token (if the server has tokens), the agents it
+/// may act for, and who to record as the author.
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    token: Option<String>,
+    agents: Option<Arc<[String]>>,
+    author: Author,
+}
+
+impl Caller {
+    /// Anyone, on a server without tokens (through the HTTP API).
+    fn anyone() -> Self {
+        Caller {
+            token: None,
+            agents: None,
+            author: Author::via(Interface::Http),
+        }
+    }
+
+    /// Whether the caller may see and act on `agent_id` and its runs.
+    pub(crate) fn may_act_for(&self, agent_id: &str) -> bool {
+        self.agents
+            .as_ref()
+            .is_none_or(|agents| agents.iter().any(|a| a == agent_id))
+    }
+
+    /// `Ok` when the caller may act for `agent_id`, else the 403.
+    pub(crate) fn check(&self, agent_id: &str) -> Result<(), ApiError> {
+        if self.may_act_for(agent_id) {
+            return Ok(());
+        }
+        Err(ApiError::Forbidden {
+            token: self.token.clone().unwrap_or_default(),
+            agent_id: agent_id.to_owned(),
+            allowed: self.agents.as_deref().map(<[String]>::to_vec).unwrap_or_default(),
+        })
+    }
+
+    /// The agents the caller is limited to (`None`: every agent).
+    pub(crate) fn agents(&self) -> Option<&[String]> {
+        self.agents.as_deref()
+    }
+
+    /// Who to record as the author of what this request resolves.
+    pub(crate) fn author(&self) -> Author {
+        self.author.clone()
+    }
+
+    /// What the MCP endpoint needs to know of the caller.
+    fn for_mcp(&self) -> askloop_mcp::Caller {
+        askloop_mcp::Caller {
+            by: self.author.by.clone(),
+            agents: self.agents.as_deref().map(<[String]>::to_vec),
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    /// The caller the middleware found; a route outside it is called by
+    /// anyone.
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        Ok(parts.extensions.get::<Caller>().cloned().unwrap_or_else(Caller::anyone))
+    }
+}
+
+impl Access {
+    /// The caller of a request with these headers, or the 401 when the
+    /// server has tokens and none of them was sent.
+    fn identify(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        let via = match headers.get(INTERFACE_HEADER).and_then(|v| v.to_str().ok()) {
+            Some("page") => Interface::Page,
+            _ => Interface::Http,
+        };
+        let (token, agents) = if self.tokens.is_empty() {
+            (None, None)
+        } else {
+            let given = headers
+                .get(AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.strip_prefix("Bearer "))
+                .map(str::trim)
+                .ok_or(ApiError::Unauthorized)?;
+            let token = self.matching(given).ok_or(ApiError::Unauthorized)?;
+            (Some(token.name.clone()), token.agents.as_deref().map(Arc::from))
+        };
+        let person = self
+            .author_header
+            .as_ref()
+            .and_then(|name| headers.get(name))
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+            .filter(|value| !value.is_empty())
+            .map(str::to_owned);
+        let by = person.or_else(|| token.clone());
+        Ok(Caller {
+            token,
+            agents,
+            author: Author { via, by },
+        })
+    }
+
+    /// The token whose secret is `given`. Every secret is compared, in
+    /// constant time each, whichever matches.
+    fn matching(&self, given: &str) -> Option<&ApiToken> {
+        let mut found = None;
+        for token in &self.tokens {
+            if bool::from(given.as_bytes().ct_eq(token.secret().as_bytes())) {
+                found = found.or(Some(token));
+            }
+        }
+        found
+    }
+}
+
+/// Identifies the caller of every request it guards (the token it sent,
+/// the author to record) and hands it on to the handlers; a request without
+/// a known token, when the server has tokens, is a 401.
+pub(crate) async fn require_token(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+    match state.access.identify(request.headers()) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller.for_mcp());
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(err) => err.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn access() -> Access {
+        Access {
+            tokens: vec![
+                ApiToken::new("alice", "secret-a"),
+                ApiToken::new("bot", "secret-b").only_agents(vec!["support".into()]),
+            ],
+            author_header: Some(HeaderName::from_static("x-forwarded-user")),
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(*k, HeaderValue::from_static(v));
+        }
+        map
+    }
+
+    #[test]
+    fn each_token_is_known_by_its_name_and_a_wrong_or_missing_one_is_refused() {
+        let access = access();
+        let alice = access
+            .identify(&headers(&[("authorization", "Bearer secret-a")]))
+            .unwrap();
+        assert_eq!(alice.author(), Author::named(Interface::Http, "alice"));
+        assert!(alice.may_act_for("anything"));
+        let bot = access
+            .identify(&headers(&[("authorization", "Bearer secret-b")]))
+            .unwrap();
+        assert_eq!(bot.author(), Author::named(Interface::Http, "bot"));
+        assert!(bot.may_act_for("support") && !bot.may_act_for("deployer"));
+        for wrong in [
+            headers(&[]),
+            headers(&[("authorization", "Bearer secret-")]),
+            headers(&[("authorization", "secret-a")]),
+        ] {
+            assert!(matches!(access.identify(&wrong), Err(ApiError::Unauthorized)));
+        }
+    }
+
+    #[test]
+    fn the_proxy_header_names_the_author_over_the_token_and_the_page_header_the_interface() {
+        let access = access();
+        let caller = access
+            .identify(&headers(&[
+                ("authorization", "Bearer secret-b"),
+                ("x-forwarded-user", "carol"),
+                ("x-askloop-interface", "page"),
+            ]))
+            .unwrap();
+        assert_eq!(caller.author(), Author::named(Interface::Page, "carol"));
+        assert!(!caller.may_act_for("deployer"), "the rights stay the token's");
+        let empty = access
+            .identify(&headers(&[
+                ("authorization", "Bearer secret-a"),
+                ("x-forwarded-user", " "),
+            ]))
+            .unwrap();
+        assert_eq!(empty.author(), Author::named(Interface::Http, "alice"));
+    }
+
+    #[test]
+    fn the_author_header_is_ignored_unless_configured() {
+        let access = Access::default();
+        let caller = access.identify(&headers(&[("x-forwarded-user", "mallory")])).unwrap();
+        assert_eq!(caller.author(), Author::via(Interface::Http));
+    }
+
+    #[test]
+    fn a_limited_token_is_refused_naming_the_token_and_the_agent() {
+        let access = access();
+        let bot = access
+            .identify(&headers(&[("authorization", "Bearer secret-b")]))
+            .unwrap();
+        let err = bot.check("deployer").unwrap_err();
+        assert_eq!(err.status_and_code().1, "forbidden");
+        let message = err.to_string();
+        assert!(
+            message.contains("bot") && message.contains("deployer") && message.contains("support"),
+            "{message}"
+        );
     }
 }

@@ -23,7 +23,20 @@
 //! # headers = { Authorization = "Bearer ..." }
 //! # tools = ["echo"]                 # only these of its tools
 //! ```
+//!
+//! API tokens and the author header are top-level keys (see
+//! `config/access.rs`):
+//!
+//! ```toml
+//! author_header = "X-Forwarded-User"  # set by a trusted proxy; it must strip it from clients
+//!
+//! [[tokens]]
+//! name = "alice"
+//! token_env = "ALICE_TOKEN"
+//! agents = ["deployer"]              # optional: only these agents (others: 403)
+//! ```
 
+mod access;
 mod duration;
 mod raw;
 
@@ -34,6 +47,7 @@ use std::sync::Arc;
 use askloop::{Agent, AskUser, AskUserLimits, Model, RunStore, ScriptedModel, Tool};
 use askloop_mcp::McpServerSpec;
 
+use crate::auth::ApiToken;
 use crate::tools::{WRITE_FILE_TOOL_ID, write_file};
 
 /// The default agent's id, when there is no configuration file.
@@ -55,6 +69,13 @@ pub struct ServerConfig {
     /// The `[limits]` table: options, answer size and questions per step
     /// of every agent's `ask_user`.
     pub limits: AskUserLimits,
+    /// `[[tokens]]`: named API tokens, their secrets read.
+    pub tokens: Vec<ApiToken>,
+    /// `author_header`: the header a trusted proxy names the author in.
+    pub author_header: Option<String>,
+    /// What is allowed but unwise (a token's secret written in the file),
+    /// for the program to show.
+    pub warnings: Vec<String>,
 }
 
 /// One agent, checked.
@@ -174,6 +195,9 @@ impl ServerConfig {
                 mcp: Vec::new(),
             }],
             limits: AskUserLimits::default(),
+            tokens: Vec::new(),
+            author_header: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -185,8 +209,21 @@ impl ServerConfig {
     }
 
     /// Checks configuration text; `path` names it in errors and anchors
-    /// relative paths (`script`, `write_dir`).
+    /// relative paths (`script`, `write_dir`). Tokens' `token_env` are read
+    /// from this process's environment.
     pub fn from_toml(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        Self::from_toml_with_env(path, text, &|name| {
+            std::env::var(name).ok().filter(|value| !value.trim().is_empty())
+        })
+    }
+
+    /// As [`ServerConfig::from_toml`], reading environment variables with
+    /// `env` (`None`: not set).
+    pub fn from_toml_with_env(
+        path: &Path,
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let raw = raw::parse(path, text)?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let base = std::path::absolute(&base).unwrap_or(base);
@@ -203,10 +240,16 @@ impl ServerConfig {
             .into_iter()
             .map(|(id, agent)| resolve_agent(path, &base, id, agent))
             .collect::<Result<Vec<_>, _>>()?;
+        let ids: Vec<&str> = agents.iter().map(|a| a.id.as_str()).collect();
+        let (tokens, warnings) = access::resolve_tokens(path, raw.tokens, &ids, env)?;
+        let author_header = access::resolve_author_header(path, raw.author_header)?;
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
             limits,
+            tokens,
+            author_header,
+            warnings,
         })
     }
 

@@ -23,8 +23,20 @@ pub enum ApiError {
     #[error("{0}")]
     BadRequest(String),
     /// `Authorization: Bearer <token>` is missing or wrong.
-    #[error("this server needs `Authorization: Bearer <token>` with the token it was started with (ASKLOOP_API_TOKEN)")]
+    #[error(
+        "this server needs `Authorization: Bearer <token>` with one of its tokens (ASKLOOP_API_TOKEN, or a [[tokens]] entry of askloop.toml)"
+    )]
     Unauthorized,
+    /// The token may not act for this agent (it is limited to others).
+    #[error("the token {token:?} may not act for agent {agent_id}; it may act for: {}", allowed.join(", "))]
+    Forbidden {
+        /// The token's name.
+        token: String,
+        /// The agent of the route, or of the run.
+        agent_id: String,
+        /// The agents the token may act for.
+        allowed: Vec<String>,
+    },
     /// No agent has this id.
     #[error("no agent with id {agent_id}; agents here: {}", known.join(", "))]
     UnknownAgent {
@@ -107,6 +119,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent"),
             ApiError::UnknownRun { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
             ApiError::UnknownRoute { .. } => (StatusCode::NOT_FOUND, "unknown_route"),

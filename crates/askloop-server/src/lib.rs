@@ -13,9 +13,13 @@
 //!   `/runs/{runId}`, its files built into the binary.
 //! - Errors are `{"error": {"code", "message"}}` with the status chosen in
 //!   one place ([`ApiError`]).
-//! - With a token, every `/api` route needs `Authorization: Bearer <token>`;
-//!   without one, [`Server::serve`] refuses to listen beyond loopback unless
-//!   told otherwise.
+//! - With tokens ([`ServerOptions::token`], [`ServerOptions::tokens`]),
+//!   every `/api` route and `/mcp` need `Authorization: Bearer <token>`;
+//!   without any, [`Server::serve`] refuses to listen beyond loopback unless
+//!   told otherwise. A token may be limited to some agents (others: 403),
+//!   and its name is recorded as the author of the answers given with it,
+//!   unless a trusted proxy names the person in
+//!   [`ServerOptions::author_header`].
 //!
 //! Several servers sharing one PostgreSQL store behave as one service: a run
 //! suspended through one is answered through another, and of two concurrent
@@ -73,6 +77,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::timeout::TimeoutBody;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
+pub use auth::{ApiToken, DEFAULT_TOKEN_NAME};
 pub use config::{AgentConfig, ConfigError, ModelSource, ServerConfig, ToolKind};
 pub use error::ApiError;
 
@@ -100,8 +105,18 @@ pub const DEFAULT_RECOVER_EVERY: Duration = Duration::from_secs(15);
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerOptions {
-    /// When set, every `/api` route needs `Authorization: Bearer <token>`.
+    /// When set, every `/api` route needs `Authorization: Bearer <token>`
+    /// (of this or another token); what is done with it is recorded as by
+    /// [`DEFAULT_TOKEN_NAME`].
     pub token: Option<String>,
+    /// Named tokens, each recorded as the author of what is done with it
+    /// and possibly limited to some agents.
+    pub tokens: Vec<ApiToken>,
+    /// A header that a proxy in front of the server sets to the name of the
+    /// person it authenticated (e.g. `X-Forwarded-User`); when set, its
+    /// value is recorded as the author. The proxy must strip it from
+    /// clients' requests.
+    pub author_header: Option<String>,
     /// Listen beyond loopback without a token (anyone who can reach the
     /// port can then answer and cancel runs).
     pub allow_unauthenticated: bool,
@@ -127,6 +142,8 @@ impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
             token: None,
+            tokens: Vec::new(),
+            author_header: None,
             allow_unauthenticated: false,
             cors_origins: Vec::new(),
             body_limit: DEFAULT_BODY_LIMIT,
@@ -142,6 +159,8 @@ impl fmt::Debug for ServerOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServerOptions")
             .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("tokens", &self.tokens)
+            .field("author_header", &self.author_header)
             .field("allow_unauthenticated", &self.allow_unauthenticated)
             .field("cors_origins", &self.cors_origins)
             .field("body_limit", &self.body_limit)
@@ -158,6 +177,23 @@ impl ServerOptions {
     pub fn token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.is_empty());
         self
+    }
+
+    /// Sets the named tokens.
+    pub fn tokens(mut self, tokens: Vec<ApiToken>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Sets the header a trusted proxy names the author in (`None`: none).
+    pub fn author_header(mut self, header: Option<String>) -> Self {
+        self.author_header = header.filter(|h| !h.trim().is_empty());
+        self
+    }
+
+    /// Whether requests need a token.
+    fn protected(&self) -> bool {
+        self.token.is_some() || !self.tokens.is_empty()
     }
 
     /// Allows listening beyond loopback without a token.
@@ -221,6 +257,27 @@ pub enum ServerError {
         /// The address.
         addr: SocketAddr,
     },
+    /// Two tokens share a name, or a secret.
+    #[error("two API tokens have the same {what} ({name}); each token needs its own name and secret")]
+    DuplicateToken {
+        /// `name` or `secret`.
+        what: &'static str,
+        /// The name (of the second token).
+        name: String,
+    },
+    /// A token is limited to an agent this server does not serve.
+    #[error("the API token {token} may act for agent {agent_id}, which this server does not serve; agents here: {}", known.join(", "))]
+    UnknownTokenAgent {
+        /// The token's name.
+        token: String,
+        /// The agent.
+        agent_id: String,
+        /// The agents served.
+        known: Vec<String>,
+    },
+    /// The author header is not a valid header name.
+    #[error("the author header {0:?} is not a valid HTTP header name; give one like X-Forwarded-User")]
+    InvalidAuthorHeader(String),
     /// A CORS origin is not a valid header value.
     #[error("invalid CORS origin {0:?}: give an origin like https://example.com, or *")]
     InvalidOrigin(String),
@@ -239,7 +296,8 @@ pub(crate) struct AppState {
     /// The runs driven for streams of this server, so a shutdown can wait
     /// for them to reach a stored state.
     pub(crate) runs: TaskTracker,
-    pub(crate) token: Option<String>,
+    /// The tokens and the author header every request is checked against.
+    pub(crate) access: auth::Access,
     pub(crate) body_limit: usize,
     pub(crate) body_read_timeout: Duration,
     /// The store's run changes, for `GET /api/events`.
@@ -305,7 +363,7 @@ impl Server {
             agents: self.agents.clone(),
             store: Arc::clone(&self.store),
             runs: self.runs.clone(),
-            token: self.options.token.clone(),
+            access: self.access()?,
             body_limit: self.options.body_limit,
             body_read_timeout: self.options.body_read_timeout,
             events: events::RunEvents::default(),
@@ -334,7 +392,7 @@ impl Server {
         let mcp = Router::new()
             .route_service(
                 "/mcp",
-                askloop_mcp::streamable_http_service(mcp_tools, self.options.token.is_none()),
+                askloop_mcp::streamable_http_service(mcp_tools, !self.options.protected()),
             )
             .route_layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&state),
@@ -414,10 +472,56 @@ impl Server {
 
     /// Refuses a listener beyond loopback without a token, unless allowed.
     pub fn check_exposure(&self, addr: SocketAddr) -> Result<(), ServerError> {
-        if self.options.token.is_none() && !addr.ip().is_loopback() && !self.options.allow_unauthenticated {
+        if !self.options.protected() && !addr.ip().is_loopback() && !self.options.allow_unauthenticated {
             return Err(ServerError::Unprotected { addr });
         }
         Ok(())
+    }
+}
+
+impl Server {
+    /// The tokens (`token` named [`DEFAULT_TOKEN_NAME`], then `tokens`) and
+    /// the author header, checked against each other and the agents.
+    fn access(&self) -> Result<auth::Access, ServerError> {
+        let mut tokens: Vec<ApiToken> = Vec::new();
+        let default = self
+            .options
+            .token
+            .as_ref()
+            .map(|secret| ApiToken::new(DEFAULT_TOKEN_NAME, secret.clone()));
+        for token in default.into_iter().chain(self.options.tokens.iter().cloned()) {
+            if tokens.iter().any(|t| t.name() == token.name()) {
+                return Err(ServerError::DuplicateToken {
+                    what: "name",
+                    name: token.name().to_owned(),
+                });
+            }
+            if tokens.iter().any(|t| t.secret() == token.secret()) {
+                return Err(ServerError::DuplicateToken {
+                    what: "secret",
+                    name: token.name().to_owned(),
+                });
+            }
+            let known = |id: &String| self.agents.iter().any(|a| a.id() == id);
+            if let Some(unknown) = token.agents().unwrap_or_default().iter().find(|id| !known(id)) {
+                return Err(ServerError::UnknownTokenAgent {
+                    token: token.name().to_owned(),
+                    agent_id: unknown.clone(),
+                    known: self.agents.iter().map(|a| a.id().to_owned()).collect(),
+                });
+            }
+            tokens.push(token);
+        }
+        let author_header = self
+            .options
+            .author_header
+            .as_deref()
+            .map(|name| {
+                axum::http::HeaderName::from_bytes(name.trim().as_bytes())
+                    .map_err(|_| ServerError::InvalidAuthorHeader(name.to_owned()))
+            })
+            .transpose()?;
+        Ok(auth::Access { tokens, author_header })
     }
 }
 

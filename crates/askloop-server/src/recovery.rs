@@ -73,7 +73,7 @@ pub(crate) async fn take_over_expired(
                 continue;
             };
             let run_id = run.run_id.clone();
-            match agent.recover_listed_run(run).await {
+            match agent.recover_listed_run(run, Author::via(Interface::Server)).await {
                 Ok(Some(stream)) => {
                     taken += 1;
                     tracing::info!(run_id = %run_id, agent = agent.id(), "took over a run whose driver stopped");

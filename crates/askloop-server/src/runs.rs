@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::AppState;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
 use crate::wire::{Cancelled, RunDetail, RunPage, RunSummary};
@@ -76,8 +77,11 @@ impl Cursor {
 }
 
 /// `GET /api/runs?status=&agentId=&limit=&cursor=`: runs, newest first.
+/// A token limited to some agents sees only their runs; asking for another
+/// agent's (`agentId`) is a 403.
 pub(crate) async fn list(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<RunPage>, ApiError> {
     let status = query
@@ -101,12 +105,21 @@ pub(crate) async fn list(
         .filter(|c| !c.is_empty())
         .map(Cursor::decode)
         .transpose()?;
+    let mut agent_id = query.agent_id.filter(|a| !a.is_empty());
+    if let Some(agent_id) = &agent_id {
+        caller.check(agent_id)?;
+    }
+    // A token for one agent reads that agent's runs from the store's
+    // index; one for several skips the others' runs as it reads.
+    if let Some([only]) = caller.agents() {
+        agent_id.get_or_insert_with(|| only.clone());
+    }
     let filter = RunQuery {
         status,
-        agent_id: query.agent_id.filter(|a| !a.is_empty()),
+        agent_id,
         ..Default::default()
     };
-    let (runs, next) = page(&state, filter, limit, cursor).await?;
+    let (runs, next) = page(&state, &caller, filter, limit, cursor).await?;
     Ok(Json(RunPage {
         runs: runs.into_iter().map(RunSummary::from).collect(),
         next_cursor: next.map(|c| c.encode()),
@@ -119,6 +132,7 @@ pub(crate) async fn list(
 /// is full.
 async fn page(
     state: &AppState,
+    caller: &Caller,
     mut filter: RunQuery,
     limit: u32,
     cursor: Option<Cursor>,
@@ -133,7 +147,10 @@ async fn page(
         let batch = state.store.list(&filter).await?;
         let read = batch.len() as u32;
         for (i, run) in batch.into_iter().enumerate() {
-            if runs.len() <= limit as usize && cursor.as_ref().is_none_or(|c| c.is_before(&run)) {
+            if runs.len() <= limit as usize
+                && cursor.as_ref().is_none_or(|c| c.is_before(&run))
+                && caller.may_act_for(&run.agent_id)
+            {
                 runs.push((offset + i as u32, run));
             }
         }
@@ -158,9 +175,11 @@ async fn page(
 /// `GET /api/runs/{runId}`: the run, what it waits on, its conversation.
 pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<RunDetail>, ApiError> {
     let run = load(&state, &run_id).await?;
+    caller.check(&run.agent_id)?;
     let messages = state.store.messages(&run_id).await?;
     Ok(Json(RunDetail {
         version: run.version,
@@ -174,14 +193,15 @@ pub(crate) async fn get(
 /// becomes `cancelled`. A finished run cannot be cancelled (409).
 pub(crate) async fn cancel(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     ApiPath(run_id): ApiPath<String>,
-    headers: axum::http::HeaderMap,
 ) -> Result<Json<Cancelled>, ApiError> {
     let run = load(&state, &run_id).await?;
+    caller.check(&run.agent_id)?;
     // Cancelling needs the run's agent only to write through its store;
     // a run of an agent this server does not serve is left alone.
     let agent = state.agent(&run.agent_id)?;
-    agent.cancel_run_by(&run_id, crate::agents::author(&headers)).await?;
+    agent.cancel_run_by(&run_id, caller.author()).await?;
     Ok(Json(Cancelled {
         run_id,
         status: RunStatus::Cancelled,

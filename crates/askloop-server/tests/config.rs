@@ -379,3 +379,133 @@ fn the_limits_table_sets_ask_user_limits_and_missing_keys_keep_their_defaults() 
     let without = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), "[agents.a]\n").unwrap();
     assert_eq!(without.limits, defaults);
 }
+
+/// Reads `text` as `askloop.toml` with only these environment variables set.
+fn with_env(text: &str, vars: &[(&str, &str)]) -> Result<ServerConfig, ConfigError> {
+    let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    ServerConfig::from_toml_with_env(Path::new("/etc/askloop/askloop.toml"), text, &|name| {
+        vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    })
+}
+
+#[test]
+fn tokens_resolve_to_named_secrets_with_their_agents_and_a_secret_in_the_file_is_warned_about() {
+    let config = with_env(
+        r#"
+author_header = "X-Forwarded-User"
+
+[agents.support]
+[agents.deployer]
+
+[[tokens]]
+name = "alice"
+token_env = "ALICE_TOKEN"
+
+[[tokens]]
+name = "support-bot"
+token = "written-in-the-file"
+agents = ["support"]
+"#,
+        &[("ALICE_TOKEN", "secret-of-alice")],
+    )
+    .unwrap();
+    let [alice, bot] = &config.tokens[..] else {
+        panic!("{config:?}")
+    };
+    assert_eq!((alice.name(), alice.agents()), ("alice", None));
+    assert_eq!(bot.name(), "support-bot");
+    assert_eq!(bot.agents(), Some(&["support".to_owned()][..]));
+    assert_eq!(config.author_header.as_deref(), Some("X-Forwarded-User"));
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    assert!(
+        config.warnings[0].contains("tokens[1].token") && config.warnings[0].contains("token_env"),
+        "{:?}",
+        config.warnings
+    );
+    assert!(
+        !format!("{config:?}").contains("secret-of-alice"),
+        "secrets stay out of debug output"
+    );
+}
+
+#[test]
+fn token_and_time_limit_mistakes_are_one_error_naming_the_file_the_key_and_the_problem() {
+    let agents = "[agents.support]\ntools = [\"ask_user\"]\n[agents.deployer]\n";
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            format!("[[tokens]]\nname = \"\"\ntoken_env = \"ALICE_TOKEN\"\n{agents}"),
+            "tokens[0].name",
+            "a token needs a name",
+        ),
+        (
+            format!("[[tokens]]\ntoken_env = \"ALICE_TOKEN\"\n{agents}"),
+            "tokens[0].name",
+            "a token needs a name",
+        ),
+        (
+            format!(
+                "[[tokens]]\nname = \"alice\"\ntoken_env = \"ALICE_TOKEN\"\n[[tokens]]\nname = \"alice\"\ntoken_env = \"BOB_TOKEN\"\n{agents}"
+            ),
+            "tokens[1].name",
+            "another token is named \"alice\"",
+        ),
+        (
+            format!(
+                "[[tokens]]\nname = \"bot\"\ntoken_env = \"ALICE_TOKEN\"\nagents = [\"support\", \"billing\"]\n{agents}"
+            ),
+            "tokens[0].agents[1]",
+            "unknown agent \"billing\"; agents in this file: deployer, support",
+        ),
+        (
+            format!("[[tokens]]\nname = \"bot\"\ntoken_env = \"MISSING_TOKEN\"\n{agents}"),
+            "tokens[0].token_env",
+            "the environment variable MISSING_TOKEN is not set",
+        ),
+        (
+            format!("[[tokens]]\nname = \"bot\"\n{agents}"),
+            "tokens[0]",
+            "give token_env",
+        ),
+        (
+            format!("[[tokens]]\nname = \"bot\"\ntoken_env = \"ALICE_TOKEN\"\nagents = []\n{agents}"),
+            "tokens[0].agents",
+            "an empty list",
+        ),
+        (
+            format!("[[tokens]]\nname = \"bot\"\ntoken_env = \"ALICE_TOKEN\"\nscope = \"all\"\n{agents}"),
+            "tokens[0].scope",
+            "unknown field `scope`",
+        ),
+        (
+            format!("author_header = \"X Forwarded User\"\n{agents}"),
+            "author_header",
+            "not an HTTP header name",
+        ),
+        (
+            "[agents.a]\ntime_limit = \"90\"\n".to_owned(),
+            "agents.a.time_limit",
+            "no known unit",
+        ),
+        (
+            "[agents.a]\n[agents.a.time_limits]\nask_user = \"soon\"\n".to_owned(),
+            "agents.a.time_limits.ask_user",
+            "is not a time limit",
+        ),
+        (
+            "[agents.a]\n[agents.a.time_limits]\nshell = \"5m\"\n".to_owned(),
+            "agents.a.time_limits.shell",
+            "shell is not one of this agent's tools",
+        ),
+    ];
+    for (text, key, problem) in cases {
+        let err = with_env(&text, &[("ALICE_TOKEN", "a"), ("BOB_TOKEN", "b")]).unwrap_err();
+        assert_eq!(err.file, Path::new("/etc/askloop/askloop.toml"), "{text}");
+        assert_eq!(err.key, key, "{text}: {err}");
+        assert!(err.problem.contains(problem), "{text}: {err}");
+        let message = err.to_string();
+        assert!(
+            message.starts_with("/etc/askloop/askloop.toml") && message.contains(key),
+            "{message}"
+        );
+    }
+}

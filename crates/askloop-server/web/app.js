@@ -137,7 +137,7 @@ function askForToken(wrong) {
     'form',
     { class: 'token-form' },
     h('h1', {}, 'This server needs a token'),
-    h('p', { class: 'subtitle' }, 'Enter the API token the server was started with (ASKLOOP_API_TOKEN). It is kept for this browser tab only.'),
+    h('p', { class: 'subtitle' }, 'Enter your API token (ASKLOOP_API_TOKEN, or one of the server\'s named tokens). It is kept for this browser tab only.'),
     h('label', { for: 'token' }, 'API token'),
     input,
     error,

@@ -22,7 +22,7 @@ mod settings;
 use std::time::Duration;
 
 use askloop::{
-    Lease, Message, RUN_SCHEMA_VERSION, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
+    Lease, Message, RUN_SCHEMA_VERSION, Resolution, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -548,14 +548,20 @@ impl RunStore for PostgresStore {
         expected_version: i64,
         lease: &Lease,
         now: DateTime<Utc>,
+        resolution: Option<&Resolution>,
     ) -> Result<i64, StoreError> {
         let reclaiming = || format!("taking over run {run_id}");
+        let resolution = resolution
+            .map(|r| crate::row::to_json(run_id, "resolution", r).map(|json| nul::encode_json(&json).into_owned()))
+            .transpose()?;
         // As `claim`: a second UPDATE of the row waits for the first and
         // re-checks the version, so exactly one reclaimer wins; the lease
         // test is in the statement, so an owner that renewed keeps its run.
         let reclaimed = sqlx::query(
             "UPDATE runs SET status = 'running', version = version + 1, updated_at = $1, \
-             lease_owner = $5, lease_until = $6, error = NULL, failure = NULL \
+             lease_owner = $5, lease_until = $6, error = NULL, failure = NULL, \
+             resolutions = CASE WHEN $10::jsonb IS NULL THEN resolutions \
+             ELSE resolutions || jsonb_build_array($10::jsonb) END \
              WHERE run_id = $2 AND version = $3 AND schema_version <= $4 \
              AND (status = 'failed' OR (status = 'running' AND (lease_until IS NULL OR lease_until <= $7))) \
              RETURNING version, pg_notify($8, $9) IS NULL AS announced",
@@ -569,6 +575,7 @@ impl RunStore for PostgresStore {
         .bind(now)
         .bind(changes::CHANNEL)
         .bind(changes::payload(&self.schema, run_id)?)
+        .bind(&resolution)
         .fetch_optional(&self.pool)
         .await
         .map_err(self.failed(reclaiming))?;

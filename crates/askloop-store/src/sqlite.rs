@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use askloop::{
-    DatabaseFault, Lease, Message, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
+    DatabaseFault, Lease, Message, Resolution, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -621,13 +621,18 @@ impl RunStore for SqliteStore {
         expected_version: i64,
         lease: &Lease,
         now: DateTime<Utc>,
+        resolution: Option<&Resolution>,
     ) -> Result<i64, StoreError> {
+        let resolution = resolution
+            .map(|r| crate::row::to_json(run_id, "resolution", r))
+            .transpose()?;
         self.write(Write::Reclaim {
             run_id: run_id.to_owned(),
             expected_version,
             owner: lease.owner.clone(),
             until: micros(lease.until),
             now: micros(now),
+            resolution,
         })
         .await
     }

@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use askloop::{
-    Agent, AgentStream, AskUser, ChunkKind, FunctionTool, MemoryStore, Message, Model, ModelError, ModelRequest,
-    ModelStream, ResumeOptions, RunError, RunFailure, RunStatus, RunStore, ScriptedModel, ToolContent, ToolOutput,
+    Agent, AgentStream, AskUser, Author, ChunkKind, FunctionTool, Interface, MemoryStore, Message, Model, ModelError,
+    ModelRequest, ModelStream, ResolutionKind, ResumeOptions, RunError, RunFailure, RunStatus, RunStore, ScriptedModel,
+    ToolContent, ToolOutput,
 };
 use async_trait::async_trait;
 use chrono::Utc;
@@ -126,10 +127,19 @@ async fn a_run_whose_driver_died_mid_model_call_is_taken_over_and_the_call_made_
 
     let model = CountingModel::new(ASK_THEN_ANSWER);
     let second = agent(model.clone(), &store);
-    let mut recovered = second.recover_runs().await.unwrap();
+    let mut recovered = second.recover_runs_by(Author::via(Interface::Server)).await.unwrap();
     assert_eq!(recovered.len(), 1);
     let (chunks, output) = recovered.remove(0).output_with_chunks().await;
     assert_eq!(output.status, RunStatus::Suspended);
+    let run = store.get(&run_id).await.unwrap().unwrap();
+    let [taken_over] = &run.resolutions[..] else {
+        panic!("{:?}", run.resolutions)
+    };
+    assert_eq!(
+        (taken_over.kind, &taken_over.author, taken_over.tool_call_id.as_deref()),
+        (ResolutionKind::Recovered, &Author::via(Interface::Server), None),
+        "the take-over is recorded as a recovered resolution, by who took it over"
+    );
     assert_eq!(model.calls(), 1, "the interrupted model call is made again, once");
     assert!(types(&chunks).contains(&"tool-call-suspended"));
     assert!(
@@ -377,6 +387,12 @@ async fn a_run_failed_by_an_unreachable_model_keeps_its_answer_and_is_retried_fr
     assert_eq!(model.calls(), 1);
     let run = store.get(&run_id).await.unwrap().unwrap();
     assert_eq!((run.error, run.failure), (None, None));
+    let kinds: Vec<ResolutionKind> = run.resolutions.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [ResolutionKind::Answered, ResolutionKind::Recovered],
+        "the retry is recorded after the answer"
+    );
 
     match up.retry_run(&run_id).await {
         Err(RunError::NotRetryable { reason, .. }) => assert!(reason.contains("completed"), "{reason}"),

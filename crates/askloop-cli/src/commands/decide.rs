@@ -206,7 +206,7 @@ pub async fn decline(ctx: &Context, call: Call<'_>, reason: Option<String>, json
 /// `askloop retry RUN`: a failed run, continued from its last stored step.
 pub async fn retry(ctx: &Context, run_id: &str, model: Option<&str>, json: bool) -> Result<Done, CliError> {
     let (agent, run) = agent_for(ctx, run_id, model).await?;
-    let stream = agent.retry_run(&run.run_id).await?;
+    let stream = agent.retry_run_by(&run.run_id, cli_author()).await?;
     Ok(finish(ctx, stream, json).await)
 }
 
@@ -232,7 +232,7 @@ pub async fn recover(ctx: &Context, json: bool) -> Result<Done, CliError> {
         for run in stalled {
             seen += 1;
             let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
-            let Some(stream) = agent.recover_run(&run.run_id).await? else {
+            let Some(stream) = agent.recover_run_by(&run.run_id, cli_author()).await? else {
                 errln!("Run {} was taken over by another process.", run.run_id);
                 continue;
             };

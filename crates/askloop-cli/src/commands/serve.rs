@@ -27,9 +27,11 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
     })?;
     let Configured { config, agents, store } = configured_agents(ctx, &args.model).await?;
     let token = std::env::var("ASKLOOP_API_TOKEN").ok().filter(|t| !t.is_empty());
-    let protected = token.is_some();
+    let protected = token.is_some() || !config.tokens.is_empty();
     let options = ServerOptions::default()
         .token(token)
+        .tokens(config.tokens.clone())
+        .author_header(config.author_header.clone())
         .allow_unauthenticated(args.allow_unauthenticated)
         .cors_origins(args.cors_origin)
         .body_limit(args.max_body_bytes)
@@ -120,10 +122,14 @@ pub(super) async fn configured_agent(
 /// The configuration file of `--config` (else `./askloop.toml` if it
 /// exists, else the default agent), checked.
 fn load_config(ctx: &Context) -> Result<ServerConfig, CliError> {
-    match config_path(ctx.config.as_deref()) {
-        Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string())),
-        None => Ok(ServerConfig::default_agent()),
+    let config = match config_path(ctx.config.as_deref()) {
+        Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
+        None => ServerConfig::default_agent(),
+    };
+    for warning in &config.warnings {
+        errln!("askloop: warning: {warning}");
     }
+    Ok(config)
 }
 
 /// Builds the agents of `config` with their MCP servers' tools; those that

@@ -16,6 +16,22 @@ pub(super) struct RawConfig {
     pub(super) agents: BTreeMap<String, RawAgent>,
     #[serde(default)]
     pub(super) limits: RawLimits,
+    /// `[[tokens]]`: named API tokens.
+    #[serde(default)]
+    pub(super) tokens: Vec<RawToken>,
+    /// The header a trusted proxy names the author in.
+    pub(super) author_header: Option<String>,
+}
+
+/// One `[[tokens]]` table: an API token's name, its secret (from the
+/// environment, or written in the file) and the agents it may act for.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawToken {
+    pub(super) name: Option<String>,
+    pub(super) token: Option<String>,
+    pub(super) token_env: Option<String>,
+    pub(super) agents: Option<Vec<String>>,
 }
 
 /// `[limits]`: what one `ask_user` call may ask and be answered with.

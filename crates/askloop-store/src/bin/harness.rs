@@ -344,8 +344,11 @@ impl RunStore for GateAtClaim {
         expected_version: i64,
         lease: &Lease,
         now: DateTime<Utc>,
+        resolution: Option<&askloop::Resolution>,
     ) -> Result<i64, StoreError> {
-        self.inner.reclaim(run_id, expected_version, lease, now).await
+        self.inner
+            .reclaim(run_id, expected_version, lease, now, resolution)
+            .await
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {

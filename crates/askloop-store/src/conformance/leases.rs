@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use askloop::{ExpiredRuns, Lease, RunFailure, RunStatus, RunUpdate, StoreError};
+use askloop::{Author, ExpiredRuns, Interface, Lease, Resolution, ResolutionKind, RunFailure, RunStatus, RunUpdate, StoreError};
 use chrono::{Duration, Utc};
 
 use super::Subject;
@@ -121,7 +121,7 @@ pub async fn expired_runs_are_read_page_after_page_each_once_past_five_hundred(s
     // Another process takes over ten runs of the next page meanwhile.
     let taken: Vec<String> = (600..610).map(id).collect();
     for run_id in &taken {
-        s.store.reclaim(run_id, 0, &lease("owner-new", 60), now).await.unwrap();
+        s.store.reclaim(run_id, 0, &lease("owner-new", 60), now, None).await.unwrap();
     }
     let mut read: Vec<String> = first.iter().map(|r| r.run_id.clone()).collect();
     let mut sizes = vec![first.len()];
@@ -144,16 +144,26 @@ pub async fn reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_
     let new_owner = lease("owner-new", 60);
 
     running_run(s, "held", Some(lease("owner-a", 60))).await;
-    expect_conflict(s.store.reclaim("held", 0, &new_owner, now).await, "held");
+    expect_conflict(s.store.reclaim("held", 0, &new_owner, now, None).await, "held");
     let run = s.store.get("held").await.unwrap().unwrap();
     assert_eq!((run.version, run.lease.unwrap().owner.as_str()), (0, "owner-a"));
 
     running_run(s, "ran-out", Some(lease("owner-a", -5))).await;
-    expect_conflict(s.store.reclaim("ran-out", 1, &new_owner, now).await, "ran-out");
-    let version = s.store.reclaim("ran-out", 0, &new_owner, now).await.unwrap();
+    expect_conflict(s.store.reclaim("ran-out", 1, &new_owner, now, None).await, "ran-out");
+    let recovered = Resolution::now(None, ResolutionKind::Recovered, Author::via(Interface::Server));
+    let version = s
+        .store
+        .reclaim("ran-out", 0, &new_owner, now, Some(&recovered))
+        .await
+        .unwrap();
     assert!(version > 0);
     let run = s.store.get("ran-out").await.unwrap().unwrap();
     assert_eq!((run.status, run.version), (RunStatus::Running, version));
+    assert_eq!(
+        run.resolutions,
+        [recovered],
+        "the take-over is recorded in the same write"
+    );
     assert_eq!(run.lease.as_ref(), Some(&new_owner));
     assert_eq!(
         s.store.messages("ran-out").await.unwrap(),
@@ -162,7 +172,7 @@ pub async fn reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_
     );
 
     running_run(s, "no-lease", None).await;
-    s.store.reclaim("no-lease", 0, &new_owner, now).await.unwrap();
+    s.store.reclaim("no-lease", 0, &new_owner, now, None).await.unwrap();
 
     running_run(s, "failed", None).await;
     let failure = RunFailure::Model {
@@ -178,8 +188,9 @@ pub async fn reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_
         })
         .await
         .unwrap();
-    let retried = s.store.reclaim("failed", failed, &new_owner, now).await.unwrap();
+    let retried = s.store.reclaim("failed", failed, &new_owner, now, None).await.unwrap();
     let run = s.store.get("failed").await.unwrap().unwrap();
+    assert!(run.resolutions.is_empty(), "no resolution given, none recorded");
     assert_eq!((run.status, run.version), (RunStatus::Running, retried));
     assert_eq!(
         (run.error, run.failure),
@@ -188,8 +199,11 @@ pub async fn reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_
     );
 
     let waiting = suspended_run(s.store.as_ref(), "waiting", "agent-1", base_time()).await;
-    expect_conflict(s.store.reclaim("waiting", waiting, &new_owner, now).await, "waiting");
-    expect_not_found(s.store.reclaim("nope", 0, &new_owner, now).await, "nope");
+    expect_conflict(
+        s.store.reclaim("waiting", waiting, &new_owner, now, None).await,
+        "waiting",
+    );
+    expect_not_found(s.store.reclaim("nope", 0, &new_owner, now, None).await, "nope");
 }
 
 /// Of 20 tasks taking over one expired run at the same version, exactly one
@@ -204,7 +218,7 @@ pub async fn of_twenty_concurrent_reclaims_exactly_one_wins(s: &Subject) {
             tokio::spawn(async move {
                 let mine = lease(&format!("owner-{n}"), 60);
                 start.wait().await;
-                (mine.clone(), store.reclaim("run-a", 0, &mine, Utc::now()).await)
+                (mine.clone(), store.reclaim("run-a", 0, &mine, Utc::now(), None).await)
             })
         })
         .collect();
@@ -229,7 +243,7 @@ pub async fn after_a_takeover_the_old_owner_can_neither_renew_nor_write(s: &Subj
     let old = lease("owner-old", -1);
     running_run(s, "run-a", Some(old.clone())).await;
     s.store
-        .reclaim("run-a", 0, &lease("owner-new", 60), Utc::now())
+        .reclaim("run-a", 0, &lease("owner-new", 60), Utc::now(), None)
         .await
         .unwrap();
     expect_lease_lost(

@@ -140,6 +140,8 @@ pub(crate) enum Write {
         owner: String,
         until: i64,
         now: i64,
+        /// Who took it over, as JSON, appended to `resolutions`.
+        resolution: Option<String>,
     },
     /// `prune`, of runs last written before this time (microseconds).
     /// Result: how many were deleted.
@@ -341,6 +343,7 @@ impl Write {
                 owner,
                 until,
                 now,
+                resolution,
             } => {
                 // As `Claim`: one statement, so of concurrent reclaimers
                 // exactly one matches the row; the lease test is in it too,
@@ -348,7 +351,9 @@ impl Write {
                 let reclaimed = conn
                     .prepare_cached(
                         "UPDATE runs SET status = 'running', version = version + 1, updated_at = ?, \
-                         lease_owner = ?, lease_until = ?, error = NULL, failure = NULL \
+                         lease_owner = ?, lease_until = ?, error = NULL, failure = NULL, \
+                         resolutions = CASE WHEN ? IS NULL THEN resolutions \
+                         ELSE json_insert(resolutions, '$[#]', json(?)) END \
                          WHERE run_id = ? AND version = ? AND schema_version <= ? \
                          AND (status = 'failed' OR (status = 'running' AND (lease_until IS NULL OR lease_until <= ?))) \
                          RETURNING version",
@@ -360,6 +365,8 @@ impl Write {
                                     Utc::now().timestamp_micros(),
                                     owner,
                                     until,
+                                    resolution,
+                                    resolution,
                                     run_id,
                                     expected_version,
                                     RUN_SCHEMA_VERSION,

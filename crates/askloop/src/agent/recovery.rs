@@ -13,7 +13,7 @@ use chrono::Utc;
 use super::driver::{RunState, Start};
 use super::{Agent, AgentStream};
 use crate::error::RunError;
-use crate::store::{ExpiredRuns, RunRecord, RunStatus, RunStore, StoreError};
+use crate::store::{Author, ExpiredRuns, Resolution, ResolutionKind, RunRecord, RunStatus, RunStore, StoreError};
 
 /// How many runs one read of expired leases returns; a look reads page
 /// after page until it has seen them all.
@@ -27,6 +27,10 @@ impl Agent {
     /// over first, or whose owner renewed its lease meanwhile, are left
     /// alone. A host calls this at start and then from time to time.
     ///
+    /// Each take-over is recorded on the run as a
+    /// [`ResolutionKind::Recovered`] resolution, in the same write, made
+    /// through the library; [`Agent::recover_runs_by`] names who recovers.
+    ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// use std::sync::Arc;
@@ -39,11 +43,17 @@ impl Agent {
     /// # });
     /// ```
     pub async fn recover_runs(&self) -> Result<Vec<AgentStream>, RunError> {
+        self.recover_runs_by(Author::default()).await
+    }
+
+    /// Takes over stalled runs (see [`Agent::recover_runs`]), recording
+    /// `author` as who took each over (e.g. the server's sweep).
+    pub async fn recover_runs_by(&self, author: Author) -> Result<Vec<AgentStream>, RunError> {
         let mut streams = Vec::new();
         let mut pages = ExpiredRuns::new(self.inner.store.as_ref(), Utc::now(), EXPIRED_PAGE);
         while let Some(page) = pages.next_page().await? {
             for run in page.into_iter().filter(|run| run.agent_id == self.inner.id) {
-                if let Some(stream) = self.take_over(run).await? {
+                if let Some(stream) = self.take_over(run, author.clone()).await? {
                     streams.push(stream);
                 }
             }
@@ -56,8 +66,9 @@ impl Agent {
     /// when another process took it first or its owner renewed its lease.
     /// For a host that reads the expired runs once for all its agents and
     /// hands each to its agent; [`Agent::recover_runs`] does both for one
-    /// agent. A run of another agent is refused.
-    pub async fn recover_listed_run(&self, run: RunRecord) -> Result<Option<AgentStream>, RunError> {
+    /// agent. A run of another agent is refused. `author` is recorded as
+    /// who took it over.
+    pub async fn recover_listed_run(&self, run: RunRecord, author: Author) -> Result<Option<AgentStream>, RunError> {
         if run.agent_id != self.inner.id {
             return Err(RunError::InvalidInput(format!(
                 "run {} belongs to agent {}, not {}",
@@ -69,18 +80,24 @@ impl Agent {
         if run.status != RunStatus::Running {
             return Ok(None);
         }
-        self.take_over(run).await
+        self.take_over(run, author).await
     }
 
     /// Takes over one run if its lease ran out (see [`Agent::recover_runs`]);
     /// `None` when it is not stalled (held, not running) or another process
     /// took it first.
     pub async fn recover_run(&self, run_id: &str) -> Result<Option<AgentStream>, RunError> {
+        self.recover_run_by(run_id, Author::default()).await
+    }
+
+    /// Takes over one stalled run (see [`Agent::recover_run`]), recording
+    /// `author` as who took it over.
+    pub async fn recover_run_by(&self, run_id: &str, author: Author) -> Result<Option<AgentStream>, RunError> {
         let run = self.load(run_id).await?;
         if !run.is_stalled(Utc::now()) {
             return Ok(None);
         }
-        self.take_over(run).await
+        self.take_over(run, author).await
     }
 
     /// Continues a failed run from its last stored step, if it failed for a
@@ -90,6 +107,12 @@ impl Agent {
     /// answers are not asked again and stored tool results are not run
     /// again.
     pub async fn retry_run(&self, run_id: &str) -> Result<AgentStream, RunError> {
+        self.retry_run_by(run_id, Author::default()).await
+    }
+
+    /// Retries a failed run (see [`Agent::retry_run`]), recording `author`
+    /// as who took it over.
+    pub async fn retry_run_by(&self, run_id: &str, author: Author) -> Result<AgentStream, RunError> {
         let run = self.load(run_id).await?;
         if run.status != RunStatus::Failed {
             return Err(RunError::NotRetryable {
@@ -103,7 +126,7 @@ impl Agent {
                 reason: format!("it failed for a reason trying again does not fix: {failure}"),
             });
         }
-        match self.take_over(run).await? {
+        match self.take_over(run, author).await? {
             Some(stream) => Ok(stream),
             None => Err(RunError::Conflict {
                 run_id: run_id.to_owned(),
@@ -112,11 +135,17 @@ impl Agent {
     }
 
     /// Reclaims `run` as read and starts a driver on it; `None` when another
-    /// writer changed it first.
-    async fn take_over(&self, run: RunRecord) -> Result<Option<AgentStream>, RunError> {
+    /// writer changed it first. The take-over and its record (a
+    /// `recovered` resolution by `author`) are one store write.
+    async fn take_over(&self, run: RunRecord, author: Author) -> Result<Option<AgentStream>, RunError> {
         let store: &dyn RunStore = self.inner.store.as_ref();
         let lease = self.inner.new_lease();
-        let version = match store.reclaim(&run.run_id, run.version, &lease, Utc::now()).await {
+        let resolution = Resolution::now(None, ResolutionKind::Recovered, author);
+        let now = Utc::now();
+        let version = match store
+            .reclaim(&run.run_id, run.version, &lease, now, Some(&resolution))
+            .await
+        {
             Ok(version) => version,
             Err(StoreError::Conflict { .. }) => return Ok(None),
             Err(err) => return Err(err.into()),
@@ -130,6 +159,7 @@ impl Agent {
         record.lease = Some(lease);
         record.error = None;
         record.failure = None;
+        record.resolutions.push(resolution);
         Ok(Some(self.spawn(RunState { record, messages }, Start::Recovered)))
     }
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{
-    ChangeBroadcast, Lease, RunChange, RunChanges, RunCursor, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,
+    ChangeBroadcast, Lease, Resolution, RunChange, RunChanges, RunCursor, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,
     StoreError,
 };
 use crate::message::Message;
@@ -163,6 +163,7 @@ impl RunStore for MemoryStore {
         expected_version: i64,
         lease: &Lease,
         now: DateTime<Utc>,
+        resolution: Option<&Resolution>,
     ) -> Result<i64, StoreError> {
         let mut runs = self.lock();
         let run = runs.get_mut(run_id).ok_or_else(|| StoreError::NotFound {
@@ -182,6 +183,7 @@ impl RunStore for MemoryStore {
         record.lease = Some(lease.clone());
         record.error = None;
         record.failure = None;
+        record.resolutions.extend(resolution.cloned());
         let version = record.version;
         self.changes.send(RunChange::of(run_id));
         Ok(version)

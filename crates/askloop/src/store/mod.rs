@@ -651,13 +651,16 @@ pub trait RunStore: Send + Sync + fmt::Debug + 'static {
     /// reclaimers exactly one wins, the others get
     /// [`StoreError::Conflict`]; so does a reclaim of a run whose owner
     /// renewed its lease meanwhile. The run becomes `running` with its
-    /// error cleared; everything it stored is kept. Returns the new version.
+    /// error cleared; everything it stored is kept. `resolution` (who took
+    /// it over, and how) is appended to [`RunRecord::resolutions`] in the
+    /// same write. Returns the new version.
     async fn reclaim(
         &self,
         run_id: &str,
         expected_version: i64,
         lease: &Lease,
         now: DateTime<Utc>,
+        resolution: Option<&Resolution>,
     ) -> Result<i64, StoreError>;
 
     /// Writes a step: the row's new state and the new messages, if the

@@ -64,6 +64,9 @@ pub enum Interface {
     Page,
     /// The server itself (its expiry sweep or its recovery).
     Server,
+    /// An MCP client, through `askloop mcp` (stdio) or the `/mcp` endpoint
+    /// of `askloop serve`.
+    Mcp,
 }
 
 impl Interface {
@@ -75,6 +78,7 @@ impl Interface {
             Interface::Http => "http",
             Interface::Page => "page",
             Interface::Server => "server",
+            Interface::Mcp => "mcp",
         }
     }
 }

@@ -1,0 +1,149 @@
+//! `[[tokens]]` and `author_header`: who may call the server, for which
+//! agents, and under which name their answers are recorded.
+//!
+//! ```toml
+//! author_header = "X-Forwarded-User"  # only behind a proxy that sets it and strips it from clients
+//!
+//! [[tokens]]
+//! name = "alice"                      # recorded as the author of what is done with it
+//! token_env = "ALICE_TOKEN"           # the secret, from the environment (or token = "...", in the file)
+//!
+//! [[tokens]]
+//! name = "support-bot"
+//! token_env = "SUPPORT_BOT_TOKEN"
+//! agents = ["support"]                # may act for these agents only (others: 403)
+//! ```
+
+use std::path::Path;
+
+use crate::auth::{ApiToken, DEFAULT_TOKEN_NAME};
+
+use super::ConfigError;
+use super::raw::RawToken;
+
+/// Resolves `[[tokens]]`: each needs a name of its own and one secret,
+/// and names only agents of the file. `env` reads an environment variable.
+/// Returns the tokens and warnings (secrets written in the file).
+pub(super) fn resolve_tokens(
+    file: &Path,
+    raw: Vec<RawToken>,
+    agent_ids: &[&str],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Vec<ApiToken>, Vec<String>), ConfigError> {
+    let mut tokens: Vec<ApiToken> = Vec::with_capacity(raw.len());
+    let mut warnings = Vec::new();
+    for (i, token) in raw.into_iter().enumerate() {
+        let key = |field: &str| format!("tokens[{i}].{field}");
+        let name = token.name.as_deref().map(str::trim).unwrap_or_default().to_owned();
+        if name.is_empty() {
+            return Err(ConfigError::new(
+                file,
+                key("name"),
+                "a token needs a name (e.g. name = \"alice\"): it is recorded as the author of what is done with it",
+            ));
+        }
+        if name == DEFAULT_TOKEN_NAME {
+            return Err(ConfigError::new(
+                file,
+                key("name"),
+                format!("{DEFAULT_TOKEN_NAME:?} is the name of the ASKLOOP_API_TOKEN token; choose another"),
+            ));
+        }
+        if tokens.iter().any(|t| t.name() == name) {
+            return Err(ConfigError::new(
+                file,
+                key("name"),
+                format!("another token is named {name:?}; each token needs its own name"),
+            ));
+        }
+        let secret = match (token.token, token.token_env) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    file,
+                    key("token_env"),
+                    "give either token_env (the environment variable holding the secret) or token, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(ConfigError::new(
+                    file,
+                    format!("tokens[{i}]"),
+                    "give token_env = \"VARIABLE\" (the environment variable holding the secret), or token = \"...\"",
+                ));
+            }
+            (Some(secret), None) => {
+                warnings.push(format!(
+                    "{}: tokens[{i}].token: the secret of token {name:?} is written in the file; token_env keeps it out of files",
+                    file.display()
+                ));
+                secret
+            }
+            (None, Some(variable)) => env(&variable).ok_or_else(|| {
+                ConfigError::new(
+                    file,
+                    key("token_env"),
+                    format!("the environment variable {variable} is not set or is empty; set it to the secret of token {name:?}"),
+                )
+            })?,
+        };
+        if secret.trim().is_empty() {
+            return Err(ConfigError::new(
+                file,
+                key("token"),
+                "the secret is empty; give the secret the token's clients send",
+            ));
+        }
+        if tokens.iter().any(|t| t.secret() == secret) {
+            return Err(ConfigError::new(
+                file,
+                format!("tokens[{i}]"),
+                format!("token {name:?} has the same secret as another token; each token needs its own"),
+            ));
+        }
+        let mut resolved = ApiToken::new(name, secret.trim());
+        if let Some(agents) = token.agents {
+            if agents.is_empty() {
+                return Err(ConfigError::new(
+                    file,
+                    key("agents"),
+                    "an empty list lets the token act for no agent; list its agents, or leave the key out for all",
+                ));
+            }
+            for (j, agent) in agents.iter().enumerate() {
+                if !agent_ids.contains(&agent.as_str()) {
+                    return Err(ConfigError::new(
+                        file,
+                        format!("tokens[{i}].agents[{j}]"),
+                        format!("unknown agent {agent:?}; agents in this file: {}", agent_ids.join(", ")),
+                    ));
+                }
+            }
+            resolved = resolved.only_agents(agents);
+        }
+        tokens.push(resolved);
+    }
+    Ok((tokens, warnings))
+}
+
+/// Checks `author_header`: a valid header name.
+pub(super) fn resolve_author_header(file: &Path, raw: Option<String>) -> Result<Option<String>, ConfigError> {
+    let Some(header) = raw else {
+        return Ok(None);
+    };
+    let header = header.trim().to_owned();
+    if header.is_empty() || axum::http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+        return Err(ConfigError::new(
+            file,
+            "author_header",
+            format!("{header:?} is not an HTTP header name; give one like \"X-Forwarded-User\", or leave the key out"),
+        ));
+    }
+    if header.eq_ignore_ascii_case("authorization") {
+        return Err(ConfigError::new(
+            file,
+            "author_header",
+            "Authorization carries the token; name the header your proxy sets to the person's name",
+        ));
+    }
+    Ok(Some(header))
+}

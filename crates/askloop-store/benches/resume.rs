@@ -141,6 +141,7 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
             failure: None,
             lease: None,
             resolution: None,
+            outbox: &[],
         })
         .await
         .unwrap();
@@ -186,6 +187,7 @@ impl Fixture {
                     failure: None,
                     lease: None,
                     resolution: None,
+                    outbox: &[],
                 })
                 .await
                 .unwrap();

@@ -110,6 +110,7 @@ pub(crate) fn step<'a>(
         failure: None,
         lease: None,
         resolution: None,
+        outbox: &[],
     }
 }
 

@@ -50,6 +50,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             failure: None,
             lease: None,
             resolution: None,
+            outbox: &[],
         })
         .await
         .unwrap();
@@ -77,6 +78,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             failure: None,
             lease: None,
             resolution: None,
+            outbox: &[],
         })
         .await
         .unwrap();

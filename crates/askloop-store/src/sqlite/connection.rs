@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         3,
         include_str!("../../migrations/sqlite/0003_expiry_and_resolutions.sql"),
     ),
+    (4, include_str!("../../migrations/sqlite/0004_outbox.sql")),
 ];
 
 /// How many prepared statements a connection keeps (the write connection

@@ -28,7 +28,8 @@ use crate::chunk::finish::StepReport;
 use crate::chunk::*;
 use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
 use crate::store::{
-    Author, Lease, PendingKind, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError,
+    Author, EventRun, Lease, OutboxMessage, PendingKind, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus,
+    RunUpdate, StoreError, messages_for,
 };
 use crate::tool::{ToolContext, ToolOutput};
 
@@ -479,6 +480,7 @@ impl Driver {
         // that fails takes it along.
         let resolution = self.resolution.take();
         let record = &self.state.record;
+        let outbox = self.notifications(&pending, resolution.as_ref());
         let update = RunUpdate {
             run_id: &record.run_id,
             expected_version: record.version,
@@ -492,6 +494,7 @@ impl Driver {
             failure: failure.as_ref(),
             lease: lease.as_ref(),
             resolution: resolution.as_ref(),
+            outbox: &outbox,
         };
         let version = self.agent.store.update(update).await?;
         self.state.record.resolutions.extend(resolution);
@@ -506,6 +509,34 @@ impl Driver {
         record.lease = lease;
         self.state.messages.extend(append);
         Ok(())
+    }
+
+    /// The notifications a write announces, for the agent's subscriptions:
+    /// each call of `pending` that did not wait before is raised, and the
+    /// decision applied resolves the call as it waited. Nothing (and no
+    /// work) for an agent without subscriptions.
+    fn notifications(&self, pending: &[PendingToolCall], resolution: Option<&Resolution>) -> Vec<OutboxMessage> {
+        let subscriptions = &self.agent.subscriptions;
+        if subscriptions.is_empty() {
+            return Vec::new();
+        }
+        let waited = &self.state.record.pending;
+        let raised: Vec<&PendingToolCall> = pending
+            .iter()
+            .filter(|p| !waited.iter().any(|w| w.tool_call_id == p.tool_call_id))
+            .collect();
+        let resolved = resolution.map(|r| {
+            let call = r
+                .tool_call_id
+                .as_deref()
+                .and_then(|id| waited.iter().find(|w| w.tool_call_id == id));
+            (r, call)
+        });
+        let run = EventRun {
+            run_id: &self.state.record.run_id,
+            agent_id: &self.state.record.agent_id,
+        };
+        messages_for(subscriptions, run, &raised, resolved)
     }
 
     /// Marks the run failed with its typed reason and emits the `error`

@@ -16,6 +16,22 @@ pub(super) struct RawConfig {
     pub(super) agents: BTreeMap<String, RawAgent>,
     #[serde(default)]
     pub(super) limits: RawLimits,
+    pub(super) public_url: Option<String>,
+    #[serde(default)]
+    pub(super) webhooks: Vec<RawWebhook>,
+}
+
+/// One `[[webhooks]]` table: where notifications of questions are POSTed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWebhook {
+    pub(super) url: Option<String>,
+    pub(super) secret: Option<String>,
+    pub(super) secret_env: Option<String>,
+    pub(super) events: Option<Vec<String>>,
+    pub(super) agents: Option<Vec<String>>,
+    pub(super) max_attempts: Option<u32>,
+    pub(super) timeout: Option<String>,
 }
 
 /// `[limits]`: what one `ask_user` call may ask and be answered with.

@@ -101,7 +101,9 @@ pub(crate) struct Sender {
 
 impl fmt::Debug for Sender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sender").field("owner", &self.owner).finish_non_exhaustive()
+        f.debug_struct("Sender")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
     }
 }
 
@@ -173,7 +175,9 @@ impl Sender {
             ),
         };
         match &outcome {
-            DeliveryOutcome::Delivered => tracing::info!(id = %id, run_id = %delivery.message.run_id, event = %delivery.message.event, "notification delivered"),
+            DeliveryOutcome::Delivered => {
+                tracing::info!(id = %id, run_id = %delivery.message.run_id, event = %delivery.message.event, "notification delivered")
+            }
             DeliveryOutcome::Dead { error } => tracing::warn!(id = %id, error = %error, "notification given up on"),
             other => tracing::info!(id = %id, outcome = ?other, "notification not delivered yet"),
         }
@@ -283,7 +287,10 @@ mod tests {
     fn retries_wait_longer_each_time_up_to_an_hour() {
         let within = |done: u32, secs: f64| {
             let wait = retry_wait(done).as_secs_f64();
-            assert!(wait >= secs * 0.75 && wait <= secs * 1.25, "attempt {done}: {wait}s, expected about {secs}s");
+            assert!(
+                wait >= secs * 0.75 && wait <= secs * 1.25,
+                "attempt {done}: {wait}s, expected about {secs}s"
+            );
         };
         within(0, 1.0);
         within(1, 2.0);

@@ -101,7 +101,9 @@ pub(super) fn resolve_public_url(file: &Path, raw: Option<String>) -> Result<Opt
         return Err(ConfigError::new(
             file,
             "public_url",
-            format!("{url:?} is not an http:// or https:// URL; give the address people open the page at, e.g. https://askloop.example.com"),
+            format!(
+                "{url:?} is not an http:// or https:// URL; give the address people open the page at, e.g. https://askloop.example.com"
+            ),
         ));
     }
     Ok(Some(url.trim_end_matches('/').to_owned()))
@@ -163,9 +165,8 @@ pub(super) fn resolve_webhooks(
                         format!("the environment variable {name} is not set (or not UTF-8); set it to whsec_..."),
                     )
                 })?;
-                WebhookSecret::parse(&value).map_err(|problem| {
-                    ConfigError::new(file, key("secret_env"), format!("{name}: {problem}"))
-                })?
+                WebhookSecret::parse(&value)
+                    .map_err(|problem| ConfigError::new(file, key("secret_env"), format!("{name}: {problem}")))?
             }
         };
         let events = match hook.events {
@@ -196,7 +197,10 @@ pub(super) fn resolve_webhooks(
                     return Err(ConfigError::new(
                         file,
                         format!("webhooks[{i}].agents[{j}]"),
-                        format!("no agent {name:?} is configured; configured agents: {}", agents.join(", ")),
+                        format!(
+                            "no agent {name:?} is configured; configured agents: {}",
+                            agents.join(", ")
+                        ),
                     ));
                 }
             }

@@ -408,7 +408,10 @@ fn webhook_tables_resolve_with_defaults_and_their_own_events_agents_and_limits()
     assert_eq!(one.timeout, askloop_server::config::DEFAULT_WEBHOOK_TIMEOUT);
     assert_eq!(one.secret.bytes().len(), 24);
     assert_eq!(one.secret, two.secret);
-    assert!(!format!("{one:?}").contains("MfKQ9r8"), "Debug must not show the secret");
+    assert!(
+        !format!("{one:?}").contains("MfKQ9r8"),
+        "Debug must not show the secret"
+    );
     assert_eq!(
         two.events,
         vec![askloop::EventType::QuestionRaised, askloop::EventType::QuestionExpired]
@@ -422,9 +425,17 @@ fn bad_webhook_tables_are_refused_naming_the_key_and_what_is_accepted() {
     let hook = |rest: &str| format!("[agents.a]\n[[webhooks]]\nurl = \"https://h.example/x\"\n{rest}");
     let cases: Vec<(String, &str, &str)> = vec![
         (hook(""), "webhooks[0].secret", "missing: give secret"),
-        (hook("secret = \"hunter2\"\n"), "webhooks[0].secret", "does not start with whsec_"),
+        (
+            hook("secret = \"hunter2\"\n"),
+            "webhooks[0].secret",
+            "does not start with whsec_",
+        ),
         (hook("secret = \"whsec_!!!\"\n"), "webhooks[0].secret", "not base64"),
-        (hook("secret = \"whsec_c2hvcnQ=\"\n"), "webhooks[0].secret", "at least 16"),
+        (
+            hook("secret = \"whsec_c2hvcnQ=\"\n"),
+            "webhooks[0].secret",
+            "at least 16",
+        ),
         (
             hook(&format!("secret = \"{GOOD_SECRET}\"\nsecret_env = \"X\"\n")),
             "webhooks[0].secret_env",
@@ -436,7 +447,9 @@ fn bad_webhook_tables_are_refused_naming_the_key_and_what_is_accepted() {
             "ASKLOOP_TEST_HOOK_SECRET_UNSET is not set",
         ),
         (
-            hook(&format!("secret = \"{GOOD_SECRET}\"\nevents = [\"question.raised\", \"question.asked\"]\n")),
+            hook(&format!(
+                "secret = \"{GOOD_SECRET}\"\nevents = [\"question.raised\", \"question.asked\"]\n"
+            )),
             "webhooks[0].events[1]",
             "unknown event \"question.asked\"; accepted: question.raised, question.answered, question.declined, question.approved, question.expired",
         ),

@@ -111,4 +111,26 @@ impl RunStore for TimedStore {
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         self.inner.prune(before).await
     }
+
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        lease: &askloop::Lease,
+        limit: u32,
+    ) -> Result<Vec<askloop::Delivery>, StoreError> {
+        self.inner.claim_deliveries(now, lease, limit).await
+    }
+
+    async fn finish_delivery(
+        &self,
+        id: &str,
+        owner: &str,
+        outcome: &askloop::DeliveryOutcome,
+    ) -> Result<(), StoreError> {
+        self.inner.finish_delivery(id, owner, outcome).await
+    }
+
+    async fn deliveries(&self, run_id: &str) -> Result<Vec<askloop::Delivery>, StoreError> {
+        self.inner.deliveries(run_id).await
+    }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use askloop::{Message, RunFailure, RunQuery, RunStatus, RunStore};
-use askloop_testkit::{Fault, FaultSchedule, FakeResponse, FakeServer, FakeToolCall, FakeTurn, workload};
+use askloop_testkit::{FakeResponse, FakeServer, FakeToolCall, FakeTurn, Fault, FaultSchedule, workload};
 use serde_json::{Value, json};
 
 mod common;
@@ -58,8 +58,12 @@ fn ask_then_reply(body: &Value) -> FakeResponse {
     match workload::last_tool_result(body) {
         None => FakeTurn::default()
             .call(
-                FakeToolCall::new("ask_user", &json!({"question": format!("Which colour for task {n}?")}), 3)
-                    .id(format!("call_ask_{n}")),
+                FakeToolCall::new(
+                    "ask_user",
+                    &json!({"question": format!("Which colour for task {n}?")}),
+                    3,
+                )
+                .id(format!("call_ask_{n}")),
             )
             .into(),
         Some(answer) => FakeTurn::text_in(&format!("Task {n} done with {answer}."), 4).into(),
@@ -197,13 +201,7 @@ async fn served_runs_under_provider_faults_end_completed_and_retried_ones_comple
     let tasks: Vec<_> = (0..runs)
         .map(|n| {
             let agent = if n % 2 == 0 { "openai" } else { "anthropic" };
-            tokio::spawn(drive(
-                client.clone(),
-                api.clone(),
-                agent,
-                n,
-                Arc::clone(&store),
-            ))
+            tokio::spawn(drive(client.clone(), api.clone(), agent, n, Arc::clone(&store)))
         })
         .collect();
     let driven = tokio::time::timeout(PATIENCE, futures::future::join_all(tasks))
@@ -242,9 +240,9 @@ async fn served_runs_under_provider_faults_end_completed_and_retried_ones_comple
             "{run_id}: a call with more than one result: {messages:?}"
         );
         if let Some(answer) = &driven.answer {
-            let stored = messages.iter().any(|m| {
-                matches!(m, Message::Tool(result) if result.content.to_model_text().contains(answer.as_str()))
-            });
+            let stored = messages.iter().any(
+                |m| matches!(m, Message::Tool(result) if result.content.to_model_text().contains(answer.as_str())),
+            );
             assert!(stored, "{run_id}: the answer {answer} was lost: {messages:?}");
         }
     }
@@ -277,7 +275,10 @@ async fn served_runs_under_provider_faults_end_completed_and_retried_ones_comple
         injected(&anthropic)
     );
     assert!(running.is_empty(), "runs left running: {running:?}");
-    assert!(left_failed.is_empty(), "still failed after retries: {left_failed:?} {reasons:?}");
+    assert!(
+        left_failed.is_empty(),
+        "still failed after retries: {left_failed:?} {reasons:?}"
+    );
     assert_eq!(completed, runs);
     assert!(retried > 0, "no run failed: the faults did not reach the runs");
     for server in [&openai, &anthropic] {

@@ -28,7 +28,7 @@ use askloop_providers::{HttpConfig, RetryPolicy};
 use askloop_store::conformance::{drop_schema, postgres_test_url, unique_schema_name};
 use askloop_store::{PostgresOptions, PostgresStore, SqliteStore};
 use askloop_testkit::{
-    Fault, FaultSchedule, FakeResponse, FakeServer, FakeToolCall, FakeTurn, workload::last_tool_result,
+    FakeResponse, FakeServer, FakeToolCall, FakeTurn, Fault, FaultSchedule, workload::last_tool_result,
 };
 use common::{anthropic_model, openai_model};
 use serde_json::{Value, json};
@@ -84,8 +84,12 @@ fn charge_ask_reply(body: &Value) -> FakeResponse {
             .into(),
         Some(result) if result.contains("charged") => FakeTurn::default()
             .call(
-                FakeToolCall::new("ask_user", &json!({"question": format!("Which colour for task {n}?")}), 3)
-                    .id(format!("call_ask_{n}")),
+                FakeToolCall::new(
+                    "ask_user",
+                    &json!({"question": format!("Which colour for task {n}?")}),
+                    3,
+                )
+                .id(format!("call_ask_{n}")),
             )
             .into(),
         Some(answer) => FakeTurn::text_in(&format!("Task {n} done with {answer}."), 4).into(),
@@ -196,7 +200,12 @@ async fn faults_under_load(store: Arc<dyn RunStore>, label: &str) {
     let anthropic = fault_server().await;
     let charges: Charges = Arc::default();
     let agents = [
-        agent("openai", openai_model(&openai, faulty_http()), Arc::clone(&store), &charges),
+        agent(
+            "openai",
+            openai_model(&openai, faulty_http()),
+            Arc::clone(&store),
+            &charges,
+        ),
         agent(
             "anthropic",
             anthropic_model(&anthropic, faulty_http()),
@@ -270,7 +279,11 @@ async fn faults_under_load(store: Arc<dyn RunStore>, label: &str) {
 
     let charges = charges.lock().unwrap();
     let twice: Vec<_> = charges.iter().filter(|(_, n)| **n > 1).collect();
-    let charged_runs = charges.keys().map(|(run, _)| run).collect::<std::collections::HashSet<_>>().len();
+    let charged_runs = charges
+        .keys()
+        .map(|(run, _)| run)
+        .collect::<std::collections::HashSet<_>>()
+        .len();
     let injected = |server: &FakeServer| {
         server
             .faults_injected()
@@ -297,7 +310,10 @@ async fn faults_under_load(store: Arc<dyn RunStore>, label: &str) {
         injected(&anthropic)
     );
     assert!(twice.is_empty(), "charged more than once: {twice:?}");
-    assert!(left_failed.is_empty(), "runs still failed after retries: {left_failed:?}");
+    assert!(
+        left_failed.is_empty(),
+        "runs still failed after retries: {left_failed:?}"
+    );
     assert_eq!(completed, runs);
     assert_eq!(charged_runs, runs, "every completed run charged once");
     // The faults did happen, of every kind, on both providers.

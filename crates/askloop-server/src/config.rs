@@ -39,16 +39,19 @@
 mod access;
 mod duration;
 mod raw;
+mod webhooks;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, AskUser, AskUserLimits, Model, RunStore, ScriptedModel, Tool};
+use askloop::{Agent, AskUser, AskUserLimits, Model, RunStore, ScriptedModel, Subscription, Tool};
 use askloop_mcp::McpServerSpec;
 
 use crate::auth::ApiToken;
 use crate::tools::{WRITE_FILE_TOOL_ID, write_file};
+
+pub use webhooks::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, WebhookConfig, WebhookSecret};
 
 /// The default agent's id, when there is no configuration file.
 pub const DEFAULT_AGENT_ID: &str = "assistant";
@@ -76,6 +79,11 @@ pub struct ServerConfig {
     /// What is allowed but unwise (a token's secret written in the file),
     /// for the program to show.
     pub warnings: Vec<String>,
+    /// The address people open the page at (`public_url`), for links to
+    /// runs in notifications.
+    pub public_url: Option<String>,
+    /// Where notifications of questions go (`[[webhooks]]`).
+    pub webhooks: Vec<WebhookConfig>,
 }
 
 /// One agent, checked.
@@ -198,6 +206,8 @@ impl ServerConfig {
             tokens: Vec::new(),
             author_header: None,
             warnings: Vec::new(),
+            public_url: None,
+            webhooks: Vec::new(),
         }
     }
 
@@ -235,6 +245,9 @@ impl ServerConfig {
             ));
         }
         let limits = resolve_limits(path, raw.limits)?;
+        let public_url = webhooks::resolve_public_url(path, raw.public_url)?;
+        let ids: Vec<String> = raw.agents.keys().cloned().collect();
+        let hooks = webhooks::resolve_webhooks(path, raw.webhooks, &ids)?;
         let agents = raw
             .agents
             .into_iter()
@@ -250,6 +263,8 @@ impl ServerConfig {
             tokens,
             author_header,
             warnings,
+            public_url,
+            webhooks: hooks,
         })
     }
 
@@ -274,7 +289,7 @@ impl ServerConfig {
                         "MCP servers' tools are listed before the agent is built: use build_agents_with_mcp",
                     ));
                 }
-                agent.build(&file, store, default_model, Vec::new(), self.limits)
+                agent.build(&file, store, default_model, Vec::new(), self)
             })
             .collect()
     }
@@ -297,7 +312,7 @@ impl ServerConfig {
                     .map_err(|err| ConfigError::new(&file, format!("agents.{}.mcp[{i}]", agent.id), err.to_string()))?;
                 tools.extend(listed);
             }
-            agents.push(agent.build(&file, store, default_model, tools, self.limits)?);
+            agents.push(agent.build(&file, store, default_model, tools, self)?);
         }
         Ok(agents)
     }
@@ -316,8 +331,9 @@ impl AgentConfig {
         store: &Arc<dyn RunStore>,
         default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
         mcp_tools: Vec<Arc<dyn Tool>>,
-        limits: AskUserLimits,
+        server: &ServerConfig,
     ) -> Result<Agent, ConfigError> {
+        let limits = server.limits;
         let key = |field: &str| format!("agents.{}.{field}", self.id);
         let model = match &self.model {
             ModelSource::Default => default_model().map_err(|err| ConfigError::new(file, key("model"), err))?,
@@ -357,6 +373,12 @@ impl AgentConfig {
         }
         for tool in &self.require_approval {
             builder = builder.require_approval_for(tool.id());
+        }
+        // Each webhook that hears of this agent is a subscription: the
+        // agent writes its notifications to the store's outbox, in the
+        // write that raises them, for the server's sender.
+        for hook in server.webhooks.iter().filter(|h| h.covers(&self.id)) {
+            builder = builder.notify(Subscription::new(hook.url.clone(), hook.events.iter().copied()));
         }
         builder
             .build()

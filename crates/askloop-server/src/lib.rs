@@ -46,8 +46,8 @@
 
 mod agents;
 mod auth;
-mod connections;
 pub mod config;
+mod connections;
 mod error;
 mod events;
 mod extract;
@@ -56,6 +56,7 @@ mod runs;
 mod sse;
 pub mod tools;
 mod web;
+mod webhooks;
 mod wire;
 
 use std::collections::HashMap;
@@ -80,6 +81,7 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 pub use auth::{ApiToken, DEFAULT_TOKEN_NAME};
 pub use config::{AgentConfig, ConfigError, ModelSource, ServerConfig, ToolKind};
 pub use error::ApiError;
+pub use webhooks::{DEFAULT_WEBHOOK_POLL, Webhooks, webhook_signature};
 
 /// The default limit on request bodies: 1 MiB, far above any answer or
 /// prompt a person types, far below what would hurt the server.
@@ -323,6 +325,7 @@ pub struct Server {
     store: Arc<dyn RunStore>,
     options: ServerOptions,
     runs: TaskTracker,
+    webhooks: Webhooks,
 }
 
 impl Server {
@@ -341,12 +344,22 @@ impl Server {
             store,
             options: ServerOptions::default(),
             runs: TaskTracker::new(),
+            webhooks: Webhooks::default(),
         })
     }
 
     /// Sets the options.
     pub fn options(mut self, options: ServerOptions) -> Self {
         self.options = options;
+        self
+    }
+
+    /// Sends the notifications of the store's outbox to `webhooks` while
+    /// serving (see [`Webhooks`]). The agents must have been built with
+    /// the matching subscriptions (`ServerConfig::build_agents` adds them)
+    /// for notifications to be written at all.
+    pub fn webhooks(mut self, webhooks: Webhooks) -> Self {
+        self.webhooks = webhooks;
         self
     }
 
@@ -447,6 +460,11 @@ impl Server {
                 self.options.recover_every,
                 stopping.clone(),
             ));
+        }
+        if !self.webhooks.hooks.is_empty() {
+            let sender = webhooks::Sender::new(Arc::clone(&self.store), self.webhooks.clone())
+                .map_err(|err| std::io::Error::other(format!("cannot make the webhooks' HTTP client: {err}")))?;
+            tokio::spawn(sender.run(stopping.clone()));
         }
         let graceful = connections::serve(listener, router, self.options.header_read_timeout, async move {
             shutdown.await;

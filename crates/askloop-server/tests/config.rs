@@ -509,3 +509,133 @@ fn token_and_time_limit_mistakes_are_one_error_naming_the_file_the_key_and_the_p
         );
     }
 }
+
+const GOOD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+#[test]
+fn webhook_tables_resolve_with_defaults_and_their_own_events_agents_and_limits() {
+    // (`secret_env` read from a real environment: crates/askloop-cli/tests/webhooks.rs.)
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "askloop.toml",
+        &format!(
+            "public_url = \"https://askloop.example.com/\"\n\
+             [agents.a]\n[agents.b]\n\
+             [[webhooks]]\nurl = \"https://one.example/hook\"\nsecret = \"{GOOD_SECRET}\"\n\
+             [[webhooks]]\nurl = \"https://two.example/hook\"\nsecret = \"{GOOD_SECRET}\"\n\
+             events = [\"question.raised\", \"question.expired\"]\nagents = [\"b\"]\nmax_attempts = 3\ntimeout = \"2s\"\n"
+        ),
+    );
+    let config = ServerConfig::load(&path).unwrap();
+    assert_eq!(config.public_url.as_deref(), Some("https://askloop.example.com"));
+    let [one, two] = config.webhooks.as_slice() else {
+        panic!("two webhooks expected: {:?}", config.webhooks)
+    };
+    assert_eq!(one.events, askloop::EventType::ALL.to_vec(), "every event by default");
+    assert!(one.covers("a") && one.covers("b"), "every agent by default");
+    assert_eq!(one.max_attempts, askloop_server::config::DEFAULT_MAX_ATTEMPTS);
+    assert_eq!(one.timeout, askloop_server::config::DEFAULT_WEBHOOK_TIMEOUT);
+    assert_eq!(one.secret.bytes().len(), 24);
+    assert_eq!(one.secret, two.secret);
+    assert!(
+        !format!("{one:?}").contains("MfKQ9r8"),
+        "Debug must not show the secret"
+    );
+    assert_eq!(
+        two.events,
+        vec![askloop::EventType::QuestionRaised, askloop::EventType::QuestionExpired]
+    );
+    assert!(two.covers("b") && !two.covers("a"));
+    assert_eq!((two.max_attempts, two.timeout), (3, std::time::Duration::from_secs(2)));
+}
+
+#[test]
+fn bad_webhook_tables_are_refused_naming_the_key_and_what_is_accepted() {
+    let hook = |rest: &str| format!("[agents.a]\n[[webhooks]]\nurl = \"https://h.example/x\"\n{rest}");
+    let cases: Vec<(String, &str, &str)> = vec![
+        (hook(""), "webhooks[0].secret", "missing: give secret"),
+        (
+            hook("secret = \"hunter2\"\n"),
+            "webhooks[0].secret",
+            "does not start with whsec_",
+        ),
+        (hook("secret = \"whsec_!!!\"\n"), "webhooks[0].secret", "not base64"),
+        (
+            hook("secret = \"whsec_c2hvcnQ=\"\n"),
+            "webhooks[0].secret",
+            "at least 16",
+        ),
+        (
+            hook(&format!("secret = \"{GOOD_SECRET}\"\nsecret_env = \"X\"\n")),
+            "webhooks[0].secret_env",
+            "either secret or secret_env",
+        ),
+        (
+            hook("secret_env = \"ASKLOOP_TEST_HOOK_SECRET_UNSET\"\n"),
+            "webhooks[0].secret_env",
+            "ASKLOOP_TEST_HOOK_SECRET_UNSET is not set",
+        ),
+        (
+            hook(&format!(
+                "secret = \"{GOOD_SECRET}\"\nevents = [\"question.raised\", \"question.asked\"]\n"
+            )),
+            "webhooks[0].events[1]",
+            "unknown event \"question.asked\"; accepted: question.raised, question.answered, question.declined, question.approved, question.expired",
+        ),
+        (
+            hook(&format!("secret = \"{GOOD_SECRET}\"\nevents = []\n")),
+            "webhooks[0].events",
+            "no events",
+        ),
+        (
+            hook(&format!("secret = \"{GOOD_SECRET}\"\nagents = [\"zz\"]\n")),
+            "webhooks[0].agents[0]",
+            "no agent \"zz\" is configured; configured agents: a",
+        ),
+        (
+            hook(&format!("secret = \"{GOOD_SECRET}\"\nmax_attempts = 0\n")),
+            "webhooks[0].max_attempts",
+            "0 would never send",
+        ),
+        (
+            hook(&format!("secret = \"{GOOD_SECRET}\"\ntimeout = \"soon\"\n")),
+            "webhooks[0].timeout",
+            "not a time limit",
+        ),
+        (
+            hook(&format!("secret = \"{GOOD_SECRET}\"\nsecrte = \"x\"\n")),
+            "webhooks[0].secrte",
+            "unknown field `secrte`",
+        ),
+        (
+            format!("[agents.a]\n[[webhooks]]\nurl = \"ftp://h/x\"\nsecret = \"{GOOD_SECRET}\"\n"),
+            "webhooks[0].url",
+            "not an http:// or https:// URL",
+        ),
+        (
+            format!("[agents.a]\n[[webhooks]]\nsecret = \"{GOOD_SECRET}\"\n"),
+            "webhooks[0].url",
+            "missing: give url",
+        ),
+        (
+            format!(
+                "[agents.a]\n[[webhooks]]\nurl = \"https://h/x\"\nsecret = \"{GOOD_SECRET}\"\n\
+                 [[webhooks]]\nurl = \"https://h/x\"\nsecret = \"{GOOD_SECRET}\"\n"
+            ),
+            "webhooks[1].url",
+            "another webhook has the url",
+        ),
+        (
+            "public_url = \"askloop.example.com\"\n[agents.a]\n".to_owned(),
+            "public_url",
+            "not an http:// or https:// URL",
+        ),
+    ];
+    for (text, key, problem) in cases {
+        let (path, err) = load_err(&text);
+        assert_eq!(err.file, path, "{text}");
+        assert_eq!(err.key, key, "{text}: {err}");
+        assert!(err.problem.contains(problem), "{text}: {err}");
+    }
+}

@@ -335,7 +335,10 @@ fn assistant_on(server: &askloop_testkit::FakeServer, store: &std::sync::Arc<dyn
 #[tokio::test]
 async fn retry_continues_a_run_failed_by_a_provider_error_and_refuses_one_that_did_not_fail() {
     let fake = askloop_testkit::FakeServer::builder()
-        .fail_request(1, askloop_testkit::FakeError::new(503, "The engine is currently overloaded"))
+        .fail_request(
+            1,
+            askloop_testkit::FakeError::new(503, "The engine is currently overloaded"),
+        )
         .responder(askloop_testkit::workload::deploy_responder())
         .start()
         .await
@@ -343,7 +346,10 @@ async fn retry_continues_a_run_failed_by_a_provider_error_and_refuses_one_that_d
     let store = memory_store();
     let server = TestServer::start(vec![assistant_on(&fake, &store)], store).await;
     let failed = server
-        .post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT, "runId": "r1"}))
+        .post_sse(
+            "/api/agents/assistant/stream",
+            json!({"messages": PROMPT, "runId": "r1"}),
+        )
         .await;
     assert!(failed.types().contains(&"error".to_owned()), "{:?}", failed.types());
     assert_eq!(stored_run(&server, "r1").await["status"], "failed");

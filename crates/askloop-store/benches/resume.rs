@@ -142,6 +142,7 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
             failure: None,
             lease: None,
             resolution: None,
+            outbox: &[],
         })
         .await
         .unwrap();
@@ -187,6 +188,7 @@ impl Fixture {
                     failure: None,
                     lease: None,
                     resolution: None,
+                    outbox: &[],
                 })
                 .await
                 .unwrap();

@@ -37,9 +37,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod columns;
 #[cfg(feature = "conformance")]
 pub mod conformance;
-mod columns;
 mod location;
 mod postgres;
 mod row;

@@ -16,13 +16,15 @@
 mod changes;
 mod errors;
 mod nul;
+mod outbox;
 mod schema;
 mod settings;
 
 use std::time::Duration;
 
 use askloop::{
-    Lease, Message, RUN_SCHEMA_VERSION, Resolution, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
+    Delivery, DeliveryOutcome, Lease, Message, RUN_SCHEMA_VERSION, Resolution, RunChanges, RunCursor, RunQuery,
+    RunRecord, RunStore, RunUpdate, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -637,9 +639,27 @@ impl RunStore for PostgresStore {
         let message_count: i64 = row.try_get("message_count").map_err(self.failed(writing))?;
         self.insert_messages(&mut tx, run_id, message_count - appended, bodies)
             .await?;
+        self.insert_outbox(&mut tx, update.outbox).await?;
         self.announce(&mut tx, run_id).await?;
         tx.commit().await.map_err(self.failed(writing))?;
         Ok(version)
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.claim_outbox(now, lease, limit).await
+    }
+
+    async fn finish_delivery(&self, id: &str, owner: &str, outcome: &DeliveryOutcome) -> Result<(), StoreError> {
+        self.finish_outbox(id, owner, outcome).await
+    }
+
+    async fn deliveries(&self, run_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        self.outbox_of(run_id).await
     }
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {

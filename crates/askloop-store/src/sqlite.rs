@@ -36,7 +36,8 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use askloop::{
-    DatabaseFault, Lease, Message, Resolution, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
+    DatabaseFault, Delivery, DeliveryOutcome, Lease, Message, Resolution, RunChanges, RunCursor, RunQuery, RunRecord,
+    RunStore, RunUpdate, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -437,6 +438,7 @@ macro_rules! run_columns {
 mod changes;
 mod connection;
 mod fault;
+mod outbox;
 mod writes;
 
 fn micros(at: DateTime<Utc>) -> i64 {
@@ -654,8 +656,70 @@ impl RunStore for SqliteStore {
             lease_until: update.lease.map(|lease| micros(lease.until)),
             resolution: json.resolutions,
             expires_at: json.expires_at.map(micros),
+            outbox: update
+                .outbox
+                .iter()
+                .map(outbox::NewDelivery::of)
+                .collect::<Result<_, _>>()?,
         };
         self.write(Write::Update { step, bodies }).await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let token = uuid::Uuid::now_v7().to_string();
+        let taken = self
+            .write(Write::ClaimDeliveries {
+                now: micros(now),
+                owner: lease.owner.clone(),
+                until: micros(lease.until),
+                limit: i64::from(limit),
+                token: token.clone(),
+            })
+            .await?;
+        if taken == 0 {
+            return Ok(Vec::new());
+        }
+        // What this claim took, still held by it (the write is committed,
+        // so any reader sees it).
+        self.read(|conn| {
+            outbox::select(
+                conn,
+                &format!(
+                    "SELECT {} FROM outbox WHERE claim_token = ? AND lease_owner = ? AND state = 'pending' \
+                     ORDER BY next_at, id",
+                    outbox::COLUMNS
+                ),
+                rusqlite::params![token, lease.owner],
+            )
+        })
+    }
+
+    async fn finish_delivery(&self, id: &str, owner: &str, outcome: &DeliveryOutcome) -> Result<(), StoreError> {
+        self.write(Write::FinishDelivery {
+            id: id.to_owned(),
+            owner: owner.to_owned(),
+            outcome: outbox::Outcome::of(outcome),
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn deliveries(&self, run_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        self.read(|conn| {
+            outbox::select(
+                conn,
+                &format!(
+                    "SELECT {} FROM outbox WHERE run_id = ? ORDER BY created_at, id",
+                    outbox::COLUMNS
+                ),
+                rusqlite::params![run_id],
+            )
+        })
     }
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {

@@ -11,7 +11,10 @@ use askloop_store::{PostgresOptions, PostgresStore, SqliteOptions, SqliteStore};
 use chrono::Utc;
 
 fn assert_refused_naming(err: &StoreError, location: &str, column: &str) {
-    let StoreError::Unusable { location: at, fault, .. } = err else {
+    let StoreError::Unusable {
+        location: at, fault, ..
+    } = err
+    else {
         panic!("not a refusal of the database: {err:?}")
     };
     assert_eq!(*fault, DatabaseFault::NotADatabase, "{err}");
@@ -77,10 +80,12 @@ async fn a_postgres_schema_whose_runs_table_lacks_a_column_is_refused_naming_the
         .connect(&url)
         .await
         .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER TABLE \"{schema}\".runs DROP COLUMN resolutions")))
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE \"{schema}\".runs DROP COLUMN resolutions"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
     pool.close().await;
 
     let err = PostgresStore::connect_with(&url, options()).await.unwrap_err();

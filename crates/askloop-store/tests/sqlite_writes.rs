@@ -33,6 +33,7 @@ fn step_to<'a>(run_id: &'a str, expected_version: i64, status: RunStatus, append
         failure: None,
         lease: None,
         resolution: None,
+        outbox: &[],
     }
 }
 

@@ -78,7 +78,9 @@ impl Fault {
                 FakeError::new(429, message).retry_after(1).into()
             }
             (Fault::ServerError, _) => match format {
-                WireFormat::OpenAi => FakeError::new(500, "The server had an error while processing your request.").into(),
+                WireFormat::OpenAi => {
+                    FakeError::new(500, "The server had an error while processing your request.").into()
+                }
                 WireFormat::Anthropic => FakeError::new(500, "Internal server error").into(),
             },
             (Fault::Overloaded, _) => match format {
@@ -173,8 +175,14 @@ mod tests {
             FakeResponse::Error(e) => (e.status, e.retry_after),
             other => panic!("not an error: {other:?}"),
         };
-        assert_eq!(status(Fault::RateLimited.apply(WireFormat::OpenAi, turn())), (429, Some(1)));
-        assert_eq!(status(Fault::Overloaded.apply(WireFormat::Anthropic, turn())), (529, None));
+        assert_eq!(
+            status(Fault::RateLimited.apply(WireFormat::OpenAi, turn())),
+            (429, Some(1))
+        );
+        assert_eq!(
+            status(Fault::Overloaded.apply(WireFormat::Anthropic, turn())),
+            (529, None)
+        );
         assert_eq!(status(Fault::Overloaded.apply(WireFormat::OpenAi, turn())), (503, None));
         let FakeResponse::Turn(cut) = Fault::Disconnect.apply(WireFormat::OpenAi, turn()) else {
             panic!("a turn")

@@ -36,8 +36,9 @@ pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usag
 pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolCallIds, ToolSpec};
 pub use scripted::{Script, ScriptError, ScriptedModel};
 pub use store::{
-    Author, ChangeBroadcast, DatabaseFault, ExpiredRuns, Interface, Lease, MemoryStore, PendingKind, PendingToolCall,
-    RUN_SCHEMA_VERSION, Resolution, ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure, RunQuery, RunRecord,
-    RunStatus, RunStore, RunUpdate, StoreError,
+    Author, ChangeBroadcast, DatabaseFault, Delivery, DeliveryOutcome, DeliveryState, EventType, ExpiredRuns,
+    Interface, Lease, MemoryStore, OutboxMessage, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, Resolution,
+    ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,
+    StoreError, Subscription,
 };
 pub use tool::{FunctionTool, InvalidResume, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use askloop::{Agent, RunStore};
 
-use askloop_server::{Server, ServerConfig, ServerOptions};
+use askloop_server::{Server, ServerConfig, ServerOptions, Webhooks};
 
 use super::{Context, announce};
 use crate::cli::{ModelArgs, ServeArgs};
@@ -40,9 +40,11 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .header_read_timeout(Duration::from_secs(args.header_timeout))
         .body_read_timeout(Duration::from_secs(args.body_timeout));
     let ids: Vec<String> = agents.iter().map(|a| a.id().to_owned()).collect();
+    let webhooks = Webhooks::new(config.webhooks.clone(), config.public_url.clone());
     let server = Server::new(agents, store)
         .map_err(|err| CliError::usage(err.to_string()))?
-        .options(options);
+        .options(options)
+        .webhooks(webhooks);
     server
         .check_exposure(addr)
         .map_err(|err| CliError::usage(err.to_string()))?;
@@ -75,6 +77,13 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         },
         ids.join(", ")
     );
+    if !config.webhooks.is_empty() {
+        errln!(
+            "askloop: sending notifications to {} webhook{}",
+            config.webhooks.len(),
+            if config.webhooks.len() == 1 { "" } else { "s" }
+        );
+    }
     server
         .serve(listener, shutdown_signal())
         .await

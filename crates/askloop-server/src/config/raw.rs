@@ -21,6 +21,9 @@ pub(super) struct RawConfig {
     pub(super) tokens: Vec<RawToken>,
     /// The header a trusted proxy names the author in.
     pub(super) author_header: Option<String>,
+    pub(super) public_url: Option<String>,
+    #[serde(default)]
+    pub(super) webhooks: Vec<RawWebhook>,
 }
 
 /// One `[[tokens]]` table: an API token's name, its secret (from the
@@ -32,6 +35,19 @@ pub(super) struct RawToken {
     pub(super) token: Option<String>,
     pub(super) token_env: Option<String>,
     pub(super) agents: Option<Vec<String>>,
+}
+
+/// One `[[webhooks]]` table: where notifications of questions are POSTed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWebhook {
+    pub(super) url: Option<String>,
+    pub(super) secret: Option<String>,
+    pub(super) secret_env: Option<String>,
+    pub(super) events: Option<Vec<String>>,
+    pub(super) agents: Option<Vec<String>>,
+    pub(super) max_attempts: Option<u32>,
+    pub(super) timeout: Option<String>,
 }
 
 /// `[limits]`: what one `ask_user` call may ask and be answered with.

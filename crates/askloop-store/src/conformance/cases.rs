@@ -111,6 +111,7 @@ pub(crate) fn step<'a>(
         failure: None,
         lease: None,
         resolution: None,
+        outbox: &[],
     }
 }
 

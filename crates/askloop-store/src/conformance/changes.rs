@@ -55,6 +55,7 @@ fn write<'a>(run_id: &'a str, version: i64, status: RunStatus, pending: &'a [Pen
         failure: None,
         lease: None,
         resolution: None,
+        outbox: &[],
     }
 }
 

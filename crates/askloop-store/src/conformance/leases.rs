@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use askloop::{Author, ExpiredRuns, Interface, Lease, Resolution, ResolutionKind, RunFailure, RunStatus, RunUpdate, StoreError};
+use askloop::{
+    Author, ExpiredRuns, Interface, Lease, Resolution, ResolutionKind, RunFailure, RunStatus, RunUpdate, StoreError,
+};
 use chrono::{Duration, Utc};
 
 use super::Subject;
@@ -121,7 +123,10 @@ pub async fn expired_runs_are_read_page_after_page_each_once_past_five_hundred(s
     // Another process takes over ten runs of the next page meanwhile.
     let taken: Vec<String> = (600..610).map(id).collect();
     for run_id in &taken {
-        s.store.reclaim(run_id, 0, &lease("owner-new", 60), now, None).await.unwrap();
+        s.store
+            .reclaim(run_id, 0, &lease("owner-new", 60), now, None)
+            .await
+            .unwrap();
     }
     let mut read: Vec<String> = first.iter().map(|r| r.run_id.clone()).collect();
     let mut sizes = vec![first.len()];

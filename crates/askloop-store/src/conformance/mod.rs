@@ -21,6 +21,7 @@ mod cases;
 mod changes;
 mod expiry;
 mod leases;
+mod outbox;
 mod raw;
 mod text;
 
@@ -37,6 +38,7 @@ pub use cases::*;
 pub use changes::*;
 pub use expiry::*;
 pub use leases::*;
+pub use outbox::*;
 pub use raw::RawRows;
 pub use text::*;
 
@@ -205,7 +207,11 @@ macro_rules! store_conformance_tests {
             after_a_takeover_the_old_owner_can_neither_renew_nor_write,
             an_update_sets_or_clears_the_lease_and_keeps_the_typed_failure,
             a_suspended_run_is_expiring_once_its_earliest_time_limit_passed,
-            resolutions_are_appended_by_writes_and_kept_in_order
+            resolutions_are_appended_by_writes_and_kept_in_order,
+            notifications_are_stored_with_their_write_and_not_with_a_refused_one,
+            claimed_deliveries_are_held_until_their_lease_runs_out,
+            finished_attempts_are_counted_and_only_retries_come_back,
+            of_concurrent_senders_each_delivery_goes_to_exactly_one
         );
     };
 }

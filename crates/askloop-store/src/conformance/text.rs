@@ -51,6 +51,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             failure: None,
             lease: None,
             resolution: None,
+            outbox: &[],
         })
         .await
         .unwrap();
@@ -78,6 +79,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             failure: None,
             lease: None,
             resolution: None,
+            outbox: &[],
         })
         .await
         .unwrap();

@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         3,
         include_str!("../../migrations/sqlite/0003_expiry_and_resolutions.sql"),
     ),
+    (4, include_str!("../../migrations/sqlite/0004_outbox.sql")),
 ];
 
 /// How many prepared statements a connection keeps (the write connection
@@ -123,9 +124,7 @@ pub(crate) fn columns(conn: &Connection) -> rusqlite::Result<Vec<(String, String
         "SELECT m.name, p.name FROM sqlite_master AS m, pragma_table_info(m.name) AS p \
          WHERE m.type = 'table' AND m.name IN ('runs', 'messages')",
     )?;
-    statement
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect()
+    statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect()
 }
 
 /// Brings the tables up to date: applies, in one `BEGIN IMMEDIATE`

@@ -62,6 +62,7 @@ use tokio::sync::oneshot;
 use crate::row::{FINISHED, RowState, explain_missed_write};
 
 use super::SqliteSync;
+use super::outbox::{self, NewDelivery, Outcome};
 
 /// The most writes committed together.
 pub(crate) const MAX_BATCH: usize = 128;
@@ -111,6 +112,8 @@ pub(crate) struct Step {
     /// A resolution to append to the run's, as JSON.
     pub(crate) resolution: Option<String>,
     pub(crate) expires_at: Option<i64>,
+    /// Notifications the step raises, inserted in its transaction.
+    pub(crate) outbox: Vec<NewDelivery>,
 }
 
 /// One write, with everything it writes already serialised (by the caller,
@@ -146,6 +149,21 @@ pub(crate) enum Write {
     /// `prune`, of runs last written before this time (microseconds).
     /// Result: how many were deleted.
     Prune { before: i64 },
+    /// `claim_deliveries`: leases due deliveries to `owner` until `until`.
+    /// Result: how many.
+    ClaimDeliveries {
+        now: i64,
+        owner: String,
+        until: i64,
+        limit: i64,
+        token: String,
+    },
+    /// `finish_delivery`. Result 0.
+    FinishDelivery {
+        id: String,
+        owner: String,
+        outcome: Outcome,
+    },
 }
 
 /// `SQLITE_CONSTRAINT_PRIMARYKEY` and `SQLITE_CONSTRAINT_UNIQUE`.
@@ -171,8 +189,14 @@ impl Write {
     /// a transaction around it to be all-or-nothing.
     fn needs_transaction(&self) -> bool {
         match self {
-            Write::Create { bodies, .. } | Write::Update { bodies, .. } => !bodies.is_empty(),
-            Write::Claim { .. } | Write::Renew { .. } | Write::Reclaim { .. } | Write::Prune { .. } => false,
+            Write::Create { bodies, .. } => !bodies.is_empty(),
+            Write::Update { step, bodies } => !bodies.is_empty() || !step.outbox.is_empty(),
+            Write::Claim { .. }
+            | Write::Renew { .. }
+            | Write::Reclaim { .. }
+            | Write::Prune { .. }
+            | Write::ClaimDeliveries { .. }
+            | Write::FinishDelivery { .. } => false,
         }
     }
 
@@ -271,6 +295,7 @@ impl Write {
                 // Only the new messages, numbered on from what was stored.
                 let first_seq = message_count - bodies.len() as i64;
                 insert_messages(conn, &step.run_id, first_seq, bodies)?;
+                outbox::insert(conn, &step.outbox)?;
                 Ok(version)
             }
             Write::Claim {
@@ -402,6 +427,14 @@ impl Write {
                     .map_err(StoreError::backend)?;
                 Ok(i64::try_from(deleted).unwrap_or(i64::MAX))
             }
+            Write::ClaimDeliveries {
+                now,
+                owner,
+                until,
+                limit,
+                token,
+            } => outbox::claim(conn, *now, owner, *until, *limit, token),
+            Write::FinishDelivery { id, owner, outcome } => outbox::finish(conn, id, owner, outcome),
         }
     }
 }
@@ -752,6 +785,7 @@ mod tests {
                 lease_until: None,
                 resolution: None,
                 expires_at: None,
+                outbox: Vec::new(),
             },
             bodies: bodies(texts),
         }
@@ -813,6 +847,7 @@ mod tests {
                 failure: None,
                 lease: None,
                 resolution: None,
+                outbox: &[],
             })
             .await
             .unwrap();

@@ -9,7 +9,7 @@ use super::cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
 use super::{Agent, AgentInner, DEFAULT_LEASE, DEFAULT_MAX_STEPS, RegisteredTool, TimeLimits};
 use crate::ask_user::ASK_USER_TOOL_ID;
 use crate::model::{Model, ToolSpec};
-use crate::store::{MemoryStore, RunStore};
+use crate::store::{MemoryStore, RunStore, Subscription};
 use crate::tool::Tool;
 
 /// Builds an [`Agent`].
@@ -26,6 +26,7 @@ pub struct AgentBuilder {
     cached_messages: usize,
     lease_duration: std::time::Duration,
     time_limits: TimeLimits,
+    subscriptions: Vec<Subscription>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -157,6 +158,17 @@ impl AgentBuilder {
         self
     }
 
+    /// Notifies `subscription` of the events it wants (a question raised,
+    /// answered, declined, approved, expired) of this agent's runs: each
+    /// notification is written to the store's outbox in the same write as
+    /// the change it announces, for a delivery worker to send (the server's
+    /// webhooks; see [`RunStore::claim_deliveries`]). Without any, nothing
+    /// is written and a step costs what it did.
+    pub fn notify(mut self, subscription: Subscription) -> Self {
+        self.subscriptions.push(subscription);
+        self
+    }
+
     /// Builds the agent, checking tool schemas once here rather than on
     /// every call.
     pub fn build(self) -> Result<Agent, BuildError> {
@@ -206,6 +218,7 @@ impl AgentBuilder {
                 conversations: ConversationCache::new(self.cached_messages),
                 lease_duration: self.lease_duration,
                 time_limits: self.time_limits,
+                subscriptions: self.subscriptions,
             }),
         })
     }
@@ -227,6 +240,7 @@ impl Agent {
             cached_messages: DEFAULT_CACHED_MESSAGES,
             lease_duration: DEFAULT_LEASE,
             time_limits: TimeLimits::default(),
+            subscriptions: Vec::new(),
         }
     }
 }

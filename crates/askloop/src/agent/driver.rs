@@ -28,7 +28,8 @@ use crate::chunk::finish::StepReport;
 use crate::chunk::*;
 use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
 use crate::store::{
-    Author, Lease, PendingKind, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError,
+    Author, EventRun, Lease, OutboxMessage, PendingKind, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus,
+    RunUpdate, StoreError, Subscription, messages_for,
 };
 use crate::tool::{ToolContext, ToolOutput};
 
@@ -493,6 +494,7 @@ impl Driver {
         // that fails takes it along.
         let resolution = self.resolution.take();
         let record = &self.state.record;
+        let outbox = notifications(&self.agent.subscriptions, record, &pending, resolution.as_ref());
         let update = RunUpdate {
             run_id: &record.run_id,
             expected_version: record.version,
@@ -506,6 +508,7 @@ impl Driver {
             failure: failure.as_ref(),
             lease: lease.as_ref(),
             resolution: resolution.as_ref(),
+            outbox: &outbox,
         };
         let version = self.agent.store.update(update).await?;
         self.state.record.resolutions.extend(resolution);
@@ -580,4 +583,36 @@ impl Driver {
 
 fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
+}
+
+/// The notifications a write of `record` announces, for the agent's
+/// subscriptions: each call of `pending` that did not wait before is raised,
+/// and the decision applied resolves the call as it waited. Nothing (and no
+/// work) for an agent without subscriptions.
+pub(super) fn notifications(
+    subscriptions: &[Subscription],
+    record: &RunRecord,
+    pending: &[PendingToolCall],
+    resolution: Option<&Resolution>,
+) -> Vec<OutboxMessage> {
+    if subscriptions.is_empty() {
+        return Vec::new();
+    }
+    let waited = &record.pending;
+    let raised: Vec<&PendingToolCall> = pending
+        .iter()
+        .filter(|p| !waited.iter().any(|w| w.tool_call_id == p.tool_call_id))
+        .collect();
+    let resolved = resolution.map(|r| {
+        let call = r
+            .tool_call_id
+            .as_deref()
+            .and_then(|id| waited.iter().find(|w| w.tool_call_id == id));
+        (r, call)
+    });
+    let run = EventRun {
+        run_id: &record.run_id,
+        agent_id: &record.agent_id,
+    };
+    messages_for(subscriptions, run, &raised, resolved)
 }

@@ -93,6 +93,8 @@ pub(crate) struct AgentInner {
     pub(crate) conversations: ConversationCache,
     pub(crate) lease_duration: std::time::Duration,
     pub(crate) time_limits: TimeLimits,
+    /// Who hears of questions raised and resolved (see `AgentBuilder::notify`).
+    pub(crate) subscriptions: Vec<crate::store::Subscription>,
 }
 
 /// How long a call of each tool may wait for an answer or an approval.
@@ -270,6 +272,7 @@ impl Agent {
                 failure: None,
                 lease: None,
                 resolution: Some(&resolution),
+                outbox: &[],
             };
             match self.inner.store.update(update).await {
                 Ok(_) => return Ok(()),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use serde_json::Value;
 
-use super::driver::{ApplyFailed, Driver, RunState, Start};
+use super::driver::{self, ApplyFailed, Driver, RunState, Start};
 use super::expiry;
 use super::machine::{self, Decision, ResumeAction};
 use super::{Agent, AgentStream, ResumeOptions, stream};
@@ -280,6 +280,7 @@ impl Agent {
         let claimed = if machine::marks_start(&action, rules) {
             let pending = machine::mark_started(&record.pending, target, Utc::now());
             let resolution = Resolution::now(Some(target), action.resolution_kind(), author);
+            let outbox = driver::notifications(&self.inner.subscriptions, &record, &pending, Some(&resolution));
             let claim = RunUpdate {
                 run_id: &record.run_id,
                 expected_version: record.version,
@@ -293,6 +294,7 @@ impl Agent {
                 failure: None,
                 lease: Some(&lease),
                 resolution: Some(&resolution),
+                outbox: &outbox,
             };
             let claimed = self.inner.store.update(claim).await;
             if claimed.is_ok() {

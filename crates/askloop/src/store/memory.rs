@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{
-    ChangeBroadcast, Lease, Resolution, RunChange, RunChanges, RunCursor, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,
-    StoreError,
+    ChangeBroadcast, Delivery, DeliveryOutcome, DeliveryState, Lease, Resolution, RunChange, RunChanges, RunCursor,
+    RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError,
 };
 use crate::message::Message;
 
@@ -23,6 +23,9 @@ struct StoredRun {
 #[derive(Debug, Default, Clone)]
 pub struct MemoryStore {
     runs: Arc<Mutex<HashMap<String, StoredRun>>>,
+    /// Notifications, in the order written. Locked only after `runs` (an
+    /// update holds both, so its notifications appear with it), or alone.
+    outbox: Arc<Mutex<Vec<Delivery>>>,
     changes: ChangeBroadcast,
 }
 
@@ -60,6 +63,10 @@ impl MemoryStore {
         // A panic while holding the lock cannot leave a run half-written:
         // every write below builds the new state before touching the map.
         self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn lock_outbox(&self) -> MutexGuard<'_, Vec<Delivery>> {
+        self.outbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -214,8 +221,82 @@ impl RunStore for MemoryStore {
         record.resolutions.extend(update.resolution.cloned());
         record.message_count += update.append.len() as i64;
         run.messages.extend_from_slice(update.append);
+        if !update.outbox.is_empty() {
+            self.lock_outbox().extend(update.outbox.iter().map(|message| Delivery {
+                message: message.clone(),
+                state: DeliveryState::Pending,
+                attempts: 0,
+                next_at: message.created_at,
+                last_error: None,
+                lease: None,
+            }));
+        }
         self.changes.send(RunChange::of(update.run_id));
         Ok(record.version)
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let mut outbox = self.lock_outbox();
+        let mut due: Vec<&mut Delivery> = outbox
+            .iter_mut()
+            .filter(|d| {
+                d.state == DeliveryState::Pending
+                    && d.next_at <= now
+                    && d.lease.as_ref().is_none_or(|held| held.is_expired(now))
+            })
+            .collect();
+        due.sort_by(|a, b| a.next_at.cmp(&b.next_at).then_with(|| a.message.id.cmp(&b.message.id)));
+        Ok(due
+            .into_iter()
+            .take(limit as usize)
+            .map(|d| {
+                d.lease = Some(lease.clone());
+                d.clone()
+            })
+            .collect())
+    }
+
+    async fn finish_delivery(&self, id: &str, owner: &str, outcome: &DeliveryOutcome) -> Result<(), StoreError> {
+        let mut outbox = self.lock_outbox();
+        let held = outbox.iter_mut().find(|d| {
+            d.message.id == id
+                && d.state == DeliveryState::Pending
+                && d.lease.as_ref().is_some_and(|lease| lease.owner == owner)
+        });
+        let Some(delivery) = held else {
+            return Err(StoreError::DeliveryLost {
+                id: id.to_owned(),
+                owner: owner.to_owned(),
+            });
+        };
+        delivery.attempts += 1;
+        delivery.lease = None;
+        match outcome {
+            DeliveryOutcome::Delivered => delivery.state = DeliveryState::Delivered,
+            DeliveryOutcome::Retry { next_at, error } => {
+                delivery.next_at = super::outbox::to_micros(*next_at);
+                delivery.last_error = Some(error.clone());
+            }
+            DeliveryOutcome::Dead { error } => {
+                delivery.state = DeliveryState::Dead;
+                delivery.last_error = Some(error.clone());
+            }
+        }
+        Ok(())
+    }
+
+    async fn deliveries(&self, run_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        Ok(self
+            .lock_outbox()
+            .iter()
+            .filter(|d| d.message.run_id == run_id)
+            .cloned()
+            .collect())
     }
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {

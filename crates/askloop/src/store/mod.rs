@@ -9,6 +9,7 @@
 
 mod changes;
 mod memory;
+mod outbox;
 mod resolution;
 
 use std::fmt;
@@ -22,6 +23,8 @@ use crate::message::{Message, ToolResult, Usage};
 
 pub use changes::{ChangeBroadcast, RunChange, RunChanges};
 pub use memory::MemoryStore;
+pub use outbox::{Delivery, DeliveryOutcome, DeliveryState, EventType, OutboxMessage, Subscription};
+pub(crate) use outbox::{EventRun, messages_for};
 pub use resolution::{Author, Interface, Resolution, ResolutionKind};
 
 /// The layout version of stored runs. A store refuses rows written with a
@@ -344,6 +347,10 @@ pub struct RunUpdate<'a> {
     /// A resolution this write makes (an answer, a decline, an expiry...),
     /// appended to the run's [`RunRecord::resolutions`] in the same write.
     pub resolution: Option<&'a Resolution>,
+    /// Notifications this write raises (a question now waiting, a call
+    /// resolved), stored in the same write: see [`OutboxMessage`]. Empty
+    /// for an agent with no subscriptions.
+    pub outbox: &'a [OutboxMessage],
 }
 
 /// A place in a listing of runs ordered by last write: the last run read
@@ -518,6 +525,17 @@ pub enum StoreError {
         /// The owner that lost it.
         owner: String,
     },
+    /// A delivery is no longer held by this sender: its lease ran out and
+    /// another sender claimed it, or it was finished already.
+    #[error(
+        "delivery {id} is no longer held by {owner}: its lease ran out and another sender took it, or it was finished"
+    )]
+    DeliveryLost {
+        /// The delivery.
+        id: String,
+        /// The sender that lost it.
+        owner: String,
+    },
     /// The store was closed; nothing more can be read or written through it.
     #[error("the store is closed")]
     Closed,
@@ -683,6 +701,25 @@ pub trait RunStore: Send + Sync + fmt::Debug + 'static {
             .take(limit as usize)
             .collect())
     }
+
+    /// Takes up to `limit` deliveries to send under `lease`: pending ones
+    /// due at `now` that no sender holds (or whose sender's lease ran out at
+    /// `now`), oldest due first. Taking them is atomic: of concurrent
+    /// claimants (in any number of processes) each delivery goes to one.
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<Delivery>, StoreError>;
+
+    /// Records how an attempt to send delivery `id` ended, if `owner` still
+    /// holds it (else [`StoreError::DeliveryLost`]), and releases it: it
+    /// counts one more attempt; a retry is due again at its `next_at`.
+    async fn finish_delivery(&self, id: &str, owner: &str, outcome: &DeliveryOutcome) -> Result<(), StoreError>;
+
+    /// The deliveries of a run's notifications, oldest first.
+    async fn deliveries(&self, run_id: &str) -> Result<Vec<Delivery>, StoreError>;
 
     /// Lists runs, newest first.
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError>;

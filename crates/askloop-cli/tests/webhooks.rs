@@ -1,0 +1,327 @@
+//! Webhooks end to end: real `askloop serve` processes on a real SQLite
+//! file, POSTing to a receiver (axum, in this test) that checks every
+//! signature itself (HMAC-SHA256 computed here, with the same crates any
+//! Rust receiver would use) and counts, per `webhook-id`, the attempts and
+//! the deliveries it accepted. Each event must be accepted exactly once:
+//! when the receiver fails the first two attempts of each, and when the
+//! server is SIGKILLed after the event was stored but before it was
+//! delivered, and started again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use base64::Engine;
+use hmac::{Hmac, KeyInit, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+mod common;
+
+use common::{BIN, Serving};
+
+/// 32 random bytes, as `whsec_` + base64.
+const SECRET: &str = "whsec_c2VjcmV0LWZvci10aGUtd2ViaG9vay10ZXN0cy0xMjM0NQ==";
+
+const SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?"}}]},
+  {"text": "Deploying to {{toolResults}}"}
+]}"#;
+
+/// What the receiver saw of one `webhook-id`.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    attempts: usize,
+    accepted: usize,
+    bad_signatures: usize,
+    body: Value,
+}
+
+#[derive(Debug, Default)]
+struct Receiver {
+    by_id: BTreeMap<String, Seen>,
+    /// Refuse (500) this many first attempts of every id.
+    fail_first: usize,
+    /// Refuse everything (500) while true.
+    down: bool,
+}
+
+type Shared = Arc<Mutex<Receiver>>;
+
+/// Checks the Standard Webhooks signature the way a receiver should:
+/// HMAC-SHA256 keyed with the base64-decoded part of the secret after
+/// `whsec_`, over `{id}.{timestamp}.{body}`, compared in constant time
+/// with each `v1,` signature of the header.
+fn signature_is_valid(headers: &HeaderMap, body: &str) -> bool {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let (id, timestamp) = (header("webhook-id"), header("webhook-timestamp"));
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(SECRET.strip_prefix("whsec_").unwrap())
+        .unwrap();
+    header("webhook-signature").split(' ').any(|sig| {
+        let Some(encoded) = sig.strip_prefix("v1,") else {
+            return false;
+        };
+        let Ok(given) = base64::engine::general_purpose::STANDARD.decode(encoded) else {
+            return false;
+        };
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&key).unwrap();
+        mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
+        mac.verify_slice(&given).is_ok()
+    })
+}
+
+async fn receive(State(shared): State<Shared>, headers: HeaderMap, body: String) -> StatusCode {
+    let id = headers
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("(none)")
+        .to_owned();
+    let valid = signature_is_valid(&headers, &body);
+    let mut receiver = shared.lock().unwrap();
+    let (fail_first, down) = (receiver.fail_first, receiver.down);
+    let seen = receiver.by_id.entry(id).or_default();
+    seen.attempts += 1;
+    seen.body = serde_json::from_str(&body).unwrap_or(Value::Null);
+    if !valid {
+        seen.bad_signatures += 1;
+        return StatusCode::UNAUTHORIZED;
+    }
+    if down || seen.attempts <= fail_first {
+        return StatusCode::INTERNAL_SERVER_ERROR;
+    }
+    seen.accepted += 1;
+    StatusCode::NO_CONTENT
+}
+
+/// Starts the receiver; returns its URL.
+async fn start_receiver(shared: Shared) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(receive))
+        .with_state(shared);
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/hook")
+}
+
+fn write_config(dir: &Path, hook: &str) {
+    std::fs::write(dir.join("deploy.json"), SCRIPT).unwrap();
+    std::fs::write(
+        dir.join("askloop.toml"),
+        format!(
+            "public_url = \"https://askloop.example.com/\"\n\n\
+             [agents.deployer]\nscript = \"deploy.json\"\n\n\
+             [[webhooks]]\nurl = \"{hook}\"\nsecret_env = \"TEST_WEBHOOK_SECRET\"\ntimeout = \"5s\"\n"
+        ),
+    )
+    .unwrap();
+}
+
+fn start(dir: &Path) -> Serving {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_MODEL")
+        .env_remove("ASKLOOP_API_TOKEN")
+        .env("TEST_WEBHOOK_SECRET", SECRET)
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
+        .arg(dir.join("askloop.toml"));
+    Serving::start(cmd)
+}
+
+/// Starts a run that asks one question; returns the run id and the call id.
+async fn ask(client: &reqwest::Client, server: &Serving) -> (String, String) {
+    let body = client
+        .post(server.url("/api/agents/deployer/stream"))
+        .json(&json!({"messages": "Deploy the app."}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(body.contains("tool-call-suspended"), "{body}");
+    let after = |key: &str| {
+        body.split(&format!("\"{key}\":\""))
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    (after("runId"), after("toolCallId"))
+}
+
+async fn answer(client: &reqwest::Client, server: &Serving, run_id: &str, call_id: &str) {
+    let body = client
+        .post(server.url("/api/agents/deployer/resume-stream"))
+        .json(&json!({"runId": run_id, "toolCallId": call_id, "resumeData": "staging"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(body.contains("Deploying to"), "{body}");
+}
+
+/// Waits (up to 60 s) until `done` holds of what the receiver saw.
+async fn wait_for(shared: &Shared, what: &str, done: impl Fn(&Receiver) -> bool) {
+    for _ in 0..1200 {
+        if done(&shared.lock().unwrap()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "timed out waiting for {what}; the receiver saw {:#?}",
+        shared.lock().unwrap()
+    );
+}
+
+/// The ids the receiver saw for events of `kind`.
+fn ids_of(receiver: &Receiver, kind: &str) -> Vec<String> {
+    receiver
+        .by_id
+        .iter()
+        .filter(|(_, seen)| seen.body["type"] == kind)
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
+fn accepted(receiver: &Receiver, kind: &str) -> usize {
+    receiver
+        .by_id
+        .values()
+        .filter(|seen| seen.body["type"] == kind)
+        .map(|seen| seen.accepted)
+        .sum()
+}
+
+#[tokio::test]
+async fn each_event_is_delivered_once_signed_even_when_the_receiver_fails_its_first_two_attempts() {
+    let shared: Shared = Arc::new(Mutex::new(Receiver {
+        fail_first: 2,
+        ..Receiver::default()
+    }));
+    let hook = start_receiver(Arc::clone(&shared)).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &hook);
+    let server = start(dir.path());
+    let client = reqwest::Client::new();
+
+    let (run_id, call_id) = ask(&client, &server).await;
+    wait_for(&shared, "the question.raised delivery", |r| {
+        accepted(r, "question.raised") == 1
+    })
+    .await;
+    answer(&client, &server, &run_id, &call_id).await;
+    wait_for(&shared, "the question.answered delivery", |r| {
+        accepted(r, "question.answered") == 1
+    })
+    .await;
+    // Anything sent twice would come within the next retry's time.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let receiver = shared.lock().unwrap();
+    assert_eq!(receiver.by_id.len(), 2, "one webhook-id per event: {receiver:#?}");
+    for (id, seen) in &receiver.by_id {
+        assert!(id.starts_with("msg_"), "{id}");
+        assert_eq!(seen.bad_signatures, 0, "{id}: every signature checks out");
+        assert_eq!(seen.accepted, 1, "{id}: accepted exactly once");
+        assert_eq!(
+            seen.attempts, 3,
+            "{id}: two refused attempts, then the accepted one, same id"
+        );
+        let data = &seen.body["data"];
+        assert_eq!(data["runId"], run_id.as_str());
+        assert_eq!(data["agentId"], "deployer");
+        assert_eq!(data["toolCallId"], call_id.as_str());
+        assert_eq!(data["toolName"], "ask_user");
+        assert_eq!(data["suspendPayload"]["question"], "Which environment?");
+        assert_eq!(data["link"], format!("https://askloop.example.com/runs/{run_id}"));
+        assert!(seen.body["timestamp"].is_string());
+    }
+    let answered = &receiver.by_id[&ids_of(&receiver, "question.answered")[0]].body["data"]["resolution"];
+    assert_eq!(answered["kind"], "answered");
+    assert_eq!(answered["via"], "http");
+}
+
+#[tokio::test]
+async fn a_notification_stored_before_a_sigkill_is_delivered_once_by_the_next_server() {
+    let shared: Shared = Arc::new(Mutex::new(Receiver {
+        down: true,
+        ..Receiver::default()
+    }));
+    let hook = start_receiver(Arc::clone(&shared)).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &hook);
+    let client = reqwest::Client::new();
+
+    let mut first = start(dir.path());
+    let (run_id, call_id) = ask(&client, &first).await;
+    // The event is stored and was tried (and refused): kill the server
+    // before it is delivered.
+    wait_for(&shared, "a first attempt", |r| {
+        r.by_id.values().any(|s| s.body["type"] == "question.raised")
+    })
+    .await;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let before = shared.lock().unwrap().by_id.clone();
+    assert!(
+        before.values().all(|s| s.accepted == 0),
+        "nothing delivered before the kill"
+    );
+    shared.lock().unwrap().down = false;
+
+    let second = start(dir.path());
+    wait_for(&shared, "the question.raised delivery after the restart", |r| {
+        accepted(r, "question.raised") == 1
+    })
+    .await;
+    answer(&client, &second, &run_id, &call_id).await;
+    wait_for(&shared, "the question.answered delivery", |r| {
+        accepted(r, "question.answered") == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let receiver = shared.lock().unwrap();
+    assert_eq!(ids_of(&receiver, "question.raised").len(), 1, "{receiver:#?}");
+    assert_eq!(ids_of(&receiver, "question.answered").len(), 1, "{receiver:#?}");
+    for (id, seen) in &receiver.by_id {
+        assert_eq!(seen.accepted, 1, "{id} accepted exactly once: {seen:#?}");
+        assert_eq!(seen.bad_signatures, 0, "{id}");
+    }
+}
+
+#[tokio::test]
+async fn a_webhook_with_a_secret_that_is_not_whsec_base64_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("deploy.json"), SCRIPT).unwrap();
+    std::fs::write(
+        dir.path().join("askloop.toml"),
+        "[agents.deployer]\nscript = \"deploy.json\"\n\n[[webhooks]]\nurl = \"http://127.0.0.1:9/hook\"\nsecret = \"hunter2\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .current_dir(dir.path())
+        .args(["serve", "--addr", "127.0.0.1:0", "--config", "askloop.toml"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "bad configuration is bad usage: {stderr}");
+    assert!(stderr.contains("webhooks[0].secret"), "{stderr}");
+    assert!(stderr.contains("whsec_"), "{stderr}");
+}

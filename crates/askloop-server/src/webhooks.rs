@@ -1,0 +1,300 @@
+//! Sending the store's outbox to the configured webhooks.
+//!
+//! Agents write a notification into the store's outbox in the same write
+//! that raises a question or resolves one (see `AgentBuilder::notify`), so
+//! none is lost to a crash and none is invented. This sender claims due
+//! deliveries under a lease (of several servers on one database, each
+//! delivery goes to one at a time), POSTs each, signed the Standard
+//! Webhooks way, and records the outcome: a 2xx is delivered; anything else,
+//! or no answer within the webhook's timeout, is tried again later, with
+//! exponential backoff, until `max_attempts`, after which the delivery is
+//! dead with its last error. The time of the next attempt is stored, so a
+//! restart keeps the schedule. A sender that dies mid-attempt lets its lease
+//! run out and another sends again: delivery is at least once, and the
+//! `webhook-id` is the same on every attempt so receivers can drop repeats.
+//!
+//! Runs never wait for this: a failing receiver delays only its own
+//! notifications.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use askloop::{Delivery, DeliveryOutcome, Lease, RunStore, StoreError};
+use base64::Engine;
+use chrono::Utc;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use tokio::sync::watch;
+
+use crate::config::WebhookConfig;
+
+/// How many deliveries one claim takes, sent at once.
+const BATCH: u32 = 8;
+
+/// The first retry waits about this long; each next one twice as long.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+
+/// The longest wait between two attempts.
+const LONGEST_RETRY: Duration = Duration::from_secs(3600);
+
+/// How often to look for due deliveries when there were none, by default.
+pub const DEFAULT_WEBHOOK_POLL: Duration = Duration::from_secs(1);
+
+/// The webhooks a server sends notifications to, and the page address its
+/// links use.
+#[derive(Debug, Clone, Default)]
+pub struct Webhooks {
+    /// The webhooks (`[[webhooks]]`).
+    pub hooks: Vec<WebhookConfig>,
+    /// Links in notifications read `<public_url>/runs/<runId>`; without it
+    /// notifications carry no link.
+    pub public_url: Option<String>,
+    /// How often to look for due deliveries when there were none.
+    pub poll_every: Duration,
+}
+
+impl Webhooks {
+    /// The webhooks of a configuration.
+    pub fn new(hooks: Vec<WebhookConfig>, public_url: Option<String>) -> Self {
+        Webhooks {
+            hooks,
+            public_url,
+            poll_every: DEFAULT_WEBHOOK_POLL,
+        }
+    }
+}
+
+/// The Standard Webhooks signature of one attempt: `v1,` and the base64 of
+/// HMAC-SHA256, keyed with the secret's bytes, of `{id}.{timestamp}.{body}`.
+///
+/// ```
+/// let signature = askloop_server::webhook_signature(b"0123456789abcdef", "msg_1", 1_700_000_000, "{}");
+/// assert!(signature.starts_with("v1,"));
+/// ```
+pub fn webhook_signature(secret: &[u8], id: &str, timestamp: i64, body: &str) -> String {
+    // HMAC takes a key of any length.
+    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(secret) else {
+        unreachable!("HMAC accepts keys of every length")
+    };
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body.as_bytes());
+    let tag = mac.finalize().into_bytes();
+    format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(tag))
+}
+
+/// Sends due deliveries until `stopping` turns true.
+pub(crate) struct Sender {
+    store: Arc<dyn RunStore>,
+    hooks: HashMap<String, WebhookConfig>,
+    public_url: Option<String>,
+    poll_every: Duration,
+    client: reqwest::Client,
+    owner: String,
+    lease: Duration,
+}
+
+impl fmt::Debug for Sender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sender")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sender {
+    pub(crate) fn new(store: Arc<dyn RunStore>, webhooks: Webhooks) -> Result<Self, reqwest::Error> {
+        // A receiver's redirect is not followed: the signature is for the
+        // configured URL, and a 3xx counts as a failed attempt.
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        let longest = webhooks.hooks.iter().map(|h| h.timeout).max().unwrap_or_default();
+        Ok(Sender {
+            store,
+            hooks: webhooks.hooks.into_iter().map(|h| (h.url.clone(), h)).collect(),
+            public_url: webhooks.public_url,
+            poll_every: webhooks.poll_every,
+            client,
+            owner: format!("webhooks-{}-{}", std::process::id(), uuid::Uuid::now_v7()),
+            // Long enough for every attempt of a batch (they run at once).
+            lease: longest + Duration::from_secs(30),
+        })
+    }
+
+    pub(crate) async fn run(self, mut stopping: watch::Receiver<bool>) {
+        loop {
+            let taken = match self.round().await {
+                Ok(taken) => taken,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot read the notifications to deliver");
+                    0
+                }
+            };
+            if *stopping.borrow() {
+                return;
+            }
+            if taken == 0 {
+                tokio::select! {
+                    () = tokio::time::sleep(self.poll_every) => {}
+                    _ = stopping.wait_for(|stop| *stop) => return,
+                }
+            }
+        }
+    }
+
+    /// Claims a batch of due deliveries and sends them; returns how many.
+    async fn round(&self) -> Result<usize, StoreError> {
+        let now = Utc::now();
+        let lease = Lease::new(self.owner.clone(), now + self.lease);
+        let batch = self.store.claim_deliveries(now, &lease, BATCH).await?;
+        let taken = batch.len();
+        futures::future::join_all(batch.into_iter().map(|delivery| self.deliver(delivery))).await;
+        Ok(taken)
+    }
+
+    async fn deliver(&self, delivery: Delivery) {
+        let id = delivery.message.id.clone();
+        let outcome = match self.hooks.get(&delivery.message.destination) {
+            Some(hook) => match self.attempt(hook, &delivery).await {
+                Ok(()) => DeliveryOutcome::Delivered,
+                Err(error) => failed(&delivery, hook.max_attempts, error),
+            },
+            None => failed(
+                &delivery,
+                crate::config::DEFAULT_MAX_ATTEMPTS,
+                format!(
+                    "no [[webhooks]] table with url {:?} in this server's configuration",
+                    delivery.message.destination
+                ),
+            ),
+        };
+        match &outcome {
+            DeliveryOutcome::Delivered => {
+                tracing::info!(id = %id, run_id = %delivery.message.run_id, event = %delivery.message.event, "notification delivered")
+            }
+            DeliveryOutcome::Dead { error } => tracing::warn!(id = %id, error = %error, "notification given up on"),
+            other => tracing::info!(id = %id, outcome = ?other, "notification not delivered yet"),
+        }
+        if let Err(err) = self.store.finish_delivery(&id, &self.owner, &outcome).await {
+            // Lost: another sender took it (this attempt outlasted the
+            // lease) and sends it again; the receiver dedupes on the id.
+            tracing::warn!(id = %id, error = %err, "cannot record a delivery attempt");
+        }
+    }
+
+    /// One POST; `Err` says why it did not count as delivered.
+    async fn attempt(&self, hook: &WebhookConfig, delivery: &Delivery) -> Result<(), String> {
+        let message = &delivery.message;
+        let mut payload = message.payload.clone();
+        if let (Some(base), Some(data)) = (&self.public_url, payload.get_mut("data"))
+            && let Some(data) = data.as_object_mut()
+        {
+            data.insert(
+                "link".to_owned(),
+                serde_json::Value::String(format!("{base}/runs/{}", message.run_id)),
+            );
+        }
+        let body = serde_json::to_string(&payload).map_err(|err| format!("cannot serialise the body: {err}"))?;
+        let timestamp = Utc::now().timestamp();
+        let signature = webhook_signature(hook.secret.bytes(), &message.id, timestamp, &body);
+        let response = self
+            .client
+            .post(&hook.url)
+            .timeout(hook.timeout)
+            .header("content-type", "application/json")
+            .header("webhook-id", &message.id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body)
+            .send()
+            .await
+            .map_err(|err| format!("cannot POST to {}: {}", hook.url, error_chain(&err)))?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("{} answered HTTP {status}", hook.url))
+        }
+    }
+}
+
+/// The outcome of a failed attempt: tried again later, unless it was the
+/// last allowed one.
+fn failed(delivery: &Delivery, max_attempts: u32, error: String) -> DeliveryOutcome {
+    let attempts = delivery.attempts + 1;
+    if attempts >= max_attempts {
+        return DeliveryOutcome::Dead {
+            error: format!("{error} (attempt {attempts} of {max_attempts})"),
+        };
+    }
+    let wait = retry_wait(delivery.attempts);
+    DeliveryOutcome::Retry {
+        next_at: Utc::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::hours(1)),
+        error,
+    }
+}
+
+/// How long to wait after the `done + 1`th failed attempt: doubling from
+/// [`FIRST_RETRY`] up to [`LONGEST_RETRY`], then 75% to 125% of that at
+/// random, so receivers coming back are not hit by every retry at once.
+fn retry_wait(done: u32) -> Duration {
+    let doubled = FIRST_RETRY.saturating_mul(1u32.checked_shl(done.min(31)).unwrap_or(u32::MAX));
+    let wait = doubled.min(LONGEST_RETRY);
+    // A random number from std: RandomState is seeded randomly.
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let factor = 0.75 + (random % 1000) as f64 / 2000.0;
+    wait.mul_f64(factor)
+}
+
+/// An error and its sources, e.g. "error sending request: connection
+/// refused".
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signature_matches_the_standard_webhooks_example() {
+        // The example of the Standard Webhooks specification
+        // (github.com/standard-webhooks/standard-webhooks, spec/standard-webhooks.md).
+        let secret = base64::engine::general_purpose::STANDARD
+            .decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+            .unwrap();
+        let body = r#"{"test": 2432232314}"#;
+        assert_eq!(
+            webhook_signature(&secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+    }
+
+    #[test]
+    fn retries_wait_longer_each_time_up_to_an_hour() {
+        let within = |done: u32, secs: f64| {
+            let wait = retry_wait(done).as_secs_f64();
+            assert!(
+                wait >= secs * 0.75 && wait <= secs * 1.25,
+                "attempt {done}: {wait}s, expected about {secs}s"
+            );
+        };
+        within(0, 1.0);
+        within(1, 2.0);
+        within(5, 32.0);
+        within(40, 3600.0);
+    }
+}

@@ -1,0 +1,374 @@
+//! Notifications that someone must act (a question raised) or that someone
+//! did (answered, declined, approved, expired), kept in the store as an
+//! **outbox**: each is written in the same store write that suspends or
+//! resolves the run, so a crash can neither lose one (the write happened,
+//! so did the notification) nor invent one (the write failed, so no
+//! notification). A delivery worker (the server's webhooks) then claims due
+//! rows under a lease, sends them, and records the outcome.
+//!
+//! The core knows nothing of HTTP: an agent is given
+//! [`Subscription`]s (a destination's name and the events it wants), and
+//! writes one [`OutboxMessage`] per event and subscription. An agent with
+//! none writes nothing and pays nothing.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{Lease, PendingKind, PendingToolCall, Resolution, ResolutionKind};
+
+/// What a notification announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum EventType {
+    /// A question or an approval waits for a person.
+    #[serde(rename = "question.raised")]
+    QuestionRaised,
+    /// A question got its answer.
+    #[serde(rename = "question.answered")]
+    QuestionAnswered,
+    /// A question was declined, or a call waiting for approval was denied.
+    #[serde(rename = "question.declined")]
+    QuestionDeclined,
+    /// A call waiting for approval was approved.
+    #[serde(rename = "question.approved")]
+    QuestionApproved,
+    /// A question or approval got no answer within its time limit.
+    #[serde(rename = "question.expired")]
+    QuestionExpired,
+}
+
+impl EventType {
+    /// Every event type.
+    pub const ALL: [EventType; 5] = [
+        EventType::QuestionRaised,
+        EventType::QuestionAnswered,
+        EventType::QuestionDeclined,
+        EventType::QuestionApproved,
+        EventType::QuestionExpired,
+    ];
+
+    /// The name on the wire (the body's `type`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::QuestionRaised => "question.raised",
+            EventType::QuestionAnswered => "question.answered",
+            EventType::QuestionDeclined => "question.declined",
+            EventType::QuestionApproved => "question.approved",
+            EventType::QuestionExpired => "question.expired",
+        }
+    }
+
+    /// The event a resolution announces, if any (a cancel or a recovery
+    /// announces none).
+    pub fn of_resolution(kind: ResolutionKind) -> Option<EventType> {
+        match kind {
+            ResolutionKind::Answered => Some(EventType::QuestionAnswered),
+            ResolutionKind::Declined | ResolutionKind::Denied => Some(EventType::QuestionDeclined),
+            ResolutionKind::Approved => Some(EventType::QuestionApproved),
+            ResolutionKind::Expired => Some(EventType::QuestionExpired),
+            ResolutionKind::Cancelled | ResolutionKind::Recovered => None,
+        }
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for EventType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EventType::ALL.into_iter().find(|e| e.as_str() == s).ok_or_else(|| {
+            let names: Vec<&str> = EventType::ALL.iter().map(|e| e.as_str()).collect();
+            format!("unknown event {s:?}; accepted: {}", names.join(", "))
+        })
+    }
+}
+
+/// A destination that wants to hear of some events of an agent's runs
+/// (see `AgentBuilder::notify`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    /// Names the destination to the delivery worker (the server uses the
+    /// webhook's URL).
+    pub destination: String,
+    /// The events it wants.
+    pub events: Vec<EventType>,
+}
+
+impl Subscription {
+    /// A destination wanting `events`.
+    pub fn new(destination: impl Into<String>, events: impl IntoIterator<Item = EventType>) -> Self {
+        Subscription {
+            destination: destination.into(),
+            events: events.into_iter().collect(),
+        }
+    }
+
+    /// Whether it wants `event`.
+    pub fn wants(&self, event: EventType) -> bool {
+        self.events.contains(&event)
+    }
+}
+
+/// One notification to deliver, written with the run write that caused it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxMessage {
+    /// Unique, and the same on every attempt (the `webhook-id` a receiver
+    /// dedupes on): `msg_` and a UUID v7.
+    pub id: String,
+    /// The run it is about.
+    pub run_id: String,
+    /// Where it goes ([`Subscription::destination`]).
+    pub destination: String,
+    /// What it announces.
+    pub event: EventType,
+    /// The body: `{type, timestamp, data}`.
+    pub payload: Value,
+    /// When it was written. Kept to the microsecond, as every store keeps
+    /// it.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Where a delivery is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum DeliveryState {
+    /// Not yet accepted by its destination; due at `next_at`.
+    Pending,
+    /// Accepted.
+    Delivered,
+    /// Given up on after the last allowed attempt.
+    Dead,
+}
+
+impl DeliveryState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Dead => "dead",
+        }
+    }
+}
+
+impl std::str::FromStr for DeliveryState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pending" => Ok(DeliveryState::Pending),
+            "delivered" => Ok(DeliveryState::Delivered),
+            "dead" => Ok(DeliveryState::Dead),
+            other => Err(format!(
+                "unknown delivery state {other:?}; expected pending, delivered or dead"
+            )),
+        }
+    }
+}
+
+/// A stored notification and how its delivery goes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    /// What to deliver.
+    #[serde(flatten)]
+    pub message: OutboxMessage,
+    /// Where it is.
+    pub state: DeliveryState,
+    /// How many attempts were finished (sent and answered, or failed).
+    pub attempts: u32,
+    /// When it is next due (for a pending one).
+    pub next_at: DateTime<Utc>,
+    /// What went wrong the last time, if anything did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Who is sending it now and until when (see
+    /// [`RunStore::claim_deliveries`](super::RunStore::claim_deliveries)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
+/// How an attempt ended (see
+/// [`RunStore::finish_delivery`](super::RunStore::finish_delivery)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeliveryOutcome {
+    /// The destination accepted it.
+    Delivered,
+    /// It failed; try again at `next_at`.
+    Retry {
+        /// When.
+        next_at: DateTime<Utc>,
+        /// What went wrong.
+        error: String,
+    },
+    /// It failed for the last allowed time.
+    Dead {
+        /// What went wrong.
+        error: String,
+    },
+}
+
+/// Keeps a time to the microsecond, as every store keeps it.
+pub(crate) fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap_or(at)
+}
+
+/// The run a notification is about, for its body.
+pub(crate) struct EventRun<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) agent_id: &'a str,
+}
+
+/// The notifications of one run write: `raised` calls that now wait (and did
+/// not before), and the `resolution` the write applies to `resolved` (the
+/// call as it waited), one message per event and subscription that wants it.
+pub(crate) fn messages_for(
+    subscriptions: &[Subscription],
+    run: EventRun<'_>,
+    raised: &[&PendingToolCall],
+    resolution: Option<(&Resolution, Option<&PendingToolCall>)>,
+) -> Vec<OutboxMessage> {
+    let mut events: Vec<(EventType, Value, DateTime<Utc>)> = Vec::new();
+    let now = to_micros(Utc::now());
+    for call in raised {
+        events.push((EventType::QuestionRaised, call_data(&run, call, None), now));
+    }
+    if let Some((resolution, call)) = resolution
+        && let Some(event) = EventType::of_resolution(resolution.kind)
+    {
+        let data = match call {
+            Some(call) => call_data(&run, call, Some(resolution)),
+            None => json!({
+                "runId": run.run_id,
+                "agentId": run.agent_id,
+                "toolCallId": resolution.tool_call_id,
+                "resolution": resolution,
+            }),
+        };
+        events.push((event, data, resolution.at));
+    }
+    let mut messages = Vec::new();
+    for (event, data, at) in events {
+        for subscription in subscriptions.iter().filter(|s| s.wants(event)) {
+            messages.push(OutboxMessage {
+                id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
+                run_id: run.run_id.to_owned(),
+                destination: subscription.destination.clone(),
+                event,
+                payload: json!({
+                    "type": event.as_str(),
+                    "timestamp": at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                    "data": data,
+                }),
+                created_at: now,
+            });
+        }
+    }
+    messages
+}
+
+/// The body's `data` for a call: what it asks (the suspend payload of a
+/// question, the arguments of a call waiting for approval) and how it was
+/// resolved, if it was.
+fn call_data(run: &EventRun<'_>, call: &PendingToolCall, resolution: Option<&Resolution>) -> Value {
+    let mut data = json!({
+        "runId": run.run_id,
+        "agentId": run.agent_id,
+        "toolCallId": call.tool_call_id,
+        "toolName": call.tool_name,
+        "kind": match call.kind {
+            PendingKind::Suspended => "question",
+            PendingKind::Approval => "approval",
+        },
+        "args": call.args,
+    });
+    if let Some(payload) = &call.suspend_payload {
+        data["suspendPayload"] = payload.clone();
+    }
+    if let Some(at) = call.expires_at {
+        data["expiresAt"] = json!(at);
+    }
+    if let Some(resolution) = resolution {
+        data["resolution"] = json!(resolution);
+    }
+    data
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Author, Interface};
+
+    fn question(id: &str) -> PendingToolCall {
+        PendingToolCall {
+            tool_call_id: id.into(),
+            tool_name: "ask_user".into(),
+            args: json!({"question": "Which region?"}),
+            kind: PendingKind::Suspended,
+            suspend_payload: Some(json!({"question": "Which region?"})),
+            resume_schema: None,
+            expires_at: None,
+            started_at: None,
+        }
+    }
+
+    #[test]
+    fn event_names_read_back_and_an_unknown_one_lists_the_accepted() {
+        for event in EventType::ALL {
+            assert_eq!(event.as_str().parse::<EventType>().unwrap(), event);
+            assert_eq!(serde_json::to_value(event).unwrap(), json!(event.as_str()));
+        }
+        let err = "question.asked".parse::<EventType>().unwrap_err();
+        assert!(
+            err.contains("question.asked") && err.contains("question.raised, question.answered"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn each_event_goes_to_the_subscriptions_that_want_it_with_its_own_id() {
+        let subscriptions = [
+            Subscription::new("a", EventType::ALL),
+            Subscription::new("b", [EventType::QuestionAnswered]),
+        ];
+        let run = || EventRun {
+            run_id: "r1",
+            agent_id: "agent",
+        };
+        let call = question("c1");
+        let raised = messages_for(&subscriptions, run(), &[&call], None);
+        assert_eq!(raised.len(), 1);
+        assert_eq!(raised[0].destination, "a");
+        assert_eq!(raised[0].payload["type"], "question.raised");
+        assert_eq!(raised[0].payload["data"]["suspendPayload"]["question"], "Which region?");
+        assert_eq!(raised[0].payload["data"]["toolCallId"], "c1");
+
+        let answer = Resolution::now(
+            Some("c1"),
+            ResolutionKind::Answered,
+            Author::named(Interface::Http, "ops"),
+        );
+        let answered = messages_for(&subscriptions, run(), &[], Some((&answer, Some(&call))));
+        assert_eq!(answered.len(), 2);
+        assert_ne!(answered[0].id, answered[1].id);
+        for message in &answered {
+            assert_eq!(message.payload["type"], "question.answered");
+            assert_eq!(message.payload["data"]["resolution"]["by"], "ops");
+            assert_eq!(message.payload["data"]["resolution"]["kind"], "answered");
+        }
+
+        let cancel = Resolution::now(None, ResolutionKind::Cancelled, Author::default());
+        assert!(messages_for(&subscriptions, run(), &[], Some((&cancel, None))).is_empty());
+    }
+}

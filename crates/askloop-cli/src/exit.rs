@@ -26,6 +26,16 @@ pub enum Done {
 }
 
 impl Done {
+    /// The worse of two outcomes, for a command that drives several runs:
+    /// a failure over a suspension over a completion.
+    pub fn worse(self, other: Done) -> Done {
+        match (self, other) {
+            (Done::RunFailed, _) | (_, Done::RunFailed) => Done::RunFailed,
+            (Done::Suspended, _) | (_, Done::Suspended) => Done::Suspended,
+            _ => Done::Ok,
+        }
+    }
+
     pub fn from_status(status: RunStatus) -> Self {
         match status {
             RunStatus::Completed | RunStatus::Cancelled => Done::Ok,

@@ -5,7 +5,8 @@
 //! the deliveries it accepted. Each event must be accepted exactly once:
 //! when the receiver fails the first two attempts of each, and when the
 //! server is SIGKILLed after the event was stored but before it was
-//! delivered, and started again.
+//! delivered, and started again; and an answer given through the CLI
+//! with the server's configuration is announced like one given over HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -303,6 +304,52 @@ async fn a_notification_stored_before_a_sigkill_is_delivered_once_by_the_next_se
         assert_eq!(seen.accepted, 1, "{id} accepted exactly once: {seen:#?}");
         assert_eq!(seen.bad_signatures, 0, "{id}");
     }
+}
+
+#[tokio::test]
+async fn an_answer_given_through_the_cli_with_the_servers_configuration_is_announced_by_the_server() {
+    let shared: Shared = Arc::new(Mutex::new(Receiver::default()));
+    let hook = start_receiver(Arc::clone(&shared)).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &hook);
+    let server = start(dir.path());
+    let client = reqwest::Client::new();
+    let (run_id, call_id) = ask(&client, &server).await;
+
+    // The CLI builds the run's agent from the same file, webhooks'
+    // subscriptions included: the notification is stored with the answer
+    // and the server's sender delivers it.
+    let answered = Command::new(BIN)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_MODEL")
+        .env("TEST_WEBHOOK_SECRET", SECRET)
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .env("USER", "ops-on-call")
+        .current_dir(dir.path())
+        .arg("--config")
+        .arg(dir.path().join("askloop.toml"))
+        .args(["resume", &run_id, "--answer", "staging"])
+        .output()
+        .unwrap();
+    assert!(answered.status.success(), "{answered:?}");
+    assert!(
+        String::from_utf8_lossy(&answered.stdout).contains("Deploying to staging"),
+        "{answered:?}"
+    );
+    wait_for(&shared, "the question.answered delivery", |r| {
+        accepted(r, "question.answered") == 1
+    })
+    .await;
+
+    let receiver = shared.lock().unwrap();
+    let ids = ids_of(&receiver, "question.answered");
+    assert_eq!(ids.len(), 1, "{receiver:#?}");
+    let data = &receiver.by_id[&ids[0]].body["data"];
+    assert_eq!(data["toolCallId"], call_id.as_str());
+    assert_eq!(data["resolution"]["via"], "cli");
+    assert_eq!(data["resolution"]["by"], "ops-on-call");
+    drop(server);
 }
 
 #[tokio::test]

@@ -521,7 +521,7 @@ impl RunStore for PostgresStore {
              ORDER BY updated_at, run_id LIMIT $4"
         ))
         .bind(now)
-        .bind(after.map(|after| after.updated_at))
+        .bind(after.map(|after| after.at))
         .bind(after.map(|after| after.run_id.as_str()))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
@@ -530,13 +530,22 @@ impl RunStore for PostgresStore {
         crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
     }
 
-    async fn expiring(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+    async fn expiring(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&RunCursor>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
-            " FROM runs WHERE status = 'suspended' AND expires_at <= $1 ORDER BY expires_at, run_id LIMIT $2"
+            " FROM runs WHERE status = 'suspended' AND expires_at <= $1 \
+             AND ($2::timestamptz IS NULL OR (expires_at, run_id) > ($2, $3)) \
+             ORDER BY expires_at, run_id LIMIT $4"
         ))
         .bind(now)
+        .bind(after.map(|after| after.at))
+        .bind(after.map(|after| after.run_id.as_str()))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await

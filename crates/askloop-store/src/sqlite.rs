@@ -589,7 +589,7 @@ impl RunStore for SqliteStore {
         let now = micros(now);
         let limit = i64::from(limit);
         let (after_write, after_id) = match after {
-            Some(after) => (Some(micros(after.updated_at)), Some(after.run_id.as_str())),
+            Some(after) => (Some(micros(after.at)), Some(after.run_id.as_str())),
             None => (None, None),
         };
         self.select_runs(
@@ -604,16 +604,27 @@ impl RunStore for SqliteStore {
         )
     }
 
-    async fn expiring(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+    async fn expiring(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&RunCursor>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
         let now = micros(now);
         let limit = i64::from(limit);
+        let (after_limit, after_id) = match after {
+            Some(after) => (Some(micros(after.at)), Some(after.run_id.as_str())),
+            None => (None, None),
+        };
         self.select_runs(
             concat!(
                 "SELECT ",
                 run_columns!(),
-                " FROM runs WHERE status = 'suspended' AND expires_at <= ? ORDER BY expires_at, run_id LIMIT ?"
+                " FROM runs WHERE status = 'suspended' AND expires_at <= ?1 \
+                 AND (?2 IS NULL OR (expires_at, run_id) > (?2, ?3)) \
+                 ORDER BY expires_at, run_id LIMIT ?4"
             ),
-            rusqlite::params![now, limit],
+            rusqlite::params![now, after_limit, after_id, limit],
         )
     }
 

@@ -238,11 +238,7 @@ pub async fn recover(ctx: &Context, json: bool) -> Result<Done, CliError> {
             };
             errln!("Recovering run {}.", run.run_id);
             let done = finish(ctx, stream, json).await;
-            worst = match (worst, done) {
-                (Done::RunFailed, _) | (_, Done::RunFailed) => Done::RunFailed,
-                (Done::Suspended, _) | (_, Done::Suspended) => Done::Suspended,
-                _ => Done::Ok,
-            };
+            worst = worst.worse(done);
         }
     }
     if seen == 0 {
@@ -256,24 +252,24 @@ pub async fn recover(ctx: &Context, json: bool) -> Result<Done, CliError> {
 /// is declined), and each run that can go on driven to its next stop.
 pub async fn expire(ctx: &Context, json: bool) -> Result<Done, CliError> {
     let store = ctx.store(Access::Existing).await?;
-    let expiring = store.expiring(chrono::Utc::now(), 1000).await?;
-    if expiring.is_empty() {
-        errln!("No expired questions.");
-        return Ok(Done::Ok);
-    }
+    // Page by page (keyset), so any number of overdue runs is seen.
+    let mut pages = askloop::ExpiredRuns::time_limits(store.as_ref(), chrono::Utc::now(), 500);
+    let mut seen = 0;
     let mut worst = Done::Ok;
-    for run in expiring {
-        let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
-        let streams = agent.expire_run(&run.run_id, cli_author()).await?;
-        errln!("Expired the overdue questions of run {}.", run.run_id);
-        for stream in streams {
-            let done = finish(ctx, stream, json).await;
-            worst = match (worst, done) {
-                (Done::RunFailed, _) | (_, Done::RunFailed) => Done::RunFailed,
-                (Done::Suspended, _) | (_, Done::Suspended) => Done::Suspended,
-                _ => Done::Ok,
-            };
+    while let Some(expiring) = pages.next_page().await? {
+        for run in expiring {
+            seen += 1;
+            let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
+            let streams = agent.expire_run(&run.run_id, cli_author()).await?;
+            errln!("Expired the overdue questions of run {}.", run.run_id);
+            for stream in streams {
+                let done = finish(ctx, stream, json).await;
+                worst = worst.worse(done);
+            }
         }
+    }
+    if seen == 0 {
+        errln!("No expired questions.");
     }
     Ok(worst)
 }

@@ -282,6 +282,17 @@ impl Tool for CountingTool {
         self.inner.check_resume_data(data, payload)
     }
 
+    /// As `ask_user`: running it again with the same answer is harmless,
+    /// so a resume claims the run with a plain claim (the one the gate
+    /// stops at), not with a started mark.
+    fn idempotent(&self) -> bool {
+        self.inner.idempotent()
+    }
+
+    fn max_calls_per_step(&self) -> Option<usize> {
+        self.inner.max_calls_per_step()
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {
         if ctx.resume_data().is_some() {
             log_event("tool", ctx.run_id().unwrap_or("-"));

@@ -2,7 +2,9 @@
 //! runs whose questions expired, and keeping who resolved what.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use askloop::{Author, Interface, Message, PendingKind, PendingToolCall, Resolution, ResolutionKind, RunStatus};
+use askloop::{
+    Author, ExpiredRuns, Interface, Message, PendingKind, PendingToolCall, Resolution, ResolutionKind, RunStatus,
+};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 
@@ -55,8 +57,8 @@ pub async fn a_suspended_run_is_expiring_once_its_earliest_time_limit_passed(s: 
         .await
         .unwrap();
 
-    assert!(s.store.expiring(now, 10).await.unwrap().is_empty());
-    let found = s.store.expiring(soon, 10).await.unwrap();
+    assert!(s.store.expiring(now, None, 10).await.unwrap().is_empty());
+    let found = s.store.expiring(soon, None, 10).await.unwrap();
     assert_eq!(ids(&found), ["two-limits"]);
     assert_eq!(found[0].pending[1].expires_at, Some(soon));
     assert_eq!(
@@ -66,8 +68,37 @@ pub async fn a_suspended_run_is_expiring_once_its_earliest_time_limit_passed(s: 
             .collect::<Vec<_>>(),
         ["c2"]
     );
-    assert_eq!(ids(&s.store.expiring(later, 10).await.unwrap()), ["two-limits"]);
-    assert!(s.store.expiring(later, 0).await.unwrap().is_empty());
+    assert_eq!(ids(&s.store.expiring(later, None, 10).await.unwrap()), ["two-limits"]);
+    assert!(s.store.expiring(later, None, 0).await.unwrap().is_empty());
+}
+
+/// Runs with expired questions are read page after page, earliest time
+/// limit first, then by id (runs with the same limit to the microsecond),
+/// each exactly once, however many come before them: a page of runs nobody
+/// resolves cannot hide the runs after it.
+pub async fn expiring_runs_are_read_page_after_page_each_once(s: &Subject) {
+    let now = at(Utc::now());
+    let mut expected = Vec::new();
+    for n in 0..7 {
+        // Three share one limit; the rest are a second apart, the latest
+        // first by id so that id order and limit order differ.
+        let limit = now - Duration::seconds(if n < 3 { 10 } else { 10 - n });
+        let run_id = format!("exp-{}", 9 - n);
+        suspended_on(s, &run_id, &[question("c1", Some(limit))]).await;
+        expected.push((limit, run_id));
+    }
+    suspended_on(s, "not-yet", &[question("c1", Some(now + Duration::seconds(60)))]).await;
+    expected.sort();
+    let mut pages = ExpiredRuns::time_limits(s.store.as_ref(), now, 3);
+    let mut read = Vec::new();
+    let mut sizes = Vec::new();
+    while let Some(page) = pages.next_page().await.unwrap() {
+        sizes.push(page.len());
+        read.extend(page.into_iter().map(|run| run.run_id));
+    }
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(read, expected, "every expired run once, earliest limit first");
+    assert_eq!(sizes, [3, 3, 1]);
 }
 
 /// Each write may append one resolution; the run keeps them all, in order,

@@ -207,6 +207,7 @@ macro_rules! store_conformance_tests {
             after_a_takeover_the_old_owner_can_neither_renew_nor_write,
             an_update_sets_or_clears_the_lease_and_keeps_the_typed_failure,
             a_suspended_run_is_expiring_once_its_earliest_time_limit_passed,
+            expiring_runs_are_read_page_after_page_each_once,
             resolutions_are_appended_by_writes_and_kept_in_order,
             notifications_are_stored_with_their_write_and_not_with_a_refused_one,
             claimed_deliveries_are_held_until_their_lease_runs_out,

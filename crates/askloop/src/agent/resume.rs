@@ -14,7 +14,7 @@ use super::machine::{self, Decision, ResumeAction};
 use super::{Agent, AgentStream, ResumeOptions, stream};
 use crate::error::RunError;
 use crate::message::Message;
-use crate::store::{Author, Resolution, RunRecord, RunStatus, RunUpdate, StoreError};
+use crate::store::{Author, ExpiredRuns, Resolution, RunRecord, RunStatus, RunUpdate, StoreError};
 
 /// How one try at taking a suspended run went wrong.
 enum Attempt {
@@ -100,11 +100,13 @@ impl Agent {
     ///
     /// [`AgentBuilder::time_limit`]: crate::AgentBuilder::time_limit
     pub async fn expire_runs(&self, author: Author) -> Result<Vec<AgentStream>, RunError> {
-        const BATCH: u32 = 100;
-        let now = Utc::now();
+        // Page after page, so that runs of agents nobody here resolves
+        // cannot hide this agent's runs behind them.
+        const PAGE: u32 = 200;
+        let mut pages = ExpiredRuns::time_limits(self.inner.store.as_ref(), Utc::now(), PAGE);
         let mut streams = Vec::new();
-        for run in self.inner.store.expiring(now, BATCH).await? {
-            if run.agent_id == self.inner.id {
+        while let Some(page) = pages.next_page().await? {
+            for run in page.into_iter().filter(|run| run.agent_id == self.inner.id) {
                 streams.extend(self.expire_run(&run.run_id, author.clone()).await?);
             }
         }

@@ -156,7 +156,7 @@ impl RunStore for MemoryStore {
             .values()
             .map(|run| &run.record)
             .filter(|r| r.is_stalled(now))
-            .filter(|r| after.is_none_or(|after| after.precedes(r)))
+            .filter(|r| after.is_none_or(|after| after.precedes(r.updated_at, &r.run_id)))
             .cloned()
             .collect();
         found.sort_by(|a, b| a.updated_at.cmp(&b.updated_at).then_with(|| a.run_id.cmp(&b.run_id)));

@@ -191,6 +191,11 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// The earliest time limit of the pending calls, if any has one.
+    pub fn earliest_limit(&self) -> Option<DateTime<Utc>> {
+        self.pending.iter().filter_map(|p| p.expires_at).min()
+    }
+
     /// The pending calls whose time limit has passed at `now`.
     pub fn expired_calls(&self, now: DateTime<Utc>) -> impl Iterator<Item = &PendingToolCall> {
         self.pending.iter().filter(move |p| p.is_expired(now))
@@ -353,36 +358,50 @@ pub struct RunUpdate<'a> {
     pub outbox: &'a [OutboxMessage],
 }
 
-/// A place in a listing of runs ordered by last write: the last run read
-/// (its `updated_at`, then its id, to order runs written at the same
-/// microsecond). The next page starts after it.
+/// A place in a listing of runs ordered by a time, then by id (to order
+/// runs with the same microsecond): the last run read. The next page
+/// starts after it. Runs whose lease ran out are listed by their last
+/// write ([`RunCursor::after`]); runs with a question past its time limit
+/// by their earliest time limit ([`RunCursor::after_limit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunCursor {
-    /// The run's last write.
-    pub updated_at: DateTime<Utc>,
+    /// The run's time in the listing's order.
+    pub at: DateTime<Utc>,
     /// The run's id.
     pub run_id: String,
 }
 
 impl RunCursor {
-    /// The place just after `run`.
+    /// The place just after `run` in a listing by last write.
     pub fn after(run: &RunRecord) -> RunCursor {
         RunCursor {
-            updated_at: run.updated_at,
+            at: run.updated_at,
             run_id: run.run_id.clone(),
         }
     }
 
-    /// Whether `run` comes after this place.
-    pub fn precedes(&self, run: &RunRecord) -> bool {
-        (run.updated_at, run.run_id.as_str()) > (self.updated_at, self.run_id.as_str())
+    /// The place just after `run` in a listing by earliest time limit (a
+    /// run without one sorts by its last write).
+    pub fn after_limit(run: &RunRecord) -> RunCursor {
+        RunCursor {
+            at: run.earliest_limit().unwrap_or(run.updated_at),
+            run_id: run.run_id.clone(),
+        }
+    }
+
+    /// Whether a run at `at` with id `run_id` comes after this place.
+    pub fn precedes(&self, at: DateTime<Utc>, run_id: &str) -> bool {
+        (at, run_id) > (self.at, self.run_id.as_str())
     }
 }
 
-/// Pages through every run whose lease ran out at one moment, a bounded
-/// page at a time (keyset paging on [`RunCursor`], so a page costs the same
-/// however far in it is, and runs taken over meanwhile are not skipped or
-/// read twice).
+/// Pages through every run nobody attends to at one moment, a bounded page
+/// at a time: the runs whose lease ran out ([`ExpiredRuns::new`]), or the
+/// suspended runs with a call past its time limit
+/// ([`ExpiredRuns::time_limits`]). Keyset paging on [`RunCursor`], so a page
+/// costs the same however far in it is, runs resolved meanwhile are not
+/// read twice, and no run is crowded out by runs before it that nobody
+/// takes (those of an agent no process knows).
 ///
 /// ```
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -403,6 +422,8 @@ pub struct ExpiredRuns<'a> {
     page: u32,
     after: Option<RunCursor>,
     done: bool,
+    /// Time limits rather than leases.
+    limits: bool,
 }
 
 impl<'a> ExpiredRuns<'a> {
@@ -415,6 +436,16 @@ impl<'a> ExpiredRuns<'a> {
             page: page.max(1),
             after: None,
             done: false,
+            limits: false,
+        }
+    }
+
+    /// Suspended runs of `store` with a pending call whose time limit
+    /// passed at `now`, `page` at a time (at least one).
+    pub fn time_limits(store: &'a dyn RunStore, now: DateTime<Utc>, page: u32) -> Self {
+        ExpiredRuns {
+            limits: true,
+            ..Self::new(store, now, page)
         }
     }
 
@@ -423,11 +454,20 @@ impl<'a> ExpiredRuns<'a> {
         if self.done {
             return Ok(None);
         }
-        let runs = self.store.expired(self.now, self.after.as_ref(), self.page).await?;
+        let after = self.after.as_ref();
+        let runs = if self.limits {
+            self.store.expiring(self.now, after, self.page).await?
+        } else {
+            self.store.expired(self.now, after, self.page).await?
+        };
         self.done = runs.len() < self.page as usize;
         match runs.last() {
             Some(last) => {
-                self.after = Some(RunCursor::after(last));
+                self.after = Some(if self.limits {
+                    RunCursor::after_limit(last)
+                } else {
+                    RunCursor::after(last)
+                });
                 Ok(Some(runs))
             }
             None => {
@@ -686,20 +726,29 @@ pub trait RunStore: Send + Sync + fmt::Debug + 'static {
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError>;
 
     /// Suspended runs with a pending call whose time limit passed at `now`,
-    /// at most `limit`. The default reads every suspended run; the SQL
-    /// stores answer from an index.
-    async fn expiring(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+    /// earliest time limit first (then id), at most `limit`; with `after`,
+    /// only those after it in that order, so that a caller pages through
+    /// them all (see [`ExpiredRuns::time_limits`]). The default reads every
+    /// suspended run; the SQL stores answer from an index.
+    async fn expiring(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&RunCursor>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
         let suspended = self
             .list(&RunQuery {
                 status: Some(RunStatus::Suspended),
                 ..RunQuery::default()
             })
             .await?;
-        Ok(suspended
+        let mut due: Vec<(DateTime<Utc>, RunRecord)> = suspended
             .into_iter()
-            .filter(|run| run.expired_calls(now).next().is_some())
-            .take(limit as usize)
-            .collect())
+            .filter_map(|run| Some((run.earliest_limit().filter(|at| *at <= now)?, run)))
+            .filter(|(at, run)| after.is_none_or(|after| after.precedes(*at, &run.run_id)))
+            .collect();
+        due.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.run_id.cmp(&y.run_id)));
+        Ok(due.into_iter().take(limit as usize).map(|(_, run)| run).collect())
     }
 
     /// Takes up to `limit` deliveries to send under `lease`: pending ones

@@ -35,21 +35,7 @@ fn serve(env: &Env, config: &Path) -> Serving {
 
 /// Starts a run of `deployer` over HTTP and returns its id.
 async fn start_run(client: &reqwest::Client, server: &Serving, token: Option<&str>) -> String {
-    let mut request = client
-        .post(server.url("/api/agents/deployer/stream"))
-        .json(&json!({"messages": "Deploy the app."}));
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    let body = request.send().await.unwrap().text().await.unwrap();
-    assert!(body.contains("tool-call-suspended"), "{body}");
-    body.split("\"runId\":\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned()
+    server.ask(client, "deployer", token).await.run_id
 }
 
 async fn api_run(client: &reqwest::Client, server: &Serving, token: Option<&str>, run_id: &str) -> Value {

@@ -56,24 +56,7 @@ async fn a_question_expires_while_no_server_runs_and_the_next_one_resolves_it_an
     let client = reqwest::Client::new();
 
     let mut first = start(dir.path());
-    let body = client
-        .post(first.url("/api/agents/deployer/stream"))
-        .json(&json!({"messages": "Deploy the app."}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(body.contains("tool-call-suspended"), "{body}");
-    let run_id = body
-        .split("\"runId\":\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned();
+    let run_id = first.ask(&client, "deployer", None).await.run_id;
     let run = run_of(&client, &first, &run_id).await;
     let call = &run["pendingToolCalls"][0];
     let call_id = call["toolCallId"].as_str().unwrap().to_owned();

@@ -19,14 +19,14 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 mod common;
 
-use common::{BIN, Serving};
+use common::{BIN, Serving, chunks};
 
 const DEPLOY_SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?",
@@ -62,21 +62,8 @@ fn host_port(serving: &Serving) -> String {
 
 /// A whole round trip over HTTP: the question, the answer, the reply.
 async fn round_trip(client: &reqwest::Client, serving: &Serving) -> String {
-    let body = client
-        .post(serving.url("/api/agents/assistant/stream"))
-        .json(&json!({"messages": "Deploy the app."}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let suspended = chunks(&body)
-        .into_iter()
-        .find(|c| c["type"] == "tool-call-suspended")
-        .unwrap_or_else(|| panic!("no question: {body}"));
-    let run_id = suspended["runId"].as_str().unwrap().to_owned();
-    let call = suspended["payload"]["toolCallId"].as_str().unwrap();
+    let asked = serving.ask(client, "assistant", None).await;
+    let (run_id, call) = (asked.run_id, asked.call_id);
     let resumed = client
         .post(serving.url("/api/agents/assistant/resume-stream"))
         .json(&json!({"runId": run_id, "toolCallId": call, "resumeData": "staging"}))
@@ -89,14 +76,6 @@ async fn round_trip(client: &reqwest::Client, serving: &Serving) -> String {
     let last = chunks(&resumed).pop().unwrap();
     assert_eq!(last["type"], "finish", "{resumed}");
     run_id
-}
-
-fn chunks(body: &str) -> Vec<Value> {
-    body.split_terminator("\n\n")
-        .filter_map(|f| f.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
 }
 
 async fn healthy(client: &reqwest::Client, serving: &Serving) {

@@ -140,26 +140,8 @@ fn start(dir: &Path) -> Serving {
 
 /// Starts a run that asks one question; returns the run id and the call id.
 async fn ask(client: &reqwest::Client, server: &Serving) -> (String, String) {
-    let body = client
-        .post(server.url("/api/agents/deployer/stream"))
-        .json(&json!({"messages": "Deploy the app."}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(body.contains("tool-call-suspended"), "{body}");
-    let after = |key: &str| {
-        body.split(&format!("\"{key}\":\""))
-            .nth(1)
-            .unwrap()
-            .split('"')
-            .next()
-            .unwrap()
-            .to_owned()
-    };
-    (after("runId"), after("toolCallId"))
+    let asked = server.ask(client, "deployer", None).await;
+    (asked.run_id, asked.call_id)
 }
 
 async fn answer(client: &reqwest::Client, server: &Serving, run_id: &str, call_id: &str) {

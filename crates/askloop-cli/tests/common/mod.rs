@@ -9,7 +9,7 @@ use serde_json::Value;
 
 mod serving;
 #[allow(unused_imports)] // not every test file starts a server
-pub use serving::{Serving, skipped_for_lack_of};
+pub use serving::{Asked, Serving, chunks, skipped_for_lack_of};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_askloop");
 

@@ -59,10 +59,49 @@ impl Serving {
         format!("{}{path}", self.base)
     }
 
+    /// Streams "Deploy the app." to `agent` (with `token`, if any) and
+    /// returns the run's question: the test's agents ask one at once.
+    pub async fn ask(&self, client: &reqwest::Client, agent: &str, token: Option<&str>) -> Asked {
+        let mut request = client
+            .post(self.url(&format!("/api/agents/{agent}/stream")))
+            .json(&serde_json::json!({"messages": "Deploy the app."}));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let body = request.send().await.unwrap().text().await.unwrap();
+        let suspended = chunks(&body)
+            .into_iter()
+            .find(|c| c["type"] == "tool-call-suspended")
+            .unwrap_or_else(|| panic!("no question from {agent}: {body}"));
+        Asked {
+            run_id: suspended["runId"].as_str().unwrap().to_owned(),
+            call_id: suspended["payload"]["toolCallId"].as_str().unwrap().to_owned(),
+            body,
+        }
+    }
+
     /// The stderr lines printed after the banner, until the process ends.
     pub fn rest_of_stderr(&self) -> Vec<String> {
         self.stderr.iter().collect()
     }
+}
+
+/// A run that asked a question over HTTP.
+pub struct Asked {
+    pub run_id: String,
+    pub call_id: String,
+    /// The whole SSE body of the stream that asked.
+    pub body: String,
+}
+
+/// The chunks of an SSE body as Mastra frames it (`data: <json>` frames,
+/// then `data: [DONE]`).
+pub fn chunks(body: &str) -> Vec<serde_json::Value> {
+    body.split_terminator("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
 }
 
 impl Drop for Serving {

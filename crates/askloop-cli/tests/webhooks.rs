@@ -316,7 +316,7 @@ async fn an_answer_given_through_the_cli_with_the_servers_configuration_is_annou
         .unwrap();
     assert!(answered.status.success(), "{answered:?}");
     assert!(
-        String::from_utf8_lossy(&answered.stdout).contains("Deploying to staging"),
+        String::from_utf8_lossy(&answered.stdout).contains("Deploying to User answered: staging"),
         "{answered:?}"
     );
     wait_for(&shared, "the question.answered delivery", |r| {

@@ -20,7 +20,7 @@ use chrono::Utc;
 use tracing::Instrument;
 
 use super::machine::{
-    CheckedCall, Effect, End, Event, ResumeAction, Resume, RunMachine, RunWrite, StepSummary, last_tool_calls,
+    CheckedCall, Effect, End, Event, Resume, ResumeAction, RunMachine, RunWrite, StepSummary, last_tool_calls,
 };
 use super::stream::Outbox;
 use super::{AgentInner, StreamOutput};
@@ -170,7 +170,10 @@ impl Driver {
     /// The machine left nothing to do without ending the stream: a bug in
     /// it, reported as the run's failure.
     fn stalled(&mut self) -> End {
-        let message = format!("run {}: the run machine stopped without an end", self.state.record.run_id);
+        let message = format!(
+            "run {}: the run machine stopped without an end",
+            self.state.record.run_id
+        );
         self.emit(ChunkKind::Error(ErrorPayload {
             error: ErrorDetail {
                 message: message.clone(),

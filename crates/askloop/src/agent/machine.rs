@@ -2,9 +2,11 @@
 //! what a result or an answer does to the step's pending calls and what is
 //! written for it; which decision fits which pending call; what a lost
 //! write means; when a lost claim is tried again; where a recovered run
-//! goes on. The driver (`driver.rs`) carries these decisions out (model
-//! calls, tools, store writes, chunks); `machine_properties.rs` drives them
-//! with random runs, crashes and answers.
+//! goes on. [`RunMachine`] (`machine/run.rs`) puts them together as a
+//! state that takes events and returns effects; the driver (`driver.rs`)
+//! only carries the effects out (model calls, tools, store writes,
+//! chunks). `machine_properties.rs` drives the machine with random runs,
+//! crashes and answers.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -306,17 +308,6 @@ impl StepWrite {
 }
 
 impl Step {
-    /// A step of a stored run: its last turn's calls, pending calls and
-    /// results.
-    #[cfg(test)]
-    pub(crate) fn stored(record: &RunRecord, messages: &[Message]) -> Option<Step> {
-        Some(Step {
-            calls: last_tool_calls(messages)?,
-            pending: record.pending.clone(),
-            results: record.step_results.clone(),
-        })
-    }
-
     /// Records how one call ended: a result is kept (and the call is no
     /// longer pending); a call that waits takes the place it had among the
     /// pending calls, or the end. Returns the chunk that shows a result.
@@ -401,7 +392,12 @@ pub(crate) enum Recovery {
 pub(crate) fn recovery(record: &RunRecord, messages: &[Message]) -> Recovery {
     let ends_on_calls =
         matches!(messages.last(), Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty());
-    recovery_at(&record.pending, &record.step_results, last_tool_calls(messages), ends_on_calls)
+    recovery_at(
+        &record.pending,
+        &record.step_results,
+        last_tool_calls(messages),
+        ends_on_calls,
+    )
 }
 
 /// Decides where a stored run goes on, from what is stored of its step:

@@ -31,9 +31,7 @@ use super::{
     store_turn_first,
 };
 use crate::agent::{approval_schema, expiry};
-use crate::chunk::{
-    AbortPayload, ChunkKind, ErrorDetail, ErrorPayload, Start, ToolCallApproval, ToolCallSuspended,
-};
+use crate::chunk::{AbortPayload, ChunkKind, ErrorDetail, ErrorPayload, Start, ToolCallApproval, ToolCallSuspended};
 use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
 use crate::store::{PendingKind, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus};
 use crate::tool::ToolOutput;
@@ -194,7 +192,10 @@ pub(crate) enum Effect {
     Save(RunWrite),
     /// Emit the `step-finish` of the last stored turn, and after it
     /// `finish` with the run's usage when `finish` is set.
-    ReportStep { summary: StepSummary, finish: Option<Usage> },
+    ReportStep {
+        summary: StepSummary,
+        finish: Option<Usage>,
+    },
     /// A write was lost: read the run, then [`Event::RunRead`].
     ReadRun,
     /// The decision cannot be applied (the stored run does not fit it) and
@@ -365,7 +366,10 @@ impl RunMachine {
     /// An event that does not fit the phase: a driver bug, which fails the
     /// run rather than guessing.
     fn out_of_phase(&mut self, event: &str) {
-        let message = format!("run {}: {event} arrived while the run was {:?}", self.run_id, self.phase);
+        let message = format!(
+            "run {}: {event} arrived while the run was {:?}",
+            self.run_id, self.phase
+        );
         self.fail(RunFailure::Broken { message });
     }
 
@@ -710,10 +714,12 @@ impl RunMachine {
             name: target.tool_name.clone(),
             args: target.args.clone(),
         };
-        let resumed = |data| Some(Resumed {
-            payload: target.suspend_payload.clone(),
-            data,
-        });
+        let resumed = |data| {
+            Some(Resumed {
+                payload: target.suspend_payload.clone(),
+                data,
+            })
+        };
         let run = match action {
             ResumeAction::Answer { data, .. } => ToolRun::Execute {
                 resumed: resumed(data),
@@ -737,9 +743,10 @@ impl RunMachine {
                 ToolRun::Done(denied(&call, reason.filter(|r| !r.trim().is_empty())))
             }
             ResumeAction::Expire { .. } => ToolRun::Done(match target.kind {
-                PendingKind::Suspended => {
-                    done_result(&call, ToolOutput::text(expiry::expired_question_text(target.expires_at)))
-                }
+                PendingKind::Suspended => done_result(
+                    &call,
+                    ToolOutput::text(expiry::expired_question_text(target.expires_at)),
+                ),
                 PendingKind::Approval => denied(&call, Some(expiry::expired_approval_reason(target.expires_at))),
             }),
         };

@@ -246,7 +246,10 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
     assert!(
         matches!(
             effects.as_slice(),
-            [Effect::ReportStep { finish: Some(_), .. }, Effect::Finish(End::Completed)]
+            [
+                Effect::ReportStep { finish: Some(_), .. },
+                Effect::Finish(End::Completed)
+            ]
         ),
         "{effects:?}"
     );
@@ -269,7 +272,11 @@ fn a_lease_lost_mid_step_shows_nothing_of_the_step_and_ends_interrupted() {
         transient: false,
         message: "version moved".into(),
     });
-    assert_eq!(drain(&mut m), [Effect::ReadRun], "what a lost write means depends on who won");
+    assert_eq!(
+        drain(&mut m),
+        [Effect::ReadRun],
+        "what a lost write means depends on who won"
+    );
 
     let taken_over = RunRecord {
         version: 7,
@@ -277,8 +284,10 @@ fn a_lease_lost_mid_step_shows_nothing_of_the_step_and_ends_interrupted() {
     };
     m.handle(Event::RunRead(Some(Box::new(taken_over))));
     let effects = drain(&mut m);
-    let [Effect::Emit(ChunkKind::Error(shown)), Effect::Finish(End::Failed(RunFailure::Interrupted { message }))] =
-        effects.as_slice()
+    let [
+        Effect::Emit(ChunkKind::Error(shown)),
+        Effect::Finish(End::Failed(RunFailure::Interrupted { message })),
+    ] = effects.as_slice()
     else {
         panic!("expected an error and an interrupted end, got {effects:?}")
     };
@@ -305,7 +314,10 @@ fn a_cancel_while_a_tool_that_must_not_run_twice_runs_ends_with_abort() {
     let (result, chunk) = ran(&charge, "charged");
     m.handle(Event::ToolsReturned(vec![CallOutcome::Done(result, chunk)]));
     let write = the_save(drain(&mut m));
-    assert!(write.append.iter().all(|m| matches!(m, Message::Tool(_))), "the turn is not written twice");
+    assert!(
+        write.append.iter().all(|m| matches!(m, Message::Tool(_))),
+        "the turn is not written twice"
+    );
     m.handle(Event::SaveFailed {
         conflict: true,
         transient: false,
@@ -428,7 +440,10 @@ fn a_recovered_run_with_a_question_still_open_is_suspended_again_without_running
     assert!(
         matches!(
             effects.as_slice(),
-            [Effect::Emit(ChunkKind::ToolCallSuspended(_)), Effect::Finish(End::Suspended)]
+            [
+                Effect::Emit(ChunkKind::ToolCallSuspended(_)),
+                Effect::Finish(End::Suspended)
+            ]
         ),
         "{effects:?}"
     );

@@ -78,7 +78,8 @@ mod tests {
             .collect();
         present.push(("runs".into(), "added_by_a_newer_askloop".into()));
         assert!(missing(&present).is_empty());
-        present.retain(|(t, c)| !(t == "runs" && c == "failure") && !(t == "messages" && c == "body"));
+        let dropped = |t: &str, c: &str| (t, c) == ("runs", "failure") || (t, c) == ("messages", "body");
+        present.retain(|(t, c)| !dropped(t, c));
         assert_eq!(missing(&present), ["runs.failure", "messages.body"]);
         let text = refusal(&missing(&present), "user_version 3");
         assert!(text.contains("the columns runs.failure, messages.body"), "{text}");

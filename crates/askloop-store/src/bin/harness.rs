@@ -282,6 +282,13 @@ impl Tool for CountingTool {
         self.inner.check_resume_data(data, payload)
     }
 
+    // Counting must not change how a resume is claimed: a tool taken for
+    // one that must not run twice has its answer stored by the claim
+    // itself, which never reaches the gate at `claim`.
+    fn idempotent(&self) -> bool {
+        self.inner.idempotent()
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {
         if ctx.resume_data().is_some() {
             log_event("tool", ctx.run_id().unwrap_or("-"));

@@ -2,18 +2,24 @@
 //! what a result or an answer does to the step's pending calls and what is
 //! written for it; which decision fits which pending call; what a lost
 //! write means; when a lost claim is tried again; where a recovered run
-//! goes on. The driver (`driver.rs`) carries these decisions out (model
-//! calls, tools, store writes, chunks); `machine_properties.rs` drives them
-//! with random runs, crashes and answers.
+//! goes on. [`RunMachine`] (`machine/run.rs`) puts them together as a
+//! state that takes events and returns effects; the driver (`driver.rs`)
+//! only carries the effects out (model calls, tools, store writes,
+//! chunks). `machine_properties.rs` drives the machine with random runs,
+//! crashes and answers.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::chunk::ChunkKind;
+use crate::chunk::{ApprovalDecision, ChunkKind, ToolErrorPayload, ToolOutputDenied, ToolResultPayload};
 use crate::error::RunError;
-use crate::message::{Message, ToolCall, ToolResult};
+use crate::message::{Message, ToolCall, ToolContent, ToolResult};
 use crate::store::{PendingKind, PendingToolCall, ResolutionKind, RunRecord, RunStatus};
-use crate::tool::{InvalidResume, Tool};
+use crate::tool::{InvalidResume, Tool, ToolOutput};
+
+mod run;
+
+pub(crate) use run::{CheckedCall, Effect, End, Event, ModelTurn, Resume, RunMachine, RunWrite, StepSummary, ToolRun};
 
 /// What follows a model turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,12 +205,73 @@ pub(crate) fn mark_started(
 }
 
 /// How one tool call ended.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) enum CallOutcome {
     /// A result, with the chunk that shows it.
     Done(ToolResult, ChunkKind),
     /// The call waits on a person.
     Pending(PendingToolCall),
+}
+
+/// A finished call: the chunk shows the tool's own value, the model is told
+/// its model content.
+pub(crate) fn done_result(call: &ToolCall, output: ToolOutput) -> CallOutcome {
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: output.model_content(),
+        is_error: output.is_error,
+    };
+    let chunk = ChunkKind::ToolResult(ToolResultPayload {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        result: output.value,
+    });
+    CallOutcome::Done(result, chunk)
+}
+
+/// A call that ended in an error the model is told: `tool-error` on the
+/// stream.
+pub(crate) fn error_result(call: &ToolCall, message: String) -> CallOutcome {
+    let chunk = ChunkKind::ToolError(ToolErrorPayload {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        error: message.clone(),
+    });
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: ToolContent::Text(message),
+        is_error: true,
+    };
+    CallOutcome::Done(result, chunk)
+}
+
+/// The default reason a model is given for a declined call.
+const NOT_APPROVED: &str = "Tool call was not approved by the user";
+
+/// A call that was declined before it ran: the model gets the reason (or
+/// the default), the stream `tool-output-denied`.
+pub(crate) fn denied(call: &ToolCall, reason: Option<String>) -> CallOutcome {
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: ToolContent::Text(reason.clone().unwrap_or_else(|| NOT_APPROVED.to_owned())),
+        is_error: false,
+    };
+    let chunk = ChunkKind::ToolOutputDenied(ToolOutputDenied {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        approval: ApprovalDecision {
+            id: call.id.clone(),
+            approved: false,
+            reason,
+        },
+    });
+    CallOutcome::Done(result, chunk)
 }
 
 /// The calls of one step and how far they got: the state an answer, a
@@ -241,16 +308,6 @@ impl StepWrite {
 }
 
 impl Step {
-    /// A step of a stored run: its last turn's calls, pending calls and
-    /// results.
-    pub(crate) fn stored(record: &RunRecord, messages: &[Message]) -> Option<Step> {
-        Some(Step {
-            calls: last_tool_calls(messages)?,
-            pending: record.pending.clone(),
-            results: record.step_results.clone(),
-        })
-    }
-
     /// Records how one call ended: a result is kept (and the call is no
     /// longer pending); a call that waits takes the place it had among the
     /// pending calls, or the end. Returns the chunk that shows a result.
@@ -331,36 +388,50 @@ pub(crate) enum Recovery {
 }
 
 /// Decides where a stored run goes on.
+#[cfg(test)]
 pub(crate) fn recovery(record: &RunRecord, messages: &[Message]) -> Recovery {
-    let (started, waiting): (Vec<_>, Vec<_>) = record.pending.iter().cloned().partition(|p| p.started_at.is_some());
+    let ends_on_calls =
+        matches!(messages.last(), Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty());
+    recovery_at(
+        &record.pending,
+        &record.step_results,
+        last_tool_calls(messages),
+        ends_on_calls,
+    )
+}
+
+/// Decides where a stored run goes on, from what is stored of its step:
+/// its pending calls and results, the calls of its last turn with tool
+/// calls (`last_calls`), and whether the conversation ends on that turn
+/// (`ends_on_calls`: its results are not stored yet).
+pub(crate) fn recovery_at(
+    pending: &[PendingToolCall],
+    step_results: &[ToolResult],
+    last_calls: Option<Vec<ToolCall>>,
+    ends_on_calls: bool,
+) -> Recovery {
+    let (started, waiting): (Vec<_>, Vec<_>) = pending.iter().cloned().partition(|p| p.started_at.is_some());
+    let step = |pending| Step {
+        calls: last_calls.clone().unwrap_or_default(),
+        pending,
+        results: step_results.to_vec(),
+    };
     if !started.is_empty() {
         return Recovery::Interrupted {
-            step: Step {
-                calls: last_tool_calls(messages).unwrap_or_default(),
-                pending: waiting,
-                results: record.step_results.clone(),
-            },
+            step: step(waiting),
             started: started.into_iter().map(|p| p.tool_call_id).collect(),
         };
     }
     if !waiting.is_empty() {
-        return Recovery::Resuspend(Step {
-            calls: last_tool_calls(messages).unwrap_or_default(),
-            pending: waiting,
-            results: record.step_results.clone(),
-        });
+        return Recovery::Resuspend(step(waiting));
     }
-    match messages.last() {
-        Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty() => Recovery::Interrupted {
-            step: Step {
-                calls: tool_calls.clone(),
-                pending: Vec::new(),
-                results: record.step_results.clone(),
-            },
+    if ends_on_calls {
+        return Recovery::Interrupted {
+            step: step(Vec::new()),
             started: Vec::new(),
-        },
-        _ => Recovery::CallModel,
+        };
     }
+    Recovery::CallModel
 }
 
 /// The tool calls of the last assistant message.

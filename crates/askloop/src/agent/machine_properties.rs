@@ -1,10 +1,11 @@
 //! Property tests of the run machine: random runs (model turns of 0-4 tool
 //! calls: plain, must-not-run-twice, questions and calls waiting for
-//! approval, of tools that may or must not run twice), answered, declined, expired and approved in random order, with
-//! cancels, process deaths before any write and lost leases. A small
-//! simulated driver carries out the machine's decisions against a simulated
-//! store the way `driver.rs` does against a real one; the properties are
-//! checked on what is stored.
+//! approval, of tools that may or must not run twice), answered, declined,
+//! expired and approved in random order, with cancels, process deaths
+//! before any write and lost leases. A small simulated driver carries out
+//! the [`RunMachine`]'s effects against a simulated model, tools and store
+//! the way `driver.rs` does against real ones, and feeds back the events;
+//! the properties are checked on what is stored.
 
 use std::collections::{HashMap, HashSet};
 
@@ -12,13 +13,13 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::machine::{
-    self, AfterModel, CallFacts, CallOutcome, CallPlan, Decision, LostWrite, Recovery, ResumeAction, Step, StepWrite,
-    ToolRules,
+    self, CallOutcome, CheckedCall, Decision, Effect, End, Event, ModelTurn, Resume, ResumeAction, RunMachine,
+    RunWrite, ToolRules, ToolRun,
 };
 use crate::ask_user::AskUser;
 use crate::chunk::{ChunkKind, ToolErrorPayload};
-use crate::message::{Message, ToolCall, ToolContent, ToolResult};
-use crate::store::{PendingKind, PendingToolCall, RunRecord, RunStatus};
+use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult};
+use crate::store::{PendingKind, PendingToolCall, RunFailure, RunRecord, RunStatus};
 
 /// The kinds of tool a model turn calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,50 +151,61 @@ impl World {
         }
     }
 
-    /// Writes as one compare-and-set; `Err` when the driver must stop.
-    fn write(&mut self, write: StepWrite) -> Result<(), Stop> {
+    /// Writes as one compare-and-set: `Err(Stop::Died)` when the process
+    /// dies just before it, `Ok(false)` when it loses to a cancel or to
+    /// another process that took the run over.
+    fn write(&mut self, write: RunWrite) -> Result<bool, Stop> {
         let n = self.writes;
         self.writes += 1;
+        let turn_in_it = write.append.iter().any(|m| matches!(m, Message::Assistant { .. }));
         if self.faults.crash.get(n).copied().unwrap_or(false) {
+            self.lost_turns += usize::from(turn_in_it);
             return Err(Stop::Died);
         }
         if self.store.record.status == RunStatus::Cancelled || self.faults.lease_lost.get(n).copied().unwrap_or(false) {
-            let now = Some(self.store.record.status);
-            return match machine::lost_write(now) {
-                LostWrite::Cancelled => Err(Stop::Settled),
-                // This driver stops; another takes the run over from what is
-                // stored, as a dead one's would be.
-                LostWrite::TakenOver => Err(Stop::Died),
-            };
+            self.lost_turns += usize::from(turn_in_it);
+            return Ok(false);
         }
         let record = &mut self.store.record;
         record.status = write.status;
         record.pending = write.pending;
         record.step_results = write.step_results;
+        record.steps = write.steps;
         record.version += 1;
         self.store.messages.extend(write.append);
-        Ok(())
+        Ok(true)
     }
 
     /// The model: the n-th assistant turn of the script, by how many turns
     /// the stored conversation has (so a model call made again answers the
     /// same), then plain text.
-    fn model(&mut self, messages: &[Message]) -> Vec<ToolCall> {
+    fn model(&mut self) -> ModelTurn {
         self.model_calls += 1;
-        let turn = messages
+        let turn = self
+            .store
+            .messages
             .iter()
             .filter(|m| matches!(m, Message::Assistant { .. }))
             .count();
         let kinds = self.script.get(turn).cloned().unwrap_or_default();
-        kinds
+        let calls = kinds
             .iter()
             .enumerate()
-            .map(|(c, kind)| ToolCall {
-                id: call_id(turn, c),
-                name: TOOLS[*kind as usize].into(),
-                args: json!({"question": format!("q{turn}{c}")}),
+            .map(|(c, kind)| {
+                CheckedCall::sound(ToolCall {
+                    id: call_id(turn, c),
+                    name: TOOLS[*kind as usize].into(),
+                    args: json!({"question": format!("q{turn}{c}")}),
+                })
             })
-            .collect()
+            .collect();
+        ModelTurn {
+            started_at: chrono::DateTime::UNIX_EPOCH,
+            text: String::new(),
+            calls,
+            reason: FinishReason::Stop,
+            usage: Default::default(),
+        }
     }
 
     fn execute(&mut self, call: &ToolCall, answer: Option<&Value>) -> CallOutcome {
@@ -216,100 +228,76 @@ impl World {
         }
     }
 
-    fn run_calls(&mut self, step: &mut Step, calls: &[ToolCall], plans: &[CallPlan]) {
-        for (call, plan) in calls.iter().zip(plans) {
-            let outcome = match plan {
-                CallPlan::Refuse(message) => done(call, message.clone()),
-                CallPlan::AskApproval => CallOutcome::Pending(PendingToolCall {
-                    tool_call_id: call.id.clone(),
-                    tool_name: call.name.clone(),
-                    args: call.args.clone(),
-                    kind: PendingKind::Approval,
-                    suspend_payload: None,
-                    resume_schema: None,
-                    expires_at: None,
-                    started_at: None,
-                }),
-                CallPlan::Execute => self.execute(call, None),
+    /// A machine for the run as stored, as a new driver makes one.
+    fn machine(&self) -> RunMachine {
+        let tools = TOOLS
+            .iter()
+            .filter_map(|name| rules(name).map(|r| ((*name).to_owned(), r)))
+            .collect();
+        RunMachine::new(&self.store.record, "agent".into(), "message".into(), tools, 100)
+    }
+
+    /// Carries out the machine's effects against the simulated model, tools
+    /// and store, the way `driver.rs` does against real ones, until the
+    /// stream ends or its process dies.
+    fn drive(&mut self, mut machine: RunMachine, first: Event) -> Result<(), Stop> {
+        machine.handle(first);
+        loop {
+            let effect = machine.poll_effect().expect("the machine ends every stream");
+            let event = match effect {
+                Effect::Emit(_) | Effect::ReportStep { .. } => continue,
+                Effect::CallModel { .. } => Event::ModelFinished(self.model()),
+                Effect::RunTools(runs) => Event::ToolsReturned(
+                    runs.into_iter()
+                        .map(|run| match run {
+                            ToolRun::Done(outcome) => outcome,
+                            ToolRun::Wait(pending) => CallOutcome::Pending(pending),
+                            ToolRun::Execute { call, resumed } => {
+                                self.execute(&call, resumed.as_ref().map(|r| &r.data))
+                            }
+                        })
+                        .collect(),
+                ),
+                Effect::Save(write) => match self.write(write)? {
+                    true => Event::Saved,
+                    false => Event::SaveFailed {
+                        conflict: true,
+                        transient: false,
+                        message: "lost".into(),
+                    },
+                },
+                Effect::ReadRun => Event::RunRead(Some(Box::new(self.store.record.clone()))),
+                Effect::Finish(End::Completed | End::Suspended) => return Ok(()),
+                Effect::Finish(End::Cancelled(_)) => return Err(Stop::Settled),
+                // Another process took the run over: it goes on from what
+                // is stored, as a dead one's would be.
+                Effect::Finish(End::Failed(RunFailure::Interrupted { .. })) => return Err(Stop::Died),
+                other => panic!("unexpected effect {other:?}"),
             };
-            step.resolve(outcome);
+            machine.handle(event);
         }
     }
 
-    /// Model steps until the run settles or the driver stops.
-    fn steps(&mut self) -> Result<(), Stop> {
-        loop {
-            let calls = self.model(&self.store.messages.clone());
-            let turn = Message::assistant("", calls.clone());
-            if machine::after_model(&calls) == AfterModel::Complete {
-                let stored = self.write(StepWrite {
-                    status: RunStatus::Completed,
-                    append: vec![turn],
-                    pending: Vec::new(),
-                    step_results: Vec::new(),
-                });
-                return stored.inspect_err(|_| self.lost_turns += 1);
-            }
-            let plans = plan(&calls, false, &[]);
-            let mut turn = Some(turn);
-            let with_rules: Vec<(CallPlan, ToolRules)> = plans
-                .iter()
-                .zip(&calls)
-                .map(|(p, c)| {
-                    (
-                        p.clone(),
-                        rules(&c.name).unwrap_or(ToolRules {
-                            needs_approval: false,
-                            idempotent: true,
-                            max_per_step: None,
-                        }),
-                    )
-                })
-                .collect();
-            if machine::store_turn_first(&with_rules) {
-                self.write(StepWrite {
-                    status: RunStatus::Running,
-                    append: turn.take().into_iter().collect(),
-                    pending: Vec::new(),
-                    step_results: Vec::new(),
-                })
-                .inspect_err(|_| self.lost_turns += 1)?;
-            }
-            let turn_stored = turn.is_none();
-            let mut step = Step {
-                calls: calls.clone(),
-                ..Step::default()
-            };
-            self.run_calls(&mut step, &calls, &plans);
-            let write = step.write(turn);
-            let waiting = write.waiting();
-            self.write(write).inspect_err(|_| {
-                if !turn_stored {
-                    self.lost_turns += 1;
-                }
-            })?;
-            if waiting {
-                return Ok(());
-            }
-        }
+    /// A new run's first stream.
+    fn start(&mut self) -> Result<(), Stop> {
+        self.drive(self.machine(), Event::Started)
     }
 
     /// Continues the stored run the way recovery does.
     fn recover(&mut self) -> Result<(), Stop> {
         self.recoveries += 1;
-        match machine::recovery(&self.store.record, &self.store.messages) {
-            Recovery::Resuspend(step) => self.write(step.write(None)),
-            Recovery::Interrupted { mut step, started } => {
-                let calls = step.unresolved();
-                let plans = plan(&calls, true, &started);
-                self.run_calls(&mut step, &calls, &plans);
-                let write = step.write(None);
-                let waiting = write.waiting();
-                self.write(write)?;
-                if waiting { Ok(()) } else { self.steps() }
-            }
-            Recovery::CallModel => self.steps(),
-        }
+        let messages = &self.store.messages;
+        let ends_on_calls =
+            matches!(messages.last(), Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty());
+        let last_calls =
+            machine::last_tool_calls(messages).map(|calls| calls.into_iter().map(CheckedCall::sound).collect());
+        self.drive(
+            self.machine(),
+            Event::Recovered {
+                last_calls,
+                ends_on_calls,
+            },
+        )
     }
 
     /// Decides one pending call (picked by `pick`) and carries on.
@@ -331,48 +319,49 @@ impl World {
         let tool = AskUser::new();
         let action =
             machine::fit_decision(&record, &pending, &decision, Some(&tool), "agent").expect("the decision fits");
-        let call = ToolCall {
-            id: pending.tool_call_id.clone(),
-            name: pending.tool_name.clone(),
-            args: pending.args.clone(),
-        };
         // An approval runs the tool for real: the run is claimed first, as
         // `resume.rs` does (answers to ask_user are applied in one write).
         // A tool that must not run twice is marked started by the claim.
-        let mut record = record;
-        if matches!(action, ResumeAction::Approve { .. }) {
-            if machine::marks_start(&action, rules(&call.name)) {
-                record.pending = machine::mark_started(&record.pending, &call.id, chrono::Utc::now());
+        let claimed = matches!(action, ResumeAction::Approve { .. });
+        if claimed {
+            let mut pending = record.pending.clone();
+            if machine::marks_start(&action, rules(&pending_name(&record, &action))) {
+                pending = machine::mark_started(&pending, action.tool_call_id(), chrono::Utc::now());
             }
-            self.write(StepWrite {
+            let claim = RunWrite {
                 status: RunStatus::Running,
                 append: Vec::new(),
-                pending: record.pending.clone(),
+                pending,
                 step_results: record.step_results.clone(),
-            })?;
-            *self.approvals.entry(call.id.clone()).or_default() += 1;
-        }
-        let outcome = match action {
-            ResumeAction::Answer { data, .. } => self.execute(&call, Some(&data)),
-            // As the driver: an approved tool runs as it would have unasked.
-            ResumeAction::Approve { .. } => self.execute(&call, None),
-            ResumeAction::DeclineQuestion { .. } | ResumeAction::DeclineApproval { .. } => {
-                done(&call, format!("{} declined", call.id))
+                steps: record.steps,
+                usage: record.usage,
+                failure: None,
+                resolution: None,
+            };
+            if !self.write(claim)? {
+                // Lost to a cancel or a take-over: nothing was claimed.
+                return Err(if self.store.record.status == RunStatus::Cancelled {
+                    Stop::Settled
+                } else {
+                    Stop::Died
+                });
             }
-            ResumeAction::Expire { .. } => done(&call, format!("{} expired", call.id)),
+            *self.approvals.entry(action.tool_call_id().to_owned()).or_default() += 1;
+        }
+        let resume = Resume {
+            action,
+            resolution: None,
+            decline_answer: None,
+            turn_calls: machine::last_tool_calls(&self.store.messages),
+            claimed,
         };
-        let mut step = Step::stored(&record, &self.store.messages).expect("a suspended run has a turn with calls");
-        step.resolve(outcome);
-        let write = step.write(None);
-        let waiting = write.waiting();
-        self.write(write)?;
-        if waiting { Ok(()) } else { self.steps() }
+        self.drive(self.machine(), Event::Resumed(resume))
     }
 
     /// Drives the run to its end: the first stream, then recoveries after
     /// every death, and decisions (or a cancel) at every suspension.
     fn run_to_end(&mut self, picks: &[usize]) {
-        let mut result = self.steps();
+        let mut result = self.start();
         for round in 0..200 {
             match result {
                 Err(Stop::Died) => result = self.recover(),
@@ -395,6 +384,16 @@ impl World {
     }
 }
 
+/// The tool of the pending call `action` decides.
+fn pending_name(record: &RunRecord, action: &ResumeAction) -> String {
+    record
+        .pending
+        .iter()
+        .find(|p| p.tool_call_id == action.tool_call_id())
+        .map(|p| p.tool_name.clone())
+        .unwrap_or_default()
+}
+
 fn call_id(turn: usize, call: usize) -> String {
     format!("t{turn}c{call}")
 }
@@ -413,23 +412,6 @@ fn done(call: &ToolCall, text: String) -> CallOutcome {
         error: text,
     });
     CallOutcome::Done(result, chunk)
-}
-
-fn plan(calls: &[ToolCall], recovering: bool, started: &[String]) -> Vec<CallPlan> {
-    calls
-        .iter()
-        .map(|call| {
-            let facts = CallFacts {
-                malformed: None,
-                tool: rules(&call.name).map(|r| (r, Ok(()))),
-                known_tools: &TOOLS,
-                recovering,
-                started: started.contains(&call.id),
-                nth_of_tool: 1,
-            };
-            machine::plan_call(call, facts)
-        })
-        .collect()
 }
 
 /// Every tool call has exactly one result, the results follow their turn

@@ -247,8 +247,8 @@ impl Agent {
             RunState { record: run, messages },
             Arc::clone(&outbox),
         );
-        match driver.apply(action, Some(author)).await {
-            Ok(applied) => Ok(AgentStream::new(run_id, outbox, driver.run(Start::Applied(applied)))),
+        match driver.apply(action, author).await {
+            Ok(()) => Ok(AgentStream::new(run_id, outbox, driver.run(Start::Applied))),
             Err(ApplyFailed::Store(StoreError::Conflict { .. })) => Err(Attempt::Lost),
             Err(ApplyFailed::Store(err)) => Err(Attempt::Failed(err.into())),
             Err(ApplyFailed::Broken(detail)) => {

@@ -7,28 +7,14 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::{Driver, new_id};
+use crate::agent::machine::{CheckedCall, ModelTurn};
 use crate::chunk::*;
 use crate::message::{FinishReason, ToolCall, Usage};
 use crate::model::{ModelError, ModelEvent, ModelRequest, ToolCallIds};
 
-/// A tool call as the model produced it, with its arguments checked for JSON.
-pub(super) struct ModelCall {
-    pub(super) call: ToolCall,
-    pub(super) malformed: Option<String>,
-}
-
-/// One model turn, complete.
-pub(super) struct Turn {
-    pub(super) started_at: DateTime<Utc>,
-    pub(super) text: String,
-    pub(super) calls: Vec<ModelCall>,
-    pub(super) reason: FinishReason,
-    pub(super) usage: Usage,
-}
-
 impl Driver {
     /// Streams one model turn, emitting its chunks as they arrive.
-    pub(super) async fn model_turn(&mut self, started_at: DateTime<Utc>) -> Result<Turn, ModelError> {
+    pub(super) async fn model_turn(&mut self, started_at: DateTime<Utc>) -> Result<ModelTurn, ModelError> {
         let request = ModelRequest {
             run_id: &self.state.record.run_id,
             system: self.agent.instructions.as_deref(),
@@ -37,7 +23,7 @@ impl Driver {
         };
         let mut events = self.agent.model.stream(request).await?;
 
-        let mut turn = Turn {
+        let mut turn = ModelTurn {
             started_at,
             text: String::new(),
             calls: Vec::new(),
@@ -111,7 +97,7 @@ impl Driver {
     }
 
     /// Emits a piece of the turn's text, opening the text part first.
-    fn text_delta(&mut self, turn: &mut Turn, text_id: &mut Option<String>, text: String) {
+    fn text_delta(&mut self, turn: &mut ModelTurn, text_id: &mut Option<String>, text: String) {
         if text.is_empty() {
             return;
         }
@@ -130,7 +116,8 @@ impl Driver {
     }
 
     /// A call the model finished: emitted the way a streamed one looks,
-    /// with its arguments checked for JSON.
+    /// with its arguments checked for JSON and its input against its
+    /// tool's schema.
     fn whole_call(
         &self,
         open: &mut Vec<(String, String, String)>,
@@ -138,7 +125,7 @@ impl Driver {
         model_id: String,
         name: String,
         arguments: String,
-    ) -> ModelCall {
+    ) -> CheckedCall {
         // Calls started under one id finish in the order they started.
         let started = open.iter().position(|(m, _, _)| *m == model_id);
         let id = match started {
@@ -164,7 +151,18 @@ impl Driver {
         let (args, malformed) = parse_arguments(&arguments);
         let call = ToolCall { id, name, args };
         self.emit(ChunkKind::ToolCall(ToolCallPayload::from(&call)));
-        ModelCall { call, malformed }
+        // Input that is not JSON is refused for that; a schema has
+        // nothing to say about it.
+        let invalid = if malformed.is_none() {
+            self.invalid_input(&call)
+        } else {
+            None
+        };
+        CheckedCall {
+            call,
+            malformed,
+            invalid,
+        }
     }
 
     fn close_text(&self, text_id: &mut Option<String>) {

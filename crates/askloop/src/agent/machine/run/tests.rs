@@ -1,0 +1,470 @@
+//! The run machine driven by events alone: no store, no model, no tools.
+//! Each test feeds what a driver would see and asserts the exact effects.
+
+use serde_json::json;
+
+use super::*;
+use crate::chunk::{ToolCallSuspended, ToolResultPayload};
+use crate::message::ToolContent;
+
+const RULES: ToolRules = ToolRules {
+    needs_approval: false,
+    idempotent: true,
+    max_per_step: None,
+};
+
+/// A machine for a new run of an agent with `lookup` (idempotent),
+/// `ask_user` and `charge` (must not run twice).
+fn machine(record: &RunRecord, max_steps: u32) -> RunMachine {
+    let tools = vec![
+        ("lookup".to_owned(), RULES),
+        ("ask_user".to_owned(), RULES),
+        (
+            "charge".to_owned(),
+            ToolRules {
+                idempotent: false,
+                ..RULES
+            },
+        ),
+    ];
+    RunMachine::new(record, "agent".into(), "msg".into(), tools, max_steps)
+}
+
+fn new_run() -> RunRecord {
+    RunRecord {
+        run_id: "run".into(),
+        agent_id: "agent".into(),
+        status: RunStatus::Running,
+        ..Default::default()
+    }
+}
+
+fn drain(machine: &mut RunMachine) -> Vec<Effect> {
+    std::iter::from_fn(|| machine.poll_effect()).collect()
+}
+
+fn call(id: &str, tool: &str) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: tool.into(),
+        args: json!({"q": id}),
+    }
+}
+
+fn at() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_700_000_000, 0).unwrap()
+}
+
+fn turn(text: &str, calls: &[ToolCall]) -> ModelTurn {
+    ModelTurn {
+        started_at: at(),
+        text: text.into(),
+        calls: calls.iter().cloned().map(CheckedCall::sound).collect(),
+        reason: if calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        },
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+            ..Usage::default()
+        },
+    }
+}
+
+fn ran(call: &ToolCall, value: &str) -> (ToolResult, ChunkKind) {
+    let result = ToolResult {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        content: ToolContent::Text(value.into()),
+        is_error: false,
+    };
+    let chunk = ChunkKind::ToolResult(ToolResultPayload {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        result: json!(value),
+    });
+    (result, chunk)
+}
+
+fn question(call: &ToolCall) -> PendingToolCall {
+    PendingToolCall {
+        tool_call_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        args: call.args.clone(),
+        kind: PendingKind::Suspended,
+        suspend_payload: Some(json!({"question": "Which region?"})),
+        resume_schema: None,
+        expires_at: None,
+        started_at: None,
+    }
+}
+
+fn execute(call: &ToolCall) -> ToolRun {
+    ToolRun::Execute {
+        call: call.clone(),
+        resumed: None,
+    }
+}
+
+fn the_save(effects: Vec<Effect>) -> RunWrite {
+    match effects.as_slice() {
+        [Effect::Save(write)] => write.clone(),
+        other => panic!("expected one write, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the_question() {
+    let (lookup, ask) = (call("c1", "lookup"), call("c2", "ask_user"));
+    let mut m = machine(&new_run(), 5);
+
+    m.handle(Event::Started);
+    assert_eq!(
+        drain(&mut m),
+        [
+            Effect::Emit(ChunkKind::Start(Start {
+                id: "agent".into(),
+                message_id: "msg".into(),
+            })),
+            Effect::CallModel { step: 1 },
+        ]
+    );
+
+    m.handle(Event::ModelFinished(turn("", &[lookup.clone(), ask.clone()])));
+    // Both tools may run again after a crash: the turn is stored with
+    // their results, in one write, not before them.
+    assert_eq!(drain(&mut m), [Effect::RunTools(vec![execute(&lookup), execute(&ask)])]);
+
+    let (result, chunk) = ran(&lookup, "eu-west");
+    m.handle(Event::ToolsReturned(vec![
+        CallOutcome::Done(result.clone(), chunk.clone()),
+        CallOutcome::Pending(question(&ask)),
+    ]));
+    let write = the_save(drain(&mut m));
+    assert_eq!(
+        write,
+        RunWrite {
+            status: RunStatus::Suspended,
+            append: vec![Message::assistant("", vec![lookup.clone(), ask.clone()])],
+            pending: vec![question(&ask)],
+            step_results: vec![result.clone()],
+            steps: 1,
+            usage: turn("", &[]).usage,
+            failure: None,
+            resolution: None,
+        }
+    );
+
+    // Persist before you emit: nothing of the step is shown before this.
+    m.handle(Event::Saved);
+    assert_eq!(
+        drain(&mut m),
+        [
+            Effect::Emit(chunk),
+            Effect::Emit(ChunkKind::ToolCallSuspended(ToolCallSuspended {
+                tool_call_id: "c2".into(),
+                tool_name: "ask_user".into(),
+                args: ask.args.clone(),
+                suspend_payload: json!({"question": "Which region?"}),
+                resume_schema: None,
+            })),
+            Effect::Finish(End::Suspended),
+        ]
+    );
+
+    // The answer arrives in another stream: the run as stored, claimed.
+    let stored = RunRecord {
+        status: RunStatus::Running,
+        pending: vec![question(&ask)],
+        step_results: vec![result.clone()],
+        steps: 1,
+        ..new_run()
+    };
+    let mut m = machine(&stored, 5);
+    m.handle(Event::Resumed(Resume {
+        action: ResumeAction::Answer {
+            tool_call_id: "c2".into(),
+            data: json!("eu-west"),
+        },
+        resolution: None,
+        decline_answer: None,
+        turn_calls: Some(vec![lookup.clone(), ask.clone()]),
+        claimed: true,
+    }));
+    assert_eq!(
+        drain(&mut m),
+        [Effect::RunTools(vec![ToolRun::Execute {
+            call: ask.clone(),
+            resumed: Some(Resumed {
+                payload: Some(json!({"question": "Which region?"})),
+                data: json!("eu-west"),
+            }),
+        }])]
+    );
+
+    let (answered, answered_chunk) = ran(&ask, "eu-west");
+    m.handle(Event::ToolsReturned(vec![CallOutcome::Done(
+        answered.clone(),
+        answered_chunk.clone(),
+    )]));
+    let write = the_save(drain(&mut m));
+    assert_eq!(write.status, RunStatus::Running);
+    assert_eq!(
+        write.append,
+        [Message::Tool(result), Message::Tool(answered)],
+        "every call has a result: appended in call order"
+    );
+    assert!(write.pending.is_empty() && write.step_results.is_empty());
+
+    m.handle(Event::Saved);
+    assert_eq!(
+        drain(&mut m),
+        [
+            Effect::Emit(answered_chunk),
+            Effect::ReportStep {
+                summary: StepSummary {
+                    started_at: None,
+                    reason: FinishReason::ToolCalls,
+                    is_continued: true,
+                    usage: Usage::default(),
+                },
+                finish: None,
+            },
+            Effect::CallModel { step: 2 },
+        ]
+    );
+
+    m.handle(Event::ModelFinished(turn("Deployed to eu-west.", &[])));
+    let write = the_save(drain(&mut m));
+    assert_eq!(write.status, RunStatus::Completed);
+    assert_eq!(write.append, [Message::assistant("Deployed to eu-west.", Vec::new())]);
+    m.handle(Event::Saved);
+    let effects = drain(&mut m);
+    assert!(
+        matches!(
+            effects.as_slice(),
+            [
+                Effect::ReportStep { finish: Some(_), .. },
+                Effect::Finish(End::Completed)
+            ]
+        ),
+        "{effects:?}"
+    );
+}
+
+#[test]
+fn a_lease_lost_mid_step_shows_nothing_of_the_step_and_ends_interrupted() {
+    let lookup = call("c1", "lookup");
+    let mut m = machine(&new_run(), 5);
+    m.handle(Event::Started);
+    drain(&mut m);
+    m.handle(Event::ModelFinished(turn("", std::slice::from_ref(&lookup))));
+    drain(&mut m);
+    let (result, chunk) = ran(&lookup, "found");
+    m.handle(Event::ToolsReturned(vec![CallOutcome::Done(result, chunk)]));
+    the_save(drain(&mut m));
+
+    m.handle(Event::SaveFailed {
+        conflict: true,
+        transient: false,
+        message: "version moved".into(),
+    });
+    assert_eq!(
+        drain(&mut m),
+        [Effect::ReadRun],
+        "what a lost write means depends on who won"
+    );
+
+    let taken_over = RunRecord {
+        version: 7,
+        ..new_run()
+    };
+    m.handle(Event::RunRead(Some(Box::new(taken_over))));
+    let effects = drain(&mut m);
+    let [
+        Effect::Emit(ChunkKind::Error(shown)),
+        Effect::Finish(End::Failed(RunFailure::Interrupted { message })),
+    ] = effects.as_slice()
+    else {
+        panic!("expected an error and an interrupted end, got {effects:?}")
+    };
+    assert_eq!(&shown.error.message, message);
+    assert!(message.contains("its step was not written"), "{message}");
+}
+
+#[test]
+fn a_cancel_while_a_tool_that_must_not_run_twice_runs_ends_with_abort() {
+    let charge = call("c1", "charge");
+    let mut m = machine(&new_run(), 5);
+    m.handle(Event::Started);
+    drain(&mut m);
+
+    m.handle(Event::ModelFinished(turn("", std::slice::from_ref(&charge))));
+    // A tool that must not run twice: its turn is stored before it runs.
+    let write = the_save(drain(&mut m));
+    assert_eq!(write.status, RunStatus::Running);
+    assert_eq!(write.append, [Message::assistant("", vec![charge.clone()])]);
+    m.handle(Event::Saved);
+    assert_eq!(drain(&mut m), [Effect::RunTools(vec![execute(&charge)])]);
+
+    // The run is cancelled while the tool runs; the step's write loses.
+    let (result, chunk) = ran(&charge, "charged");
+    m.handle(Event::ToolsReturned(vec![CallOutcome::Done(result, chunk)]));
+    let write = the_save(drain(&mut m));
+    assert!(
+        write.append.iter().all(|m| matches!(m, Message::Tool(_))),
+        "the turn is not written twice"
+    );
+    m.handle(Event::SaveFailed {
+        conflict: true,
+        transient: false,
+        message: "version moved".into(),
+    });
+    assert_eq!(drain(&mut m), [Effect::ReadRun]);
+    let cancelled = RunRecord {
+        status: RunStatus::Cancelled,
+        ..new_run()
+    };
+    m.handle(Event::RunRead(Some(Box::new(cancelled.clone()))));
+    assert_eq!(
+        drain(&mut m),
+        [
+            Effect::Emit(ChunkKind::Abort(AbortPayload {
+                reason: Some("the run was cancelled".into()),
+            })),
+            Effect::Finish(End::Cancelled(Box::new(cancelled))),
+        ]
+    );
+}
+
+#[test]
+fn a_failed_model_call_is_stored_with_the_step_kept_then_shown() {
+    let ask = call("c2", "ask_user");
+    let (result, _) = ran(&call("c1", "lookup"), "eu-west");
+    let stored = RunRecord {
+        pending: vec![question(&ask)],
+        step_results: vec![result.clone()],
+        ..new_run()
+    };
+    let mut m = machine(&stored, 5);
+    m.handle(Event::Started);
+    drain(&mut m);
+    m.handle(Event::ModelFailed {
+        transient: true,
+        message: "503".into(),
+    });
+    let failure = RunFailure::Model {
+        transient: true,
+        message: "503".into(),
+    };
+    let write = the_save(drain(&mut m));
+    assert_eq!(write.status, RunStatus::Failed);
+    assert_eq!(write.failure.as_ref(), Some(&failure));
+    assert_eq!(write.pending, [question(&ask)], "a retry goes on from what was stored");
+    assert_eq!(write.step_results, [result]);
+    // Shown even when the failure itself could not be written.
+    m.handle(Event::SaveFailed {
+        conflict: false,
+        transient: true,
+        message: "disk full".into(),
+    });
+    let effects = drain(&mut m);
+    assert!(
+        matches!(effects.as_slice(), [Effect::Emit(ChunkKind::Error(_)), Effect::Finish(End::Failed(f))] if *f == failure),
+        "{effects:?}"
+    );
+}
+
+#[test]
+fn a_stream_past_its_step_limit_fails_instead_of_calling_the_model() {
+    let lookup = call("c1", "lookup");
+    let mut m = machine(&new_run(), 1);
+    m.handle(Event::Started);
+    drain(&mut m);
+    m.handle(Event::ModelFinished(turn("", std::slice::from_ref(&lookup))));
+    drain(&mut m);
+    let (result, chunk) = ran(&lookup, "found");
+    m.handle(Event::ToolsReturned(vec![CallOutcome::Done(result, chunk)]));
+    drain(&mut m);
+    m.handle(Event::Saved);
+    let effects = drain(&mut m);
+    let Some(Effect::Save(write)) = effects.last() else {
+        panic!("expected the failure's write, got {effects:?}")
+    };
+    assert_eq!(write.failure, Some(RunFailure::StepLimit { limit: 1 }));
+    assert!(!effects.iter().any(|e| matches!(e, Effect::CallModel { .. })));
+}
+
+#[test]
+fn a_decision_for_a_call_no_longer_pending_is_refused_unwritten_when_nothing_was_claimed() {
+    let mut m = machine(&new_run(), 5);
+    m.handle(Event::Resumed(Resume {
+        action: ResumeAction::Approve {
+            tool_call_id: "gone".into(),
+        },
+        resolution: None,
+        decline_answer: None,
+        turn_calls: None,
+        claimed: false,
+    }));
+    assert_eq!(
+        drain(&mut m),
+        [Effect::Refused("tool call gone is no longer pending".into())]
+    );
+}
+
+#[test]
+fn a_recovered_run_with_a_question_still_open_is_suspended_again_without_running_anything() {
+    let (lookup, ask) = (call("c1", "lookup"), call("c2", "ask_user"));
+    let (result, _) = ran(&lookup, "eu-west");
+    let stored = RunRecord {
+        pending: vec![question(&ask)],
+        step_results: vec![result],
+        ..new_run()
+    };
+    let mut m = machine(&stored, 5);
+    m.handle(Event::Recovered {
+        last_calls: Some(vec![CheckedCall::sound(lookup), CheckedCall::sound(ask)]),
+        ends_on_calls: true,
+    });
+    let effects = drain(&mut m);
+    assert!(
+        matches!(effects.as_slice(), [Effect::Emit(ChunkKind::Start(_)), Effect::Save(w)] if w.status == RunStatus::Suspended),
+        "{effects:?}"
+    );
+    m.handle(Event::Saved);
+    let effects = drain(&mut m);
+    assert!(
+        matches!(
+            effects.as_slice(),
+            [
+                Effect::Emit(ChunkKind::ToolCallSuspended(_)),
+                Effect::Finish(End::Suspended)
+            ]
+        ),
+        "{effects:?}"
+    );
+}
+
+#[test]
+fn a_machine_stored_mid_step_goes_on_as_it_would_have() {
+    let (lookup, ask) = (call("c1", "lookup"), call("c2", "ask_user"));
+    let mut m = machine(&new_run(), 5);
+    m.handle(Event::Started);
+    drain(&mut m);
+    m.handle(Event::ModelFinished(turn("", &[lookup.clone(), ask.clone()])));
+    drain(&mut m);
+
+    let json = serde_json::to_string(&m).unwrap();
+    let mut restored: RunMachine = serde_json::from_str(&json).unwrap();
+    assert_eq!(restored, m);
+
+    let (result, chunk) = ran(&lookup, "eu-west");
+    let outcomes = vec![CallOutcome::Done(result, chunk), CallOutcome::Pending(question(&ask))];
+    m.handle(Event::ToolsReturned(outcomes.clone()));
+    restored.handle(Event::ToolsReturned(outcomes));
+    assert_eq!(drain(&mut restored), drain(&mut m));
+}

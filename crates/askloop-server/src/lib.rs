@@ -41,7 +41,8 @@
 //!     .await?;
 //! # Ok(()) }
 //! ```
-#![forbid(unsafe_code)]
+// One call into glibc (`memory.rs`, `malloc_trim`) is the only unsafe code.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod agents;
@@ -51,6 +52,7 @@ mod connections;
 mod error;
 mod events;
 mod extract;
+mod memory;
 mod recovery;
 mod runs;
 mod sse;
@@ -304,6 +306,8 @@ pub(crate) struct AppState {
     pub(crate) body_read_timeout: Duration,
     /// The store's run changes, for `GET /api/events`.
     pub(crate) events: events::RunEvents,
+    /// The streams open now, to give memory back after a burst.
+    pub(crate) streams: Arc<memory::Streams>,
 }
 
 impl AppState {
@@ -380,6 +384,7 @@ impl Server {
             body_limit: self.options.body_limit,
             body_read_timeout: self.options.body_read_timeout,
             events: events::RunEvents::default(),
+            streams: Arc::default(),
         });
         let api = Router::new()
             .route("/agents", get(agents::list))

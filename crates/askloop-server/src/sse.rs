@@ -31,6 +31,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 
 use crate::AppState;
+use crate::memory::OpenStream;
 
 /// The last frame of every stream.
 pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
@@ -62,6 +63,7 @@ pub(crate) fn respond(state: &AppState, stream: AgentStream, span: tracing::Span
         span,
         runs: state.runs.clone(),
         _open: state.runs.token(),
+        _counted: state.streams.open(),
     };
     let mut response = (StatusCode::OK, Body::from_stream(frames)).into_response();
     let headers = response.headers_mut();
@@ -81,6 +83,8 @@ struct Frames {
     runs: TaskTracker,
     /// Keeps the server's shutdown waiting while the stream is open.
     _open: TaskTrackerToken,
+    /// Counts the stream among the open ones (see `memory.rs`).
+    _counted: OpenStream,
 }
 
 impl Stream for Frames {

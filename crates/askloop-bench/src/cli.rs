@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 /// Usage, printed with every argument error.
 pub const USAGE: &str = "usage: askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] [--detail] \
-[--runtime multi|current] [--server-bin PATH] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M \
+[--runtime multi|current] [--server-bin PATH] [--hold SECS] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M \
 | http N | http-concurrent K";
 
 /// Which Tokio runtime drives the benchmark.
@@ -64,6 +64,10 @@ pub struct Target {
     /// The `askloop` binary the `http` modes serve with; `None`: the one
     /// next to this program.
     pub server_bin: Option<PathBuf>,
+    /// `http-concurrent`: once all runs are suspended, print the server's
+    /// pid and wait this long before resuming them, so the server can be
+    /// looked at (a heap profile, gdb) with K runs waiting.
+    pub hold: Option<std::time::Duration>,
 }
 
 /// The resolved configuration.
@@ -98,6 +102,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
         api_key: DEFAULT_API_KEY.to_owned(),
         detail: false,
         server_bin: None,
+        hold: None,
     };
     let mut runtime = RuntimeKind::Multi;
     let mut positional = Vec::new();
@@ -131,6 +136,12 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
             "--model" => target.model = value,
             "--api-key" => target.api_key = value,
             "--server-bin" => target.server_bin = Some(PathBuf::from(value)),
+            "--hold" => {
+                let secs: u64 = value
+                    .parse()
+                    .map_err(|_| ArgError(format!("--hold takes whole seconds, not `{value}`")))?;
+                target.hold = Some(std::time::Duration::from_secs(secs));
+            }
             "--runtime" => {
                 runtime = match value.as_str() {
                     "multi" => RuntimeKind::Multi,

@@ -98,6 +98,11 @@ impl Served {
         })
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// User plus system CPU time the server has used so far.
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))

@@ -5,7 +5,7 @@
 //! The fake model server runs in this process (or is `--base-url`), so the
 //! server's figures are the server's alone.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::Serialize;
@@ -83,14 +83,19 @@ struct Concurrent {
     all_resumed_s: f64,
     total_s: f64,
     server_rss_mb_suspended: f64,
+    server_rss_mb_settled: f64,
     server_peak_rss_mb_suspended: f64,
     server_peak_rss_mb: f64,
     server_cpu_ms_per_run: f64,
     ok: usize,
 }
 
+/// How long after the last run suspended the server's memory is read again.
+const SETTLE: Duration = Duration::from_secs(1);
+
 /// `http-concurrent K`: K runs started at once until all are suspended
-/// (the server's memory is read then, with K runs waiting), then all
+/// (the server's memory is read then, with K runs waiting, and again
+/// [`SETTLE`] later), then all
 /// resumed at once. `ok` counts the runs that asked the question and
 /// finished with the expected text.
 pub async fn http_concurrent(target: &Target, k: usize) -> anyhow::Result<Report> {
@@ -118,6 +123,19 @@ pub async fn http_concurrent(target: &Target, k: usize) -> anyhow::Result<Report
     }
     let all_suspended = started.elapsed();
     let waiting = served.memory_mb()?;
+    // The same a second later: what the server holds while its runs wait
+    // (it gives the memory of a burst back as the burst ends).
+    tokio::time::sleep(SETTLE).await;
+    let settled = served.memory_mb()?;
+    if let Some(hold) = target.hold {
+        eprintln!(
+            "askloop-bench: {} runs suspended on server pid {} ({} MB resident); holding {hold:?}",
+            suspended.len(),
+            served.pid(),
+            waiting.rss
+        );
+        tokio::time::sleep(hold).await;
+    }
 
     let resumed_at = Instant::now();
     let resumes: Vec<_> = suspended
@@ -148,6 +166,7 @@ pub async fn http_concurrent(target: &Target, k: usize) -> anyhow::Result<Report
         all_resumed_s: measure::secs(all_resumed),
         total_s: measure::secs(all_suspended + all_resumed),
         server_rss_mb_suspended: waiting.rss,
+        server_rss_mb_settled: settled.rss,
         server_peak_rss_mb_suspended: waiting.peak,
         server_peak_rss_mb: end.peak,
         server_cpu_ms_per_run: measure::round3(cpu.as_secs_f64() * 1000.0 / k.max(1) as f64),

@@ -8,8 +8,9 @@
 //! stream would.
 //!
 //! The same sweep resolves questions and approvals whose time limit passed
-//! (`Agent::expire_runs`): expiry is durable, it happens even when the
-//! process that asked is long gone.
+//! (`Agent::expire_run`, one read of the overdue runs for all agents):
+//! expiry is durable, it happens even when the process that asked is long
+//! gone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,18 +38,8 @@ pub(crate) async fn take_over_stalled_runs(
         if let Err(err) = take_over_expired(&agents, store.as_ref(), &runs).await {
             tracing::warn!(error = %err, "cannot look for stalled runs");
         }
-        for agent in &agents {
-            match agent.expire_runs(Author::via(Interface::Server)).await {
-                Ok(streams) => {
-                    for stream in streams {
-                        let run_id = stream.run_id().to_owned();
-                        tracing::info!(run_id = %run_id, agent = agent.id(), "resolved a question whose time limit passed");
-                        let span = tracing::info_span!("expired_question", run_id = %run_id);
-                        runs.spawn(stream.output().instrument(span));
-                    }
-                }
-                Err(err) => tracing::warn!(agent = agent.id(), error = %err, "cannot look for expired questions"),
-            }
+        if let Err(err) = expire_overdue(&agents, store.as_ref(), &runs).await {
+            tracing::warn!(error = %err, "cannot look for expired questions");
         }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
@@ -87,6 +78,39 @@ pub(crate) async fn take_over_expired(
         }
     }
     Ok(taken)
+}
+
+/// One look for questions and approvals past their time limit: reads the
+/// runs holding one, page after page, once for every agent, and hands each
+/// to its agent to resolve; a run that goes on is driven on `runs`. Runs of
+/// agents this server does not have are left alone. Returns how many runs
+/// it resolved calls of.
+pub(crate) async fn expire_overdue(
+    agents: &[Agent],
+    store: &dyn RunStore,
+    runs: &TaskTracker,
+) -> Result<usize, RunError> {
+    let mut resolved = 0;
+    let mut pages = ExpiredRuns::time_limits(store, Utc::now(), EXPIRED_PAGE);
+    while let Some(page) = pages.next_page().await? {
+        for run in page {
+            let Some(agent) = agents.iter().find(|agent| agent.id() == run.agent_id) else {
+                continue;
+            };
+            match agent.expire_run(&run.run_id, Author::via(Interface::Server)).await {
+                Ok(streams) => {
+                    resolved += 1;
+                    tracing::info!(run_id = %run.run_id, agent = agent.id(), "resolved a question whose time limit passed");
+                    for stream in streams {
+                        let span = tracing::info_span!("expired_question", run_id = %run.run_id);
+                        runs.spawn(stream.output().instrument(span));
+                    }
+                }
+                Err(err) => tracing::warn!(run_id = %run.run_id, error = %err, "cannot resolve an expired question"),
+            }
+        }
+    }
+    Ok(resolved)
 }
 
 #[cfg(test)]
@@ -153,5 +177,74 @@ mod tests {
         );
         // A second look finds nothing of a or b.
         assert_eq!(take_over_expired(&agents, store.as_ref(), &runs).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn one_look_resolves_the_overdue_questions_of_every_agent_past_one_page_and_leaves_unknown_agents_alone() {
+        let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+        let agent = |id: &str| {
+            // The script's first turn is the stored one that asked.
+            let script = r#"{"turns": [{"text": "asked"}, {"text": "went on without it"}]}"#;
+            let model = ScriptedModel::from_json("s", script).unwrap();
+            Agent::builder(id)
+                .model(Arc::new(model))
+                .store(Arc::clone(&store))
+                .build()
+                .unwrap()
+        };
+        let agents = vec![agent("a"), agent("b")];
+        let overdue = Utc::now() - chrono::Duration::seconds(5);
+        // 1,100 runs waiting on a question whose limit passed: 367 of a,
+        // 367 of b, 366 of an agent this server does not have.
+        for n in 0..1100 {
+            let call = askloop::ToolCall {
+                id: "c1".into(),
+                name: "ask_user".into(),
+                args: serde_json::json!({"question": "Which city?"}),
+            };
+            let run = RunRecord {
+                run_id: format!("r{n:04}"),
+                agent_id: ["a", "b", "c"][n % 3].to_owned(),
+                status: RunStatus::Suspended,
+                pending: vec![askloop::PendingToolCall {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    args: call.args.clone(),
+                    kind: askloop::PendingKind::Suspended,
+                    suspend_payload: Some(serde_json::json!({"question": "Which city?"})),
+                    resume_schema: None,
+                    expires_at: Some(overdue),
+                    started_at: None,
+                }],
+                message_count: 2,
+                ..RunRecord::default()
+            };
+            let messages = [
+                askloop::Message::user("go"),
+                askloop::Message::assistant("", vec![call]),
+            ];
+            store.create(&run, &messages).await.unwrap();
+        }
+        let runs = TaskTracker::new();
+        let resolved = expire_overdue(&agents, store.as_ref(), &runs).await.unwrap();
+        assert_eq!(resolved, 734);
+        runs.close();
+        runs.wait().await;
+        let listed = store.list(&RunQuery::default()).await.unwrap();
+        let status = |agent: &str, status| {
+            listed
+                .iter()
+                .filter(|run| run.agent_id == agent && run.status == status)
+                .count()
+        };
+        assert_eq!(status("a", RunStatus::Completed), 367);
+        assert_eq!(status("b", RunStatus::Completed), 367);
+        assert_eq!(
+            status("c", RunStatus::Suspended),
+            366,
+            "runs of unknown agents are left alone"
+        );
+        // A second look finds nothing of a or b.
+        assert_eq!(expire_overdue(&agents, store.as_ref(), &runs).await.unwrap(), 0);
     }
 }

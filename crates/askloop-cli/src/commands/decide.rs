@@ -1,9 +1,12 @@
 //! `askloop resume`, `approve` and `decline`: a person's decision on a
 //! pending call, then the rest of the run.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use askloop::{
-    Agent, Author, Interface, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord, RunStatus,
-    SelectionMode,
+    Agent, Author, ExpiredRuns, Interface, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord, RunStatus,
+    RunStore, SelectionMode,
 };
 use serde_json::Value;
 
@@ -40,25 +43,34 @@ impl<'a> Call<'a> {
     }
 }
 
-/// Loads a run and rebuilds the agent it was started with: from the run's
-/// own record when the `askloop` command started it, else from the
-/// configuration file (`--config`) that `askloop serve` or `askloop mcp`
-/// started it with.
+/// Loads a run and rebuilds the agent it was started with (see
+/// [`rebuild_agent`]).
 async fn agent_for(ctx: &Context, run_id: &str, model: Option<&str>) -> Result<(Agent, RunRecord), CliError> {
     let store = ctx.store(Access::Existing).await?;
     let run = setup::load_run(&store, run_id).await?;
-    if !RunOrigin::recorded(&run) {
+    let agent = rebuild_agent(ctx, &store, &run, model).await?;
+    Ok((agent, run))
+}
+
+/// The agent `run` was started with, on `store`: from the run's own record
+/// when the `askloop` command started it, else from the configuration file
+/// (`--config`) that `askloop serve` or `askloop mcp` started it with.
+async fn rebuild_agent(
+    ctx: &Context,
+    store: &Arc<dyn RunStore>,
+    run: &RunRecord,
+    model: Option<&str>,
+) -> Result<Agent, CliError> {
+    if !RunOrigin::recorded(run) {
         let model = ModelArgs {
             model: model.map(str::to_owned),
             script: None,
         };
-        let agent = configured_agent(ctx, &run.agent_id, &model, &store).await?;
-        return Ok((agent, run));
+        return configured_agent(ctx, &run.agent_id, &model, store).await;
     }
-    let origin = RunOrigin::of_run(&run)?;
+    let origin = RunOrigin::of_run(run)?;
     let model = setup::resume_model(&run.run_id, &origin, model)?;
-    let agent = setup::agent(&origin, model, store)?;
-    Ok((agent, run))
+    setup::agent(&origin, model, Arc::clone(store))
 }
 
 pub async fn resume(ctx: &Context, args: ResumeArgs) -> Result<Done, CliError> {
@@ -222,54 +234,81 @@ pub async fn cancel(ctx: &Context, run_id: &str) -> Result<Done, CliError> {
 /// next stop in turn. Ends with the worst outcome (a failure, else a
 /// suspension).
 pub async fn recover(ctx: &Context, json: bool) -> Result<Done, CliError> {
-    let store = ctx.store(Access::Existing).await?;
-    // Page by page (keyset), so any number of stalled runs is seen; each
-    // run is driven to its next stop before the next page is read.
-    let mut pages = askloop::ExpiredRuns::new(store.as_ref(), chrono::Utc::now(), 500);
-    let mut seen = 0;
-    let mut worst = Done::Ok;
-    while let Some(stalled) = pages.next_page().await? {
-        for run in stalled {
-            seen += 1;
-            let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
-            let Some(stream) = agent.recover_run_by(&run.run_id, cli_author()).await? else {
-                errln!("Run {} was taken over by another process.", run.run_id);
-                continue;
-            };
-            errln!("Recovering run {}.", run.run_id);
-            let done = finish(ctx, stream, json).await;
-            worst = worst.worse(done);
-        }
-    }
-    if seen == 0 {
-        errln!("No stalled runs.");
-    }
-    Ok(worst)
+    sweep(ctx, json, Sweep::Stalled).await
 }
 
 /// `askloop runs expire`: every question and approval whose time limit
 /// passed, resolved (a question tells the model no answer came, an approval
 /// is declined), and each run that can go on driven to its next stop.
 pub async fn expire(ctx: &Context, json: bool) -> Result<Done, CliError> {
+    sweep(ctx, json, Sweep::Overdue).await
+}
+
+/// What `runs recover` and `runs expire` go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    /// Runs whose driver stopped (their lease ran out).
+    Stalled,
+    /// Runs with a call past its time limit.
+    Overdue,
+}
+
+/// Reads the runs of `sweep` page by page (keyset, so any number is seen)
+/// from one store, acts on each with its agent (rebuilt once per agent of
+/// the configuration file, whose MCP servers would otherwise start again
+/// for every run) and drives what goes on to its next stop before the next
+/// page is read. Ends with the worst outcome.
+async fn sweep(ctx: &Context, json: bool, sweep: Sweep) -> Result<Done, CliError> {
+    const PAGE: u32 = 500;
     let store = ctx.store(Access::Existing).await?;
-    // Page by page (keyset), so any number of overdue runs is seen.
-    let mut pages = askloop::ExpiredRuns::time_limits(store.as_ref(), chrono::Utc::now(), 500);
+    let now = chrono::Utc::now();
+    let mut pages = match sweep {
+        Sweep::Stalled => ExpiredRuns::new(store.as_ref(), now, PAGE),
+        Sweep::Overdue => ExpiredRuns::time_limits(store.as_ref(), now, PAGE),
+    };
+    let mut configured: HashMap<String, Agent> = HashMap::new();
     let mut seen = 0;
     let mut worst = Done::Ok;
-    while let Some(expiring) = pages.next_page().await? {
-        for run in expiring {
+    while let Some(page) = pages.next_page().await? {
+        for run in page {
             seen += 1;
-            let (agent, run) = agent_for(ctx, &run.run_id, None).await?;
-            let streams = agent.expire_run(&run.run_id, cli_author()).await?;
-            errln!("Expired the overdue questions of run {}.", run.run_id);
+            let agent = if RunOrigin::recorded(&run) {
+                rebuild_agent(ctx, &store, &run, None).await?
+            } else if let Some(agent) = configured.get(&run.agent_id) {
+                agent.clone()
+            } else {
+                let agent = rebuild_agent(ctx, &store, &run, None).await?;
+                configured.insert(run.agent_id.clone(), agent.clone());
+                agent
+            };
+            let run_id = run.run_id.clone();
+            let streams = match sweep {
+                Sweep::Stalled => match agent.recover_listed_run(run, cli_author()).await? {
+                    Some(stream) => {
+                        errln!("Recovering run {run_id}.");
+                        vec![stream]
+                    }
+                    None => {
+                        errln!("Run {run_id} was taken over by another process.");
+                        continue;
+                    }
+                },
+                Sweep::Overdue => {
+                    let streams = agent.expire_run(&run_id, cli_author()).await?;
+                    errln!("Expired the overdue questions of run {run_id}.");
+                    streams
+                }
+            };
             for stream in streams {
-                let done = finish(ctx, stream, json).await;
-                worst = worst.worse(done);
+                worst = worst.worse(finish(ctx, stream, json).await);
             }
         }
     }
     if seen == 0 {
-        errln!("No expired questions.");
+        match sweep {
+            Sweep::Stalled => errln!("No stalled runs."),
+            Sweep::Overdue => errln!("No expired questions."),
+        }
     }
     Ok(worst)
 }

@@ -93,6 +93,20 @@ pub struct AskUserInput {
 /// mode (absent for free text).
 pub type AskUserPayload = AskUserInput;
 
+/// A suspend payload as stored: the question's fields, and the `metadata`
+/// the runtime adds, which is not part of the question.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StoredPayload {
+    question: String,
+    #[serde(default)]
+    options: Option<Vec<AskUserOption>>,
+    #[serde(default)]
+    selection_mode: Option<SelectionMode>,
+    #[serde(default, rename = "metadata")]
+    _metadata: Option<serde::de::IgnoredAny>,
+}
+
 /// A question, read back from a suspend payload, that knows which answers it
 /// accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,11 +124,9 @@ impl Question {
     /// (what the runtime adds, such as `expiresAt`) is not part of the
     /// question.
     pub fn from_payload(payload: &Value) -> Option<Question> {
-        let mut payload = payload.clone();
-        if let Value::Object(fields) = &mut payload {
-            fields.remove("metadata");
-        }
-        let input: AskUserInput = serde_json::from_value(payload).ok()?;
+        // Read in place (a `&Value` is a deserializer): no copy of the
+        // payload per answer checked or schema made.
+        let input = StoredPayload::deserialize(payload).ok()?;
         let options = input.options.unwrap_or_default();
         let mode = match (options.is_empty(), input.selection_mode) {
             (true, _) => None,
@@ -576,6 +588,27 @@ mod tests {
 
     fn question(payload: Value) -> Question {
         Question::from_payload(&payload).unwrap()
+    }
+
+    #[test]
+    fn a_stored_payload_reads_as_its_question_whatever_metadata_the_runtime_added() {
+        let stored = json!({
+            "question": "Which environment?",
+            "options": [{"label": "staging"}, {"label": "production"}],
+            "selectionMode": "single_select",
+            "metadata": {"expiresAt": "2026-01-01T00:01:30.000Z"}
+        });
+        let read = question(stored);
+        assert_eq!(read.text, "Which environment?");
+        assert_eq!(read.labels(), ["staging", "production"]);
+        assert_eq!(read.mode, Some(SelectionMode::SingleSelect));
+        assert_eq!(question(json!({"question": "Why?"})).mode, None);
+        assert_eq!(
+            Question::from_payload(&json!({"question": "Why?", "extra": 1})),
+            None,
+            "a key that is neither the question's nor metadata is not an ask_user payload"
+        );
+        assert_eq!(Question::from_payload(&json!("Why?")), None);
     }
 
     #[test]

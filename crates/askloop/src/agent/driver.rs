@@ -79,7 +79,7 @@ pub(crate) struct Driver {
 }
 
 impl Driver {
-    pub(crate) fn new(agent: Arc<AgentInner>, state: RunState, chunks: Outbox) -> Self {
+    pub(crate) fn new(agent: Arc<AgentInner>, mut state: RunState, chunks: Outbox) -> Self {
         let lease_owner = match &state.record.lease {
             Some(lease) => lease.owner.clone(),
             None => new_id(),
@@ -90,8 +90,10 @@ impl Driver {
             .iter()
             .filter_map(|spec| agent.tools.get(&spec.name).map(|t| (spec.name.clone(), t.rules())))
             .collect();
+        // The machine holds the run's pending calls and step results from
+        // here on (the driver reads them there): no copy of them per write.
         let machine = RunMachine::new(
-            &state.record,
+            &mut state.record,
             agent.id.clone(),
             message_id.clone(),
             tools,
@@ -154,7 +156,7 @@ impl Driver {
                 Effect::CallModel { step } => self.call_model(step).await,
                 Effect::RunTools(runs) => Event::ToolsReturned(self.run_tools(runs).await),
                 Effect::Save(write) => match self.save(write).await {
-                    Ok(()) => Event::Saved,
+                    Ok(write) => Event::Saved(write),
                     Err(err) => save_failed(&err),
                 },
                 Effect::ReadRun => {
@@ -184,6 +186,7 @@ impl Driver {
 
     fn output(self, ended: End) -> StreamOutput {
         let RunState { mut record, messages } = self.state;
+        let pending = self.machine.into_pending();
         let (status, finish_reason, failure) = match ended {
             End::Completed => (RunStatus::Completed, FinishReason::Stop, None),
             End::Suspended => (RunStatus::Suspended, FinishReason::Suspended, None),
@@ -202,7 +205,7 @@ impl Driver {
             finish_reason,
             text: self.text,
             pending: if status == RunStatus::Suspended {
-                record.pending
+                pending
             } else {
                 Vec::new()
             },
@@ -268,9 +271,8 @@ impl Driver {
         let resolution = author.map(|author| Resolution::now(Some(id), action.resolution_kind(), author));
         let decline_answer = match &action {
             ResumeAction::DeclineQuestion { reason, .. } => self
-                .state
-                .record
-                .pending
+                .machine
+                .pending()
                 .iter()
                 .find(|p| p.tool_call_id == id)
                 .and_then(|p| self.agent.decline_as_answer(&p.tool_name, reason.as_deref())),
@@ -298,8 +300,8 @@ impl Driver {
             let event = match self.machine.poll_effect() {
                 Some(Effect::RunTools(runs)) => Event::ToolsReturned(self.run_tools(runs).await),
                 Some(Effect::Save(write)) => {
-                    self.save(write).await.map_err(ApplyFailed::Store)?;
-                    self.machine.handle(Event::Saved);
+                    let write = self.save(write).await.map_err(ApplyFailed::Store)?;
+                    self.machine.handle(Event::Saved(write));
                     return Ok(());
                 }
                 Some(Effect::Refused(message)) => return Err(ApplyFailed::Broken(message)),
@@ -335,64 +337,62 @@ impl Driver {
     }
 
     /// Writes the run's new state and appends messages, as one
-    /// compare-and-set on the version this driver holds.
-    async fn save(&mut self, write: RunWrite) -> Result<(), StoreError> {
-        let RunWrite {
-            status,
-            append,
-            pending,
-            step_results,
-            steps,
-            usage,
-            failure,
-            resolution,
-        } = write;
-        let error = failure.as_ref().map(RunFailure::message);
+    /// compare-and-set on the version this driver holds. A write that
+    /// landed is handed back for the machine, its messages taken into the
+    /// conversation.
+    async fn save(&mut self, mut write: RunWrite) -> Result<RunWrite, StoreError> {
+        let error = write.failure.as_ref().map(RunFailure::message);
         // A run that stays running stays held, for a full lease from now.
-        let lease = (status == RunStatus::Running)
+        let lease = (write.status == RunStatus::Running)
             .then(|| Lease::new(self.lease_owner.clone(), Utc::now() + self.agent.lease_duration));
         let record = &self.state.record;
-        let outbox = notifications(&self.agent.subscriptions, record, &pending, resolution.as_ref());
+        let outbox = notifications(
+            &self.agent.subscriptions,
+            record,
+            self.machine.pending(),
+            &write.pending,
+            write.resolution.as_ref(),
+        );
         let update = RunUpdate {
             run_id: &record.run_id,
             expected_version: record.version,
-            status,
-            pending: &pending,
-            step_results: &step_results,
-            append: &append,
-            steps,
-            usage,
+            status: write.status,
+            pending: &write.pending,
+            step_results: &write.step_results,
+            append: &write.append,
+            steps: write.steps,
+            usage: write.usage,
             error: error.as_deref(),
-            failure: failure.as_ref(),
+            failure: write.failure.as_ref(),
             lease: lease.as_ref(),
-            resolution: resolution.as_ref(),
+            resolution: write.resolution.as_ref(),
             outbox: &outbox,
         };
         let stored = self.agent.store.update(update).await;
         let record = &mut self.state.record;
         // The counters are the machine's, whether or not this write lands.
-        record.steps = steps;
-        record.usage = usage;
+        record.steps = write.steps;
+        record.usage = write.usage;
         let version = match stored {
             Ok(version) => version,
             Err(err) => {
-                if failure.is_some() {
+                if write.failure.is_some() {
                     tracing::warn!(run_id = %record.run_id, error = %err, "could not record the run's failure");
                 }
                 return Err(err);
             }
         };
-        record.resolutions.extend(resolution);
+        // What the machine takes back is what is stored of the run: its
+        // status, pending calls and step results; the rest goes here.
+        record.resolutions.extend(write.resolution.take());
         record.version = version;
-        record.status = status;
-        record.pending = pending;
-        record.step_results = step_results;
-        record.message_count += append.len() as i64;
+        record.status = write.status;
+        record.message_count += write.append.len() as i64;
         record.error = error;
-        record.failure = failure;
+        record.failure = write.failure.take();
         record.lease = lease;
-        self.state.messages.extend(append);
-        Ok(())
+        self.state.messages.append(&mut write.append);
+        Ok(write)
     }
 }
 
@@ -410,19 +410,19 @@ fn new_id() -> String {
 }
 
 /// The notifications a write of `record` announces, for the agent's
-/// subscriptions: each call of `pending` that did not wait before is raised,
-/// and the decision applied resolves the call as it waited. Nothing (and no
-/// work) for an agent without subscriptions.
+/// subscriptions: each call of `pending` that was not among the calls that
+/// `waited` before is raised, and the decision applied resolves the call
+/// as it waited. Nothing (and no work) for an agent without subscriptions.
 pub(super) fn notifications(
     subscriptions: &[Subscription],
     record: &RunRecord,
+    waited: &[PendingToolCall],
     pending: &[PendingToolCall],
     resolution: Option<&Resolution>,
 ) -> Vec<OutboxMessage> {
     if subscriptions.is_empty() {
         return Vec::new();
     }
-    let waited = &record.pending;
     let raised: Vec<&PendingToolCall> = pending
         .iter()
         .filter(|p| !waited.iter().any(|w| w.tool_call_id == p.tool_call_id))

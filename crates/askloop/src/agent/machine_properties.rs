@@ -234,7 +234,13 @@ impl World {
             .iter()
             .filter_map(|name| rules(name).map(|r| ((*name).to_owned(), r)))
             .collect();
-        RunMachine::new(&self.store.record, "agent".into(), "message".into(), tools, 100)
+        RunMachine::new(
+            &mut self.store.record.clone(),
+            "agent".into(),
+            "message".into(),
+            tools,
+            100,
+        )
     }
 
     /// Carries out the machine's effects against the simulated model, tools
@@ -258,8 +264,8 @@ impl World {
                         })
                         .collect(),
                 ),
-                Effect::Save(write) => match self.write(write)? {
-                    true => Event::Saved,
+                Effect::Save(write) => match self.write(write.clone())? {
+                    true => Event::Saved(write),
                     false => Event::SaveFailed {
                         conflict: true,
                         transient: false,

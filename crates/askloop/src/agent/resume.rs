@@ -282,7 +282,13 @@ impl Agent {
         let claimed = if machine::marks_start(&action, rules) {
             let pending = machine::mark_started(&record.pending, target, Utc::now());
             let resolution = Resolution::now(Some(target), action.resolution_kind(), author);
-            let outbox = driver::notifications(&self.inner.subscriptions, &record, &pending, Some(&resolution));
+            let outbox = driver::notifications(
+                &self.inner.subscriptions,
+                &record,
+                &record.pending,
+                &pending,
+                Some(&resolution),
+            );
             let claim = RunUpdate {
                 run_id: &record.run_id,
                 expected_version: record.version,

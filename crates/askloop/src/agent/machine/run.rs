@@ -108,8 +108,10 @@ pub(crate) enum Event {
     ModelFailed { transient: bool, message: String },
     /// The tools of [`Effect::RunTools`] returned (or waited), in its order.
     ToolsReturned(Vec<CallOutcome>),
-    /// The last [`Effect::Save`] is stored.
-    Saved,
+    /// The last [`Effect::Save`] is stored: its write, handed back (the
+    /// driver keeps its `append`), becomes what the machine knows is stored,
+    /// with no copy.
+    Saved(RunWrite),
     /// The last [`Effect::Save`] is not; `conflict`: it lost its
     /// compare-and-set to another writer.
     SaveFailed {
@@ -223,8 +225,8 @@ enum Phase {
     Model,
     /// The step's tools run; `turn` is the model turn when not stored yet.
     Tools { turn: Option<Message>, then: Then },
-    /// A write is in flight: `stored` once it lands, then `next`.
-    Saving { stored: Stored, next: AfterSave },
+    /// A write is in flight; once it lands, `next`.
+    Saving { next: AfterSave },
     /// A lost write: the run is being read.
     ReadingRun,
     /// The stream ended.
@@ -288,9 +290,11 @@ pub(crate) struct RunMachine {
 
 impl RunMachine {
     /// A machine for `record` as stored, driven by one stream of agent
-    /// `agent_id` with these tools.
+    /// `agent_id` with these tools. It takes the record's pending calls and
+    /// step results (left empty there) and holds them from then on:
+    /// [`RunMachine::pending`] reads them.
     pub(crate) fn new(
-        record: &RunRecord,
+        record: &mut RunRecord,
         agent_id: String,
         message_id: String,
         tools: Vec<(String, ToolRules)>,
@@ -307,14 +311,25 @@ impl RunMachine {
             usage: record.usage,
             stored: Stored {
                 status: record.status,
-                pending: record.pending.clone(),
-                step_results: record.step_results.clone(),
+                pending: std::mem::take(&mut record.pending),
+                step_results: std::mem::take(&mut record.step_results),
             },
             step: Step::default(),
             resolution: None,
             phase: Phase::Idle,
             effects: VecDeque::new(),
         }
+    }
+
+    /// The calls waiting on people as last stored (while a write is in
+    /// flight, as before it).
+    pub(crate) fn pending(&self) -> &[PendingToolCall] {
+        &self.stored.pending
+    }
+
+    /// The calls waiting on people as last stored, once the stream ended.
+    pub(crate) fn into_pending(self) -> Vec<PendingToolCall> {
+        self.stored.pending
     }
 
     /// The next thing to do, if any.
@@ -337,7 +352,7 @@ impl RunMachine {
             Event::ModelFinished(turn) => self.model_finished(turn),
             Event::ModelFailed { transient, message } => self.fail(RunFailure::Model { transient, message }),
             Event::ToolsReturned(outcomes) => self.tools_returned(outcomes),
-            Event::Saved => self.saved(),
+            Event::Saved(write) => self.saved(write),
             Event::SaveFailed {
                 conflict,
                 transient,
@@ -484,14 +499,8 @@ impl RunMachine {
 
     /// Queues a write of the step's state and waits for it to land.
     fn save(&mut self, write: StepWrite, failure: Option<RunFailure>, next: AfterSave) {
-        let status = write.status;
-        let stored = Stored {
-            status,
-            pending: write.pending.clone(),
-            step_results: write.step_results.clone(),
-        };
         self.effects.push_back(Effect::Save(RunWrite {
-            status,
+            status: write.status,
             append: write.append,
             pending: write.pending,
             step_results: write.step_results,
@@ -502,14 +511,18 @@ impl RunMachine {
             // takes it along.
             resolution: self.resolution.take(),
         }));
-        self.phase = Phase::Saving { stored, next };
+        self.phase = Phase::Saving { next };
     }
 
-    fn saved(&mut self) {
-        let Phase::Saving { stored, next } = std::mem::take(&mut self.phase) else {
+    fn saved(&mut self, write: RunWrite) {
+        let Phase::Saving { next } = std::mem::take(&mut self.phase) else {
             return self.out_of_phase("a stored write");
         };
-        self.stored = stored;
+        self.stored = Stored {
+            status: write.status,
+            pending: write.pending,
+            step_results: write.step_results,
+        };
         match next {
             AfterSave::Completed(summary) => {
                 self.effects.push_back(Effect::ReportStep {
@@ -698,7 +711,7 @@ impl RunMachine {
             claimed,
         } = resume;
         let id = action.tool_call_id();
-        let Some(target) = self.stored.pending.iter().find(|p| p.tool_call_id == id).cloned() else {
+        let Some(at) = self.stored.pending.iter().position(|p| p.tool_call_id == id) else {
             // Checked before the claim; only a bug gets here.
             return self.refuse(format!("tool call {id} is no longer pending"), claimed);
         };
@@ -709,6 +722,7 @@ impl RunMachine {
             );
         };
         self.resolution = resolution;
+        let target = &self.stored.pending[at];
         let call = ToolCall {
             id: target.tool_call_id.clone(),
             name: target.tool_name.clone(),

@@ -27,7 +27,7 @@ fn machine(record: &RunRecord, max_steps: u32) -> RunMachine {
             },
         ),
     ];
-    RunMachine::new(record, "agent".into(), "msg".into(), tools, max_steps)
+    RunMachine::new(&mut record.clone(), "agent".into(), "msg".into(), tools, max_steps)
 }
 
 fn new_run() -> RunRecord {
@@ -159,7 +159,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
     );
 
     // Persist before you emit: nothing of the step is shown before this.
-    m.handle(Event::Saved);
+    m.handle(Event::Saved(write));
     assert_eq!(
         drain(&mut m),
         [
@@ -219,7 +219,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
     );
     assert!(write.pending.is_empty() && write.step_results.is_empty());
 
-    m.handle(Event::Saved);
+    m.handle(Event::Saved(write));
     assert_eq!(
         drain(&mut m),
         [
@@ -241,7 +241,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
     let write = the_save(drain(&mut m));
     assert_eq!(write.status, RunStatus::Completed);
     assert_eq!(write.append, [Message::assistant("Deployed to eu-west.", Vec::new())]);
-    m.handle(Event::Saved);
+    m.handle(Event::Saved(write));
     let effects = drain(&mut m);
     assert!(
         matches!(
@@ -307,7 +307,7 @@ fn a_cancel_while_a_tool_that_must_not_run_twice_runs_ends_with_abort() {
     let write = the_save(drain(&mut m));
     assert_eq!(write.status, RunStatus::Running);
     assert_eq!(write.append, [Message::assistant("", vec![charge.clone()])]);
-    m.handle(Event::Saved);
+    m.handle(Event::Saved(write));
     assert_eq!(drain(&mut m), [Effect::RunTools(vec![execute(&charge)])]);
 
     // The run is cancelled while the tool runs; the step's write loses.
@@ -388,8 +388,8 @@ fn a_stream_past_its_step_limit_fails_instead_of_calling_the_model() {
     drain(&mut m);
     let (result, chunk) = ran(&lookup, "found");
     m.handle(Event::ToolsReturned(vec![CallOutcome::Done(result, chunk)]));
-    drain(&mut m);
-    m.handle(Event::Saved);
+    let write = the_save(drain(&mut m));
+    m.handle(Event::Saved(write));
     let effects = drain(&mut m);
     let Some(Effect::Save(write)) = effects.last() else {
         panic!("expected the failure's write, got {effects:?}")
@@ -435,7 +435,10 @@ fn a_recovered_run_with_a_question_still_open_is_suspended_again_without_running
         matches!(effects.as_slice(), [Effect::Emit(ChunkKind::Start(_)), Effect::Save(w)] if w.status == RunStatus::Suspended),
         "{effects:?}"
     );
-    m.handle(Event::Saved);
+    let Some(Effect::Save(write)) = effects.last().cloned() else {
+        panic!("expected a write, got {effects:?}")
+    };
+    m.handle(Event::Saved(write));
     let effects = drain(&mut m);
     assert!(
         matches!(

@@ -242,6 +242,9 @@ mod tests {
         assert_eq!(config.mode, Mode::HttpConcurrent(1000));
         assert_eq!(config.target.server_bin, Some(PathBuf::from("/opt/askloop")));
         assert_eq!(parse(args("http 5")).unwrap().unwrap().mode, Mode::Http(5));
+        let config = parse(args("--hold 30 http-concurrent 10")).unwrap().unwrap();
+        assert_eq!(config.target.hold, Some(std::time::Duration::from_secs(30)));
+        assert_eq!(parse(args("http 5")).unwrap().unwrap().target.hold, None);
     }
 
     #[test]
@@ -260,6 +263,9 @@ mod tests {
             "http",
             "http-concurrent 0",
             "http 3 --server-bin",
+            "http-concurrent 3 --hold",
+            "http-concurrent 3 --hold 1.5",
+            "http-concurrent 3 --hold soon",
         ] {
             let err = parse(args(line)).unwrap_err();
             assert!(!err.0.is_empty() && !err.0.contains('\n'), "{line}: {err}");

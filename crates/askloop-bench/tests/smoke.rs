@@ -196,6 +196,7 @@ fn http_concurrent_runs_all_suspend_then_all_finish_through_a_served_askloop() {
             "all_resumed_s",
             "total_s",
             "server_rss_mb_suspended",
+            "server_rss_mb_settled",
             "server_peak_rss_mb_suspended",
             "server_peak_rss_mb",
             "server_cpu_ms_per_run",
@@ -205,6 +206,7 @@ fn http_concurrent_runs_all_suspend_then_all_finish_through_a_served_askloop() {
     assert_eq!(report["k"], 5);
     assert_eq!(report["ok"], 5);
     assert!(report["server_rss_mb_suspended"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["server_rss_mb_settled"].as_f64().unwrap() > 0.0, "{report}");
 }
 
 #[test]

@@ -35,11 +35,10 @@ pub(crate) async fn take_over_stalled_runs(
     mut stopping: watch::Receiver<bool>,
 ) {
     loop {
-        if let Err(err) = take_over_expired(&agents, store.as_ref(), &runs).await {
-            tracing::warn!(error = %err, "cannot look for stalled runs");
-        }
-        if let Err(err) = expire_overdue(&agents, store.as_ref(), &runs).await {
-            tracing::warn!(error = %err, "cannot look for expired questions");
+        for look in [Look::Stalled, Look::Overdue] {
+            if let Err(err) = sweep_once(look, &agents, store.as_ref(), &runs).await {
+                tracing::warn!(error = %err, "cannot look for {}", look.what());
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
@@ -48,69 +47,72 @@ pub(crate) async fn take_over_stalled_runs(
     }
 }
 
-/// One look: reads the runs whose lease ran out, page after page, once for
-/// every agent, and hands each to its agent to take over. Runs of agents
-/// this server does not have are left alone. Returns how many it took.
-pub(crate) async fn take_over_expired(
+/// What one look of the sweep goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// Runs whose lease ran out: their driver stopped.
+    Stalled,
+    /// Runs with a question or approval past its time limit.
+    Overdue,
+}
+
+impl Look {
+    fn what(self) -> &'static str {
+        match self {
+            Look::Stalled => "stalled runs",
+            Look::Overdue => "expired questions",
+        }
+    }
+}
+
+/// One look: reads the runs of `look` page after page, once for every
+/// agent, and hands each to its agent: a stalled run to take over, a run
+/// with a call past its time limit to resolve it. Each run that goes on is
+/// driven on `runs`. Runs of agents this server does not have are left
+/// alone. Returns how many runs it took over or resolved calls of.
+pub(crate) async fn sweep_once(
+    look: Look,
     agents: &[Agent],
     store: &dyn RunStore,
     runs: &TaskTracker,
 ) -> Result<usize, RunError> {
-    let mut taken = 0;
-    let mut pages = ExpiredRuns::new(store, Utc::now(), EXPIRED_PAGE);
+    let author = Author::via(Interface::Server);
+    let now = Utc::now();
+    let mut pages = match look {
+        Look::Stalled => ExpiredRuns::new(store, now, EXPIRED_PAGE),
+        Look::Overdue => ExpiredRuns::time_limits(store, now, EXPIRED_PAGE),
+    };
+    let mut acted = 0;
     while let Some(page) = pages.next_page().await? {
         for run in page {
             let Some(agent) = agents.iter().find(|agent| agent.id() == run.agent_id) else {
                 continue;
             };
             let run_id = run.run_id.clone();
-            match agent.recover_listed_run(run, Author::via(Interface::Server)).await {
-                Ok(Some(stream)) => {
-                    taken += 1;
-                    tracing::info!(run_id = %run_id, agent = agent.id(), "took over a run whose driver stopped");
-                    let span = tracing::info_span!("recovered_run", run_id = %run_id);
-                    runs.spawn(stream.output().instrument(span));
-                }
-                // Taken by another process first, or renewed meanwhile.
-                Ok(None) => {}
-                Err(err) => tracing::warn!(run_id = %run_id, error = %err, "cannot take over a stalled run"),
-            }
-        }
-    }
-    Ok(taken)
-}
-
-/// One look for questions and approvals past their time limit: reads the
-/// runs holding one, page after page, once for every agent, and hands each
-/// to its agent to resolve; a run that goes on is driven on `runs`. Runs of
-/// agents this server does not have are left alone. Returns how many runs
-/// it resolved calls of.
-pub(crate) async fn expire_overdue(
-    agents: &[Agent],
-    store: &dyn RunStore,
-    runs: &TaskTracker,
-) -> Result<usize, RunError> {
-    let mut resolved = 0;
-    let mut pages = ExpiredRuns::time_limits(store, Utc::now(), EXPIRED_PAGE);
-    while let Some(page) = pages.next_page().await? {
-        for run in page {
-            let Some(agent) = agents.iter().find(|agent| agent.id() == run.agent_id) else {
-                continue;
+            let streams = match look {
+                Look::Stalled => agent.recover_listed_run(run, author.clone()).await.map(Vec::from_iter),
+                Look::Overdue => agent.expire_run(&run_id, author.clone()).await,
             };
-            match agent.expire_run(&run.run_id, Author::via(Interface::Server)).await {
+            match streams {
+                // Taken over, renewed or answered by someone else first.
+                Ok(streams) if streams.is_empty() => {}
                 Ok(streams) => {
-                    resolved += 1;
-                    tracing::info!(run_id = %run.run_id, agent = agent.id(), "resolved a question whose time limit passed");
+                    acted += 1;
+                    let done = match look {
+                        Look::Stalled => "took over a run whose driver stopped",
+                        Look::Overdue => "resolved a question whose time limit passed",
+                    };
+                    tracing::info!(run_id = %run_id, agent = agent.id(), "{done}");
                     for stream in streams {
-                        let span = tracing::info_span!("expired_question", run_id = %run.run_id);
+                        let span = tracing::info_span!("swept_run", run_id = %run_id, look = ?look);
                         runs.spawn(stream.output().instrument(span));
                     }
                 }
-                Err(err) => tracing::warn!(run_id = %run.run_id, error = %err, "cannot resolve an expired question"),
+                Err(err) => tracing::warn!(run_id = %run_id, error = %err, "cannot act on one of the {}", look.what()),
             }
         }
     }
-    Ok(resolved)
+    Ok(acted)
 }
 
 #[cfg(test)]
@@ -148,7 +150,7 @@ mod tests {
             store.create(&run, &[askloop::Message::user("go")]).await.unwrap();
         }
         let runs = TaskTracker::new();
-        let taken = take_over_expired(&agents, store.as_ref(), &runs).await.unwrap();
+        let taken = sweep_once(Look::Stalled, &agents, store.as_ref(), &runs).await.unwrap();
         assert_eq!(taken, 867);
         runs.close();
         runs.wait().await;
@@ -176,7 +178,10 @@ mod tests {
             "runs of unknown agents are left alone"
         );
         // A second look finds nothing of a or b.
-        assert_eq!(take_over_expired(&agents, store.as_ref(), &runs).await.unwrap(), 0);
+        assert_eq!(
+            sweep_once(Look::Stalled, &agents, store.as_ref(), &runs).await.unwrap(),
+            0
+        );
     }
 
     #[tokio::test]
@@ -226,7 +231,7 @@ mod tests {
             store.create(&run, &messages).await.unwrap();
         }
         let runs = TaskTracker::new();
-        let resolved = expire_overdue(&agents, store.as_ref(), &runs).await.unwrap();
+        let resolved = sweep_once(Look::Overdue, &agents, store.as_ref(), &runs).await.unwrap();
         assert_eq!(resolved, 734);
         runs.close();
         runs.wait().await;
@@ -245,6 +250,9 @@ mod tests {
             "runs of unknown agents are left alone"
         );
         // A second look finds nothing of a or b.
-        assert_eq!(expire_overdue(&agents, store.as_ref(), &runs).await.unwrap(), 0);
+        assert_eq!(
+            sweep_once(Look::Overdue, &agents, store.as_ref(), &runs).await.unwrap(),
+            0
+        );
     }
 }

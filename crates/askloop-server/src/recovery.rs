@@ -123,18 +123,24 @@ mod tests {
 
     use super::*;
 
+    /// Agents `a` and `b` on `store`, each with a model playing `script`.
+    fn agents_a_and_b(store: &Arc<dyn RunStore>, script: &str) -> Vec<Agent> {
+        ["a", "b"]
+            .map(|id| {
+                let model = ScriptedModel::from_json("s", script).unwrap();
+                Agent::builder(id)
+                    .model(Arc::new(model))
+                    .store(Arc::clone(store))
+                    .build()
+                    .unwrap()
+            })
+            .to_vec()
+    }
+
     #[tokio::test]
     async fn one_look_takes_over_the_stalled_runs_of_every_agent_past_one_page_and_leaves_unknown_agents_alone() {
         let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
-        let agent = |id: &str| {
-            let model = ScriptedModel::from_json("s", r#"{"turns": [{"text": "back"}]}"#).unwrap();
-            Agent::builder(id)
-                .model(Arc::new(model))
-                .store(Arc::clone(&store))
-                .build()
-                .unwrap()
-        };
-        let agents = vec![agent("a"), agent("b")];
+        let agents = agents_a_and_b(&store, r#"{"turns": [{"text": "back"}]}"#);
         let dead = Lease::new("dead", Utc::now() - chrono::Duration::seconds(5));
         // 1,300 stalled runs: 434 of a, 433 of b, 433 of an agent this
         // server does not have.
@@ -187,17 +193,11 @@ mod tests {
     #[tokio::test]
     async fn one_look_resolves_the_overdue_questions_of_every_agent_past_one_page_and_leaves_unknown_agents_alone() {
         let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
-        let agent = |id: &str| {
-            // The script's first turn is the stored one that asked.
-            let script = r#"{"turns": [{"text": "asked"}, {"text": "went on without it"}]}"#;
-            let model = ScriptedModel::from_json("s", script).unwrap();
-            Agent::builder(id)
-                .model(Arc::new(model))
-                .store(Arc::clone(&store))
-                .build()
-                .unwrap()
-        };
-        let agents = vec![agent("a"), agent("b")];
+        // The script's first turn is the stored one that asked.
+        let agents = agents_a_and_b(
+            &store,
+            r#"{"turns": [{"text": "asked"}, {"text": "went on without it"}]}"#,
+        );
         let overdue = Utc::now() - chrono::Duration::seconds(5);
         // 1,100 runs waiting on a question whose limit passed: 367 of a,
         // 367 of b, 366 of an agent this server does not have.

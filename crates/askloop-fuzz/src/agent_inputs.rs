@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use askloop::ask_user::is_blank;
 use askloop::scripted::{ScriptToolCall, ScriptTurn};
 use askloop::{
     Agent, AskUser, MemoryStore, Model, Question, RunStatus, RunStore, Script, ScriptedModel, SelectionMode, Tool,
@@ -58,7 +59,7 @@ pub fn ask_user_input(data: &[u8]) {
             let question = Question::from_payload(payload).expect("the stored question reads back");
             assert!(!question.text.is_empty());
             for (i, option) in question.options.iter().enumerate() {
-                assert!(!option.label.trim().is_empty(), "a blank label was offered");
+                assert!(!is_blank(&option.label), "a blank label was offered");
                 assert!(
                     question.options[..i].iter().all(|o| o.label != option.label),
                     "a label offered twice"
@@ -130,7 +131,7 @@ pub fn answer_check_case(payload: &Value, answer: &Value, allow_free_text: bool)
             // A blank answer is refused even if a (never offered: ask_user
             // refuses blank labels) stored label is blank.
             (Some(SelectionMode::SingleSelect), answer) => {
-                is_label(answer) && answer.as_str().is_some_and(|s| !s.trim().is_empty())
+                is_label(answer) && answer.as_str().is_some_and(|s| !is_blank(s))
             }
             (Some(SelectionMode::MultiSelect), Value::Array(items)) => {
                 let distinct = items.iter().enumerate().all(|(i, v)| !items[..i].contains(v));
@@ -138,10 +139,10 @@ pub fn answer_check_case(payload: &Value, answer: &Value, allow_free_text: bool)
                     && distinct
                     && items
                         .iter()
-                        .all(|v| is_label(v) && v.as_str().is_some_and(|s| !s.trim().is_empty()))
+                        .all(|v| is_label(v) && v.as_str().is_some_and(|s| !is_blank(s)))
             }
             (Some(SelectionMode::MultiSelect), _) => false,
-            (None, Value::String(text)) => !text.trim().is_empty(),
+            (None, Value::String(text)) => !is_blank(text),
             (None, _) => false,
         };
         assert_eq!(

@@ -93,6 +93,15 @@ pub struct AskUserInput {
 /// mode (absent for free text).
 pub type AskUserPayload = AskUserInput;
 
+/// Whether `text` is empty or only white space, as Rust counts it
+/// ([`char::is_whitespace`]) or as a JSON Schema validator's `\S` does
+/// (ECMA-262's `\s`, which also counts U+FEFF, the byte-order mark): an
+/// answer the check accepts is then always one its schema
+/// ([`Question::answer_schema`], `"pattern": "\\S"`) accepts too.
+pub fn is_blank(text: &str) -> bool {
+    text.chars().all(|c| c.is_whitespace() || c == '\u{FEFF}')
+}
+
 /// A suspend payload as stored: the question's fields, and the `metadata`
 /// the runtime adds, which is not part of the question.
 #[derive(Deserialize)]
@@ -175,7 +184,7 @@ impl Question {
         };
         let known = |label: &str| allow_free_text || labels.iter().any(|l| l == label);
         match (self.mode, answer) {
-            (None, Value::String(text)) if text.trim().is_empty() => {
+            (None, Value::String(text)) if is_blank(text) => {
                 refuse("the answer is empty; a free-text question needs a non-empty string".into())
             }
             (None, Value::String(_)) => Ok(()),
@@ -184,7 +193,7 @@ impl Question {
                 json_kind(other)
             )),
             // With free text allowed, a blank answer would pass as "known".
-            (Some(SelectionMode::SingleSelect), Value::String(label)) if label.trim().is_empty() => {
+            (Some(SelectionMode::SingleSelect), Value::String(label)) if is_blank(label) => {
                 refuse("the answer is empty; a single-select question needs one of the labels".into())
             }
             (Some(SelectionMode::SingleSelect), Value::String(label)) if known(label) => Ok(()),
@@ -210,7 +219,7 @@ impl Question {
                     if !known(label) {
                         return refuse(format!("{label:?} is not one of the options"));
                     }
-                    if label.trim().is_empty() {
+                    if is_blank(label) {
                         return refuse("an empty label is not an answer".into());
                     }
                     if seen.contains(&label.as_str()) {
@@ -458,7 +467,7 @@ fn check_options(options: &[AskUserOption], max_options: usize) -> Result<(), To
         )));
     }
     for (position, option) in options.iter().enumerate() {
-        if option.label.trim().is_empty() {
+        if is_blank(&option.label) {
             return Err(ToolError(format!(
                 "Failed to ask user: option {} has an empty label. Every option needs a short, non-empty label.",
                 position + 1
@@ -588,6 +597,25 @@ mod tests {
 
     fn question(payload: Value) -> Question {
         Question::from_payload(&payload).unwrap()
+    }
+
+    #[test]
+    fn an_answer_of_white_space_as_a_schema_validator_counts_it_is_refused_by_the_check_and_the_schema() {
+        let free = question(json!({"question": "Why?"}));
+        let schema = free.answer_schema(false);
+        // U+FEFF is white space to ECMA-262's `\s` (JSON Schema patterns),
+        // not to Rust; U+0085 to Rust, not to ECMA-262.
+        for blank in ["", " \n", "\u{FEFF}", "\u{FEFF} \n", "\u{00A0}\u{3000}", "\u{0085}"] {
+            let answer = json!(blank);
+            assert!(free.check_answer(&answer, false).is_err(), "{blank:?} was accepted");
+        }
+        for blank in ["\u{FEFF}", "\u{FEFF} \n", "\u{00A0}\u{3000}"] {
+            assert!(
+                crate::tool::check_against_schema(&schema, &json!(blank)).is_err(),
+                "{blank:?} passes the schema"
+            );
+        }
+        assert!(free.check_answer(&json!("\u{FEFF}ok"), false).is_ok());
     }
 
     #[test]

@@ -116,6 +116,21 @@ fn the_save(effects: Vec<Effect>) -> RunWrite {
     }
 }
 
+/// A new run's machine whose first model turn called `lookup`, which
+/// returned: the step's write is what it asked for last, returned with it.
+fn one_lookup_step_to_save(max_steps: u32) -> (RunMachine, RunWrite) {
+    let lookup = call("c1", "lookup");
+    let mut m = machine(&new_run(), max_steps);
+    m.handle(Event::Started);
+    drain(&mut m);
+    m.handle(Event::ModelFinished(turn("", std::slice::from_ref(&lookup))));
+    drain(&mut m);
+    let (result, chunk) = ran(&lookup, "found");
+    m.handle(Event::ToolsReturned(vec![CallOutcome::Done(result, chunk)]));
+    let write = the_save(drain(&mut m));
+    (m, write)
+}
+
 #[test]
 fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the_question() {
     let (lookup, ask) = (call("c1", "lookup"), call("c2", "ask_user"));
@@ -257,15 +272,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
 
 #[test]
 fn a_lease_lost_mid_step_shows_nothing_of_the_step_and_ends_interrupted() {
-    let lookup = call("c1", "lookup");
-    let mut m = machine(&new_run(), 5);
-    m.handle(Event::Started);
-    drain(&mut m);
-    m.handle(Event::ModelFinished(turn("", std::slice::from_ref(&lookup))));
-    drain(&mut m);
-    let (result, chunk) = ran(&lookup, "found");
-    m.handle(Event::ToolsReturned(vec![CallOutcome::Done(result, chunk)]));
-    the_save(drain(&mut m));
+    let (mut m, _) = one_lookup_step_to_save(5);
 
     m.handle(Event::SaveFailed {
         conflict: true,
@@ -380,15 +387,7 @@ fn a_failed_model_call_is_stored_with_the_step_kept_then_shown() {
 
 #[test]
 fn a_stream_past_its_step_limit_fails_instead_of_calling_the_model() {
-    let lookup = call("c1", "lookup");
-    let mut m = machine(&new_run(), 1);
-    m.handle(Event::Started);
-    drain(&mut m);
-    m.handle(Event::ModelFinished(turn("", std::slice::from_ref(&lookup))));
-    drain(&mut m);
-    let (result, chunk) = ran(&lookup, "found");
-    m.handle(Event::ToolsReturned(vec![CallOutcome::Done(result, chunk)]));
-    let write = the_save(drain(&mut m));
+    let (mut m, write) = one_lookup_step_to_save(1);
     m.handle(Event::Saved(write));
     let effects = drain(&mut m);
     let Some(Effect::Save(write)) = effects.last() else {

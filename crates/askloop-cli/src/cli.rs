@@ -176,6 +176,23 @@ pub struct ServeArgs {
     /// 408 (at least 1).
     #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub body_timeout: u64,
+    /// Threads that handle requests and drive runs. One thread serves several
+    /// hundred question-and-answer round trips a second, at less CPU per round
+    /// trip than several (SQLite writes have their own thread either way);
+    /// 0: one per CPU core.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: usize,
+}
+
+impl ServeArgs {
+    /// How many threads handle requests: `--threads`, with 0 read as one
+    /// per CPU core.
+    pub fn request_threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

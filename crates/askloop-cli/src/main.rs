@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             errln!("askloop: cannot start: {err}");
@@ -44,5 +44,21 @@ fn main() -> ExitCode {
             errln!("askloop: {err}");
             err.code()
         }
+    }
+}
+
+/// The runtime a command runs on. `serve` runs on `--threads` threads: on
+/// the calling thread alone by default, which costs a fifth less CPU per
+/// round trip than two worker threads (no wake-ups between workers; see
+/// docs/benchmarks.md). Every other command on a thread per core.
+fn runtime_for(command: &cli::Command) -> tokio::runtime::Builder {
+    match command {
+        cli::Command::Serve(args) if args.request_threads() == 1 => tokio::runtime::Builder::new_current_thread(),
+        cli::Command::Serve(args) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(args.request_threads());
+            builder
+        }
+        _ => tokio::runtime::Builder::new_multi_thread(),
     }
 }

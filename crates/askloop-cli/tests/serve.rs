@@ -208,3 +208,71 @@ async fn with_askloop_api_token_set_serve_needs_the_bearer_token() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// How many of a process's threads are named as Tokio's worker threads.
+#[cfg(target_os = "linux")]
+fn worker_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "tokio-rt-worker")
+        .count()
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn serve_runs_on_one_thread_by_default_and_on_as_many_as_threads_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path());
+    let script = script.to_str().unwrap();
+    let client = reqwest::Client::new();
+    for (threads, said) in [
+        (None, "1 thread handles requests"),
+        (Some("3"), "3 threads handle requests"),
+    ] {
+        let mut args = vec!["--script", script];
+        args.extend(threads.iter().flat_map(|n| ["--threads", n]));
+        let serving = start(dir.path(), &args);
+        let banner = serving.banner.join("\n");
+        assert!(banner.contains(said), "--threads {threads:?}: {banner}");
+        // A runtime of worker threads starts them all at once (the default
+        // runs on the main thread; Tokio's threads for blocking calls have
+        // the same name as workers, so only the larger count is telling).
+        if threads.is_some() {
+            let workers = worker_threads(serving.child.id());
+            assert!(workers >= 3, "{workers} worker threads for --threads 3");
+        }
+        let body = client
+            .post(serving.url("/api/agents/assistant/stream"))
+            .json(&json!({"messages": "Deploy the app."}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let suspended = frames(&body).into_iter().last().unwrap();
+        assert_eq!(suspended["type"], "tool-call-suspended", "--threads {threads:?}");
+        let resumed = client
+            .post(serving.url("/api/agents/assistant/resume-stream"))
+            .json(&json!({"runId": suspended["runId"], "resumeData": "staging"}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let chunks = frames(&resumed);
+        assert_eq!(chunks.last().unwrap()["type"], "finish", "--threads {threads:?}");
+        assert!(resumed.ends_with("data: [DONE]\n\n"));
+    }
+}
+
+#[test]
+fn serve_refuses_a_thread_count_that_is_not_a_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = serve_command(dir.path(), &["--threads", "many"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--threads") && stderr.contains("many"), "{stderr}");
+}

@@ -25,6 +25,7 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             args.addr
         ))
     })?;
+    let threads = args.request_threads();
     let Configured { config, agents, store } = configured_agents(ctx, &args.model).await?;
     let token = std::env::var("ASKLOOP_API_TOKEN").ok().filter(|t| !t.is_empty());
     let protected = token.is_some() || !config.tokens.is_empty();
@@ -64,6 +65,11 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             }
         );
     }
+    errln!(
+        "askloop: {threads} thread{} handle{} requests (--threads)",
+        if threads == 1 { "" } else { "s" },
+        if threads == 1 { "s" } else { "" }
+    );
     let source = config
         .path
         .as_ref()

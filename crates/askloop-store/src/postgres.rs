@@ -31,7 +31,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Row};
 
-use crate::row::{FINISHED, JsonColumns, RowState, StoredRun, explain_missed_write, parse_message};
+use crate::row::{JsonColumns, RowState, StoredRun, explain_missed_write, finished_condition, parse_message};
 use errors::{Limits, PostgresFailure};
 use schema::{Requested, quoted};
 pub use settings::{DEFAULT_LOCK_TIMEOUT, DEFAULT_POSTGRES_SCHEMA, DEFAULT_STATEMENT_TIMEOUT, PostgresOptions};
@@ -261,6 +261,31 @@ macro_rules! run_columns {
          resolutions::text AS resolutions"
     };
 }
+
+/// Running runs whose lease ran out (`$1`: now), after the cursor `$2, $3`
+/// (last write, run id), oldest write first.
+const STALLED_RUNS: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= $1) \
+     AND ($2::timestamptz IS NULL OR (updated_at, run_id) > ($2, $3)) \
+     ORDER BY updated_at, run_id LIMIT $4"
+);
+
+/// Suspended runs whose earliest time limit passed (`$1`: now), after the
+/// cursor `$2, $3` (time limit, run id), soonest first, from the index of
+/// suspended runs with a time limit (`runs_suspended_by_expiry`).
+const EXPIRING_RUNS: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE status = 'suspended' AND expires_at <= $1 \
+     AND ($2::timestamptz IS NULL OR (expires_at, run_id) > ($2, $3)) \
+     ORDER BY expires_at, run_id LIMIT $4"
+);
+
+/// Deletes finished runs last written before `$1` (with their messages, by
+/// `ON DELETE CASCADE`), from the index of finished runs.
+const PRUNE: &str = concat!("DELETE FROM runs WHERE ", finished_condition!(), " AND updated_at < $1");
 
 fn stored_run(row: &PgRow) -> Result<StoredRun, StoreError> {
     let run_id: String = row
@@ -513,20 +538,14 @@ impl RunStore for PostgresStore {
         after: Option<&RunCursor>,
         limit: u32,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= $1) \
-             AND ($2::timestamptz IS NULL OR (updated_at, run_id) > ($2, $3)) \
-             ORDER BY updated_at, run_id LIMIT $4"
-        ))
-        .bind(now)
-        .bind(after.map(|after| after.at))
-        .bind(after.map(|after| after.run_id.as_str()))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.failed(|| "listing runs whose lease ran out".to_owned()))?;
+        let rows = sqlx::query(STALLED_RUNS)
+            .bind(now)
+            .bind(after.map(|after| after.at))
+            .bind(after.map(|after| after.run_id.as_str()))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.failed(|| "listing runs whose lease ran out".to_owned()))?;
         crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
     }
 
@@ -536,20 +555,14 @@ impl RunStore for PostgresStore {
         after: Option<&RunCursor>,
         limit: u32,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM runs WHERE status = 'suspended' AND expires_at <= $1 \
-             AND ($2::timestamptz IS NULL OR (expires_at, run_id) > ($2, $3)) \
-             ORDER BY expires_at, run_id LIMIT $4"
-        ))
-        .bind(now)
-        .bind(after.map(|after| after.at))
-        .bind(after.map(|after| after.run_id.as_str()))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.failed(|| "listing runs whose questions expired".to_owned()))?;
+        let rows = sqlx::query(EXPIRING_RUNS)
+            .bind(now)
+            .bind(after.map(|after| after.at))
+            .bind(after.map(|after| after.run_id.as_str()))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.failed(|| "listing runs whose questions expired".to_owned()))?;
         crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
     }
 
@@ -716,10 +729,7 @@ impl RunStore for PostgresStore {
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         // Messages go with their run (ON DELETE CASCADE), in the same
         // statement.
-        let done = sqlx::query("DELETE FROM runs WHERE status IN ($1, $2, $3) AND updated_at < $4")
-            .bind(FINISHED[0].as_str())
-            .bind(FINISHED[1].as_str())
-            .bind(FINISHED[2].as_str())
+        let done = sqlx::query(PRUNE)
             .bind(before)
             .execute(&self.pool)
             .await
@@ -729,8 +739,57 @@ impl RunStore for PostgresStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// PostgreSQL's generic plan (the one that holds for every value of the
+    /// parameters) for `sql`, with sequential scans made a last resort so
+    /// that a usable index shows even in an empty table.
+    async fn generic_plan(pool: &sqlx::PgPool, schema: &str, sql: &str, types: &str) -> String {
+        let mut conn = pool.acquire().await.unwrap();
+        let setup = format!(
+            "SET search_path = {}; SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; \
+             PREPARE probe ({types}) AS {sql}",
+            schema::quoted(schema)
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(setup))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let args = types.split(',').map(|_| "NULL").collect::<Vec<_>>().join(", ");
+        let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN (COSTS OFF) EXECUTE probe ({args})"
+        )))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        sqlx::raw_sql("DEALLOCATE probe").execute(&mut *conn).await.unwrap();
+        rows.into_iter().map(|(line,)| line).collect::<Vec<_>>().join("\n")
+    }
+
+    #[tokio::test]
+    async fn the_expiry_sweep_and_the_prune_can_use_their_partial_indexes_for_any_parameters() {
+        let Some(url) = crate::conformance::postgres_test_url("postgres partial indexes") else {
+            return;
+        };
+        let schema = crate::conformance::unique_schema_name();
+        let store = PostgresStore::connect_with(&url, PostgresOptions::default().schema(schema.clone()))
+            .await
+            .unwrap();
+        let expiring = generic_plan(
+            &store.pool,
+            &schema,
+            EXPIRING_RUNS,
+            "timestamptz, timestamptz, text, bigint",
+        )
+        .await;
+        let prune = generic_plan(&store.pool, &schema, PRUNE, "timestamptz").await;
+        store.pool.close().await;
+        crate::conformance::drop_schema(&url, &schema).await;
+        assert!(expiring.contains("runs_suspended_by_expiry"), "{expiring}");
+        assert!(prune.contains("runs_finished_by_updated"), "{prune}");
+    }
 
     #[test]
     fn passwords_are_left_out_of_messages() {

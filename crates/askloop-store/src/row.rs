@@ -244,12 +244,35 @@ pub(crate) fn explain_missed_write(run_id: &str, expected_version: i64, state: O
     }
 }
 
-/// The stored names of the finished statuses, which `prune` deletes.
-pub(crate) const FINISHED: [RunStatus; 3] = [RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled];
+/// The finished statuses, which `prune` deletes.
+#[cfg(test)]
+const FINISHED: [RunStatus; 3] = [RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled];
+
+/// The SQL condition "the run is finished", written out as the partial
+/// index on finished runs (migration 5) spells it: a database uses that
+/// index only for a query that states the index's condition itself.
+macro_rules! finished_condition {
+    () => {
+        "status IN ('completed', 'failed', 'cancelled')"
+    };
+}
+pub(crate) use finished_condition;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_finished_condition_names_every_finished_status_as_stored() {
+        let listed = FINISHED.map(|status| format!("'{}'", status.as_str())).join(", ");
+        assert_eq!(finished_condition!(), format!("status IN ({listed})"));
+        let unfinished = [RunStatus::Running, RunStatus::Suspended];
+        assert!(
+            unfinished
+                .iter()
+                .all(|s| !finished_condition!().contains(&format!("'{}'", s.as_str())))
+        );
+    }
 
     fn stored() -> StoredRun {
         StoredRun {

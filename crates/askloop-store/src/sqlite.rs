@@ -435,6 +435,28 @@ macro_rules! run_columns {
     };
 }
 
+/// Running runs whose lease ran out (`?1`: now), after the cursor `?2, ?3`
+/// (last write, run id), oldest write first: the running runs (those in
+/// flight, a handful) are read by status and sorted.
+const STALLED_RUNS: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?1) \
+     AND (?2 IS NULL OR (updated_at, run_id) > (?2, ?3)) \
+     ORDER BY updated_at, run_id LIMIT ?4"
+);
+
+/// Suspended runs whose earliest time limit passed (`?1`: now), after the
+/// cursor `?2, ?3` (time limit, run id), soonest first: read from the index
+/// of suspended runs with a time limit (`runs_suspended_by_expiry`).
+const EXPIRING_RUNS: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE status = 'suspended' AND expires_at <= ?1 \
+     AND (?2 IS NULL OR (expires_at, run_id) > (?2, ?3)) \
+     ORDER BY expires_at, run_id LIMIT ?4"
+);
+
 mod changes;
 mod connection;
 mod fault;
@@ -592,16 +614,7 @@ impl RunStore for SqliteStore {
             Some(after) => (Some(micros(after.at)), Some(after.run_id.as_str())),
             None => (None, None),
         };
-        self.select_runs(
-            concat!(
-                "SELECT ",
-                run_columns!(),
-                " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?1) \
-                 AND (?2 IS NULL OR (updated_at, run_id) > (?2, ?3)) \
-                 ORDER BY updated_at, run_id LIMIT ?4"
-            ),
-            rusqlite::params![now, after_write, after_id, limit],
-        )
+        self.select_runs(STALLED_RUNS, rusqlite::params![now, after_write, after_id, limit])
     }
 
     async fn expiring(
@@ -616,16 +629,7 @@ impl RunStore for SqliteStore {
             Some(after) => (Some(micros(after.at)), Some(after.run_id.as_str())),
             None => (None, None),
         };
-        self.select_runs(
-            concat!(
-                "SELECT ",
-                run_columns!(),
-                " FROM runs WHERE status = 'suspended' AND expires_at <= ?1 \
-                 AND (?2 IS NULL OR (expires_at, run_id) > (?2, ?3)) \
-                 ORDER BY expires_at, run_id LIMIT ?4"
-            ),
-            rusqlite::params![now, after_limit, after_id, limit],
-        )
+        self.select_runs(EXPIRING_RUNS, rusqlite::params![now, after_limit, after_id, limit])
     }
 
     async fn reclaim(
@@ -779,13 +783,56 @@ impl RunStore for SqliteStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use askloop::RunStatus;
+
+    use super::connection::{Role, open};
+    use super::{EXPIRING_RUNS, STALLED_RUNS, SqliteStore};
 
     /// The claim statement spells these names out.
     #[test]
     fn statuses_in_sql_match_their_stored_names() {
         assert_eq!(RunStatus::Running.as_str(), "running");
         assert_eq!(RunStatus::Suspended.as_str(), "suspended");
+    }
+
+    /// SQLite's plan for `sql`: the `detail` column of `EXPLAIN QUERY PLAN`.
+    fn plan(conn: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> String {
+        let mut explain = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let details: Vec<String> = explain
+            .query_map(params, |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        details.join("; ")
+    }
+
+    #[tokio::test]
+    async fn the_sweeps_read_only_the_runs_they_look_for_from_an_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("runs.db")).await.unwrap();
+        let conn = open(store.path(), Role::Reader, &Default::default()).unwrap();
+        let none: Option<i64> = None;
+        // The running runs (those in flight), sorted: a handful.
+        let stalled = plan(&conn, STALLED_RUNS, rusqlite::params![0, none, none, 10]);
+        assert!(stalled.contains("USING INDEX runs_by_status (status=?)"), "{stalled}");
+        // Of the suspended runs, which may be many, only those with a time
+        // limit that passed, in order.
+        let expiring = plan(&conn, EXPIRING_RUNS, rusqlite::params![0, none, none, 10]);
+        assert!(
+            expiring.contains("USING INDEX runs_suspended_by_expiry (status=? AND expires_at<?)"),
+            "{expiring}"
+        );
+        assert!(
+            !expiring.contains("TEMP B-TREE"),
+            "read in order, not sorted: {expiring}"
+        );
+        // Of the finished runs, only those last written before the cut-off.
+        let prune = plan(&conn, super::writes::PRUNE, [0]);
+        assert!(
+            prune.contains("INDEX runs_finished_by_updated (status=? AND updated_at<?)"),
+            "{prune}"
+        );
     }
 }

@@ -188,3 +188,65 @@ async fn a_file_whose_tables_sqlx_created_opens_with_its_runs() {
         4
     );
 }
+
+/// The index names of the `runs` table of the file at `path`, sorted.
+fn run_indexes(path: &std::path::Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut names = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' AND sql IS NOT NULL ORDER BY name")
+        .unwrap();
+    names
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// A file made by a build that kept an index per status on the sweeps'
+/// columns (migrations 1 to 4) gets the partial indexes in their place,
+/// keeping its runs, and its sweeps find them as before.
+#[tokio::test]
+async fn a_file_of_the_fourth_layout_gets_the_partial_indexes_and_keeps_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    for migration in [
+        include_str!("../migrations/sqlite/0001_runs.sql"),
+        include_str!("../migrations/sqlite/0002_leases.sql"),
+        include_str!("../migrations/sqlite/0003_expiry_and_resolutions.sql"),
+        include_str!("../migrations/sqlite/0004_outbox.sql"),
+    ] {
+        conn.execute_batch(migration).unwrap();
+    }
+    conn.execute_batch(
+        "PRAGMA user_version = 4;
+         INSERT INTO runs (run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, \
+         step_results, message_count, steps, usage, error, metadata, schema_version, expires_at) \
+         VALUES ('overdue', 'a', NULL, 'suspended', 2, 0, 0, '[]', '[]', 0, 1, \
+         '{\"inputTokens\":0,\"outputTokens\":0,\"totalTokens\":0}', NULL, 'null', 1, 1000), \
+         ('old', 'a', NULL, 'completed', 5, 0, 0, '[]', '[]', 0, 2, \
+         '{\"inputTokens\":0,\"outputTokens\":0,\"totalTokens\":0}', NULL, 'null', 1, NULL);",
+    )
+    .unwrap();
+    drop(conn);
+    assert!(run_indexes(&path).contains(&"runs_by_status_expiry".to_owned()));
+
+    let store = askloop_store::open(path.to_str().unwrap()).await.unwrap();
+    assert_eq!(
+        run_indexes(&path),
+        [
+            "runs_by_agent",
+            "runs_by_created",
+            "runs_by_status",
+            "runs_finished_by_updated",
+            "runs_suspended_by_expiry"
+        ]
+    );
+    let overdue = store.expiring(Utc::now(), None, 10).await.unwrap();
+    assert_eq!(
+        overdue.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(),
+        ["overdue"]
+    );
+    assert_eq!(store.prune(Utc::now()).await.unwrap(), 1, "the finished run is pruned");
+    assert_eq!(store.get("overdue").await.unwrap().unwrap().version, 2);
+}

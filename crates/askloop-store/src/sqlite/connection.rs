@@ -17,6 +17,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/sqlite/0003_expiry_and_resolutions.sql"),
     ),
     (4, include_str!("../../migrations/sqlite/0004_outbox.sql")),
+    (5, include_str!("../../migrations/sqlite/0005_partial_indexes.sql")),
 ];
 
 /// How many prepared statements a connection keeps (the write connection

@@ -59,7 +59,7 @@ use chrono::Utc;
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use tokio::sync::oneshot;
 
-use crate::row::{FINISHED, RowState, explain_missed_write};
+use crate::row::{RowState, explain_missed_write, finished_condition};
 
 use super::SqliteSync;
 use super::outbox::{self, NewDelivery, Outcome};
@@ -71,6 +71,10 @@ pub(crate) const MAX_BATCH: usize = 128;
 /// statement at 768 variables, under SQLite's limit even in builds older than
 /// 3.32 (999).
 const MESSAGES_PER_INSERT: usize = 256;
+
+/// Deletes finished runs last written before `?` (with their messages, by
+/// `ON DELETE CASCADE`), found from the index of finished runs.
+pub(crate) const PRUNE: &str = concat!("DELETE FROM runs WHERE ", finished_condition!(), " AND updated_at < ?");
 
 /// A `runs` row to insert, serialised.
 #[derive(Debug)]
@@ -415,15 +419,8 @@ impl Write {
                 // Messages go with their run (ON DELETE CASCADE), in the
                 // same statement.
                 let deleted = conn
-                    .prepare_cached("DELETE FROM runs WHERE status IN (?, ?, ?) AND updated_at < ?")
-                    .and_then(|mut prune| {
-                        prune.execute(params![
-                            FINISHED[0].as_str(),
-                            FINISHED[1].as_str(),
-                            FINISHED[2].as_str(),
-                            before
-                        ])
-                    })
+                    .prepare_cached(PRUNE)
+                    .and_then(|mut prune| prune.execute(params![before]))
                     .map_err(StoreError::backend)?;
                 Ok(i64::try_from(deleted).unwrap_or(i64::MAX))
             }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use askloop::{Agent, Author, Message, ResumeOptions, RunQuery, RunStatus, StreamOptions};
+use askloop::{Agent, Author, Message, ResumeOptions, RunError, RunQuery, RunStatus, StreamOptions};
 use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
@@ -195,14 +195,15 @@ async fn decide(
     // Refused before the run is read: a limited token learns nothing of
     // another agent's runs, and nothing is written.
     caller.check(agent_id)?;
-    let agent = owning_agent(state, agent_id, run_id).await?;
+    let agent = state.agent(agent_id)?;
     let author: Author = caller.author();
     let options = ResumeOptions::call_or_run(run_id, tool_call_id).by(author);
     let stream = match decision {
-        Decision::Answer(data) => agent.resume_stream(data, options).await?,
-        Decision::Approve => agent.approve_tool_call(options).await?,
-        Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await?,
-    };
+        Decision::Answer(data) => agent.resume_stream(data, options).await,
+        Decision::Approve => agent.approve_tool_call(options).await,
+        Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await,
+    }
+    .map_err(|err| on_agent_route(err, agent_id))?;
     Ok(sse::respond(state, stream, run_span(agent_id, run_id, tool_call_id)))
 }
 
@@ -239,14 +240,15 @@ fn run_span(agent_id: &str, run_id: &str, tool_call_id: Option<&str>) -> tracing
 
 /// The agent of the route, if the run is one of its runs: a run of another
 /// agent is not found here (its tools and model are another agent's).
-async fn owning_agent<'a>(state: &'a AppState, agent_id: &str, run_id: &str) -> Result<&'a Agent, ApiError> {
-    let agent = state.agent(agent_id)?;
-    match agent.store().get(run_id).await? {
-        Some(run) if run.agent_id == agent.id() => Ok(agent),
-        _ => Err(ApiError::UnknownRun {
-            run_id: run_id.to_owned(),
+/// On an agent's routes, a run of another agent is no run at all: a token
+/// limited to this agent learns nothing of it.
+fn on_agent_route(err: RunError, agent_id: &str) -> ApiError {
+    match err {
+        RunError::UnknownRun { run_id } | RunError::OtherAgent { run_id, .. } => ApiError::UnknownRun {
+            run_id,
             agent_id: Some(agent_id.to_owned()),
-        }),
+        },
+        other => other.into(),
     }
 }
 

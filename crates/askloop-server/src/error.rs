@@ -136,7 +136,7 @@ impl ApiError {
 
 fn run_status(err: &RunError) -> (StatusCode, &'static str) {
     match err {
-        RunError::UnknownRun { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
+        RunError::UnknownRun { .. } | RunError::OtherAgent { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
         RunError::NotSuspended { .. } => (StatusCode::CONFLICT, "run_not_suspended"),
         RunError::Expired { .. } => (StatusCode::CONFLICT, "expired"),
         RunError::ToolCallNotPending { .. } => (StatusCode::CONFLICT, "tool_call_not_pending"),

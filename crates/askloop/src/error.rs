@@ -13,6 +13,17 @@ pub enum RunError {
         /// The id given.
         run_id: String,
     },
+    /// The run belongs to another agent: an agent reads, continues and
+    /// cancels only its own runs (their tools and instructions are its own).
+    #[error("run {run_id} is a run of agent {owner}, not of agent {agent_id}; an agent continues only its own runs")]
+    OtherAgent {
+        /// The run.
+        run_id: String,
+        /// The agent asked to act on it.
+        agent_id: String,
+        /// The agent the run belongs to.
+        owner: String,
+    },
     /// The run exists but is not waiting for an answer.
     #[error("run {run_id} is {status}, not suspended: there is nothing to answer")]
     NotSuspended {
@@ -136,6 +147,7 @@ impl RunError {
     pub fn run_id(&self) -> Option<&str> {
         match self {
             RunError::UnknownRun { run_id }
+            | RunError::OtherAgent { run_id, .. }
             | RunError::NotSuspended { run_id, .. }
             | RunError::Expired { run_id, .. }
             | RunError::ToolCallNotPending { run_id, .. }

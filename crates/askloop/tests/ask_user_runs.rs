@@ -273,6 +273,59 @@ async fn resuming_an_unknown_run_is_a_typed_error_naming_it() {
 }
 
 #[tokio::test]
+async fn another_agent_on_the_same_store_cannot_read_answer_or_cancel_the_run() {
+    let (agent, model, store) = setup(FREE_TEXT);
+    let (_, output) = run(&agent, "Summarize my project").await;
+    let other = askloop::Agent::builder("reviewer")
+        .model(model.clone())
+        .tool(askloop::AskUser::new())
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let before = store.get(&output.run_id).await.unwrap().unwrap();
+    let refusals = [
+        other.get_run(&output.run_id).await.map(|_| ()),
+        other
+            .resume_stream("main", ResumeOptions::run(&output.run_id))
+            .await
+            .map(|_| ()),
+        other
+            .decline_tool_call(ResumeOptions::run(&output.run_id))
+            .await
+            .map(|_| ()),
+        other.cancel_run(&output.run_id).await,
+        other.retry_run(&output.run_id).await.map(|_| ()),
+    ];
+    for refused in refusals {
+        let err = refused.unwrap_err();
+        assert!(
+            matches!(&err, RunError::OtherAgent { run_id, agent_id, owner }
+                if *run_id == output.run_id && agent_id == "reviewer" && owner == "assistant"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("a run of agent assistant, not of agent reviewer"),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        store.get(&output.run_id).await.unwrap().unwrap(),
+        before,
+        "nothing written"
+    );
+    assert_eq!(model.calls(), 1, "the other agent's model was never called");
+    // Its own agent still answers it.
+    let done = agent
+        .resume_stream("main", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(done.status, RunStatus::Completed);
+}
+
+#[tokio::test]
 async fn resuming_a_completed_run_is_refused_and_changes_nothing() {
     let (agent, model, store) = setup(FREE_TEXT);
     let (_, output) = run(&agent, "x").await;

@@ -285,15 +285,30 @@ impl Agent {
         })
     }
 
-    /// Reads a run's stored state.
+    /// Reads the stored state of one of this agent's runs (a run of another
+    /// agent is [`RunError::OtherAgent`], as for every operation on a run).
     pub async fn get_run(&self, run_id: &str) -> Result<RunRecord, RunError> {
         self.load(run_id).await
     }
 
+    /// Reads one of this agent's runs.
     async fn load(&self, run_id: &str) -> Result<RunRecord, RunError> {
-        self.inner.store.get(run_id).await?.ok_or_else(|| RunError::UnknownRun {
-            run_id: run_id.to_owned(),
-        })
+        let run = self
+            .inner
+            .store
+            .get(run_id)
+            .await?
+            .ok_or_else(|| RunError::UnknownRun {
+                run_id: run_id.to_owned(),
+            })?;
+        if run.agent_id != self.inner.id {
+            return Err(RunError::OtherAgent {
+                run_id: run.run_id,
+                agent_id: self.inner.id.clone(),
+                owner: run.agent_id,
+            });
+        }
+        Ok(run)
     }
 
     fn spawn(&self, state: RunState, start: Start) -> AgentStream {

@@ -70,10 +70,11 @@ impl Agent {
     /// who took it over.
     pub async fn recover_listed_run(&self, run: RunRecord, author: Author) -> Result<Option<AgentStream>, RunError> {
         if run.agent_id != self.inner.id {
-            return Err(RunError::InvalidInput(format!(
-                "run {} belongs to agent {}, not {}",
-                run.run_id, run.agent_id, self.inner.id
-            )));
+            return Err(RunError::OtherAgent {
+                run_id: run.run_id,
+                agent_id: self.inner.id.clone(),
+                owner: run.agent_id,
+            });
         }
         // Only a run listed as running: a failed one is retried by
         // `retry_run`, which checks why it failed.

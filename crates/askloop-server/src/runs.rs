@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use askloop::{RunQuery, RunRecord, RunStatus};
+use askloop::{RunCursor, RunQuery, RunRecord, RunStatus};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -40,13 +40,12 @@ pub(crate) struct ListQuery {
 }
 
 /// Where the previous page ended: the last run it showed (runs are listed
-/// by creation time, then id, newest first) and how many runs came before
-/// it. The offset is where to start reading; the key drops runs created
-/// since the previous page, which push older ones further down.
+/// by creation time, then id, newest first). The next page starts right
+/// after it in the store's index, so runs created since, or gone from a
+/// status-filtered listing, shift nothing. (Cursors of earlier builds also
+/// held an offset, `o`: it is ignored.)
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 struct Cursor {
-    #[serde(rename = "o")]
-    offset: u32,
     #[serde(rename = "t")]
     created_at: DateTime<Utc>,
     #[serde(rename = "r")]
@@ -70,9 +69,12 @@ impl Cursor {
             })
     }
 
-    /// Whether `run` comes after the cursor's run in the listing order.
-    fn is_before(&self, run: &RunRecord) -> bool {
-        (run.created_at, run.run_id.as_str()) < (self.created_at, self.run_id.as_str())
+    /// The place right after `run`.
+    fn after(run: &RunRecord) -> Cursor {
+        Cursor {
+            created_at: run.created_at,
+            run_id: run.run_id.clone(),
+        }
     }
 }
 
@@ -126,10 +128,9 @@ pub(crate) async fn list(
     }))
 }
 
-/// Reads one page after `cursor`. It starts `limit` runs early (runs may
-/// have left a status-filtered listing since the previous page), skips what
-/// the previous page showed or anything newer, and reads on until the page
-/// is full.
+/// Reads one page after `cursor`, from the store's index. A token for
+/// several agents (not all) skips the others' runs, reading on until the
+/// page is full.
 async fn page(
     state: &AppState,
     caller: &Caller,
@@ -137,39 +138,33 @@ async fn page(
     limit: u32,
     cursor: Option<Cursor>,
 ) -> Result<(Vec<RunRecord>, Option<Cursor>), ApiError> {
-    let mut offset = cursor.as_ref().map_or(0, |c| c.offset.saturating_sub(limit));
-    // Each run kept, with its position in the listing; one more than the
-    // page, to know whether another page follows.
-    let mut runs: Vec<(u32, RunRecord)> = Vec::with_capacity(limit as usize + 1);
+    filter.after = cursor.map(|c| RunCursor {
+        at: c.created_at,
+        run_id: c.run_id,
+    });
+    // One more than the page, to know whether another page follows.
+    let wanted = limit as usize + 1;
+    filter.limit = Some(limit + 1);
+    let mut runs: Vec<RunRecord> = Vec::with_capacity(wanted);
     loop {
-        filter.offset = offset;
-        filter.limit = Some(limit + 1);
         let batch = state.store.list(&filter).await?;
-        let read = batch.len() as u32;
-        for (i, run) in batch.into_iter().enumerate() {
-            if runs.len() <= limit as usize
-                && cursor.as_ref().is_none_or(|c| c.is_before(&run))
-                && caller.may_act_for(&run.agent_id)
-            {
-                runs.push((offset + i as u32, run));
-            }
-        }
-        offset += read;
-        if runs.len() > limit as usize || read <= limit {
+        let exhausted = batch.len() < wanted;
+        filter.after = batch.last().map(RunCursor::after_created);
+        let room = wanted - runs.len();
+        runs.extend(
+            batch
+                .into_iter()
+                .filter(|run| caller.may_act_for(&run.agent_id))
+                .take(room),
+        );
+        if runs.len() == wanted || exhausted {
             break;
         }
     }
-    let more = runs.len() > limit as usize;
+    let more = runs.len() == wanted;
     runs.truncate(limit as usize);
-    let next = match runs.last() {
-        Some((position, last)) if more => Some(Cursor {
-            offset: position + 1,
-            created_at: last.created_at,
-            run_id: last.run_id.clone(),
-        }),
-        _ => None,
-    };
-    Ok((runs.into_iter().map(|(_, run)| run).collect(), next))
+    let next = runs.last().filter(|_| more).map(Cursor::after);
+    Ok((runs, next))
 }
 
 /// `GET /api/runs/{runId}`: the run, what it waits on, its conversation.
@@ -245,6 +240,32 @@ pub(crate) async fn health(State(state): State<Arc<AppState>>) -> Response {
                 Json(json!({"status": "unavailable", "error": {"code": "store_unavailable", "message": err.to_string()}})),
             )
                 .into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_round_trips_and_one_of_an_earlier_build_keeps_its_place() {
+        let cursor = Cursor {
+            created_at: "2026-12-04T10:00:00.000001Z".parse().unwrap(),
+            run_id: "run-7".into(),
+        };
+        assert_eq!(Cursor::decode(&cursor.encode()).unwrap(), cursor);
+        // Earlier builds wrote an offset too.
+        let earlier = URL_SAFE_NO_PAD.encode(br#"{"o":40,"t":"2026-12-04T10:00:00.000001Z","r":"run-7"}"#);
+        assert_eq!(Cursor::decode(&earlier).unwrap(), cursor);
+    }
+
+    #[test]
+    fn a_cursor_this_server_did_not_give_out_is_refused_saying_what_to_pass() {
+        for bad in ["nope", "e30", &URL_SAFE_NO_PAD.encode(b"[1,2]")] {
+            let err = Cursor::decode(bad).unwrap_err().to_string();
+            assert!(err.contains("pass the nextCursor of the previous page"), "{err}");
         }
     }
 }

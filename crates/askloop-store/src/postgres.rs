@@ -685,32 +685,45 @@ impl RunStore for PostgresStore {
     }
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        // A NULL limit is no limit. The id order is bytewise (the column is
-        // COLLATE "C"), as in the other stores.
-        let sql = match (query.status.is_some(), query.agent_id.is_some()) {
-            (false, false) => concat!(
-                "SELECT ",
-                run_columns!(),
-                " FROM runs ORDER BY created_at DESC, run_id DESC LIMIT $1 OFFSET $2"
-            ),
-            (true, false) => concat!(
-                "SELECT ",
-                run_columns!(),
-                " FROM runs WHERE status = $3 ORDER BY created_at DESC, run_id DESC LIMIT $1 OFFSET $2"
-            ),
-            (false, true) => concat!(
-                "SELECT ",
-                run_columns!(),
-                " FROM runs WHERE agent_id = $3 ORDER BY created_at DESC, run_id DESC LIMIT $1 OFFSET $2"
-            ),
-            (true, true) => concat!(
-                "SELECT ",
-                run_columns!(),
-                " FROM runs WHERE status = $3 AND agent_id = $4 \
-                 ORDER BY created_at DESC, run_id DESC LIMIT $1 OFFSET $2"
-            ),
+        // $1 and $2 are the limit (NULL: none) and offset; the conditions
+        // take the next numbers in order.
+        let mut conditions = Vec::with_capacity(3);
+        let mut next = 3;
+        let mut placeholder = || {
+            next += 1;
+            next - 1
         };
-        let mut q = sqlx::query(sql)
+        if query.status.is_some() {
+            conditions.push(format!("status = ${}", placeholder()));
+        }
+        if query.agent_id.is_some() {
+            conditions.push(format!("agent_id = ${}", placeholder()));
+        }
+        // A row value: the index on (created_at DESC, run_id DESC) (or the
+        // status or agent one) is entered right after the previous page.
+        // The id order is bytewise (the column is COLLATE "C"), as in the
+        // other stores.
+        if query.after.is_some() {
+            conditions.push(format!(
+                "(created_at, run_id) < (${}, ${})",
+                placeholder(),
+                placeholder()
+            ));
+        }
+        let filter = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        };
+        let sql = format!(
+            concat!(
+                "SELECT ",
+                run_columns!(),
+                " FROM runs{} ORDER BY created_at DESC, run_id DESC LIMIT $1 OFFSET $2"
+            ),
+            filter
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(query.limit.map(i64::from))
             .bind(i64::from(query.offset));
         if let Some(status) = query.status {
@@ -718,6 +731,9 @@ impl RunStore for PostgresStore {
         }
         if let Some(agent_id) = &query.agent_id {
             q = q.bind(agent_id);
+        }
+        if let Some(after) = &query.after {
+            q = q.bind(after.at).bind(after.run_id.as_str());
         }
         let rows = q
             .fetch_all(&self.pool)

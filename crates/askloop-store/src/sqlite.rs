@@ -457,6 +457,24 @@ const EXPIRING_RUNS: &str = concat!(
      ORDER BY expires_at, run_id LIMIT ?4"
 );
 
+/// The listing of runs newest first under `conditions` (joined by `AND`),
+/// then `LIMIT ? OFFSET ?`.
+fn list_runs(conditions: &[&str]) -> String {
+    let filter = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conditions.join(" AND "))
+    };
+    format!(
+        concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs{} ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?"
+        ),
+        filter
+    )
+}
+
 mod changes;
 mod connection;
 mod fault;
@@ -738,42 +756,34 @@ impl RunStore for SqliteStore {
     }
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        let sql = match (query.status.is_some(), query.agent_id.is_some()) {
-            (false, false) => concat!(
-                "SELECT ",
-                run_columns!(),
-                " FROM runs ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?"
-            ),
-            (true, false) => concat!(
-                "SELECT ",
-                run_columns!(),
-                " FROM runs WHERE status = ? ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?"
-            ),
-            (false, true) => concat!(
-                "SELECT ",
-                run_columns!(),
-                " FROM runs WHERE agent_id = ? ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?"
-            ),
-            (true, true) => concat!(
-                "SELECT ",
-                run_columns!(),
-                " FROM runs WHERE status = ? AND agent_id = ? ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?"
-            ),
-        };
         let status = query.status.map(|status| status.as_str());
+        let after = query
+            .after
+            .as_ref()
+            .map(|after| (micros(after.at), after.run_id.as_str()));
         // SQLite reads a negative LIMIT as "no limit".
         let limit = query.limit.map_or(-1, i64::from);
         let offset = i64::from(query.offset);
-        let mut values: Vec<&dyn ToSql> = Vec::with_capacity(4);
+        let mut conditions = Vec::with_capacity(3);
+        let mut values: Vec<&dyn ToSql> = Vec::with_capacity(6);
         if let Some(status) = &status {
+            conditions.push("status = ?");
             values.push(status);
         }
         if let Some(agent_id) = &query.agent_id {
+            conditions.push("agent_id = ?");
             values.push(agent_id);
+        }
+        // A row value: the index on (created_at DESC, run_id DESC) (or the
+        // status or agent one) is entered right after the previous page.
+        if let Some((created_at, run_id)) = &after {
+            conditions.push("(created_at, run_id) < (?, ?)");
+            values.push(created_at);
+            values.push(run_id);
         }
         values.push(&limit);
         values.push(&offset);
-        self.select_runs(sql, values.as_slice())
+        self.select_runs(&list_runs(&conditions), values.as_slice())
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -788,7 +798,7 @@ mod tests {
     use askloop::RunStatus;
 
     use super::connection::{Role, open};
-    use super::{EXPIRING_RUNS, STALLED_RUNS, SqliteStore};
+    use super::{EXPIRING_RUNS, STALLED_RUNS, SqliteStore, list_runs};
 
     /// The claim statement spells these names out.
     #[test]
@@ -809,7 +819,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_sweeps_read_only_the_runs_they_look_for_from_an_index() {
+    async fn sweeps_and_listings_read_only_the_runs_they_look_for_from_an_index() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("runs.db")).await.unwrap();
         let conn = open(store.path(), Role::Reader, &Default::default()).unwrap();
@@ -828,6 +838,25 @@ mod tests {
             !expiring.contains("TEMP B-TREE"),
             "read in order, not sorted: {expiring}"
         );
+        // A page of a listing starts in the index right after the previous
+        // page, however far down: no rows skipped one by one, no sort.
+        let keyset = "(created_at, run_id) < (?, ?)";
+        for (conditions, index) in [
+            (vec![keyset], "runs_by_created ((created_at,run_id)<(?,?))"),
+            (
+                vec!["status = ?", keyset],
+                "runs_by_status (status=? AND (created_at,run_id)<(?,?))",
+            ),
+            (
+                vec!["agent_id = ?", keyset],
+                "runs_by_agent (agent_id=? AND (created_at,run_id)<(?,?))",
+            ),
+        ] {
+            let values = vec![0i64; conditions.len() + 3];
+            let page = plan(&conn, &list_runs(&conditions), rusqlite::params_from_iter(values));
+            assert!(page.contains(index), "{page}");
+            assert!(!page.contains("TEMP B-TREE"), "{page}");
+        }
         // Of the finished runs, only those last written before the cut-off.
         let prune = plan(&conn, super::writes::PRUNE, [0]);
         assert!(

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use askloop::{
-    Message, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,
-    StoreError, ToolCall, ToolContent, ToolResult, Usage,
+    Message, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, RunCursor, RunQuery, RunRecord, RunStatus, RunStore,
+    RunUpdate, StoreError, ToolCall, ToolContent, ToolResult, Usage,
 };
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use serde_json::json;
@@ -572,6 +572,95 @@ pub async fn list_pages_with_limit_and_offset(s: &Subject) {
         ..Default::default()
     };
     assert!(s.store.list(&zero).await.unwrap().is_empty());
+}
+
+/// Pages that each start after the last run of the page before add up to
+/// the whole listing, with or without filters, runs created in the same
+/// microsecond ordered by id; a run created since the first page is not
+/// shown again, and one gone from a filtered listing shifts nothing.
+pub async fn list_pages_after_the_last_run_of_the_page_before(s: &Subject) {
+    let t0 = base_time() - Duration::hours(1);
+    for i in 0..5 {
+        suspended_run(
+            s.store.as_ref(),
+            &format!("s-{i}"),
+            "agent-1",
+            t0 + Duration::seconds(i),
+        )
+        .await;
+    }
+    // Three runs in one microsecond: their ids order them.
+    for id in ["same-a", "same-c", "same-b"] {
+        s.store
+            .create(&new_run(id, "agent-2", t0 + Duration::seconds(10), 1), &[user("x")])
+            .await
+            .unwrap();
+    }
+    let pages = |filter: RunQuery, limit: u32| async move {
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let query = RunQuery {
+                limit: Some(limit),
+                after: after.clone(),
+                ..filter.clone()
+            };
+            let page = s.store.list(&query).await.unwrap();
+            assert!(page.len() <= limit as usize);
+            let Some(last) = page.last() else { break };
+            after = Some(RunCursor::after_created(last));
+            seen.extend(ids(&page).into_iter().map(str::to_owned));
+        }
+        seen
+    };
+    let all = ids(&s.store.list(&RunQuery::default()).await.unwrap())
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    assert_eq!(&all[..3], ["same-c", "same-b", "same-a"]);
+    assert_eq!(pages(RunQuery::default(), 2).await, all);
+    assert_eq!(pages(RunQuery::default(), 1).await, all);
+    let suspended = RunQuery {
+        status: Some(RunStatus::Suspended),
+        ..Default::default()
+    };
+    assert_eq!(pages(suspended.clone(), 2).await, ["s-4", "s-3", "s-2", "s-1", "s-0"]);
+    let agent_2 = RunQuery {
+        agent_id: Some("agent-2".into()),
+        ..Default::default()
+    };
+    assert_eq!(pages(agent_2, 2).await, ["same-c", "same-b", "same-a"]);
+
+    // The first page of suspended runs, then a new one and one claimed.
+    let first = s
+        .store
+        .list(&RunQuery {
+            limit: Some(2),
+            ..suspended.clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&first), ["s-4", "s-3"]);
+    suspended_run(s.store.as_ref(), "s-new", "agent-1", t0 + Duration::seconds(20)).await;
+    let claimed = s.store.get("s-2").await.unwrap().unwrap();
+    s.store
+        .claim("s-2", claimed.version, &super::test_lease())
+        .await
+        .unwrap();
+    let second = s
+        .store
+        .list(&RunQuery {
+            limit: Some(2),
+            after: first.last().map(RunCursor::after_created),
+            ..suspended
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&second),
+        ["s-1", "s-0"],
+        "the next two, nothing skipped or repeated"
+    );
 }
 
 /// `prune` deletes completed, failed and cancelled runs last written before

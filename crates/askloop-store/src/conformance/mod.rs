@@ -197,6 +197,7 @@ macro_rules! store_conformance_tests {
             list_is_newest_first_then_by_id_descending,
             list_filters_by_status_and_agent,
             list_pages_with_limit_and_offset,
+            list_pages_after_the_last_run_of_the_page_before,
             prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages,
             text_with_nul_characters_round_trips_exactly,
             a_claim_holds_the_run_and_only_its_owner_renews_it_without_a_new_version,

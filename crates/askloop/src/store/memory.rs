@@ -306,6 +306,12 @@ impl RunStore for MemoryStore {
             .map(|run| &run.record)
             .filter(|r| query.status.is_none_or(|s| r.status == s))
             .filter(|r| query.agent_id.as_deref().is_none_or(|a| r.agent_id == a))
+            .filter(|r| {
+                query
+                    .after
+                    .as_ref()
+                    .is_none_or(|after| after.is_listed_before(r.created_at, &r.run_id))
+            })
             .cloned()
             .collect();
         found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.run_id.cmp(&a.run_id)));

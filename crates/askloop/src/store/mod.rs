@@ -393,6 +393,22 @@ impl RunCursor {
     pub fn precedes(&self, at: DateTime<Utc>, run_id: &str) -> bool {
         (at, run_id) > (self.at, self.run_id.as_str())
     }
+
+    /// The place just after `run` in a listing of runs newest first (by
+    /// creation, then by id, both descending), as [`RunStore::list`] lists
+    /// them: for [`RunQuery::after`].
+    pub fn after_created(run: &RunRecord) -> RunCursor {
+        RunCursor {
+            at: run.created_at,
+            run_id: run.run_id.clone(),
+        }
+    }
+
+    /// Whether a run created at `created_at` with id `run_id` comes after
+    /// this place in a listing newest first.
+    pub fn is_listed_before(&self, created_at: DateTime<Utc>, run_id: &str) -> bool {
+        (created_at, run_id) < (self.at, self.run_id.as_str())
+    }
 }
 
 /// Pages through every run nobody attends to at one moment, a bounded page
@@ -489,6 +505,12 @@ pub struct RunQuery {
     pub limit: Option<u32>,
     /// Skip this many (for paging).
     pub offset: u32,
+    /// Only runs listed after this place (see [`RunCursor::after_created`]):
+    /// the next page after a page that ended with that run. Unlike
+    /// `offset`, the stores seek to it in their index, so a page deep in a
+    /// long listing costs what the first one does, and runs created or
+    /// gone since the previous page shift nothing.
+    pub after: Option<RunCursor>,
 }
 
 /// What can go wrong in a store.

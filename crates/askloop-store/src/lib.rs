@@ -33,7 +33,8 @@
 //! [`RunStore::list`] leaves it out (logging a `tracing` warning with the
 //! reason), so one bad row never hides the others. A listed page can
 //! therefore hold fewer runs than its limit; the next page still starts at
-//! `offset + limit`.
+//! `offset + limit`, or after the page's last run ([`askloop::RunQuery::after`], read
+//! from the index however deep the page).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

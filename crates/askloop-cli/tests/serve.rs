@@ -242,26 +242,8 @@ async fn serve_runs_on_one_thread_by_default_and_on_as_many_as_threads_says() {
             let workers = worker_threads(serving.child.id());
             assert!(workers >= 3, "{workers} worker threads for --threads 3");
         }
-        let body = client
-            .post(serving.url("/api/agents/assistant/stream"))
-            .json(&json!({"messages": "Deploy the app."}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let suspended = frames(&body).into_iter().last().unwrap();
-        assert_eq!(suspended["type"], "tool-call-suspended", "--threads {threads:?}");
-        let resumed = client
-            .post(serving.url("/api/agents/assistant/resume-stream"))
-            .json(&json!({"runId": suspended["runId"], "resumeData": "staging"}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let asked = serving.ask(&client, "assistant", None).await;
+        let resumed = serving.answer(&client, "assistant", &asked).await;
         let chunks = frames(&resumed);
         assert_eq!(chunks.last().unwrap()["type"], "finish", "--threads {threads:?}");
         assert!(resumed.ends_with("data: [DONE]\n\n"));

@@ -19,7 +19,6 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -63,19 +62,10 @@ fn host_port(serving: &Serving) -> String {
 /// A whole round trip over HTTP: the question, the answer, the reply.
 async fn round_trip(client: &reqwest::Client, serving: &Serving) -> String {
     let asked = serving.ask(client, "assistant", None).await;
-    let (run_id, call) = (asked.run_id, asked.call_id);
-    let resumed = client
-        .post(serving.url("/api/agents/assistant/resume-stream"))
-        .json(&json!({"runId": run_id, "toolCallId": call, "resumeData": "staging"}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let resumed = serving.answer(client, "assistant", &asked).await;
     let last = chunks(&resumed).pop().unwrap();
     assert_eq!(last["type"], "finish", "{resumed}");
-    run_id
+    asked.run_id
 }
 
 async fn healthy(client: &reqwest::Client, serving: &Serving) {

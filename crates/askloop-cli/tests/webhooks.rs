@@ -19,12 +19,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::Sha256;
 
 mod common;
 
-use common::{BIN, Serving};
+use common::{Asked, BIN, Serving};
 
 /// 32 random bytes, as `whsec_` + base64.
 const SECRET: &str = "whsec_c2VjcmV0LWZvci10aGUtd2ViaG9vay10ZXN0cy0xMjM0NQ==";
@@ -139,21 +139,12 @@ fn start(dir: &Path) -> Serving {
 }
 
 /// Starts a run that asks one question; returns the run id and the call id.
-async fn ask(client: &reqwest::Client, server: &Serving) -> (String, String) {
-    let asked = server.ask(client, "deployer", None).await;
-    (asked.run_id, asked.call_id)
+async fn ask(client: &reqwest::Client, server: &Serving) -> Asked {
+    server.ask(client, "deployer", None).await
 }
 
-async fn answer(client: &reqwest::Client, server: &Serving, run_id: &str, call_id: &str) {
-    let body = client
-        .post(server.url("/api/agents/deployer/resume-stream"))
-        .json(&json!({"runId": run_id, "toolCallId": call_id, "resumeData": "staging"}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+async fn answer(client: &reqwest::Client, server: &Serving, asked: &Asked) {
+    let body = server.answer(client, "deployer", asked).await;
     assert!(body.contains("Deploying to"), "{body}");
 }
 
@@ -202,12 +193,13 @@ async fn each_event_is_delivered_once_signed_even_when_the_receiver_fails_its_fi
     let server = start(dir.path());
     let client = reqwest::Client::new();
 
-    let (run_id, call_id) = ask(&client, &server).await;
+    let asked = ask(&client, &server).await;
+    let (run_id, call_id) = (asked.run_id.clone(), asked.call_id.clone());
     wait_for(&shared, "the question.raised delivery", |r| {
         accepted(r, "question.raised") == 1
     })
     .await;
-    answer(&client, &server, &run_id, &call_id).await;
+    answer(&client, &server, &asked).await;
     wait_for(&shared, "the question.answered delivery", |r| {
         accepted(r, "question.answered") == 1
     })
@@ -251,7 +243,7 @@ async fn a_notification_stored_before_a_sigkill_is_delivered_once_by_the_next_se
     let client = reqwest::Client::new();
 
     let mut first = start(dir.path());
-    let (run_id, call_id) = ask(&client, &first).await;
+    let asked = ask(&client, &first).await;
     // The event is stored and was tried (and refused): kill the server
     // before it is delivered.
     wait_for(&shared, "a first attempt", |r| {
@@ -272,7 +264,7 @@ async fn a_notification_stored_before_a_sigkill_is_delivered_once_by_the_next_se
         accepted(r, "question.raised") == 1
     })
     .await;
-    answer(&client, &second, &run_id, &call_id).await;
+    answer(&client, &second, &asked).await;
     wait_for(&shared, "the question.answered delivery", |r| {
         accepted(r, "question.answered") == 1
     })
@@ -296,7 +288,8 @@ async fn an_answer_given_through_the_cli_with_the_servers_configuration_is_annou
     write_config(dir.path(), &hook);
     let server = start(dir.path());
     let client = reqwest::Client::new();
-    let (run_id, call_id) = ask(&client, &server).await;
+    let asked = ask(&client, &server).await;
+    let (run_id, call_id) = (asked.run_id.clone(), asked.call_id.clone());
 
     // The CLI builds the run's agent from the same file, webhooks'
     // subscriptions included: the notification is stored with the answer

@@ -165,6 +165,27 @@ impl PostgresStore {
         move |err| limits.failure(&action(), err)
     }
 
+    /// One page of a sweep's listing (`sql`: [`STALLED_RUNS`] or
+    /// [`EXPIRING_RUNS`], which take the same parameters).
+    async fn sweep_page(
+        &self,
+        sql: &'static str,
+        now: DateTime<Utc>,
+        after: Option<&RunCursor>,
+        limit: u32,
+        action: &'static str,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(sql)
+            .bind(now)
+            .bind(after.map(|after| after.at))
+            .bind(after.map(|after| after.run_id.as_str()))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.failed(|| action.to_owned()))?;
+        crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
+    }
+
     async fn row_state(&self, run_id: &str) -> Result<Option<RowState>, StoreError> {
         let row = sqlx::query("SELECT status, version, schema_version FROM runs WHERE run_id = $1")
             .bind(run_id)
@@ -538,15 +559,8 @@ impl RunStore for PostgresStore {
         after: Option<&RunCursor>,
         limit: u32,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query(STALLED_RUNS)
-            .bind(now)
-            .bind(after.map(|after| after.at))
-            .bind(after.map(|after| after.run_id.as_str()))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+        self.sweep_page(STALLED_RUNS, now, after, limit, "listing runs whose lease ran out")
             .await
-            .map_err(self.failed(|| "listing runs whose lease ran out".to_owned()))?;
-        crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
     }
 
     async fn expiring(
@@ -555,15 +569,8 @@ impl RunStore for PostgresStore {
         after: Option<&RunCursor>,
         limit: u32,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query(EXPIRING_RUNS)
-            .bind(now)
-            .bind(after.map(|after| after.at))
-            .bind(after.map(|after| after.run_id.as_str()))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+        self.sweep_page(EXPIRING_RUNS, now, after, limit, "listing runs whose questions expired")
             .await
-            .map_err(self.failed(|| "listing runs whose questions expired".to_owned()))?;
-        crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
     }
 
     async fn reclaim(

@@ -80,6 +80,20 @@ impl Serving {
         }
     }
 
+    /// Answers `asked` with "staging" through `agent`'s `resume-stream` and
+    /// returns the whole SSE body of the stream that goes on.
+    pub async fn answer(&self, client: &reqwest::Client, agent: &str, asked: &Asked) -> String {
+        client
+            .post(self.url(&format!("/api/agents/{agent}/resume-stream")))
+            .json(&serde_json::json!({"runId": asked.run_id, "toolCallId": asked.call_id, "resumeData": "staging"}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// The stderr lines printed after the banner, until the process ends.
     pub fn rest_of_stderr(&self) -> Vec<String> {
         self.stderr.iter().collect()

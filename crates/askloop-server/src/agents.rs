@@ -238,10 +238,9 @@ fn run_span(agent_id: &str, run_id: &str, tool_call_id: Option<&str>) -> tracing
     tracing::info_span!("run", agent_id = %agent_id, run_id = %run_id, tool_call_id = tool_call_id.unwrap_or(""))
 }
 
-/// The agent of the route, if the run is one of its runs: a run of another
-/// agent is not found here (its tools and model are another agent's).
-/// On an agent's routes, a run of another agent is no run at all: a token
-/// limited to this agent learns nothing of it.
+/// On an agent's routes, a run of another agent is no run at all (its tools
+/// and model are another agent's), and a token limited to this agent learns
+/// nothing of it.
 fn on_agent_route(err: RunError, agent_id: &str) -> ApiError {
     match err {
         RunError::UnknownRun { run_id } | RunError::OtherAgent { run_id, .. } => ApiError::UnknownRun {

@@ -10,9 +10,9 @@
 //! Frames are written in batches (see [`Batch`]): the chunks a run produces
 //! back to back go out in one write to the socket, not one write each. A
 //! model's response often arrives whole in one read, yet its HTTP client
-//! hands it over one HTTP chunk per turn of the scheduler; before writing,
-//! the body lets the scheduler run the tasks the run waits on until two
-//! turns in a row bring nothing new. That costs a poll per turn and no
+//! hands it over one HTTP chunk at a time, two turns of the scheduler
+//! apart; before writing, the body lets the scheduler run the tasks the run
+//! waits on until two turns in a row bring nothing new. That costs a poll per turn and no
 //! system call; a chunk is never held back waiting for I/O.
 //!
 //! A client that goes away mid-stream drops the body; the rest of the run is
@@ -50,8 +50,8 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// Frames wait for more while the run brings new chunks, and are written
 /// once this many turns of the scheduler in a row have brought none. The
 /// model's HTTP client takes two turns to hand over the next chunk of a
-/// response it has already read (`askloop-bench http`: with one turn, 15
-/// writes per stream; with two, 3.5, as with three or five).
+/// response it has already read (`askloop-bench http`, writes per stream:
+/// 15 when one idle turn writes, 3.5 with two or three, 3 with five).
 const IDLE_TURNS: u8 = 2;
 
 /// Appends one chunk as an SSE frame to `out`. A chunk that cannot be

@@ -90,8 +90,15 @@ async fn unknown_agents_runs_and_routes_are_404() {
 
     // A run of another agent is not this agent's to answer.
     let body = json!({"runId": run_id, "toolCallId": "x"});
-    let (status, _) = error_of(server.post("/api/agents/approver/approve-tool-call", body).await).await;
+    let (status, error) = error_of(server.post("/api/agents/approver/approve-tool-call", body).await).await;
+    assert_eq!((status, error["code"].as_str().unwrap()), (404, "unknown_run"));
+    let message = error["message"].as_str().unwrap();
+    assert_eq!(message, format!("no run with id {run_id} for agent approver"));
+    // The answer route says the same, and names no other agent.
+    let body = json!({"runId": run_id, "resumeData": "staging"});
+    let (status, error) = error_of(server.post("/api/agents/approver/resume-stream", body).await).await;
     assert_eq!(status, 404);
+    assert!(!error["message"].as_str().unwrap().contains("assistant"), "{error}");
 
     for path in ["/api/runs/no-such-run", "/api/nothing-here", "/nothing"] {
         let (status, _) = error_of(server.get(path).await).await;

@@ -48,7 +48,7 @@ fn main() -> ExitCode {
 }
 
 /// The runtime a command runs on. `serve` runs on `--threads` threads: on
-/// the calling thread alone by default, which costs a fifth less CPU per
+/// the calling thread alone by default, which costs about 15% less CPU per
 /// round trip than two worker threads (no wake-ups between workers; see
 /// docs/benchmarks.md). Every other command on a thread per core.
 fn runtime_for(command: &cli::Command) -> tokio::runtime::Builder {

@@ -310,7 +310,7 @@ impl RunStore for MemoryStore {
                 query
                     .after
                     .as_ref()
-                    .is_none_or(|after| after.is_listed_before(r.created_at, &r.run_id))
+                    .is_none_or(|after| after.precedes_in_listing(r.created_at, &r.run_id))
             })
             .cloned()
             .collect();

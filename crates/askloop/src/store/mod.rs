@@ -404,9 +404,10 @@ impl RunCursor {
         }
     }
 
-    /// Whether a run created at `created_at` with id `run_id` comes after
-    /// this place in a listing newest first.
-    pub fn is_listed_before(&self, created_at: DateTime<Utc>, run_id: &str) -> bool {
+    /// Whether this place comes before a run created at `created_at` with
+    /// id `run_id` in a listing newest first (the run is older, or as old
+    /// with a smaller id).
+    pub fn precedes_in_listing(&self, created_at: DateTime<Utc>, run_id: &str) -> bool {
         (created_at, run_id) < (self.at, self.run_id.as_str())
     }
 }

@@ -41,7 +41,7 @@ use askloop::{
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, ToSql};
+use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use crate::row::{JsonColumns, StoredRun, message_bodies, parse_message};
@@ -457,22 +457,44 @@ const EXPIRING_RUNS: &str = concat!(
      ORDER BY expires_at, run_id LIMIT ?4"
 );
 
-/// The listing of runs newest first under `conditions` (joined by `AND`),
-/// then `LIMIT ? OFFSET ?`.
-fn list_runs(conditions: &[&str]) -> String {
+/// The statement that lists the runs `query` asks for, newest first, and
+/// its values in order.
+fn list_statement(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let mut conditions = Vec::with_capacity(3);
+    let mut values = Vec::with_capacity(6);
+    if let Some(status) = query.status {
+        conditions.push("status = ?");
+        values.push(Value::Text(status.as_str().to_owned()));
+    }
+    if let Some(agent_id) = &query.agent_id {
+        conditions.push("agent_id = ?");
+        values.push(Value::Text(agent_id.clone()));
+    }
+    // A row value: the index on (created_at DESC, run_id DESC) (or the
+    // status or agent one) is entered right after the previous page.
+    if let Some(after) = &query.after {
+        conditions.push("(created_at, run_id) < (?, ?)");
+        values.push(Value::Integer(micros(after.at)));
+        values.push(Value::Text(after.run_id.clone()));
+    }
+    // SQLite reads a negative LIMIT as "no limit".
+    values.push(Value::Integer(query.limit.map_or(-1, i64::from)));
+    values.push(Value::Integer(i64::from(query.offset)));
     let filter = if conditions.is_empty() {
         String::new()
     } else {
         format!(" WHERE {}", conditions.join(" AND "))
     };
-    format!(
+    let sql = format!(
         concat!(
             "SELECT ",
             run_columns!(),
             " FROM runs{} ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?"
         ),
         filter
-    )
+    );
+    (sql, values)
 }
 
 mod changes;
@@ -756,34 +778,8 @@ impl RunStore for SqliteStore {
     }
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        let status = query.status.map(|status| status.as_str());
-        let after = query
-            .after
-            .as_ref()
-            .map(|after| (micros(after.at), after.run_id.as_str()));
-        // SQLite reads a negative LIMIT as "no limit".
-        let limit = query.limit.map_or(-1, i64::from);
-        let offset = i64::from(query.offset);
-        let mut conditions = Vec::with_capacity(3);
-        let mut values: Vec<&dyn ToSql> = Vec::with_capacity(6);
-        if let Some(status) = &status {
-            conditions.push("status = ?");
-            values.push(status);
-        }
-        if let Some(agent_id) = &query.agent_id {
-            conditions.push("agent_id = ?");
-            values.push(agent_id);
-        }
-        // A row value: the index on (created_at DESC, run_id DESC) (or the
-        // status or agent one) is entered right after the previous page.
-        if let Some((created_at, run_id)) = &after {
-            conditions.push("(created_at, run_id) < (?, ?)");
-            values.push(created_at);
-            values.push(run_id);
-        }
-        values.push(&limit);
-        values.push(&offset);
-        self.select_runs(&list_runs(&conditions), values.as_slice())
+        let (sql, values) = list_statement(query);
+        self.select_runs(&sql, rusqlite::params_from_iter(values))
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -798,7 +794,9 @@ mod tests {
     use askloop::RunStatus;
 
     use super::connection::{Role, open};
-    use super::{EXPIRING_RUNS, STALLED_RUNS, SqliteStore, list_runs};
+    use askloop::RunQuery;
+
+    use super::{EXPIRING_RUNS, STALLED_RUNS, SqliteStore, list_statement};
 
     /// The claim statement spells these names out.
     #[test]
@@ -840,20 +838,30 @@ mod tests {
         );
         // A page of a listing starts in the index right after the previous
         // page, however far down: no rows skipped one by one, no sort.
-        let keyset = "(created_at, run_id) < (?, ?)";
-        for (conditions, index) in [
-            (vec![keyset], "runs_by_created ((created_at,run_id)<(?,?))"),
+        let after = Some(askloop::RunCursor {
+            at: chrono::Utc::now(),
+            run_id: "r".into(),
+        });
+        let by = |status, agent_id: Option<&str>| RunQuery {
+            status,
+            agent_id: agent_id.map(str::to_owned),
+            after: after.clone(),
+            limit: Some(50),
+            ..Default::default()
+        };
+        for (query, index) in [
+            (by(None, None), "runs_by_created ((created_at,run_id)<(?,?))"),
             (
-                vec!["status = ?", keyset],
+                by(Some(RunStatus::Suspended), None),
                 "runs_by_status (status=? AND (created_at,run_id)<(?,?))",
             ),
             (
-                vec!["agent_id = ?", keyset],
+                by(None, Some("a")),
                 "runs_by_agent (agent_id=? AND (created_at,run_id)<(?,?))",
             ),
         ] {
-            let values = vec![0i64; conditions.len() + 3];
-            let page = plan(&conn, &list_runs(&conditions), rusqlite::params_from_iter(values));
+            let (sql, values) = list_statement(&query);
+            let page = plan(&conn, &sql, rusqlite::params_from_iter(values));
             assert!(page.contains(index), "{page}");
             assert!(!page.contains("TEMP B-TREE"), "{page}");
         }

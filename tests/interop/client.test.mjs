@@ -225,3 +225,64 @@ test('approveToolCall runs the tool and declineToolCall does not', async (t) => 
     assert.ok(!listed.runs.some((r) => r.runId === runId));
   });
 });
+
+test('memory: a second stream sent only its new message continues the thread, and the thread routes list, show, rename and delete it', async () => {
+  const agent = client.getAgent('assistant');
+  const thread = `interop-thread-${randomUUID()}`;
+  const resource = `interop-user-${randomUUID()}`;
+  const memory = { thread, resource };
+
+  const first = await chunksOf(await agent.stream('Deploy the app. Ask me which environment first.', { memory }));
+  const asked = first.at(-1);
+  assert.equal(asked.type, 'tool-call-suspended', types(first));
+  const done = await chunksOf(await agent.resumeStream('staging', { runId: asked.runId, toolCallId: asked.payload.toolCallId }));
+  assert.match(textOf(done), /^Deploying to .*staging.*\.$/);
+
+  // Only the new message: the agent's next question comes from the thread's
+  // context (its script picks the turn by the assistant messages it is given).
+  const second = await chunksOf(await agent.stream('Now deploy it again, ask me again.', { memory }));
+  const again = second.at(-1);
+  assert.equal(again.type, 'tool-call-suspended', types(second));
+  assert.equal(again.payload.suspendPayload.question, 'Again: which environment?');
+
+  const byThread = await agent.listSuspendedRuns({ threadId: thread });
+  assert.deepEqual(byThread.runs.map((r) => r.runId), [again.runId]);
+  assert.equal(byThread.runs[0].threadId, thread);
+  assert.equal(byThread.runs[0].resourceId, resource);
+  const byResource = await agent.listSuspendedRuns({ resourceId: resource });
+  assert.deepEqual(byResource.runs.map((r) => r.runId), [again.runId]);
+
+  const listed = await client.listMemoryThreads({ resourceId: resource, agentId: 'assistant' });
+  assert.deepEqual(listed.threads.map((t) => t.id), [thread]);
+  assert.equal(listed.total, 1);
+
+  const handle = client.getMemoryThread({ threadId: thread, agentId: 'assistant' });
+  const shown = await handle.get();
+  assert.equal(shown.resourceId, resource);
+  const { messages } = await handle.listMessages();
+  assert.deepEqual(messages.map((m) => m.role), ['user', 'assistant', 'assistant', 'user', 'assistant']);
+  const waiting = messages.at(-1);
+  const part = waiting.content.parts.find((p) => p.type === 'tool-invocation');
+  assert.equal(part.toolInvocation.state, 'call');
+  const suspendedTool = waiting.content.metadata.suspendedTools[part.toolInvocation.toolCallId];
+  assert.equal(suspendedTool.runId, again.runId);
+
+  const finished = await chunksOf(await agent.resumeStream('production', { runId: again.runId, toolCallId: again.payload.toolCallId }));
+  assert.match(textOf(finished), /production.*you first asked: Deploy the app\. Ask me which environment first\./);
+
+  const renamed = await handle.update({ title: 'deploys', metadata: { step: 2 }, resourceId: resource });
+  assert.equal(renamed.title, 'deploys');
+  assert.deepEqual(renamed.metadata, { step: 2 });
+  const created = await client.createMemoryThread({ threadId: `${thread}-b`, resourceId: resource, title: 'second', agentId: 'assistant' });
+  assert.equal(created.title, 'second');
+  assert.equal((await client.listMemoryThreads({ resourceId: resource, agentId: 'assistant' })).total, 2);
+
+  await handle.delete();
+  await assert.rejects(handle.get(), (err) => {
+    assert.ok(err instanceof MastraClientError, `a MastraClientError: ${err}`);
+    assert.equal(err.status, 404);
+    return true;
+  });
+  const left = await client.listMemoryThreads({ resourceId: resource, agentId: 'assistant' });
+  assert.deepEqual(left.threads.map((t) => t.id), [`${thread}-b`]);
+});

@@ -7,6 +7,8 @@
 //   ASKLOOP_WEB_URL         the server (no token)
 //   ASKLOOP_WEB_TOKEN_URL   a second server on the same store, with a token
 //   ASKLOOP_WEB_TOKEN       that token
+//   ASKLOOP_WEB_BUSY_URL    a third server, on a store of its own, that one
+//                           test fills with more waiting runs than a page holds
 //   ASKLOOP_BIN             the askloop binary (for `askloop run` in another process)
 //   ASKLOOP_WEB_DB          the SQLite file both servers use
 //   ASKLOOP_WEB_CLI_SCRIPT  the script `askloop run` plays
@@ -15,10 +17,9 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { launchWithProfile } from './browser.mjs';
 
 const env = (name) => {
   const value = process.env[name];
@@ -28,6 +29,7 @@ const env = (name) => {
 const BASE = env('ASKLOOP_WEB_URL');
 const TOKEN_BASE = env('ASKLOOP_WEB_TOKEN_URL');
 const TOKEN = env('ASKLOOP_WEB_TOKEN');
+const BUSY = env('ASKLOOP_WEB_BUSY_URL');
 const BIN = env('ASKLOOP_BIN');
 const DB = env('ASKLOOP_WEB_DB');
 const CLI_SCRIPT = env('ASKLOOP_WEB_CLI_SCRIPT');
@@ -38,32 +40,17 @@ mkdirSync(SHOTS, { recursive: true });
 // instead of hanging.
 const PATIENCE = 20_000;
 
+let browser;
 let context;
-let profile;
 
 before(async () => {
-  profile = mkdtempSync(join(tmpdir(), 'askloop-chromium-'));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    viewport: { width: 1200, height: 860 },
-  });
+  browser = await launchWithProfile({ viewport: { width: 1200, height: 860 } });
+  context = browser.context;
   context.setDefaultTimeout(PATIENCE);
 });
 
 after(async () => {
-  await context?.close();
-  if (profile) rmSync(profile, { recursive: true, force: true });
+  await browser?.close();
 });
 
 async function openPage(url, { dark = false, width, height } = {}) {
@@ -189,6 +176,91 @@ test('inbox: a question raised by askloop run in another process appears without
   await card.getByRole('button', { name: 'Send answer' }).click();
   await card.getByText('Answered: staging', { exact: true }).waitFor();
   await card.getByText('All set: User answered: staging').waitFor();
+  assert.deepEqual(page.problems, []);
+  await page.close();
+});
+
+/** Starts a run on the busy server and returns once it waits on a person. */
+async function startWaiting(agent, runId) {
+  const response = await fetch(`${BUSY}/api/agents/${agent}/stream`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ messages: `Ticket ${runId}`, runId }),
+  });
+  const body = await response.text();
+  assert.equal(response.status, 200, body);
+  assert.match(body, /tool-call-(suspended|approval)/, `${runId} waits: ${body.slice(0, 300)}`);
+}
+
+const BUSY_WAITING = 527;
+const BUSY_AGENTS = ['support', 'release', 'deployer'];
+const busyId = (n) => `busy-${String(n).padStart(4, '0')}`;
+
+test('inbox: with more runs waiting than a page holds, the heading counts them all and reading on reaches the oldest', async () => {
+  // The oldest alone first, then the others a few at a time.
+  await startWaiting('support', busyId(0));
+  for (let i = 1; i < BUSY_WAITING; i += 8) {
+    const batch = [];
+    for (let n = i; n < Math.min(i + 8, BUSY_WAITING); n += 1) batch.push(startWaiting(BUSY_AGENTS[n % 3], busyId(n)));
+    await Promise.all(batch);
+  }
+
+  const page = await openPage(`${BUSY}/inbox`);
+  const heading = page.getByRole('heading', { name: 'Inbox' });
+  await heading.getByText('527 waiting', { exact: true }).waitFor();
+  await page.getByRole('navigation', { name: 'Main' }).locator('#inbox-count', { hasText: /^527$/ }).waitFor();
+  const cards = page.locator('li.card');
+  // The footer counts the cards on the page (read together, in the page:
+  // the next page may already be loading as the list's end comes near).
+  const shown = await page.waitForFunction(() => {
+    const n = document.querySelectorAll('li.card').length;
+    return n > 0 && document.body.innerText.includes(`${n} of 527 shown`) ? n : false;
+  });
+  const firstPage = await shown.jsonValue();
+  assert.ok(firstPage < BUSY_WAITING, `one page first, not every card at once (${firstPage} cards)`);
+  await page.screenshot({ path: join(SHOTS, 'inbox-busy.png') });
+
+  // "Show more" from the keyboard: the focus moves to the first card of a new page.
+  await page.getByRole('button', { name: 'Show more' }).focus();
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.activeElement?.matches('li.card'));
+  const focused = await page.evaluate(() => [...document.querySelectorAll('li.card')].indexOf(document.activeElement));
+  assert.ok(focused >= firstPage, `the focus is on a card of a new page (card ${focused})`);
+
+  // Reading on: as the end of the list comes near, the next page loads.
+  const oldest = page.locator(`li.card[data-run-id="${busyId(0)}"]`);
+  while ((await oldest.count()) === 0) {
+    const loaded = await cards.count();
+    await page.evaluate(() => window.scrollTo(0, document.documentElement.scrollHeight));
+    await page.waitForFunction((n) => document.querySelectorAll('li.card').length > n, loaded);
+  }
+  await oldest.scrollIntoViewIfNeeded();
+  await oldest.getByRole('radio', { name: 'Refund' }).waitFor();
+  await page.getByText('All 527 shown').waitFor();
+  const ids = await cards.evaluateAll((els) => els.map((el) => el.dataset.runId));
+  assert.equal(ids.length, BUSY_WAITING);
+  assert.equal(new Set(ids).size, BUSY_WAITING, 'no run has two cards');
+  assert.equal(ids[ids.length - 1], busyId(0), 'the oldest comes last');
+  await page.screenshot({ path: join(SHOTS, 'inbox-busy-end.png') });
+
+  // Live updates keep every page loaded: a question answered elsewhere
+  // leaves, a new one comes on top, nothing is shown twice.
+  const answer = await fetch(`${BUSY}/api/agents/release/resume-stream`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ runId: busyId(1), resumeData: 'It reads CSV files twice as fast' }),
+  });
+  assert.equal(answer.status, 200, await answer.text());
+  await page.locator(`li.card[data-run-id="${busyId(1)}"]`).waitFor({ state: 'detached' });
+  await heading.getByText('526 waiting', { exact: true }).waitFor();
+  await startWaiting('support', 'busy-new');
+  await page.locator('li.card[data-run-id="busy-new"]').waitFor();
+  await heading.getByText('527 waiting', { exact: true }).waitFor();
+  const after = await cards.evaluateAll((els) => els.map((el) => el.dataset.runId));
+  assert.equal(after.length, BUSY_WAITING);
+  assert.equal(new Set(after).size, BUSY_WAITING, 'no run has two cards');
+  assert.equal(after[0], 'busy-new');
+  assert.equal(after[after.length - 1], busyId(0));
   assert.deepEqual(page.problems, []);
   await page.close();
 });
@@ -324,5 +396,30 @@ test('token: the page is refused without it, says when it is wrong, and lets in 
   await page.reload();
   await page.getByRole('heading', { name: 'Chat' }).waitFor();
   assert.equal(await page.getByLabel('API token').count(), 0);
+  await page.close();
+});
+
+test('run view: a run whose id holds spaces, a slash and URL marks opens by its encoded link and is answered there', async () => {
+  const runId = 'a b/c?d#e<x> 運行';
+  const started = await fetch(`${BASE}/api/agents/assistant/stream`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: 'Plan a small launch', runId }),
+  });
+  assert.equal(started.status, 200);
+  await started.text();
+
+  const page = await openPage(`${BASE}/runs/${encodeURIComponent(runId)}`);
+  await page.getByRole('heading', { name: /^Run / }).waitFor();
+  await page.getByRole('heading', { name: 'Waiting on 3 answers' }).waitFor();
+  const name = page.getByRole('form', { name: 'What should the launch be called?' });
+  await name.getByRole('textbox', { name: 'What should the launch be called?' }).fill('Dusk');
+  await name.getByRole('button', { name: 'Send answer' }).click();
+  await page.getByRole('heading', { name: 'Waiting on 2 answers' }).waitFor();
+
+  const run = await (await fetch(`${BASE}/api/runs/${encodeURIComponent(runId)}`)).json();
+  assert.equal(run.runId, runId);
+  assert.ok(run.resolutions.some((r) => r.kind === 'answered'), JSON.stringify(run.resolutions));
+  assert.deepEqual(page.problems, []);
   await page.close();
 });

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// Usage, printed with every argument error.
 pub const USAGE: &str = "usage: askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] [--detail] \
 [--runtime multi|current] [--server-bin PATH] [--hold SECS] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M \
-| http N | http-concurrent K";
+| http N | http-concurrent K | inbox M | thread M";
 
 /// Which Tokio runtime drives the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,10 +41,20 @@ pub enum Mode {
     Http(usize),
     /// K runs at once over HTTP through an `askloop serve` process.
     HttpConcurrent(usize),
+    /// M runs waiting, then the web page's Inbox opened in headless chromium.
+    Inbox(usize),
+    /// A stored thread grown to M messages, then runs started on it and
+    /// answered, in this process and in fresh ones.
+    Thread(usize),
     /// Hidden: the suspending half of `restart`, in a child process.
     RestartSuspend,
     /// Hidden: the resuming half of `restart`, in a child process.
     RestartResume(String),
+    /// Hidden: a run started on thread THREAD_ID of `thread`, in a child
+    /// process, until it suspends.
+    ThreadStart(String),
+    /// Hidden: the answering half of `thread`, in a child process.
+    ThreadAnswer(String),
 }
 
 /// Where the model server and the store are, and how to reach them.
@@ -166,8 +176,12 @@ fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
         ["waiting", m] => Mode::Waiting(count("waiting", m)?),
         ["http", n] => Mode::Http(count("http", n)?),
         ["http-concurrent", k] => Mode::HttpConcurrent(count("http-concurrent", k)?),
+        ["inbox", m] => Mode::Inbox(count("inbox", m)?),
+        ["thread", m] => Mode::Thread(count("thread", m)?),
         ["__restart-suspend"] => Mode::RestartSuspend,
         ["__restart-resume", run_id] => Mode::RestartResume((*run_id).to_owned()),
+        ["__thread-start", thread_id] => Mode::ThreadStart((*thread_id).to_owned()),
+        ["__thread-answer", run_id] => Mode::ThreadAnswer((*run_id).to_owned()),
         [] => return Err(ArgError("no mode given".into())),
         [mode] if COUNTED_MODES.contains(mode) => {
             return Err(ArgError(format!("mode `{mode}` needs a count, e.g. `{mode} 10`")));
@@ -190,7 +204,16 @@ fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
 }
 
 /// The modes that take one count.
-const COUNTED_MODES: [&str; 6] = ["roundtrip", "concurrent", "long", "waiting", "http", "http-concurrent"];
+const COUNTED_MODES: [&str; 8] = [
+    "roundtrip",
+    "concurrent",
+    "long",
+    "waiting",
+    "http",
+    "http-concurrent",
+    "inbox",
+    "thread",
+];
 
 /// The most runs or turns a mode accepts: beyond it a typo, not a benchmark.
 const MAX_COUNT: usize = 10_000_000;
@@ -242,6 +265,18 @@ mod tests {
         assert_eq!(config.mode, Mode::HttpConcurrent(1000));
         assert_eq!(config.target.server_bin, Some(PathBuf::from("/opt/askloop")));
         assert_eq!(parse(args("http 5")).unwrap().unwrap().mode, Mode::Http(5));
+        assert_eq!(parse(args("inbox 10000")).unwrap().unwrap().mode, Mode::Inbox(10_000));
+        let config = parse(args("thread 10000 --db postgres://u@h/db")).unwrap().unwrap();
+        assert_eq!(config.mode, Mode::Thread(10_000));
+        assert_eq!(config.target.db.as_deref(), Some("postgres://u@h/db"));
+        assert_eq!(
+            parse(args("__thread-start t-1")).unwrap().unwrap().mode,
+            Mode::ThreadStart("t-1".into())
+        );
+        assert_eq!(
+            parse(args("__thread-answer r-1")).unwrap().unwrap().mode,
+            Mode::ThreadAnswer("r-1".into())
+        );
         let config = parse(args("--hold 30 http-concurrent 10")).unwrap().unwrap();
         assert_eq!(config.target.hold, Some(std::time::Duration::from_secs(30)));
         assert_eq!(parse(args("http 5")).unwrap().unwrap().target.hold, None);
@@ -266,6 +301,10 @@ mod tests {
             "http-concurrent 3 --hold",
             "http-concurrent 3 --hold 1.5",
             "http-concurrent 3 --hold soon",
+            "thread",
+            "thread 0",
+            "thread 10 20",
+            "thread many",
         ] {
             let err = parse(args(line)).unwrap_err();
             assert!(!err.0.is_empty() && !err.0.contains('\n'), "{line}: {err}");

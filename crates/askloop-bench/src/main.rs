@@ -4,6 +4,8 @@
 //! askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] MODE
 //!   roundtrip N | concurrent K | restart | long T | waiting M
 //!   | http N | http-concurrent K      (with [--server-bin PATH])
+//!   | inbox M                         (the web page, in headless chromium)
+//!   | thread M                        (runs on a stored thread of M messages)
 //! ```
 //!
 //! Each mode prints one JSON line (`"impl":"askloop"`). Without
@@ -96,7 +98,11 @@ async fn run(config: Config) -> anyhow::Result<Report> {
         Mode::Waiting(m) => modes::waiting(target, m).await,
         Mode::Http(n) => modes::http(target, n).await,
         Mode::HttpConcurrent(k) => modes::http_concurrent(target, k).await,
+        Mode::Inbox(m) => modes::inbox(target, m).await,
         Mode::RestartSuspend => modes::restart_suspend(target).await,
         Mode::RestartResume(run_id) => modes::restart_resume(target, &run_id).await,
+        Mode::Thread(m) => modes::thread(target, m).await,
+        Mode::ThreadStart(thread_id) => modes::thread_start(target, &thread_id).await,
+        Mode::ThreadAnswer(run_id) => modes::thread_answer(target, &run_id).await,
     }
 }

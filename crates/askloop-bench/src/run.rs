@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use askloop::{Agent, AgentStream, ChunkKind, ResumeOptions, RunStatus};
+use askloop::{Agent, AgentStream, ChunkKind, ResumeOptions, RunStatus, StreamOptions};
 use askloop_testkit::workload;
 use futures::StreamExt;
 use serde_json::Value;
@@ -69,9 +69,14 @@ impl Streamed {
 
 /// Starts a run with the benchmark's prompt and reads it to its end.
 pub async fn start(agent: &Agent) -> anyhow::Result<Streamed> {
+    start_with(agent, StreamOptions::default()).await
+}
+
+/// [`start`] with options (a stored thread to run on, say).
+pub async fn start_with(agent: &Agent, options: StreamOptions) -> anyhow::Result<Streamed> {
     let started = Instant::now();
     let stream = agent
-        .stream(workload::DEPLOY_PROMPT)
+        .stream_with(workload::DEPLOY_PROMPT, options)
         .await
         .context("cannot start a run")?;
     Ok(drain(stream, started).await)
@@ -104,9 +109,9 @@ async fn drain(mut stream: AgentStream, started: Instant) -> Streamed {
         run_id,
         elapsed: started.elapsed(),
         status: output.status,
+        error: output.error(),
         text: output.text,
         question,
-        error: output.error,
     }
 }
 

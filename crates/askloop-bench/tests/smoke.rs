@@ -125,6 +125,44 @@ fn waiting_runs_all_complete() {
     assert_eq!(report["ok"], 20);
 }
 
+/// A thread needs a store that keeps threads: PostgreSQL when
+/// `ASKLOOP_TEST_DATABASE_URL` names one (the bench's thread is its own and
+/// is deleted at the end), else the default fresh SQLite file.
+#[test]
+fn thread_runs_start_from_the_threads_last_messages_here_and_in_fresh_processes() {
+    let db = std::env::var("ASKLOOP_TEST_DATABASE_URL").ok();
+    let mut args: Vec<&str> = Vec::new();
+    if let Some(db) = &db {
+        args.extend(["--db", db]);
+    }
+    // More messages than a run reads (10), so the context is a window.
+    args.extend(["thread", "12"]);
+    let report = bench(&args);
+    assert_keys(
+        &report,
+        &[
+            "impl",
+            "mode",
+            "m",
+            "suspend_ms",
+            "suspend_cpu_ms",
+            "resume_ms",
+            "resume_cpu_ms",
+            "cold_suspend_ms",
+            "cold_resume_ms",
+            "grow_s",
+            "db_bytes",
+            "peak_rss_mb",
+            "ok",
+        ],
+    );
+    assert_eq!(report["mode"], "thread");
+    assert_eq!(report["m"], 12);
+    // 5 round trips in the bench's process and 3 across fresh ones.
+    assert_eq!(report["ok"], 8);
+    assert!(report["cold_resume_ms"].as_f64().unwrap() > 0.0, "{report}");
+}
+
 /// The `askloop` binary of this build, next to the bench's: built here (a
 /// no-op when `cargo test --workspace` already built it), since a test of
 /// this crate does not otherwise build another crate's binary.

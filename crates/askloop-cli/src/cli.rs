@@ -8,12 +8,17 @@ use clap::{Args, Parser, Subcommand};
 const EXIT_CODES: &str = "\
 Exit status:
   0  the run completed (or the command succeeded; output cut short by a closed pipe too)
-  1  failure: unknown run, run not suspended, question already answered or another resume won,
-     model error; and the database: none at the --db path (only run, chat and serve create one),
+  1  failure: unknown run or thread, run not suspended or already finished, question already
+     answered, expired or another resume won, model error, a thread to delete whose runs still
+     wait (without --cancel-runs); and the database:
+     none at the --db path (only run, chat and serve create one),
      not a SQLite database or damaged, read only, disk full, server unreachable
   2  bad usage: bad flags (a --db that is no kind of location, --limit 0, --reason without
-     --decline), an answer the question does not accept, malformed --answer-json, a resume
-     without --tool-call-id while several questions are pending
+     --decline, a --reason over 64 KiB), a RUN_ID no run can have (a run id is 1 to 256 bytes
+     with no control characters and no white space at either end, and is not . or ..; thread
+     ids and --resource follow the same rule), an answer the question does not accept,
+     malformed --answer-json, a resume without --tool-call-id while several questions are
+     pending
   3  the run is suspended, waiting for an answer (answer it with `askloop resume`)
 
 --db: run, chat and serve create the SQLite file (and its folder) when missing; runs, runs show,
@@ -56,6 +61,13 @@ pub enum Command {
     Chat {
         /// The first message; you are asked for it when left out.
         prompt: Option<String>,
+        /// Continue thread ID (or start it): each message is a run on the thread, which
+        /// keeps the conversation from any terminal, after any restart. Its last messages
+        /// are shown first, and a question it waits on is asked before anything else.
+        #[arg(long, value_name = "ID")]
+        thread: Option<String>,
+        #[command(flatten)]
+        resource: ResourceArg,
         #[command(flatten)]
         model: ModelArgs,
     },
@@ -73,6 +85,9 @@ pub enum Command {
     Resume(ResumeArgs),
     /// List runs, newest first; `runs show RUN_ID` shows one.
     Runs(RunsArgs),
+    /// List your threads (conversations), newest first; `threads show ID` shows one,
+    /// `threads delete ID` deletes one.
+    Threads(ThreadsArgs),
     /// Approve a tool call that waits for approval.
     Approve {
         /// The run.
@@ -141,6 +156,11 @@ pub struct McpArgs {
     /// a client that cannot show questions is told to answer at URL/runs/RUN_ID.
     #[arg(long, value_name = "URL")]
     pub page_url: Option<String>,
+    /// The resource (whom the conversations are with) of the threads a client names in the
+    /// `thread` argument of ask_<agent>. Without it: ASKLOOP_RESOURCE, else the login name
+    /// ($USER or $USERNAME), else "mcp".
+    #[arg(long, value_name = "NAME")]
+    pub resource: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -155,13 +175,21 @@ pub struct ServeArgs {
     /// answer and cancel runs).
     #[arg(long)]
     pub allow_unauthenticated: bool,
-    /// Allow browser calls from this origin (CORS); repeat it, or give * for any origin.
+    /// Allow browser calls from this origin (CORS); repeat it, or give * for any origin
+    /// (only with a token).
     #[arg(long, value_name = "ORIGIN")]
     pub cors_origin: Vec<String>,
+    /// Answer requests naming this host (e.g. the name a reverse proxy forwards), besides
+    /// loopback names, IP addresses and the host of public_url; repeat it. Without a token
+    /// the server answers to no other host (against DNS rebinding); giving one turns the
+    /// check on with a token too.
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = askloop_server::DEFAULT_BODY_LIMIT, value_name = "BYTES")]
     pub max_body_bytes: usize,
-    /// Seconds open streams may run on after SIGTERM or Ctrl-C.
+    /// Seconds runs' open streams may run on after SIGTERM or Ctrl-C (the pages' live
+    /// feeds end at once; a second SIGTERM or Ctrl-C stops at once).
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     pub shutdown_grace: u64,
     /// Seconds between looks for runs whose process died mid-step (their
@@ -172,17 +200,26 @@ pub struct ServeArgs {
     /// client's connection is closed (at least 1).
     #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub header_timeout: u64,
-    /// Seconds a request body may go without a byte; the request then gets
-    /// 408 (at least 1).
+    /// Seconds a request body may take to arrive in full after its headers; a
+    /// slower one gets 408 (at least 1).
     #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub body_timeout: u64,
     /// Threads that handle requests and drive runs. One thread serves several
     /// hundred question-and-answer round trips a second, at less CPU per round
     /// trip than several (SQLite writes have their own thread either way);
-    /// 0: one per CPU core.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// 0: one per CPU core; at most 512.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=MAX_THREADS))]
     pub threads: usize,
 }
+
+/// The most `--threads` accepts. The work is waiting on sockets and the
+/// store, so threads beyond the CPU cores only add switching between them;
+/// 512 is above the hardware threads of the largest common servers (384 on
+/// two 96-core processors), so a larger number is a slip; and thousands of
+/// threads, each with its own stack, take seconds to start before the
+/// server says a word.
+const MAX_THREADS: u64 = 512;
 
 impl ServeArgs {
     /// How many threads handle requests: `--threads`, with 0 read as one
@@ -262,6 +299,57 @@ pub enum RunsCommand {
     Show {
         /// The run.
         run_id: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Whose threads: `--resource`, else `ASKLOOP_RESOURCE`, else the login name.
+#[derive(Debug, Args)]
+pub struct ResourceArg {
+    /// Whose threads these are (a person, an account). Default: $ASKLOOP_RESOURCE, else
+    /// your login name ($USER), the name the CLI records as the author of what you do.
+    #[arg(long, value_name = "NAME", global = true)]
+    pub resource: Option<String>,
+}
+
+/// `askloop threads`. `--resource` (and `--json`) may come before or
+/// after `show` and `delete`, so its arguments do not conflict with them.
+#[derive(Debug, Args)]
+pub struct ThreadsArgs {
+    #[command(subcommand)]
+    pub command: Option<ThreadsCommand>,
+    #[command(flatten)]
+    pub resource: ResourceArg,
+    /// At most this many threads (at least 1).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: u32,
+    /// Print one JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ThreadsCommand {
+    /// Show one thread: its messages, each tool call as its run stands now (waiting,
+    /// answered, declined, expired, superseded... and by whom), and the questions it
+    /// waits on with the run to answer them with (`askloop resume RUN`).
+    Show {
+        /// The thread.
+        thread_id: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a thread with its messages and runs. A thread whose runs still wait (or run)
+    /// is kept, naming them, unless --cancel-runs.
+    Delete {
+        /// The thread.
+        thread_id: String,
+        /// Cancel the thread's unfinished runs first (recorded as cancels by you).
+        #[arg(long)]
+        cancel_runs: bool,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::process::ExitCode;
 
-use askloop::{RunError, RunStatus, StoreError};
+use askloop::{InvalidId, RunError, RunStatus, StoreError};
 
 /// Bad usage: flags, an answer the question does not accept, ambiguous
 /// resume.
@@ -86,6 +86,8 @@ impl fmt::Display for CliError {
     }
 }
 
+impl std::error::Error for CliError {}
+
 impl From<RunError> for CliError {
     fn from(err: RunError) -> Self {
         let message = err.to_string();
@@ -94,11 +96,19 @@ impl From<RunError> for CliError {
                 "{message}; pass --tool-call-id (e.g. --tool-call-id {})",
                 pending.first().map_or("ID", String::as_str)
             )),
-            RunError::InvalidAnswer { .. } | RunError::WrongPendingKind { .. } | RunError::InvalidInput(_) => {
-                CliError::usage(message)
-            }
+            RunError::InvalidAnswer { .. }
+            | RunError::WrongPendingKind { .. }
+            | RunError::InvalidInput(_)
+            | RunError::InvalidId(_)
+            | RunError::ReasonTooLong { .. } => CliError::usage(message),
             _ => CliError::failure(message),
         }
+    }
+}
+
+impl From<InvalidId> for CliError {
+    fn from(err: InvalidId) -> Self {
+        CliError::usage(err.to_string())
     }
 }
 

@@ -153,11 +153,25 @@ fn say(text: &str) {
     let _ = err.flush();
 }
 
+/// Why what was typed picks no option.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NoPick {
+    /// The entry is no label and no number of one.
+    #[error("Not an option: {0}")]
+    NotAnOption(String),
+    /// The entry matches several labels that differ only in case.
+    #[error("{entry} matches {count} options that differ only in case: type one exactly, or its number")]
+    Ambiguous { entry: String, count: usize },
+    /// A multi-select line named nothing.
+    #[error("Pick at least one.")]
+    Nothing,
+}
+
 /// Reads a choice. A label typed exactly wins (options may themselves be
 /// numbers: with "3", "2", "1", typing 1 means "1"); then a position in the
 /// list; then a label typed in another case, when only one label matches
 /// that way ("ci" with both "CI" and "ci" offered is "ci", exactly).
-fn pick(entry: &str, labels: &[String]) -> Result<String, String> {
+fn pick(entry: &str, labels: &[String]) -> Result<String, NoPick> {
     let entry = entry.trim();
     if let Some(label) = labels.iter().find(|l| l.as_str() == entry) {
         return Ok(label.clone());
@@ -174,12 +188,11 @@ fn pick(entry: &str, labels: &[String]) -> Result<String, String> {
     let alike: Vec<&String> = labels.iter().filter(|l| l.to_lowercase() == folded).collect();
     match alike.as_slice() {
         [one] => Ok((*one).clone()),
-        [] => Err(format!("Not an option: {}", escape::one_line(entry))),
-        several => Err(format!(
-            "{} matches {} options that differ only in case: type one exactly, or its number",
-            escape::one_line(entry),
-            several.len()
-        )),
+        [] => Err(NoPick::NotAnOption(escape::one_line(entry).into_owned())),
+        several => Err(NoPick::Ambiguous {
+            entry: escape::one_line(entry).into_owned(),
+            count: several.len(),
+        }),
     }
 }
 
@@ -212,7 +225,7 @@ fn entries(line: &str) -> Vec<String> {
 
 /// The labels a multi-select line picks: the whole line when it is exactly
 /// one label (commas and all), else each entry.
-fn pick_several(line: &str, labels: &[String]) -> Result<Vec<String>, String> {
+fn pick_several(line: &str, labels: &[String]) -> Result<Vec<String>, NoPick> {
     if let Some(label) = labels.iter().find(|l| l.as_str() == line.trim()) {
         return Ok(vec![label.clone()]);
     }
@@ -224,7 +237,7 @@ fn pick_several(line: &str, labels: &[String]) -> Result<Vec<String>, String> {
         }
     }
     if picked.is_empty() {
-        return Err("Pick at least one.".to_owned());
+        return Err(NoPick::Nothing);
     }
     Ok(picked)
 }

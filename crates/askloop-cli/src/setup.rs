@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, AskUser, DatabaseFault, Model, RunRecord, RunStore, ScriptedModel, StoreError};
+use askloop::{Agent, AskUser, DatabaseFault, IdKind, Model, RunRecord, RunStore, ScriptedModel, StoreError};
 use askloop_providers::HttpConfig;
 use askloop_store::Access;
 use serde::{Deserialize, Serialize};
@@ -319,8 +319,11 @@ pub fn absolute_location(db: &str) -> String {
     }
 }
 
-/// Loads a run, or says there is no such run.
+/// Loads a run, or says there is no such run. A RUN_ID outside the rule
+/// for run ids (see [`IdKind`]) is bad usage, refused before the store is
+/// asked.
 pub async fn load_run(store: &Arc<dyn RunStore>, run_id: &str) -> Result<RunRecord, CliError> {
+    IdKind::Run.check(run_id)?;
     store
         .get(run_id)
         .await?

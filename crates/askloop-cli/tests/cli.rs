@@ -455,6 +455,66 @@ fn resume_with_no_answer_reads_it_from_piped_stdin() {
 }
 
 #[test]
+fn a_run_id_no_run_can_have_is_bad_usage_naming_the_rule_on_every_command() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let long = "r".repeat(60_000);
+    for id in [" run", "run ", ".", "..", "run\u{7f}", long.as_str()] {
+        for command in [
+            vec!["resume", id, "--answer", "Zed"],
+            vec!["approve", id],
+            vec!["decline", id],
+            vec!["retry", id],
+            vec!["cancel", id],
+            vec!["runs", "show", id],
+        ] {
+            let out = env.run(&command);
+            let err = stderr(&out);
+            assert_eq!(code(&out), 2, "{:?} {}: {err}", command[0], id.len());
+            assert!(
+                err.contains("is refused") && err.contains("a run id is 1 to 256 bytes"),
+                "{err}"
+            );
+            assert!(err.len() < 600, "{:?}: {} bytes on stderr", command[0], err.len());
+        }
+    }
+}
+
+#[test]
+fn a_decline_reason_over_64_kib_is_bad_usage_and_the_question_stays_open() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    let before = env.show(&run_id);
+    let reason = "r".repeat(64 * 1024 + 1);
+    for args in [
+        vec!["decline", run_id.as_str(), "--reason", reason.as_str()],
+        vec!["resume", run_id.as_str(), "--decline", "--reason", reason.as_str()],
+    ] {
+        let out = env.run(&args);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 2, "{:?}: {err}", args[0]);
+        assert!(err.contains("at most 65536 bytes"), "{err}");
+        assert!(err.len() < 600, "the reason is not echoed: {} bytes", err.len());
+    }
+    assert_eq!(env.show(&run_id), before);
+}
+
+#[test]
+fn cancelling_a_cancelled_run_says_it_is_already_cancelled() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    assert_eq!(code(&env.run(&["cancel", &run_id])), 0);
+    let out = env.run(&["cancel", &run_id]);
+    assert_eq!(code(&out), 1);
+    assert_eq!(
+        stderr(&out).trim(),
+        format!("askloop: run {run_id} is already cancelled; only a suspended or running run can be cancelled")
+    );
+}
+
+#[test]
 fn help_documents_the_exit_statuses() {
     let env = Env::new();
     let out = env.run(&["--help"]);
@@ -471,31 +531,7 @@ fn help_documents_the_exit_statuses() {
 mod pty {
     //! The interactive prompts, through a real pseudo-terminal.
     use super::*;
-    use rexpect::process::WaitStatus;
-
-    const DOWN: &str = "\x1b[B";
-    const ESC: &str = "\x1b";
-
-    /// Types keys the way a person does: after the prompt has settled (a
-    /// prompt switches the terminal to raw mode while it draws itself).
-    fn press(p: &mut rexpect::session::PtySession, keys: &str) {
-        std::thread::sleep(std::time::Duration::from_millis(400));
-        p.send(keys).unwrap();
-        p.flush().unwrap();
-    }
-
-    fn spawn(env: &Env, args: &[&str]) -> rexpect::session::PtySession {
-        let mut cmd = env.cmd();
-        cmd.args(args).env("TERM", "xterm-256color");
-        rexpect::session::spawn_command(cmd, Some(20_000)).unwrap()
-    }
-
-    fn exit_code(session: &mut rexpect::session::PtySession) -> i32 {
-        match session.process().wait().unwrap() {
-            WaitStatus::Exited(_, code) => code,
-            other => panic!("unexpected end {other:?}"),
-        }
-    }
+    use common::pty::*;
 
     fn answers(env: &Env) -> Vec<String> {
         tool_results(&env.show(&env.only_run_id()))

@@ -102,4 +102,33 @@ async fn a_question_expires_while_no_server_runs_and_the_next_one_resolves_it_an
     let refusal: Value = late.json().await.unwrap();
     assert_eq!(refusal["error"]["code"], "expired", "{refusal}");
     assert!(refusal.to_string().contains("expired at"), "{refusal}");
+
+    // Naming no call, over HTTP and from the command line, the answer is
+    // as late: refused saying when the question showed it would expire.
+    let late = client
+        .post(second.url("/api/agents/deployer/resume-stream"))
+        .json(&json!({"runId": run_id, "resumeData": "staging"}))
+        .send()
+        .await
+        .unwrap();
+    let refusal: Value = late.json().await.unwrap();
+    assert_eq!(refusal["error"]["code"], "expired", "{refusal}");
+    let expired = format!("tool call {call_id} of run {run_id} expired at {expires_at}");
+    assert!(refusal.to_string().contains(&expired), "{refusal}");
+    for args in [
+        vec!["resume", run_id.as_str(), "--answer", "staging"],
+        vec!["decline", run_id.as_str()],
+        vec!["approve", run_id.as_str()],
+    ] {
+        let out = Command::new(BIN)
+            .env("ASKLOOP_DB", dir.path().join("runs.db"))
+            .current_dir(dir.path())
+            .args(&args)
+            .args(["--config", "askloop.toml"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(&expired), "{args:?}: {stderr}");
+    }
 }

@@ -17,11 +17,15 @@ use common::{BIN, Serving, skipped_for_lack_of};
 /// The server's API token, which the client sends as Mastra's users send one.
 const TOKEN: &str = "interop-token";
 
-/// The `assistant` agent asks one choice question, then says what it does.
+/// The `assistant` agent asks one choice question, then says what it does;
+/// on a thread that already holds that exchange (two assistant messages),
+/// it asks again and names the thread's first message.
 const ASK_SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?",
      "options": [{"label": "staging"}, {"label": "production"}], "selectionMode": "single_select"}}]},
-  {"text": "Deploying to {{toolResults}}."}
+  {"text": "Deploying to {{toolResults}}."},
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Again: which environment?"}}]},
+  {"text": "Deploying again to {{toolResults}}; you first asked: {{input}}"}
 ]}"#;
 
 /// The `writer` agent writes one file, which needs approval.
@@ -105,7 +109,7 @@ fn the_published_mastra_client_streams_resumes_lists_approves_and_declines_throu
         output.status.success(),
         "the client's tests failed:\n{stdout}\n{stderr}"
     );
-    // Not vacuous: every test ran and passed (8 tests, one with two subtests).
+    // Not vacuous: every test ran and passed (9 tests, one with two subtests).
     let count = |key: &str| {
         stdout
             .lines()
@@ -114,5 +118,5 @@ fn the_published_mastra_client_streams_resumes_lists_approves_and_declines_throu
     };
     assert_eq!(count("fail"), Some(0), "{stdout}");
     assert_eq!(count("skipped"), Some(0), "{stdout}");
-    assert!(count("pass").is_some_and(|n| n >= 10), "{stdout}");
+    assert!(count("pass").is_some_and(|n| n >= 11), "{stdout}");
 }

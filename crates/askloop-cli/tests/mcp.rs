@@ -5,8 +5,9 @@
 //!   `tests/mcp/node_modules`): a tool call, and its elicitation accepted,
 //!   declined, and answered after the server that asked was killed;
 //! - `askloop mcp` driven by rmcp's client: listing, a question received as
-//!   an elicitation and answered, and a client without elicitation getting
-//!   the waiting run's id.
+//!   an elicitation and answered, a client without elicitation getting
+//!   the waiting run's id, and a thread named in two calls continued in the
+//!   second, of the resource the process was started with.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,18 @@ fn everything() -> Result<PathBuf, String> {
     match Command::new("node").arg("--version").output() {
         Ok(out) if out.status.success() => Ok(entry),
         _ => Err("node is not installed".into()),
+    }
+}
+
+/// The reference server's entry point; `None` when the test is skipped
+/// for lack of it (never under CI).
+fn reference_server() -> Option<PathBuf> {
+    match everything() {
+        Ok(entry) => Some(entry),
+        Err(why) => {
+            skipped_for_lack_of("reference server", Some(why));
+            None
+        }
     }
 }
 
@@ -129,14 +142,8 @@ fn resume_body(run_id: &str, data: Value) -> Value {
 
 #[tokio::test]
 async fn an_agent_calls_the_reference_servers_tools_and_its_elicitation_is_answered_accepted_or_declined() {
-    let entry = match everything() {
-        Ok(entry) => entry,
-        Err(why) => {
-            if skipped_for_lack_of("reference server", Some(why)) {
-                return;
-            }
-            unreachable!()
-        }
+    let Some(entry) = reference_server() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &entry);
@@ -202,14 +209,8 @@ async fn an_agent_calls_the_reference_servers_tools_and_its_elicitation_is_answe
 
 #[tokio::test]
 async fn an_elicitation_answered_after_the_asking_server_was_killed_reaches_the_model_with_a_note() {
-    let entry = match everything() {
-        Ok(entry) => entry,
-        Err(why) => {
-            if skipped_for_lack_of("reference server", Some(why)) {
-                return;
-            }
-            unreachable!()
-        }
+    let Some(entry) = reference_server() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &entry);
@@ -252,14 +253,8 @@ fn cli(dir: &Path, config: &Path, args: &[&str]) -> std::process::Output {
 
 #[tokio::test]
 async fn an_elicitation_that_askloop_serve_raised_is_shown_and_answered_through_the_cli() {
-    let entry = match everything() {
-        Ok(entry) => entry,
-        Err(why) => {
-            if skipped_for_lack_of("reference server", Some(why)) {
-                return;
-            }
-            unreachable!()
-        }
+    let Some(entry) = reference_server() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &entry);
@@ -347,14 +342,8 @@ async fn an_elicitation_that_askloop_serve_raised_is_shown_and_answered_through_
 /// naming the agent and what to give.
 #[tokio::test]
 async fn resuming_a_served_run_with_another_configuration_names_the_missing_agent() {
-    let entry = match everything() {
-        Ok(entry) => entry,
-        Err(why) => {
-            if skipped_for_lack_of("reference server", Some(why)) {
-                return;
-            }
-            unreachable!()
-        }
+    let Some(entry) = reference_server() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &entry);
@@ -492,6 +481,84 @@ async fn askloop_mcp_tells_a_client_without_elicitation_that_the_run_waits_and_w
     assert_eq!(shown["status"], "suspended", "{shown}");
 }
 
+/// A model that says back the first user message it is given: the call's
+/// own message on a new thread, the thread's first message after that (its
+/// turn is picked by the assistant messages it receives).
+const CHAT_SCRIPT: &str = r#"{"turns": [
+  {"text": "You said: {{input}}"},
+  {"text": "Earlier you said: {{input}}"},
+  {"text": "Earlier you said: {{input}}"}
+]}"#;
+
+/// `askloop mcp` serving an agent `chatter` without questions, on the
+/// database in `dir`, with `--resource` and `ASKLOOP_RESOURCE` as given.
+fn chatter_mcp(dir: &Path, flag: Option<&str>, env: Option<&str>) -> TokioChildProcess {
+    std::fs::write(dir.join("chat.json"), CHAT_SCRIPT).unwrap();
+    std::fs::write(dir.join("askloop.toml"), "[agents.chatter]\nscript = \"chat.json\"\n").unwrap();
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_RESOURCE")
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .arg("mcp");
+    if let Some(resource) = flag {
+        cmd.args(["--resource", resource]);
+    }
+    if let Some(resource) = env {
+        cmd.env("ASKLOOP_RESOURCE", resource);
+    }
+    TokioChildProcess::new(cmd).unwrap()
+}
+
+/// What `ask_chatter` answers to `message` on `thread`.
+async fn chat(client: &rmcp::service::RunningService<RoleClient, ()>, message: &str, thread: &str) -> String {
+    let mut params = CallToolRequestParams::new("ask_chatter");
+    params.arguments = json!({"message": message, "thread": thread}).as_object().cloned();
+    let result = client.peer().call_tool(params).await.unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    result.structured_content.unwrap()["text"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn askloop_mcp_continues_a_named_thread_of_the_resource_it_was_started_with() {
+    let dir = tempfile::tempdir().unwrap();
+    // --resource wins over ASKLOOP_RESOURCE.
+    let ana = ().serve(chatter_mcp(dir.path(), Some("ana"), Some("bo"))).await.unwrap();
+    assert_eq!(chat(&ana, "my name is Ana", "t1").await, "You said: my name is Ana");
+    assert_eq!(
+        chat(&ana, "what is my name?", "t1").await,
+        "Earlier you said: my name is Ana",
+        "the second call's model request holds the first exchange"
+    );
+    let _ = ana.cancel().await;
+
+    // Another resource's thread of the same id is another thread.
+    let bo = ().serve(chatter_mcp(dir.path(), None, Some("bo"))).await.unwrap();
+    assert_eq!(chat(&bo, "I am Bo", "t1").await, "You said: I am Bo");
+    let _ = bo.cancel().await;
+    // The same resource in another process, from the environment: the
+    // thread is in the database.
+    let again = ().serve(chatter_mcp(dir.path(), None, Some("ana"))).await.unwrap();
+    assert_eq!(chat(&again, "still me", "t1").await, "Earlier you said: my name is Ana");
+    let _ = again.cancel().await;
+
+    let help = Command::new(BIN).args(["mcp", "--help"]).output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(
+        help.contains("--resource") && help.contains("ASKLOOP_RESOURCE") && help.contains("login name"),
+        "{help}"
+    );
+    let refused = Command::new(BIN)
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .current_dir(dir.path())
+        .args(["mcp", "--resource", ".."])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("resource id"), "{stderr}");
+}
+
 #[test]
 fn the_official_typescript_sdk_client_lists_calls_and_answers_askloop_mcp() {
     let client = repo_root().join("tests/mcp/client.mjs");
@@ -576,4 +643,106 @@ async fn askloop_serve_offers_its_agents_at_mcp_behind_the_api_token() {
     let run_id = structured["runId"].as_str().unwrap();
     assert_eq!(structured["answerUrl"], serving.url(&format!("/runs/{run_id}")));
     let _ = client.cancel().await;
+}
+
+/// Two agents whose call of the reference server's `echo` waits for
+/// approval: `named` names it in `require_approval`, `whole` marks the
+/// server's table `require_approval = true`.
+fn approval_config(dir: &Path, entry: &Path, named: &str) -> PathBuf {
+    std::fs::write(dir.join("echo.json"), ECHO_SCRIPT).unwrap();
+    let server = format!(
+        "name = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\ntools = [\"echo\"]\n",
+        entry.display().to_string()
+    );
+    let text = format!(
+        "[agents.named]\nscript = \"echo.json\"\nrequire_approval = [{named:?}]\n\n[[agents.named.mcp]]\n{server}\n\
+         [agents.whole]\nscript = \"echo.json\"\n\n[[agents.whole.mcp]]\n{server}require_approval = true\n"
+    );
+    let path = dir.join("askloop.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_call_of_an_mcp_servers_tool_waits_for_approval_through_askloop_serve_and_runs_after_it() {
+    let Some(entry) = reference_server() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = approval_config(dir.path(), &entry, "echo");
+    let serving = serve(dir.path(), &config);
+    let client = reqwest::Client::new();
+    let listed: Value = client
+        .get(serving.url("/api/agents"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for agent in ["named", "whole"] {
+        assert_eq!(listed[agent]["tools"]["echo"]["requireApproval"], true, "{listed}");
+        let chunks = post(
+            &client,
+            serving.url(&format!("/api/agents/{agent}/stream")),
+            json!({"messages": "Echo."}),
+        )
+        .await;
+        let waiting = chunks.last().unwrap();
+        assert_eq!(waiting["type"], "tool-call-approval", "{agent}: {chunks:?}");
+        assert_eq!(waiting["payload"]["toolName"], "echo");
+        assert!(
+            !chunks.iter().any(|c| c["type"] == "tool-result"),
+            "{agent}: nothing ran before approval: {chunks:?}"
+        );
+        let approved = post(
+            &client,
+            serving.url(&format!("/api/agents/{agent}/approve-tool-call")),
+            json!({"runId": waiting["runId"], "toolCallId": waiting["payload"]["toolCallId"]}),
+        )
+        .await;
+        assert_eq!(finish_text(&approved), "Said: Echo: hello over stdio", "{agent}");
+    }
+}
+
+#[test]
+fn askloop_serve_refuses_an_approval_name_no_tool_has_and_starts_without_a_server_it_cannot_reach() {
+    let Some(entry) = reference_server() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = approval_config(dir.path(), &entry, "ask_approval");
+    let out = Command::new(BIN)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .current_dir(dir.path())
+        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("agents.named.require_approval[0]")
+            && err.contains(r#"agent named has no tool "ask_approval"; its tools: ask_user, echo"#),
+        "{err}"
+    );
+
+    // A server that is down is reported, and the names it may have are
+    // left unchecked: the server starts.
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "command = \"node\"",
+        "command = \"/nonexistent/mcp-server\"",
+        1,
+    );
+    std::fs::write(&config, text).unwrap();
+    let serving = serve(dir.path(), &config);
+    let banner = serving.banner.join("\n");
+    assert!(
+        banner.contains("warning") && banner.contains("agents.named.mcp[0]") && banner.contains("goes without"),
+        "{banner}"
+    );
+    assert!(banner.contains(r#""ask_approval" could not be checked"#), "{banner}");
 }

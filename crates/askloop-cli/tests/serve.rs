@@ -1,16 +1,20 @@
 //! `askloop serve` as a real process: start-up errors, a kill -9 between a
 //! question and its answer (the restarted server resumes the run from the
-//! SQLite file), and a SIGTERM that stops it cleanly.
+//! SQLite file), a SIGTERM that stops it cleanly (at once when only event
+//! streams are open), and a second SIGTERM that stops it without waiting.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use askloop_testkit::{FakeServer, FakeTurn};
 use serde_json::{Value, json};
 
 mod common;
 
+use common::raw::{host_port, open_events, read_to_close};
 use common::{BIN, Serving};
 
 const DEPLOY_SCRIPT: &str = r#"{"turns": [
@@ -179,7 +183,7 @@ async fn serve_says_it_is_loopback_only_without_a_token_and_stops_cleanly_on_sig
 }
 
 #[tokio::test]
-async fn with_askloop_api_token_set_serve_needs_the_bearer_token() {
+async fn with_askloop_api_token_set_serve_needs_the_bearer_token_and_warns_of_a_short_one_on_loopback() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = serve_command(dir.path(), &["--addr", "127.0.0.1:0"]);
     cmd.env("ASKLOOP_API_TOKEN", "t0ken")
@@ -207,6 +211,51 @@ async fn with_askloop_api_token_set_serve_needs_the_bearer_token() {
     assert_eq!(allowed.status(), 200);
     child.kill().unwrap();
     child.wait().unwrap();
+    // Serving had begun, so its warnings were written; the rest of stderr
+    // ends with the process.
+    let warned = lines
+        .map(Result::unwrap)
+        .any(|line| line.contains("ASKLOOP_API_TOKEN") && line.contains("has 5 characters"));
+    assert!(warned, "a 5-character token on loopback is warned of");
+}
+
+#[test]
+fn serve_refuses_a_token_that_could_never_match_a_short_one_beyond_loopback_and_any_origin_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], Option<&str>, &[&str]); 4] = [
+        (
+            &["--addr", "127.0.0.1:0"],
+            Some(" x-0123456789abcdef "),
+            &["ASKLOOP_API_TOKEN", "white space"],
+        ),
+        (
+            &["--addr", "0.0.0.0:0"],
+            Some("x"),
+            &["ASKLOOP_API_TOKEN", "at least 16"],
+        ),
+        (
+            &["--addr", "127.0.0.1:0", "--cors-origin", "*"],
+            None,
+            &["--cors-origin '*'", "token"],
+        ),
+        (
+            &["--addr", "127.0.0.1:0", "--allow-host", "https://x.example"],
+            None,
+            &["https://x.example", "host name"],
+        ),
+    ];
+    for (args, token, said) in cases {
+        let mut cmd = serve_command(dir.path(), args);
+        if let Some(token) = token {
+            cmd.env("ASKLOOP_API_TOKEN", token);
+        }
+        let output = cmd.output().unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        for words in said {
+            assert!(stderr.contains(words), "{args:?}: {stderr}");
+        }
+    }
 }
 
 /// How many of a process's threads are named as Tokio's worker threads.
@@ -257,4 +306,93 @@ fn serve_refuses_a_thread_count_that_is_not_a_number() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--threads") && stderr.contains("many"), "{stderr}");
+}
+
+#[test]
+fn serve_refuses_a_thread_count_above_its_bound_naming_the_accepted_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = serve_command(dir.path(), &["--threads", "100000"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--threads") && stderr.contains("100000"), "{stderr}");
+    assert!(stderr.contains("0..=512"), "the accepted range: {stderr}");
+}
+
+/// A bound on waiting for the process to exit, far below the grace period
+/// the tests give (60 s): reaching it means the grace was waited out.
+const PROMPT_EXIT: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn sigterm_with_an_event_stream_open_ends_the_stream_and_exits_without_waiting_out_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut serving = start(dir.path(), &["--shutdown-grace", "60"]);
+    // The web page keeps this open for as long as it is shown.
+    let mut events = open_events(&host_port(&serving)).await;
+
+    serving.terminate();
+    let status = serving
+        .exit_within(PROMPT_EXIT)
+        .expect("serve exited without waiting out the grace period");
+    assert_eq!(status.code(), Some(0));
+    // The stream was ended (its last chunk sent), not cut.
+    let rest = read_to_close(&mut events).await;
+    assert!(rest.ends_with("0\r\n\r\n"), "{rest:?}");
+}
+
+#[tokio::test]
+async fn a_second_sigterm_during_the_grace_period_stops_at_once_leaving_the_run_at_its_last_stored_step() {
+    let dir = tempfile::tempdir().unwrap();
+    // A model that starts answering, then goes silent: the run's stream
+    // stays open for as long as the server lets it.
+    let model = FakeServer::with_responder(|_: &Value| FakeTurn::text_in("Deploying now.", 3).stall_after(1).into())
+        .await
+        .unwrap();
+    let mut cmd = serve_command(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--model",
+            "openai/gpt-4o-mini",
+            "--shutdown-grace",
+            "60",
+        ],
+    );
+    cmd.env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", model.openai_base_url());
+    let mut serving = Serving::start(cmd);
+    let mut stream = reqwest::Client::new()
+        .post(serving.url("/api/agents/assistant/stream"))
+        .json(&json!({"messages": "Deploy the app.", "runId": "held-open"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    stream.chunk().await.unwrap().expect("the run's stream started");
+
+    serving.terminate();
+    serving.wait_for_line("shutting down");
+    serving.terminate();
+    let status = serving
+        .exit_within(PROMPT_EXIT)
+        .expect("a second SIGTERM stopped serve at once");
+    assert_eq!(status.code(), Some(0));
+    let stderr = serving.rest_of_stderr().join("\n");
+    assert!(stderr.contains("stopping now"), "{stderr}");
+
+    let shown = Command::new(BIN)
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .args(["runs", "show", "held-open", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        shown.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    let run: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    // Started and stored; the step the model was in never finished, so the
+    // run waits for its lease to run out and another server to take it over.
+    assert_eq!(run["status"], "running", "{run}");
 }

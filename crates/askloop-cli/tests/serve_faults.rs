@@ -165,7 +165,7 @@ async fn drive(
                 let failure = run
                     .failure
                     .clone()
-                    .unwrap_or_else(|| panic!("{run_id} failed without a typed reason: {:?}", run.error));
+                    .unwrap_or_else(|| panic!("{run_id} failed without a typed reason: {:?}", run.error()));
                 driven.failures += 1;
                 if !failure.is_transient() || driven.retries == MAX_RETRIES_PER_RUN {
                     return driven;

@@ -19,12 +19,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 mod common;
 
+use common::raw::{host_port, open_events, read_to_close, read_until};
 use common::{BIN, Serving, chunks};
 
 const DEPLOY_SCRIPT: &str = r#"{"turns": [
@@ -55,10 +56,6 @@ fn serve(dir: &Path, extra: &[&str]) -> Serving {
     Serving::start(cmd)
 }
 
-fn host_port(serving: &Serving) -> String {
-    serving.base.trim_start_matches("http://").to_owned()
-}
-
 /// A whole round trip over HTTP: the question, the answer, the reply.
 async fn round_trip(client: &reqwest::Client, serving: &Serving) -> String {
     let asked = serving.ask(client, "assistant", None).await;
@@ -73,18 +70,6 @@ async fn healthy(client: &reqwest::Client, serving: &Serving) {
     assert_eq!(health.status(), 200);
 }
 
-/// Reads until the peer closes the connection; what it sent.
-async fn read_to_close(stream: &mut TcpStream) -> String {
-    let mut all = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return String::from_utf8_lossy(&all).into_owned(),
-            Ok(n) => all.extend_from_slice(&buf[..n]),
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_loris_clients_are_cut_off_while_other_requests_are_answered() {
     const DRIPPERS: usize = 200;
@@ -94,7 +79,7 @@ async fn slow_loris_clients_are_cut_off_while_other_requests_are_answered() {
     let addr = host_port(&serving);
 
     // Headers a byte at a time, never finished: the server must close them.
-    let head = b"POST /api/agents/assistant/stream HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    let head = b"POST /api/agents/assistant/stream HTTP/1.1\r\nHost: localhost\r\nX-Slow: ";
     let drippers: Vec<_> = (0..DRIPPERS)
         .map(|_| {
             let addr = addr.clone();
@@ -119,7 +104,7 @@ async fn slow_loris_clients_are_cut_off_while_other_requests_are_answered() {
                 let mut stream = TcpStream::connect(&addr).await.unwrap();
                 stream
                     .write_all(
-                        b"POST /api/agents/assistant/stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"messages\": ",
+                        b"POST /api/agents/assistant/stream HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"messages\": ",
                     )
                     .await
                     .unwrap();
@@ -155,10 +140,41 @@ async fn slow_loris_clients_are_cut_off_while_other_requests_are_answered() {
         let answer = answer.unwrap();
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
         assert!(answer.contains("\"body_timeout\""), "{answer}");
-        assert!(answer.contains("stopped arriving"), "{answer}");
+        assert!(answer.contains("did not arrive in full within 2 s"), "{answer}");
     }
     healthy(&client, &serving).await;
     println!("slow clients: {DRIPPERS} header drippers closed, {STALLED_BODIES} stalled bodies answered 408");
+}
+
+#[tokio::test]
+async fn a_body_trickled_a_byte_at_a_time_gets_408_when_the_body_timeout_is_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let serving = serve(dir.path(), &["--body-timeout", "2"]);
+    let body = br#"{"messages": "Deploy the app."}"#;
+    let stream = TcpStream::connect(host_port(&serving)).await.unwrap();
+    let (mut from_server, mut to_server) = stream.into_split();
+    let head = format!(
+        "POST /api/agents/assistant/stream HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    to_server.write_all(head.as_bytes()).await.unwrap();
+    // A byte every 1.5 s: never silent for the 2 s of --body-timeout, yet
+    // the whole body would take 45 s.
+    let trickle = tokio::spawn(async move {
+        for byte in body {
+            if to_server.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+        }
+    });
+    // Up to the end of a JSON error (or of a stream's first chunk).
+    let answer = tokio::time::timeout(HANG_GUARD, read_until(&mut from_server, "}}"))
+        .await
+        .expect("the server answered the trickled body");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"body_timeout\""), "{answer}");
+    trickle.abort();
 }
 
 /// Raises this process's soft open-file limit to its hard limit (children
@@ -185,37 +201,6 @@ fn server_memory(serving: &Serving) -> String {
         .lines()
         .find_map(|line| line.strip_prefix("VmRSS:"))
         .map_or_else(|| "unknown".to_owned(), |v| v.trim().to_owned())
-}
-
-/// Opens `GET /api/events` and reads its response head and `event: ready`.
-async fn open_events(addr: &str) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /api/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !String::from_utf8_lossy(&seen).contains("event: ready") {
-        let n = stream.read(&mut buf).await.unwrap();
-        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
-        seen.extend_from_slice(&buf[..n]);
-    }
-    let head = String::from_utf8_lossy(&seen);
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.contains("text/event-stream"), "{head}");
-    stream
-}
-
-/// Reads until `needle` arrives.
-async fn read_until(stream: &mut TcpStream, needle: &str) {
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !String::from_utf8_lossy(&seen).contains(needle) {
-        let n = stream.read(&mut buf).await.unwrap();
-        assert!(n > 0, "closed before {needle}: {}", String::from_utf8_lossy(&seen));
-        seen.extend_from_slice(&buf[..n]);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

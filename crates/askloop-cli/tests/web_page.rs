@@ -1,7 +1,9 @@
 //! The web page of `askloop serve` in a real browser: starts the real
 //! server (scripted agents from an askloop.toml, a SQLite file) twice, once
-//! with a token, and runs the browser test in `tests/web` (Node,
-//! playwright-core, Debian's chromium) against them, asserting it passed.
+//! with a token, and a third time on a store of its own that the test fills
+//! with more waiting runs than one page of the Inbox holds; runs the browser
+//! test in `tests/web` (Node, playwright-core, Debian's chromium) against
+//! them, asserting it passed.
 //! Screenshots land in `target/web-screenshots/`.
 //!
 //! Without chromium, node or `tests/web/node_modules`, the test fails under
@@ -13,7 +15,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{BIN, Serving, skipped_for_lack_of};
+use common::{BIN, Serving, missing_browser, skipped_for_lack_of};
 const TOKEN: &str = "web-page-test-token";
 
 const ASSISTANT_SCRIPT: &str = r#"{"turns": [
@@ -72,29 +74,56 @@ tools = ["write_file"]
 write_dir = "written"
 "#;
 
+/// The agents of the store with more runs waiting than one page of the
+/// Inbox holds: questions of two kinds and approvals, as a busy team sees them.
+const BUSY_CONFIG: &str = r#"
+[agents.support]
+name = "Support"
+script = "support.json"
+tools = ["ask_user"]
+
+[agents.release]
+name = "Release"
+script = "release.json"
+tools = ["ask_user"]
+
+[agents.deployer]
+name = "Deployer"
+script = "deployer.json"
+tools = ["write_file"]
+write_dir = "written"
+"#;
+
+const SUPPORT_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Refund this order? The customer says the parcel arrived damaged.", "options": [
+    {"label": "Refund", "description": "The full amount, back to the card"},
+    {"label": "Replace", "description": "Send a new one at our cost"},
+    {"label": "Decline", "description": "Ask for photos first"}]}}]},
+  {"text": "Done: {{toolResults}}"}
+]}"#;
+
+const RELEASE_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "What should the release notes say about the new importer?"}}]},
+  {"text": "Done: {{toolResults}}"}
+]}"#;
+
+/// A directory for a server of its own: the busy store's agents and scripts.
+fn busy_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("askloop.toml"), BUSY_CONFIG).unwrap();
+    std::fs::write(dir.path().join("support.json"), SUPPORT_SCRIPT).unwrap();
+    std::fs::write(dir.path().join("release.json"), RELEASE_SCRIPT).unwrap();
+    std::fs::write(dir.path().join("deployer.json"), DEPLOYER_SCRIPT).unwrap();
+    std::fs::write(dir.path().join("assistant.json"), RELEASE_SCRIPT).unwrap();
+    dir
+}
+
 /// What the browser test needs, or why it cannot run here.
 fn missing_needs(web: &Path) -> Option<String> {
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
-    if !Path::new(&chromium).exists() {
-        return Some(format!("{chromium} is missing (apt-get install -y chromium)"));
-    }
-    if Command::new("node").arg("--version").output().is_err() {
-        return Some("node is missing".to_owned());
-    }
-    if !everything_entry(web).is_file() {
-        return Some(format!(
-            "{} is missing (npm ci in tests/mcp)",
-            everything_entry(web).display()
-        ));
-    }
-    if !web.join("node_modules/playwright-core").is_dir() {
-        return Some(format!(
-            "{} is missing (npm ci in {})",
-            web.join("node_modules").display(),
-            web.display()
-        ));
-    }
-    None
+    missing_browser(web).or_else(|| {
+        let entry = everything_entry(web);
+        (!entry.is_file()).then(|| format!("{} is missing (npm ci in tests/mcp)", entry.display()))
+    })
 }
 
 /// The MCP reference server's entry point, beside the browser test.
@@ -141,6 +170,8 @@ fn the_web_page_passes_its_browser_test_against_the_real_server() {
     std::fs::write(dir.path().join("cli.json"), CLI_SCRIPT).unwrap();
     let open = serve(dir.path(), None);
     let guarded = serve(dir.path(), Some(TOKEN));
+    let busy_dir = busy_dir();
+    let busy = serve(busy_dir.path(), None);
     let screenshots = target_dir().join("web-screenshots");
 
     let status = Command::new("node")
@@ -149,6 +180,7 @@ fn the_web_page_passes_its_browser_test_against_the_real_server() {
         .env("ASKLOOP_WEB_URL", &open.base)
         .env("ASKLOOP_WEB_TOKEN_URL", &guarded.base)
         .env("ASKLOOP_WEB_TOKEN", TOKEN)
+        .env("ASKLOOP_WEB_BUSY_URL", &busy.base)
         .env("ASKLOOP_BIN", BIN)
         .env("ASKLOOP_WEB_DB", dir.path().join("runs.db"))
         .env("ASKLOOP_WEB_CLI_SCRIPT", dir.path().join("cli.json"))
@@ -164,6 +196,8 @@ fn the_web_page_passes_its_browser_test_against_the_real_server() {
         "chat-question.png",
         "inbox.png",
         "inbox-dark.png",
+        "inbox-busy.png",
+        "inbox-busy-end.png",
         "chat-phone.png",
         "mcp-form.png",
     ] {

@@ -347,3 +347,49 @@ async fn a_webhook_with_a_secret_that_is_not_whsec_base64_is_refused_naming_the_
     assert!(stderr.contains("webhooks[0].secret"), "{stderr}");
     assert!(stderr.contains("whsec_"), "{stderr}");
 }
+
+#[tokio::test]
+async fn the_link_carries_a_run_id_with_spaces_slashes_and_marks_as_one_path_segment_that_opens_the_run() {
+    let shared: Shared = Arc::default();
+    let hook = start_receiver(Arc::clone(&shared)).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &hook);
+    let server = start(dir.path());
+    let client = reqwest::Client::new();
+
+    let run_id = "a b/c?d#e<x>";
+    let started = client
+        .post(server.url("/api/agents/deployer/stream"))
+        .json(&serde_json::json!({"messages": "Deploy the app.", "runId": run_id}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 200);
+    let _ = started.text().await.unwrap();
+    wait_for(&shared, "the question.raised delivery", |r| {
+        accepted(r, "question.raised") == 1
+    })
+    .await;
+    let link = {
+        let receiver = shared.lock().unwrap();
+        let raised = &receiver.by_id[&ids_of(&receiver, "question.raised")[0]];
+        raised.body["data"]["link"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(link, "https://askloop.example.com/runs/a%20b%2Fc%3Fd%23e%3Cx%3E");
+
+    // The same path on the server opens the page, and the page's own read
+    // of the run (the path segment, decoded) finds it.
+    let path = link.strip_prefix("https://askloop.example.com").unwrap();
+    let page = client.get(server.url(path)).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("<html"));
+    let run: Value = client
+        .get(server.url(&format!("/api{path}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["runId"], run_id);
+}

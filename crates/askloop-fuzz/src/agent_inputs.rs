@@ -81,7 +81,7 @@ pub fn ask_user_input(data: &[u8]) {
                 "the model was told nothing useful"
             );
         }
-        other => panic!("a run ended {other:?} on ask_user arguments: {:?}", output.error),
+        other => panic!("a run ended {other:?} on ask_user arguments: {:?}", output.error()),
     }
 }
 
@@ -200,8 +200,9 @@ pub fn config_file(data: &[u8]) {
         }
     };
     let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
-    let default_model =
-        || -> Result<Arc<dyn Model>, String> { Ok(Arc::new(ScriptedModel::new("fuzz", Script { turns: Vec::new() }))) };
+    let default_model = || -> Result<Arc<dyn Model>, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(Arc::new(ScriptedModel::new("fuzz", Script { turns: Vec::new() })))
+    };
     match config.build_agents(&store, &default_model) {
         Ok(agents) => assert_eq!(agents.len(), config.agents.len()),
         Err(err) => assert!(err.problem.trim().len() > 5, "a config error that says nothing: {err}"),

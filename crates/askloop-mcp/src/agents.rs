@@ -1,7 +1,9 @@
 //! askloop's agents as MCP tools: `askloop mcp` (stdio) and the `/mcp`
 //! endpoint of `askloop serve` (streamable HTTP).
 //!
-//! Each agent is a tool `ask_<agent id>` taking `{"message": "..."}`. A call
+//! Each agent is a tool `ask_<agent id>` taking `{"message": "..."}`, and
+//! optionally `"thread"`: a thread id, whose conversation the run continues
+//! (it reads the thread's last messages and appends its own). A call
 //! starts a run and waits for it. When the run asks a question, a client
 //! that declared form elicitation is asked through `elicitation/create`
 //! (free text as a string field, a single-select as an enum, a multi-select
@@ -14,11 +16,22 @@
 //! request (its token's name, or the person a trusted proxy named), else by
 //! the name the client gave in its `initialize` request. Over HTTP, a
 //! caller limited to some agents sees and may call only their tools.
+//!
+//! The thread's resource is never an argument: it is the caller's. Over
+//! HTTP, the first of the resources the [`Caller`]'s token may use (its own
+//! name for a named token, the person behind a trusted proxy's author
+//! header); a caller whose resources are not walled (no token, or only
+//! `ASKLOOP_API_TOKEN`) and every stdio client use the resource the
+//! [`AgentTools`] were given ([`AgentTools::resource`], [`DEFAULT_RESOURCE`]
+//! unless set; `askloop mcp` sets its `--resource`).
 
 use std::sync::Arc;
 
 use askloop::store::{PendingKind, PendingToolCall, RunStatus};
-use askloop::{Agent, Author, Interface, Question, ResumeOptions, RunError, SelectionMode, StreamOutput};
+use askloop::{
+    Agent, Author, IdKind, Interface, Question, ResumeOptions, RunError, SelectionMode, StreamOptions, StreamOutput,
+    ThreadOptions,
+};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction,
     ElicitationSchema, Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
@@ -32,6 +45,12 @@ use serde_json::{Map, Value, json};
 
 use crate::connect::protocol_version;
 use crate::elicitation::{ElicitationAnswer, ElicitationPayload};
+
+/// The resource of the threads of callers whose resources are not walled,
+/// unless [`AgentTools::resource`] sets another: over HTTP, a caller
+/// without a token or with only `ASKLOOP_API_TOKEN` (for whom a resource is
+/// a label, not a wall, as on the rest of the API).
+pub const DEFAULT_RESOURCE: &str = "mcp";
 
 /// The MCP tool name of an agent.
 pub fn ask_tool_name(agent_id: &str) -> String {
@@ -75,6 +94,10 @@ pub struct Caller {
     pub by: Option<String>,
     /// The agents the caller may ask (`None`: every agent).
     pub agents: Option<Vec<String>>,
+    /// The resources whose threads the caller may use, its own first
+    /// (`None`: not walled, so the tools' own resource is used). A thread
+    /// named in a call is the first one's.
+    pub resources: Option<Vec<String>>,
 }
 
 impl Caller {
@@ -87,6 +110,20 @@ impl Caller {
             .and_then(|parts| parts.extensions.get::<Caller>())
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// The resource of the threads this caller names: its first walled
+    /// resource, else `unwalled`. An error when it is walled off from every
+    /// resource.
+    fn resource<'a>(&'a self, unwalled: &'a str) -> Result<&'a str, String> {
+        match self.resources.as_deref() {
+            None => Ok(unwalled),
+            Some([first, ..]) => Ok(first),
+            Some([]) => Err(format!(
+                "{} may use no resource's threads, so it cannot name a thread",
+                self.by.as_deref().unwrap_or("this caller")
+            )),
+        }
     }
 
     fn may_ask(&self, agent_id: &str) -> bool {
@@ -115,15 +152,26 @@ impl Caller {
 pub struct AgentTools {
     agents: Arc<Vec<Agent>>,
     links: WaitingLinks,
+    resource: String,
 }
 
 impl AgentTools {
-    /// Serves these agents.
+    /// Serves these agents; the threads callers name are of
+    /// [`DEFAULT_RESOURCE`] unless their resources are walled.
     pub fn new(agents: Vec<Agent>, links: WaitingLinks) -> Self {
         AgentTools {
             agents: Arc::new(agents),
             links,
+            resource: DEFAULT_RESOURCE.to_owned(),
         }
+    }
+
+    /// The resource of the threads named by a caller whose resources are
+    /// not walled (every stdio client; over HTTP, one without a named
+    /// token).
+    pub fn resource(mut self, resource: impl Into<String>) -> Self {
+        self.resource = resource.into();
+        self
     }
 
     fn tools(&self, caller: &Caller) -> Vec<McpToolInfo> {
@@ -133,7 +181,10 @@ impl AgentTools {
             .map(|agent| {
                 let schema = json!({
                     "type": "object",
-                    "properties": {"message": {"type": "string", "description": "What to ask the agent."}},
+                    "properties": {
+                        "message": {"type": "string", "description": "What to ask the agent."},
+                        "thread": {"type": "string", "description": THREAD_ARGUMENT},
+                    },
                     "required": ["message"],
                 });
                 let mut description = format!("Ask the agent {} ({}).", agent.name(), agent.id());
@@ -154,9 +205,27 @@ impl AgentTools {
             .collect()
     }
 
-    async fn ask(&self, agent: &Agent, message: String, context: &RequestContext<RoleServer>) -> CallToolResult {
-        let author = Caller::of(context).author(context);
-        let mut output = match agent.stream(message).await {
+    async fn ask(
+        &self,
+        agent: &Agent,
+        message: String,
+        thread: Option<String>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let caller = Caller::of(context);
+        let author = caller.author(context);
+        let mut options = StreamOptions::default();
+        if let Some(thread) = thread {
+            if let Err(err) = IdKind::Thread.check(&thread) {
+                return failed(err.to_string());
+            }
+            let resource = match caller.resource(&self.resource) {
+                Ok(resource) => resource,
+                Err(why) => return failed(why),
+            };
+            options = options.on_thread(ThreadOptions::new(resource, thread).by(author.clone()));
+        }
+        let mut output = match agent.stream_with(message, options).await {
             Ok(stream) => stream.output().await,
             Err(err) => return failed(format!("the run could not start: {err}")),
         };
@@ -170,10 +239,7 @@ impl AgentTools {
                 RunStatus::Suspended => {}
                 RunStatus::Cancelled => return failed(format!("run {} was cancelled", output.run_id)),
                 _ => {
-                    let reason = output
-                        .error
-                        .clone()
-                        .unwrap_or_else(|| format!("status {:?}", output.status));
+                    let reason = output.error().unwrap_or_else(|| format!("status {:?}", output.status));
                     return failed(format!("run {} failed: {reason}", output.run_id));
                 }
             }
@@ -259,7 +325,7 @@ impl AgentTools {
         let answer_at = self
             .links
             .page_for(context)
-            .map(|page| format!("{page}/runs/{}", output.run_id));
+            .map(|page| askloop::run_page_url(&page, &output.run_id));
         let mut text = format!("The run {} is waiting for an answer", output.run_id);
         if let Some(why) = why {
             text.push_str(&format!(" ({why})"));
@@ -291,6 +357,12 @@ impl AgentTools {
         result
     }
 }
+
+/// The description of the `thread` argument of every `ask_<agent>` tool.
+const THREAD_ARGUMENT: &str = "Optional: the id of a thread (a conversation) to continue. The agent reads the thread's \
+     last messages before yours, and your message and its answer are added to it, so a later call with the same id \
+     continues the conversation; an unknown id starts a new thread. The thread belongs to your resource (who you are \
+     to this server), so another caller's thread of the same id is not yours.";
 
 fn finished(output: &StreamOutput) -> CallToolResult {
     let mut result = CallToolResult::success(vec![ContentBlock::text(output.text.clone())]);
@@ -435,14 +507,24 @@ impl ServerHandler for AgentTools {
                 )
             })?
             .to_owned();
-        Ok(self.ask(agent, message, &context).await.into())
+        let thread = match request.arguments.as_ref().and_then(|args| args.get("thread")) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(thread)) => Some(thread.clone()),
+            Some(other) => {
+                return Ok(failed(format!("thread must be a string, a thread id; got {other}")).into());
+            }
+        };
+        Ok(self.ask(agent, message, thread, &context).await.into())
     }
 }
 
-/// Serves the agents over stdio until the client closes it.
+/// Serves the agents over stdio until the client closes it; every line
+/// that is not a message is answered with its JSON-RPC error (see
+/// [`crate::stdio`]).
 pub async fn serve_stdio(tools: AgentTools) -> Result<(), std::io::Error> {
+    let transport = crate::stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
     let running = tools
-        .serve(rmcp::transport::stdio())
+        .serve(transport)
         .await
         .map_err(|err| std::io::Error::other(err.to_string()))?;
     running
@@ -455,11 +537,14 @@ pub async fn serve_stdio(tools: AgentTools) -> Result<(), std::io::Error> {
 /// A tower service for the streamable-HTTP transport (mount it at `/mcp`).
 /// `check_host`: refuse requests whose `Host` is not a loopback name (set it
 /// when no token protects the endpoint, against DNS rebinding).
+/// `max_body_bytes`: the largest request body read (larger: 413); a server
+/// in front that limits bodies itself passes its own limit.
 pub fn streamable_http_service(
     tools: AgentTools,
     check_host: bool,
+    max_body_bytes: usize,
 ) -> StreamableHttpService<AgentTools, LocalSessionManager> {
-    let mut config = StreamableHttpServerConfig::default();
+    let mut config = StreamableHttpServerConfig::default().with_max_request_body_bytes(max_body_bytes);
     if !check_host {
         config = config.disable_allowed_hosts();
     }
@@ -468,4 +553,28 @@ pub fn streamable_http_service(
         Arc::new(LocalSessionManager::default()),
         config,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_callers_threads_are_of_its_first_walled_resource_else_the_tools_own() {
+        let walled = Caller {
+            by: Some("ana".into()),
+            agents: None,
+            resources: Some(vec!["ana".into(), "team".into()]),
+        };
+        assert_eq!(walled.resource("mcp"), Ok("ana"));
+        assert_eq!(Caller::default().resource("mcp"), Ok("mcp"));
+        let nowhere = Caller {
+            resources: Some(Vec::new()),
+            ..walled
+        };
+        let err = nowhere.resource("mcp").unwrap_err();
+        assert!(err.contains("ana") && err.contains("no resource"), "{err}");
+    }
 }

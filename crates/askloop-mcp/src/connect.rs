@@ -13,6 +13,8 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use tokio::sync::{mpsc, oneshot};
 
+use askloop::Cause;
+
 use crate::McpError;
 use crate::spec::{McpServerSpec, McpTransport};
 
@@ -115,10 +117,12 @@ pub(crate) async fn connect(spec: &McpServerSpec, relay: Relay) -> Result<Sessio
                     server: server.clone(),
                     command: command.clone(),
                     reason: err.to_string(),
+                    source: Some(Cause::new(err)),
                 })?;
             relay.serve(transport).await.map_err(|err| McpError::Handshake {
                 server,
                 reason: err.to_string(),
+                source: Some(Cause::new(err)),
             })
         }
         McpTransport::Http { url, headers } => {
@@ -134,6 +138,7 @@ pub(crate) async fn connect(spec: &McpServerSpec, relay: Relay) -> Result<Sessio
                         return Err(McpError::Handshake {
                             server,
                             reason: format!("the header {key:?} is not a valid HTTP header name and value"),
+                            source: None,
                         });
                     }
                 }
@@ -143,6 +148,7 @@ pub(crate) async fn connect(spec: &McpServerSpec, relay: Relay) -> Result<Sessio
             relay.serve(transport).await.map_err(|err| McpError::Handshake {
                 server,
                 reason: err.to_string(),
+                source: Some(Cause::new(err)),
             })
         }
     }

@@ -42,11 +42,17 @@
 mod agents;
 mod connect;
 pub mod elicitation;
+pub mod incoming;
 mod pool;
 mod spec;
+pub mod stdio;
 mod tools;
 
-pub use agents::{AgentTools, Caller, WaitingLinks, ask_tool_name, serve_stdio, streamable_http_service};
+use askloop::Cause;
+
+pub use agents::{
+    AgentTools, Caller, DEFAULT_RESOURCE, WaitingLinks, ask_tool_name, serve_stdio, streamable_http_service,
+};
 pub use connect::PROTOCOL_VERSION;
 pub use elicitation::{ELICITATION_KIND, ElicitationAnswer, ElicitationPayload};
 pub use spec::{DEFAULT_HOLD_FOR, McpServerSpec, McpTransport};
@@ -65,6 +71,9 @@ pub enum McpError {
         command: String,
         /// Why.
         reason: String,
+        /// The error underneath, for logs.
+        #[source]
+        source: Option<Cause>,
     },
     /// The server did not complete the `initialize` handshake.
     #[error("the MCP server {server} did not start a session: {reason}")]
@@ -73,6 +82,9 @@ pub enum McpError {
         server: String,
         /// Why.
         reason: String,
+        /// The error underneath, for logs.
+        #[source]
+        source: Option<Cause>,
     },
     /// A request to the server failed (not a tool's own error result).
     #[error("the MCP server {server} failed the request {tool}: {reason}")]
@@ -83,6 +95,9 @@ pub enum McpError {
         tool: String,
         /// Why.
         reason: String,
+        /// The error underneath, for logs.
+        #[source]
+        source: Option<Cause>,
     },
     /// The configuration names a tool the server does not have.
     #[error("the MCP server {server} has no tool {tool:?}; its tools: {known}")]

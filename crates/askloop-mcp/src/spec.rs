@@ -31,6 +31,8 @@ pub struct McpServerSpec {
     pub only_tools: Vec<String>,
     /// How long a call waiting on an answer is kept alive.
     pub hold_for: Duration,
+    /// Whether every call of its tools waits for a person's approval.
+    pub require_approval: bool,
 }
 
 /// How to reach an MCP server.
@@ -78,6 +80,7 @@ impl McpServerSpec {
             },
             only_tools: Vec::new(),
             hold_for: DEFAULT_HOLD_FOR,
+            require_approval: false,
         }
     }
 
@@ -91,6 +94,7 @@ impl McpServerSpec {
             },
             only_tools: Vec::new(),
             hold_for: DEFAULT_HOLD_FOR,
+            require_approval: false,
         }
     }
 
@@ -131,6 +135,14 @@ impl McpServerSpec {
     /// How long a call waiting on an answer is kept alive.
     pub fn hold_for(mut self, duration: Duration) -> Self {
         self.hold_for = duration;
+        self
+    }
+
+    /// Makes every call of the server's tools wait for a person's approval
+    /// (for some of them only, name them in
+    /// `AgentBuilder::require_approval_for`).
+    pub fn require_approval(mut self, yes: bool) -> Self {
+        self.require_approval = yes;
         self
     }
 }

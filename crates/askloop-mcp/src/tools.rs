@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use askloop::{InvalidResume, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};
+use askloop::{Cause, InvalidResume, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};
 use async_trait::async_trait;
 use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ElicitRequestParams};
@@ -44,6 +44,7 @@ pub async fn mcp_tools(spec: &McpServerSpec) -> Result<Vec<Arc<dyn Tool>>, McpEr
         server: spec.name.clone(),
         tool: "tools/list".into(),
         reason: err.to_string(),
+        source: Some(Cause::new(err)),
     })?;
     for wanted in &spec.only_tools {
         if !listed.iter().any(|t| t.name == *wanted) {
@@ -186,7 +187,8 @@ impl McpTool {
                 done = &mut call.done => {
                     return match done {
                         Ok(Ok(result)) => Ok(tool_output(result).into()),
-                        Ok(Err(err)) => Err(ToolError::new(err.to_string())),
+                        // The model may try again later: it is told why.
+                        Ok(Err(err)) => Err(ToolError::new(err.to_string()).with_source(err)),
                         Err(_) => Err(ToolError::new(format!("the call to {} on the MCP server {} ended without a result", self.name, self.spec.name))),
                     };
                 }
@@ -232,6 +234,7 @@ fn call_error(server: &str, tool: &str, err: ServiceError) -> McpError {
         server: server.to_owned(),
         tool: tool.to_owned(),
         reason: err.to_string(),
+        source: Some(Cause::new(err)),
     }
 }
 
@@ -284,7 +287,7 @@ impl Tool for McpTool {
                 accepted: None,
             });
         };
-        check_elicitation_answer(&payload, data).map_err(|reason| InvalidResume { reason, accepted: None })
+        check_elicitation_answer(&payload, data)
     }
 
     /// A decline of the server's form is MCP's own `decline`: the server
@@ -296,6 +299,10 @@ impl Tool for McpTool {
 
     fn idempotent(&self) -> bool {
         self.idempotent
+    }
+
+    fn requires_approval(&self) -> bool {
+        self.spec.require_approval
     }
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {
@@ -348,28 +355,29 @@ fn lost_session_note(server: &str, tool: &str, answer: &ElicitationAnswer) -> To
 /// Checks an answer to an elicitation, saying what is wrong in the terms of
 /// the form: which action is missing, or which field of the content does not
 /// fit the server's schema (not the whole schema back).
-fn check_elicitation_answer(payload: &ElicitationPayload, data: &Value) -> Result<(), String> {
+fn check_elicitation_answer(payload: &ElicitationPayload, data: &Value) -> Result<(), InvalidResume> {
     const SHAPES: &str =
         r#"give {"action": "accept", "content": {...}}, {"action": "decline"} or {"action": "cancel"}"#;
+    let refuse = |reason: String| InvalidResume { reason, accepted: None };
     let action = data.get("action").and_then(Value::as_str);
     match action {
         Some("accept") => {
             let Some(content) = data.get("content") else {
-                return Err(format!("an accepted form needs its content: {SHAPES}"));
+                return Err(refuse(format!("an accepted form needs its content: {SHAPES}")));
             };
             askloop::tool::check_against_schema(&payload.requested_schema, content).map_err(|problems| {
-                format!(
+                refuse(format!(
                     "the form's content does not fit what {} asked: {problems}",
                     payload.server
-                )
+                ))
             })?;
         }
         Some("decline" | "cancel") => {}
-        Some(other) => return Err(format!("unknown action {other:?}: {SHAPES}")),
-        None => return Err(format!("the answer has no action: {SHAPES}")),
+        Some(other) => return Err(refuse(format!("unknown action {other:?}: {SHAPES}"))),
+        None => return Err(refuse(format!("the answer has no action: {SHAPES}"))),
     }
     // Whatever the checks above let through must still fit the whole answer
     // schema (no stray keys, for one).
     askloop::tool::check_against_schema(&payload.answer_schema(), data)
-        .map_err(|_| format!("the answer has keys other than action and content: {SHAPES}"))
+        .map_err(|_| refuse(format!("the answer has keys other than action and content: {SHAPES}")))
 }

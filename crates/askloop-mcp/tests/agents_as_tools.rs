@@ -39,7 +39,7 @@ async fn serve(store: Arc<dyn RunStore>) -> String {
             page: Some("http://askloop.test".into()),
         },
     );
-    let router = axum::Router::new().nest_service("/mcp", streamable_http_service(tools, true));
+    let router = axum::Router::new().nest_service("/mcp", streamable_http_service(tools, true, 4 * 1024 * 1024));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

@@ -6,6 +6,7 @@ use askloop::{ModelError, ModelEvent};
 
 use crate::anthropic::stream::MessagesStreamParser;
 use crate::openai::stream::ChatStreamParser;
+pub use crate::sse::SseError;
 use crate::sse::{SseDecoder, parse_sse_chunks};
 
 /// A provider whose stream format is parsed.
@@ -19,17 +20,17 @@ pub enum Format {
 
 /// The SSE events (type, data) of a body cut into `chunks`, or the
 /// decoder's error.
-pub fn decode_sse<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<(String, String)>, String> {
+pub fn decode_sse<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<(String, String)>, SseError> {
     let mut decoder = SseDecoder::new();
     let mut events = Vec::new();
     for chunk in chunks {
         decoder.push(chunk);
-        while let Some(event) = decoder.next_event().map_err(|err| err.to_string())? {
+        while let Some(event) = decoder.next_event()? {
             events.push((event.event.to_owned(), event.data.to_owned()));
         }
     }
     decoder.end();
-    while let Some(event) = decoder.next_event().map_err(|err| err.to_string())? {
+    while let Some(event) = decoder.next_event()? {
         events.push((event.event.to_owned(), event.data.to_owned()));
     }
     Ok(events)

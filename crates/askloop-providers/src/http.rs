@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use askloop::ModelError;
+use askloop::{Cause, ErrorChain, ModelError};
 use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
@@ -104,6 +104,7 @@ impl Deadline {
                  (ASKLOOP_MODEL_TIMEOUT or HttpConfig::total_timeout sets it)",
                 human(self.total)
             ),
+            source: None,
         }
     }
 }
@@ -190,6 +191,7 @@ pub(crate) fn client(provider: &str, http: &HttpConfig) -> Result<reqwest::Clien
         .map_err(|err| ModelError::Transport {
             provider: provider.to_owned(),
             message: format!("cannot build the HTTP client: {err}"),
+            source: Some(Cause::new(err)),
         })
 }
 
@@ -263,14 +265,15 @@ pub(crate) async fn send_with_retries(
                          HttpConfig::idle_timeout sets it)",
                         human(http.idle_timeout)
                     ),
+                    source: None,
                 },
                 None,
             ),
             Ok(Err(err)) => {
                 if err.is_builder() {
-                    return Err(transport(provider, &err));
+                    return Err(transport(provider, err));
                 }
-                (transport(provider, &err), None)
+                (transport(provider, err), None)
             }
             Ok(Ok(response)) if response.status().is_success() => {
                 return if is_json(response.headers()) {
@@ -366,9 +369,14 @@ fn with_attempts(error: ModelError, attempts: u32) -> ModelError {
             status,
             message: format!("{message} (after {attempts} attempts)"),
         },
-        ModelError::Transport { provider, message } => ModelError::Transport {
+        ModelError::Transport {
+            provider,
+            message,
+            source,
+        } => ModelError::Transport {
             provider,
             message: format!("{message} (after {attempts} attempts)"),
+            source,
         },
         other => other,
     }
@@ -470,24 +478,16 @@ pub(crate) fn error_message(body: &str) -> String {
     }
 }
 
-pub(crate) fn transport(provider: &str, err: &reqwest::Error) -> ModelError {
+/// A request that failed on the way: the message is the error with its
+/// causes (reqwest's own message hides them, "error sending request"; the
+/// chain says what happened, connection refused, ...), and the error is kept
+/// as the source.
+pub(crate) fn transport(provider: &str, err: reqwest::Error) -> ModelError {
     ModelError::Transport {
         provider: provider.to_owned(),
-        message: error_chain(err),
+        message: ErrorChain(&err).to_string(),
+        source: Some(Cause::new(err)),
     }
-}
-
-/// An error with its causes: reqwest's own message hides them ("error
-/// sending request"), the chain says what happened (connection refused, ...).
-pub(crate) fn error_chain(err: &reqwest::Error) -> String {
-    let mut message = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 #[cfg(test)]

@@ -13,13 +13,22 @@ pub const MODEL_TIMEOUT_VAR: &str = "ASKLOOP_MODEL_TIMEOUT";
 /// do not count).
 pub const MODEL_IDLE_TIMEOUT_VAR: &str = "ASKLOOP_MODEL_IDLE_TIMEOUT";
 
+/// A timeout variable whose value is not a duration askloop accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}={value:?} {why}; give seconds (600) or a number with a unit (600s, 500ms, 10m, 1h)")]
+pub(crate) struct InvalidTimeout {
+    variable: String,
+    value: String,
+    why: &'static str,
+}
+
 /// `http` with the timeouts the variables set. `var` returns a variable's
 /// trimmed, non-empty value. A value that is not a duration is refused with
 /// what would be accepted.
 pub(crate) fn with_env_timeouts(
     mut http: HttpConfig,
     var: impl Fn(&str) -> Option<String>,
-) -> Result<HttpConfig, String> {
+) -> Result<HttpConfig, InvalidTimeout> {
     if let Some(value) = var(MODEL_TIMEOUT_VAR) {
         http.total_timeout = parse_duration(MODEL_TIMEOUT_VAR, &value)?;
     }
@@ -31,9 +40,11 @@ pub(crate) fn with_env_timeouts(
 
 /// `90` (seconds), `90s`, `500ms`, `10m` / `10min`, `1h`, `1.5s`; more
 /// than zero.
-fn parse_duration(name: &str, value: &str) -> Result<Duration, String> {
-    let refuse = |why: &str| {
-        format!("{name}={value:?} {why}; give seconds (600) or a number with a unit (600s, 500ms, 10m, 1h)")
+fn parse_duration(name: &str, value: &str) -> Result<Duration, InvalidTimeout> {
+    let refuse = |why: &'static str| InvalidTimeout {
+        variable: name.to_owned(),
+        value: value.to_owned(),
+        why,
     };
     let text = value.trim();
     let split = text
@@ -73,7 +84,7 @@ mod tests {
     #[test]
     fn a_value_that_is_not_a_duration_is_refused_naming_the_variable_and_the_forms() {
         for bad in ["", "soon", "10 fortnights", "0", "-5s", "1e400"] {
-            let message = parse_duration("ASKLOOP_MODEL_TIMEOUT", bad).unwrap_err();
+            let message = parse_duration("ASKLOOP_MODEL_TIMEOUT", bad).unwrap_err().to_string();
             assert!(message.starts_with("ASKLOOP_MODEL_TIMEOUT="), "{message}");
             assert!(message.contains("600s, 500ms, 10m"), "{message}");
         }

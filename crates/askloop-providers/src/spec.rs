@@ -158,9 +158,9 @@ pub fn resolve_spec(
     if model.trim().is_empty() {
         return Err(unknown("the model name is empty"));
     }
-    let http = crate::settings::with_env_timeouts(http, var).map_err(|reason| ModelError::UnknownModel {
+    let http = crate::settings::with_env_timeouts(http, var).map_err(|err| ModelError::UnknownModel {
         spec: spec.to_owned(),
-        reason,
+        reason: err.to_string(),
     })?;
     let missing = |provider: &str, variable: &str| ModelError::MissingApiKey {
         provider: provider.to_owned(),

@@ -7,13 +7,13 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::time::Duration;
 
-use askloop::{ModelError, ModelEvent, ModelStream};
+use askloop::{Cause, ErrorChain, ModelError, ModelEvent, ModelStream};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::Response;
 use tokio::time::Instant;
 
-use crate::http::{Deadline, HttpConfig, error_chain, human};
+use crate::http::{Deadline, HttpConfig, human};
 
 /// One server-sent event: its type (`message` when the event had no
 /// `event:` line) and its data (the `data:` lines joined with `\n`).
@@ -25,14 +25,9 @@ pub(crate) struct SseEvent<'a> {
 }
 
 /// The stream's bytes are not server-sent events (invalid UTF-8).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseError(String);
-
-impl std::fmt::Display for SseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SseError(String);
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
@@ -299,6 +294,7 @@ impl<P: StreamParser> SseState<P> {
                              response was cut short",
                             human(self.idle)
                         ),
+                        source: None,
                     });
                 }
                 Ok(None) => {
@@ -309,10 +305,8 @@ impl<P: StreamParser> SseState<P> {
                 Ok(Some(Err(err))) => {
                     return Err(ModelError::Transport {
                         provider: self.provider.clone(),
-                        message: format!(
-                            "the connection broke while the response streamed: {}",
-                            error_chain(&err)
-                        ),
+                        message: format!("the connection broke while the response streamed: {}", ErrorChain(&err)),
+                        source: Some(Cause::new(err)),
                     });
                 }
                 Ok(Some(Ok(bytes))) => self.decoder.push(&bytes),

@@ -17,7 +17,7 @@ async fn openai_agent_suspends_on_a_streamed_ask_user_and_resumes_to_streamed_te
 
     let stream = agent.stream(workload::DEPLOY_PROMPT).await.unwrap();
     let (chunks, output) = stream.output_with_chunks().await;
-    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error());
     assert_eq!(count(&chunks, "tool-call-delta"), 4, "{:?}", type_names(&chunks));
     let suspended = chunks
         .iter()
@@ -35,7 +35,7 @@ async fn openai_agent_suspends_on_a_streamed_ask_user_and_resumes_to_streamed_te
         .await
         .unwrap();
     let (chunks, output) = resumed.output_with_chunks().await;
-    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error());
     assert_eq!(output.text, "Deploying to User answered: staging.");
     assert_eq!(count(&chunks, "text-delta"), 20);
     assert_eq!(streamed_text(&chunks), output.text);
@@ -80,7 +80,7 @@ async fn anthropic_agent_suspends_on_a_streamed_tool_use_and_resumes_to_streamed
     let agent = deploy_agent(anthropic_model(&server, quick_http(0)));
 
     let output = agent.stream(workload::DEPLOY_PROMPT).await.unwrap().output().await;
-    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error());
     assert_eq!(output.pending.len(), 1);
     let pending = &output.pending[0];
     assert_eq!(pending.args, workload::deploy_arguments());
@@ -91,7 +91,7 @@ async fn anthropic_agent_suspends_on_a_streamed_tool_use_and_resumes_to_streamed
         .unwrap()
         .output_with_chunks()
         .await;
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error());
     assert_eq!(streamed_text(&chunks), "Deploying to User answered: staging.");
     assert_eq!(count(&chunks, "text-delta"), 20);
 
@@ -140,7 +140,7 @@ async fn ollama_whole_call_with_finish_stop_in_one_chunk_and_no_id_still_suspend
     let agent = deploy_agent(ollama_model(&server, quick_http(0)));
 
     let output = agent.stream("Book a trip").await.unwrap().output().await;
-    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error());
     let call_id = output.pending[0].tool_call_id.clone();
     assert_eq!(
         call_id, "call_chatcmpl-fake-1_0",
@@ -153,7 +153,7 @@ async fn ollama_whole_call_with_finish_stop_in_one_chunk_and_no_id_still_suspend
         .unwrap()
         .output()
         .await;
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error());
     assert_eq!(done.text, "Booked Paris.");
     let requests = server.requests();
     assert_eq!(requests[0].header("authorization"), None, "ollama needs no key");
@@ -172,7 +172,7 @@ async fn malformed_arguments_become_an_is_error_result_the_model_sees_with_its_r
     let agent = deploy_agent(openai_model(&server, quick_http(0)));
 
     let (chunks, output) = agent.stream("Deploy").await.unwrap().output_with_chunks().await;
-    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error());
     assert_eq!(count(&chunks, "tool-error"), 1, "{:?}", type_names(&chunks));
 
     let second = &server.requests()[1].body["messages"];
@@ -196,7 +196,7 @@ async fn parallel_ask_user_calls_suspend_together_and_one_request_follows_both_a
         .unwrap();
     let agent = deploy_agent(anthropic_model(&server, quick_http(0)));
     let output = agent.stream("Plan").await.unwrap().output().await;
-    assert_eq!(output.pending.len(), 2, "{:?}", output.error);
+    assert_eq!(output.pending.len(), 2, "{:?}", output.error());
     let partial = agent
         .resume_stream("Kyoto", ResumeOptions::call(&output.run_id, "call_a"))
         .await
@@ -215,7 +215,7 @@ async fn parallel_ask_user_calls_suspend_together_and_one_request_follows_both_a
         .unwrap()
         .output()
         .await;
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error());
     let messages = server.requests()[1].body["messages"].clone();
     // One assistant turn with text and both calls, then one user turn with both results.
     assert_eq!(messages.as_array().unwrap().len(), 3);
@@ -253,7 +253,7 @@ async fn two_questions_under_one_id_keep_their_own_answers(
         .build()
         .unwrap();
     let (chunks, output) = agent.stream("Plan").await.unwrap().output_with_chunks().await;
-    assert_eq!(output.pending.len(), 2, "{:?}", output.error);
+    assert_eq!(output.pending.len(), 2, "{:?}", output.error());
     let ids: Vec<String> = output.pending.iter().map(|p| p.tool_call_id.clone()).collect();
     assert_ne!(ids[0], ids[1], "each question has its own id");
     let questions: Vec<&Value> = output.pending.iter().map(|p| &p.args["question"]).collect();

@@ -178,7 +178,7 @@ async fn drive(agent: Agent, n: usize) -> (String, Journey) {
                 let failure = stored
                     .failure
                     .clone()
-                    .unwrap_or_else(|| panic!("{run_id} failed without a stored typed reason: {:?}", stored.error));
+                    .unwrap_or_else(|| panic!("{run_id} failed without a stored typed reason: {:?}", stored.error()));
                 let transient = failure.is_transient();
                 journey.failures.push(failure);
                 if !transient || retries == MAX_RETRIES_PER_RUN {
@@ -246,7 +246,7 @@ async fn faults_under_load(store: Arc<dyn RunStore>, label: &str) {
                 assert!(stored.failure.is_some(), "{run_id}: failed without a typed reason");
                 left_failed.push(format!("{run_id}: {:?}", stored.failure));
             }
-            other => panic!("{run_id} ended {other}: {:?}", stored.error),
+            other => panic!("{run_id} ended {other}: {:?}", stored.error()),
         }
         // No answer lost: the answer given is the question's tool result
         // and the reply the model made of it.

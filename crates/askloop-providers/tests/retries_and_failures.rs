@@ -29,7 +29,7 @@ async fn a_429_with_retry_after_is_retried_and_the_run_goes_on() {
         .unwrap()
         .output_with_chunks()
         .await;
-    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error());
     assert_eq!(server.request_count(), 2);
     assert_eq!(
         count(&chunks, "tool-call"),
@@ -50,7 +50,7 @@ async fn an_anthropic_529_overload_is_retried_and_the_run_goes_on() {
         .unwrap();
     let agent = deploy_agent(anthropic_model(&server, quick_http(3)));
     let output = agent.stream(workload::DEPLOY_PROMPT).await.unwrap().output().await;
-    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error());
     assert_eq!(server.request_count(), 2);
     assert_eq!(
         server.requests()[0].body,
@@ -86,7 +86,7 @@ async fn a_500_three_times_fails_the_run_with_the_status_message_and_attempts() 
         "{message}"
     );
     assert!(message.contains("after 3 attempts"), "{message}");
-    assert_eq!(output.error.as_deref(), Some(message.as_str()));
+    assert_eq!(output.error().as_deref(), Some(message.as_str()));
     let stored = agent.get_run(&output.run_id).await.unwrap();
     assert_eq!(stored.status, RunStatus::Failed);
 }
@@ -103,7 +103,7 @@ async fn a_400_is_not_retried_and_its_error_body_message_is_surfaced() {
     let output = agent.stream("Deploy").await.unwrap().output().await;
     assert_eq!(output.status, RunStatus::Failed);
     assert_eq!(server.request_count(), 1);
-    let message = output.error.unwrap();
+    let message = output.error().unwrap();
     assert!(message.contains("HTTP 400"), "{message}");
     assert!(
         message.contains("Invalid 'temperature': decimal above maximum value"),
@@ -179,10 +179,20 @@ async fn a_connection_refused_is_retried_then_reported_naming_the_provider() {
     let Err(err) = model.stream(request).await else {
         panic!("expected a connection error");
     };
+    // The whole chain, for logs: reqwest's error and the socket's under it.
+    let chain = askloop::ErrorChain(&err).to_string();
     match err {
-        ModelError::Transport { provider, message } => {
+        ModelError::Transport {
+            provider,
+            message,
+            source,
+        } => {
             assert_eq!(provider, "openai");
             assert!(message.contains("after 3 attempts"), "{message}");
+            let source = source.expect("the HTTP client's error is kept as the source");
+            let reqwest_error = source.get().downcast_ref::<reqwest::Error>();
+            assert!(reqwest_error.is_some_and(|e| e.is_connect()), "{source:?}");
+            assert!(chain.to_lowercase().contains("connect"), "{chain}");
         }
         other => panic!("expected a transport error, got {other:?}"),
     }
@@ -202,7 +212,7 @@ async fn a_stalled_stream_hits_the_idle_timeout() {
     let agent = deploy_agent(openai_model(&server, http));
     let output = agent.stream("Hi").await.unwrap().output().await;
     assert_eq!(output.status, RunStatus::Failed);
-    let message = output.error.unwrap();
+    let message = output.error().unwrap();
     assert!(message.contains("stalled"), "{message}");
 }
 
@@ -235,7 +245,7 @@ async fn keep_alive_comments_forever_do_not_keep_a_stream_alive() {
         };
         let output = output_within_a_minute(&deploy_agent(model), "Hi").await;
         assert_eq!(output.status, RunStatus::Failed, "anthropic={anthropic}");
-        let message = output.error.unwrap();
+        let message = output.error().unwrap();
         assert!(
             message.contains("stalled") && message.contains("keep-alive comments do not count"),
             "{message}"
@@ -262,7 +272,7 @@ async fn events_within_the_idle_timeout_keep_a_slow_stream_going() {
         ..quick_http(0)
     };
     let output = output_within_a_minute(&deploy_agent(openai_model(&server, http)), "Hi").await;
-    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error());
     assert_eq!(output.text, "thinking very hard here");
 }
 
@@ -282,7 +292,7 @@ async fn a_stream_that_keeps_sending_events_is_stopped_at_the_total_timeout() {
     };
     let output = output_within_a_minute(&deploy_agent(openai_model(&server, http)), "Hi").await;
     assert_eq!(output.status, RunStatus::Failed);
-    let message = output.error.unwrap();
+    let message = output.error().unwrap();
     assert!(message.contains("total timeout of 500 ms"), "{message}");
     assert_eq!(server.request_count(), 1);
 }
@@ -303,7 +313,7 @@ async fn a_server_that_accepts_and_never_answers_is_given_up_at_the_total_timeou
     };
     let output = output_within_a_minute(&deploy_agent(openai_model(&server, http)), "Hi").await;
     assert_eq!(output.status, RunStatus::Failed);
-    let message = output.error.unwrap();
+    let message = output.error().unwrap();
     assert!(message.contains("total timeout of 400 ms"), "{message}");
     assert!(message.contains("ASKLOOP_MODEL_TIMEOUT"), "{message}");
 }
@@ -323,7 +333,7 @@ async fn silence_before_the_headers_is_retried_within_the_total_timeout() {
         ..quick_http(3)
     };
     let output = output_within_a_minute(&deploy_agent(openai_model(&server, http)), "Hi").await;
-    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error());
     assert_eq!(output.text, "on time");
     assert_eq!(server.request_count(), 2);
 }
@@ -371,10 +381,10 @@ async fn a_json_error_with_status_200_instead_of_a_stream_is_reported_with_its_m
     let agent = deploy_agent(openai_model(&server, quick_http(3)));
     let first = agent.stream("Hi").await.unwrap().output().await;
     assert_eq!(first.status, RunStatus::Failed);
-    let message = first.error.unwrap();
+    let message = first.error().unwrap();
     assert!(message.contains("model 'x' not found"), "{message}");
     let second = agent.stream("Hi").await.unwrap().output().await;
-    let message = second.error.unwrap();
+    let message = second.error().unwrap();
     assert!(message.contains("expected an event stream"), "{message}");
     assert_eq!(server.request_count(), 2, "not retried");
 }

@@ -55,7 +55,7 @@ async fn a_run_suspended_here_is_resumed_by_a_second_process_through_sqlite() {
         let run_id = {
             let agent = agent(&spec, env.clone(), &db).await;
             let output = agent.stream(workload::DEPLOY_PROMPT).await.unwrap().output().await;
-            assert_eq!(output.status, RunStatus::Suspended, "{provider}: {:?}", output.error);
+            assert_eq!(output.status, RunStatus::Suspended, "{provider}: {:?}", output.error());
             output.run_id
         };
 
@@ -116,6 +116,6 @@ async fn child_resumes_the_run() {
         .unwrap()
         .output()
         .await;
-    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Completed, "{:?}", output.error());
     println!("{DONE_MARKER}{}", output.text);
 }

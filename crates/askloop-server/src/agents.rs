@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, ApiPath};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::request_fields::{self, RequestOverride};
 use crate::sse;
 use crate::wire::{
     AgentInfo, DecisionRequest, GenerateResponse, Keyed, PendingCall, ResumeRequest, StreamRequest, SuspendedRun,
@@ -86,7 +87,7 @@ pub(crate) async fn stream(
 ) -> Result<Response, ApiError> {
     caller.check(&agent_id)?;
     let agent = state.agent(&agent_id)?;
-    let (messages, options) = start_options(request)?;
+    let (messages, options) = start_options(request, agent, state.overrides_for(&agent_id), &caller)?;
     let stream = agent.stream_with(messages, options).await?;
     let span = run_span(&agent_id, stream.run_id(), None);
     Ok(sse::respond(&state, stream, span))
@@ -102,7 +103,7 @@ pub(crate) async fn generate(
 ) -> Result<Json<GenerateResponse>, ApiError> {
     caller.check(&agent_id)?;
     let agent = state.agent(&agent_id)?;
-    let (messages, options) = start_options(request)?;
+    let (messages, options) = start_options(request, agent, state.overrides_for(&agent_id), &caller)?;
     let stream = agent.stream_with(messages, options).await?;
     let span = run_span(&agent_id, stream.run_id(), None);
     // On a task of the server's, so a client that hangs up does not stop
@@ -112,6 +113,7 @@ pub(crate) async fn generate(
         .await
         .map_err(|err| ApiError::Internal(format!("the run's driver stopped: {err}")))?;
     let suspend_payload = output.pending.iter().find_map(|p| p.suspend_payload.clone());
+    let error = output.error();
     Ok(Json(GenerateResponse {
         text: output.text,
         finish_reason: output.finish_reason,
@@ -120,7 +122,7 @@ pub(crate) async fn generate(
         usage: output.usage,
         suspend_payload,
         pending_tool_calls: output.pending.into_iter().map(PendingCall::from).collect(),
-        error: output.error,
+        error,
     }))
 }
 
@@ -132,6 +134,9 @@ pub(crate) async fn resume_stream(
     caller: Caller,
     ApiJson(request): ApiJson<ResumeRequest>,
 ) -> Result<Response, ApiError> {
+    let mut fields = request.fields;
+    crate::threads::request::decision_memory(&mut fields, &caller)?;
+    request_fields::decision_fields(fields, "runId, toolCallId, resumeData")?;
     let decision = Decision::Answer(request.resume_data);
     decide(
         &state,
@@ -144,15 +149,21 @@ pub(crate) async fn resume_stream(
     .await
 }
 
-/// `POST /api/agents/{agentId}/approve-tool-call`.
+/// `POST /api/agents/{agentId}/approve-tool-call`. A `reason` is refused
+/// (400) rather than dropped: an approval's record has no place for one,
+/// and the model is told a reason only when a call is declined.
 pub(crate) async fn approve(
     State(state): AppStateRef,
     ApiPath(agent_id): ApiPath<String>,
     caller: Caller,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
+    let mut fields = request.fields;
+    crate::threads::request::decision_memory(&mut fields, &caller)?;
+    request_fields::decision_fields(fields, "runId, toolCallId")?;
     let call = request.tool_call_id.as_deref();
-    decide(&state, &caller, &agent_id, &request.run_id, call, Decision::Approve).await
+    let decision = Decision::Approve(request.reason);
+    decide(&state, &caller, &agent_id, &request.run_id, call, decision).await
 }
 
 /// `POST /api/agents/{agentId}/decline-tool-call`.
@@ -162,6 +173,9 @@ pub(crate) async fn decline(
     caller: Caller,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
+    let mut fields = request.fields;
+    crate::threads::request::decision_memory(&mut fields, &caller)?;
+    request_fields::decision_fields(fields, "runId, toolCallId, reason")?;
     let call = request.tool_call_id.as_deref();
     decide(
         &state,
@@ -178,7 +192,8 @@ pub(crate) async fn decline(
 /// routes that continue a run.
 enum Decision {
     Answer(Value),
-    Approve,
+    /// With the `reason` sent, which the agent refuses.
+    Approve(Option<String>),
     Decline(Option<String>),
 }
 
@@ -200,7 +215,7 @@ async fn decide(
     let options = ResumeOptions::call_or_run(run_id, tool_call_id).by(author);
     let stream = match decision {
         Decision::Answer(data) => agent.resume_stream(data, options).await,
-        Decision::Approve => agent.approve_tool_call(options).await,
+        Decision::Approve(reason) => agent.approve_tool_call(options.with_reason(reason)).await,
         Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await,
     }
     .map_err(|err| on_agent_route(err, agent_id))?;
@@ -213,12 +228,15 @@ pub(crate) async fn suspended_runs(
     State(state): AppStateRef,
     caller: Caller,
     ApiPath(agent_id): ApiPath<String>,
+    ApiQuery(filter): ApiQuery<SuspendedFilter>,
 ) -> Result<Json<SuspendedRuns>, ApiError> {
     caller.check(&agent_id)?;
     let agent = state.agent(&agent_id)?;
+    let thread = thread_filter(&state, &caller, filter).await?;
     let query = RunQuery {
         status: Some(RunStatus::Suspended),
         agent_id: Some(agent.id().to_owned()),
+        thread,
         ..Default::default()
     };
     let runs: Vec<SuspendedRun> = state
@@ -232,6 +250,38 @@ pub(crate) async fn suspended_runs(
         total: runs.len(),
         runs,
     }))
+}
+
+/// `?threadId=&resourceId=` of the suspended-runs listing.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SuspendedFilter {
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    resource_id: Option<String>,
+}
+
+/// The stored threads a suspended-runs listing is limited to: one thread
+/// (found among the caller's resources, or the one named), every thread of
+/// a resource, or, for a caller walled to some resources without naming
+/// one, none unless it names them.
+async fn thread_filter(
+    state: &AppState,
+    caller: &Caller,
+    filter: SuspendedFilter,
+) -> Result<Option<askloop::ThreadKey>, ApiError> {
+    match (filter.thread_id, filter.resource_id) {
+        (None, None) => Ok(None),
+        (None, Some(resource)) => {
+            caller.check_resource(&resource)?;
+            Ok(Some(askloop::ThreadKey::new(resource, "")))
+        }
+        (Some(thread), resource) => {
+            let found = crate::threads::find(state, caller, &thread, resource.as_deref()).await?;
+            Ok(Some(found.key()))
+        }
+    }
 }
 
 fn run_span(agent_id: &str, run_id: &str, tool_call_id: Option<&str>) -> tracing::Span {
@@ -251,11 +301,27 @@ fn on_agent_route(err: RunError, agent_id: &str) -> ApiError {
     }
 }
 
-fn start_options(request: StreamRequest) -> Result<(Vec<Message>, StreamOptions), ApiError> {
+/// The run a stream or generate request starts, checked before anything
+/// is stored: its messages, and its options with the settings its other
+/// fields ask for (refused together when the agent cannot honour them).
+fn start_options(
+    request: StreamRequest,
+    agent: &Agent,
+    allowed: &[RequestOverride],
+    caller: &Caller,
+) -> Result<(Vec<Message>, StreamOptions), ApiError> {
     let messages = input_messages(&request.messages)?;
+    let mut fields = request.fields;
+    let thread = crate::threads::request::thread_options(&mut fields, request.thread_id.as_deref(), caller)?;
     let mut options = StreamOptions::default();
     options.run_id = request.run_id;
-    options.thread_id = request.thread_id;
+    // A run on a stored thread is labelled with its id too, as Mastra
+    // lists it.
+    options.thread_id = request
+        .thread_id
+        .or_else(|| thread.as_ref().map(|t| t.key.thread_id.clone()));
+    options.thread = thread;
+    options.settings = request_fields::run_settings(fields, agent, allowed)?;
     Ok((messages, options))
 }
 
@@ -296,7 +362,16 @@ fn input_messages(messages: &Value) -> Result<Vec<Message>, ApiError> {
     Ok(out)
 }
 
-fn text_content(content: &Value) -> Result<String, String> {
+/// Why a message's content is not text, completing "messages[i].content ...".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NotText {
+    #[error("has a part that is not {{type: \"text\", text}}: {0}")]
+    Part(Value),
+    #[error("is {0}")]
+    Kind(&'static str),
+}
+
+fn text_content(content: &Value) -> Result<String, NotText> {
     match content {
         Value::String(text) => Ok(text.clone()),
         Value::Array(parts) => {
@@ -307,12 +382,12 @@ fn text_content(content: &Value) -> Result<String, String> {
                     part.get("text").and_then(Value::as_str),
                 ) {
                     (Some("text"), Some(piece)) => text.push_str(piece),
-                    _ => return Err(format!("has a part that is not {{type: \"text\", text}}: {part}")),
+                    _ => return Err(NotText::Part(part.clone())),
                 }
             }
             Ok(text)
         }
-        other => Err(format!("is {}", kind(other))),
+        other => Err(NotText::Kind(kind(other))),
     }
 }
 

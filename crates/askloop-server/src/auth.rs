@@ -3,9 +3,15 @@
 //! resolution is recorded with.
 //!
 //! - A request must carry `Authorization: Bearer <secret>` of one of the
-//!   server's tokens (none configured: no token needed). Every secret is
-//!   compared, each in constant time, so the time taken says nothing about
-//!   which token, or how much of one, matched.
+//!   server's tokens (none configured: no token needed; the scheme's case
+//!   does not matter, as RFC 9110 says). The SHA-256 digest of what was
+//!   sent is compared with every token's, each in constant time: the time
+//!   taken says nothing about which token matched, how much of one, or how
+//!   long the secrets are.
+//! - A secret must not start or end with white space (a header's value is
+//!   read without it, so such a token could never match), and must be at
+//!   least [`MIN_SECRET_CHARS`] characters on a server reachable beyond
+//!   loopback ([`check_secrets`]).
 //! - A token limited to some agents (`agents = [...]` in `askloop.toml`) may
 //!   only see and act on those agents and their runs; anything else is a
 //!   403 naming the token and the agent, decided before anything is read or
@@ -27,6 +33,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::AppState;
@@ -35,6 +42,10 @@ use crate::error::ApiError;
 /// The name recorded for the token given as `ASKLOOP_API_TOKEN`
 /// ([`crate::ServerOptions::token`]).
 pub const DEFAULT_TOKEN_NAME: &str = "api-token";
+
+/// The fewest characters a secret may have on a server that listens
+/// beyond loopback; on loopback, a shorter one is only warned about.
+pub const MIN_SECRET_CHARS: usize = 16;
 
 /// The header the web page sends with its requests, so that what a person
 /// did on the page is recorded as done through the page.
@@ -46,7 +57,9 @@ pub(crate) const INTERFACE_HEADER: &str = "x-askloop-interface";
 pub struct ApiToken {
     name: String,
     secret: String,
+    digest: [u8; 32],
     agents: Option<Vec<String>>,
+    resources: Option<Vec<String>>,
 }
 
 impl ApiToken {
@@ -54,11 +67,28 @@ impl ApiToken {
     /// it) whose requests carry `Authorization: Bearer <secret>`; it may act
     /// for every agent until [`ApiToken::only_agents`] limits it.
     pub fn new(name: impl Into<String>, secret: impl Into<String>) -> Self {
+        let secret = secret.into();
         ApiToken {
             name: name.into(),
-            secret: secret.into(),
+            digest: digest(&secret),
+            secret,
             agents: None,
+            resources: None,
         }
+    }
+
+    /// Walls the token's threads: it may use only the threads of these
+    /// resources (its own name and the ones it lists, as `[[tokens]]` in
+    /// `askloop.toml` make it). A token without them (`ASKLOOP_API_TOKEN`)
+    /// may name any resource: a resource is then a label, not a wall.
+    pub fn only_resources(mut self, resources: Vec<String>) -> Self {
+        self.resources = Some(resources);
+        self
+    }
+
+    /// The resources whose threads it may use (`None`: any).
+    pub fn resources(&self) -> Option<&[String]> {
+        self.resources.as_deref()
     }
 
     /// Limits the token to these agents: it may see and act on them and
@@ -107,6 +137,8 @@ pub(crate) struct Access {
 pub(crate) struct Caller {
     token: Option<String>,
     agents: Option<Arc<[String]>>,
+    /// The resources whose threads the caller may use (`None`: any).
+    resources: Option<Arc<[String]>>,
     author: Author,
 }
 
@@ -116,6 +148,7 @@ impl Caller {
         Caller {
             token: None,
             agents: None,
+            resources: None,
             author: Author::via(Interface::Http),
         }
     }
@@ -144,6 +177,30 @@ impl Caller {
         self.agents.as_deref()
     }
 
+    /// The resources whose threads the caller may use (`None`: any, on a
+    /// server without named tokens or an author header).
+    pub(crate) fn resources(&self) -> Option<&[String]> {
+        self.resources.as_deref()
+    }
+
+    /// `Ok` when the caller may use threads of `resource_id`, else the 403,
+    /// decided before anything is read.
+    pub(crate) fn check_resource(&self, resource_id: &str) -> Result<(), ApiError> {
+        match self.resources() {
+            Some(allowed) if !allowed.iter().any(|r| r == resource_id) => Err(ApiError::ForeignResource {
+                caller: self
+                    .author
+                    .by
+                    .clone()
+                    .or_else(|| self.token.clone())
+                    .unwrap_or_default(),
+                resource_id: resource_id.to_owned(),
+                allowed: allowed.to_vec(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Who to record as the author of what this request resolves.
     pub(crate) fn author(&self) -> Author {
         self.author.clone()
@@ -154,6 +211,7 @@ impl Caller {
         askloop_mcp::Caller {
             by: self.author.by.clone(),
             agents: self.agents.as_deref().map(<[String]>::to_vec),
+            resources: self.resources.as_deref().map(<[String]>::to_vec),
         }
     }
 }
@@ -176,17 +234,20 @@ impl Access {
             Some("page") => Interface::Page,
             _ => Interface::Http,
         };
-        let (token, agents) = if self.tokens.is_empty() {
-            (None, None)
+        let (token, agents, resources) = if self.tokens.is_empty() {
+            (None, None, None)
         } else {
             let given = headers
                 .get(AUTHORIZATION)
                 .and_then(|value| value.to_str().ok())
-                .and_then(|value| value.strip_prefix("Bearer "))
-                .map(str::trim)
+                .and_then(bearer)
                 .ok_or(ApiError::Unauthorized)?;
             let token = self.matching(given).ok_or(ApiError::Unauthorized)?;
-            (Some(token.name.clone()), token.agents.as_deref().map(Arc::from))
+            (
+                Some(token.name.clone()),
+                token.agents.as_deref().map(Arc::from),
+                token.resources.as_deref().map(Arc::from),
+            )
         };
         let person = self
             .author_header
@@ -196,25 +257,106 @@ impl Access {
             .map(str::trim)
             .filter(|value| !value.is_empty())
             .map(str::to_owned);
+        // Behind the author header, the person it names is the only
+        // resource: a thread is that person's conversation.
+        let resources = match &person {
+            Some(person) => Some(Arc::from(vec![person.clone()])),
+            None => resources,
+        };
         let by = person.or_else(|| token.clone());
         Ok(Caller {
             token,
             agents,
+            resources,
             author: Author { via, by },
         })
     }
 
-    /// The token whose secret is `given`. Every secret is compared, in
-    /// constant time each, whichever matches.
+    /// The token whose secret is `given`. Digests of one length are
+    /// compared, every one, in constant time each, whichever matches.
     fn matching(&self, given: &str) -> Option<&ApiToken> {
+        let given = digest(given);
         let mut found = None;
         for token in &self.tokens {
-            if bool::from(given.as_bytes().ct_eq(token.secret().as_bytes())) {
+            if bool::from(given.ct_eq(&token.digest)) {
                 found = found.or(Some(token));
             }
         }
         found
     }
+}
+
+/// The credentials of an `Authorization: Bearer <credentials>` value; the
+/// scheme in any case, the credentials without surrounding white space.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, credentials) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| credentials.trim())
+}
+
+fn digest(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// A secret that cannot work, or is too short for where the server listens.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// The secret starts or ends with white space.
+    #[error(
+        "the secret of the API token {} starts or ends with white space, so no request could ever match it; remove the white space",
+        described(name)
+    )]
+    WhiteSpace {
+        /// The token's name.
+        name: String,
+    },
+    /// The secret is too short for a server reachable beyond loopback.
+    #[error(
+        "the secret of the API token {} has {chars} characters; a server listening beyond loopback needs at least {MIN_SECRET_CHARS} (e.g. openssl rand -hex 32)",
+        described(name)
+    )]
+    TooShort {
+        /// The token's name.
+        name: String,
+        /// Its length, in characters.
+        chars: usize,
+    },
+}
+
+/// A token's name as messages give it: the default token's says where its
+/// secret came from.
+fn described(name: &str) -> String {
+    if name == DEFAULT_TOKEN_NAME {
+        format!("{name} (ASKLOOP_API_TOKEN)")
+    } else {
+        name.to_owned()
+    }
+}
+
+/// Checks every secret: one with white space at either end is an error;
+/// one shorter than [`MIN_SECRET_CHARS`] is an error when `beyond_loopback`,
+/// else returned as a warning.
+pub(crate) fn check_secrets(tokens: &[ApiToken], beyond_loopback: bool) -> Result<Vec<TokenError>, TokenError> {
+    let mut warnings = Vec::new();
+    for token in tokens {
+        if token.secret.trim() != token.secret {
+            return Err(TokenError::WhiteSpace {
+                name: token.name.clone(),
+            });
+        }
+        let chars = token.secret.chars().count();
+        if chars < MIN_SECRET_CHARS {
+            let short = TokenError::TooShort {
+                name: token.name.clone(),
+                chars,
+            };
+            if beyond_loopback {
+                return Err(short);
+            }
+            warnings.push(short);
+        }
+    }
+    Ok(warnings)
 }
 
 /// Identifies the caller of every request it guards (the token it sent,
@@ -270,10 +412,52 @@ mod tests {
         for wrong in [
             headers(&[]),
             headers(&[("authorization", "Bearer secret-")]),
+            headers(&[("authorization", "Bearer secret-aa")]),
             headers(&[("authorization", "secret-a")]),
+            headers(&[("authorization", "Basic secret-a")]),
+            headers(&[("authorization", "Bearersecret-a")]),
         ] {
             assert!(matches!(access.identify(&wrong), Err(ApiError::Unauthorized)));
         }
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case() {
+        let access = access();
+        for value in [
+            "bearer secret-a",
+            "BEARER secret-a",
+            "Bearer  secret-a ",
+            " bEaReR secret-a",
+        ] {
+            let mut map = HeaderMap::new();
+            map.insert("authorization", HeaderValue::from_str(value).unwrap());
+            let caller = access.identify(&map).unwrap_or_else(|_| panic!("{value:?}"));
+            assert_eq!(caller.author(), Author::named(Interface::Http, "alice"), "{value:?}");
+        }
+    }
+
+    #[test]
+    fn a_secret_with_white_space_at_an_end_is_refused_and_a_short_one_is_refused_beyond_loopback_only() {
+        for secret in [" 0123456789abcdef", "0123456789abcdef\n", "\t0123456789abcdef"] {
+            let token = ApiToken::new("ops", secret);
+            let err = check_secrets(&[token], false).unwrap_err();
+            assert!(
+                matches!(err, TokenError::WhiteSpace { ref name } if name == "ops"),
+                "{secret:?}"
+            );
+            assert!(err.to_string().contains("white space"));
+        }
+        let short = vec![ApiToken::new("ci", "x"), ApiToken::new("ok", "0123456789abcdef")];
+        let err = check_secrets(&short, true).unwrap_err();
+        assert!(
+            matches!(err, TokenError::TooShort { ref name, chars: 1 } if name == "ci"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("at least 16"), "{err}");
+        let warnings = check_secrets(&short, false).unwrap();
+        assert_eq!(warnings.len(), 1);
+        assert!(check_secrets(&short[1..], true).unwrap().is_empty());
     }
 
     #[test]

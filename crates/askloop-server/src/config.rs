@@ -12,8 +12,9 @@
 //! instructions = "Ask which environment before deploying."
 //! model = "openai/gpt-4o-mini"      # or: script = "deployer.json" (relative to this file)
 //! tools = ["ask_user", "write_file"]
-//! require_approval = ["write_file"]  # write_file always needs approval; list others here
+//! require_approval = ["write_file"]  # calls that wait for approval: built-in or MCP servers' tools
 //! allow_free_text = true             # answers outside the offered options are accepted
+//! request_overrides = ["instructions"]  # a request's `instructions` may replace the agent's
 //!
 //! [[agents.deployer.mcp]]            # an MCP server's tools (repeat the table for more)
 //! name = "everything"
@@ -22,13 +23,15 @@
 //! # url = "http://127.0.0.1:3001/mcp"  # ...or a streamable-HTTP endpoint
 //! # headers = { Authorization = "Bearer ..." }
 //! # tools = ["echo"]                 # only these of its tools
+//! # require_approval = true          # every call of its tools waits for approval
 //! ```
 //!
-//! API tokens and the author header are top-level keys (see
-//! `config/access.rs`):
+//! API tokens, the author header and the hosts answered to are top-level
+//! keys (see `config/access.rs`):
 //!
 //! ```toml
 //! author_header = "X-Forwarded-User"  # set by a trusted proxy; it must strip it from clients
+//! allowed_hosts = ["askloop.internal"] # besides loopback names, addresses and public_url's host
 //!
 //! [[tokens]]
 //! name = "alice"
@@ -37,6 +40,7 @@
 //! ```
 
 mod access;
+mod approvals;
 mod duration;
 mod raw;
 mod webhooks;
@@ -46,12 +50,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use askloop::{Agent, AskUser, AskUserLimits, Model, RunStore, ScriptedModel, Subscription, Tool};
-use askloop_mcp::McpServerSpec;
+use askloop_mcp::{McpError, McpServerSpec};
 
 use crate::auth::ApiToken;
+use crate::request_fields::RequestOverride;
 use crate::tools::{WRITE_FILE_TOOL_ID, write_file};
 
-pub use webhooks::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, WebhookConfig, WebhookSecret};
+pub use approvals::ApprovalNames;
+pub use webhooks::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret};
 
 /// The default agent's id, when there is no configuration file.
 pub const DEFAULT_AGENT_ID: &str = "assistant";
@@ -76,6 +82,9 @@ pub struct ServerConfig {
     pub tokens: Vec<ApiToken>,
     /// `author_header`: the header a trusted proxy names the author in.
     pub author_header: Option<String>,
+    /// `allowed_hosts`: host names the server answers to besides loopback
+    /// names, addresses and the public URL's host.
+    pub allowed_hosts: Vec<String>,
     /// What is allowed but unwise (a token's secret written in the file),
     /// for the program to show.
     pub warnings: Vec<String>,
@@ -100,12 +109,20 @@ pub struct AgentConfig {
     pub model: ModelSource,
     /// The tools, in the order given.
     pub tools: Vec<ToolKind>,
-    /// Tools whose calls wait for approval (`write_file` always does).
-    pub require_approval: Vec<ToolKind>,
+    /// The names of the tools whose calls wait for approval (`write_file`
+    /// always does): built-in tools, or its MCP servers' tools, which are
+    /// checked when the servers list them.
+    pub require_approval: Vec<String>,
     /// Whether choice questions accept answers outside their options.
     pub allow_free_text: bool,
     /// Most model calls per stream, when not the default.
     pub max_steps: Option<u32>,
+    /// How many of a thread's last messages a run on it reads, when not
+    /// the default (10).
+    pub last_messages: Option<u32>,
+    /// The fields a stream or generate request may replace this agent's
+    /// settings with for its run (`request_overrides`); none by default.
+    pub request_overrides: Vec<RequestOverride>,
     /// Where `write_file` writes.
     pub write_dir: PathBuf,
     /// How long any question or approval of this agent may wait.
@@ -197,6 +214,8 @@ impl ServerConfig {
                 require_approval: Vec::new(),
                 allow_free_text: false,
                 max_steps: None,
+                last_messages: None,
+                request_overrides: Vec::new(),
                 write_dir: PathBuf::from("."),
                 time_limit: None,
                 time_limits: Vec::new(),
@@ -205,6 +224,7 @@ impl ServerConfig {
             limits: AskUserLimits::default(),
             tokens: Vec::new(),
             author_header: None,
+            allowed_hosts: Vec::new(),
             warnings: Vec::new(),
             public_url: None,
             webhooks: Vec::new(),
@@ -256,12 +276,14 @@ impl ServerConfig {
         let ids: Vec<&str> = agents.iter().map(|a| a.id.as_str()).collect();
         let (tokens, warnings) = access::resolve_tokens(path, raw.tokens, &ids, env)?;
         let author_header = access::resolve_author_header(path, raw.author_header)?;
+        let allowed_hosts = access::resolve_allowed_hosts(path, raw.allowed_hosts)?;
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
             limits,
             tokens,
             author_header,
+            allowed_hosts,
             warnings,
             public_url,
             webhooks: hooks,
@@ -276,7 +298,7 @@ impl ServerConfig {
     pub fn build_agents(
         &self,
         store: &Arc<dyn RunStore>,
-        default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
+        default_model: &DefaultModel<'_>,
     ) -> Result<Vec<Agent>, ConfigError> {
         let file = self.file();
         self.agents
@@ -289,32 +311,58 @@ impl ServerConfig {
                         "MCP servers' tools are listed before the agent is built: use build_agents_with_mcp",
                     ));
                 }
-                agent.build(&file, store, default_model, Vec::new(), self)
+                agent.build(&file, store, default_model, Vec::new(), &agent.require_approval, self)
             })
             .collect()
     }
 
     /// Builds the agents as [`ServerConfig::build_agents`] does, first
     /// starting (or connecting to) each agent's MCP servers to list their
-    /// tools. A server that cannot be reached is an error naming its key.
+    /// tools, and checks the `require_approval` names as `names` says (see
+    /// [`ApprovalNames`]). A server that cannot be reached does not stop
+    /// this: its agent is built without its tools, and a warning says so.
+    /// A server that lacks a tool its `tools` key names is an error.
     pub async fn build_agents_with_mcp(
         &self,
         store: &Arc<dyn RunStore>,
-        default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
-    ) -> Result<Vec<Agent>, ConfigError> {
+        default_model: &DefaultModel<'_>,
+        names: ApprovalNames,
+    ) -> Result<BuiltAgents, ConfigError> {
         let file = self.file();
-        let mut agents = Vec::with_capacity(self.agents.len());
+        let mut built = BuiltAgents::default();
         for agent in &self.agents {
             let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+            let mut unreachable: Vec<&str> = Vec::new();
             for (i, server) in agent.mcp.iter().enumerate() {
-                let listed = askloop_mcp::mcp_tools(server)
-                    .await
-                    .map_err(|err| ConfigError::new(&file, format!("agents.{}.mcp[{i}]", agent.id), err.to_string()))?;
-                tools.extend(listed);
+                let key = format!("agents.{}.mcp[{i}]", agent.id);
+                match askloop_mcp::mcp_tools(server).await {
+                    Ok(listed) => tools.extend(listed),
+                    Err(err @ McpError::UnknownTool { .. }) => {
+                        return Err(ConfigError::new(&file, format!("{key}.tools"), err.to_string()));
+                    }
+                    Err(err) => {
+                        built.warnings.push(format!(
+                            "{}: {key}: {err}; agent {} goes without the tools of {} until askloop is started again",
+                            file.display(),
+                            agent.id,
+                            server.name
+                        ));
+                        unreachable.push(&server.name);
+                    }
+                }
             }
-            agents.push(agent.build(&file, store, default_model, tools, self)?);
+            let have: Vec<&str> = agent
+                .tools
+                .iter()
+                .map(|t| t.id())
+                .chain(tools.iter().map(|t| t.id()))
+                .collect();
+            let approve = approvals::applicable(&file, agent, &have, &unreachable, names, &mut built.warnings)?;
+            built
+                .agents
+                .push(agent.build(&file, store, default_model, tools, &approve, self)?);
         }
-        Ok(agents)
+        Ok(built)
     }
 
     fn file(&self) -> PathBuf {
@@ -324,19 +372,40 @@ impl ServerConfig {
     }
 }
 
+/// Makes the model of agents whose table names none (`askloop serve
+/// --model`'s choice), or says why it cannot.
+pub type DefaultModel<'a> = dyn Fn() -> Result<Arc<dyn Model>, Box<dyn std::error::Error + Send + Sync>> + 'a;
+
+/// The agents [`ServerConfig::build_agents_with_mcp`] built, and what it
+/// found wrong but not fatal (an MCP server that could not be reached), for
+/// the program to show.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct BuiltAgents {
+    /// The agents, in the configuration's order.
+    pub agents: Vec<Agent>,
+    /// One line per problem, naming the file and the key.
+    pub warnings: Vec<String>,
+}
+
 impl AgentConfig {
+    /// Builds the agent with its MCP servers' tools; `approve`: the tools
+    /// whose calls wait for approval (each one it has).
     fn build(
         &self,
         file: &Path,
         store: &Arc<dyn RunStore>,
-        default_model: &dyn Fn() -> Result<Arc<dyn Model>, String>,
+        default_model: &DefaultModel<'_>,
         mcp_tools: Vec<Arc<dyn Tool>>,
+        approve: &[String],
         server: &ServerConfig,
     ) -> Result<Agent, ConfigError> {
         let limits = server.limits;
         let key = |field: &str| format!("agents.{}.{field}", self.id);
         let model = match &self.model {
-            ModelSource::Default => default_model().map_err(|err| ConfigError::new(file, key("model"), err))?,
+            ModelSource::Default => {
+                default_model().map_err(|err| ConfigError::new(file, key("model"), err.to_string()))?
+            }
             ModelSource::Spec(spec) => askloop_providers::from_spec(spec)
                 .map_err(|err| ConfigError::new(file, key("model"), err.to_string()))?,
             ModelSource::Script(script) => Arc::new(
@@ -351,6 +420,9 @@ impl AgentConfig {
             .store(Arc::clone(store));
         if let Some(steps) = self.max_steps {
             builder = builder.max_steps(steps);
+        }
+        if let Some(messages) = self.last_messages {
+            builder = builder.last_messages(messages);
         }
         if let Some(limit) = self.time_limit {
             builder = builder.time_limit(limit);
@@ -371,8 +443,8 @@ impl AgentConfig {
         for tool in mcp_tools {
             builder = builder.tool_arc(tool);
         }
-        for tool in &self.require_approval {
-            builder = builder.require_approval_for(tool.id());
+        for tool in approve {
+            builder = builder.require_approval_for(tool.clone());
         }
         // Each webhook that hears of this agent is a subscription: the
         // agent writes its notifications to the store's outbox, in the
@@ -443,23 +515,24 @@ fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Re
         &key("tools"),
         raw.tools.unwrap_or_else(|| vec!["ask_user".to_owned()]),
     )?;
-    let require_approval = tool_list(file, &key("require_approval"), raw.require_approval.unwrap_or_default())?;
-    if let Some(missing) = require_approval.iter().find(|t| !tools.contains(t)) {
-        return Err(ConfigError::new(
-            file,
-            key("require_approval"),
-            format!(
-                "{} needs approval but is not in this agent's tools; add it to tools or remove it here",
-                missing.id()
-            ),
-        ));
-    }
+    let has_mcp = raw.mcp.as_ref().is_some_and(|servers| !servers.is_empty());
+    let require_approval = approvals::resolve(file, &id, raw.require_approval.unwrap_or_default(), &tools, has_mcp)?;
     if raw.max_steps == Some(0) {
         return Err(ConfigError::new(file, key("max_steps"), "must be at least 1"));
     }
+    if raw.last_messages.is_some_and(|n| n > 10_000) {
+        return Err(ConfigError::new(
+            file,
+            key("last_messages"),
+            "must be from 0 to 10000 (how many of a thread's last messages a run reads)",
+        ));
+    }
     let time_limit = raw
         .time_limit
-        .map(|text| duration::parse_limit(&text).map_err(|problem| ConfigError::new(file, key("time_limit"), problem)))
+        .map(|text| {
+            duration::parse_limit(&text)
+                .map_err(|problem| ConfigError::new(file, key("time_limit"), problem.to_string()))
+        })
         .transpose()?;
     let mut time_limits = Vec::new();
     for (name, text) in raw.time_limits.unwrap_or_default() {
@@ -467,7 +540,7 @@ fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Re
         let tool = ToolKind::from_id(&name)
             .filter(|t| tools.contains(t))
             .ok_or_else(|| ConfigError::new(file, at.clone(), format!("{name} is not one of this agent's tools")))?;
-        let limit = duration::parse_limit(&text).map_err(|problem| ConfigError::new(file, at, problem))?;
+        let limit = duration::parse_limit(&text).map_err(|problem| ConfigError::new(file, at, problem.to_string()))?;
         time_limits.push((tool, limit));
     }
     Ok(AgentConfig {
@@ -478,6 +551,8 @@ fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Re
         require_approval,
         allow_free_text: raw.allow_free_text.unwrap_or(false),
         max_steps: raw.max_steps,
+        last_messages: raw.last_messages,
+        request_overrides: request_overrides(file, &key("request_overrides"), raw.request_overrides)?,
         write_dir: base.join(raw.write_dir.unwrap_or_else(|| PathBuf::from("."))),
         time_limit,
         time_limits,
@@ -554,6 +629,9 @@ fn mcp_servers(
         if let Some(secs) = server.hold_for_secs {
             spec = spec.hold_for(std::time::Duration::from_secs(secs));
         }
+        if let Some(all) = server.require_approval {
+            spec = spec.require_approval(all);
+        }
         if servers.iter().any(|s| s.name == spec.name) {
             return Err(ConfigError::new(
                 file,
@@ -564,6 +642,36 @@ fn mcp_servers(
         servers.push(spec);
     }
     Ok(servers)
+}
+
+/// `request_overrides`: names of [`RequestOverride`]s, each once.
+fn request_overrides(file: &Path, key: &str, names: Option<Vec<String>>) -> Result<Vec<RequestOverride>, ConfigError> {
+    let mut overrides = Vec::new();
+    for (i, name) in names.unwrap_or_default().iter().enumerate() {
+        let known = || {
+            RequestOverride::ALL
+                .iter()
+                .map(|o| o.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let at = format!("{key}[{i}]");
+        let Some(over) = RequestOverride::from_name(name) else {
+            return Err(ConfigError::new(
+                file,
+                at,
+                format!(
+                    "{name:?} is not a field a request may override; these may be: {}",
+                    known()
+                ),
+            ));
+        };
+        if overrides.contains(&over) {
+            return Err(ConfigError::new(file, at, format!("{name} is listed twice")));
+        }
+        overrides.push(over);
+    }
+    Ok(overrides)
 }
 
 fn tool_list(file: &Path, key: &str, names: Vec<String>) -> Result<Vec<ToolKind>, ConfigError> {

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use askloop::{RunError, StoreError};
+use askloop::{InvalidId, RunError, StoreError, quoted_excerpt};
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -22,13 +22,20 @@ pub enum ApiError {
     /// The body or the query string is not what the route accepts.
     #[error("{0}")]
     BadRequest(String),
+    /// Fields of the body the route will not act on, each with why: the
+    /// request is refused rather than run without them.
+    #[error("{}", refused.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    RefusedFields {
+        /// Each field refused and why.
+        refused: Vec<RefusedField>,
+    },
     /// `Authorization: Bearer <token>` is missing or wrong.
     #[error(
         "this server needs `Authorization: Bearer <token>` with one of its tokens (ASKLOOP_API_TOKEN, or a [[tokens]] entry of askloop.toml)"
     )]
     Unauthorized,
     /// The token may not act for this agent (it is limited to others).
-    #[error("the token {token:?} may not act for agent {agent_id}; it may act for: {}", allowed.join(", "))]
+    #[error("the token {token:?} may not act for agent {}; it may act for: {}", quoted_excerpt(agent_id), allowed.join(", "))]
     Forbidden {
         /// The token's name.
         token: String,
@@ -37,8 +44,78 @@ pub enum ApiError {
         /// The agents the token may act for.
         allowed: Vec<String>,
     },
+    /// The caller may not use threads of this resource (a named token uses
+    /// its own name's and the resources it lists; behind the author header,
+    /// the person named).
+    #[error(
+        "{} may not use the threads of resource {}; it may use: {}",
+        described_caller(caller),
+        quoted_excerpt(resource_id),
+        allowed.join(", ")
+    )]
+    ForeignResource {
+        /// The token's name, or the person the author header named.
+        caller: String,
+        /// The resource asked for.
+        resource_id: String,
+        /// The resources it may use.
+        allowed: Vec<String>,
+    },
+    /// No thread with this id, among the threads the caller may see.
+    #[error("thread {} not found", quoted_excerpt(thread_id))]
+    UnknownThread {
+        /// The thread asked for.
+        thread_id: String,
+    },
+    /// A thread id names threads of several resources and the request did
+    /// not say which.
+    #[error(
+        "thread {} exists for several resources; name one with ?resourceId=",
+        quoted_excerpt(thread_id)
+    )]
+    AmbiguousThread {
+        /// The thread asked for.
+        thread_id: String,
+    },
+    /// A thread cannot be deleted while runs on it wait on a person or run.
+    #[error(
+        "thread {} has runs that are not finished: {}; cancel them first, or delete with ?cancelRuns=true to cancel them and delete",
+        quoted_excerpt(thread_id),
+        runs.join(", ")
+    )]
+    ThreadBusy {
+        /// The thread.
+        thread_id: String,
+        /// Its unfinished runs.
+        runs: Vec<String>,
+    },
+    /// The request names a host this server does not answer to (a page of
+    /// another site whose name was pointed at this machine).
+    #[error(
+        "this server does not answer to the host {host}; it answers to loopback names, IP addresses, its public URL's host and the hosts allowed with --allow-host (allowed_hosts in askloop.toml)"
+    )]
+    HostNotAllowed {
+        /// The `Host` the request named, quoted (cut short when long).
+        host: String,
+    },
+    /// A browser sent a request that changes something from a page of
+    /// another origin.
+    #[error(
+        "a request from {from} may not change anything here: only this server's own page, programs that send no Origin, and origins allowed with --cors-origin may"
+    )]
+    CrossSite {
+        /// The origin of the page, quoted (cut short when long), or what
+        /// the browser said of it.
+        from: String,
+    },
+    /// A body that is not JSON.
+    #[error("the body must be JSON, sent with `Content-Type: application/json`, not {content_type}")]
+    UnsupportedMediaType {
+        /// The `Content-Type` sent, quoted (cut short when long).
+        content_type: String,
+    },
     /// No agent has this id.
-    #[error("no agent with id {agent_id}; agents here: {}", known.join(", "))]
+    #[error("no agent with id {}; agents here: {}", quoted_excerpt(agent_id), known.join(", "))]
     UnknownAgent {
         /// The id asked for.
         agent_id: String,
@@ -54,7 +131,10 @@ pub enum ApiError {
         agent_id: Option<String>,
     },
     /// No route has this path (or method).
-    #[error("no route {method} {path}; the API is under /api (GET /api/agents lists the agents)")]
+    #[error(
+        "no route {method} {}; the API is under /api (GET /api/agents lists the agents)",
+        quoted_excerpt(path)
+    )]
     UnknownRoute {
         /// The method.
         method: String,
@@ -62,7 +142,10 @@ pub enum ApiError {
         path: String,
     },
     /// The route exists, but not with this method.
-    #[error("{path} does not take {method}; see the Allow header for the methods it takes")]
+    #[error(
+        "{} does not take {method}; see the Allow header for the methods it takes",
+        quoted_excerpt(path)
+    )]
     MethodNotAllowed {
         /// The method.
         method: String,
@@ -75,12 +158,32 @@ pub enum ApiError {
         /// The limit, in bytes.
         limit: usize,
     },
-    /// The request body stopped arriving: no byte for longer than the
-    /// server waits.
-    #[error("the request body stopped arriving: no byte came for {seconds} s; send the whole body at once")]
+    /// The request body did not arrive in full within the time the server
+    /// gives it.
+    #[error("the request body did not arrive in full within {seconds} s; send the whole body without pausing")]
     BodyTimeout {
-        /// The wait, in seconds.
+        /// The time given, in seconds.
         seconds: u64,
+    },
+    /// The request could not be read as HTTP/1.1: hyper refused it before
+    /// any route ran. The message says what was wrong.
+    #[error("{0}")]
+    MalformedRequest(String),
+    /// The request target (path and query) is longer than the server reads.
+    #[error(
+        "the request's path and query are longer than this server reads (at most {max_bytes} bytes); send long values in a body"
+    )]
+    UriTooLong {
+        /// The longest target read, in bytes.
+        max_bytes: usize,
+    },
+    /// The request's headers are larger than the server reads.
+    #[error("the request's headers are larger than this server reads: at most {max_headers} headers, and {} KiB with the request line", max_bytes / 1024)]
+    HeadersTooLarge {
+        /// The most headers read.
+        max_headers: usize,
+        /// The most bytes of request line and headers read.
+        max_bytes: usize,
     },
     /// The store cannot report changes, so `/api/events` has nothing to
     /// send.
@@ -97,6 +200,30 @@ pub enum ApiError {
     Store(#[from] StoreError),
 }
 
+/// A body field a route refuses, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedField {
+    /// The field, as sent.
+    pub field: String,
+    /// Why it is refused, and what would be taken instead.
+    pub reason: String,
+}
+
+impl std::fmt::Display for RefusedField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` is refused: {}", self.field, self.reason)
+    }
+}
+
+/// Who a refusal names: a token or the person a proxy named.
+fn described_caller(caller: &str) -> String {
+    if caller.is_empty() {
+        "this caller".to_owned()
+    } else {
+        format!("{caller:?}")
+    }
+}
+
 /// The error body: `{"error": {...}}`.
 #[derive(Debug, Serialize)]
 struct ErrorBody<'a> {
@@ -111,6 +238,9 @@ struct ErrorDetail<'a> {
     accepted: Option<&'a [String]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pending: Option<&'a [String]>,
+    /// The body fields refused, for [`ApiError::RefusedFields`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fields: Option<Vec<&'a str>>,
 }
 
 impl ApiError {
@@ -118,14 +248,25 @@ impl ApiError {
     pub fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::RefusedFields { .. } => (StatusCode::BAD_REQUEST, "refused_field"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::ForeignResource { .. } => (StatusCode::FORBIDDEN, "forbidden_resource"),
+            ApiError::UnknownThread { .. } => (StatusCode::NOT_FOUND, "unknown_thread"),
+            ApiError::AmbiguousThread { .. } => (StatusCode::CONFLICT, "ambiguous_thread"),
+            ApiError::ThreadBusy { .. } => (StatusCode::CONFLICT, "thread_busy"),
+            ApiError::HostNotAllowed { .. } => (StatusCode::FORBIDDEN, "host_not_allowed"),
+            ApiError::CrossSite { .. } => (StatusCode::FORBIDDEN, "cross_site"),
+            ApiError::UnsupportedMediaType { .. } => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent"),
             ApiError::UnknownRun { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
             ApiError::UnknownRoute { .. } => (StatusCode::NOT_FOUND, "unknown_route"),
             ApiError::MethodNotAllowed { .. } => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             ApiError::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
+            ApiError::MalformedRequest(_) => (StatusCode::BAD_REQUEST, "malformed_request"),
+            ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
+            ApiError::HeadersTooLarge { .. } => (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
             ApiError::NoChangeFeed => (StatusCode::NOT_IMPLEMENTED, "no_change_feed"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::Run(err) => run_status(err),
@@ -138,17 +279,24 @@ fn run_status(err: &RunError) -> (StatusCode, &'static str) {
     match err {
         RunError::UnknownRun { .. } | RunError::OtherAgent { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
         RunError::NotSuspended { .. } => (StatusCode::CONFLICT, "run_not_suspended"),
+        RunError::Finished { .. } => (StatusCode::CONFLICT, "run_finished"),
+        RunError::Superseded { .. } => (StatusCode::CONFLICT, "superseded"),
         RunError::Expired { .. } => (StatusCode::CONFLICT, "expired"),
         RunError::ToolCallNotPending { .. } => (StatusCode::CONFLICT, "tool_call_not_pending"),
         RunError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
         RunError::NotRetryable { .. } => (StatusCode::CONFLICT, "not_retryable"),
         RunError::AmbiguousResume { .. } => (StatusCode::BAD_REQUEST, "ambiguous_resume"),
-        RunError::InvalidInput(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+        RunError::InvalidInput(_) | RunError::InvalidId(_) => (StatusCode::BAD_REQUEST, "bad_request"),
         RunError::InvalidAnswer { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_answer"),
+        RunError::ReasonTooLong { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "reason_too_long"),
         RunError::WrongPendingKind { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "wrong_pending_kind"),
         // The stored run and this server's agent disagree: the run's state,
         // not the request, is what stands in the way.
-        RunError::UnknownTool { .. } | RunError::StepLimit { .. } => (StatusCode::CONFLICT, "run_state"),
+        // So is a request the run machine refused for the state the run is in:
+        // what was refused is the client's to read, not a damaged run.
+        RunError::UnknownTool { .. } | RunError::StepLimit { .. } | RunError::Refused { .. } => {
+            (StatusCode::CONFLICT, "run_state")
+        }
         RunError::Store(err) => store_status(err),
         _ => (StatusCode::CONFLICT, "run_state"),
     }
@@ -159,6 +307,9 @@ fn store_status(err: &StoreError) -> (StatusCode, &'static str) {
         StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
         StoreError::AlreadyExists { .. } => (StatusCode::CONFLICT, "run_exists"),
         StoreError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+        StoreError::ThreadExists { .. } => (StatusCode::CONFLICT, "thread_exists"),
+        StoreError::ThreadCorrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "thread_unreadable"),
+        StoreError::NoThreads => (StatusCode::NOT_IMPLEMENTED, "no_threads"),
         StoreError::Corrupt { .. } | StoreError::NewerSchema { .. } => {
             (StatusCode::INTERNAL_SERVER_ERROR, "run_unreadable")
         }
@@ -174,21 +325,46 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(%code, error = %self, "request refused");
         }
-        let (accepted, pending) = match &self {
+        (status, Json(self.body())).into_response()
+    }
+}
+
+impl ApiError {
+    /// The body: `{"error": {...}}`.
+    fn body(&self) -> ErrorBody<'_> {
+        let (_, code) = self.status_and_code();
+        let (accepted, pending) = match self {
             ApiError::Run(RunError::InvalidAnswer { accepted, .. }) => (accepted.as_deref(), None),
             ApiError::Run(RunError::AmbiguousResume { pending, .. })
             | ApiError::Run(RunError::ToolCallNotPending { pending, .. }) => (None, Some(pending.as_slice())),
             _ => (None, None),
         };
-        let body = ErrorBody {
+        let fields = match self {
+            ApiError::RefusedFields { refused } => Some(refused.iter().map(|r| r.field.as_str()).collect()),
+            _ => None,
+        };
+        ErrorBody {
             error: ErrorDetail {
                 code,
                 message: self.to_string(),
                 accepted,
                 pending,
+                fields,
             },
-        };
-        (status, Json(body)).into_response()
+        }
+    }
+
+    /// The body as JSON, for a response written outside axum
+    /// (`refusals.rs`).
+    pub(crate) fn json(&self) -> Vec<u8> {
+        // Strings and string lists only: serialising cannot fail.
+        serde_json::to_vec(&self.body()).unwrap_or_default()
+    }
+}
+
+impl From<InvalidId> for ApiError {
+    fn from(err: InvalidId) -> Self {
+        ApiError::Run(err.into())
     }
 }
 
@@ -209,5 +385,24 @@ impl From<JsonRejection> for ApiError {
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
         ApiError::BadRequest(format!("the query string is not valid: {}", rejection.body_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_the_run_machine_refused_is_a_conflict_saying_what_was_refused_not_an_unreadable_run() {
+        let err = ApiError::Run(RunError::Refused {
+            run_id: "r1".into(),
+            detail: "the run is already being taken over".into(),
+        });
+        let (status, code) = err.status_and_code();
+        assert_eq!((status, code), (StatusCode::CONFLICT, "run_state"));
+        let body: serde_json::Value = serde_json::from_slice(&err.json()).unwrap();
+        assert_eq!(body["error"]["code"], "run_state");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("already being taken over"), "{body}");
     }
 }

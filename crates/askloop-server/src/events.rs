@@ -9,7 +9,12 @@
 //! `event: run` per change with `{"runId": "..."}` (`null`: some runs may
 //! have changed, read again), and a comment every
 //! [`KEEP_ALIVE`] so proxies keep it open.
+//!
+//! A token limited to some agents hears only of their runs: each change
+//! naming a run is checked against the run's agent (read once per run and
+//! stream, then remembered) before it is sent.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +27,7 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{OnceCell, broadcast};
 
 use crate::AppState;
+use crate::auth::Caller;
 use crate::error::ApiError;
 
 /// How often an idle stream sends a comment.
@@ -64,23 +70,95 @@ async fn forward(mut feed: askloop::RunChanges, sender: broadcast::Sender<RunCha
     tracing::warn!("the store's change feed ended; pages no longer update by themselves");
 }
 
-/// `GET /api/events`.
-pub(crate) async fn stream(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+/// `GET /api/events`. The stream ends when the server begins to shut down:
+/// a page keeps it open for as long as it is shown, so waiting for it would
+/// hold every shutdown for the whole grace period.
+pub(crate) async fn stream(State(state): State<Arc<AppState>>, caller: Caller) -> Result<Response, ApiError> {
     let receiver = state.events.subscribe(&state.store).await?;
-    Ok(Sse::new(events(receiver))
+    let visible = Visible::to(&caller, Arc::clone(&state.store));
+    let mut stopping = state.stopping.subscribe();
+    let shutdown = async move {
+        let _ = stopping.wait_for(|stopping| *stopping).await;
+    };
+    Ok(Sse::new(events(receiver, visible).take_until(shutdown))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response())
 }
 
-fn events(receiver: broadcast::Receiver<RunChange>) -> impl Stream<Item = Result<Event, Infallible>> {
-    let ready = futures::stream::once(async { Ok(Event::default().event("ready").data("{}")) });
-    let changes = futures::stream::unfold(receiver, |mut receiver| async move {
-        let change = match receiver.recv().await {
-            Ok(change) => change,
-            Err(broadcast::error::RecvError::Lagged(_)) => RunChange::unknown(),
-            Err(broadcast::error::RecvError::Closed) => return None,
+/// Which changes one stream's caller may hear of.
+struct Visible {
+    /// The agents the caller may act for (`None`: all, nothing to check).
+    agents: Option<Vec<String>>,
+    /// The resources whose threads the caller may use (`None`: all): a run
+    /// on another resource's thread is not heard of.
+    resources: Option<Vec<String>>,
+    store: Arc<dyn RunStore>,
+    /// Whether each run seen so far is the caller's (a run never changes
+    /// agent).
+    known: HashMap<String, bool>,
+}
+
+/// How many runs a stream remembers before it forgets them all.
+const REMEMBERED_RUNS: usize = 4096;
+
+impl Visible {
+    fn to(caller: &Caller, store: Arc<dyn RunStore>) -> Visible {
+        Visible {
+            agents: caller.agents().map(<[String]>::to_vec),
+            resources: caller.resources().map(<[String]>::to_vec),
+            store,
+            known: HashMap::new(),
+        }
+    }
+
+    /// The change as this caller may hear of it: as it is, `None` for a
+    /// run of another agent or on another resource's thread (or one gone),
+    /// or "some runs changed" when the run could not be read.
+    async fn filter(&mut self, change: RunChange) -> Option<RunChange> {
+        let Some(run_id) = &change.run_id else {
+            return Some(change);
         };
-        Some((change, receiver))
+        if self.agents.is_none() && self.resources.is_none() {
+            return Some(change);
+        }
+        if let Some(&mine) = self.known.get(run_id) {
+            return mine.then_some(change);
+        }
+        let mine = match self.store.get(run_id).await {
+            Ok(run) => run.is_some_and(|run| {
+                let agent = self.agents.as_ref().is_none_or(|agents| agents.contains(&run.agent_id));
+                let resource = match (&self.resources, &run.memory) {
+                    (Some(resources), Some(memory)) => resources.contains(&memory.key.resource_id),
+                    _ => true,
+                };
+                agent && resource
+            }),
+            Err(err) => {
+                tracing::debug!(error = %err, "a changed run could not be read; the stream says some runs changed");
+                return Some(RunChange::unknown());
+            }
+        };
+        if self.known.len() >= REMEMBERED_RUNS {
+            self.known.clear();
+        }
+        self.known.insert(run_id.clone(), mine);
+        mine.then_some(change)
+    }
+}
+
+fn events(receiver: broadcast::Receiver<RunChange>, visible: Visible) -> impl Stream<Item = Result<Event, Infallible>> {
+    let ready = futures::stream::once(async { Ok(Event::default().event("ready").data("{}")) });
+    let changes = futures::stream::unfold((receiver, visible), |(mut receiver, mut visible)| async move {
+        loop {
+            let change = match receiver.recv().await {
+                Ok(change) => change,
+                Err(broadcast::error::RecvError::Lagged(_)) => RunChange::unknown(),
+                Err(broadcast::error::RecvError::Closed) => return None,
+            };
+            if let Some(change) = visible.filter(change).await {
+                return Some((change, (receiver, visible)));
+            }
+        }
     })
     .filter_map(|change| async move {
         match Event::default().event("run").json_data(&change) {

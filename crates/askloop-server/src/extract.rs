@@ -32,12 +32,37 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
     }
 }
 
-/// Whether the body could not be read because it stopped arriving (the
-/// server's body read timeout, `TimeoutBody` in the router).
-fn stopped_arriving(rejection: &axum::extract::rejection::JsonRejection) -> bool {
+/// A whole body, as bytes; a body over the limit is a 413, one that
+/// stopped arriving a 408.
+#[derive(Debug)]
+pub(crate) struct ApiBytes(pub(crate) axum::body::Bytes);
+
+impl FromRequest<Arc<AppState>> for ApiBytes {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        match axum::body::Bytes::from_request(request, state).await {
+            Ok(bytes) => Ok(ApiBytes(bytes)),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::BodyTooLarge {
+                limit: state.body_limit,
+            }),
+            Err(rejection) if stopped_arriving(&rejection) => Err(ApiError::BodyTimeout {
+                seconds: state.body_read_timeout.as_secs(),
+            }),
+            Err(rejection) => Err(ApiError::BadRequest(format!(
+                "the body could not be read: {}",
+                rejection.body_text()
+            ))),
+        }
+    }
+}
+
+/// Whether the body could not be read because its deadline passed (see
+/// `body.rs`).
+fn stopped_arriving(rejection: &(dyn std::error::Error + 'static)) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
     while let Some(error) = source {
-        if error.is::<tower_http::timeout::TimeoutError>() {
+        if error.is::<crate::body::BodyDeadlinePassed>() {
             return true;
         }
         source = error.source();

@@ -14,9 +14,14 @@
 //! - Errors are `{"error": {"code", "message"}}` with the status chosen in
 //!   one place ([`ApiError`]).
 //! - With tokens ([`ServerOptions::token`], [`ServerOptions::tokens`]),
-//!   every `/api` route and `/mcp` need `Authorization: Bearer <token>`;
-//!   without any, [`Server::serve`] refuses to listen beyond loopback unless
-//!   told otherwise. A token may be limited to some agents (others: 403),
+//!   every `/api` route (unknown ones included) and `/mcp` need
+//!   `Authorization: Bearer <token>`; without any, [`Server::serve`] refuses
+//!   to listen beyond loopback unless told otherwise, and answers only to
+//!   loopback names, IP addresses and the hosts it is told of (so a page of
+//!   another site cannot reach it by DNS rebinding). On every server, a
+//!   browser's request that changes something is refused when it comes from
+//!   a page of another origin (unless CORS allows it), and bodies must be
+//!   JSON: a page the user visits cannot drive the API. A token may be limited to some agents (others: 403),
 //!   and its name is recorded as the author of the answers given with it,
 //!   unless a trusted proxy names the person in
 //!   [`ServerOptions::author_header`].
@@ -47,15 +52,21 @@
 
 mod agents;
 mod auth;
+mod body;
 pub mod config;
 mod connections;
 mod error;
 mod events;
 mod extract;
+mod guard;
+mod mcp;
 mod memory;
 mod recovery;
+mod refusals;
+mod request_fields;
 mod runs;
 mod sse;
+mod threads;
 pub mod tools;
 mod web;
 mod webhooks;
@@ -68,21 +79,23 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use askloop::{Agent, RunStore};
+use askloop::{Agent, Clock, RunStore};
 use axum::Router;
-use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, Method, Request, header};
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::timeout::TimeoutBody;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
-pub use auth::{ApiToken, DEFAULT_TOKEN_NAME};
-pub use config::{AgentConfig, ConfigError, ModelSource, ServerConfig, ToolKind};
-pub use error::ApiError;
+pub use auth::{ApiToken, DEFAULT_TOKEN_NAME, MIN_SECRET_CHARS, TokenError};
+pub use config::{
+    AgentConfig, ApprovalNames, BuiltAgents, ConfigError, DefaultModel, ModelSource, ServerConfig, ToolKind,
+};
+pub use error::{ApiError, RefusedField};
+pub use request_fields::RequestOverride;
 pub use webhooks::{DEFAULT_WEBHOOK_POLL, Webhooks, webhook_signature};
 
 /// The default limit on request bodies: 1 MiB, far above any answer or
@@ -94,7 +107,7 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// client is cut off after this long.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a request body may go without sending a byte, by default.
+/// How long a request body may take to arrive in full, by default.
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long open streams may run on after a shutdown signal, by default.
@@ -125,8 +138,16 @@ pub struct ServerOptions {
     /// port can then answer and cancel runs).
     pub allow_unauthenticated: bool,
     /// Origins allowed to call the API from a browser (CORS); empty: CORS
-    /// off; `*`: any origin.
+    /// off; `*`: any origin (only on a server with tokens).
     pub cors_origins: Vec<String>,
+    /// Host names the server answers to besides loopback names and IP
+    /// addresses (e.g. the name a reverse proxy forwards). Listing any
+    /// turns the `Host` check on for a server with tokens too; a server
+    /// without tokens always checks.
+    pub allowed_hosts: Vec<String>,
+    /// The URL people reach the server at (e.g.
+    /// `https://askloop.example.com`); its host is answered to.
+    pub public_url: Option<String>,
     /// The largest request body accepted, in bytes (larger: 413).
     pub body_limit: usize,
     /// How long open streams may run on after a shutdown signal.
@@ -137,8 +158,8 @@ pub struct ServerOptions {
     /// How long a client may take to send a request's headers; the
     /// connection is closed after that.
     pub header_read_timeout: Duration,
-    /// How long a request body may go without a byte; the request then
-    /// fails with 408.
+    /// How long a request body may take to arrive in full, from the end of
+    /// its request's headers; a slower one fails with 408.
     pub body_read_timeout: Duration,
 }
 
@@ -150,6 +171,8 @@ impl Default for ServerOptions {
             author_header: None,
             allow_unauthenticated: false,
             cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            public_url: None,
             body_limit: DEFAULT_BODY_LIMIT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             recover_every: DEFAULT_RECOVER_EVERY,
@@ -167,6 +190,8 @@ impl fmt::Debug for ServerOptions {
             .field("author_header", &self.author_header)
             .field("allow_unauthenticated", &self.allow_unauthenticated)
             .field("cors_origins", &self.cors_origins)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("public_url", &self.public_url)
             .field("body_limit", &self.body_limit)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("recover_every", &self.recover_every)
@@ -212,6 +237,29 @@ impl ServerOptions {
         self
     }
 
+    /// Sets the host names answered to besides loopback names and IP
+    /// addresses; listing any turns the `Host` check on.
+    pub fn allowed_hosts(mut self, hosts: Vec<String>) -> Self {
+        self.allowed_hosts = hosts;
+        self
+    }
+
+    /// Sets the URL people reach the server at (its host is answered to).
+    pub fn public_url(mut self, url: Option<String>) -> Self {
+        self.public_url = url;
+        self
+    }
+
+    /// The host names answered to: the allowed ones and the public URL's.
+    fn named_hosts(&self) -> Vec<String> {
+        let public = self
+            .public_url
+            .as_deref()
+            .and_then(|url| url.parse::<axum::http::Uri>().ok())
+            .and_then(|uri| uri.host().map(str::to_owned));
+        self.allowed_hosts.iter().cloned().chain(public).collect()
+    }
+
     /// Sets the body limit in bytes.
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit = bytes;
@@ -236,7 +284,7 @@ impl ServerOptions {
         self
     }
 
-    /// Sets how long a request body may go without a byte.
+    /// Sets how long a request body may take to arrive in full.
     pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
         self.body_read_timeout = timeout;
         self
@@ -285,6 +333,18 @@ pub enum ServerError {
     /// A CORS origin is not a valid header value.
     #[error("invalid CORS origin {0:?}: give an origin like https://example.com, or *")]
     InvalidOrigin(String),
+    /// Any origin was allowed by CORS on a server without a token.
+    #[error(
+        "refusing --cors-origin '*' without a token: every web page the user visits could drive the API. Name the origins of your front end, or set ASKLOOP_API_TOKEN"
+    )]
+    AnyOriginWithoutToken,
+    /// An allowed host is not a host name.
+    #[error("invalid allowed host {0:?}: give a host name like askloop.example.com, without scheme or port")]
+    InvalidHost(String),
+    /// A token's secret cannot work, or is too short for where the server
+    /// listens.
+    #[error(transparent)]
+    Token(#[from] TokenError),
     /// Listening or serving failed.
     #[error("server I/O error: {0}")]
     Io(#[from] std::io::Error),
@@ -306,11 +366,23 @@ pub(crate) struct AppState {
     pub(crate) body_read_timeout: Duration,
     /// The store's run changes, for `GET /api/events`.
     pub(crate) events: events::RunEvents,
+    /// Turns true when the server begins to shut down.
+    pub(crate) stopping: watch::Sender<bool>,
     /// The streams open now, to give memory back after a burst.
     pub(crate) streams: Arc<memory::Streams>,
+    /// Per agent, the fields a request may replace its settings with.
+    pub(crate) overrides: HashMap<String, Vec<RequestOverride>>,
 }
 
 impl AppState {
+    /// The time now, by the agents' clock (they share one).
+    pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        match self.agents.first() {
+            Some(agent) => agent.clock().now(),
+            None => askloop::SystemClock.now(),
+        }
+    }
+
     pub(crate) fn agent(&self, agent_id: &str) -> Result<&Agent, ApiError> {
         self.by_id
             .get(agent_id)
@@ -320,6 +392,11 @@ impl AppState {
                 known: self.agents.iter().map(|a| a.id().to_owned()).collect(),
             })
     }
+
+    /// The fields a request may replace `agent_id`'s settings with.
+    pub(crate) fn overrides_for(&self, agent_id: &str) -> &[RequestOverride] {
+        self.overrides.get(agent_id).map_or(&[], Vec::as_slice)
+    }
 }
 
 /// The HTTP server: agents, the store they share, and options.
@@ -327,18 +404,28 @@ impl AppState {
 pub struct Server {
     agents: Vec<Agent>,
     store: Arc<dyn RunStore>,
+    /// The agents' clock: the sweeps and the webhooks read the time from
+    /// it.
+    clock: Arc<dyn Clock>,
     options: ServerOptions,
     runs: TaskTracker,
     webhooks: Webhooks,
+    overrides: HashMap<String, Vec<RequestOverride>>,
+    /// Turns true when a shutdown begins: event streams end, and the
+    /// background tasks (recovery, webhooks) stop.
+    stopping: watch::Sender<bool>,
 }
 
 impl Server {
     /// A server for these agents. `store` must be the store the agents
-    /// were built with: `/api/runs` lists it.
+    /// were built with: `/api/runs` lists it. The server reads the time
+    /// (which leases and time limits ran out, when a webhook is due) from
+    /// the agents' [`Clock`] (the first agent's; build
+    /// them all with one).
     pub fn new(agents: Vec<Agent>, store: Arc<dyn RunStore>) -> Result<Server, ServerError> {
-        if agents.is_empty() {
+        let Some(clock) = agents.first().map(|agent| Arc::clone(agent.clock())) else {
             return Err(ServerError::NoAgents);
-        }
+        };
         let mut seen = std::collections::HashSet::new();
         if let Some(dup) = agents.iter().find(|a| !seen.insert(a.id().to_owned())) {
             return Err(ServerError::DuplicateAgent(dup.id().to_owned()));
@@ -346,9 +433,12 @@ impl Server {
         Ok(Server {
             agents,
             store,
+            clock,
             options: ServerOptions::default(),
             runs: TaskTracker::new(),
             webhooks: Webhooks::default(),
+            overrides: HashMap::new(),
+            stopping: watch::Sender::new(false),
         })
     }
 
@@ -367,9 +457,32 @@ impl Server {
         self
     }
 
+    /// Lets a stream or generate request for agent `agent_id` replace these
+    /// of the agent's own settings for its run (see [`RequestOverride`]);
+    /// without this, a request that tries is refused with a 400.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use askloop::{Agent, MemoryStore, RunStore, ScriptedModel};
+    /// use askloop_server::{RequestOverride, Server};
+    /// # let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    /// # let model = ScriptedModel::from_json("demo", r#"{"turns": [{"text": "Hello"}]}"#).unwrap();
+    /// # let agent = Agent::builder("assistant").model(Arc::new(model)).store(store.clone()).build().unwrap();
+    /// let server = Server::new(vec![agent], store)
+    ///     .unwrap()
+    ///     .allow_overrides("assistant", [RequestOverride::Instructions]);
+    /// ```
+    pub fn allow_overrides(
+        mut self,
+        agent_id: impl Into<String>,
+        overrides: impl IntoIterator<Item = RequestOverride>,
+    ) -> Self {
+        self.overrides.entry(agent_id.into()).or_default().extend(overrides);
+        self
+    }
+
     /// The routes, to serve yourself or to nest in a bigger application.
     pub fn router(&self) -> Result<Router, ServerError> {
-        let body_read_timeout = self.options.body_read_timeout;
         let state = Arc::new(AppState {
             by_id: self
                 .agents
@@ -384,7 +497,9 @@ impl Server {
             body_limit: self.options.body_limit,
             body_read_timeout: self.options.body_read_timeout,
             events: events::RunEvents::default(),
+            stopping: self.stopping.clone(),
             streams: Arc::default(),
+            overrides: self.overrides.clone(),
         });
         let api = Router::new()
             .route("/agents", get(agents::list))
@@ -395,27 +510,29 @@ impl Server {
             .route("/agents/{agent_id}/approve-tool-call", post(agents::approve))
             .route("/agents/{agent_id}/decline-tool-call", post(agents::decline))
             .route("/agents/{agent_id}/suspended-runs", get(agents::suspended_runs))
+            .route("/memory/threads", get(threads::list).post(threads::create))
+            .route(
+                "/memory/threads/{thread_id}",
+                get(threads::get).patch(threads::update).delete(threads::delete),
+            )
+            .route("/memory/threads/{thread_id}/messages", get(threads::messages))
             .route("/runs", get(runs::list))
             .route("/runs/{run_id}", get(runs::get))
             .route("/runs/{run_id}/cancel", post(runs::cancel))
             .route("/runs/{run_id}/retry", post(runs::retry))
             .route("/events", get(events::stream))
-            .route_layer(axum::middleware::from_fn_with_state(
+            // Unknown routes under /api need the token too: without it,
+            // nothing says which routes exist.
+            .fallback(unknown_route)
+            .method_not_allowed_fallback(wrong_method)
+            .layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&state),
                 auth::require_token,
             ));
         // Each agent as an MCP tool (`ask_<agent>`), over streamable HTTP,
-        // behind the same token as the API.
-        let mcp_tools = askloop_mcp::AgentTools::new(self.agents.clone(), askloop_mcp::WaitingLinks::default());
-        let mcp = Router::new()
-            .route_service(
-                "/mcp",
-                askloop_mcp::streamable_http_service(mcp_tools, !self.options.protected()),
-            )
-            .route_layer(axum::middleware::from_fn_with_state(
-                Arc::clone(&state),
-                auth::require_token,
-            ));
+        // behind the same token and the same guard as the API (which
+        // checks hosts, so the MCP service need not).
+        let mcp = mcp::routes(&state);
         let mut router = Router::new()
             .nest("/api", api)
             .merge(mcp)
@@ -424,9 +541,7 @@ impl Server {
             .fallback(unknown_route)
             .method_not_allowed_fallback(wrong_method)
             .layer(DefaultBodyLimit::max(self.options.body_limit))
-            .layer(axum::middleware::map_request(move |request: Request<Body>| async move {
-                request.map(|body| Body::new(TimeoutBody::new(body_read_timeout, body)))
-            }))
+            .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), body::bound))
             .layer(
                 TraceLayer::new_for_http()
                     .make_span_with(|request: &Request<_>| {
@@ -434,7 +549,13 @@ impl Server {
                     })
                     .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
             )
-            .with_state(state);
+            .with_state(state)
+            // Outside everything else: a request this server does not take
+            // is refused before any token is looked at or anything read.
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::new(self.guard()?),
+                guard::guard,
+            ));
         if let Some(cors) = cors_layer(&self.options.cors_origins)? {
             router = router.layer(cors);
         }
@@ -442,42 +563,76 @@ impl Server {
     }
 
     /// Serves on `listener` until `shutdown` completes, then stops accepting
-    /// connections, lets open streams finish within the grace period, and
-    /// waits (as long again at most) for runs whose client went away to
-    /// reach their next stored state. Every step is one store write, so a
-    /// run cut off after that is left at its last stored step, never half
-    /// written.
+    /// connections, ends the event streams (`GET /api/events`), lets runs'
+    /// open streams finish within the grace period, and waits (as long
+    /// again at most) for runs whose client went away to reach their next
+    /// stored state. Every step is one store write, so a run cut off after
+    /// that is left at its last stored step, never half written.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
+        self.serve_with_stop(listener, shutdown, std::future::pending()).await
+    }
+
+    /// Serves as [`Server::serve`] does, and stops at once when `stop`
+    /// completes (a second Ctrl-C, say), without waiting out the grace
+    /// period: the streams still open are cut, and the runs they drive stay
+    /// at their last stored step, for a server's recovery to take over when
+    /// their lease runs out.
+    pub async fn serve_with_stop(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
         let addr = listener.local_addr()?;
-        self.check_exposure(addr)?;
+        for warning in self.check_exposure(addr)? {
+            tracing::warn!("{warning}");
+        }
         let router = self.router()?;
-        let grace = self.options.shutdown_grace;
-        let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
         if !self.options.recover_every.is_zero() {
             tokio::spawn(recovery::take_over_stalled_runs(
                 self.agents.clone(),
                 Arc::clone(&self.store),
+                Arc::clone(&self.clock),
                 self.runs.clone(),
                 self.options.recover_every,
-                stopping.clone(),
+                self.stopping.subscribe(),
             ));
         }
         if !self.webhooks.hooks.is_empty() {
-            let sender = webhooks::Sender::new(Arc::clone(&self.store), self.webhooks.clone())
+            let sender = webhooks::Sender::new(Arc::clone(&self.store), Arc::clone(&self.clock), self.webhooks.clone())
                 .map_err(|err| std::io::Error::other(format!("cannot make the webhooks' HTTP client: {err}")))?;
-            tokio::spawn(sender.run(stopping.clone()));
+            tokio::spawn(sender.run(self.stopping.subscribe()));
         }
-        let graceful = connections::serve(listener, router, self.options.header_read_timeout, async move {
+        let connections = connections::serve(listener, router, self.options.header_read_timeout, async {
             shutdown.await;
             tracing::info!("shutting down: no new connections; open streams may finish");
-            let _ = stopping_tx.send(true);
+            self.stopping.send_replace(true);
         });
         tokio::select! {
-            () = graceful => {}
+            () = self.wind_down(connections) => {}
+            () = stop => {
+                self.stopping.send_replace(true);
+                tracing::warn!(
+                    runs = self.runs.len(),
+                    "stopping now: open streams are cut; runs between two stored steps stay at their last stored step"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves `connections` until they have all closed after the shutdown
+    /// began, or the grace period is over; then waits (a grace period at
+    /// most) for the runs being driven to reach their next stored step.
+    async fn wind_down(&self, connections: impl Future<Output = ()>) {
+        let grace = self.options.shutdown_grace;
+        let mut stopping = self.stopping.subscribe();
+        tokio::select! {
+            () = connections => {}
             _ = async {
                 let _ = stopping.wait_for(|s| *s).await;
                 tokio::time::sleep(grace).await;
@@ -490,19 +645,43 @@ impl Server {
                 "runs still between two stored steps at exit; they stay at their last stored step"
             );
         }
-        Ok(())
     }
 
-    /// Refuses a listener beyond loopback without a token, unless allowed.
-    pub fn check_exposure(&self, addr: SocketAddr) -> Result<(), ServerError> {
-        if !self.options.protected() && !addr.ip().is_loopback() && !self.options.allow_unauthenticated {
+    /// Checks the options for a listener on `addr`: a listener beyond
+    /// loopback without a token is refused unless allowed, as is a token
+    /// whose secret cannot work, or is shorter than [`MIN_SECRET_CHARS`]
+    /// beyond loopback; returns what to warn of (short secrets on loopback).
+    /// [`Server::serve`] checks this itself and logs the warnings.
+    pub fn check_exposure(&self, addr: SocketAddr) -> Result<Vec<TokenError>, ServerError> {
+        let beyond_loopback = !addr.ip().is_loopback();
+        if !self.options.protected() && beyond_loopback && !self.options.allow_unauthenticated {
             return Err(ServerError::Unprotected { addr });
         }
-        Ok(())
+        self.guard()?;
+        Ok(auth::check_secrets(&self.access()?.tokens, beyond_loopback)?)
     }
 }
 
 impl Server {
+    /// Which requests the server takes at all (see `guard.rs`): hosts are
+    /// checked without tokens or when the operator lists some; any origin
+    /// by CORS needs a token.
+    fn guard(&self) -> Result<guard::Guard, ServerError> {
+        let options = &self.options;
+        if !options.protected() && options.cors_origins.iter().any(|o| o == "*") {
+            return Err(ServerError::AnyOriginWithoutToken);
+        }
+        if let Some(bad) = options.allowed_hosts.iter().find(|h| !guard::is_host_name(h)) {
+            return Err(ServerError::InvalidHost(bad.clone()));
+        }
+        let check_hosts = !options.protected() || !options.allowed_hosts.is_empty();
+        Ok(guard::Guard::new(
+            check_hosts,
+            &options.named_hosts(),
+            &options.cors_origins,
+        ))
+    }
+
     /// The tokens (`token` named [`DEFAULT_TOKEN_NAME`], then `tokens`) and
     /// the author header, checked against each other and the agents.
     fn access(&self) -> Result<auth::Access, ServerError> {
@@ -564,19 +743,19 @@ fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {
     Ok(Some(
         CorsLayer::new()
             .allow_origin(allow)
-            .allow_methods([Method::GET, Method::POST])
+            .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
             .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
     ))
 }
 
-async fn unknown_route(method: Method, uri: axum::http::Uri) -> ApiError {
+async fn unknown_route(method: Method, axum::extract::OriginalUri(uri): axum::extract::OriginalUri) -> ApiError {
     ApiError::UnknownRoute {
         method: method.to_string(),
         path: uri.path().to_owned(),
     }
 }
 
-async fn wrong_method(method: Method, uri: axum::http::Uri) -> ApiError {
+async fn wrong_method(method: Method, axum::extract::OriginalUri(uri): axum::extract::OriginalUri) -> ApiError {
     ApiError::MethodNotAllowed {
         method: method.to_string(),
         path: uri.path().to_owned(),

@@ -15,8 +15,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use askloop::{Agent, Author, ExpiredRuns, Interface, RunError, RunStore};
-use chrono::Utc;
+use askloop::{Agent, Author, Clock, ExpiredRuns, Interface, RunError, RunStore};
+use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -25,18 +25,20 @@ use tracing::Instrument;
 const EXPIRED_PAGE: u32 = 500;
 
 /// Looks for stalled runs of `agents` now and then every `every`, until
-/// `stopping` turns true. Each run taken over is driven on `runs`, so a
-/// shutdown waits for it like any other.
+/// `stopping` turns true; what has run out is decided by `clock` (the
+/// agents'). Each run taken over is driven on `runs`, so a shutdown waits
+/// for it like any other.
 pub(crate) async fn take_over_stalled_runs(
     agents: Vec<Agent>,
     store: Arc<dyn RunStore>,
+    clock: Arc<dyn Clock>,
     runs: TaskTracker,
     every: Duration,
     mut stopping: watch::Receiver<bool>,
 ) {
     loop {
         for look in [Look::Stalled, Look::Overdue] {
-            if let Err(err) = sweep_once(look, &agents, store.as_ref(), &runs).await {
+            if let Err(err) = sweep_once(look, &agents, store.as_ref(), &runs, clock.now()).await {
                 tracing::warn!(error = %err, "cannot look for {}", look.what());
             }
         }
@@ -65,19 +67,19 @@ impl Look {
     }
 }
 
-/// One look: reads the runs of `look` page after page, once for every
-/// agent, and hands each to its agent: a stalled run to take over, a run
-/// with a call past its time limit to resolve it. Each run that goes on is
-/// driven on `runs`. Runs of agents this server does not have are left
+/// One look at `now`: reads the runs of `look` page after page, once for
+/// every agent, and hands each to its agent: a stalled run to take over, a
+/// run with a call past its time limit to resolve it. Each run that goes on
+/// is driven on `runs`. Runs of agents this server does not have are left
 /// alone. Returns how many runs it took over or resolved calls of.
 pub(crate) async fn sweep_once(
     look: Look,
     agents: &[Agent],
     store: &dyn RunStore,
     runs: &TaskTracker,
+    now: DateTime<Utc>,
 ) -> Result<usize, RunError> {
     let author = Author::via(Interface::Server);
-    let now = Utc::now();
     let mut pages = match look {
         Look::Stalled => ExpiredRuns::new(store, now, EXPIRED_PAGE),
         Look::Overdue => ExpiredRuns::time_limits(store, now, EXPIRED_PAGE),
@@ -156,7 +158,9 @@ mod tests {
             store.create(&run, &[askloop::Message::user("go")]).await.unwrap();
         }
         let runs = TaskTracker::new();
-        let taken = sweep_once(Look::Stalled, &agents, store.as_ref(), &runs).await.unwrap();
+        let taken = sweep_once(Look::Stalled, &agents, store.as_ref(), &runs, Utc::now())
+            .await
+            .unwrap();
         assert_eq!(taken, 867);
         runs.close();
         runs.wait().await;
@@ -185,7 +189,9 @@ mod tests {
         );
         // A second look finds nothing of a or b.
         assert_eq!(
-            sweep_once(Look::Stalled, &agents, store.as_ref(), &runs).await.unwrap(),
+            sweep_once(Look::Stalled, &agents, store.as_ref(), &runs, Utc::now())
+                .await
+                .unwrap(),
             0
         );
     }
@@ -231,7 +237,9 @@ mod tests {
             store.create(&run, &messages).await.unwrap();
         }
         let runs = TaskTracker::new();
-        let resolved = sweep_once(Look::Overdue, &agents, store.as_ref(), &runs).await.unwrap();
+        let resolved = sweep_once(Look::Overdue, &agents, store.as_ref(), &runs, Utc::now())
+            .await
+            .unwrap();
         assert_eq!(resolved, 734);
         runs.close();
         runs.wait().await;
@@ -251,7 +259,9 @@ mod tests {
         );
         // A second look finds nothing of a or b.
         assert_eq!(
-            sweep_once(Look::Overdue, &agents, store.as_ref(), &runs).await.unwrap(),
+            sweep_once(Look::Overdue, &agents, store.as_ref(), &runs, Utc::now())
+                .await
+                .unwrap(),
             0
         );
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use askloop::{RunCursor, RunQuery, RunRecord, RunStatus};
+use askloop::{IdKind, RunCursor, RunQuery, RunRecord, RunStatus, quoted_excerpt};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -37,6 +37,9 @@ pub(crate) struct ListQuery {
     limit: Option<u32>,
     #[serde(default)]
     cursor: Option<String>,
+    /// Also count every run the listing holds (`total` in the page).
+    #[serde(default)]
+    total: bool,
 }
 
 /// Where the previous page ended: the last run it showed (runs are listed
@@ -57,14 +60,18 @@ impl Cursor {
         URL_SAFE_NO_PAD.encode(serde_json::to_vec(self).unwrap_or_default())
     }
 
+    /// A cursor this server gave out: it names a run id within the rule
+    /// for run ids, as every run's id is.
     fn decode(text: &str) -> Result<Cursor, ApiError> {
         URL_SAFE_NO_PAD
             .decode(text)
             .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .and_then(|bytes| serde_json::from_slice::<Cursor>(&bytes).ok())
+            .filter(|cursor| IdKind::Run.check(&cursor.run_id).is_ok())
             .ok_or_else(|| {
                 ApiError::BadRequest(format!(
-                    "cursor {text:?} is not one this server gave out; pass the nextCursor of the previous page, or no cursor for the first page"
+                    "cursor {} is not one this server gave out; pass the nextCursor of the previous page, or no cursor for the first page",
+                    quoted_excerpt(text)
                 ))
             })
     }
@@ -78,9 +85,11 @@ impl Cursor {
     }
 }
 
-/// `GET /api/runs?status=&agentId=&limit=&cursor=`: runs, newest first.
-/// A token limited to some agents sees only their runs; asking for another
-/// agent's (`agentId`) is a 403.
+/// `GET /api/runs?status=&agentId=&limit=&cursor=&total=`: runs, newest
+/// first. A token limited to some agents sees only their runs; asking for
+/// another agent's (`agentId`) is a 403. With `total=true` the page also
+/// says how many runs the whole listing holds (every page, not only those
+/// after `cursor`), counted in the store's index.
 pub(crate) async fn list(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -121,16 +130,44 @@ pub(crate) async fn list(
         agent_id,
         ..Default::default()
     };
+    let total = if query.total {
+        Some(total(&state, &caller, &filter).await?)
+    } else {
+        None
+    };
     let (runs, next) = page(&state, &caller, filter, limit, cursor).await?;
     Ok(Json(RunPage {
         runs: runs.into_iter().map(RunSummary::from).collect(),
         next_cursor: next.map(|c| c.encode()),
+        total,
     }))
 }
 
+/// How many runs match `filter` that the caller may see: for a token
+/// limited to several agents (not all), the sum of each agent's count.
+async fn total(state: &AppState, caller: &Caller, filter: &RunQuery) -> Result<u64, ApiError> {
+    let agents = match (caller.agents(), &filter.agent_id) {
+        (Some(agents), None) => agents,
+        _ => return Ok(state.store.count(filter).await?),
+    };
+    let mut agents = agents.to_vec();
+    agents.sort();
+    agents.dedup();
+    let mut total = 0;
+    for agent_id in agents {
+        let of_agent = RunQuery {
+            agent_id: Some(agent_id),
+            ..filter.clone()
+        };
+        total += state.store.count(&of_agent).await?;
+    }
+    Ok(total)
+}
+
 /// Reads one page after `cursor`, from the store's index. A token for
-/// several agents (not all) skips the others' runs, reading on until the
-/// page is full.
+/// several agents (not all) skips the others' runs, and a damaged row is
+/// skipped by the store: either way, reading goes on until the page is
+/// full or the listing ends.
 async fn page(
     state: &AppState,
     caller: &Caller,
@@ -148,7 +185,10 @@ async fn page(
     let mut runs: Vec<RunRecord> = Vec::with_capacity(wanted);
     loop {
         let batch = state.store.list(&filter).await?;
-        let exhausted = batch.len() < wanted;
+        // A store leaves out rows it cannot read, so a short batch may not
+        // be the end: only an empty one is (the next read starts after the
+        // last run read, past any such row).
+        let exhausted = batch.is_empty();
         filter.after = batch.last().map(RunCursor::after_created);
         let room = wanted - runs.len();
         runs.extend(
@@ -173,12 +213,12 @@ pub(crate) async fn get(
     caller: Caller,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<RunDetail>, ApiError> {
-    let run = load(&state, &run_id).await?;
-    caller.check(&run.agent_id)?;
+    let run = load(&state, &caller, &run_id).await?;
     let messages = state.store.messages(&run_id).await?;
     Ok(Json(RunDetail {
         version: run.version,
         usage: run.usage,
+        settings: run.settings.clone(),
         summary: RunSummary::from(run),
         messages,
     }))
@@ -191,8 +231,7 @@ pub(crate) async fn cancel(
     caller: Caller,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<Cancelled>, ApiError> {
-    let run = load(&state, &run_id).await?;
-    caller.check(&run.agent_id)?;
+    let run = load(&state, &caller, &run_id).await?;
     // Cancelling needs the run's agent only to write through its store;
     // a run of an agent this server does not serve is left alone.
     let agent = state.agent(&run.agent_id)?;
@@ -209,23 +248,35 @@ pub(crate) async fn cancel(
 /// step, and streams it as `resume-stream` does. Stored answers are not
 /// asked again, stored tool results not run again. A run that did not fail,
 /// or failed for good (a refused request, the step limit), is 409
-/// `not_retryable` with the reason.
+/// `not_retryable` with the reason. The take-over is recorded as by the
+/// caller.
 pub(crate) async fn retry(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    let run = load(&state, &run_id).await?;
+    let run = load(&state, &caller, &run_id).await?;
     let agent = state.agent(&run.agent_id)?;
-    let stream = agent.retry_run(&run_id).await?;
+    let stream = agent.retry_run_by(&run_id, caller.author()).await?;
     let span = tracing::info_span!("run", agent_id = %run.agent_id, run_id = %run_id, tool_call_id = "");
     Ok(crate::sse::respond(&state, stream, span))
 }
 
-async fn load(state: &AppState, run_id: &str) -> Result<RunRecord, ApiError> {
-    state.store.get(run_id).await?.ok_or_else(|| ApiError::UnknownRun {
+/// Reads a run the caller may see. An id no run can have (see [`IdKind`])
+/// is a 400 before the store is asked. A run of an agent the caller may not
+/// act for is answered exactly as a run that does not exist: what a
+/// limited token learns must not depend on runs it may not see.
+async fn load(state: &AppState, caller: &Caller, run_id: &str) -> Result<RunRecord, ApiError> {
+    IdKind::Run.check(run_id)?;
+    let unknown = || ApiError::UnknownRun {
         run_id: run_id.to_owned(),
         agent_id: None,
-    })
+    };
+    let run = state.store.get(run_id).await?.ok_or_else(unknown)?;
+    if !caller.may_act_for(&run.agent_id) {
+        return Err(unknown());
+    }
+    Ok(run)
 }
 
 /// `GET /healthz`: 200 when the store answers, 503 when it does not. Needs

@@ -191,7 +191,7 @@ impl Drop for Frames {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let rest = run.output().map(|output| {
-                    tracing::info!(status = %output.status, error = output.error.as_deref(), "stream ended");
+                    tracing::info!(status = %output.status, error = output.error().as_deref(), "stream ended");
                 });
                 self.runs.spawn_on(rest.instrument(self.span.clone()), &runtime);
             }
@@ -206,7 +206,7 @@ impl Drop for Frames {
 fn log_end(run: AgentStream) {
     // The stream has ended, so its outcome is there: no waiting.
     match run.output().now_or_never() {
-        Some(output) => tracing::info!(status = %output.status, error = output.error.as_deref(), "stream ended"),
+        Some(output) => tracing::info!(status = %output.status, error = output.error().as_deref(), "stream ended"),
         None => tracing::warn!("the stream ended without its outcome"),
     }
 }

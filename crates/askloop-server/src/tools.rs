@@ -46,8 +46,9 @@ pub fn write_file(root: impl Into<PathBuf>) -> FunctionTool {
                 let shown = input.path.clone();
                 let written = tokio::task::spawn_blocking(move || write_inside(&root, &input.path, &input.content))
                     .await
-                    .map_err(|err| ToolError::new(format!("the write did not finish: {err}")))?;
-                let (_, bytes) = written.map_err(ToolError::new)?;
+                    .map_err(|err| ToolError::internal("the write did not finish").with_source(err))?;
+                // The model is told why, so it can choose another path.
+                let (_, bytes) = written.map_err(|err| ToolError::new(err.to_string()).with_source(err))?;
                 Ok(ToolOutput::text(format!("Wrote {bytes} bytes to {shown}")).into())
             }
         })
@@ -60,21 +61,48 @@ pub fn write_target(root: &Path, path: &str) -> PathBuf {
     checked_path(path).map_or_else(|_| root.join(path), |p| root.join(p))
 }
 
+/// Why `write_file` did not write, in words the model can act on; where
+/// the file system refused, its error is the source.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct WriteRefused {
+    message: String,
+    #[source]
+    source: Option<std::io::Error>,
+}
+
+impl WriteRefused {
+    fn new(message: impl Into<String>) -> Self {
+        WriteRefused {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// `what` failed with `err`: "{what}: {err}".
+    fn io(what: String, err: std::io::Error) -> Self {
+        WriteRefused {
+            message: format!("{what}: {err}"),
+            source: Some(err),
+        }
+    }
+}
+
 /// Writes `content` to `path` inside `root`; returns the absolute target
 /// and the bytes written, or why not.
-fn write_inside(root: &Path, path: &str, content: &str) -> Result<(PathBuf, usize), String> {
+fn write_inside(root: &Path, path: &str, content: &str) -> Result<(PathBuf, usize), WriteRefused> {
     let relative = checked_path(path)?;
     // A configured folder that does not exist yet is made, as a folder
     // inside it would be.
-    std::fs::create_dir_all(root).map_err(|err| format!("cannot create {}: {err}", root.display()))?;
+    std::fs::create_dir_all(root).map_err(|err| WriteRefused::io(format!("cannot create {}", root.display()), err))?;
     let root = root.canonicalize().map_err(|err| {
-        format!(
-            "the folder write_file writes in, {}, cannot be used: {err}",
-            root.display()
+        WriteRefused::io(
+            format!("the folder write_file writes in, {}, cannot be used", root.display()),
+            err,
         )
     })?;
     let Some(name) = relative.file_name() else {
-        return Err(format!("{path} names no file"));
+        return Err(WriteRefused::new(format!("{path} names no file")));
     };
     let folder = folder_inside(&root, relative.parent().unwrap_or(Path::new("")))?;
     let target = folder.join(name);
@@ -82,13 +110,13 @@ fn write_inside(root: &Path, path: &str, content: &str) -> Result<(PathBuf, usiz
     file.set_len(0)
         .and_then(|()| file.write_all(content.as_bytes()))
         .and_then(|()| file.sync_all())
-        .map_err(|err| format!("cannot write {}: {err}", target.display()))?;
+        .map_err(|err| WriteRefused::io(format!("cannot write {}", target.display()), err))?;
     Ok((target, content.len()))
 }
 
 /// The folder `relative` names under `root`, created one level at a time;
 /// a level that is a symbolic link must lead to a folder inside `root`.
-fn folder_inside(root: &Path, relative: &Path) -> Result<PathBuf, String> {
+fn folder_inside(root: &Path, relative: &Path) -> Result<PathBuf, WriteRefused> {
     let mut folder = root.to_path_buf();
     for part in relative.components() {
         let Component::Normal(part) = part else { continue };
@@ -98,22 +126,23 @@ fn folder_inside(root: &Path, relative: &Path) -> Result<PathBuf, String> {
             Ok(meta) if meta.file_type().is_symlink() => {
                 let resolved = next
                     .canonicalize()
-                    .map_err(|err| format!("{} is a broken link: {err}", next.display()))?;
+                    .map_err(|err| WriteRefused::io(format!("{} is a broken link", next.display()), err))?;
                 if !resolved.starts_with(root) || !resolved.is_dir() {
-                    return Err(format!(
+                    return Err(WriteRefused::new(format!(
                         "{} is a link that leads outside {}; write_file writes only inside its folder",
                         next.display(),
                         root.display()
-                    ));
+                    )));
                 }
                 folder = resolved;
             }
-            Ok(_) => return Err(format!("{} is not a folder", next.display())),
+            Ok(_) => return Err(WriteRefused::new(format!("{} is not a folder", next.display()))),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir(&next).map_err(|err| format!("cannot create {}: {err}", next.display()))?;
+                std::fs::create_dir(&next)
+                    .map_err(|err| WriteRefused::io(format!("cannot create {}", next.display()), err))?;
                 folder = next;
             }
-            Err(err) => return Err(format!("cannot use {}: {err}", next.display())),
+            Err(err) => return Err(WriteRefused::io(format!("cannot use {}", next.display()), err)),
         }
     }
     Ok(folder)
@@ -122,52 +151,56 @@ fn folder_inside(root: &Path, relative: &Path) -> Result<PathBuf, String> {
 /// Opens `target` for writing without following a link and without
 /// blocking (a FIFO with no reader would block for ever), and keeps it only
 /// if it is a regular file.
-fn open_regular(target: &Path) -> Result<File, String> {
+fn open_regular(target: &Path) -> Result<File, WriteRefused> {
     let file = OpenOptions::new()
         .write(true)
         .create(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(target)
-        .map_err(|err| match err.raw_os_error() {
-            Some(libc::ELOOP) => format!(
-                "{} is a symbolic link; write_file writes only regular files",
-                target.display()
-            ),
-            Some(libc::ENXIO) => format!(
-                "{} is a FIFO or socket; write_file writes only regular files",
-                target.display()
-            ),
-            Some(libc::EISDIR) => format!("{} is a folder; write_file writes only regular files", target.display()),
-            _ => format!("cannot open {}: {err}", target.display()),
+        .map_err(|err| {
+            let not_regular = |what: &str| {
+                WriteRefused::new(format!(
+                    "{} is {what}; write_file writes only regular files",
+                    target.display()
+                ))
+            };
+            match err.raw_os_error() {
+                Some(libc::ELOOP) => not_regular("a symbolic link"),
+                Some(libc::ENXIO) => not_regular("a FIFO or socket"),
+                Some(libc::EISDIR) => not_regular("a folder"),
+                _ => WriteRefused::io(format!("cannot open {}", target.display()), err),
+            }
         })?;
     let meta = file
         .metadata()
-        .map_err(|err| format!("cannot inspect {}: {err}", target.display()))?;
+        .map_err(|err| WriteRefused::io(format!("cannot inspect {}", target.display()), err))?;
     if !meta.is_file() {
-        return Err(format!(
+        return Err(WriteRefused::new(format!(
             "{} is not a regular file (a FIFO, device or socket); write_file writes only regular files",
             target.display()
-        ));
+        )));
     }
     Ok(file)
 }
 
 /// A relative path that stays inside the folder it is joined to.
-fn checked_path(path: &str) -> Result<PathBuf, String> {
+fn checked_path(path: &str) -> Result<PathBuf, WriteRefused> {
     let candidate = Path::new(path);
     if path.trim().is_empty() {
-        return Err("the path is empty".into());
+        return Err(WriteRefused::new("the path is empty"));
     }
     if candidate.is_absolute() {
-        return Err(format!(
+        return Err(WriteRefused::new(format!(
             "{path} is absolute; give a path relative to the working directory"
-        ));
+        )));
     }
     if candidate
         .components()
         .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
     {
-        return Err(format!("{path} leaves the working directory; '..' is not allowed"));
+        return Err(WriteRefused::new(format!(
+            "{path} leaves the working directory; '..' is not allowed"
+        )));
     }
     Ok(candidate.to_path_buf())
 }
@@ -210,11 +243,11 @@ mod tests {
         std::os::unix::fs::symlink("../outside", root.join("link")).unwrap();
         std::os::unix::fs::symlink("../outside/x.txt", root.join("file-link")).unwrap();
         let err = write_inside(&root, "link/x.txt", "escape").unwrap_err();
-        assert!(err.contains("leads outside"), "{err}");
+        assert!(err.to_string().contains("leads outside"), "{err}");
         let err = write_inside(&root, "link/deeper/x.txt", "escape").unwrap_err();
-        assert!(err.contains("leads outside"), "{err}");
+        assert!(err.to_string().contains("leads outside"), "{err}");
         let err = write_inside(&root, "file-link", "escape").unwrap_err();
-        assert!(err.contains("symbolic link"), "{err}");
+        assert!(err.to_string().contains("symbolic link"), "{err}");
         assert_eq!(
             std::fs::read_dir(&outside).unwrap().count(),
             0,
@@ -234,10 +267,10 @@ mod tests {
         let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
         assert!(made.success());
         let err = write_inside(dir.path(), "pipe", "x").unwrap_err();
-        assert!(err.contains("regular files"), "{err}");
+        assert!(err.to_string().contains("regular files"), "{err}");
         std::fs::create_dir(dir.path().join("folder")).unwrap();
         let err = write_inside(dir.path(), "folder", "x").unwrap_err();
-        assert!(err.contains("regular files"), "{err}");
+        assert!(err.to_string().contains("regular files"), "{err}");
         std::os::unix::fs::symlink("/dev/null", dir.path().join("null")).unwrap();
         assert!(write_inside(dir.path(), "null", "x").is_err());
     }

@@ -22,9 +22,9 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use askloop::{Delivery, DeliveryOutcome, Lease, RunStore, StoreError};
+use askloop::{Clock, Delivery, DeliveryOutcome, ErrorChain, Lease, RunStore, StoreError};
 use base64::Engine;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use tokio::sync::watch;
@@ -49,7 +49,8 @@ pub const DEFAULT_WEBHOOK_POLL: Duration = Duration::from_secs(1);
 pub struct Webhooks {
     /// The webhooks (`[[webhooks]]`).
     pub hooks: Vec<WebhookConfig>,
-    /// Links in notifications read `<public_url>/runs/<runId>`; without it
+    /// Links in notifications read `<public_url>/runs/<runId>` (the id
+    /// percent-encoded, see [`askloop::run_page_url`]); without it
     /// notifications carry no link.
     pub public_url: Option<String>,
     /// How often to look for due deliveries when there were none.
@@ -91,6 +92,9 @@ pub fn webhook_signature(secret: &[u8], id: &str, timestamp: i64, body: &str) ->
 /// Sends due deliveries until `stopping` turns true.
 pub(crate) struct Sender {
     store: Arc<dyn RunStore>,
+    /// When deliveries are due, their signatures' timestamps and when a
+    /// retry is: the agents' clock.
+    clock: Arc<dyn Clock>,
     hooks: HashMap<String, WebhookConfig>,
     public_url: Option<String>,
     poll_every: Duration,
@@ -108,7 +112,11 @@ impl fmt::Debug for Sender {
 }
 
 impl Sender {
-    pub(crate) fn new(store: Arc<dyn RunStore>, webhooks: Webhooks) -> Result<Self, reqwest::Error> {
+    pub(crate) fn new(
+        store: Arc<dyn RunStore>,
+        clock: Arc<dyn Clock>,
+        webhooks: Webhooks,
+    ) -> Result<Self, reqwest::Error> {
         // A receiver's redirect is not followed: the signature is for the
         // configured URL, and a 3xx counts as a failed attempt.
         let client = reqwest::Client::builder()
@@ -117,6 +125,7 @@ impl Sender {
         let longest = webhooks.hooks.iter().map(|h| h.timeout).max().unwrap_or_default();
         Ok(Sender {
             store,
+            clock,
             hooks: webhooks.hooks.into_iter().map(|h| (h.url.clone(), h)).collect(),
             public_url: webhooks.public_url,
             poll_every: webhooks.poll_every,
@@ -150,7 +159,7 @@ impl Sender {
 
     /// Claims a batch of due deliveries and sends them; returns how many.
     async fn round(&self) -> Result<usize, StoreError> {
-        let now = Utc::now();
+        let now = self.clock.now();
         let lease = Lease::new(self.owner.clone(), now + self.lease);
         let batch = self.store.claim_deliveries(now, &lease, BATCH).await?;
         let taken = batch.len();
@@ -163,15 +172,15 @@ impl Sender {
         let outcome = match self.hooks.get(&delivery.message.destination) {
             Some(hook) => match self.attempt(hook, &delivery).await {
                 Ok(()) => DeliveryOutcome::Delivered,
-                Err(error) => failed(&delivery, hook.max_attempts, error),
+                Err(error) => failed(&delivery, hook.max_attempts, &error, self.clock.now()),
             },
             None => failed(
                 &delivery,
                 crate::config::DEFAULT_MAX_ATTEMPTS,
-                format!(
-                    "no [[webhooks]] table with url {:?} in this server's configuration",
-                    delivery.message.destination
-                ),
+                &AttemptError::Unconfigured {
+                    destination: delivery.message.destination.clone(),
+                },
+                self.clock.now(),
             ),
         };
         match &outcome {
@@ -189,7 +198,7 @@ impl Sender {
     }
 
     /// One POST; `Err` says why it did not count as delivered.
-    async fn attempt(&self, hook: &WebhookConfig, delivery: &Delivery) -> Result<(), String> {
+    async fn attempt(&self, hook: &WebhookConfig, delivery: &Delivery) -> Result<(), AttemptError> {
         let message = &delivery.message;
         let mut payload = message.payload.clone();
         if let (Some(base), Some(data)) = (&self.public_url, payload.get_mut("data"))
@@ -197,11 +206,11 @@ impl Sender {
         {
             data.insert(
                 "link".to_owned(),
-                serde_json::Value::String(format!("{base}/runs/{}", message.run_id)),
+                serde_json::Value::String(askloop::run_page_url(base, &message.run_id)),
             );
         }
-        let body = serde_json::to_string(&payload).map_err(|err| format!("cannot serialise the body: {err}"))?;
-        let timestamp = Utc::now().timestamp();
+        let body = serde_json::to_string(&payload).map_err(AttemptError::Body)?;
+        let timestamp = self.clock.now().timestamp();
         let signature = webhook_signature(hook.secret.bytes(), &message.id, timestamp, &body);
         let response = self
             .client
@@ -214,19 +223,66 @@ impl Sender {
             .body(body)
             .send()
             .await
-            .map_err(|err| format!("cannot POST to {}: {}", hook.url, error_chain(&err)))?;
+            .map_err(|error| AttemptError::Unreachable {
+                url: hook.url.clone(),
+                error,
+            })?;
         let status = response.status();
         if status.is_success() {
             Ok(())
         } else {
-            Err(format!("{} answered HTTP {status}", hook.url))
+            Err(AttemptError::Refused {
+                url: hook.url.clone(),
+                status,
+            })
         }
     }
 }
 
-/// The outcome of a failed attempt: tried again later, unless it was the
-/// last allowed one.
-fn failed(delivery: &Delivery, max_attempts: u32, error: String) -> DeliveryOutcome {
+/// Why an attempt did not count as delivered; its text is the delivery's
+/// stored `last_error`.
+#[derive(Debug)]
+enum AttemptError {
+    /// The delivery names a webhook this server has no `[[webhooks]]` table
+    /// for.
+    Unconfigured { destination: String },
+    /// The body could not be written as JSON.
+    Body(serde_json::Error),
+    /// No answer: the receiver could not be reached, or did not answer
+    /// within the webhook's timeout.
+    Unreachable { url: String, error: reqwest::Error },
+    /// The receiver answered with a status other than 2xx.
+    Refused { url: String, status: reqwest::StatusCode },
+}
+
+impl fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptError::Unconfigured { destination } => write!(
+                f,
+                "no [[webhooks]] table with url {destination:?} in this server's configuration"
+            ),
+            AttemptError::Body(err) => write!(f, "cannot serialise the body: {err}"),
+            AttemptError::Unreachable { url, error } => write!(f, "cannot POST to {url}: {}", ErrorChain(error)),
+            AttemptError::Refused { url, status } => write!(f, "{url} answered HTTP {status}"),
+        }
+    }
+}
+
+impl std::error::Error for AttemptError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AttemptError::Body(err) => Some(err),
+            AttemptError::Unreachable { error, .. } => Some(error),
+            AttemptError::Unconfigured { .. } | AttemptError::Refused { .. } => None,
+        }
+    }
+}
+
+/// The outcome at `now` of a failed attempt: tried again later, unless it
+/// was the last allowed one.
+fn failed(delivery: &Delivery, max_attempts: u32, error: &AttemptError, now: DateTime<Utc>) -> DeliveryOutcome {
+    let error = error.to_string();
     let attempts = delivery.attempts + 1;
     if attempts >= max_attempts {
         return DeliveryOutcome::Dead {
@@ -235,7 +291,7 @@ fn failed(delivery: &Delivery, max_attempts: u32, error: String) -> DeliveryOutc
     }
     let wait = retry_wait(delivery.attempts);
     DeliveryOutcome::Retry {
-        next_at: Utc::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::hours(1)),
+        next_at: now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::hours(1)),
         error,
     }
 }
@@ -250,19 +306,6 @@ fn retry_wait(done: u32) -> Duration {
     let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
     let factor = 0.75 + (random % 1000) as f64 / 2000.0;
     wait.mul_f64(factor)
-}
-
-/// An error and its sources, e.g. "error sending request: connection
-/// refused".
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -21,6 +21,9 @@ pub(crate) struct StreamRequest {
     /// The conversation thread.
     #[serde(default)]
     pub(crate) thread_id: Option<String>,
+    /// Every other field, each honoured or refused (`request_fields.rs`).
+    #[serde(flatten)]
+    pub(crate) fields: serde_json::Map<String, Value>,
 }
 
 /// `POST /api/agents/{agentId}/resume-stream`.
@@ -32,6 +35,9 @@ pub(crate) struct ResumeRequest {
     pub(crate) tool_call_id: Option<String>,
     /// Required; `null` is an answer like any other (and usually refused).
     pub(crate) resume_data: Value,
+    /// Every other field, each accepted or refused (`request_fields.rs`).
+    #[serde(flatten)]
+    pub(crate) fields: serde_json::Map<String, Value>,
 }
 
 /// `POST /api/agents/{agentId}/approve-tool-call` and `/decline-tool-call`.
@@ -43,6 +49,9 @@ pub(crate) struct DecisionRequest {
     pub(crate) tool_call_id: Option<String>,
     #[serde(default)]
     pub(crate) reason: Option<String>,
+    /// Every other field, each accepted or refused (`request_fields.rs`).
+    #[serde(flatten)]
+    pub(crate) fields: serde_json::Map<String, Value>,
 }
 
 /// One agent in `GET /api/agents`, in Mastra's shape (the fields a client
@@ -101,6 +110,11 @@ pub(crate) struct SuspendedRuns {
 pub(crate) struct SuspendedRun {
     pub(crate) run_id: String,
     pub(crate) status: RunStatus,
+    /// The stored thread the run is on, as Mastra lists a run with memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) thread_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resource_id: Option<String>,
     pub(crate) suspended_at: String,
     pub(crate) tool_calls: Vec<SuspendedCall>,
 }
@@ -121,7 +135,13 @@ pub(crate) struct SuspendedCall {
 
 impl SuspendedRun {
     pub(crate) fn of(run: RunRecord) -> Self {
+        let (thread_id, resource_id) = match &run.memory {
+            Some(memory) => (Some(memory.key.thread_id.clone()), Some(memory.key.resource_id.clone())),
+            None => (None, None),
+        };
         SuspendedRun {
+            thread_id,
+            resource_id,
             suspended_at: timestamp(run.updated_at),
             run_id: run.run_id,
             status: run.status,
@@ -225,6 +245,7 @@ pub(crate) struct RunSummary {
 
 impl From<RunRecord> for RunSummary {
     fn from(run: RunRecord) -> Self {
+        let error = run.error();
         RunSummary {
             run_id: run.run_id,
             agent_id: run.agent_id,
@@ -234,7 +255,7 @@ impl From<RunRecord> for RunSummary {
             updated_at: timestamp(run.updated_at),
             steps: run.steps,
             pending_tool_calls: run.pending.into_iter().map(PendingCall::from).collect(),
-            error: run.error,
+            error,
             resolutions: run.resolutions,
         }
     }
@@ -247,6 +268,9 @@ pub(crate) struct RunPage {
     pub(crate) runs: Vec<RunSummary>,
     /// Pass as `cursor` for the next (older) page; `null` on the last page.
     pub(crate) next_cursor: Option<String>,
+    /// How many runs the whole listing holds, when asked for (`total=true`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) total: Option<u64>,
 }
 
 /// `GET /api/runs/{runId}`.
@@ -257,6 +281,11 @@ pub(crate) struct RunDetail {
     pub(crate) summary: RunSummary,
     pub(crate) version: i64,
     pub(crate) usage: Usage,
+    /// What the run was started with beyond its agent's configuration (a
+    /// lower step limit, approval of every call, ...); left out when
+    /// nothing.
+    #[serde(skip_serializing_if = "askloop::RunSettings::is_default")]
+    pub(crate) settings: askloop::RunSettings,
     pub(crate) messages: Vec<Message>,
 }
 

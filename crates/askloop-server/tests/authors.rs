@@ -174,7 +174,8 @@ async fn on_the_page_behind_a_proxy_the_header_names_the_author_and_the_interfac
 }
 
 #[tokio::test]
-async fn a_token_limited_to_one_agent_gets_403_on_every_route_of_another_and_nothing_is_written() {
+async fn a_token_limited_to_one_agent_gets_403_on_every_agent_route_of_another_404_on_its_runs_and_nothing_is_written()
+{
     let server = start().await;
     let (run_id, call_id) = suspended(&server, ALICE, "approver").await;
     let before = run_of(&server, &run_id).await;
@@ -198,7 +199,6 @@ async fn a_token_limited_to_one_agent_gets_403_on_every_route_of_another_and_not
             "/api/agents/approver/decline-tool-call",
             json!({"runId": run_id, "toolCallId": call_id}),
         ),
-        (&format!("/api/runs/{run_id}/cancel"), json!({})),
     ];
     for (path, body) in refused {
         let (status, error) = error_of(post(&server, SUPPORT, path, body).send().await.unwrap()).await;
@@ -210,8 +210,30 @@ async fn a_token_limited_to_one_agent_gets_403_on_every_route_of_another_and_not
             "{path}: {message}"
         );
     }
+    // A run of another agent is answered as a run that does not exist:
+    // the answer says nothing of runs the token may not see.
+    let unknown = "0199aaaa-0000-7000-8000-000000000000";
+    for (method, path) in [("GET", ""), ("POST", "/cancel"), ("POST", "/retry")] {
+        let ask = |id: &str| {
+            let url = server.url(&format!("/api/runs/{id}{path}"));
+            let request = if method == "GET" {
+                server.client.get(url)
+            } else {
+                server.client.post(url)
+            };
+            request.bearer_auth(SUPPORT).send()
+        };
+        let (status, error) = error_of(ask(&run_id).await.unwrap()).await;
+        let (unknown_status, unknown_error) = error_of(ask(unknown).await.unwrap()).await;
+        assert_eq!((status, unknown_status), (404, 404), "{method} {path}: {error}");
+        assert_eq!(error["code"], unknown_error["code"], "{method} {path}");
+        assert_eq!(
+            error["message"].as_str().unwrap().replace(&run_id, "ID"),
+            unknown_error["message"].as_str().unwrap().replace(unknown, "ID"),
+            "{method} {path}"
+        );
+    }
     for path in [
-        format!("/api/runs/{run_id}"),
         "/api/agents/approver".to_owned(),
         "/api/agents/approver/suspended-runs".to_owned(),
         "/api/runs?agentId=approver".to_owned(),

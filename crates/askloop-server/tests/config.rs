@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use askloop::{Model, RunStore};
-use askloop_server::{ConfigError, ModelSource, ServerConfig, ToolKind};
+use askloop_server::{ApprovalNames, ConfigError, ModelSource, ServerConfig, ToolKind};
 use common::*;
 use serde_json::{Value, json};
 
@@ -24,7 +24,7 @@ fn load_err(text: &str) -> (PathBuf, ConfigError) {
     (path.clone(), ServerConfig::load(&path).unwrap_err())
 }
 
-fn no_default() -> Result<Arc<dyn Model>, String> {
+fn no_default() -> Result<Arc<dyn Model>, Box<dyn std::error::Error + Send + Sync>> {
     Err("no default model in this test".into())
 }
 
@@ -43,6 +43,7 @@ tools = ["ask_user", "write_file"]
 require_approval = ["write_file"]
 allow_free_text = true
 max_steps = 5
+last_messages = 40
 write_dir = "out"
 
 [agents.helper]
@@ -60,9 +61,10 @@ model = "openai/gpt-4o-mini"
     let base = std::path::absolute(dir.path()).unwrap();
     assert_eq!(deployer.model, ModelSource::Script(base.join("deploy.json")));
     assert_eq!(deployer.tools, [ToolKind::AskUser, ToolKind::WriteFile]);
-    assert_eq!(deployer.require_approval, [ToolKind::WriteFile]);
+    assert_eq!(deployer.require_approval, ["write_file"]);
     assert!(deployer.allow_free_text);
     assert_eq!(deployer.max_steps, Some(5));
+    assert_eq!((deployer.last_messages, helper.last_messages), (Some(40), None));
     assert_eq!(deployer.write_dir, base.join("out"));
     assert_eq!(helper.name, "helper");
     assert_eq!(helper.model, ModelSource::Spec("openai/gpt-4o-mini".into()));
@@ -101,10 +103,25 @@ fn bad_files_are_one_error_naming_the_file_the_key_and_the_problem() {
         ),
         (
             "[agents.a]\nrequire_approval = [\"write_file\"]\n",
-            "agents.a.require_approval",
+            "agents.a.require_approval[0]",
             "not in this agent's tools",
         ),
+        (
+            "[agents.a]\nrequire_approval = [\"ask_user\", \"ask_approval\"]\n",
+            "agents.a.require_approval[1]",
+            "agent a has no tool \"ask_approval\"; its tools: ask_user. require_approval names the agent's built-in tools and the tools of its MCP servers ([[agents.a.mcp]])",
+        ),
+        (
+            "[agents.a]\nrequire_approval = [\"ask_user\", \"ask_user\"]\n",
+            "agents.a.require_approval[1]",
+            "listed twice",
+        ),
         ("[agents.a]\nmax_steps = 0\n", "agents.a.max_steps", "at least 1"),
+        (
+            "[agents.a]\nlast_messages = 20000\n",
+            "agents.a.last_messages",
+            "from 0 to 10000",
+        ),
         (
             "[limits]\nmax_options = 0\n[agents.a]\n",
             "limits.max_options",
@@ -393,6 +410,7 @@ fn tokens_resolve_to_named_secrets_with_their_agents_and_a_secret_in_the_file_is
     let config = with_env(
         r#"
 author_header = "X-Forwarded-User"
+allowed_hosts = ["askloop.internal", "10.0.0.7"]
 
 [agents.support]
 [agents.deployer]
@@ -405,6 +423,7 @@ token_env = "ALICE_TOKEN"
 name = "support-bot"
 token = "written-in-the-file"
 agents = ["support"]
+resources = ["support-team", "support-bot"]
 "#,
         &[("ALICE_TOKEN", "secret-of-alice")],
     )
@@ -415,7 +434,18 @@ agents = ["support"]
     assert_eq!((alice.name(), alice.agents()), ("alice", None));
     assert_eq!(bot.name(), "support-bot");
     assert_eq!(bot.agents(), Some(&["support".to_owned()][..]));
+    assert_eq!(
+        alice.resources(),
+        Some(&["alice".to_owned()][..]),
+        "its own name's threads"
+    );
+    assert_eq!(
+        bot.resources(),
+        Some(&["support-bot".to_owned(), "support-team".to_owned()][..]),
+        "its own name first, each once"
+    );
     assert_eq!(config.author_header.as_deref(), Some("X-Forwarded-User"));
+    assert_eq!(config.allowed_hosts, ["askloop.internal", "10.0.0.7"]);
     assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
     assert!(
         config.warnings[0].contains("tokens[1].token") && config.warnings[0].contains("token_env"),
@@ -482,6 +512,21 @@ fn token_and_time_limit_mistakes_are_one_error_naming_the_file_the_key_and_the_p
             "not an HTTP header name",
         ),
         (
+            format!("[[tokens]]\nname = \"bot\"\ntoken = \"0123456789abcdef \"\n{agents}"),
+            "tokens[0].token",
+            "starts or ends with white space",
+        ),
+        (
+            format!("[[tokens]]\nname = \"bot\"\ntoken_env = \"SPACED_TOKEN\"\n{agents}"),
+            "tokens[0].token",
+            "starts or ends with white space",
+        ),
+        (
+            format!("allowed_hosts = [\"askloop.example.com\", \"http://x.example:80\"]\n{agents}"),
+            "allowed_hosts[1]",
+            "is not a host name",
+        ),
+        (
             "[agents.a]\ntime_limit = \"90\"\n".to_owned(),
             "agents.a.time_limit",
             "no known unit",
@@ -498,7 +543,12 @@ fn token_and_time_limit_mistakes_are_one_error_naming_the_file_the_key_and_the_p
         ),
     ];
     for (text, key, problem) in cases {
-        let err = with_env(&text, &[("ALICE_TOKEN", "a"), ("BOB_TOKEN", "b")]).unwrap_err();
+        let vars = [
+            ("ALICE_TOKEN", "a"),
+            ("BOB_TOKEN", "b"),
+            ("SPACED_TOKEN", "\t0123456789abcdef"),
+        ];
+        let err = with_env(&text, &vars).unwrap_err();
         assert_eq!(err.file, Path::new("/etc/askloop/askloop.toml"), "{text}");
         assert_eq!(err.key, key, "{text}: {err}");
         assert!(err.problem.contains(problem), "{text}: {err}");
@@ -638,4 +688,119 @@ fn bad_webhook_tables_are_refused_naming_the_key_and_what_is_accepted() {
         assert_eq!(err.key, key, "{text}: {err}");
         assert!(err.problem.contains(problem), "{text}: {err}");
     }
+}
+
+/// A real MCP server over HTTP: an askloop server whose agents `assistant`
+/// and `approver` are its tools `ask_assistant` and `ask_approver`.
+async fn mcp_server() -> (TestServer, String) {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store), approver(&store)], store).await;
+    let url = server.url("/mcp");
+    (server, url)
+}
+
+/// No MCP server listens here.
+const NOBODY: &str = "http://127.0.0.1:1/mcp";
+
+/// An agent `a` with `require_approval = names` and these MCP servers
+/// (name, url, rest of the table).
+fn with_servers(dir: &Path, names: &str, servers: &[(&str, &str, &str)]) -> ServerConfig {
+    write(dir, "s.json", r#"{"turns": [{"text": "hi"}]}"#);
+    let mut text = format!("[agents.a]\nscript = \"s.json\"\nrequire_approval = {names}\n");
+    for (name, url, rest) in servers {
+        text.push_str(&format!(
+            "[[agents.a.mcp]]\nname = \"{name}\"\nurl = \"{url}\"\n{rest}\n"
+        ));
+    }
+    ServerConfig::load(&write(dir, "askloop.toml", &text)).unwrap()
+}
+
+#[tokio::test]
+async fn require_approval_names_an_mcp_servers_tool_and_a_server_table_can_make_all_its_tools_wait() {
+    let (_remote, url) = mcp_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = memory_store();
+
+    let config = with_servers(dir.path(), r#"["ask_approver"]"#, &[("remote", &url, "")]);
+    let built = config
+        .build_agents_with_mcp(&store, &no_default, ApprovalNames::Check)
+        .await
+        .unwrap();
+    assert!(built.warnings.is_empty(), "{:?}", built.warnings);
+    let agent = &built.agents[0];
+    assert!(agent.requires_approval("ask_approver"));
+    assert!(!agent.requires_approval("ask_assistant"));
+    assert!(!agent.requires_approval("ask_user"));
+
+    let config = with_servers(dir.path(), "[]", &[("remote", &url, "require_approval = true")]);
+    assert!(config.agents[0].mcp[0].require_approval);
+    let built = config
+        .build_agents_with_mcp(&store, &no_default, ApprovalNames::Check)
+        .await
+        .unwrap();
+    let agent = &built.agents[0];
+    assert!(agent.requires_approval("ask_approver") && agent.requires_approval("ask_assistant"));
+    assert!(!agent.requires_approval("ask_user"), "only that server's tools");
+}
+
+#[tokio::test]
+async fn a_name_no_tool_has_stops_start_up_naming_the_agent_the_name_and_the_tools() {
+    let (_remote, url) = mcp_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = with_servers(dir.path(), r#"["ask_approver", "ask_nobody"]"#, &[("remote", &url, "")]);
+    let err = config
+        .build_agents_with_mcp(&memory_store(), &no_default, ApprovalNames::Check)
+        .await
+        .unwrap_err();
+    assert_eq!(err.key, "agents.a.require_approval[1]", "{err}");
+    assert_eq!(
+        err.problem,
+        "agent a has no tool \"ask_nobody\"; its tools: ask_user, ask_assistant, ask_approver"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_be_reached_is_reported_and_the_names_it_may_have_are_left_unchecked() {
+    let (_remote, url) = mcp_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = with_servers(
+        dir.path(),
+        r#"["ask_approver", "deploy"]"#,
+        &[("remote", &url, ""), ("deployer", NOBODY, "")],
+    );
+    let built = config
+        .build_agents_with_mcp(&memory_store(), &no_default, ApprovalNames::Check)
+        .await
+        .unwrap();
+    let agent = &built.agents[0];
+    assert!(
+        agent.requires_approval("ask_approver"),
+        "the names that can be checked still apply"
+    );
+    let [down, unchecked] = &built.warnings[..] else {
+        panic!("{:?}", built.warnings)
+    };
+    assert!(
+        down.contains("agents.a.mcp[1]") && down.contains("deployer") && down.contains("goes without"),
+        "{down}"
+    );
+    assert!(
+        unchecked.contains("agents.a.require_approval")
+            && unchecked.contains("\"deploy\" could not be checked")
+            && unchecked.contains("deployer"),
+        "{unchecked}"
+    );
+}
+
+#[tokio::test]
+async fn commands_that_continue_a_run_trust_the_names() {
+    let (_remote, url) = mcp_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = with_servers(dir.path(), r#"["ask_approver", "gone"]"#, &[("remote", &url, "")]);
+    let built = config
+        .build_agents_with_mcp(&memory_store(), &no_default, ApprovalNames::Trust)
+        .await
+        .unwrap();
+    assert!(built.warnings.is_empty(), "{:?}", built.warnings);
+    assert!(built.agents[0].requires_approval("ask_approver"));
 }

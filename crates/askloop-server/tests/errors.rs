@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use askloop_server::ServerOptions;
 use common::*;
 use serde_json::{Value, json};
@@ -13,7 +15,7 @@ async fn run_status(server: &TestServer, run_id: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_body_that_is_not_json_is_a_400_in_the_error_shape() {
+async fn a_body_that_is_not_json_is_a_400_or_a_415_in_the_error_shape() {
     let store = memory_store();
     let server = TestServer::start(vec![assistant(&store)], store).await;
     let cases: Vec<(&str, Option<&str>, &str)> = vec![
@@ -44,8 +46,14 @@ async fn a_body_that_is_not_json_is_a_400_in_the_error_shape() {
             request = request.header("content-type", content_type);
         }
         let (status, error) = error_of(request.send().await.unwrap()).await;
-        assert_eq!(status, 400, "{what}: {error}");
-        assert_eq!(error["code"], "bad_request", "{what}");
+        // A body sent as another type is refused before the route reads it
+        // (no HTML form can post to the server).
+        let expected = if content_type == Some("text/plain") {
+            (415, "unsupported_media_type")
+        } else {
+            (400, "bad_request")
+        };
+        assert_eq!((status, error["code"].as_str().unwrap()), expected, "{what}: {error}");
     }
     let listed: Value = server.get("/api/runs").await.json().await.unwrap();
     assert_eq!(listed["runs"], json!([]), "no run was started by a bad request");
@@ -310,4 +318,137 @@ async fn arbitrary_bodies_on_every_route_never_get_a_5xx() {
             }
         }
     }
+}
+
+/// The `assistant` of the recorded scenario with a time limit on its
+/// question, on a server that runs no sweep of its own; the agent, its
+/// store and the server read the returned clock.
+async fn limited_server(limit: std::time::Duration) -> (TestServer, askloop::Agent, askloop::ManualClock) {
+    let clock = askloop::ManualClock::starting_now();
+    let store: Arc<dyn askloop::RunStore> = Arc::new(askloop::MemoryStore::with_clock(Arc::new(clock.clone())));
+    let agent = askloop::Agent::builder("assistant")
+        .model(scripted(DEPLOY_SCRIPT))
+        .tool(askloop::AskUser::new())
+        .store(store.clone())
+        .clock(Arc::new(clock.clone()))
+        .time_limit(limit)
+        .build()
+        .unwrap();
+    let options = ServerOptions::default().recover_every(std::time::Duration::ZERO);
+    let server = TestServer::start_with(vec![agent.clone()], store, options).await;
+    (server, agent, clock)
+}
+
+#[tokio::test]
+async fn a_late_answer_after_the_sweep_is_409_expired_at_the_limit_the_question_showed() {
+    let (server, agent, clock) = limited_server(std::time::Duration::from_secs(600)).await;
+    let started = server
+        .post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT}))
+        .await;
+    let suspended = started.first("tool-call-suspended");
+    let run_id = suspended["runId"].as_str().unwrap().to_owned();
+    let call = suspended["payload"]["toolCallId"].as_str().unwrap().to_owned();
+    let shown = suspended["payload"]["suspendPayload"]["metadata"]["expiresAt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The clock moves to just past the shown instant, not by a guess.
+    let limit = chrono::DateTime::parse_from_rfc3339(&shown).unwrap().to_utc();
+    clock.set(limit + chrono::Duration::milliseconds(1));
+    for swept in agent
+        .expire_runs(askloop::Author::via(askloop::Interface::Server))
+        .await
+        .unwrap()
+    {
+        swept.output().await;
+    }
+    assert_eq!(run_status(&server, &run_id).await, "completed");
+
+    for (route, body) in [
+        (
+            "resume-stream",
+            json!({"runId": run_id, "toolCallId": call, "resumeData": "staging"}),
+        ),
+        ("resume-stream", json!({"runId": run_id, "resumeData": "staging"})),
+        ("decline-tool-call", json!({"runId": run_id})),
+        ("approve-tool-call", json!({"runId": run_id})),
+    ] {
+        let response = server
+            .post(&format!("/api/agents/assistant/{route}"), body.clone())
+            .await;
+        let (status, error) = error_of(response).await;
+        assert_eq!(
+            (status, error["code"].as_str().unwrap()),
+            (409, "expired"),
+            "{route} {body}: {error}"
+        );
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("tool call {call} of run {run_id} expired at {shown}")),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_decline_reason_over_the_limit_is_refused_and_the_call_stays_pending() {
+    let store = memory_store();
+    let server = TestServer::start(vec![approver(&store)], store).await;
+    let (run_id, _) = approval_run(&server).await;
+    let reason = "r".repeat(askloop::MAX_REASON_BYTES + 1);
+    let body = json!({"runId": run_id, "reason": reason});
+    let (status, error) = error_of(server.post("/api/agents/approver/decline-tool-call", body).await).await;
+    assert_eq!(
+        (status, error["code"].as_str().unwrap()),
+        (422, "reason_too_long"),
+        "{error}"
+    );
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("at most 65536 bytes"), "{message}");
+    assert!(message.len() < 600, "the reason is not echoed: {} bytes", message.len());
+    assert_eq!(run_status(&server, &run_id).await, "suspended");
+}
+
+#[tokio::test]
+async fn an_approval_with_a_reason_is_refused_naming_the_field_and_nothing_runs() {
+    let store = memory_store();
+    let server = TestServer::start(vec![approver(&store)], store).await;
+    let (run_id, _) = approval_run(&server).await;
+    let body = json!({"runId": run_id, "reason": "looks fine"});
+    let (status, error) = error_of(server.post("/api/agents/approver/approve-tool-call", body).await).await;
+    assert_eq!(
+        (status, error["code"].as_str().unwrap()),
+        (400, "bad_request"),
+        "{error}"
+    );
+    assert!(error["message"].as_str().unwrap().contains("`reason`"), "{error}");
+    assert_eq!(run_status(&server, &run_id).await, "suspended");
+}
+
+#[tokio::test]
+async fn errors_quote_only_the_start_of_a_huge_id_a_client_sent() {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store)], store).await;
+    let (run_id, _) = suspended_run(&server).await;
+    let huge = "x".repeat(30_000);
+    let unknown_agent = server.get(&format!("/api/agents/{huge}")).await;
+    let unknown_route = server.get(&format!("/api/{huge}")).await;
+    let not_pending = server
+        .post(
+            "/api/agents/assistant/resume-stream",
+            json!({"runId": run_id, "toolCallId": huge, "resumeData": "staging"}),
+        )
+        .await;
+    for (what, response) in [
+        ("unknown agent", unknown_agent),
+        ("unknown route", unknown_route),
+        ("call not pending", not_pending),
+    ] {
+        let (status, error) = error_of(response).await;
+        assert!(status >= 400, "{what}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.len() < 600, "{what}: {} bytes", message.len());
+        assert!(message.contains("xxxx…\""), "{what}: {message}");
+    }
+    assert_eq!(stored_run(&server, &run_id).await["status"], "suspended");
 }

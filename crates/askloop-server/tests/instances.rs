@@ -2,7 +2,8 @@
 //! pool, as two `askloop serve` processes would have) behave as one
 //! service: a run suspended through one is listed, answered and continued
 //! through the other, and the same answer sent to both at once gives one
-//! success and one 409.
+//! success and one 409; a thread started through one is continued through
+//! the other.
 //!
 //! Needs `ASKLOOP_TEST_DATABASE_URL`; skipped without it, except under
 //! `CI=true`, where a missing database fails the test.
@@ -37,8 +38,8 @@ impl TwoInstances {
         let second = connect().await.unwrap();
         let (store_a, store_b): (Arc<dyn RunStore>, Arc<dyn RunStore>) =
             (Arc::new(first.clone()), Arc::new(second.clone()));
-        let a = TestServer::start(vec![assistant(&store_a), approver(&store_a)], store_a).await;
-        let b = TestServer::start(vec![assistant(&store_b), approver(&store_b)], store_b).await;
+        let a = TestServer::start(vec![assistant(&store_a), approver(&store_a), talker(&store_a)], store_a).await;
+        let b = TestServer::start(vec![assistant(&store_b), approver(&store_b), talker(&store_b)], store_b).await;
         Some(TwoInstances {
             a,
             b,
@@ -56,6 +57,84 @@ impl TwoInstances {
         }
         drop_schema(&self.url, &self.schema).await;
     }
+}
+
+/// An agent for a conversation of two exchanges: a question, then text;
+/// on a thread holding that, another question, then text naming the
+/// thread's first message.
+fn talker(store: &Arc<dyn RunStore>) -> askloop::Agent {
+    const SCRIPT: &str = r#"{"turns": [
+      {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?"}}]},
+      {"text": "Deploying to {{toolResults}}."},
+      {"toolCalls": [{"name": "ask_user", "args": {"question": "Again: which environment?"}}]},
+      {"text": "Deploying again to {{toolResults}}; you first asked: {{input}}"}
+    ]}"#;
+    askloop::Agent::builder("talker")
+        .model(scripted(SCRIPT))
+        .tool(askloop::AskUser::new())
+        .store(Arc::clone(store))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thread_is_continued_through_the_other_instance_with_its_context_and_its_waiting_question() {
+    let Some(both) = TwoInstances::start("two instances: a thread").await else {
+        return;
+    };
+    let memory = json!({"thread": "t1", "resource": "ana"});
+    let first = both
+        .a
+        .post_sse(
+            "/api/agents/talker/stream",
+            json!({"messages": "Deploy the app.", "memory": memory}),
+        )
+        .await;
+    let asked = first.first("tool-call-suspended");
+    let answer =
+        json!({"runId": asked["runId"], "toolCallId": asked["payload"]["toolCallId"], "resumeData": "staging"});
+    let answered = both.b.post_sse("/api/agents/talker/resume-stream", answer).await;
+    assert_eq!(answered.text(), "Deploying to User answered: staging.");
+
+    let second = both
+        .b
+        .post_sse(
+            "/api/agents/talker/stream",
+            json!({"messages": "Now again.", "memory": memory}),
+        )
+        .await;
+    let again = second.first("tool-call-suspended");
+    assert_eq!(
+        again["payload"]["suspendPayload"]["question"], "Again: which environment?",
+        "instance B read the thread instance A wrote"
+    );
+    let messages: Value = both
+        .a
+        .get("/api/memory/threads/t1/messages?agentId=talker")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let roles: Vec<&str> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "assistant", "user", "assistant"]);
+    let waiting = &messages["messages"][4]["content"]["metadata"]["suspendedTools"];
+    assert_eq!(
+        waiting[again["payload"]["toolCallId"].as_str().unwrap()]["runId"],
+        again["runId"]
+    );
+    let answer =
+        json!({"runId": again["runId"], "toolCallId": again["payload"]["toolCallId"], "resumeData": "production"});
+    let done = both.a.post_sse("/api/agents/talker/resume-stream", answer).await;
+    assert_eq!(
+        done.text(),
+        "Deploying again to User answered: production; you first asked: Deploy the app."
+    );
+    both.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -336,7 +336,13 @@ async fn every_chunk_has_the_envelope_order_and_payload_keys_of_the_recorded_mas
             .post_sse(&format!("/api/agents/{agent}/stream"), json!({"messages": PROMPT}))
             .await;
         let last = started.chunks.last().unwrap();
-        let body = json!({"runId": last["runId"], "toolCallId": last["payload"]["toolCallId"], "resumeData": "staging", "reason": "no"});
+        // Each route's own fields, as Mastra's client sends them.
+        let mut body = json!({"runId": last["runId"], "toolCallId": last["payload"]["toolCallId"]});
+        match route {
+            "resume-stream" => body["resumeData"] = json!("staging"),
+            "decline-tool-call" => body["reason"] = json!("no"),
+            _ => {}
+        }
         let answered = server.post_sse(&format!("/api/agents/{agent}/{route}"), body).await;
         let answer_index = recorded.iter().position(|e| e.path.ends_with(route)).unwrap();
         for (ours, theirs) in [(&started, &recorded[0]), (&answered, &recorded[answer_index])] {

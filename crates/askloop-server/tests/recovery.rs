@@ -9,11 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use askloop::{Agent, AskUser, Model, ModelError, ModelRequest, ModelStream, RunStore, ScriptedModel};
+use askloop::{
+    Agent, AskUser, ManualClock, MemoryStore, Model, ModelError, ModelRequest, ModelStream, RunStore, ScriptedModel,
+};
 use askloop_server::ServerOptions;
 use futures::StreamExt;
 
-use common::{DEPLOY_SCRIPT, TestServer, memory_store, stored_run};
+use common::{DEPLOY_SCRIPT, TestServer, stored_run};
 
 const LEASE: Duration = Duration::from_millis(300);
 
@@ -39,11 +41,12 @@ impl Model for HangsOnFirstCall {
     }
 }
 
-fn assistant_with(model: Arc<dyn Model>, store: &Arc<dyn RunStore>) -> Agent {
+fn assistant_with(model: Arc<dyn Model>, store: &Arc<dyn RunStore>, clock: &ManualClock) -> Agent {
     Agent::builder("assistant")
         .model(model)
         .tool(AskUser::new())
         .store(Arc::clone(store))
+        .clock(Arc::new(clock.clone()))
         .lease_duration(LEASE)
         .build()
         .unwrap()
@@ -51,12 +54,15 @@ fn assistant_with(model: Arc<dyn Model>, store: &Arc<dyn RunStore>) -> Agent {
 
 #[tokio::test]
 async fn a_run_whose_driver_died_mid_model_call_is_taken_over_by_the_server_and_reaches_its_question() {
-    let store = memory_store();
+    // Years from the system's time: a lease runs out when this clock says
+    // so, whatever the machine's time.
+    let clock = ManualClock::starting_at("2030-01-01T00:00:00Z".parse().unwrap());
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
     let hanging = Arc::new(HangsOnFirstCall {
         inner: ScriptedModel::from_json("test-script", DEPLOY_SCRIPT).unwrap(),
         calls: AtomicUsize::new(0),
     });
-    let dying = assistant_with(hanging.clone(), &store);
+    let dying = assistant_with(hanging.clone(), &store, &clock);
     let mut stream = dying.stream("Deploy the app").await.unwrap();
     let run_id = stream.run_id().to_owned();
     // Drive it until the model call hangs, then abandon the driver the way a
@@ -73,7 +79,10 @@ async fn a_run_whose_driver_died_mid_model_call_is_taken_over_by_the_server_and_
         askloop::RunStatus::Running
     );
 
-    let healthy = assistant_with(common::scripted(DEPLOY_SCRIPT), &store);
+    // The dead driver's lease runs out; the server's next look (it reads
+    // the agents' clock) takes the run over.
+    clock.advance(LEASE + Duration::from_millis(1));
+    let healthy = assistant_with(common::scripted(DEPLOY_SCRIPT), &store, &clock);
     let options = ServerOptions::default().recover_every(Duration::from_millis(100));
     let server = TestServer::start_with(vec![healthy], Arc::clone(&store), options).await;
 

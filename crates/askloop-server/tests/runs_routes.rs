@@ -52,6 +52,56 @@ async fn runs_are_listed_newest_first_in_pages_that_follow_next_cursor_to_the_en
     assert_eq!(seen, ids);
 }
 
+/// Every run id a listing gives, following `nextCursor` to the end.
+async fn listed_ids(server: &TestServer, first: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut path = first.to_owned();
+    loop {
+        let page = json_of(server.get(&path).await).await;
+        let runs = page["runs"].as_array().unwrap();
+        seen.extend(runs.iter().map(|r| r["runId"].as_str().unwrap().to_owned()));
+        match page["nextCursor"].as_str() {
+            Some(next) => path = format!("{first}&cursor={next}"),
+            None => return seen,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_damaged_row_is_left_out_and_the_runs_after_it_are_still_listed() {
+    use askloop_store::conformance::RawRows;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = std::sync::Arc::new(
+        askloop_store::SqliteStore::open(dir.path().join("runs.db"))
+            .await
+            .unwrap(),
+    );
+    let store: std::sync::Arc<dyn askloop::RunStore> = sqlite.clone();
+    let server = TestServer::start(vec![assistant(&store)], store).await;
+    let mut ids = start_runs(&server, "assistant", 7).await;
+    ids.reverse();
+    // The newest but one, then the one just before the last page.
+    for damaged in [&ids[1], &ids[4]] {
+        sqlite.corrupt_run(damaged).await;
+    }
+    let readable: Vec<String> = ids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ![1, 4].contains(i))
+        .map(|(_, id)| id.clone())
+        .collect();
+    for limit in [1, 2, 3, 50] {
+        let first = format!("/api/runs?limit={limit}");
+        assert_eq!(listed_ids(&server, &first).await, readable, "pages of {limit}");
+        let suspended = format!("/api/runs?status=suspended&limit={limit}");
+        assert_eq!(
+            listed_ids(&server, &suspended).await,
+            readable,
+            "suspended, pages of {limit}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_page_after_new_runs_were_created_neither_repeats_nor_skips_runs() {
     let store = memory_store();
@@ -96,6 +146,111 @@ async fn a_status_filtered_page_does_not_skip_runs_that_left_the_filter_since() 
         .map(|r| r["runId"].as_str().unwrap())
         .collect();
     assert_eq!(got, [ids[2].as_str(), ids[3].as_str()]);
+}
+
+/// An agent like `assistant` under another id, on `store`.
+fn assistant_named(agent_id: &str, store: &std::sync::Arc<dyn askloop::RunStore>) -> askloop::Agent {
+    askloop::Agent::builder(agent_id)
+        .model(scripted(DEPLOY_SCRIPT))
+        .tool(askloop::AskUser::new())
+        .store(std::sync::Arc::clone(store))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn with_total_every_page_says_how_many_runs_the_whole_listing_holds() {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store), approver(&store)], store).await;
+    let asked = start_runs(&server, "assistant", 5).await;
+    start_runs(&server, "approver", 2).await;
+    server
+        .post_sse(
+            "/api/agents/assistant/resume-stream",
+            json!({"runId": asked[0], "resumeData": "staging"}),
+        )
+        .await;
+
+    // 4 questions and 2 approvals wait, on every page of 4.
+    let first = json_of(server.get("/api/runs?status=suspended&limit=4&total=true").await).await;
+    assert_eq!(first["total"], 6);
+    assert_eq!(first["runs"].as_array().unwrap().len(), 4);
+    let cursor = first["nextCursor"].as_str().unwrap();
+    let last = json_of(
+        server
+            .get(&format!(
+                "/api/runs?status=suspended&limit=4&total=true&cursor={cursor}"
+            ))
+            .await,
+    )
+    .await;
+    assert_eq!(last["total"], 6, "the whole listing, not what is left of it");
+    assert_eq!(last["runs"].as_array().unwrap().len(), 2);
+
+    let of_agent = json_of(server.get("/api/runs?agentId=assistant&total=true&limit=1").await).await;
+    assert_eq!(of_agent["total"], 5);
+    let completed = json_of(server.get("/api/runs?status=completed&total=true").await).await;
+    assert_eq!(completed["total"], 1);
+
+    // Counting is asked for, not done on every listing.
+    let plain = json_of(server.get("/api/runs?status=suspended").await).await;
+    assert!(plain.get("total").is_none(), "{plain}");
+    let refused = server.get("/api/runs?total=yes").await;
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("total"), "{body}");
+}
+
+#[tokio::test]
+async fn a_token_limited_to_some_agents_counts_only_their_runs() {
+    use askloop_server::ApiToken;
+    let store = memory_store();
+    let options = ServerOptions::default().tokens(vec![
+        ApiToken::new("everyone", "secret-of-everyone"),
+        ApiToken::new("support", "secret-of-support").only_agents(vec!["assistant".into()]),
+        ApiToken::new("pair", "secret-of-the-pair").only_agents(vec!["assistant".into(), "approver".into()]),
+    ]);
+    let agents = vec![assistant(&store), approver(&store), assistant_named("ops", &store)];
+    let server = TestServer::start_with(agents, store, options).await;
+    for (agent, n) in [("assistant", 3), ("approver", 2), ("ops", 4)] {
+        for _ in 0..n {
+            let response = server
+                .client
+                .post(server.url(&format!("/api/agents/{agent}/stream")))
+                .bearer_auth("secret-of-everyone")
+                .json(&json!({"messages": PROMPT}))
+                .send()
+                .await
+                .unwrap();
+            Sse::read(response).await;
+        }
+    }
+    let total = |secret: &'static str, query: &'static str| {
+        let request = server
+            .client
+            .get(server.url(&format!("/api/runs?status=suspended&total=true&limit=1{query}")))
+            .bearer_auth(secret);
+        async move {
+            let page = json_of(request.send().await.unwrap()).await;
+            page["total"].clone()
+        }
+    };
+    assert_eq!(total("secret-of-everyone", "").await, 9);
+    assert_eq!(total("secret-of-support", "").await, 3);
+    assert_eq!(
+        total("secret-of-the-pair", "").await,
+        5,
+        "assistant's and approver's, not ops'"
+    );
+    assert_eq!(total("secret-of-the-pair", "&agentId=approver").await, 2);
+    let refused = server
+        .client
+        .get(server.url("/api/runs?status=suspended&total=true&agentId=ops"))
+        .bearer_auth("secret-of-the-pair")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
 }
 
 #[tokio::test]
@@ -168,7 +323,12 @@ async fn cancel_stops_a_suspended_run_and_refuses_a_finished_one() {
     assert_eq!(run["status"], "cancelled");
 
     let again = server.post(&format!("/api/runs/{}/cancel", ids[0]), json!({})).await;
-    assert_eq!(again.status(), 409);
+    let (status, error) = error_of(again).await;
+    assert_eq!((status, error["code"].as_str().unwrap()), (409, "run_finished"));
+    assert!(
+        error["message"].as_str().unwrap().contains("is already cancelled"),
+        "{error}"
+    );
     let resumed = server
         .post(
             "/api/agents/assistant/resume-stream",
@@ -301,35 +461,33 @@ async fn without_a_token_the_server_refuses_to_listen_beyond_loopback_unless_all
         .unwrap()
         .options(ServerOptions::default().allow_unauthenticated(true));
     assert!(allowed.check_exposure(public).is_ok());
-    let with_token = askloop_server::Server::new(vec![assistant(&store)], store)
+    let with_token = askloop_server::Server::new(vec![assistant(&store)], store.clone())
+        .unwrap()
+        .options(ServerOptions::default().token(Some("0123456789abcdef".into())));
+    assert!(with_token.check_exposure(public).unwrap().is_empty());
+
+    // A secret a guess could find is refused beyond loopback, and only
+    // warned of on loopback.
+    let short = askloop_server::Server::new(vec![assistant(&store)], store.clone())
         .unwrap()
         .options(ServerOptions::default().token(Some("t".into())));
-    assert!(with_token.check_exposure(public).is_ok());
-}
-
-/// An `assistant` whose model is the fake OpenAI server, with no retries
-/// of its own, so one failing request fails the run.
-fn assistant_on(server: &askloop_testkit::FakeServer, store: &std::sync::Arc<dyn askloop::RunStore>) -> askloop::Agent {
-    let base = server.openai_base_url();
-    let env = move |name: &str| match name {
-        "OPENAI_API_KEY" => Some("sk-test".to_owned()),
-        "OPENAI_BASE_URL" => Some(base.clone()),
-        _ => None,
-    };
-    let http = askloop_providers::HttpConfig {
-        retry: askloop_providers::RetryPolicy {
-            max_retries: 0,
-            ..askloop_providers::RetryPolicy::default()
-        },
-        ..askloop_providers::HttpConfig::default()
-    };
-    let model = askloop_providers::from_spec_with("openai/gpt-4o-mini", env, http).unwrap();
-    askloop::Agent::builder("assistant")
-        .model(model)
-        .tool(askloop::AskUser::new())
-        .store(std::sync::Arc::clone(store))
-        .build()
+    let err = short.check_exposure(public).unwrap_err().to_string();
+    assert!(
+        err.contains("ASKLOOP_API_TOKEN") && err.contains("at least 16"),
+        "{err}"
+    );
+    let warnings = short.check_exposure("127.0.0.1:4111".parse().unwrap()).unwrap();
+    assert_eq!(warnings.len(), 1);
+    // A secret with white space at an end could never match: refused
+    // everywhere.
+    let spaced = askloop_server::Server::new(vec![assistant(&store)], store)
         .unwrap()
+        .options(ServerOptions::default().tokens(vec![askloop_server::ApiToken::new("ci", " 0123456789abcdef ")]));
+    let err = spaced
+        .check_exposure("127.0.0.1:4111".parse().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ci") && err.contains("white space"), "{err}");
 }
 
 #[tokio::test]
@@ -344,7 +502,7 @@ async fn retry_continues_a_run_failed_by_a_provider_error_and_refuses_one_that_d
         .await
         .unwrap();
     let store = memory_store();
-    let server = TestServer::start(vec![assistant_on(&fake, &store)], store).await;
+    let server = TestServer::start(vec![agent_on("assistant", &fake, &store)], store).await;
     let failed = server
         .post_sse(
             "/api/agents/assistant/stream",

@@ -5,7 +5,7 @@
 import { Unauthorized, getJson, onUnauthorized, runEvents, setToken, token } from './api.js';
 import { h } from './dom.js';
 import { chatView } from './chat.js';
-import { inboxView, refreshInbox, waitingCalls } from './inbox.js';
+import { inboxView, refreshInbox, waitingTotal } from './inbox.js';
 import { refreshRun, runView } from './run.js';
 
 const main = document.getElementById('main');
@@ -58,11 +58,10 @@ window.addEventListener('popstate', show);
 // --- waiting questions: count and live updates ---------------------------
 
 async function updateCount() {
-  const calls = await waitingCalls();
-  const n = calls.length;
+  const n = await waitingTotal();
   count.hidden = n === 0;
-  count.textContent = String(n);
-  count.setAttribute('aria-label', `${n} waiting`);
+  count.textContent = n.toLocaleString();
+  count.setAttribute('aria-label', `${n.toLocaleString()} waiting`);
 }
 
 let refreshing = null;

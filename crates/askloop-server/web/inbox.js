@@ -1,30 +1,44 @@
-// Inbox: every question and approval waiting in the store, newest first,
-// whoever started the run (this page, the CLI, a program, another server).
-// It redraws itself when a run changes anywhere (see app.js); a card that
-// was answered here stays, showing the run continuing.
+// Inbox: every question and approval waiting in the store, whoever started
+// the run (this page, the CLI, a program, another server), newest run first.
+//
+// The list is read a page at a time: the first page shows at once and the
+// next one loads as the reader nears the end of the list (or presses "Show
+// more"), so thousands waiting never means thousands of cards at once, and
+// none is out of reach. The heading says how many wait in all, as the
+// server counts them. When a run changes anywhere (see app.js) the pages
+// already loaded are read again and the cards brought up to date in place;
+// a card answered here stays, showing the run continuing.
 
 import { getJson } from './api.js';
 import { ago, h, shortId } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { assistantTurn, streamInto } from './chat.js';
 
-/** Every pending call of every suspended run, newest first. */
-export async function waitingCalls() {
-  const page = await getJson('/api/runs?status=suspended&limit=500');
-  const calls = [];
-  for (const run of page.runs) {
-    for (const call of run.pendingToolCalls) calls.push({ run, call });
-  }
-  calls.sort((a, b) => (b.run.updatedAt > a.run.updatedAt ? 1 : b.run.updatedAt < a.run.updatedAt ? -1 : 0));
-  return calls;
+/** Runs per page as the list is read. */
+const PAGE = 50;
+/** The most runs the server lists in one request. */
+const MOST_PER_REQUEST = 500;
+/** How far below the screen the end of the list starts the next page. */
+const AHEAD = '1500px';
+
+const WAITING = '/api/runs?status=suspended';
+
+/** How many runs wait on a person, as the server counts them. */
+export async function waitingTotal() {
+  const page = await getJson(`${WAITING}&limit=1&total=true`);
+  return page.total;
 }
 
-let list = null;
-/** Cards answered on this page: kept, to show the run continuing. */
+/** Runs whose cards were answered on this page: kept, to show the run continuing. */
 const answered = new Set();
 
+/** The Inbox on screen, or null. */
+let inbox = null;
+
 export async function inboxView(main) {
-  list = h('ol', { class: 'inbox-list', 'aria-label': 'Waiting questions' });
+  inbox?.observer?.disconnect();
+  const view = newView();
+  inbox = view;
   main.replaceChildren(
     h(
       'section',
@@ -32,53 +46,184 @@ export async function inboxView(main) {
       h(
         'div',
         { class: 'toolbar' },
-        h('h1', { id: 'inbox-title' }, 'Inbox'),
+        h('h1', { id: 'inbox-title' }, 'Inbox', view.total),
         h('p', { class: 'subtitle' }, 'Questions and approvals waiting for a person, from every run.'),
       ),
-      list,
+      view.list,
+      view.foot,
     ),
   );
-  await refreshInbox();
+  await queued(view, loadFirstPage);
+  if (inbox !== view) return;
+  view.observer = new IntersectionObserver((entries) => {
+    if (entries.some((entry) => entry.isIntersecting)) showMore(view, { focus: false });
+  }, { rootMargin: `0px 0px ${AHEAD} 0px` });
+  view.observer.observe(view.foot);
 }
 
-/** Brings the list up to date: new questions added, questions answered elsewhere removed. */
+/** Brings the loaded pages up to date: new questions added, questions answered elsewhere removed. */
 export async function refreshInbox() {
-  if (!list || !list.isConnected) return;
-  const calls = await waitingCalls();
-  const runs = new Map();
-  for (const { run, call } of calls) {
-    if (!runs.has(run.runId)) runs.set(run.runId, { run, calls: [] });
-    runs.get(run.runId).calls.push(call);
+  if (!inbox || !inbox.list.isConnected) return;
+  await queued(inbox, readAgain);
+}
+
+/** The elements of an Inbox, and how far its list is read. */
+function newView() {
+  const more = h('button', { type: 'button', class: 'show-more', hidden: true }, 'Show more');
+  const view = {
+    list: h('ol', { class: 'inbox-list', 'aria-label': 'Waiting questions' }),
+    total: h('span', { class: 'inbox-total', hidden: true }),
+    progress: h('p', { class: 'inbox-progress', role: 'status' }),
+    more,
+    foot: null,
+    observer: null,
+    /** Cards by run id, in the list or kept as answered. */
+    cards: new Map(),
+    /** The runs of the loaded pages that still wait, by id. */
+    waiting: new Set(),
+    /** Where the next page starts (the server's cursor); null once all are loaded. */
+    next: null,
+    /** `createdAt` of the last run loaded: the loaded pages end there. */
+    end: null,
+    count: 0,
+    loadingMore: false,
+    focusNext: false,
+    queue: Promise.resolve(),
+  };
+  view.foot = h('div', { class: 'inbox-foot' }, view.progress, more);
+  more.addEventListener('click', () => showMore(view, { focus: true }));
+  return view;
+}
+
+/**
+ * Runs `task(view)` after the list changes queued before it, so a page
+ * being loaded and the list being read again never undo each other.
+ */
+function queued(view, task) {
+  const run = view.queue.then(() => (inbox === view ? task(view) : undefined));
+  view.queue = run.catch(() => {});
+  return run;
+}
+
+function pagePath(limit, cursor) {
+  return `${WAITING}&limit=${limit}&total=true${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
+}
+
+async function loadFirstPage(view) {
+  const page = await getJson(pagePath(PAGE));
+  appendPage(view, page);
+}
+
+/** The next page, below the others; returns the first card it added. */
+async function loadNextPage(view) {
+  if (!view.next) return null;
+  const page = await getJson(pagePath(PAGE, view.next));
+  return appendPage(view, page);
+}
+
+function appendPage(view, page) {
+  let first = null;
+  for (const run of page.runs) {
+    const card = cardFor(view, run);
+    view.waiting.add(run.runId);
+    // A run already shown (read again at the end of the loaded pages) stays where it is.
+    if (!card.isConnected) {
+      view.list.append(card);
+      first ??= card;
+    }
+  }
+  if (page.runs.length) view.end = page.runs[page.runs.length - 1].createdAt;
+  view.next = page.nextCursor;
+  showTotal(view, page.total);
+  return first;
+}
+
+/**
+ * Reads the loaded pages again, from the newest run to where they end (to
+ * the end of the list once all are loaded), and makes the cards match.
+ */
+async function readAgain(view) {
+  const runs = [];
+  let total = null;
+  let cursor = null;
+  const limit = Math.min(MOST_PER_REQUEST, Math.max(PAGE, view.waiting.size + 1));
+  for (;;) {
+    const page = await getJson(pagePath(limit, cursor));
+    total ??= page.total;
+    // Loaded pages end at `view.end`; runs created in the same millisecond
+    // are taken too (the cards are keyed by run, so never shown twice).
+    const loaded = view.next ? page.runs.filter((run) => run.createdAt >= view.end) : page.runs;
+    runs.push(...loaded);
+    cursor = page.nextCursor;
+    if (!cursor || loaded.length < page.runs.length) break;
   }
   let previous = null;
-  for (const { run, calls: pending } of runs.values()) {
-    let card = list.querySelector(`li[data-run-id="${CSS.escape(run.runId)}"]`);
-    if (!card) card = inboxCard(run);
-    card.querySelector('.when').textContent = ago(run.updatedAt);
-    const group = card.querySelector('.pending-group');
-    const open = new Set(pending.map((c) => c.toolCallId));
-    for (const call of pending) {
-      if (!group.querySelector(`form[data-tool-call-id="${CSS.escape(call.toolCallId)}"]`)) {
-        group.append(questionIn(card, run, call));
-      }
-    }
-    for (const form of [...group.querySelectorAll('form:not(.answered)')]) {
-      if (!open.has(form.dataset.toolCallId)) form.remove();
-    }
+  for (const run of runs) {
+    const card = cardFor(view, run);
     // Moved only when out of place: moving a card would take the focus
     // from a person typing in it.
-    if (previous ? previous.nextElementSibling !== card : list.firstElementChild !== card) {
+    if (previous ? previous.nextElementSibling !== card : view.list.firstElementChild !== card) {
       if (previous) previous.after(card);
-      else list.prepend(card);
+      else view.list.prepend(card);
     }
     previous = card;
   }
-  for (const card of [...list.querySelectorAll('li[data-run-id]')]) {
-    if (!runs.has(card.dataset.runId) && !answered.has(card.dataset.runId)) card.remove();
+  view.waiting = new Set(runs.map((run) => run.runId));
+  for (const [runId, card] of view.cards) {
+    if (!view.waiting.has(runId) && !answered.has(runId)) {
+      card.remove();
+      view.cards.delete(runId);
+    }
   }
-  list.querySelector('.empty')?.remove();
-  if (!list.querySelector('li[data-run-id]')) {
-    list.append(
+  showTotal(view, total);
+}
+
+/**
+ * Loads the next page. With `focus` (the reader pressed "Show more") the
+ * focus moves to the page's first card, also when the page was already on
+ * its way because the list's end came near.
+ */
+function showMore(view, { focus }) {
+  if (focus) view.focusNext = true;
+  if (view.loadingMore || !view.next || inbox !== view) return;
+  view.loadingMore = true;
+  // Not disabled: a disabled button would drop the focus of the person on it.
+  view.more.setAttribute('aria-busy', 'true');
+  view.progress.textContent = 'Loading more…';
+  queued(view, loadNextPage)
+    .then((first) => {
+      if (view.focusNext && first) first.focus();
+      view.focusNext = false;
+    })
+    .catch((err) => {
+      showTotal(view, view.count);
+      view.progress.textContent = `Could not load more: ${err.message}`;
+    })
+    .finally(() => {
+      view.loadingMore = false;
+      view.more.removeAttribute('aria-busy');
+      // Still near the end (a tall screen, short cards): observing again
+      // says so at once, and the next page follows.
+      if (view.observer && inbox === view) {
+        view.observer.unobserve(view.foot);
+        view.observer.observe(view.foot);
+      }
+    });
+}
+
+/** The count in the heading, what the list shows of it, and the empty state. */
+function showTotal(view, total) {
+  if (typeof total === 'number') view.count = total;
+  const n = view.count;
+  view.total.hidden = n === 0;
+  view.total.textContent = `${n.toLocaleString()} waiting`;
+  const shown = Math.min(view.waiting.size, n);
+  view.more.hidden = !view.next;
+  if (view.next) view.progress.textContent = `${shown.toLocaleString()} of ${n.toLocaleString()} shown`;
+  else view.progress.textContent = n > PAGE ? `All ${n.toLocaleString()} shown` : '';
+  view.list.querySelector(':scope > .empty')?.remove();
+  if (view.cards.size === 0) {
+    view.list.append(
       h(
         'li',
         { class: 'empty' },
@@ -89,6 +234,27 @@ export async function refreshInbox() {
   }
 }
 
+/** The card of `run`, made or brought up to date: its time, its open questions. */
+function cardFor(view, run) {
+  let card = view.cards.get(run.runId);
+  if (!card) {
+    card = inboxCard(run);
+    view.cards.set(run.runId, card);
+  }
+  card.querySelector('.when').textContent = ago(run.updatedAt);
+  const group = card.querySelector('.pending-group');
+  const open = new Set(run.pendingToolCalls.map((c) => c.toolCallId));
+  for (const call of run.pendingToolCalls) {
+    if (!group.querySelector(`form[data-tool-call-id="${CSS.escape(call.toolCallId)}"]`)) {
+      group.append(questionIn(card, run, call));
+    }
+  }
+  for (const form of [...group.querySelectorAll('form:not(.answered)')]) {
+    if (!open.has(form.dataset.toolCallId)) form.remove();
+  }
+  return card;
+}
+
 /** One run's card: who asks, which run, since when; its questions below. */
 function inboxCard(run) {
   const turn = assistantTurn(run.agentId);
@@ -97,7 +263,8 @@ function inboxCard(run) {
   turn.prepend(status);
   return h(
     'li',
-    { class: 'card', 'data-run-id': run.runId },
+    // Focusable from code only: "Show more" moves to the first new card.
+    { class: 'card', 'data-run-id': run.runId, tabindex: '-1' },
     h(
       'div',
       { class: 'card-head' },

@@ -138,7 +138,8 @@ function approvalForm({ runId, agentId, call, onContinue }) {
     setBusy(form, true);
     try {
       const body = { runId, toolCallId: call.toolCallId };
-      if (reason) body.reason = reason;
+      // A reason goes with a decline; an approval takes none.
+      if (reason && !approve) body.reason = reason;
       const chunks = await postStream(agentPath(agentId, approve ? 'approve-tool-call' : 'decline-tool-call'), body);
       answered(form, approve ? 'Approved' : `Declined${reason ? `: ${reason}` : ''}`);
       onContinue?.(chunks, approve ? 'approve' : 'decline');

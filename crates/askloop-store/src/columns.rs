@@ -35,9 +35,38 @@ pub(crate) const TABLES: &[(&str, &[&str])] = &[
             "failure",
             "resolutions",
             "expires_at",
+            "settings",
+            "memory_resource_id",
+            "memory_thread_id",
+            "memory_context",
         ],
     ),
     ("messages", &["run_id", "seq", "body"]),
+    (
+        "threads",
+        &[
+            "resource_id",
+            "thread_id",
+            "agent_id",
+            "title",
+            "metadata",
+            "created_at",
+            "updated_at",
+            "message_count",
+        ],
+    ),
+    (
+        "thread_messages",
+        &[
+            "resource_id",
+            "thread_id",
+            "seq",
+            "run_id",
+            "run_seq",
+            "body",
+            "created_at",
+        ],
+    ),
 ];
 
 /// The needed columns not among `present` (pairs of table and column), as

@@ -144,3 +144,21 @@ fn readable_runs(rows: impl Iterator<Item = Result<RunRecord, StoreError>>) -> R
     }
     Ok(runs)
 }
+
+/// The threads of a listing that can be read: as [`readable_runs`], a
+/// damaged row is logged and left out, so one bad row never hides the rest.
+fn readable_threads(
+    rows: impl Iterator<Item = Result<askloop::Thread, StoreError>>,
+) -> Result<Vec<askloop::Thread>, StoreError> {
+    let mut threads = Vec::new();
+    for row in rows {
+        match row {
+            Ok(thread) => threads.push(thread),
+            Err(err @ StoreError::ThreadCorrupt { .. }) => {
+                tracing::warn!(error = %err, "left an unreadable thread out of a listing");
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(threads)
+}

@@ -19,12 +19,14 @@ mod nul;
 mod outbox;
 mod schema;
 mod settings;
+mod threads;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use askloop::{
-    Delivery, DeliveryOutcome, Lease, Message, RUN_SCHEMA_VERSION, Resolution, RunChanges, RunCursor, RunQuery,
-    RunRecord, RunStore, RunUpdate, StoreError,
+    Clock, Delivery, DeliveryOutcome, Lease, Message, RUN_SCHEMA_VERSION, Resolution, RunChanges, RunCursor, RunQuery,
+    RunRecord, RunStore, RunUpdate, StoreError, ThreadKey, ThreadStore,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -48,6 +50,8 @@ pub struct PostgresStore {
     pub(crate) pool: PgPool,
     schema: String,
     limits: Limits,
+    /// What stamps each write's `updated_at`.
+    clock: Arc<dyn Clock>,
 }
 
 impl PostgresStore {
@@ -134,6 +138,7 @@ impl PostgresStore {
             pool,
             schema: placed.schema,
             limits,
+            clock: options.clock,
         })
     }
 
@@ -279,7 +284,8 @@ macro_rules! run_columns {
         "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending::text AS pending, \
          step_results::text AS step_results, message_count, steps, usage::text AS usage, error, \
          metadata::text AS metadata, schema_version, lease_owner, lease_until, failure::text AS failure, \
-         resolutions::text AS resolutions"
+         resolutions::text AS resolutions, settings::text AS settings, memory_resource_id, memory_thread_id, \
+         memory_context"
     };
 }
 
@@ -342,6 +348,10 @@ fn stored_run(row: &PgRow) -> Result<StoredRun, StoreError> {
             .map(|f| f.map(nul::decode_json))
             .map_err(column)?,
         resolutions: json("resolutions").map_err(column)?,
+        settings: json("settings").map_err(column)?,
+        memory_resource_id: row.try_get("memory_resource_id").map_err(column)?,
+        memory_thread_id: row.try_get("memory_thread_id").map_err(column)?,
+        memory_context: row.try_get("memory_context").map_err(column)?,
         run_id: run_id.clone(),
     })
 }
@@ -388,7 +398,7 @@ impl PostgresStore {
         tx: &mut sqlx::PgConnection,
         run_id: &str,
         first_seq: i64,
-        bodies: Vec<String>,
+        bodies: &[String],
     ) -> Result<(), StoreError> {
         if bodies.is_empty() {
             return Ok(());
@@ -415,11 +425,19 @@ impl RunStore for PostgresStore {
         Ok(Some(changes::watch(&self.pool, self.schema.clone()).await?))
     }
 
+    /// The threads, in the same database as the runs: a run's write and
+    /// its thread's messages commit together (see `postgres/threads.rs`).
+    fn thread_store(&self) -> Option<&dyn ThreadStore> {
+        Some(self)
+    }
+
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
         let run_id = run.run_id.as_str();
         let json = PgJson::of(JsonColumns::of_record(run)?);
         let metadata = nul::encode_json(&crate::row::to_json(run_id, "metadata", &run.metadata)?).into_owned();
-        let error = run.error.as_deref().map(nul::encode_text);
+        let settings = nul::encode_json(&crate::row::to_json(run_id, "settings", &run.settings)?).into_owned();
+        let error = run.error();
+        let error = error.as_deref().map(nul::encode_text);
         let bodies = message_bodies(run_id, messages)?;
         let creating = || format!("creating run {run_id}");
         let mut tx = self.pool.begin().await.map_err(self.failed(creating))?;
@@ -427,9 +445,9 @@ impl RunStore for PostgresStore {
             "INSERT INTO runs (",
             "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, step_results, \
              message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure, \
-             resolutions, expires_at",
+             resolutions, expires_at, settings, memory_resource_id, memory_thread_id, memory_context",
             ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12::jsonb, $13, $14::jsonb, $15, \
-             $16, $17, $18::jsonb, COALESCE($19::jsonb, '[]'::jsonb), $20)"
+             $16, $17, $18::jsonb, COALESCE($19::jsonb, '[]'::jsonb), $20, $21::jsonb, $22, $23, $24)"
         ))
         .bind(run_id)
         .bind(&run.agent_id)
@@ -445,12 +463,16 @@ impl RunStore for PostgresStore {
         .bind(&json.usage)
         .bind(error.as_deref())
         .bind(&metadata)
-        .bind(RUN_SCHEMA_VERSION)
+        .bind(run.schema_version())
         .bind(run.lease.as_ref().map(|lease| lease.owner.as_str()))
         .bind(run.lease.as_ref().map(|lease| lease.until))
         .bind(&json.failure)
         .bind(&json.resolutions)
         .bind(json.expires_at)
+        .bind(&settings)
+        .bind(run.memory.as_ref().map(|m| m.key.resource_id.as_str()))
+        .bind(run.memory.as_ref().map(|m| m.key.thread_id.as_str()))
+        .bind(run.memory.as_ref().map(|m| m.context))
         .execute(&mut *tx)
         .await;
         if let Err(err) = inserted {
@@ -461,7 +483,21 @@ impl RunStore for PostgresStore {
             }
             return Err(self.limits.failure(&creating(), err));
         }
-        self.insert_messages(&mut tx, run_id, 0, bodies).await?;
+        self.insert_messages(&mut tx, run_id, 0, &bodies).await?;
+        if let Some(memory) = &run.memory {
+            // The messages after the context are the run's own; the context
+            // is the thread's already.
+            let own = usize::try_from(memory.context).unwrap_or(0).min(bodies.len());
+            let append = threads::Append {
+                key: &memory.key,
+                agent_id: &run.agent_id,
+                run_id,
+                first_run_seq: own as i64,
+                bodies: &bodies[own..],
+                now: self.clock.now(),
+            };
+            self.append_to_thread(&mut tx, append).await?;
+        }
         self.announce(&mut tx, run_id).await?;
         tx.commit().await.map_err(self.failed(creating))
     }
@@ -502,7 +538,7 @@ impl RunStore for PostgresStore {
              WHERE run_id = $2 AND status = 'suspended' AND version = $3 AND schema_version <= $4 \
              RETURNING version, pg_notify($5, $6) IS NULL AS announced",
         )
-        .bind(Utc::now())
+        .bind(self.clock.now())
         .bind(run_id)
         .bind(expected_version)
         .bind(RUN_SCHEMA_VERSION)
@@ -597,7 +633,7 @@ impl RunStore for PostgresStore {
              AND (status = 'failed' OR (status = 'running' AND (lease_until IS NULL OR lease_until <= $7))) \
              RETURNING version, pg_notify($8, $9) IS NULL AS announced",
         )
-        .bind(Utc::now())
+        .bind(self.clock.now())
         .bind(run_id)
         .bind(expected_version)
         .bind(RUN_SCHEMA_VERSION)
@@ -627,18 +663,22 @@ impl RunStore for PostgresStore {
         let bodies = message_bodies(run_id, update.append)?;
         let appended = bodies.len() as i64;
         let writing = || format!("writing run {run_id}");
+        let now = self.clock.now();
         let mut tx = self.pool.begin().await.map_err(self.failed(writing))?;
+        // A step leaves the row's layout version as the run was created
+        // with: what decides it (the run's settings and thread) never
+        // changes, and a run without either stays readable by older builds.
         let written = sqlx::query(
             "UPDATE runs SET status = $1, version = version + 1, updated_at = $2, pending = $3::jsonb, \
              step_results = $4::jsonb, message_count = message_count + $5, steps = $6, usage = $7::jsonb, \
-             error = $8, schema_version = $9, failure = $12::jsonb, lease_owner = $13, lease_until = $14, \
+             error = $8, failure = $12::jsonb, lease_owner = $13, lease_until = $14, \
              expires_at = $15, resolutions = CASE WHEN $16::jsonb IS NULL THEN resolutions \
              ELSE resolutions || jsonb_build_array($16::jsonb) END \
              WHERE run_id = $10 AND version = $11 AND schema_version <= $9 \
-             RETURNING version, message_count",
+             RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id",
         )
         .bind(update.status.as_str())
-        .bind(Utc::now())
+        .bind(now)
         .bind(&json.pending)
         .bind(&json.step_results)
         .bind(appended)
@@ -666,8 +706,24 @@ impl RunStore for PostgresStore {
         };
         let version: i64 = row.try_get("version").map_err(self.failed(writing))?;
         let message_count: i64 = row.try_get("message_count").map_err(self.failed(writing))?;
-        self.insert_messages(&mut tx, run_id, message_count - appended, bodies)
-            .await?;
+        let first = message_count - appended;
+        self.insert_messages(&mut tx, run_id, first, &bodies).await?;
+        // The run's thread, read in the compare-and-set: a run is on the
+        // same thread all its life.
+        let resource: Option<String> = row.try_get("memory_resource_id").map_err(self.failed(writing))?;
+        let thread: Option<String> = row.try_get("memory_thread_id").map_err(self.failed(writing))?;
+        if let (Some(resource), Some(thread)) = (resource, thread) {
+            let agent_id: String = row.try_get("agent_id").map_err(self.failed(writing))?;
+            let append = threads::Append {
+                key: &ThreadKey::new(resource, thread),
+                agent_id: &agent_id,
+                run_id,
+                first_run_seq: first,
+                bodies: &bodies,
+                now,
+            };
+            self.append_to_thread(&mut tx, append).await?;
+        }
         self.insert_outbox(&mut tx, update.outbox).await?;
         self.announce(&mut tx, run_id).await?;
         tx.commit().await.map_err(self.failed(writing))?;
@@ -692,61 +748,36 @@ impl RunStore for PostgresStore {
     }
 
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        // $1 and $2 are the limit (NULL: none) and offset; the conditions
-        // take the next numbers in order.
-        let mut conditions = Vec::with_capacity(3);
-        let mut next = 3;
-        let mut placeholder = || {
-            next += 1;
-            next - 1
-        };
-        if query.status.is_some() {
-            conditions.push(format!("status = ${}", placeholder()));
+        // Text cannot hold NUL here, so no stored run has such an agent id
+        // (and PostgreSQL would refuse the statement): none, as elsewhere.
+        if finds_nothing(query) {
+            return Ok(Vec::new());
         }
-        if query.agent_id.is_some() {
-            conditions.push(format!("agent_id = ${}", placeholder()));
-        }
-        // A row value: the index on (created_at DESC, run_id DESC) (or the
-        // status or agent one) is entered right after the previous page.
-        // The id order is bytewise (the column is COLLATE "C"), as in the
-        // other stores.
-        if query.after.is_some() {
-            conditions.push(format!(
-                "(created_at, run_id) < (${}, ${})",
-                placeholder(),
-                placeholder()
-            ));
-        }
-        let filter = if conditions.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", conditions.join(" AND "))
-        };
         let sql = format!(
             concat!(
                 "SELECT ",
                 run_columns!(),
                 " FROM runs{} ORDER BY created_at DESC, run_id DESC LIMIT $1 OFFSET $2"
             ),
-            filter
+            listing_filter(query)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(query.limit.map(i64::from))
-            .bind(i64::from(query.offset));
-        if let Some(status) = query.status {
-            q = q.bind(status.as_str());
-        }
-        if let Some(agent_id) = &query.agent_id {
-            q = q.bind(agent_id);
-        }
-        if let Some(after) = &query.after {
-            q = q.bind(after.at).bind(after.run_id.as_str());
-        }
-        let rows = q
+        let rows = bind_listing(sql, query)
             .fetch_all(&self.pool)
             .await
             .map_err(self.failed(|| "listing runs".to_owned()))?;
         crate::readable_runs(rows.iter().map(|row| stored_run(row)?.into_record()))
+    }
+
+    async fn count(&self, query: &RunQuery) -> Result<u64, StoreError> {
+        if finds_nothing(query) {
+            return Ok(0);
+        }
+        let counted: i64 = bind_listing(count_statement(query), query)
+            .fetch_one(&self.pool)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(self.failed(|| "counting runs".to_owned()))?;
+        Ok(u64::try_from(counted).unwrap_or_default())
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -759,6 +790,94 @@ impl RunStore for PostgresStore {
             .map_err(self.failed(|| "pruning finished runs".to_owned()))?;
         Ok(done.rows_affected())
     }
+}
+
+/// Whether `query` names an agent id or a thread holding NUL, which no
+/// stored run can have.
+fn finds_nothing(query: &RunQuery) -> bool {
+    query.agent_id.as_deref().is_some_and(|id| id.contains('\0'))
+        || query
+            .thread
+            .as_ref()
+            .is_some_and(|key| key.resource_id.contains('\0') || key.thread_id.contains('\0'))
+}
+
+/// The `WHERE` clause of a listing for `query` (or nothing). `$1` and `$2`
+/// are the listing's limit and offset; the conditions take the next numbers
+/// in order, as [`bind_listing`] binds them.
+fn listing_filter(query: &RunQuery) -> String {
+    let mut conditions = Vec::with_capacity(5);
+    let mut next = 3;
+    let mut placeholder = || {
+        next += 1;
+        next - 1
+    };
+    if query.status.is_some() {
+        conditions.push(format!("status = ${}", placeholder()));
+    }
+    if query.agent_id.is_some() {
+        conditions.push(format!("agent_id = ${}", placeholder()));
+    }
+    // From the index of runs on a thread (`runs_by_thread`), whose
+    // condition is stated for PostgreSQL to see that it may use it. An
+    // empty thread id: any thread of the resource.
+    if let Some(thread) = &query.thread {
+        conditions.push(format!(
+            "memory_resource_id = ${} AND memory_thread_id IS NOT NULL",
+            placeholder()
+        ));
+        if !thread.thread_id.is_empty() {
+            conditions.push(format!("memory_thread_id = ${}", placeholder()));
+        }
+    }
+    // A row value: the index on (created_at DESC, run_id DESC) (or the
+    // status or agent one) is entered right after the previous page. The id
+    // order is bytewise (the column is COLLATE "C"), as in the other stores.
+    if query.after.is_some() {
+        conditions.push(format!(
+            "(created_at, run_id) < (${}, ${})",
+            placeholder(),
+            placeholder()
+        ));
+    }
+    if conditions.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conditions.join(" AND "))
+    }
+}
+
+/// The statement that counts the runs `query` lists: from the index the
+/// listing reads.
+fn count_statement(query: &RunQuery) -> String {
+    format!(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM runs{} LIMIT $1 OFFSET $2) AS listed",
+        listing_filter(query)
+    )
+}
+
+/// `sql` (a statement over [`listing_filter`]) with the values of `query`
+/// bound: the limit (NULL: none), the offset, then the conditions'.
+fn bind_listing(sql: String, query: &RunQuery) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(query.limit.map(i64::from))
+        .bind(i64::from(query.offset));
+    if let Some(status) = query.status {
+        q = q.bind(status.as_str());
+    }
+    if let Some(agent_id) = &query.agent_id {
+        q = q.bind(agent_id);
+    }
+    if let Some(thread) = &query.thread {
+        q = q.bind(thread.resource_id.as_str());
+        if !thread.thread_id.is_empty() {
+            q = q.bind(thread.thread_id.as_str());
+        }
+    }
+    if let Some(after) = &query.after {
+        q = q.bind(after.at).bind(after.run_id.as_str());
+    }
+    q
 }
 
 #[cfg(test)]
@@ -792,7 +911,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_expiry_sweep_and_the_prune_can_use_their_partial_indexes_for_any_parameters() {
+    async fn the_expiry_sweep_the_prune_and_a_count_use_their_indexes_for_any_parameters() {
         let Some(url) = crate::conformance::postgres_test_url("postgres partial indexes") else {
             return;
         };
@@ -808,10 +927,69 @@ mod tests {
         )
         .await;
         let prune = generic_plan(&store.pool, &schema, PRUNE, "timestamptz").await;
+        let suspended = RunQuery {
+            status: Some(askloop::RunStatus::Suspended),
+            ..Default::default()
+        };
+        let count = generic_plan(
+            &store.pool,
+            &schema,
+            &count_statement(&suspended),
+            "bigint, bigint, text",
+        )
+        .await;
+        let on_thread = RunQuery {
+            thread: Some(ThreadKey::new("ana", "t1")),
+            ..Default::default()
+        };
+        let of_thread = generic_plan(
+            &store.pool,
+            &schema,
+            &count_statement(&on_thread),
+            "bigint, bigint, text, text",
+        )
+        .await;
+        let of_resource = RunQuery {
+            thread: Some(ThreadKey::new("ana", "")),
+            ..Default::default()
+        };
+        let of_resource = generic_plan(
+            &store.pool,
+            &schema,
+            &count_statement(&of_resource),
+            "bigint, bigint, text",
+        )
+        .await;
+        let messages = generic_plan(
+            &store.pool,
+            &schema,
+            threads::MESSAGES_FROM,
+            "text, text, bigint, bigint",
+        )
+        .await;
+        let threads_of_resource = askloop::ThreadQuery {
+            resource_id: Some("ana".into()),
+            ..Default::default()
+        };
+        let threads_of_resource = generic_plan(
+            &store.pool,
+            &schema,
+            &threads::listing_statement(&threads_of_resource),
+            "bigint, bigint, text",
+        )
+        .await;
         store.pool.close().await;
         crate::conformance::drop_schema(&url, &schema).await;
+        assert!(of_thread.contains("runs_by_thread"), "{of_thread}");
+        assert!(of_resource.contains("runs_by_thread"), "{of_resource}");
+        assert!(messages.contains("thread_messages_pkey"), "{messages}");
+        assert!(
+            threads_of_resource.contains("threads_by_resource"),
+            "{threads_of_resource}"
+        );
         assert!(expiring.contains("runs_suspended_by_expiry"), "{expiring}");
         assert!(prune.contains("runs_finished_by_updated"), "{prune}");
+        assert!(count.contains("runs_by_status"), "{count}");
     }
 
     #[test]

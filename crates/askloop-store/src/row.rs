@@ -8,8 +8,8 @@
 //! [`StoreError::Corrupt`] naming the run.
 
 use askloop::{
-    Lease, Message, PendingToolCall, RUN_SCHEMA_VERSION, Resolution, RunFailure, RunRecord, RunStatus, RunUpdate,
-    StoreError, ToolResult, Usage,
+    Lease, Message, PendingToolCall, RUN_SCHEMA_VERSION, Resolution, RunFailure, RunMemory, RunRecord, RunSettings,
+    RunStatus, RunUpdate, StoreError, ThreadKey, ToolResult, Usage,
 };
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -38,6 +38,12 @@ pub(crate) struct StoredRun {
     pub(crate) lease_until: Option<DateTime<Utc>>,
     pub(crate) failure: Option<String>,
     pub(crate) resolutions: String,
+    pub(crate) settings: String,
+    /// The stored thread the run is on (`memory_resource_id`,
+    /// `memory_thread_id`, `memory_context`; all NULL for none).
+    pub(crate) memory_resource_id: Option<String>,
+    pub(crate) memory_thread_id: Option<String>,
+    pub(crate) memory_context: Option<i64>,
 }
 
 impl StoredRun {
@@ -56,24 +62,43 @@ impl StoredRun {
             parse_column(&self.step_results).map_err(|e| corrupt(format!("step_results: {e}")))?;
         let usage: Usage = parse_column(&self.usage).map_err(|e| corrupt(format!("usage: {e}")))?;
         let metadata = parse_column(&self.metadata).map_err(|e| corrupt(format!("metadata: {e}")))?;
+        let settings: RunSettings = parse_column(&self.settings).map_err(|e| corrupt(format!("settings: {e}")))?;
         let steps =
             u32::try_from(self.steps).map_err(|_| corrupt(format!("steps: {} is not a step count", self.steps)))?;
         let lease = match (self.lease_owner, self.lease_until) {
             (Some(owner), Some(until)) => Some(Lease::new(owner, until)),
             _ => None,
         };
-        // A failure this build cannot read (a kind added later) leaves the
-        // run readable: its error text still says what happened.
-        let failure = self.failure.as_deref().and_then(|text| parse_column(text).ok());
+        // A failure this build cannot read (a kind added later), or one
+        // stored before failures were typed, leaves the run readable: its
+        // error text still says what happened.
+        let failure = self
+            .failure
+            .as_deref()
+            .and_then(|text| parse_column(text).ok())
+            .or_else(|| self.error.map(|message| RunFailure::Other { message }));
         let resolutions: Vec<Resolution> =
             parse_column(&self.resolutions).map_err(|e| corrupt(format!("resolutions: {e}")))?;
         if self.message_count < 0 {
             return Err(corrupt(format!("message_count: {} is negative", self.message_count)));
         }
+        let memory = match (self.memory_resource_id, self.memory_thread_id, self.memory_context) {
+            (None, None, None) => None,
+            (Some(resource_id), Some(thread_id), Some(context)) if context >= 0 => Some(RunMemory {
+                key: ThreadKey::new(resource_id, thread_id),
+                context,
+            }),
+            (resource, thread, context) => {
+                return Err(corrupt(format!(
+                    "memory: a run's thread needs its resource, its id and a context count, found {resource:?}, {thread:?}, {context:?}"
+                )));
+            }
+        };
         Ok(RunRecord {
             run_id,
             agent_id: self.agent_id,
             thread_id: self.thread_id,
+            memory,
             status,
             version: self.version,
             created_at: self.created_at,
@@ -83,8 +108,8 @@ impl StoredRun {
             message_count: self.message_count,
             steps,
             usage,
-            error: self.error,
             metadata,
+            settings,
             lease,
             failure,
             resolutions,
@@ -179,7 +204,12 @@ impl JsonColumns {
             pending: to_json(run_id, "pending", pending)?,
             step_results: to_json(run_id, "step_results", step_results)?,
             usage: to_json(run_id, "usage", usage)?,
-            failure: failure.map(|f| to_json(run_id, "failure", f)).transpose()?,
+            // A failure known only by its text stays only text: the error
+            // column holds it, and the row reads as it was written.
+            failure: failure
+                .filter(|f| !matches!(f, RunFailure::Other { .. }))
+                .map(|f| to_json(run_id, "failure", f))
+                .transpose()?,
             resolutions: None,
             expires_at: pending.iter().filter_map(|p| p.expires_at).min(),
         })
@@ -295,7 +325,29 @@ mod tests {
             lease_until: None,
             failure: None,
             resolutions: "[]".into(),
+            settings: "{}".into(),
+            memory_resource_id: None,
+            memory_thread_id: None,
+            memory_context: None,
         }
+    }
+
+    #[test]
+    fn a_runs_thread_reads_back_whole_and_a_part_of_one_is_corrupt() {
+        let on_thread = StoredRun {
+            memory_resource_id: Some("ana".into()),
+            memory_thread_id: Some("t1".into()),
+            memory_context: Some(4),
+            ..stored()
+        };
+        let memory = on_thread.into_record().unwrap().memory.unwrap();
+        assert_eq!((memory.key, memory.context), (ThreadKey::new("ana", "t1"), 4));
+        let partial = StoredRun {
+            memory_resource_id: Some("ana".into()),
+            ..stored()
+        };
+        let err = partial.into_record().unwrap_err().to_string();
+        assert!(err.contains("memory") && err.contains("r1"), "{err}");
     }
 
     #[test]
@@ -333,6 +385,27 @@ mod tests {
                 assert_eq!(run_id, "r1");
                 assert!(detail.starts_with("step_results"), "{detail}");
             }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn settings_read_back_as_written_and_unreadable_ones_are_corrupt_naming_the_column() {
+        let row = StoredRun {
+            settings: r#"{"maxSteps":2,"requireToolApproval":true}"#.into(),
+            ..stored()
+        };
+        let settings = row.into_record().unwrap().settings;
+        assert_eq!(
+            settings,
+            askloop::RunSettings::default().max_steps(2).require_tool_approval()
+        );
+        let row = StoredRun {
+            settings: r#"{"maxSteps":"two"}"#.into(),
+            ..stored()
+        };
+        match row.into_record() {
+            Err(StoreError::Corrupt { detail, .. }) => assert!(detail.starts_with("settings"), "{detail}"),
             other => panic!("expected Corrupt, got {other:?}"),
         }
     }

@@ -36,8 +36,8 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use askloop::{
-    DatabaseFault, Delivery, DeliveryOutcome, Lease, Message, Resolution, RunChanges, RunCursor, RunQuery, RunRecord,
-    RunStore, RunUpdate, StoreError,
+    Clock, DatabaseFault, Delivery, DeliveryOutcome, Lease, Message, Resolution, RunChanges, RunCursor, RunQuery,
+    RunRecord, RunStore, RunUpdate, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -73,6 +73,7 @@ pub struct SqliteOptions {
     readers: u32,
     create: bool,
     read_only: bool,
+    clock: Arc<dyn Clock>,
 }
 
 impl Default for SqliteOptions {
@@ -83,6 +84,7 @@ impl Default for SqliteOptions {
             readers: 4,
             create: true,
             read_only: false,
+            clock: askloop::system_clock(),
         }
     }
 }
@@ -126,6 +128,14 @@ impl SqliteOptions {
         if read_only {
             self.create = false;
         }
+        self
+    }
+
+    /// The clock that stamps the store's writes (a run's `updated_at`):
+    /// the system's by default. Give it the agent's clock, so a test that
+    /// moves a [`askloop::ManualClock`] moves both.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 }
@@ -286,6 +296,11 @@ impl SqliteStore {
         }
     }
 
+    /// The store clock's time, in microseconds, for a write's `updated_at`.
+    fn now(&self) -> i64 {
+        micros(self.shared.options.clock.now())
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.shared.path
@@ -333,6 +348,16 @@ impl SqliteStore {
 
     /// Runs a `SELECT` of [`run_columns!`] and reads each row as a run; a
     /// damaged row is an error naming its run.
+    /// The count a `SELECT COUNT(*)` statement reads.
+    fn count_rows(&self, sql: &str, values: Vec<rusqlite::types::Value>) -> Result<u64, StoreError> {
+        let counted: i64 = self.read(|conn| {
+            conn.prepare_cached(sql)
+                .and_then(|mut count| count.query_row(rusqlite::params_from_iter(values), |row| row.get(0)))
+                .map_err(StoreError::backend)
+        })?;
+        Ok(u64::try_from(counted).unwrap_or_default())
+    }
+
     fn select_runs(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<RunRecord>, StoreError> {
         let rows = self.read(|conn| {
             let mut select = conn.prepare_cached(sql).map_err(StoreError::backend)?;
@@ -431,7 +456,7 @@ macro_rules! run_columns {
     () => {
         "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, step_results, \
          message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure, \
-         resolutions, expires_at"
+         resolutions, expires_at, settings, memory_resource_id, memory_thread_id, memory_context"
     };
 }
 
@@ -460,32 +485,7 @@ const EXPIRING_RUNS: &str = concat!(
 /// The statement that lists the runs `query` asks for, newest first, and
 /// its values in order.
 fn list_statement(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
-    use rusqlite::types::Value;
-    let mut conditions = Vec::with_capacity(3);
-    let mut values = Vec::with_capacity(6);
-    if let Some(status) = query.status {
-        conditions.push("status = ?");
-        values.push(Value::Text(status.as_str().to_owned()));
-    }
-    if let Some(agent_id) = &query.agent_id {
-        conditions.push("agent_id = ?");
-        values.push(Value::Text(agent_id.clone()));
-    }
-    // A row value: the index on (created_at DESC, run_id DESC) (or the
-    // status or agent one) is entered right after the previous page.
-    if let Some(after) = &query.after {
-        conditions.push("(created_at, run_id) < (?, ?)");
-        values.push(Value::Integer(micros(after.at)));
-        values.push(Value::Text(after.run_id.clone()));
-    }
-    // SQLite reads a negative LIMIT as "no limit".
-    values.push(Value::Integer(query.limit.map_or(-1, i64::from)));
-    values.push(Value::Integer(i64::from(query.offset)));
-    let filter = if conditions.is_empty() {
-        String::new()
-    } else {
-        format!(" WHERE {}", conditions.join(" AND "))
-    };
+    let (filter, values) = listing_filter(query);
     let sql = format!(
         concat!(
             "SELECT ",
@@ -497,10 +497,72 @@ fn list_statement(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
     (sql, values)
 }
 
+/// The statement that counts the runs `query` lists, and its values in
+/// order: from the index the listing reads, without reading the rows.
+fn count_statement(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
+    let (filter, values) = listing_filter(query);
+    let sql = format!("SELECT COUNT(*) FROM (SELECT 1 FROM runs{filter} LIMIT ? OFFSET ?)");
+    (sql, values)
+}
+
+/// The `WHERE` clause of a listing for `query` (or nothing), and its
+/// values in order, followed by the values of `LIMIT ? OFFSET ?`.
+fn listing_filter(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let mut conditions = Vec::with_capacity(3);
+    let mut values = Vec::with_capacity(6);
+    if let Some(status) = query.status {
+        conditions.push("status = ?");
+        values.push(Value::Text(status.as_str().to_owned()));
+    }
+    if let Some(agent_id) = &query.agent_id {
+        conditions.push("agent_id = ?");
+        values.push(Value::Text(agent_id.clone()));
+    }
+    if let Some(thread) = &query.thread {
+        conditions.push("memory_resource_id = ?");
+        values.push(Value::Text(thread.resource_id.clone()));
+        if thread.thread_id.is_empty() {
+            conditions.push("memory_thread_id IS NOT NULL");
+        } else {
+            conditions.push("memory_thread_id = ?");
+            values.push(Value::Text(thread.thread_id.clone()));
+        }
+    }
+    // A row value: the index on (created_at DESC, run_id DESC) (or the
+    // status or agent one) is entered right after the previous page.
+    if let Some(after) = &query.after {
+        conditions.push("(created_at, run_id) < (?, ?)");
+        values.push(Value::Integer(micros(after.at)));
+        values.push(Value::Text(after.run_id.clone()));
+    }
+    (page_filter(&conditions, &mut values, query.limit, query.offset), values)
+}
+
+/// The `WHERE` clause of `conditions` (or nothing), with the values of
+/// `LIMIT ? OFFSET ?` pushed after theirs.
+fn page_filter(
+    conditions: &[&str],
+    values: &mut Vec<rusqlite::types::Value>,
+    limit: Option<u32>,
+    offset: u32,
+) -> String {
+    use rusqlite::types::Value;
+    // SQLite reads a negative LIMIT as "no limit".
+    values.push(Value::Integer(limit.map_or(-1, i64::from)));
+    values.push(Value::Integer(i64::from(offset)));
+    if conditions.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conditions.join(" AND "))
+    }
+}
+
 mod changes;
 mod connection;
 mod fault;
 mod outbox;
+mod threads;
 mod writes;
 
 fn micros(at: DateTime<Utc>) -> i64 {
@@ -542,6 +604,10 @@ fn stored_run(row: &rusqlite::Row<'_>) -> Result<StoredRun, StoreError> {
         },
         failure: row.get(17).map_err(column)?,
         resolutions: row.get(18).map_err(column)?,
+        settings: row.get(20).map_err(column)?,
+        memory_resource_id: row.get(21).map_err(column)?,
+        memory_thread_id: row.get(22).map_err(column)?,
+        memory_context: row.get(23).map_err(column)?,
         run_id: run_id.clone(),
     })
 }
@@ -550,6 +616,10 @@ fn stored_run(row: &rusqlite::Row<'_>) -> Result<StoredRun, StoreError> {
 impl RunStore for SqliteStore {
     /// Notices, within half a second, that any process committed to the
     /// file (see `sqlite/changes.rs`).
+    fn thread_store(&self) -> Option<&dyn askloop::ThreadStore> {
+        Some(self)
+    }
+
     async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
         if self.is_closed() {
             return Err(failed("the SQLite store is closed"));
@@ -561,6 +631,7 @@ impl RunStore for SqliteStore {
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
         let json = JsonColumns::of_record(run)?;
         let metadata = crate::row::to_json(&run.run_id, "metadata", &run.metadata)?;
+        let settings = crate::row::to_json(&run.run_id, "settings", &run.settings)?;
         let bodies = message_bodies(&run.run_id, messages)?;
         let run = NewRun {
             run_id: run.run_id.clone(),
@@ -574,13 +645,19 @@ impl RunStore for SqliteStore {
             step_results: json.step_results,
             steps: i64::from(run.steps),
             usage: json.usage,
-            error: run.error.clone(),
+            error: run.error(),
             metadata,
+            settings,
+            schema_version: run.schema_version(),
             lease_owner: run.lease.as_ref().map(|lease| lease.owner.clone()),
             lease_until: run.lease.as_ref().map(|lease| micros(lease.until)),
             failure: json.failure,
             resolutions: json.resolutions.unwrap_or_else(|| "[]".to_owned()),
             expires_at: json.expires_at.map(micros),
+            memory_resource_id: run.memory.as_ref().map(|m| m.key.resource_id.clone()),
+            memory_thread_id: run.memory.as_ref().map(|m| m.key.thread_id.clone()),
+            memory_context: run.memory.as_ref().map(|m| m.context),
+            written_at: self.now(),
         };
         self.write(Write::Create { run, bodies }).await?;
         Ok(())
@@ -624,6 +701,7 @@ impl RunStore for SqliteStore {
 
     async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
         self.write(Write::Claim {
+            at: self.now(),
             run_id: run_id.to_owned(),
             expected_version,
             owner: lease.owner.clone(),
@@ -684,6 +762,7 @@ impl RunStore for SqliteStore {
             .map(|r| crate::row::to_json(run_id, "resolution", r))
             .transpose()?;
         self.write(Write::Reclaim {
+            at: self.now(),
             run_id: run_id.to_owned(),
             expected_version,
             owner: lease.owner.clone(),
@@ -698,6 +777,7 @@ impl RunStore for SqliteStore {
         let json = JsonColumns::of_update(&update)?;
         let bodies = message_bodies(update.run_id, update.append)?;
         let step = Step {
+            updated_at: self.now(),
             run_id: update.run_id.to_owned(),
             expected_version: update.expected_version,
             status: update.status.as_str(),
@@ -782,6 +862,11 @@ impl RunStore for SqliteStore {
         self.select_runs(&sql, rusqlite::params_from_iter(values))
     }
 
+    async fn count(&self, query: &RunQuery) -> Result<u64, StoreError> {
+        let (sql, values) = count_statement(query);
+        self.count_rows(&sql, values)
+    }
+
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         let deleted = self.write(Write::Prune { before: micros(before) }).await?;
         Ok(u64::try_from(deleted).unwrap_or_default())
@@ -796,7 +881,7 @@ mod tests {
     use super::connection::{Role, open};
     use askloop::RunQuery;
 
-    use super::{EXPIRING_RUNS, STALLED_RUNS, SqliteStore, list_statement};
+    use super::{EXPIRING_RUNS, STALLED_RUNS, SqliteStore, count_statement, list_statement};
 
     /// The claim statement spells these names out.
     #[test]
@@ -864,6 +949,34 @@ mod tests {
             let page = plan(&conn, &sql, rusqlite::params_from_iter(values));
             assert!(page.contains(index), "{page}");
             assert!(!page.contains("TEMP B-TREE"), "{page}");
+        }
+        // The runs of one thread, from the index of runs on threads.
+        let on_thread = RunQuery {
+            thread: Some(askloop::ThreadKey::new("ana", "t1")),
+            ..by(None, None)
+        };
+        let (sql, values) = list_statement(&on_thread);
+        let page = plan(&conn, &sql, rusqlite::params_from_iter(values));
+        assert!(page.contains("runs_by_thread"), "{page}");
+        assert!(!page.contains("TEMP B-TREE"), "{page}");
+        // A count reads the listing's index alone, not the rows.
+        for (query, index) in [
+            (
+                by(None, None),
+                "COVERING INDEX runs_by_created ((created_at,run_id)<(?,?))",
+            ),
+            (
+                by(Some(RunStatus::Suspended), None),
+                "COVERING INDEX runs_by_status (status=? AND (created_at,run_id)<(?,?))",
+            ),
+            (
+                by(None, Some("a")),
+                "COVERING INDEX runs_by_agent (agent_id=? AND (created_at,run_id)<(?,?))",
+            ),
+        ] {
+            let (sql, values) = count_statement(&query);
+            let count = plan(&conn, &sql, rusqlite::params_from_iter(values));
+            assert!(count.contains(index), "{count}");
         }
         // Of the finished runs, only those last written before the cut-off.
         let prune = plan(&conn, super::writes::PRUNE, [0]);

@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use askloop::{
-    Agent, AskUser, Message, Model, ModelError, ModelRequest, ModelStream, ResumeOptions, RunStatus, RunStore,
-    ScriptedModel,
+    Agent, AskUser, ManualClock, Message, Model, ModelError, ModelRequest, ModelStream, ResumeOptions, RunStatus,
+    RunStore, ScriptedModel,
 };
 use askloop_store::{PostgresOptions, PostgresStore};
 use async_trait::async_trait;
@@ -191,17 +191,26 @@ fn held_reply() -> Arc<HeldReply> {
 
 /// The store on `pg`, giving up on a connection after 5 s (not the default
 /// 30 s) so that the test of a database gone ends sooner.
-async fn open(pg: &OwnPostgres) -> Arc<dyn RunStore> {
-    let options = PostgresOptions::default().acquire_timeout(Duration::from_secs(5));
+/// How long a driver's lease lasts.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// The store, stamping its writes with `clock`.
+async fn open(pg: &OwnPostgres, clock: &ManualClock) -> Arc<dyn RunStore> {
+    let options = PostgresOptions::default()
+        .acquire_timeout(Duration::from_secs(5))
+        .clock(Arc::new(clock.clone()));
     Arc::new(PostgresStore::connect_with(&pg.url(), options).await.unwrap())
 }
 
-fn agent(model: Arc<HeldReply>, store: Arc<dyn RunStore>) -> Agent {
+/// The agent, reading `clock` (the store's): a lease runs out when the
+/// test moves the clock past it.
+fn agent(model: Arc<HeldReply>, store: Arc<dyn RunStore>, clock: &ManualClock) -> Agent {
     Agent::builder("booker")
         .model(model)
         .tool(AskUser::new())
         .store(store)
-        .lease_duration(Duration::from_secs(2))
+        .clock(Arc::new(clock.clone()))
+        .lease_duration(LEASE)
         .build()
         .unwrap()
 }
@@ -263,9 +272,10 @@ async fn a_restart_during_the_model_call_loses_no_answer_and_the_run_completes()
     let Some(pg) = own_postgres("a_restart_during_the_model_call_loses_no_answer_and_the_run_completes") else {
         return;
     };
-    let store = open(&pg).await;
+    let clock = ManualClock::starting_now();
+    let store = open(&pg, &clock).await;
     let model = held_reply();
-    let agent = agent(Arc::clone(&model), Arc::clone(&store));
+    let agent = agent(Arc::clone(&model), Arc::clone(&store), &clock);
     let (run_id, driving) = answered_and_held(&agent, &model).await;
 
     // The answer is stored with the claim; now the server goes down hard
@@ -305,9 +315,10 @@ async fn a_database_gone_when_the_step_is_written_leaves_the_run_to_recovery_whi
     let Some(pg) = own_postgres(test) else {
         return;
     };
-    let store = open(&pg).await;
+    let clock = ManualClock::starting_now();
+    let store = open(&pg, &clock).await;
     let model = held_reply();
-    let agent = agent(Arc::clone(&model), Arc::clone(&store));
+    let agent = agent(Arc::clone(&model), Arc::clone(&store), &clock);
     let (run_id, driving) = answered_and_held(&agent, &model).await;
 
     // The database is gone when the reply is to be written: neither the
@@ -332,14 +343,12 @@ async fn a_database_gone_when_the_step_is_written_leaves_the_run_to_recovery_whi
     eprintln!("with the database back the run was {}", stored.status);
     let finished = match stored.status {
         RunStatus::Running => {
-            let mut recovered = Vec::new();
-            for _ in 0..100 {
-                recovered = agent.recover_runs().await.unwrap();
-                if !recovered.is_empty() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            assert!(
+                agent.recover_runs().await.unwrap().is_empty(),
+                "a run is not taken over while its lease holds"
+            );
+            clock.advance(LEASE + Duration::from_millis(1));
+            let mut recovered = agent.recover_runs().await.unwrap();
             assert_eq!(recovered.len(), 1, "recovery takes the run over once its lease ran out");
             recovered.pop().unwrap().output().await
         }

@@ -63,6 +63,13 @@ async fn a_sqlite_file_whose_messages_table_lacks_a_column_is_refused_naming_the
 }
 
 #[tokio::test]
+async fn a_sqlite_file_whose_thread_messages_table_lacks_a_column_is_refused_naming_the_column() {
+    let (_dir, path) = sqlite_file_without("thread_messages", "run_seq").await;
+    let err = askloop_store::open(&path).await.unwrap_err();
+    assert_refused_naming(&err, &path, "thread_messages.run_seq");
+}
+
+#[tokio::test]
 async fn a_postgres_schema_whose_runs_table_lacks_a_column_is_refused_naming_the_column() {
     let Some(url) = postgres_test_url("postgres missing column") else {
         return;

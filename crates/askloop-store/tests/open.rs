@@ -238,6 +238,7 @@ async fn a_file_of_the_fourth_layout_gets_the_partial_indexes_and_keeps_its_runs
             "runs_by_agent",
             "runs_by_created",
             "runs_by_status",
+            "runs_by_thread",
             "runs_finished_by_updated",
             "runs_suspended_by_expiry"
         ]

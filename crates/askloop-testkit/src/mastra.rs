@@ -109,12 +109,17 @@ pub fn trace(scenario: &str) -> Result<Trace, FixtureError> {
     Ok(Trace { exchanges })
 }
 
-fn exchange(record: &Value) -> Result<Exchange, String> {
+/// What is wrong with one recorded exchange.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct BadRecord(String);
+
+fn exchange(record: &Value) -> Result<Exchange, BadRecord> {
     let text = |key: &str| {
         record[key]
             .as_str()
             .map(str::to_owned)
-            .ok_or_else(|| format!("`{key}` is not a string"))
+            .ok_or_else(|| BadRecord(format!("`{key}` is not a string")))
     };
     let url = text("url")?;
     let path = url
@@ -131,7 +136,7 @@ fn exchange(record: &Value) -> Result<Exchange, String> {
         if data == "[DONE]" {
             continue;
         }
-        chunks.push(serde_json::from_str(data).map_err(|err| format!("an SSE frame is not JSON: {err}"))?);
+        chunks.push(serde_json::from_str(data).map_err(|err| BadRecord(format!("an SSE frame is not JSON: {err}")))?);
         chunk_texts.push(data.to_owned());
     }
     Ok(Exchange {

@@ -77,7 +77,7 @@ fn message_ids(chunks: &[Value]) -> std::collections::BTreeSet<String> {
 /// Runs a scenario's first stream; returns its chunks and the call's id.
 async fn first_stream(agent: &Agent, scenario: &str, recorded: &Exchange) -> (Vec<Chunk>, String, String) {
     let (chunks, output) = agent.stream(PROMPT).await.unwrap().output_with_chunks().await;
-    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error);
+    assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error());
     assert_same_shapes(scenario, "stream", recorded, &chunks);
     let call_id = output.pending[0].tool_call_id.clone();
     (chunks, output.run_id, call_id)

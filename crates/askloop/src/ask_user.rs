@@ -384,7 +384,7 @@ impl Tool for AskUser {
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {
         let input: AskUserInput =
-            serde_json::from_value(input).map_err(|err| ToolError(format!("Failed to ask user: {err}")))?;
+            serde_json::from_value(input).map_err(|err| ToolError::new(format!("Failed to ask user: {err}")))?;
         check_options(input.options.as_deref().unwrap_or_default(), self.limits.max_options)?;
         let options = input.options.filter(|o| !o.is_empty());
         if input.selection_mode.is_some() && options.is_none() {
@@ -415,7 +415,8 @@ impl Tool for AskUser {
             options,
             selection_mode: mode,
         };
-        let payload = serde_json::to_value(payload).map_err(|err| ToolError(err.to_string()))?;
+        let payload = serde_json::to_value(payload)
+            .map_err(|err| ToolError::internal("the question could not be written as JSON").with_source(err))?;
         Ok(ctx.suspend(payload)?)
     }
 }
@@ -460,7 +461,7 @@ fn input_schema() -> Value {
 /// blank) label, a label offered twice, more options than the limit.
 fn check_options(options: &[AskUserOption], max_options: usize) -> Result<(), ToolError> {
     if options.len() > max_options {
-        return Err(ToolError(format!(
+        return Err(ToolError::new(format!(
             "Failed to ask user: {} options were given; at most {max_options} are accepted. Offer fewer options, \
              or ask a free-text question.",
             options.len()
@@ -468,13 +469,13 @@ fn check_options(options: &[AskUserOption], max_options: usize) -> Result<(), To
     }
     for (position, option) in options.iter().enumerate() {
         if is_blank(&option.label) {
-            return Err(ToolError(format!(
+            return Err(ToolError::new(format!(
                 "Failed to ask user: option {} has an empty label. Every option needs a short, non-empty label.",
                 position + 1
             )));
         }
         if options[..position].iter().any(|o| o.label == option.label) {
-            return Err(ToolError(format!(
+            return Err(ToolError::new(format!(
                 "Failed to ask user: the label {:?} is offered twice. Every option needs its own label.",
                 option.label
             )));
@@ -707,13 +708,13 @@ mod tests {
         let tool = AskUser::new();
         let err = crate::tool::check_against_schema(tool.input_schema(), &json!({"question": "Q", "urgency": "high"}))
             .unwrap_err();
-        assert!(err.contains("urgency"), "{err}");
+        assert!(err.to_string().contains("urgency"), "{err}");
         let nested = json!({"question": "Q", "options": [{"label": "a", "colour": "red"}]});
         let err = crate::tool::check_against_schema(tool.input_schema(), &nested).unwrap_err();
-        assert!(err.contains("colour"), "{err}");
+        assert!(err.to_string().contains("colour"), "{err}");
         // Executed directly (without the agent's schema check) too.
         let err = tool.execute(nested, in_run()).await.unwrap_err();
-        assert!(err.0.contains("colour"), "{err}");
+        assert!(err.message().contains("colour"), "{err}");
     }
 
     #[tokio::test]
@@ -721,7 +722,7 @@ mod tests {
         for label in ["", "   "] {
             let input = json!({"question": "Env?", "options": [{"label": "staging"}, {"label": label}]});
             let err = AskUser::new().execute(input, in_run()).await.unwrap_err();
-            assert!(err.0.contains("option 2 has an empty label"), "{err}");
+            assert!(err.message().contains("option 2 has an empty label"), "{err}");
         }
     }
 
@@ -729,7 +730,7 @@ mod tests {
     async fn a_label_offered_twice_is_refused() {
         let input = json!({"question": "Env?", "options": [{"label": "a"}, {"label": "a"}]});
         let err = AskUser::new().execute(input, in_run()).await.unwrap_err();
-        assert!(err.0.contains("offered twice"), "{err}");
+        assert!(err.message().contains("offered twice"), "{err}");
     }
 
     #[test]

@@ -32,11 +32,29 @@ pub enum RunError {
         /// Its status.
         status: RunStatus,
     },
+    /// The run has finished (completed, failed or cancelled): there is
+    /// nothing left to cancel.
+    #[error("run {run_id} is already {status}; only a suspended or running run can be cancelled")]
+    Finished {
+        /// The run.
+        run_id: String,
+        /// Its status.
+        status: RunStatus,
+    },
+    /// The run's question was left unanswered because a new message came on
+    /// its thread first: the run ended, and the answer is refused.
+    #[error(
+        "run {run_id} no longer waits: a new message on its thread came before this answer, and the question was left unanswered"
+    )]
+    Superseded {
+        /// The run.
+        run_id: String,
+    },
     /// The call's time limit passed before the answer came: the question
     /// was (or is being) resolved as expired, and the answer is refused.
     #[error(
         "tool call {tool_call_id} of run {run_id} expired at {}: no answer is taken after its time limit",
-        crate::agent::rfc3339(*expired_at)
+        crate::clock::rfc3339(*expired_at)
     )]
     Expired {
         /// The run.
@@ -48,7 +66,8 @@ pub enum RunError {
     },
     /// The named tool call is not one the run waits on.
     #[error(
-        "run {run_id} is not waiting on tool call {tool_call_id}; pending tool calls: {}",
+        "run {run_id} is not waiting on tool call {}; pending tool calls: {}",
+        crate::quoted_excerpt(tool_call_id),
         list(pending)
     )]
     ToolCallNotPending {
@@ -81,6 +100,23 @@ pub enum RunError {
         reason: String,
         /// The accepted labels, when the question has options.
         accepted: Option<Vec<String>>,
+    },
+    /// The reason given with a decline is longer than
+    /// [`MAX_REASON_BYTES`](crate::MAX_REASON_BYTES). The call stays
+    /// pending.
+    #[error(
+        "the reason for declining tool call {tool_call_id} of run {run_id} is {bytes} bytes; at most {limit} bytes \
+         are accepted (the reason is told to the model: keep it to a few sentences)"
+    )]
+    ReasonTooLong {
+        /// The run.
+        run_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// The reason's length in bytes.
+        bytes: usize,
+        /// The most bytes accepted.
+        limit: usize,
     },
     /// Approve or decline was used on a call that is not of that kind (for
     /// example approving a question, which needs an answer).
@@ -134,9 +170,24 @@ pub enum RunError {
         /// Why, and what to do instead.
         reason: String,
     },
+    /// The run as stored does not fit what was asked of it at the step it
+    /// is at: its stored step has no call the decision is for, or it holds
+    /// something the run machine cannot go on from. Nothing was written.
+    #[error("run {run_id} cannot take this now: {detail}")]
+    Refused {
+        /// The run.
+        run_id: String,
+        /// What was refused, and why.
+        detail: String,
+    },
     /// The input was not usable.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// An id the caller chose breaks the rule for ids (see [`IdKind`]).
+    ///
+    /// [`IdKind`]: crate::IdKind
+    #[error(transparent)]
+    InvalidId(#[from] crate::InvalidId),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -149,6 +200,9 @@ impl RunError {
             RunError::UnknownRun { run_id }
             | RunError::OtherAgent { run_id, .. }
             | RunError::NotSuspended { run_id, .. }
+            | RunError::Superseded { run_id }
+            | RunError::Finished { run_id, .. }
+            | RunError::ReasonTooLong { run_id, .. }
             | RunError::Expired { run_id, .. }
             | RunError::ToolCallNotPending { run_id, .. }
             | RunError::AmbiguousResume { run_id, .. }
@@ -158,8 +212,9 @@ impl RunError {
             | RunError::Conflict { run_id }
             | RunError::StepLimit { run_id, .. }
             | RunError::Failed { run_id, .. }
-            | RunError::NotRetryable { run_id, .. } => Some(run_id),
-            RunError::InvalidInput(_) | RunError::Store(_) => None,
+            | RunError::NotRetryable { run_id, .. }
+            | RunError::Refused { run_id, .. } => Some(run_id),
+            RunError::InvalidInput(_) | RunError::InvalidId(_) | RunError::Store(_) => None,
         }
     }
 }

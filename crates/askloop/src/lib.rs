@@ -17,8 +17,11 @@
 
 mod agent;
 pub mod ask_user;
+mod cause;
 pub mod chunk;
+mod clock;
 mod error;
+mod id;
 pub mod message;
 pub mod model;
 pub mod scripted;
@@ -26,19 +29,23 @@ pub mod store;
 pub mod tool;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentInput, AgentStream, BuildError, DEFAULT_MAX_STEPS, ResumeOptions, StreamOptions,
-    StreamOutput,
+    Agent, AgentBuilder, AgentInput, AgentStream, BuildError, DEFAULT_LAST_MESSAGES, DEFAULT_MAX_STEPS,
+    MAX_REASON_BYTES, ResumeOptions, StreamOptions, StreamOutput, ThreadOptions,
 };
 pub use ask_user::{ASK_USER_TOOL_ID, AskUser, AskUserInput, AskUserLimits, AskUserOption, Question, SelectionMode};
+pub use cause::{Cause, ErrorChain};
 pub use chunk::{Chunk, ChunkKind};
+pub use clock::{Clock, ManualClock, SystemClock, rfc3339, system_clock};
 pub use error::RunError;
+pub use id::{IdKind, IdProblem, InvalidId, MAX_ID_BYTES, quoted_excerpt, run_page_url, url_path_segment};
 pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolCallIds, ToolSpec};
 pub use scripted::{Script, ScriptError, ScriptedModel};
 pub use store::{
     Author, ChangeBroadcast, DatabaseFault, Delivery, DeliveryOutcome, DeliveryState, EventType, ExpiredRuns,
     Interface, Lease, MemoryStore, OutboxMessage, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, Resolution,
-    ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,
-    StoreError, Subscription,
+    ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure, RunMemory, RunQuery, RunRecord, RunSettings,
+    RunStatus, RunStore, RunUpdate, StoreError, Subscription, Thread, ThreadDeletion, ThreadEdit, ThreadKey,
+    ThreadMessage, ThreadQuery, ThreadStore, call_results, context_messages,
 };
-pub use tool::{FunctionTool, InvalidResume, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};
+pub use tool::{FunctionTool, InvalidResume, SchemaError, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};

@@ -12,6 +12,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::cause::Cause;
 use crate::message::{FinishReason, Message, Usage};
 
 /// A tool as the model sees it: name, description and input schema.
@@ -34,11 +35,14 @@ pub struct ToolSpec {
 pub struct ModelRequest<'a> {
     /// The run this request belongs to (for logs and headers).
     pub run_id: &'a str,
-    /// The agent's instructions, sent as the system prompt.
+    /// The agent's instructions (or the run's own, when its
+    /// [`RunSettings`](crate::RunSettings) replace them), sent as the
+    /// system prompt.
     pub system: Option<&'a str>,
     /// The conversation, oldest first.
     pub messages: &'a [Message],
-    /// The tools the model may call.
+    /// The tools the model may call (those of the agent the run's
+    /// settings leave active).
     pub tools: &'a [ToolSpec],
 }
 
@@ -136,6 +140,9 @@ pub enum ModelError {
         provider: String,
         /// What happened.
         message: String,
+        /// The error underneath (the HTTP client's, the socket's), for logs.
+        #[source]
+        source: Option<Cause>,
     },
     /// The provider sent something that is not its documented wire format.
     #[error("{provider} sent a malformed stream: {message}")]

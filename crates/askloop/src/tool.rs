@@ -29,6 +29,7 @@ use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::cause::Cause;
 use crate::message::ToolContent;
 
 /// A tool the model can call.
@@ -65,9 +66,10 @@ pub trait Tool: Send + Sync + 'static {
     /// against [`Tool::resume_schema_for`].
     fn check_resume_data(&self, data: &Value, suspend_payload: &Value) -> Result<(), InvalidResume> {
         match self.resume_schema_for(suspend_payload) {
-            Some(schema) => {
-                check_against_schema(&schema, data).map_err(|reason| InvalidResume { reason, accepted: None })
-            }
+            Some(schema) => check_against_schema(&schema, data).map_err(|err| InvalidResume {
+                reason: err.to_string(),
+                accepted: None,
+            }),
             None => Ok(()),
         }
     }
@@ -218,16 +220,87 @@ impl From<ToolOutput> for ToolOutcome {
     }
 }
 
-/// A tool failed. The model is told the message (as an is-error result) and
-/// the stream shows a `tool-error` chunk; the run goes on.
+/// A tool failed; the run goes on. The model gets an is-error result and
+/// the stream a `tool-error` chunk, saying either the tool's own message
+/// (an error the model can act on: bad arguments, a file that is not
+/// there; [`ToolError::new`]) or, for a failure whose detail is not the
+/// model's business (a database down, a bug; [`ToolError::internal`]), only
+/// that the tool failed. Either way the whole error, with its
+/// [`source`](std::error::Error::source) chain, goes to the logs.
+///
+/// ```
+/// use askloop::ToolError;
+/// let err = ToolError::internal("the orders database did not answer")
+///     .with_source(std::io::Error::other("connection refused"));
+/// assert!(!err.shown_to_model());
+/// assert_eq!(err.model_message("lookup_order"), "The tool lookup_order failed.");
+/// assert_eq!(askloop::ErrorChain(&err).to_string(),
+///     "the orders database did not answer: connection refused");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ToolError(pub String);
+#[error("{message}")]
+pub struct ToolError {
+    message: String,
+    shown_to_model: bool,
+    #[source]
+    source: Option<Cause>,
+}
 
 impl ToolError {
-    /// A tool error with a message.
+    /// An error the model is told, in these words.
     pub fn new(message: impl Into<String>) -> Self {
-        ToolError(message.into())
+        ToolError {
+            message: message.into(),
+            shown_to_model: true,
+            source: None,
+        }
+    }
+
+    /// An error for the logs only: the model and the stream are told that
+    /// the tool failed, not why.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ToolError {
+            shown_to_model: false,
+            ..ToolError::new(message)
+        }
+    }
+
+    /// The same error, caused by `source` (kept for the logs' chain).
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Cause::new(source));
+        self
+    }
+
+    /// The tool's own message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether the model (and the stream) see [`ToolError::message`].
+    pub fn shown_to_model(&self) -> bool {
+        self.shown_to_model
+    }
+
+    /// What the model and the stream are told of this error, from a call of
+    /// `tool_name`.
+    pub fn model_message(&self, tool_name: &str) -> String {
+        if self.shown_to_model {
+            self.message.clone()
+        } else {
+            format!("The tool {tool_name} failed.")
+        }
+    }
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        ToolError::new(message)
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(message: &str) -> Self {
+        ToolError::new(message)
     }
 }
 
@@ -312,18 +385,30 @@ pub struct SuspendUnavailable;
 
 impl From<SuspendUnavailable> for ToolError {
     fn from(err: SuspendUnavailable) -> Self {
-        ToolError(err.to_string())
+        ToolError::new(err.to_string())
     }
 }
 
-/// Checks a value against a JSON Schema, returning every problem in one
+/// Why a value does not fit a JSON Schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// The schema itself is not one the validator can use.
+    #[error("the schema itself is invalid: {0}")]
+    InvalidSchema(String),
+    /// The value breaks the schema: every problem, in one readable line
+    /// (`at /path: what is wrong; ...`).
+    #[error("{0}")]
+    Mismatch(String),
+}
+
+/// Checks a value against a JSON Schema, with every problem in one
 /// readable line.
-pub fn check_against_schema(schema: &Value, value: &Value) -> Result<(), String> {
-    let validator = jsonschema::validator_for(schema).map_err(|err| format!("the schema itself is invalid: {err}"))?;
+pub fn check_against_schema(schema: &Value, value: &Value) -> Result<(), SchemaError> {
+    let validator = jsonschema::validator_for(schema).map_err(|err| SchemaError::InvalidSchema(err.to_string()))?;
     describe_errors(&validator, value)
 }
 
-pub(crate) fn describe_errors(validator: &jsonschema::Validator, value: &Value) -> Result<(), String> {
+pub(crate) fn describe_errors(validator: &jsonschema::Validator, value: &Value) -> Result<(), SchemaError> {
     let problems: Vec<String> = validator
         .iter_errors(value)
         .map(|err| {
@@ -338,7 +423,7 @@ pub(crate) fn describe_errors(validator: &jsonschema::Validator, value: &Value) 
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(problems.join("; "))
+        Err(SchemaError::Mismatch(problems.join("; ")))
     }
 }
 
@@ -471,7 +556,7 @@ impl<I: DeserializeOwned + Send + 'static> FunctionToolBuilder<I> {
             let f = Arc::clone(&f);
             Box::pin(async move {
                 let input: I =
-                    serde_json::from_value(input).map_err(|err| ToolError(format!("invalid input: {err}")))?;
+                    serde_json::from_value(input).map_err(|err| ToolError::new(format!("invalid input: {err}")))?;
                 f(input, ctx).await
             })
         });
@@ -571,8 +656,8 @@ mod tests {
     fn schema_check_reports_path_and_reason() {
         let tool = add_tool();
         let err = check_against_schema(tool.input_schema(), &json!({"a": "x", "b": 1})).unwrap_err();
-        assert!(err.contains("/a"), "{err}");
-        assert!(err.contains("integer"), "{err}");
+        assert!(err.to_string().contains("/a"), "{err}");
+        assert!(err.to_string().contains("integer"), "{err}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use askloop::{
     Agent, AskUser, ChunkKind, FunctionTool, MemoryStore, Message, ResumeOptions, RunError, RunStatus, RunStore,
-    ToolOutput,
+    ToolError, ToolOutput,
 };
 use common::*;
 use serde::Deserialize;
@@ -175,6 +175,51 @@ async fn declined_tool_never_runs_and_the_model_sees_the_reason() {
     assert_eq!(out.text, "Deploying to not on a Friday.");
 }
 
+/// Asserts `declined` was refused for its reason's length.
+fn refused_as_too_long(declined: Result<askloop::AgentStream, RunError>, bytes: usize, what: &str) {
+    match declined {
+        Err(RunError::ReasonTooLong { bytes: got, limit, .. }) => {
+            assert_eq!((got, limit), (bytes, askloop::MAX_REASON_BYTES), "{what}");
+        }
+        Err(other) => panic!("{what}: expected ReasonTooLong, got {other}"),
+        Ok(_) => panic!("{what}: a reason of {bytes} bytes was taken"),
+    }
+}
+
+#[tokio::test]
+async fn a_decline_reason_over_the_limit_is_refused_and_the_call_stays_pending() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let (approver, _) = approval_agent(executions.clone());
+    let asker = agent_with(CountingModel::new(ASK_THEN_ANSWER), Arc::new(MemoryStore::new()));
+    let too_long = "r".repeat(askloop::MAX_REASON_BYTES + 1);
+    for agent in [&approver, &asker] {
+        let (_, output) = run(agent, "Deploy").await;
+        let run_id = output.run_id.as_str();
+        let before = agent.get_run(run_id).await.unwrap();
+        let declined = agent
+            .decline_tool_call(ResumeOptions::run(run_id).reason(too_long.clone()))
+            .await;
+        refused_as_too_long(declined, too_long.len(), agent.id());
+        if agent.id() == "approver" {
+            let data = json!({"approved": false, "reason": too_long});
+            let declined = agent.resume_stream(data, ResumeOptions::run(run_id)).await;
+            refused_as_too_long(declined, too_long.len(), "a decline as resume data");
+        }
+        let after = agent.get_run(run_id).await.unwrap();
+        assert_eq!((after.status, after.version), (RunStatus::Suspended, before.version));
+
+        let at_the_limit = "r".repeat(askloop::MAX_REASON_BYTES);
+        let out = agent
+            .decline_tool_call(ResumeOptions::run(run_id).reason(at_the_limit))
+            .await
+            .unwrap()
+            .output()
+            .await;
+        assert_eq!(out.status, RunStatus::Completed, "{}", agent.id());
+    }
+    assert_eq!(executions.load(Ordering::SeqCst), 0);
+}
+
 #[tokio::test]
 async fn declined_without_reason_gives_the_model_the_default_reason() {
     let (agent, _) = approval_agent(Arc::new(AtomicUsize::new(0)));
@@ -244,13 +289,7 @@ async fn invalid_tool_input_becomes_an_error_result_the_model_can_read() {
     ]}"#;
     let agent = agent_with(CountingModel::new(script), Arc::new(MemoryStore::new()));
     let (chunks, out) = run(&agent, "x").await;
-    let errors: Vec<String> = chunks
-        .iter()
-        .filter_map(|c| match &c.kind {
-            ChunkKind::ToolError(e) => Some(e.error.clone()),
-            _ => None,
-        })
-        .collect();
+    let errors = tool_errors(&chunks);
     assert_eq!(errors.len(), 2);
     assert!(
         errors[0].starts_with("Invalid input for tool ask_user"),
@@ -264,6 +303,60 @@ async fn invalid_tool_input_becomes_an_error_result_the_model_can_read() {
     );
     assert_eq!(out.status, RunStatus::Completed);
     assert!(out.text.contains("Invalid input for tool ask_user"));
+}
+
+#[tokio::test]
+async fn a_tools_own_error_reaches_the_model_and_an_internal_one_only_as_the_tool_having_failed() {
+    let script = r#"{"turns": [
+      {"toolCalls": [{"name": "lookup", "args": {"id": "missing"}}, {"name": "lookup", "args": {"id": "db"}}]},
+      {"text": "Results: {{toolResults}}"}
+    ]}"#;
+    let lookup = FunctionTool::builder("lookup")
+        .input_schema(json!({"type": "object"}))
+        .execute(|input: serde_json::Value, _ctx| async move {
+            match input["id"].as_str() {
+                Some("missing") => Err(ToolError::new("no order with id missing; list the orders first")),
+                _ => Err(
+                    ToolError::internal("the orders database refused the password for user app")
+                        .with_source(std::io::Error::other("authentication failed")),
+                ),
+            }
+        });
+    let store = Arc::new(MemoryStore::new());
+    let agent = Agent::builder("assistant")
+        .model(CountingModel::new(script))
+        .tool(lookup)
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let (chunks, out) = run(&agent, "x").await;
+    let errors = tool_errors(&chunks);
+    assert_eq!(
+        errors,
+        [
+            "no order with id missing; list the orders first",
+            "The tool lookup failed."
+        ]
+    );
+    // What the model was given to read: the same two texts, and nothing of
+    // the database's password error.
+    let told: Vec<String> = store
+        .messages(&out.run_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::Tool(result) => Some(serde_json::to_string(&result.content).unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told.len(), 2);
+    assert!(told[0].contains("list the orders first"), "{told:?}");
+    assert!(
+        told[1].contains("The tool lookup failed.") && !told[1].contains("password"),
+        "{told:?}"
+    );
+    assert_eq!(out.status, RunStatus::Completed);
 }
 
 #[derive(Debug)]
@@ -329,7 +422,7 @@ async fn model_error_gives_an_error_chunk_and_a_failed_run_with_the_message_stor
     assert_eq!(out.status, RunStatus::Failed);
     let stored = store.get(&out.run_id).await.unwrap().unwrap();
     assert_eq!(stored.status, RunStatus::Failed);
-    assert!(stored.error.unwrap().contains("the model fell over"));
+    assert!(stored.error().unwrap().contains("the model fell over"));
 }
 
 #[tokio::test]
@@ -342,7 +435,7 @@ async fn store_write_failure_gives_an_error_chunk_and_no_suspension_chunk() {
     assert!(!types.contains(&"tool-call-suspended"), "{types:?}");
     assert_eq!(types.last(), Some(&"error"));
     assert_eq!(out.status, RunStatus::Failed);
-    assert!(out.error.unwrap().contains("disk full"));
+    assert!(out.error().unwrap().contains("disk full"));
 }
 
 #[tokio::test]
@@ -364,9 +457,9 @@ async fn step_limit_fails_the_run_with_a_typed_message() {
     let (chunks, out) = run(&agent, "x").await;
     assert_eq!(out.status, RunStatus::Failed);
     assert!(
-        out.error.as_deref().unwrap().contains("step limit of 3"),
+        out.error().as_deref().unwrap().contains("step limit of 3"),
         "{:?}",
-        out.error
+        out.error()
     );
     assert_eq!(types(&chunks).last(), Some(&"error"));
 }
@@ -383,7 +476,7 @@ async fn past_the_end_of_the_script_the_run_fails_naming_the_turn() {
         .output()
         .await;
     assert_eq!(out.status, RunStatus::Failed);
-    assert!(out.error.unwrap().contains("turn 2"));
+    assert!(out.error().unwrap().contains("turn 2"));
 }
 
 #[tokio::test]

@@ -254,10 +254,24 @@ async fn cancelling_a_suspended_run_stops_it_without_calling_the_model() {
         ),
         "{err:?}"
     );
-    assert!(matches!(
-        agent.cancel_run(&output.run_id).await,
-        Err(RunError::NotSuspended { .. })
-    ));
+    let again = agent.cancel_run(&output.run_id).await.unwrap_err();
+    assert!(
+        matches!(
+            again,
+            RunError::Finished {
+                status: RunStatus::Cancelled,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
+    assert_eq!(
+        again.to_string(),
+        format!(
+            "run {} is already cancelled; only a suspended or running run can be cancelled",
+            output.run_id
+        )
+    );
     assert_eq!(model.calls(), 1);
 }
 
@@ -511,13 +525,7 @@ async fn refused_question(args: Value) -> (String, String) {
     let (chunks, output) = run(&agent, "x").await;
     assert!(!types(&chunks).contains(&"tool-call-suspended"), "{:?}", types(&chunks));
     assert_eq!(output.status, RunStatus::Completed);
-    let error = chunks
-        .iter()
-        .find_map(|c| match &c.kind {
-            ChunkKind::ToolError(e) => Some(e.error.clone()),
-            _ => None,
-        })
-        .expect("a tool-error chunk");
+    let error = tool_errors(&chunks).into_iter().next().expect("a tool-error chunk");
     (error, output.text)
 }
 

@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use askloop::{
-    Agent, AskUser, Author, FunctionTool, Interface, MemoryStore, ResolutionKind, ResumeOptions, RunError, RunRecord,
-    RunStatus, RunStore, ScriptedModel, ToolOutput,
+    Agent, AskUser, Author, FunctionTool, Interface, ManualClock, MemoryStore, ResolutionKind, ResumeOptions, RunError,
+    RunRecord, RunStatus, RunStore, ScriptedModel, ToolOutput,
 };
-use chrono::Utc;
 
 const ASK: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which city?"}}]},
@@ -23,36 +22,44 @@ const DEPLOY: &str = r#"{"turns": [
   {"text": "Model saw: {{toolResults}}"}
 ]}"#;
 
-fn asking_agent(store: Arc<dyn RunStore>, limit: Option<Duration>) -> Agent {
+/// A store and the clock that it and the test's agents read: the tests move
+/// the clock past a time limit instead of waiting for it.
+fn clocked_store() -> (ManualClock, Arc<dyn RunStore>) {
+    let clock = ManualClock::starting_at("2026-12-04T10:00:00Z".parse().unwrap());
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    (clock, store)
+}
+
+fn asking_agent(store: Arc<dyn RunStore>, clock: &ManualClock, limit: Option<Duration>) -> Agent {
     let mut builder = Agent::builder("asker")
         .model(Arc::new(ScriptedModel::from_json("script", ASK).unwrap()))
         .tool(AskUser::new())
-        .store(store);
+        .store(store)
+        .clock(Arc::new(clock.clone()));
     if let Some(limit) = limit {
         builder = builder.time_limit_for("ask_user", limit);
     }
     builder.build().unwrap()
 }
 
-/// Waits until the run's earliest time limit has passed (the limit is read
-/// from the store: the wait is for that instant, not a guess).
-async fn until_expired(run: &RunRecord) {
+/// Moves `clock` just past the run's earliest time limit (read from the
+/// store: the clock moves to that instant, not by a guess).
+fn past_the_limit(run: &RunRecord, clock: &ManualClock) {
     let at = run
         .pending
         .iter()
         .filter_map(|p| p.expires_at)
         .min()
         .expect("a time limit");
-    let left = (at - Utc::now()).to_std().unwrap_or_default();
-    tokio::time::sleep(left + Duration::from_millis(5)).await;
+    clock.set(at + chrono::Duration::milliseconds(1));
 }
 
 #[tokio::test]
 async fn a_question_expires_while_no_process_runs_and_the_next_one_resolves_it_with_the_expiry_text() {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let (clock, store) = clocked_store();
     let run_id = {
         // The process that asked: it suspends and goes away.
-        let asker = asking_agent(store.clone(), Some(Duration::from_millis(200)));
+        let asker = asking_agent(store.clone(), &clock, Some(Duration::from_secs(600)));
         let output = asker.stream("plan").await.unwrap().output().await;
         assert_eq!(output.status, RunStatus::Suspended);
         output.run_id
@@ -64,10 +71,10 @@ async fn a_question_expires_while_no_process_runs_and_the_next_one_resolves_it_w
         expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     );
     // Not expired yet: nothing to do.
-    let later = asking_agent(store.clone(), None);
+    let later = asking_agent(store.clone(), &clock, None);
     assert!(later.expire_runs(Author::via(Interface::Cli)).await.unwrap().is_empty());
 
-    until_expired(&run).await;
+    past_the_limit(&run, &clock);
     let streams = later.expire_runs(Author::named(Interface::Cli, "alice")).await.unwrap();
     assert_eq!(streams.len(), 1);
     let mut outputs = Vec::new();
@@ -105,13 +112,76 @@ async fn a_question_expires_while_no_process_runs_and_the_next_one_resolves_it_w
     assert!(err.to_string().contains("expired at"), "{err}");
 }
 
+/// The `metadata.expiresAt` of a run's only pending call, as shown to
+/// clients, and the call's id.
+fn shown_limit(run: &RunRecord) -> (String, String) {
+    let call = &run.pending[0];
+    let shown = call.suspend_payload.as_ref().unwrap()["metadata"]["expiresAt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (call.tool_call_id.clone(), shown)
+}
+
 #[tokio::test]
-async fn an_answer_after_the_limit_but_before_any_sweep_is_refused_and_the_question_stays_for_expiry() {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
-    let agent = asking_agent(store.clone(), Some(Duration::from_millis(100)));
+async fn late_answers_after_the_sweep_naming_the_call_or_none_are_refused_as_expired_at_the_shown_limit() {
+    let (clock, store) = clocked_store();
+    let agent = asking_agent(store.clone(), &clock, Some(Duration::from_secs(600)));
     let run_id = agent.stream("plan").await.unwrap().output().await.run_id;
     let run = store.get(&run_id).await.unwrap().unwrap();
-    until_expired(&run).await;
+    let (call_id, shown) = shown_limit(&run);
+    past_the_limit(&run, &clock);
+    for stream in agent.expire_runs(Author::via(Interface::Server)).await.unwrap() {
+        assert_eq!(stream.output().await.status, RunStatus::Completed);
+    }
+    let swept = store.get(&run_id).await.unwrap().unwrap();
+
+    let late = [
+        (
+            "answer naming the call",
+            agent
+                .resume_stream("Paris", ResumeOptions::call(&run_id, &call_id))
+                .await,
+        ),
+        (
+            "answer naming none",
+            agent.resume_stream("Paris", ResumeOptions::run(&run_id)).await,
+        ),
+        (
+            "decline naming none",
+            agent.decline_tool_call(ResumeOptions::run(&run_id)).await,
+        ),
+        (
+            "approve naming none",
+            agent.approve_tool_call(ResumeOptions::run(&run_id)).await,
+        ),
+    ];
+    for (what, result) in late {
+        let err = match result {
+            Err(err @ RunError::Expired { .. }) => err,
+            Err(other) => panic!("{what}: expected Expired, got {other}"),
+            Ok(_) => panic!("{what}: accepted"),
+        };
+        let RunError::Expired { tool_call_id, .. } = &err else {
+            unreachable!()
+        };
+        assert_eq!(tool_call_id, &call_id, "{what}");
+        assert!(
+            err.to_string().contains(&format!("expired at {shown}")),
+            "{what}: {err} (shown: {shown})"
+        );
+    }
+    let after = store.get(&run_id).await.unwrap().unwrap();
+    assert_eq!(after.version, swept.version, "nothing was written");
+}
+
+#[tokio::test]
+async fn an_answer_after_the_limit_but_before_any_sweep_is_refused_and_the_question_stays_for_expiry() {
+    let (clock, store) = clocked_store();
+    let agent = asking_agent(store.clone(), &clock, Some(Duration::from_secs(600)));
+    let run_id = agent.stream("plan").await.unwrap().output().await.run_id;
+    let run = store.get(&run_id).await.unwrap().unwrap();
+    past_the_limit(&run, &clock);
     let late = agent.resume_stream("Paris", ResumeOptions::run(&run_id)).await;
     assert!(matches!(late, Err(RunError::Expired { .. })), "{:?}", late.map(|_| ()));
     let unchanged = store.get(&run_id).await.unwrap().unwrap();
@@ -123,8 +193,8 @@ async fn an_answer_after_the_limit_but_before_any_sweep_is_refused_and_the_quest
 
 #[tokio::test]
 async fn an_answer_within_the_limit_is_taken_and_recorded_with_its_author() {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
-    let agent = asking_agent(store.clone(), Some(Duration::from_secs(3600)));
+    let (clock, store) = clocked_store();
+    let agent = asking_agent(store.clone(), &clock, Some(Duration::from_secs(3600)));
     let run_id = agent.stream("plan").await.unwrap().output().await.run_id;
     let output = agent
         .resume_stream(
@@ -145,7 +215,7 @@ async fn an_answer_within_the_limit_is_taken_and_recorded_with_its_author() {
 
 #[tokio::test]
 async fn an_approval_that_expires_counts_as_declined_and_the_tool_never_runs() {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let (clock, store) = clocked_store();
     let runs = Arc::new(AtomicUsize::new(0));
     let counter = runs.clone();
     let deploy = FunctionTool::builder("deploy")
@@ -163,12 +233,13 @@ async fn an_approval_that_expires_counts_as_declined_and_the_tool_never_runs() {
         .model(Arc::new(ScriptedModel::from_json("script", DEPLOY).unwrap()))
         .tool(deploy)
         .store(store.clone())
-        .time_limit(Duration::from_millis(100))
+        .clock(Arc::new(clock.clone()))
+        .time_limit(Duration::from_secs(600))
         .build()
         .unwrap();
     let run_id = agent.stream("ship it").await.unwrap().output().await.run_id;
     let run = store.get(&run_id).await.unwrap().unwrap();
-    until_expired(&run).await;
+    past_the_limit(&run, &clock);
     let mut streams = agent.expire_runs(Author::via(Interface::Server)).await.unwrap();
     let output = streams.pop().unwrap().output().await;
     assert_eq!(output.status, RunStatus::Completed);
@@ -197,8 +268,8 @@ async fn an_approval_that_expires_counts_as_declined_and_the_tool_never_runs() {
 
 #[tokio::test]
 async fn a_cancel_is_recorded_with_its_author() {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
-    let agent = asking_agent(store.clone(), None);
+    let (clock, store) = clocked_store();
+    let agent = asking_agent(store.clone(), &clock, None);
     let run_id = agent.stream("plan").await.unwrap().output().await.run_id;
     agent
         .cancel_run_by(&run_id, Author::named(Interface::Page, "bob"))

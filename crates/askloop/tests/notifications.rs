@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use askloop::{
-    Agent, AskUser, Author, DeliveryState, EventType, FunctionTool, Interface, MemoryStore, ResumeOptions, RunStatus,
-    RunStore, ScriptedModel, Subscription, ToolOutput,
+    Agent, AskUser, Author, DeliveryState, EventType, FunctionTool, Interface, ManualClock, MemoryStore, ResumeOptions,
+    RunStatus, RunStore, ScriptedModel, Subscription, ToolOutput,
 };
 
 const ASK: &str = r#"{"turns": [
@@ -127,7 +127,10 @@ async fn an_agent_without_subscriptions_writes_no_notification() {
 
 #[tokio::test]
 async fn approvals_announce_raised_approved_declined_and_expired() {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    // The store and the agent with a time limit read one clock, moved past
+    // the limit instead of waited for.
+    let clock = ManualClock::starting_now();
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
     let deploy = FunctionTool::builder("deploy")
         .description("Deploys.")
         .input_schema(serde_json::json!({"type": "object"}))
@@ -195,14 +198,15 @@ async fn approvals_announce_raised_approved_declined_and_expired() {
                 .execute(|_: serde_json::Value, _ctx| async move { Ok(ToolOutput::text("deployed").into()) }),
         )
         .store(store.clone())
-        .time_limit(Duration::from_millis(50))
+        .clock(Arc::new(clock.clone()))
+        .time_limit(Duration::from_secs(600))
         .notify(Subscription::new("hook", [EventType::QuestionExpired]))
         .build()
         .unwrap();
     let run_id = agent.stream("ship it").await.unwrap().output().await.run_id;
     let run = store.get(&run_id).await.unwrap().unwrap();
     let at = run.pending.iter().filter_map(|p| p.expires_at).min().unwrap();
-    tokio::time::sleep((at - chrono::Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(5)).await;
+    clock.set(at + chrono::Duration::milliseconds(1));
     for stream in agent.expire_runs(Author::via(Interface::Server)).await.unwrap() {
         stream.output().await;
     }

@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use askloop::{
-    Agent, AgentStream, AskUser, Author, ChunkKind, FunctionTool, Interface, MemoryStore, Message, Model, ModelError,
-    ModelRequest, ModelStream, ResolutionKind, ResumeOptions, RunError, RunFailure, RunStatus, RunStore, ScriptedModel,
-    ToolContent, ToolOutput,
+    Agent, AgentStream, AskUser, Author, ChunkKind, Clock, FunctionTool, Interface, ManualClock, MemoryStore, Message,
+    Model, ModelError, ModelRequest, ModelStream, ResolutionKind, ResumeOptions, RunError, RunFailure, RunStatus,
+    RunStore, ScriptedModel, ToolContent, ToolOutput,
 };
 use async_trait::async_trait;
 use chrono::Utc;
@@ -94,16 +94,49 @@ async fn until(condition: impl Fn() -> bool) {
     panic!("waited 10 s for a condition that never held");
 }
 
-/// Waits until the store lists `run_id` as expired (its lease ran out).
-async fn until_expired(store: &Arc<dyn RunStore>, run_id: &str) {
-    for _ in 0..2000 {
-        let expired = store.expired(Utc::now(), None, 100).await.unwrap();
-        if expired.iter().any(|r| r.run_id == run_id) {
-            return;
+/// What a test's processes share: the store, and the clock that it and
+/// every agent read, moved past a lease instead of waiting for it to run
+/// out.
+struct World {
+    store: Arc<dyn RunStore>,
+    clock: ManualClock,
+}
+
+impl World {
+    fn new() -> Self {
+        let clock = ManualClock::starting_at("2026-12-04T10:00:00Z".parse().unwrap());
+        World {
+            store: Arc::new(MemoryStore::with_clock(Arc::new(clock.clone()))),
+            clock,
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    panic!("run {run_id} was never listed as expired");
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        Arc::new(self.clock.clone())
+    }
+
+    /// The `assistant`, on the world's store and clock.
+    fn agent(&self, model: Arc<dyn Model>) -> Agent {
+        Agent::builder("assistant")
+            .model(model)
+            .tool(AskUser::new())
+            .store(Arc::clone(&self.store))
+            .clock(self.clock())
+            .lease_duration(LEASE)
+            .build()
+            .unwrap()
+    }
+
+    /// Moves the clock past the lease of `run_id`'s dead driver: the store
+    /// then lists the run as expired.
+    async fn lease_runs_out(&self, run_id: &str) {
+        self.clock.advance(LEASE + Duration::from_millis(1));
+        let expired = self.store.expired(self.clock.now(), None, 100).await.unwrap();
+        assert!(
+            expired.iter().any(|r| r.run_id == run_id),
+            "run {run_id} is not listed as expired once its lease ran out"
+        );
+    }
 }
 
 const ASK_THEN_ANSWER: &str = r#"{"turns": [
@@ -113,20 +146,21 @@ const ASK_THEN_ANSWER: &str = r#"{"turns": [
 
 #[tokio::test]
 async fn a_run_whose_driver_died_mid_model_call_is_taken_over_and_the_call_made_again() {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let world = World::new();
+    let store = Arc::clone(&world.store);
     let dying = hangs_on_turn(ASK_THEN_ANSWER, 0);
-    let first = agent(dying.clone(), &store);
+    let first = world.agent(dying.clone());
     let stream = first.stream("Book a trip").await.unwrap();
     let run_id = stream.run_id().to_owned();
     kill_when(stream, || dying.calls.load(Ordering::SeqCst) == 1).await;
 
     let run = store.get(&run_id).await.unwrap().unwrap();
     assert_eq!(run.status, RunStatus::Running);
-    until_expired(&store, &run_id).await;
-    assert!(store.get(&run_id).await.unwrap().unwrap().is_stalled(Utc::now()));
+    world.lease_runs_out(&run_id).await;
+    assert!(store.get(&run_id).await.unwrap().unwrap().is_stalled(world.clock.now()));
 
     let model = CountingModel::new(ASK_THEN_ANSWER);
-    let second = agent(model.clone(), &store);
+    let second = world.agent(model.clone());
     let mut recovered = second.recover_runs_by(Author::via(Interface::Server)).await.unwrap();
     assert_eq!(recovered.len(), 1);
     let (chunks, output) = recovered.remove(0).output_with_chunks().await;
@@ -172,9 +206,9 @@ async fn answers_stored_before_the_driver_died_are_not_asked_again() {
         ]},
         {"text": "Booked {{toolResults}}"}
     ]}"#;
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let world = World::new();
     let dying = hangs_on_turn(script, 1);
-    let first = agent(dying.clone(), &store);
+    let first = world.agent(dying.clone());
     let output = first.stream("Book a trip").await.unwrap().output().await;
     let ids: Vec<String> = output.pending.iter().map(|p| p.tool_call_id.clone()).collect();
     let run_id = output.run_id;
@@ -190,9 +224,9 @@ async fn answers_stored_before_the_driver_died_are_not_asked_again() {
         .await
         .unwrap();
     kill_when(last, || dying.calls.load(Ordering::SeqCst) == 2).await;
-    until_expired(&store, &run_id).await;
+    world.lease_runs_out(&run_id).await;
 
-    let second = agent(CountingModel::new(script), &store);
+    let second = world.agent(CountingModel::new(script));
     let (chunks, output) = second
         .recover_runs()
         .await
@@ -239,12 +273,14 @@ const CHARGE_THEN_REPLY: &str = r#"{"turns": [
 /// returns (runs in the dead process, runs in the recovering one, the
 /// recovered stream's output, the stored tool result).
 async fn die_mid_tool(idempotent: bool) -> (usize, usize, askloop::StreamOutput, ToolContent) {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let world = World::new();
+    let store = Arc::clone(&world.store);
     let build = |runs: &Arc<AtomicUsize>, hang: bool| {
         Agent::builder("assistant")
             .model(CountingModel::new(CHARGE_THEN_REPLY))
             .tool(charge_tool(Arc::clone(runs), hang, idempotent))
             .store(Arc::clone(&store))
+            .clock(world.clock())
             .lease_duration(LEASE)
             .build()
             .unwrap()
@@ -253,7 +289,7 @@ async fn die_mid_tool(idempotent: bool) -> (usize, usize, askloop::StreamOutput,
     let stream = build(&dead_runs, true).stream("Charge me").await.unwrap();
     let run_id = stream.run_id().to_owned();
     kill_when(stream, || dead_runs.load(Ordering::SeqCst) == 1).await;
-    until_expired(&store, &run_id).await;
+    world.lease_runs_out(&run_id).await;
 
     let new_runs = Arc::new(AtomicUsize::new(0));
     let output = build(&new_runs, false)
@@ -349,6 +385,7 @@ async fn a_run_failed_by_an_unreachable_model_keeps_its_answer_and_is_retried_fr
             Err(ModelError::Transport {
                 provider: "down".into(),
                 message: "connection refused".into(),
+                source: None,
             })
         }
     }
@@ -386,7 +423,7 @@ async fn a_run_failed_by_an_unreachable_model_keeps_its_answer_and_is_retried_fr
     );
     assert_eq!(model.calls(), 1);
     let run = store.get(&run_id).await.unwrap().unwrap();
-    assert_eq!((run.error, run.failure), (None, None));
+    assert_eq!((run.error(), run.failure), (None, None));
     let kinds: Vec<ResolutionKind> = run.resolutions.iter().map(|r| r.kind).collect();
     assert_eq!(
         kinds,
@@ -431,14 +468,15 @@ async fn generate_returns_the_typed_failure_and_a_step_limit_is_not_retried() {
 
 #[tokio::test]
 async fn the_stream_of_a_recovered_run_shows_only_what_is_new() {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let world = World::new();
     let dying = hangs_on_turn(ASK_THEN_ANSWER, 1);
-    let first = agent(dying.clone(), &store);
+    let first = world.agent(dying.clone());
     let run_id = first.stream("Book a trip").await.unwrap().output().await.run_id;
     let resumed = first.resume_stream("Paris", ResumeOptions::run(&run_id)).await.unwrap();
     kill_when(resumed, || dying.calls.load(Ordering::SeqCst) == 2).await;
-    until_expired(&store, &run_id).await;
-    let (chunks, output) = agent(CountingModel::new(ASK_THEN_ANSWER), &store)
+    world.lease_runs_out(&run_id).await;
+    let (chunks, output) = world
+        .agent(CountingModel::new(ASK_THEN_ANSWER))
         .recover_runs()
         .await
         .unwrap()
@@ -462,12 +500,14 @@ async fn the_stream_of_a_recovered_run_shows_only_what_is_new() {
 async fn die_mid_approved_tool(
     idempotent: bool,
 ) -> (usize, usize, askloop::StreamOutput, ToolContent, askloop::RunRecord) {
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let world = World::new();
+    let store = Arc::clone(&world.store);
     let build = |runs: &Arc<AtomicUsize>, hang: bool| {
         Agent::builder("assistant")
             .model(CountingModel::new(CHARGE_THEN_REPLY))
             .tool(charge_tool_approved(Arc::clone(runs), hang, idempotent, true))
             .store(Arc::clone(&store))
+            .clock(world.clock())
             .lease_duration(LEASE)
             .build()
             .unwrap()
@@ -479,7 +519,7 @@ async fn die_mid_approved_tool(
     let run_id = waiting.run_id.clone();
     let stream = dying.approve_tool_call(ResumeOptions::run(&run_id)).await.unwrap();
     kill_when(stream, || dead_runs.load(Ordering::SeqCst) == 1).await;
-    until_expired(&store, &run_id).await;
+    world.lease_runs_out(&run_id).await;
 
     let new_runs = Arc::new(AtomicUsize::new(0));
     let recovering = build(&new_runs, false);

@@ -86,7 +86,7 @@ async fn two_questions_with_one_id_get_distinct_ids_and_keep_their_own_answers()
         .unwrap()
         .output()
         .await;
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error());
     // What the model received next: each answer once, in call order.
     assert_eq!(done.text, "Got: User answered: Kyoto; User answered: Monday");
 
@@ -155,7 +155,7 @@ async fn calls_without_ids_get_distinct_ids_the_provider_pattern_accepts() {
         last = Some(out);
     }
     let done = last.unwrap();
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error());
     assert_eq!(
         done.text,
         "Got: User answered: a; User answered: b; User answered: c; User answered: d"

@@ -2,18 +2,22 @@
 
 mod concurrent;
 mod http;
+mod inbox;
 mod long;
 mod restart;
 mod roundtrip;
+mod thread;
 mod waiting;
 
 use serde::Serialize;
 
 pub use concurrent::concurrent;
 pub use http::{http, http_concurrent};
+pub use inbox::inbox;
 pub use long::long;
 pub use restart::{restart, restart_resume, restart_suspend};
 pub use roundtrip::roundtrip;
+pub use thread::{thread, thread_answer, thread_start};
 pub use waiting::waiting;
 
 /// Every report names the implementation, so lines from several frameworks

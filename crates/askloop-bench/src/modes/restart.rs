@@ -26,11 +26,13 @@ struct Figures {
 
 /// What a child process reports on its one line of output.
 #[derive(Debug, Serialize, Deserialize)]
-struct ChildReport {
-    run_id: String,
-    ms: f64,
+pub(super) struct ChildReport {
+    /// The run it started or resumed.
+    pub run_id: String,
+    /// Its stream's time.
+    pub ms: f64,
     /// Why the run did not do what it should, if it did not.
-    problem: Option<String>,
+    pub problem: Option<String>,
 }
 
 pub async fn restart(target: &Target) -> anyhow::Result<Report> {
@@ -52,7 +54,7 @@ pub async fn restart(target: &Target) -> anyhow::Result<Report> {
 }
 
 /// Runs this binary on the same server and store, and reads its report.
-async fn child(target: &Target, environment: &Environment, mode: &[&str]) -> anyhow::Result<ChildReport> {
+pub(super) async fn child(target: &Target, environment: &Environment, mode: &[&str]) -> anyhow::Result<ChildReport> {
     let exe = std::env::current_exe().context("cannot find this program to start it again")?;
     let output = tokio::process::Command::new(&exe)
         .args(["--base-url", &environment.base_url, "--db", &environment.db])

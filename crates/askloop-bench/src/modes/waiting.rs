@@ -5,6 +5,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use anyhow::Context;
+use askloop::Agent;
 use askloop_testkit::workload;
 use futures::StreamExt;
 use serde::Serialize;
@@ -37,18 +38,7 @@ pub async fn waiting(target: &Target, m: usize) -> anyhow::Result<Report> {
     let mut failures = Failures::default();
 
     let started = Instant::now();
-    let starts = bounded((0..m).map(|_| {
-        let agent = agent.clone();
-        async move { run::start(&agent).await }
-    }))
-    .await;
-    let mut suspended = Vec::with_capacity(m);
-    for streamed in starts {
-        match streamed.and_then(|s| s.expect_question(workload::DEPLOY_QUESTION).map(|()| s)) {
-            Ok(s) => suspended.push(s.run_id),
-            Err(err) => failures.push(err),
-        }
-    }
+    let suspended = suspend(&agent, m, &mut failures).await;
     let all_suspended = started.elapsed();
     let peak_suspended = measure::peak_rss_mb();
 
@@ -78,6 +68,25 @@ pub async fn waiting(target: &Target, m: usize) -> anyhow::Result<Report> {
         ok,
     };
     Report::new(&figures, failures)
+}
+
+/// Starts `m` runs, at most [`IN_FLIGHT`] at once, and returns the ids of
+/// those that suspended on the benchmark's question; the others are
+/// `failures`.
+pub(super) async fn suspend(agent: &Agent, m: usize, failures: &mut Failures) -> Vec<String> {
+    let starts = bounded((0..m).map(|_| {
+        let agent = agent.clone();
+        async move { run::start(&agent).await }
+    }))
+    .await;
+    let mut suspended = Vec::with_capacity(m);
+    for streamed in starts {
+        match streamed.and_then(|s| s.expect_question(workload::DEPLOY_QUESTION).map(|()| s)) {
+            Ok(s) => suspended.push(s.run_id),
+            Err(err) => failures.push(err),
+        }
+    }
+    suspended
 }
 
 /// Runs the futures on the runtime's workers, at most [`IN_FLIGHT`] at once.

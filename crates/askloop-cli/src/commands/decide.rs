@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use askloop::{
-    Agent, Author, ExpiredRuns, Interface, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord, RunStatus,
-    RunStore, SelectionMode,
+    Agent, Author, Clock, ExpiredRuns, Interface, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord,
+    RunStatus, RunStore, SelectionMode, SystemClock,
 };
 use serde_json::Value;
 
@@ -55,7 +55,7 @@ async fn agent_for(ctx: &Context, run_id: &str, model: Option<&str>) -> Result<(
 /// The agent `run` was started with, on `store`: from the run's own record
 /// when the `askloop` command started it, else from the configuration file
 /// (`--config`) that `askloop serve` or `askloop mcp` started it with.
-async fn rebuild_agent(
+pub(super) async fn rebuild_agent(
     ctx: &Context,
     store: &Arc<dyn RunStore>,
     run: &RunRecord,
@@ -261,7 +261,7 @@ enum Sweep {
 async fn sweep(ctx: &Context, json: bool, sweep: Sweep) -> Result<Done, CliError> {
     const PAGE: u32 = 500;
     let store = ctx.store(Access::Existing).await?;
-    let now = chrono::Utc::now();
+    let now = SystemClock.now();
     let mut pages = match sweep {
         Sweep::Stalled => ExpiredRuns::new(store.as_ref(), now, PAGE),
         Sweep::Overdue => ExpiredRuns::time_limits(store.as_ref(), now, PAGE),
@@ -343,6 +343,7 @@ mod tests {
             run_id: "r1".into(),
             agent_id: "assistant".into(),
             thread_id: None,
+            memory: None,
             status,
             version: 3,
             created_at: now,
@@ -352,8 +353,8 @@ mod tests {
             message_count: 2,
             steps: 1,
             usage: Default::default(),
-            error: None,
             metadata: json!({}),
+            settings: Default::default(),
             lease: None,
             failure: None,
             resolutions: Vec::new(),

@@ -7,10 +7,11 @@ mod mcp;
 mod run;
 mod runs;
 mod serve;
+mod threads;
 
 use askloop::{AgentStream, StreamOutput};
 
-use crate::cli::{Cli, Command, RunsCommand};
+use crate::cli::{Cli, Command, RunsCommand, ThreadsCommand};
 use crate::exit::{CliError, Done};
 use crate::render::{self, Format};
 use crate::setup::{self, ModelChoice};
@@ -23,7 +24,36 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
         config: cli.config,
     };
     match cli.command {
-        Command::Chat { prompt, model } => chat::chat(&ctx, prompt, &model).await,
+        Command::Chat {
+            prompt,
+            thread: Some(thread),
+            resource,
+            model,
+        } => {
+            let resource = threads::resource(resource.resource.as_deref())?;
+            chat::chat_on_thread(&ctx, prompt, &model, resource, &thread).await
+        }
+        Command::Chat {
+            resource: crate::cli::ResourceArg { resource: Some(_) },
+            ..
+        } => Err(CliError::usage(
+            "--resource goes with --thread: it names whose thread the chat continues",
+        )),
+        Command::Chat { prompt, model, .. } => chat::chat(&ctx, prompt, &model).await,
+        Command::Threads(args) => {
+            let resource = threads::resource(args.resource.resource.as_deref())?;
+            match args.command {
+                Some(ThreadsCommand::Show { thread_id, json }) => {
+                    threads::show(&ctx, resource, &thread_id, json || args.json).await
+                }
+                Some(ThreadsCommand::Delete {
+                    thread_id,
+                    cancel_runs,
+                    json,
+                }) => threads::delete(&ctx, resource, &thread_id, cancel_runs, json || args.json).await,
+                None => threads::list(&ctx, resource, args.limit, args.json).await,
+            }
+        }
         Command::Run { prompt, json, model } => run::run(&ctx, prompt, json, &model).await,
         Command::Resume(args) => decide::resume(&ctx, args).await,
         Command::Approve {

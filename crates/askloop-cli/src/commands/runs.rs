@@ -1,6 +1,6 @@
 //! `askloop runs` and `askloop runs show RUN_ID`.
 
-use askloop::{Message, RunQuery, RunRecord, RunStatus};
+use askloop::{Clock, Message, RunQuery, RunRecord, RunStatus, SystemClock};
 use serde_json::{Value, json};
 
 use super::{Access, Context};
@@ -34,7 +34,7 @@ pub async fn list(ctx: &Context, status: Option<&str>, limit: u32, as_json: bool
         return Ok(Done::Ok);
     }
     outln!("{:<36}  {:<10}  {:<20}  WAITING ON", "RUN ID", "STATUS", "UPDATED");
-    let now = chrono::Utc::now();
+    let now = SystemClock.now();
     for run in &runs {
         outln!(
             "{:<36}  {:<10}  {:<20}  {}",
@@ -62,7 +62,7 @@ fn waiting_on(run: &RunRecord) -> String {
     }
 }
 
-fn pending_json(run: &RunRecord) -> Value {
+pub(super) fn pending_json(run: &RunRecord) -> Value {
     Value::Array(
         run.pending
             .iter()
@@ -102,12 +102,12 @@ fn summary_json(run: &RunRecord) -> Value {
         "agentId": run.agent_id,
         "threadId": run.thread_id,
         "status": run.status,
-        "stalled": run.is_stalled(chrono::Utc::now()),
+        "stalled": run.is_stalled(SystemClock.now()),
         "failure": run.failure,
         "createdAt": run.created_at,
         "updatedAt": run.updated_at,
         "pending": pending_json(run),
-        "error": run.error,
+        "error": run.error(),
     })
 }
 
@@ -127,13 +127,13 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
     }
     outln!("Run {}", run.run_id);
     outln!("  agent    {}", escape::one_line(&run.agent_id));
-    outln!("  status   {}", shown_status(&run, chrono::Utc::now()));
+    outln!("  status   {}", shown_status(&run, SystemClock.now()));
     outln!("  created  {}", run.created_at.format("%Y-%m-%d %H:%M:%S UTC"));
     outln!("  updated  {}", run.updated_at.format("%Y-%m-%d %H:%M:%S UTC"));
-    if let Some(error) = &run.error {
+    if let Some(error) = &run.error() {
         outln!("  error    {}", escape::lines(error));
     }
-    if run.is_stalled(chrono::Utc::now()) {
+    if run.is_stalled(SystemClock.now()) {
         outln!(
             "  stalled  the process driving it stopped; `{} runs recover` continues it",
             ctx.askloop()

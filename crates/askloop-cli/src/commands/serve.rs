@@ -1,14 +1,18 @@
 //! `askloop serve`: the HTTP API for the agents of a configuration file (or
 //! the default agent), on the store given by `--db`.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use askloop::{Agent, RunStore};
+#[cfg(unix)]
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::oneshot;
 
-use askloop_server::{Server, ServerConfig, ServerOptions, Webhooks};
+use askloop_server::{ApprovalNames, Server, ServerConfig, ServerOptions, Webhooks};
 
 use super::{Context, announce};
 use crate::cli::{ModelArgs, ServeArgs};
@@ -35,6 +39,8 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .author_header(config.author_header.clone())
         .allow_unauthenticated(args.allow_unauthenticated)
         .cors_origins(args.cors_origin)
+        .allowed_hosts(config.allowed_hosts.iter().cloned().chain(args.allow_host).collect())
+        .public_url(config.public_url.clone())
         .body_limit(args.max_body_bytes)
         .shutdown_grace(Duration::from_secs(args.shutdown_grace))
         .recover_every(Duration::from_secs(args.recover_every))
@@ -46,6 +52,11 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .map_err(|err| CliError::usage(err.to_string()))?
         .options(options)
         .webhooks(webhooks);
+    let server = config.agents.iter().fold(server, |server, agent| {
+        server.allow_overrides(agent.id.clone(), agent.request_overrides.iter().copied())
+    });
+    // Refused before listening; what is only unwise is warned of when
+    // serving starts.
     server
         .check_exposure(addr)
         .map_err(|err| CliError::usage(err.to_string()))?;
@@ -90,8 +101,9 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             if config.webhooks.len() == 1 { "" } else { "s" }
         );
     }
+    let (shutdown, stop) = shutdown_signals();
     server
-        .serve(listener, shutdown_signal())
+        .serve_with_stop(listener, shutdown, stop)
         .await
         .map_err(|err| CliError::failure(err.to_string()))?;
     errln!("askloop: stopped");
@@ -100,19 +112,21 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
 
 /// The agents of the configuration file (`--config`, else `askloop.toml` if
 /// it exists, else the default agent), with their MCP servers' tools, on the
-/// store of `--db`; announces the model when an agent uses the default one.
-/// `askloop serve` and `askloop mcp` start the same way.
+/// store of `--db`; announces the model when an agent uses the default one,
+/// and checks the names of `require_approval` against the tools the MCP
+/// servers list. `askloop serve` and `askloop mcp` start the same way.
 pub(super) async fn configured_agents(ctx: &Context, model: &ModelArgs) -> Result<Configured, CliError> {
     let config = load_config(ctx)?;
     let store = setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?;
-    let agents = build_agents(config.clone(), model, &store, true).await?;
+    let agents = build_agents(config.clone(), model, &store, Starting::Server).await?;
     Ok(Configured { config, agents, store })
 }
 
 /// The agent `agent_id` of the configuration file, rebuilt on `store` to go
 /// on with a run that `askloop serve` or `askloop mcp` started: the same
 /// tools, instructions and limits as there. Only that agent's MCP servers
-/// are started.
+/// are started, for their tools; the names of `require_approval` are not
+/// checked again.
 pub(super) async fn configured_agent(
     ctx: &Context,
     agent_id: &str,
@@ -130,7 +144,7 @@ pub(super) async fn configured_agent(
             "the run belongs to agent `{agent_id}`, which {source} does not define; give --config the file that `askloop serve` or `askloop mcp` started it with, or resume it from the program that started it"
         )));
     }
-    let mut agents = build_agents(config, model, store, false).await?;
+    let mut agents = build_agents(config, model, store, Starting::Continuation).await?;
     Ok(agents.remove(0))
 }
 
@@ -147,30 +161,45 @@ fn load_config(ctx: &Context) -> Result<ServerConfig, CliError> {
     Ok(config)
 }
 
-/// Builds the agents of `config` with their MCP servers' tools; those that
-/// use the default model get the one of `--model` / `--script` / the
-/// environment, which is announced when `announce_default` is set.
+/// What the agents are built for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Starting {
+    /// `askloop serve` or `askloop mcp`: the default model is announced and
+    /// the approval names are checked.
+    Server,
+    /// A command that goes on with one run.
+    Continuation,
+}
+
+/// Builds the agents of `config` with their MCP servers' tools (an MCP
+/// server that cannot be reached is a warning); those that use the default
+/// model get the one of `--model` / `--script` / the environment.
 async fn build_agents(
     config: ServerConfig,
     model: &ModelArgs,
     store: &Arc<dyn RunStore>,
-    announce_default: bool,
+    starting: Starting,
 ) -> Result<Vec<Agent>, CliError> {
     let choice = setup::choose_model(model)?;
     let uses_default = config
         .agents
         .iter()
         .any(|a| a.model == askloop_server::ModelSource::Default);
-    let agents = config
-        .build_agents_with_mcp(store, &|| {
-            setup::make_model(&choice, false).map_err(|err| err.to_string())
-        })
+    let names = match starting {
+        Starting::Server => ApprovalNames::Check,
+        Starting::Continuation => ApprovalNames::Trust,
+    };
+    let built = config
+        .build_agents_with_mcp(store, &|| setup::make_model(&choice, false).map_err(Into::into), names)
         .await
         .map_err(|err| CliError::usage(err.to_string()))?;
-    if uses_default && announce_default {
+    for warning in &built.warnings {
+        errln!("askloop: warning: {warning}");
+    }
+    if uses_default && starting == Starting::Server {
         announce(&choice);
     }
-    Ok(agents)
+    Ok(built.agents)
 }
 
 /// What [`configured_agents`] started from and built.
@@ -189,31 +218,89 @@ pub(super) fn config_path(given: Option<&Path>) -> Option<PathBuf> {
     }
 }
 
-/// Completes on SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    let interrupt = async {
+/// Two futures: the first completes on the first SIGTERM or SIGINT
+/// (Ctrl-C), which begins a graceful shutdown; the second on the next one,
+/// which stops at once.
+fn shutdown_signals() -> (impl Future<Output = ()>, impl Future<Output = ()>) {
+    let mut signals = Signals::new();
+    let (first_tx, first) = oneshot::channel();
+    let (second_tx, second) = oneshot::channel();
+    tokio::spawn(async move {
+        signals.next().await;
+        errln!("askloop: shutting down; open streams may finish (SIGTERM or Ctrl-C again stops now)");
+        let _ = first_tx.send(());
+        signals.next().await;
+        errln!("askloop: stopping now; runs cut off stay at their last stored step");
+        let _ = second_tx.send(());
+    });
+    (received(first), received(second))
+}
+
+/// Completes when `signal` is sent; never if its sender is gone.
+async fn received(signal: oneshot::Receiver<()>) {
+    if signal.await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// SIGTERM and SIGINT (Ctrl-C), listened for from start-up on, so none is
+/// missed between two waits.
+#[cfg(unix)]
+struct Signals {
+    terminate: Option<Signal>,
+    interrupt: Option<Signal>,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn new() -> Signals {
+        let listen = |kind: SignalKind, name: &str| {
+            signal(kind)
+                .map_err(|err| tracing::warn!(error = %err, "cannot listen for {name}"))
+                .ok()
+        };
+        Signals {
+            terminate: listen(SignalKind::terminate(), "SIGTERM"),
+            interrupt: listen(SignalKind::interrupt(), "Ctrl-C"),
+        }
+    }
+
+    /// Waits for the next SIGTERM or SIGINT.
+    async fn next(&mut self) {
+        tokio::select! {
+            () = next_of(&mut self.terminate) => {}
+            () = next_of(&mut self.interrupt) => {}
+        }
+    }
+}
+
+/// The next delivery of `signal`; never, for a signal not listened for.
+#[cfg(unix)]
+async fn next_of(signal: &mut Option<Signal>) {
+    let delivered = match signal {
+        Some(signal) => signal.recv().await.is_some(),
+        None => false,
+    };
+    if !delivered {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Ctrl-C, where there is no SIGTERM.
+#[cfg(not(unix))]
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn new() -> Signals {
+        Signals
+    }
+
+    /// Waits for the next Ctrl-C.
+    async fn next(&mut self) {
         if let Err(err) = tokio::signal::ctrl_c().await {
             tracing::warn!(error = %err, "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => {}
-        _ = terminate => {}
     }
-    errln!("askloop: shutting down; open streams may finish");
 }

@@ -7,9 +7,11 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+pub mod pty;
+pub mod raw;
 mod serving;
 #[allow(unused_imports)] // not every test file starts a server
-pub use serving::{Asked, Serving, chunks, skipped_for_lack_of};
+pub use serving::{Asked, Serving, chunks, missing_browser, skipped_for_lack_of};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_askloop");
 

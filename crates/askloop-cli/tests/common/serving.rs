@@ -2,9 +2,9 @@
 //! and the rule for tests that need programs from outside the workspace.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A running `askloop serve`, killed when dropped.
 pub struct Serving {
@@ -94,6 +94,42 @@ impl Serving {
             .unwrap()
     }
 
+    /// Waits (up to 60 s) for a line of stderr that contains `needle`, and
+    /// returns it.
+    pub fn wait_for_line(&self, needle: &str) -> String {
+        loop {
+            let line = self
+                .stderr
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("askloop serve printed a line with {needle:?}"));
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    }
+
+    /// Waits up to `bound` for the process to exit; `None` if it is still
+    /// running then. The bound is a hang guard, not a timing assertion.
+    pub fn exit_within(&mut self, bound: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Sends the process SIGTERM, as a service manager stops it.
+    pub fn terminate(&self) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
     /// The stderr lines printed after the banner, until the process ends.
     pub fn rest_of_stderr(&self) -> Vec<String> {
         self.stderr.iter().collect()
@@ -138,4 +174,24 @@ pub fn skipped_for_lack_of(test: &str, missing: Option<String>) -> bool {
     }
     eprintln!("{test}: skipped: {reason}");
     true
+}
+
+/// What the browser tests need of the machine (chromium, node, and
+/// `tests/web`'s npm packages), or why they cannot run here.
+pub fn missing_browser(web: &std::path::Path) -> Option<String> {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
+    if !std::path::Path::new(&chromium).exists() {
+        return Some(format!("{chromium} is missing (apt-get install -y chromium)"));
+    }
+    if Command::new("node").arg("--version").output().is_err() {
+        return Some("node is missing".to_owned());
+    }
+    if !web.join("node_modules/playwright-core").is_dir() {
+        return Some(format!(
+            "{} is missing (npm ci in {})",
+            web.join("node_modules").display(),
+            web.display()
+        ));
+    }
+    None
 }

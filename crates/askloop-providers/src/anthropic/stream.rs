@@ -266,6 +266,7 @@ impl StreamParser for MessagesStreamParser {
             return Err(ModelError::Transport {
                 provider: self.provider.clone(),
                 message: "the connection closed before the response was complete".to_owned(),
+                source: None,
             });
         }
         // A tool block left open by a server that skipped its stop event.

@@ -305,6 +305,7 @@ impl StreamParser for ChatStreamParser {
             return Err(ModelError::Transport {
                 provider: self.provider.clone(),
                 message: "the connection closed before the response was complete".to_owned(),
+                source: None,
             });
         }
         self.flush_calls(out);

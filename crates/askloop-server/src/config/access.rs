@@ -1,8 +1,10 @@
-//! `[[tokens]]` and `author_header`: who may call the server, for which
-//! agents, and under which name their answers are recorded.
+//! `[[tokens]]`, `author_header` and `allowed_hosts`: who may call the
+//! server, for which agents, under which name their answers are recorded,
+//! and which host names the server answers to.
 //!
 //! ```toml
 //! author_header = "X-Forwarded-User"  # only behind a proxy that sets it and strips it from clients
+//! allowed_hosts = ["askloop.internal"] # names a proxy forwards, besides loopback names and addresses
 //!
 //! [[tokens]]
 //! name = "alice"                      # recorded as the author of what is done with it
@@ -100,7 +102,31 @@ pub(super) fn resolve_tokens(
                 format!("token {name:?} has the same secret as another token; each token needs its own"),
             ));
         }
-        let mut resolved = ApiToken::new(name, secret.trim());
+        if secret.trim() != secret {
+            return Err(ConfigError::new(
+                file,
+                key("token"),
+                format!(
+                    "the secret of token {name:?} starts or ends with white space, so no request could ever match it; remove the white space"
+                ),
+            ));
+        }
+        // A named token's threads are walled: its own name, and the
+        // resources it lists.
+        let mut resources = vec![name.clone()];
+        for (j, resource) in token.resources.unwrap_or_default().into_iter().enumerate() {
+            if let Err(err) = askloop::IdKind::Resource.check(&resource) {
+                return Err(ConfigError::new(
+                    file,
+                    format!("tokens[{i}].resources[{j}]"),
+                    err.to_string(),
+                ));
+            }
+            if !resources.contains(&resource) {
+                resources.push(resource);
+            }
+        }
+        let mut resolved = ApiToken::new(name, secret).only_resources(resources);
         if let Some(agents) = token.agents {
             if agents.is_empty() {
                 return Err(ConfigError::new(
@@ -123,6 +149,21 @@ pub(super) fn resolve_tokens(
         tokens.push(resolved);
     }
     Ok((tokens, warnings))
+}
+
+/// Checks `allowed_hosts`: host names or addresses, without scheme or port.
+pub(super) fn resolve_allowed_hosts(file: &Path, raw: Option<Vec<String>>) -> Result<Vec<String>, ConfigError> {
+    let hosts = raw.unwrap_or_default();
+    for (i, host) in hosts.iter().enumerate() {
+        if !crate::guard::is_host_name(host) {
+            return Err(ConfigError::new(
+                file,
+                format!("allowed_hosts[{i}]"),
+                format!("{host:?} is not a host name; give one like \"askloop.example.com\", without scheme or port"),
+            ));
+        }
+    }
+    Ok(hosts)
 }
 
 /// Checks `author_header`: a valid header name.

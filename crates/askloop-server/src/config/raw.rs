@@ -21,6 +21,9 @@ pub(super) struct RawConfig {
     pub(super) tokens: Vec<RawToken>,
     /// The header a trusted proxy names the author in.
     pub(super) author_header: Option<String>,
+    /// Host names the server answers to besides loopback names and
+    /// addresses.
+    pub(super) allowed_hosts: Option<Vec<String>>,
     pub(super) public_url: Option<String>,
     #[serde(default)]
     pub(super) webhooks: Vec<RawWebhook>,
@@ -35,6 +38,8 @@ pub(super) struct RawToken {
     pub(super) token: Option<String>,
     pub(super) token_env: Option<String>,
     pub(super) agents: Option<Vec<String>>,
+    /// Resources beyond its own name whose threads it may use.
+    pub(super) resources: Option<Vec<String>>,
 }
 
 /// One `[[webhooks]]` table: where notifications of questions are POSTed.
@@ -70,6 +75,8 @@ pub(super) struct RawAgent {
     pub(super) require_approval: Option<Vec<String>>,
     pub(super) allow_free_text: Option<bool>,
     pub(super) max_steps: Option<u32>,
+    pub(super) last_messages: Option<u32>,
+    pub(super) request_overrides: Option<Vec<String>>,
     pub(super) write_dir: Option<PathBuf>,
     pub(super) time_limit: Option<String>,
     pub(super) time_limits: Option<BTreeMap<String, String>>,
@@ -90,6 +97,8 @@ pub(super) struct RawMcpServer {
     pub(super) headers: Option<BTreeMap<String, String>>,
     pub(super) tools: Option<Vec<String>>,
     pub(super) hold_for_secs: Option<u64>,
+    /// Every call of its tools waits for approval.
+    pub(super) require_approval: Option<bool>,
 }
 
 pub(super) fn parse(file: &Path, text: &str) -> Result<RawConfig, ConfigError> {

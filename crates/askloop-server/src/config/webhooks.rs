@@ -62,22 +62,35 @@ impl WebhookConfig {
 #[derive(Clone, PartialEq, Eq)]
 pub struct WebhookSecret(Vec<u8>);
 
+/// What a webhook signing secret is written as.
+const SECRET_ACCEPTED: &str = "a Standard Webhooks secret is \"whsec_\" followed by base64 of random bytes \
+                               (e.g. from: echo \"whsec_$(openssl rand -base64 32)\")";
+
+/// A webhook signing secret askloop cannot use, saying what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSecret {
+    /// It does not start with `whsec_`.
+    #[error("the secret does not start with whsec_; {SECRET_ACCEPTED}")]
+    NoPrefix,
+    /// What follows `whsec_` is not base64.
+    #[error("the part after whsec_ is not base64 ({0}); {SECRET_ACCEPTED}")]
+    NotBase64(String),
+    /// It holds fewer than 16 bytes.
+    #[error("the secret is {0} bytes; give at least 16 (24 to 64 is usual); {SECRET_ACCEPTED}")]
+    TooShort(usize),
+}
+
 impl WebhookSecret {
     /// Reads `whsec_<base64>`, or says what is accepted.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let accepted = "a Standard Webhooks secret is \"whsec_\" followed by base64 of random bytes \
-                        (e.g. from: echo \"whsec_$(openssl rand -base64 32)\")";
+    pub fn parse(text: &str) -> Result<Self, InvalidSecret> {
         let Some(encoded) = text.trim().strip_prefix("whsec_") else {
-            return Err(format!("the secret does not start with whsec_; {accepted}"));
+            return Err(InvalidSecret::NoPrefix);
         };
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(encoded)
-            .map_err(|err| format!("the part after whsec_ is not base64 ({err}); {accepted}"))?;
+            .map_err(|err| InvalidSecret::NotBase64(err.to_string()))?;
         if bytes.len() < 16 {
-            return Err(format!(
-                "the secret is {} bytes; give at least 16 (24 to 64 is usual); {accepted}",
-                bytes.len()
-            ));
+            return Err(InvalidSecret::TooShort(bytes.len()));
         }
         Ok(WebhookSecret(bytes))
     }
@@ -154,9 +167,8 @@ pub(super) fn resolve_webhooks(
                     "missing: give secret = \"whsec_...\" or secret_env = \"NAME\" (an environment variable holding it)",
                 ));
             }
-            (Some(secret), None) => {
-                WebhookSecret::parse(&secret).map_err(|problem| ConfigError::new(file, key("secret"), problem))?
-            }
+            (Some(secret), None) => WebhookSecret::parse(&secret)
+                .map_err(|problem| ConfigError::new(file, key("secret"), problem.to_string()))?,
             (None, Some(name)) => {
                 let value = std::env::var(&name).map_err(|_| {
                     ConfigError::new(
@@ -218,7 +230,10 @@ pub(super) fn resolve_webhooks(
         };
         let timeout = hook
             .timeout
-            .map(|text| duration::parse_limit(&text).map_err(|problem| ConfigError::new(file, key("timeout"), problem)))
+            .map(|text| {
+                duration::parse_limit(&text)
+                    .map_err(|problem| ConfigError::new(file, key("timeout"), problem.to_string()))
+            })
             .transpose()?
             .unwrap_or(DEFAULT_WEBHOOK_TIMEOUT);
         hooks.push(WebhookConfig {

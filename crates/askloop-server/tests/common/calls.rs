@@ -20,6 +20,19 @@ pub async fn suspended_run(server: &TestServer) -> (String, String) {
     )
 }
 
+/// Starts a run of `approver` and returns its id and the call waiting for
+/// approval.
+pub async fn approval_run(server: &TestServer) -> (String, String) {
+    let started = server
+        .post_sse("/api/agents/approver/stream", json!({"messages": PROMPT}))
+        .await;
+    let approval = started.first("tool-call-approval");
+    (
+        approval["runId"].as_str().unwrap().to_owned(),
+        approval["payload"]["toolCallId"].as_str().unwrap().to_owned(),
+    )
+}
+
 /// `GET /api/runs/{run_id}`.
 pub async fn stored_run(server: &TestServer, run_id: &str) -> Value {
     let response = server.get(&format!("/api/runs/{run_id}")).await;

@@ -66,6 +66,31 @@ pub fn approver(store: &Arc<dyn RunStore>) -> Agent {
         .unwrap()
 }
 
+/// An agent `id` with `ask_user` whose model is the fake OpenAI server,
+/// with no retries of its own, so one failing request fails the run.
+pub fn agent_on(id: &str, server: &askloop_testkit::FakeServer, store: &Arc<dyn RunStore>) -> Agent {
+    let base = server.openai_base_url();
+    let env = move |name: &str| match name {
+        "OPENAI_API_KEY" => Some("sk-test".to_owned()),
+        "OPENAI_BASE_URL" => Some(base.clone()),
+        _ => None,
+    };
+    let http = askloop_providers::HttpConfig {
+        retry: askloop_providers::RetryPolicy {
+            max_retries: 0,
+            ..askloop_providers::RetryPolicy::default()
+        },
+        ..askloop_providers::HttpConfig::default()
+    };
+    let model = askloop_providers::from_spec_with("openai/gpt-4o-mini", env, http).unwrap();
+    Agent::builder(id)
+        .model(model)
+        .tool(AskUser::new())
+        .store(Arc::clone(store))
+        .build()
+        .unwrap()
+}
+
 pub fn memory_store() -> Arc<dyn RunStore> {
     Arc::new(MemoryStore::new())
 }
@@ -84,10 +109,14 @@ impl TestServer {
     }
 
     pub async fn start_with(agents: Vec<Agent>, store: Arc<dyn RunStore>, options: ServerOptions) -> TestServer {
+        Self::serve(Server::new(agents, store).unwrap().options(options)).await
+    }
+
+    /// Serves `server`, set up as the test needs.
+    pub async fn serve(server: Server) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = Server::new(agents, store).unwrap().options(options);
         let task = tokio::spawn(server.serve(listener, async move {
             let _ = stopped.await;
         }));

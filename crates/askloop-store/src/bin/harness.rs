@@ -150,7 +150,7 @@ async fn resume(agent: &Agent, run_id: &str, answer: &str) -> Result<i32, Failur
                 println!("completed {}", output.text);
                 Ok(0)
             } else {
-                println!("ended {} {:?}", output.status, output.error);
+                println!("ended {} {:?}", output.status, output.error());
                 Ok(1)
             }
         }
@@ -182,7 +182,7 @@ async fn resume_many(agent: &Agent, answer: &str, run_ids: &[String]) -> Result<
                         let output = stream.output().await;
                         match output.status {
                             RunStatus::Completed => Ok(()),
-                            status => Err(format!("{status}: {}", output.error.unwrap_or_default())),
+                            status => Err(format!("{status}: {}", output.error().unwrap_or_default())),
                         }
                     }
                     Err(err) => Err(err.to_string()),

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use askloop::{
-    Message, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, RunCursor, RunQuery, RunRecord, RunStatus, RunStore,
-    RunUpdate, StoreError, ToolCall, ToolContent, ToolResult, Usage,
+    Clock, Message, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, RunCursor, RunQuery, RunRecord, RunSettings,
+    RunStatus, RunStore, RunUpdate, StoreError, SystemClock, ToolCall, ToolContent, ToolResult, Usage,
 };
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use serde_json::json;
@@ -22,7 +22,7 @@ pub(crate) fn at(t: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 pub(crate) fn base_time() -> DateTime<Utc> {
-    at(Utc::now())
+    at(SystemClock.now())
 }
 
 /// A new run record, as an agent creates it.
@@ -31,6 +31,7 @@ pub fn new_run(run_id: &str, agent_id: &str, created_at: DateTime<Utc>, messages
         run_id: run_id.to_owned(),
         agent_id: agent_id.to_owned(),
         thread_id: None,
+        memory: None,
         status: RunStatus::Running,
         version: 0,
         created_at: at(created_at),
@@ -40,8 +41,8 @@ pub fn new_run(run_id: &str, agent_id: &str, created_at: DateTime<Utc>, messages
         message_count: messages as i64,
         steps: 0,
         usage: Usage::default(),
-        error: None,
         metadata: json!({"model": "scripted"}),
+        settings: Default::default(),
         lease: None,
         failure: None,
         resolutions: Vec::new(),
@@ -50,7 +51,7 @@ pub fn new_run(run_id: &str, agent_id: &str, created_at: DateTime<Utc>, messages
 
 /// A lease held for a minute from now by `owner-test`.
 pub fn test_lease() -> askloop::Lease {
-    askloop::Lease::new("owner-test", Utc::now() + Duration::seconds(60))
+    askloop::Lease::new("owner-test", SystemClock.now() + Duration::seconds(60))
 }
 
 pub(crate) fn user(text: &str) -> Message {
@@ -75,6 +76,16 @@ fn pending_question(id: &str, question: &str) -> PendingToolCall {
         resume_schema: Some(json!({"type": "string"})),
         expires_at: None,
         started_at: None,
+    }
+}
+
+/// A listing of the runs with `status` (any, if `None`) of `agent` (any,
+/// if `None`).
+fn query(status: Option<RunStatus>, agent: Option<&str>) -> RunQuery {
+    RunQuery {
+        status,
+        agent_id: agent.map(str::to_owned),
+        ..Default::default()
     }
 }
 
@@ -358,7 +369,7 @@ pub async fn a_failed_run_keeps_its_error(s: &Subject) {
         .unwrap();
     let run = s.store.get("run-a").await.unwrap().unwrap();
     assert_eq!(run.status, RunStatus::Failed);
-    assert_eq!(run.error.as_deref(), Some("model error: rate limited"));
+    assert_eq!(run.error().as_deref(), Some("model error: rate limited"));
 }
 
 /// Only a suspended run at the expected version can be claimed.
@@ -512,11 +523,6 @@ pub async fn list_filters_by_status_and_agent(s: &Subject) {
         .await
         .unwrap();
 
-    let query = |status: Option<RunStatus>, agent: Option<&str>| RunQuery {
-        status,
-        agent_id: agent.map(str::to_owned),
-        ..Default::default()
-    };
     let suspended = s.store.list(&query(Some(RunStatus::Suspended), None)).await.unwrap();
     assert_eq!(ids(&suspended), ["s-2", "s-1"]);
     let agent_1 = s.store.list(&query(None, Some("agent-1"))).await.unwrap();
@@ -663,6 +669,83 @@ pub async fn list_pages_after_the_last_run_of_the_page_before(s: &Subject) {
     );
 }
 
+/// `count` is the number of runs the listing for the same query holds:
+/// by status, by agent, by both, after a place, past an offset, up to a
+/// limit; a run that leaves a status leaves its count.
+pub async fn count_is_the_length_of_the_listing_for_the_same_query(s: &Subject) {
+    let t0 = base_time() - Duration::hours(1);
+    for i in 0..7 {
+        let agent = if i < 4 { "agent-1" } else { "agent-2" };
+        suspended_run(s.store.as_ref(), &format!("s-{i}"), agent, t0 + Duration::seconds(i)).await;
+    }
+    for i in 0..3 {
+        s.store
+            .create(
+                &new_run(&format!("r-{i}"), "agent-1", t0 + Duration::seconds(10 + i), 1),
+                &[user("x")],
+            )
+            .await
+            .unwrap();
+    }
+    let suspended = query(Some(RunStatus::Suspended), None);
+    let s3 = s.store.get("s-3").await.unwrap().unwrap();
+    let cases = [
+        (RunQuery::default(), 10),
+        (suspended.clone(), 7),
+        (query(Some(RunStatus::Running), None), 3),
+        (query(Some(RunStatus::Completed), None), 0),
+        (query(None, Some("agent-2")), 3),
+        (query(Some(RunStatus::Suspended), Some("agent-1")), 4),
+        (query(None, Some("agent-3")), 0),
+        (
+            RunQuery {
+                after: Some(RunCursor::after_created(&s3)),
+                ..suspended.clone()
+            },
+            3,
+        ),
+        (
+            RunQuery {
+                limit: Some(5),
+                ..suspended.clone()
+            },
+            5,
+        ),
+        (
+            RunQuery {
+                offset: 5,
+                limit: Some(5),
+                ..suspended.clone()
+            },
+            2,
+        ),
+        (
+            RunQuery {
+                offset: 9,
+                ..suspended.clone()
+            },
+            0,
+        ),
+    ];
+    for (query, expected) in cases {
+        let listed = s.store.list(&query).await.unwrap().len() as u64;
+        assert_eq!(listed, expected, "the listing for {query:?}");
+        assert_eq!(
+            s.store.count(&query).await.unwrap(),
+            expected,
+            "the count for {query:?}"
+        );
+    }
+
+    // Answered: no longer counted as suspended.
+    let claimed = s.store.get("s-0").await.unwrap().unwrap();
+    s.store
+        .claim("s-0", claimed.version, &super::test_lease())
+        .await
+        .unwrap();
+    assert_eq!(s.store.count(&suspended).await.unwrap(), 6);
+}
+
 /// `prune` deletes completed, failed and cancelled runs last written before
 /// the cutoff, with their messages, and nothing else.
 pub async fn prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages(s: &Subject) {
@@ -712,6 +795,55 @@ pub async fn prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_m
     }
     assert_eq!(s.store.messages("old-suspended").await.unwrap().len(), 2);
     assert_eq!(s.store.prune(cutoff).await.unwrap(), 0);
+}
+
+/// Settings a run was started with, as a caller may send them (text with
+/// a NUL included).
+fn narrowed_settings() -> RunSettings {
+    RunSettings::default()
+        .max_steps(2)
+        .require_tool_approval()
+        .active_tools(["ask_user"])
+        .instructions("Be brief.\u{0}")
+}
+
+/// Creates run `narrowed`, running with [`narrowed_settings`], and run
+/// `plain`, suspended without settings.
+async fn narrowed_and_plain_runs(s: &Subject) {
+    let t0 = base_time();
+    let mut run = new_run("narrowed", "agent-1", t0, 1);
+    run.settings = narrowed_settings();
+    s.store.create(&run, &[user("hi")]).await.unwrap();
+    suspended_run(s.store.as_ref(), "plain", "agent-1", t0).await;
+}
+
+/// A run's settings read back as created, through a suspension, a claim
+/// and a completion; a run without settings reads back with none.
+pub async fn a_runs_settings_are_stored_with_it_and_kept_by_its_writes(s: &Subject) {
+    narrowed_and_plain_runs(s).await;
+    assert_eq!(
+        s.store.get("narrowed").await.unwrap().unwrap().settings,
+        narrowed_settings()
+    );
+
+    let pending = [pending_question("call_1", "Which city?")];
+    let assistant = [Message::assistant("", vec![ask_call("call_1", "Which city?")])];
+    let version = s
+        .store
+        .update(step("narrowed", 0, RunStatus::Suspended, &pending, &assistant))
+        .await
+        .unwrap();
+    let version = s.store.claim("narrowed", version, &super::test_lease()).await.unwrap();
+    s.store
+        .update(step("narrowed", version, RunStatus::Completed, &[], &[]))
+        .await
+        .unwrap();
+    let stored = s.store.get("narrowed").await.unwrap().unwrap();
+    assert_eq!(
+        (stored.status, stored.settings),
+        (RunStatus::Completed, narrowed_settings())
+    );
+    assert!(s.store.get("plain").await.unwrap().unwrap().settings.is_default());
 }
 
 // ---------------------------------------------------------------------------
@@ -816,4 +948,54 @@ pub async fn a_row_from_a_newer_askloop_is_refused_and_left_unchanged(s: &Subjec
         (RunStatus::Suspended, version, 2)
     );
     assert_eq!(raw(s).message_rows("future").await, 2);
+}
+
+/// A run with settings is written at the layout that builds without them
+/// refuse (they would drive it past its limits), through every write; a run
+/// without settings stays at the first layout, which every build reads.
+pub async fn only_a_run_with_settings_is_stored_at_the_layout_that_older_builds_refuse(s: &Subject) {
+    narrowed_and_plain_runs(s).await;
+    assert_eq!(raw(s).schema_version("narrowed").await, 2);
+    assert_eq!(raw(s).schema_version("plain").await, 1);
+
+    let version = s
+        .store
+        .update(step("narrowed", 0, RunStatus::Suspended, &[], &[]))
+        .await
+        .unwrap();
+    s.store.claim("narrowed", version, &super::test_lease()).await.unwrap();
+    let plain = s.store.get("plain").await.unwrap().unwrap();
+    let version = s
+        .store
+        .claim("plain", plain.version, &super::test_lease())
+        .await
+        .unwrap();
+    s.store
+        .update(step("plain", version, RunStatus::Completed, &[], &[]))
+        .await
+        .unwrap();
+    assert_eq!(raw(s).schema_version("narrowed").await, 2, "kept by its writes");
+    assert_eq!(raw(s).schema_version("plain").await, 1, "kept by its writes");
+    assert_eq!(
+        s.store.get("narrowed").await.unwrap().unwrap().settings,
+        narrowed_settings(),
+        "this build reads both"
+    );
+}
+
+/// A run on a thread is written at layout 3, which older builds refuse.
+pub async fn a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse(s: &Subject) {
+    let mut run = new_run("on-thread", "agent", base_time(), 1);
+    run.memory = Some(askloop::RunMemory {
+        key: askloop::ThreadKey::new("ana", "t1"),
+        context: 0,
+    });
+    s.store.create(&run, &[user("hello")]).await.unwrap();
+    assert_eq!(raw(s).schema_version("on-thread").await, 3);
+    s.store
+        .update(step("on-thread", 0, RunStatus::Suspended, &[], &[]))
+        .await
+        .unwrap();
+    assert_eq!(raw(s).schema_version("on-thread").await, 3, "kept by its writes");
+    assert_eq!(s.store.get("on-thread").await.unwrap().unwrap().memory, run.memory);
 }

@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
-use askloop::{Message, PendingKind, PendingToolCall, RunChange, RunChanges, RunStatus, RunStore, RunUpdate, Usage};
-use chrono::Utc;
+use askloop::{
+    Clock, Message, PendingKind, PendingToolCall, RunChange, RunChanges, RunStatus, RunStore, RunUpdate, SystemClock,
+    Usage,
+};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -66,7 +68,10 @@ pub async fn each_write_of_a_run_is_reported_on_the_change_feed(s: &Subject) {
     };
     let store: &dyn RunStore = s.store.as_ref();
     store
-        .create(&new_run("run-c", "agent-1", Utc::now(), 1), &[Message::user("hello")])
+        .create(
+            &new_run("run-c", "agent-1", SystemClock.now(), 1),
+            &[Message::user("hello")],
+        )
         .await
         .unwrap();
     expect_change(&mut feed, "run-c", "creating the run").await;
@@ -90,7 +95,10 @@ pub async fn every_open_feed_hears_of_a_write(s: &Subject) {
     let mut first = s.store.changes().await.unwrap().unwrap();
     let mut second = s.store.changes().await.unwrap().unwrap();
     s.store
-        .create(&new_run("run-d", "agent-1", Utc::now(), 1), &[Message::user("hello")])
+        .create(
+            &new_run("run-d", "agent-1", SystemClock.now(), 1),
+            &[Message::user("hello")],
+        )
         .await
         .unwrap();
     expect_change(&mut first, "run-d", "creating the run (first feed)").await;

@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use askloop::{
-    Author, ExpiredRuns, Interface, Message, PendingKind, PendingToolCall, Resolution, ResolutionKind, RunStatus,
+    Author, Clock, ExpiredRuns, Interface, Message, PendingKind, PendingToolCall, Resolution, ResolutionKind,
+    RunStatus, SystemClock,
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
@@ -41,7 +42,7 @@ async fn suspended_on(s: &Subject, run_id: &str, pending: &[PendingToolCall]) ->
 /// its pending calls has passed, and not before; a run with no limit, or
 /// one no longer suspended, never is. The limit is kept to the microsecond.
 pub async fn a_suspended_run_is_expiring_once_its_earliest_time_limit_passed(s: &Subject) {
-    let now = at(Utc::now());
+    let now = at(SystemClock.now());
     let soon = now + Duration::seconds(30);
     let later = now + Duration::seconds(300);
     suspended_on(s, "no-limit", &[question("c1", None)]).await;
@@ -77,7 +78,7 @@ pub async fn a_suspended_run_is_expiring_once_its_earliest_time_limit_passed(s: 
 /// each exactly once, however many come before them: a page of runs nobody
 /// resolves cannot hide the runs after it.
 pub async fn expiring_runs_are_read_page_after_page_each_once(s: &Subject) {
-    let now = at(Utc::now());
+    let now = at(SystemClock.now());
     let mut expected = Vec::new();
     for n in 0..7 {
         // Three share one limit; the rest are a second apart, the latest
@@ -109,7 +110,7 @@ pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
     let answered = Resolution {
         tool_call_id: Some("c1".into()),
         kind: ResolutionKind::Answered,
-        at: at(Utc::now()),
+        at: at(SystemClock.now()),
         author: Author::named(Interface::Http, "ops"),
     };
     let mut first = step("run-r", v, RunStatus::Suspended, &[], &[]);
@@ -125,7 +126,7 @@ pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
     let expired = Resolution {
         tool_call_id: Some("c2".into()),
         kind: ResolutionKind::Expired,
-        at: at(Utc::now()),
+        at: at(SystemClock.now()),
         author: Author::via(Interface::Server),
     };
     let mut last = step("run-r", v, RunStatus::Completed, &[], &[]);

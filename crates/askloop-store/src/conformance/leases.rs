@@ -5,15 +5,16 @@
 use std::sync::Arc;
 
 use askloop::{
-    Author, ExpiredRuns, Interface, Lease, Resolution, ResolutionKind, RunFailure, RunStatus, RunUpdate, StoreError,
+    Author, Clock, ExpiredRuns, Interface, Lease, Resolution, ResolutionKind, RunFailure, RunStatus, RunUpdate,
+    StoreError, SystemClock,
 };
-use chrono::{Duration, Utc};
+use chrono::Duration;
 
 use super::Subject;
 use super::cases::{at, base_time, expect_conflict, expect_not_found, ids, new_run, step, suspended_run, user};
 
 fn lease(owner: &str, seconds_from_now: i64) -> Lease {
-    Lease::new(owner, at(Utc::now() + Duration::seconds(seconds_from_now)))
+    Lease::new(owner, at(SystemClock.now() + Duration::seconds(seconds_from_now)))
 }
 
 /// Creates a running run held by `held` (or by nobody); returns its version.
@@ -77,7 +78,7 @@ pub async fn runs_whose_lease_ran_out_or_that_have_none_are_expired_and_held_one
     running_run(s, "no-lease", None).await;
     running_run(s, "held", Some(lease("owner-b", 60))).await;
     suspended_run(s.store.as_ref(), "waiting", "agent-1", base_time()).await;
-    let now = Utc::now();
+    let now = SystemClock.now();
     let mut expired = ids(&s.store.expired(now, None, 10).await.unwrap())
         .into_iter()
         .map(str::to_owned)
@@ -116,7 +117,7 @@ pub async fn expired_runs_are_read_page_after_page_each_once_past_five_hundred(s
     running_run(s, "held", Some(lease("owner-b", 60))).await;
     suspended_run(s.store.as_ref(), "waiting", "agent-1", base_time()).await;
 
-    let now = Utc::now();
+    let now = SystemClock.now();
     let mut pages = ExpiredRuns::new(s.store.as_ref(), now, 500);
     let first = pages.next_page().await.unwrap().unwrap();
     assert_eq!(first.len(), 500);
@@ -145,7 +146,7 @@ pub async fn expired_runs_are_read_page_after_page_each_once_past_five_hundred(s
 /// a failed run, at the version read; it refuses a held run, a stale
 /// version, and runs that are suspended or finished otherwise.
 pub async fn reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_one(s: &Subject) {
-    let now = Utc::now();
+    let now = SystemClock.now();
     let new_owner = lease("owner-new", 60);
 
     running_run(s, "held", Some(lease("owner-a", 60))).await;
@@ -155,7 +156,7 @@ pub async fn reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_
 
     running_run(s, "ran-out", Some(lease("owner-a", -5))).await;
     expect_conflict(s.store.reclaim("ran-out", 1, &new_owner, now, None).await, "ran-out");
-    let recovered = Resolution::now(None, ResolutionKind::Recovered, Author::via(Interface::Server));
+    let recovered = Resolution::new(None, ResolutionKind::Recovered, now, Author::via(Interface::Server));
     let version = s
         .store
         .reclaim("ran-out", 0, &new_owner, now, Some(&recovered))
@@ -198,7 +199,7 @@ pub async fn reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_
     assert!(run.resolutions.is_empty(), "no resolution given, none recorded");
     assert_eq!((run.status, run.version), (RunStatus::Running, retried));
     assert_eq!(
-        (run.error, run.failure),
+        (run.error(), run.failure),
         (None, None),
         "a retried run's failure is cleared"
     );
@@ -223,7 +224,10 @@ pub async fn of_twenty_concurrent_reclaims_exactly_one_wins(s: &Subject) {
             tokio::spawn(async move {
                 let mine = lease(&format!("owner-{n}"), 60);
                 start.wait().await;
-                (mine.clone(), store.reclaim("run-a", 0, &mine, Utc::now(), None).await)
+                (
+                    mine.clone(),
+                    store.reclaim("run-a", 0, &mine, SystemClock.now(), None).await,
+                )
             })
         })
         .collect();
@@ -248,7 +252,7 @@ pub async fn after_a_takeover_the_old_owner_can_neither_renew_nor_write(s: &Subj
     let old = lease("owner-old", -1);
     running_run(s, "run-a", Some(old.clone())).await;
     s.store
-        .reclaim("run-a", 0, &lease("owner-new", 60), Utc::now(), None)
+        .reclaim("run-a", 0, &lease("owner-new", 60), SystemClock.now(), None)
         .await
         .unwrap();
     expect_lease_lost(
@@ -295,6 +299,6 @@ pub async fn an_update_sets_or_clears_the_lease_and_keeps_the_typed_failure(s: &
     let run = s.store.get("run-a").await.unwrap().unwrap();
     assert_eq!(run.lease, None);
     assert_eq!(run.failure, Some(failure));
-    assert!(run.failure.unwrap().is_transient());
-    assert_eq!(run.error.as_deref(), Some("database busy"));
+    assert!(run.failure.as_ref().unwrap().is_transient());
+    assert_eq!(run.error().as_deref(), Some("database busy"));
 }

@@ -19,28 +19,31 @@
 
 mod cases;
 mod changes;
+mod clock;
 mod expiry;
 mod leases;
 mod outbox;
 mod raw;
 mod text;
+mod threads;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use askloop::{MemoryStore, RunStore};
-use chrono::Utc;
+use askloop::{Clock, MemoryStore, RunStore, SystemClock};
 use futures::future::BoxFuture;
 
-use crate::{PostgresOptions, PostgresStore, SqliteStore};
+use crate::{PostgresOptions, PostgresStore, SqliteOptions, SqliteStore};
 
 pub use cases::*;
 pub use changes::*;
+pub use clock::*;
 pub use expiry::*;
 pub use leases::*;
 pub use outbox::*;
 pub use raw::RawRows;
 pub use text::*;
+pub use threads::*;
 
 /// A store under test, empty.
 pub struct Subject {
@@ -48,6 +51,9 @@ pub struct Subject {
     pub store: Arc<dyn RunStore>,
     /// Raw access to its rows, for stores that have rows.
     pub raw: Option<Arc<dyn RawRows>>,
+    /// The clock the store stamps its writes with: the system's time until
+    /// a case sets it.
+    pub clock: Arc<SubjectClock>,
     /// Kept alive while the test runs (a temporary directory, ...).
     _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
     /// Run when the subject is dropped, even after a failed assertion.
@@ -83,9 +89,11 @@ impl Drop for Subject {
 
 /// An empty [`MemoryStore`].
 pub async fn memory_subject() -> Option<Subject> {
+    let clock = Arc::new(SubjectClock::default());
     Some(Subject {
-        store: Arc::new(MemoryStore::new()),
+        store: Arc::new(MemoryStore::with_clock(clock.clone())),
         raw: None,
+        clock,
         _keep: None,
         cleanup: None,
     })
@@ -94,12 +102,15 @@ pub async fn memory_subject() -> Option<Subject> {
 /// An empty [`SqliteStore`] in a new temporary directory.
 pub async fn sqlite_subject() -> Option<Subject> {
     let dir = tempfile::tempdir().expect("creating a temporary directory");
-    let store = SqliteStore::open(dir.path().join("runs.db"))
+    let clock = Arc::new(SubjectClock::default());
+    let options = SqliteOptions::default().clock(clock.clone());
+    let store = SqliteStore::open_with(dir.path().join("runs.db"), options)
         .await
         .expect("opening a SQLite store");
     Some(Subject {
         store: Arc::new(store.clone()),
         raw: Some(Arc::new(store)),
+        clock,
         _keep: Some(Box::new(dir)),
         cleanup: None,
     })
@@ -133,7 +144,7 @@ pub fn postgres_test_url(test: &str) -> Option<String> {
 pub fn unique_schema_name() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
+    let nanos = SystemClock.now().timestamp_nanos_opt().unwrap_or_default();
     format!("askloop_test_{}_{}_{n}", std::process::id(), nanos)
 }
 
@@ -163,13 +174,19 @@ pub async fn drop_schema(url: &str, schema: &str) {
 pub async fn postgres_subject() -> Option<Subject> {
     let url = postgres_test_url("postgres conformance")?;
     let schema = unique_schema_name();
-    let store = PostgresStore::connect_with(&url, PostgresOptions::default().schema(&schema).max_connections(8))
+    let clock = Arc::new(SubjectClock::default());
+    let options = PostgresOptions::default()
+        .schema(&schema)
+        .max_connections(8)
+        .clock(clock.clone());
+    let store = PostgresStore::connect_with(&url, options)
         .await
         .unwrap_or_else(|e| panic!("connecting to PostgreSQL at {url} (from {TEST_DATABASE_URL_VAR}): {e}"));
     let pool_owner = store.clone();
     Some(Subject {
         store: Arc::new(store.clone()),
         raw: Some(Arc::new(store)),
+        clock,
         _keep: None,
         cleanup: Some(Box::pin(async move {
             pool_owner.close().await;
@@ -198,8 +215,10 @@ macro_rules! store_conformance_tests {
             list_filters_by_status_and_agent,
             list_pages_with_limit_and_offset,
             list_pages_after_the_last_run_of_the_page_before,
+            count_is_the_length_of_the_listing_for_the_same_query,
             prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages,
             text_with_nul_characters_round_trips_exactly,
+            a_listing_by_an_agent_id_holding_nul_finds_nothing,
             a_claim_holds_the_run_and_only_its_owner_renews_it_without_a_new_version,
             runs_whose_lease_ran_out_or_that_have_none_are_expired_and_held_ones_are_not,
             expired_runs_are_read_page_after_page_each_once_past_five_hundred,
@@ -210,10 +229,19 @@ macro_rules! store_conformance_tests {
             a_suspended_run_is_expiring_once_its_earliest_time_limit_passed,
             expiring_runs_are_read_page_after_page_each_once,
             resolutions_are_appended_by_writes_and_kept_in_order,
+            a_runs_settings_are_stored_with_it_and_kept_by_its_writes,
+            a_store_stamps_its_writes_with_its_clock,
             notifications_are_stored_with_their_write_and_not_with_a_refused_one,
             claimed_deliveries_are_held_until_their_lease_runs_out,
             finished_attempts_are_counted_and_only_retries_come_back,
-            of_concurrent_senders_each_delivery_goes_to_exactly_one
+            of_concurrent_senders_each_delivery_goes_to_exactly_one,
+            a_run_on_a_thread_creates_it_and_appends_its_own_messages_after_its_context,
+            a_step_retried_after_a_lost_write_appends_once,
+            runs_appending_to_one_thread_at_once_never_collide,
+            threads_are_created_read_edited_listed_and_counted_by_resource_and_agent,
+            a_threads_messages_are_read_from_any_place_by_sequence,
+            runs_are_listed_by_their_thread_and_by_resource,
+            deleting_a_thread_deletes_its_messages_and_runs_unless_one_is_unfinished
         );
     };
 }
@@ -226,7 +254,9 @@ macro_rules! raw_row_conformance_tests {
         $crate::__conformance_cases!($subject;
             a_corrupt_run_row_is_reported_for_that_run_only,
             a_corrupt_message_is_reported_for_that_run_only,
-            a_row_from_a_newer_askloop_is_refused_and_left_unchanged
+            a_row_from_a_newer_askloop_is_refused_and_left_unchanged,
+            only_a_run_with_settings_is_stored_at_the_layout_that_older_builds_refuse,
+            a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse
         );
     };
 }

@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use askloop::{
-    DeliveryOutcome, DeliveryState, EventType, Lease, Message, OutboxMessage, PendingKind, PendingToolCall, RunStatus,
-    RunUpdate, StoreError,
+    Clock, DeliveryOutcome, DeliveryState, EventType, Lease, Message, OutboxMessage, PendingKind, PendingToolCall,
+    RunStatus, RunUpdate, StoreError, SystemClock,
 };
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
@@ -42,7 +42,7 @@ fn message(id: &str, run_id: &str, created_at: DateTime<Utc>) -> OutboxMessage {
 }
 
 fn lease(owner: &str, seconds: i64) -> Lease {
-    Lease::new(owner, Utc::now() + Duration::seconds(seconds))
+    Lease::new(owner, SystemClock.now() + Duration::seconds(seconds))
 }
 
 /// Creates `run_id` and suspends it on one question, raising `messages` in
@@ -67,7 +67,7 @@ async fn suspend_with(s: &Subject, run_id: &str, messages: &[OutboxMessage]) {
 /// and read back as written (NUL and non-ASCII text included); a write
 /// that loses its compare-and-set stores none of its own.
 pub async fn notifications_are_stored_with_their_write_and_not_with_a_refused_one(s: &Subject) {
-    let now = Utc::now();
+    let now = SystemClock.now();
     let raised = message("msg_1", "run-a", now);
     suspend_with(s, "run-a", std::slice::from_ref(&raised)).await;
 
@@ -106,7 +106,7 @@ pub async fn notifications_are_stored_with_their_write_and_not_with_a_refused_on
 /// lease holds, and does once it ran out. A delivery due later is not
 /// taken before its time.
 pub async fn claimed_deliveries_are_held_until_their_lease_runs_out(s: &Subject) {
-    let now = at(Utc::now());
+    let now = at(SystemClock.now());
     let earlier = now - Duration::seconds(10);
     suspend_with(
         s,
@@ -158,7 +158,7 @@ pub async fn claimed_deliveries_are_held_until_their_lease_runs_out(s: &Subject)
 /// again at its time, not before; a delivered or dead one is never claimed
 /// again, and finishing it twice is refused.
 pub async fn finished_attempts_are_counted_and_only_retries_come_back(s: &Subject) {
-    let now = at(Utc::now());
+    let now = at(SystemClock.now());
     suspend_with(
         s,
         "run-a",
@@ -243,7 +243,7 @@ pub async fn finished_attempts_are_counted_and_only_retries_come_back(s: &Subjec
 /// Of 8 senders claiming at once, in separate tasks, each of 40 due
 /// deliveries goes to exactly one.
 pub async fn of_concurrent_senders_each_delivery_goes_to_exactly_one(s: &Subject) {
-    let now = at(Utc::now());
+    let now = at(SystemClock.now());
     let messages: Vec<OutboxMessage> = (0..40).map(|n| message(&format!("msg_{n:02}"), "run-a", now)).collect();
     suspend_with(s, "run-a", &messages).await;
     let start = Arc::new(tokio::sync::Barrier::new(8));

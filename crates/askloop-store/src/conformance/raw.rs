@@ -16,6 +16,8 @@ pub trait RawRows: Send + Sync {
     async fn corrupt_message(&self, run_id: &str, seq: i64);
     /// Sets the layout version the row claims to be written with.
     async fn set_schema_version(&self, run_id: &str, version: i32);
+    /// The layout version the row is written with.
+    async fn schema_version(&self, run_id: &str) -> i32;
     /// How many message rows the run has.
     async fn message_rows(&self, run_id: &str) -> i64;
     /// Deletes the run's messages from `keep` on and sets its message count
@@ -59,6 +61,14 @@ impl RawRows for SqliteStore {
                 rusqlite::params![version, run_id],
             )
             .expect("setting a row's layout version");
+    }
+
+    async fn schema_version(&self, run_id: &str) -> i32 {
+        sqlite_connection(self)
+            .query_row("SELECT schema_version FROM runs WHERE run_id = ?", [run_id], |row| {
+                row.get(0)
+            })
+            .expect("reading a row's layout version")
     }
 
     async fn message_rows(&self, run_id: &str) -> i64 {
@@ -116,6 +126,14 @@ impl RawRows for PostgresStore {
             .execute(&self.pool)
             .await
             .expect("setting a row's layout version");
+    }
+
+    async fn schema_version(&self, run_id: &str) -> i32 {
+        sqlx::query_scalar("SELECT schema_version FROM runs WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_one(&self.pool)
+            .await
+            .expect("reading a row's layout version")
     }
 
     async fn message_rows(&self, run_id: &str) -> i64 {

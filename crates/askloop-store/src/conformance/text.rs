@@ -2,8 +2,7 @@
 //! holds, it reads back exactly as written.
 #![allow(clippy::unwrap_used)]
 
-use askloop::{Message, PendingKind, PendingToolCall, RunStatus, RunUpdate, ToolCall, Usage};
-use chrono::Utc;
+use askloop::{Clock, Message, PendingKind, PendingToolCall, RunStatus, RunUpdate, SystemClock, ToolCall, Usage};
 use serde_json::json;
 
 use super::{Subject, new_run};
@@ -16,7 +15,7 @@ const AWKWARD: &str = "a\u{0}b \u{1}\u{1f} \\u0000 \\\u{0} \u{10FFFF}0 \u{10FFFF
 /// A message, a pending call's payload and arguments, and a run's error
 /// holding NUL characters read back exactly.
 pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
-    let run = new_run("run-nul", "agent-1", Utc::now(), 1);
+    let run = new_run("run-nul", "agent-1", SystemClock.now(), 1);
     let first = [Message::user(AWKWARD)];
     s.store.create(&run, &first).await.unwrap();
 
@@ -84,6 +83,21 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
         .await
         .unwrap();
     let failed = s.store.get("run-nul").await.unwrap().unwrap();
-    assert_eq!(failed.error.as_deref(), Some(AWKWARD));
+    assert_eq!(failed.error().as_deref(), Some(AWKWARD));
     assert_eq!(s.store.messages("run-nul").await.unwrap()[2], Message::user(AWKWARD));
+}
+
+/// A listing by an agent id holding NUL (which no stored run can have:
+/// PostgreSQL cannot hold it) finds nothing, as any unknown agent id does,
+/// rather than failing.
+pub async fn a_listing_by_an_agent_id_holding_nul_finds_nothing(s: &Subject) {
+    let run = new_run("run-1", "agent-1", SystemClock.now(), 1);
+    s.store.create(&run, &[Message::user("hi")]).await.unwrap();
+    for agent_id in ["agent-1\u{0}", "\u{0}"] {
+        let query = askloop::RunQuery {
+            agent_id: Some(agent_id.to_owned()),
+            ..Default::default()
+        };
+        assert_eq!(s.store.list(&query).await.unwrap(), [], "{agent_id:?}");
+    }
 }

@@ -1,10 +1,11 @@
 //! Where askloop's tables live in a PostgreSQL database, and bringing them
 //! up to date.
 //!
-//! askloop keeps `runs`, `messages` and its own `_sqlx_migrations` in one
-//! schema ([`DEFAULT_POSTGRES_SCHEMA`] unless told otherwise), so a database shared
-//! with another application (its own `runs` table, its own sqlx migrations)
-//! is never touched outside that schema.
+//! askloop keeps `runs`, `messages`, `threads`, `thread_messages` and its
+//! own `_sqlx_migrations` in one schema ([`DEFAULT_POSTGRES_SCHEMA`] unless
+//! told otherwise), so a database shared with another application (its
+//! own `runs` table, its own sqlx migrations) is never touched outside that
+//! schema.
 //!
 //! Databases made before askloop had a schema of its own hold its tables in
 //! the connection's default schema (usually `public`), next to a
@@ -110,7 +111,7 @@ pub(crate) async fn place(conn: &mut PgConnection, requested: Requested) -> Resu
 pub(crate) async fn columns(conn: &mut PgConnection, schema: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
     sqlx::query_as(
         "SELECT table_name::text, column_name::text FROM information_schema.columns \
-         WHERE table_schema = $1 AND table_name IN ('runs', 'messages')",
+         WHERE table_schema = $1 AND table_name IN ('runs', 'messages', 'threads', 'thread_messages')",
     )
     .bind(schema)
     .fetch_all(conn)

@@ -3,9 +3,10 @@
 //! the URL's query (`?schema=`, `?lock_timeout=`, `?statement_timeout=`,
 //! or `search_path` in `?options=`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use askloop::StoreError;
+use askloop::{Clock, StoreError};
 
 /// The schema askloop's tables and their migration record live in, unless
 /// told otherwise.
@@ -37,6 +38,7 @@ pub struct PostgresOptions {
     pub(crate) acquire_timeout: Duration,
     pub(crate) lock_timeout: Option<Duration>,
     pub(crate) statement_timeout: Option<Duration>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl Default for PostgresOptions {
@@ -47,6 +49,7 @@ impl Default for PostgresOptions {
             acquire_timeout: Duration::from_secs(30),
             lock_timeout: None,
             statement_timeout: None,
+            clock: askloop::system_clock(),
         }
     }
 }
@@ -87,6 +90,15 @@ impl PostgresOptions {
         self.statement_timeout = Some(timeout);
         self
     }
+
+    /// The clock that stamps the store's writes (a run's `updated_at`,
+    /// bound as a parameter rather than read from the database server's
+    /// `now()`): the system's by default. Give it the agent's clock, so a
+    /// test that moves a [`askloop::ManualClock`] moves both.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
 }
 
 /// What the URL's query said about askloop's own settings, and the URL
@@ -124,9 +136,11 @@ pub(crate) fn split_url(url: &str, shown: &str) -> Result<UrlSettings, StoreErro
     for (key, value) in pairs {
         match key.as_str() {
             "schema" => settings.schema = Some(value),
-            "lock_timeout" => settings.lock_timeout = Some(parse_timeout(&key, &value).map_err(invalid)?),
+            "lock_timeout" => {
+                settings.lock_timeout = Some(parse_timeout(&key, &value).map_err(|err| invalid(err.to_string()))?)
+            }
             "statement_timeout" => {
-                settings.statement_timeout = Some(parse_timeout(&key, &value).map_err(invalid)?);
+                settings.statement_timeout = Some(parse_timeout(&key, &value).map_err(|err| invalid(err.to_string()))?);
             }
             _ => rest.push((key, value)),
         }
@@ -141,15 +155,24 @@ pub(crate) fn split_url(url: &str, shown: &str) -> Result<UrlSettings, StoreErro
 }
 
 /// `5s`, `500ms`, `2min` / `2m`, `1h`, or `0` (no limit).
-fn parse_timeout(key: &str, value: &str) -> Result<Duration, String> {
+/// A timeout in the URL askloop cannot read, saying what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}={value:?} is not a timeout: use a whole number with a unit (5s, 500ms, 2min, 1h) or 0 for none")]
+struct InvalidTimeout {
+    key: String,
+    value: String,
+}
+
+fn parse_timeout(key: &str, value: &str) -> Result<Duration, InvalidTimeout> {
     let text = value.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
     }
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let refuse = || {
-        format!("{key}={value:?} is not a timeout: use a whole number with a unit (5s, 500ms, 2min, 1h) or 0 for none")
+    let refuse = || InvalidTimeout {
+        key: key.to_owned(),
+        value: value.to_owned(),
     };
     let number: u64 = number.parse().map_err(|_| refuse())?;
     match unit.trim() {

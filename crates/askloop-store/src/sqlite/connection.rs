@@ -18,6 +18,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (4, include_str!("../../migrations/sqlite/0004_outbox.sql")),
     (5, include_str!("../../migrations/sqlite/0005_partial_indexes.sql")),
+    (6, include_str!("../../migrations/sqlite/0006_run_settings.sql")),
+    (7, include_str!("../../migrations/sqlite/0007_threads.sql")),
 ];
 
 /// How many prepared statements a connection keeps (the write connection
@@ -123,7 +125,7 @@ pub(crate) fn has_tables(conn: &Connection) -> rusqlite::Result<bool> {
 pub(crate) fn columns(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
     let mut statement = conn.prepare(
         "SELECT m.name, p.name FROM sqlite_master AS m, pragma_table_info(m.name) AS p \
-         WHERE m.type = 'table' AND m.name IN ('runs', 'messages')",
+         WHERE m.type = 'table' AND m.name IN ('runs', 'messages', 'threads', 'thread_messages')",
     )?;
     statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect()
 }

@@ -55,7 +55,6 @@
 use std::sync::mpsc;
 
 use askloop::{RUN_SCHEMA_VERSION, StoreError};
-use chrono::Utc;
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use tokio::sync::oneshot;
 
@@ -63,6 +62,7 @@ use crate::row::{RowState, explain_missed_write, finished_condition};
 
 use super::SqliteSync;
 use super::outbox::{self, NewDelivery, Outcome};
+use super::threads;
 
 /// The most writes committed together.
 pub(crate) const MAX_BATCH: usize = 128;
@@ -92,16 +92,28 @@ pub(crate) struct NewRun {
     pub(crate) usage: String,
     pub(crate) error: Option<String>,
     pub(crate) metadata: String,
+    pub(crate) settings: String,
+    /// The layout the row is written with (`RunRecord::schema_version`).
+    pub(crate) schema_version: i32,
     pub(crate) lease_owner: Option<String>,
     pub(crate) lease_until: Option<i64>,
     pub(crate) failure: Option<String>,
     pub(crate) resolutions: String,
     pub(crate) expires_at: Option<i64>,
+    /// The stored thread the run is on (all `None`: none).
+    pub(crate) memory_resource_id: Option<String>,
+    pub(crate) memory_thread_id: Option<String>,
+    pub(crate) memory_context: Option<i64>,
+    /// When the write is made (microseconds), from the store's clock: the
+    /// time of the messages it appends to its thread.
+    pub(crate) written_at: i64,
 }
 
 /// A step to write on a run, serialised.
 #[derive(Debug)]
 pub(crate) struct Step {
+    /// When the step is written (microseconds), from the store's clock.
+    pub(crate) updated_at: i64,
     pub(crate) run_id: String,
     pub(crate) expected_version: i64,
     pub(crate) status: &'static str,
@@ -129,9 +141,10 @@ pub(crate) enum Write {
     /// `update`: a compare-and-set of the row plus new messages. Result: the
     /// new version.
     Update { step: Step, bodies: Vec<String> },
-    /// `claim`, under a lease (`until` in microseconds). Result: the new
-    /// version.
+    /// `claim` at `at`, under a lease (`until`; both in microseconds).
+    /// Result: the new version.
     Claim {
+        at: i64,
         run_id: String,
         expected_version: i64,
         owner: String,
@@ -139,9 +152,10 @@ pub(crate) enum Write {
     },
     /// `renew_lease`. Result 0.
     Renew { run_id: String, owner: String, until: i64 },
-    /// `reclaim` of a run whose lease ran out at `now`, or that failed.
-    /// Result: the new version.
+    /// `reclaim` at `at` of a run whose lease ran out at `now`, or that
+    /// failed. Result: the new version.
     Reclaim {
+        at: i64,
         run_id: String,
         expected_version: i64,
         owner: String,
@@ -168,6 +182,12 @@ pub(crate) enum Write {
         owner: String,
         outcome: Outcome,
     },
+    /// `create_thread`. Result 0.
+    CreateThread(threads::NewThread),
+    /// `update_thread`. Result: rows changed (0: no such thread).
+    UpdateThread(threads::ThreadChange),
+    /// `delete_thread`. Result: see [`threads::delete`].
+    DeleteThread { resource_id: String, thread_id: String },
 }
 
 /// `SQLITE_CONSTRAINT_PRIMARYKEY` and `SQLITE_CONSTRAINT_UNIQUE`.
@@ -193,8 +213,10 @@ impl Write {
     /// a transaction around it to be all-or-nothing.
     fn needs_transaction(&self) -> bool {
         match self {
-            Write::Create { bodies, .. } => !bodies.is_empty(),
+            Write::Create { run, bodies } => !bodies.is_empty() || run.memory_thread_id.is_some(),
             Write::Update { step, bodies } => !bodies.is_empty() || !step.outbox.is_empty(),
+            Write::DeleteThread { .. } => true,
+            Write::CreateThread(_) | Write::UpdateThread(_) => false,
             Write::Claim { .. }
             | Write::Renew { .. }
             | Write::Reclaim { .. }
@@ -214,7 +236,7 @@ impl Write {
                     .prepare_cached(concat!(
                         "INSERT INTO runs (",
                         run_columns!(),
-                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     ))
                     .map_err(StoreError::backend)?;
                 let inserted = insert.execute(params![
@@ -232,12 +254,16 @@ impl Write {
                     run.usage,
                     run.error,
                     run.metadata,
-                    RUN_SCHEMA_VERSION,
+                    run.schema_version,
                     run.lease_owner,
                     run.lease_until,
                     run.failure,
                     run.resolutions,
                     run.expires_at,
+                    run.settings,
+                    run.memory_resource_id,
+                    run.memory_thread_id,
+                    run.memory_context,
                 ]);
                 match inserted {
                     Ok(_) => {}
@@ -249,32 +275,51 @@ impl Write {
                     Err(err) => return Err(StoreError::backend(err)),
                 }
                 insert_messages(conn, &run.run_id, 0, bodies)?;
+                if let (Some(resource_id), Some(thread_id), Some(context)) =
+                    (&run.memory_resource_id, &run.memory_thread_id, run.memory_context)
+                {
+                    // The run's own messages, after those it read from the
+                    // thread as context.
+                    let own = usize::try_from(context).unwrap_or(0).min(bodies.len());
+                    let append = threads::Append {
+                        resource_id,
+                        thread_id,
+                        agent_id: &run.agent_id,
+                        run_id: &run.run_id,
+                        first_run_seq: own as i64,
+                        at: run.written_at,
+                    };
+                    threads::append(conn, &append, &bodies[own..])?;
+                }
                 Ok(0)
             }
             Write::Update { step, bodies } => {
+                // A step leaves the row's layout version as the run was
+                // created with: what decides it (the run's settings) never
+                // changes, and a run without settings stays readable by
+                // older builds.
                 let mut update = conn
                     .prepare_cached(
                         "UPDATE runs SET status = ?, version = version + 1, updated_at = ?, pending = ?, \
                          step_results = ?, message_count = message_count + ?, steps = ?, usage = ?, error = ?, \
-                         schema_version = ?, failure = ?, lease_owner = ?, lease_until = ?, expires_at = ?, \
+                         failure = ?, lease_owner = ?, lease_until = ?, expires_at = ?, \
                          resolutions = CASE WHEN ? IS NULL THEN resolutions \
                          ELSE json_insert(resolutions, '$[#]', json(?)) END \
                          WHERE run_id = ? AND version = ? AND schema_version <= ? \
-                         RETURNING version, message_count",
+                         RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id",
                     )
                     .map_err(StoreError::backend)?;
                 let written = update
                     .query_row(
                         params![
                             step.status,
-                            Utc::now().timestamp_micros(),
+                            step.updated_at,
                             step.pending,
                             step.step_results,
                             bodies.len() as i64,
                             step.steps,
                             step.usage,
                             step.error,
-                            RUN_SCHEMA_VERSION,
                             step.failure,
                             step.lease_owner,
                             step.lease_until,
@@ -285,11 +330,19 @@ impl Write {
                             step.expected_version,
                             RUN_SCHEMA_VERSION,
                         ],
-                        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
+                        |row| {
+                            Ok((
+                                row.get::<_, i64>(0)?,
+                                row.get::<_, i64>(1)?,
+                                row.get::<_, String>(2)?,
+                                row.get::<_, Option<String>>(3)?,
+                                row.get::<_, Option<String>>(4)?,
+                            ))
+                        },
                     )
                     .optional()
                     .map_err(StoreError::backend)?;
-                let Some((version, message_count)) = written else {
+                let Some((version, message_count, agent_id, resource_id, thread_id)) = written else {
                     return Err(explain_missed_write(
                         &step.run_id,
                         step.expected_version,
@@ -299,10 +352,24 @@ impl Write {
                 // Only the new messages, numbered on from what was stored.
                 let first_seq = message_count - bodies.len() as i64;
                 insert_messages(conn, &step.run_id, first_seq, bodies)?;
+                if let (Some(resource_id), Some(thread_id)) = (&resource_id, &thread_id)
+                    && !bodies.is_empty()
+                {
+                    let append = threads::Append {
+                        resource_id,
+                        thread_id,
+                        agent_id: &agent_id,
+                        run_id: &step.run_id,
+                        first_run_seq: first_seq,
+                        at: step.updated_at,
+                    };
+                    threads::append(conn, &append, bodies)?;
+                }
                 outbox::insert(conn, &step.outbox)?;
                 Ok(version)
             }
             Write::Claim {
+                at,
                 run_id,
                 expected_version,
                 owner,
@@ -322,14 +389,7 @@ impl Write {
                     .and_then(|mut claim| {
                         claim
                             .query_row(
-                                params![
-                                    Utc::now().timestamp_micros(),
-                                    owner,
-                                    until,
-                                    run_id,
-                                    expected_version,
-                                    RUN_SCHEMA_VERSION
-                                ],
+                                params![at, owner, until, run_id, expected_version, RUN_SCHEMA_VERSION],
                                 |row| row.get::<_, i64>(0),
                             )
                             .optional()
@@ -367,6 +427,7 @@ impl Write {
                 })
             }
             Write::Reclaim {
+                at,
                 run_id,
                 expected_version,
                 owner,
@@ -391,7 +452,7 @@ impl Write {
                         reclaim
                             .query_row(
                                 params![
-                                    Utc::now().timestamp_micros(),
+                                    at,
                                     owner,
                                     until,
                                     resolution,
@@ -432,6 +493,9 @@ impl Write {
                 token,
             } => outbox::claim(conn, *now, owner, *until, *limit, token),
             Write::FinishDelivery { id, owner, outcome } => outbox::finish(conn, id, owner, outcome),
+            Write::CreateThread(thread) => threads::create(conn, thread),
+            Write::UpdateThread(change) => threads::update(conn, change),
+            Write::DeleteThread { resource_id, thread_id } => threads::delete(conn, resource_id, thread_id),
         }
     }
 }
@@ -705,6 +769,7 @@ mod tests {
     //! Batches built by hand and written with [`write_batch`], so that the
     //! writes are certainly committed together.
     use askloop::{Message, RunRecord, RunStatus, RunStore, RunUpdate, Usage};
+    use chrono::Utc;
 
     use super::*;
     use crate::SqliteStore;
@@ -756,11 +821,17 @@ mod tests {
                 usage: serde_json::to_string(&Usage::default()).unwrap(),
                 error: None,
                 metadata: "null".to_owned(),
+                settings: "{}".to_owned(),
+                schema_version: 1,
                 lease_owner: None,
                 lease_until: None,
                 failure: None,
                 resolutions: "[]".to_owned(),
                 expires_at: None,
+                memory_resource_id: None,
+                memory_thread_id: None,
+                memory_context: None,
+                written_at: now,
             },
             bodies: bodies(texts),
         }
@@ -769,6 +840,7 @@ mod tests {
     fn step(run_id: &str, expected_version: i64, status: RunStatus, texts: &[&str]) -> Write {
         Write::Update {
             step: Step {
+                updated_at: Utc::now().timestamp_micros(),
                 run_id: run_id.to_owned(),
                 expected_version,
                 status: status.as_str(),
@@ -790,6 +862,7 @@ mod tests {
 
     fn claim(run_id: &str, expected_version: i64) -> Write {
         Write::Claim {
+            at: Utc::now().timestamp_micros(),
             run_id: run_id.to_owned(),
             expected_version,
             owner: "test".to_owned(),

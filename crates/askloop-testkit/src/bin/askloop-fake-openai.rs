@@ -24,7 +24,20 @@ struct Args {
     workload: Workload,
 }
 
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
+/// Why the arguments were not used: help was asked for, or one is wrong.
+#[derive(Debug)]
+enum NotRun {
+    Help,
+    Usage(String),
+}
+
+impl From<String> for NotRun {
+    fn from(problem: String) -> Self {
+        NotRun::Usage(problem)
+    }
+}
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, NotRun> {
     let mut parsed = Args {
         port: 0,
         workload: Workload::Deploy,
@@ -62,8 +75,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
                     }
                 };
             }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument `{other}`")),
+            "-h" | "--help" => return Err(NotRun::Help),
+            other => return Err(NotRun::Usage(format!("unknown argument `{other}`"))),
         }
     }
     Ok(parsed)
@@ -72,16 +85,14 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
 fn main() -> ExitCode {
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(args) => args,
-        Err(problem) => {
-            if !problem.is_empty() {
-                eprintln!("askloop-fake-openai: {problem}");
-            }
+        Err(NotRun::Help) => {
             eprintln!("{USAGE}");
-            return if problem.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(2)
-            };
+            return ExitCode::SUCCESS;
+        }
+        Err(NotRun::Usage(problem)) => {
+            eprintln!("askloop-fake-openai: {problem}");
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
         }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use super::cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
 
-use super::{Agent, AgentInner, DEFAULT_LEASE, DEFAULT_MAX_STEPS, RegisteredTool, TimeLimits};
+use super::inner::{AgentInner, RegisteredTool, TimeLimits};
+use super::{Agent, DEFAULT_LAST_MESSAGES, DEFAULT_LEASE, DEFAULT_MAX_STEPS};
 use crate::ask_user::ASK_USER_TOOL_ID;
+use crate::clock::{Clock, system_clock};
 use crate::model::{Model, ToolSpec};
 use crate::store::{MemoryStore, RunStore, Subscription};
 use crate::tool::Tool;
@@ -27,6 +29,8 @@ pub struct AgentBuilder {
     lease_duration: std::time::Duration,
     time_limits: TimeLimits,
     subscriptions: Vec<Subscription>,
+    clock: Arc<dyn Clock>,
+    last_messages: u32,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -102,6 +106,14 @@ impl AgentBuilder {
         self
     }
 
+    /// How many of a thread's last messages a run started on it reads as
+    /// its context, unless the run asks for another number (Mastra's
+    /// `lastMessages`; 10 by default).
+    pub fn last_messages(mut self, messages: u32) -> Self {
+        self.last_messages = messages;
+        self
+    }
+
     /// How many model calls one stream or resume may make.
     pub fn max_steps(mut self, max_steps: u32) -> Self {
         self.max_steps = max_steps.max(1);
@@ -169,6 +181,16 @@ impl AgentBuilder {
         self
     }
 
+    /// The clock the agent reads the time from (time limits, leases, the
+    /// times it records): the system's by default; a
+    /// [`ManualClock`](crate::ManualClock) in tests. The store should read
+    /// the same clock ([`MemoryStore::with_clock`], the SQL stores'
+    /// options); the store made when none is given does.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// Builds the agent, checking tool schemas once here rather than on
     /// every call.
     pub fn build(self) -> Result<Agent, BuildError> {
@@ -213,12 +235,16 @@ impl AgentBuilder {
                 model,
                 tools,
                 specs,
-                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                store: self
+                    .store
+                    .unwrap_or_else(|| Arc::new(MemoryStore::with_clock(Arc::clone(&self.clock)))),
                 max_steps: self.max_steps,
                 conversations: ConversationCache::new(self.cached_messages),
                 lease_duration: self.lease_duration,
                 time_limits: self.time_limits,
                 subscriptions: self.subscriptions,
+                clock: self.clock,
+                last_messages: self.last_messages,
             }),
         })
     }
@@ -241,6 +267,8 @@ impl Agent {
             lease_duration: DEFAULT_LEASE,
             time_limits: TimeLimits::default(),
             subscriptions: Vec::new(),
+            clock: system_clock(),
+            last_messages: DEFAULT_LAST_MESSAGES,
         }
     }
 }

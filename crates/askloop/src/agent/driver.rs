@@ -16,20 +16,22 @@ mod turn;
 
 use std::sync::Arc;
 
-use chrono::Utc;
 use tracing::Instrument;
 
+use super::expiry;
+use super::inner::AgentInner;
 use super::machine::{
-    CheckedCall, Effect, End, Event, Resume, ResumeAction, RunMachine, RunWrite, StepSummary, last_tool_calls,
+    CheckedCall, DriveFrom, Effect, End, Event, Resume, ResumeAction, RunMachine, RunWrite, StepSummary,
+    last_tool_calls, notifications, record_landed,
 };
-use super::stream::Outbox;
-use super::{AgentInner, StreamOutput};
+use super::stream::{Outbox, StreamOutput};
+use crate::cause::ErrorChain;
 use crate::chunk::finish::StepReport;
 use crate::chunk::*;
 use crate::message::{FinishReason, Message, Usage};
+use crate::model::ToolSpec;
 use crate::store::{
-    Author, EventRun, Lease, OutboxMessage, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus, RunUpdate,
-    StoreError, Subscription, messages_for,
+    Author, Lease, OutboxMessage, PendingToolCall, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError,
 };
 
 /// A run as the driver holds it: the stored row (with its current version)
@@ -53,18 +55,29 @@ pub(crate) enum Start {
     Recovered,
 }
 
+impl From<DriveFrom> for Start {
+    fn from(start: DriveFrom) -> Self {
+        match start {
+            DriveFrom::Resume(action, author) => Start::Resume(action, author),
+            DriveFrom::Recovered => Start::Recovered,
+        }
+    }
+}
+
 /// Why a decision could not be applied.
 pub(crate) enum ApplyFailed {
     /// The write failed (a lost compare-and-set is `StoreError::Conflict`).
     Store(StoreError),
-    /// The stored run is not in a state the decision fits (a bug, or a
-    /// damaged row).
-    Broken(String),
+    /// The stored run is not in a state the decision fits: what was wrong.
+    Refused(String),
 }
 
 pub(crate) struct Driver {
     agent: Arc<AgentInner>,
     state: RunState,
+    /// The tools offered to the model, when the run's settings leave out
+    /// some of the agent's (`None`: all of them).
+    tool_specs: Option<Vec<ToolSpec>>,
     machine: RunMachine,
     chunks: Outbox,
     /// The id of the message this stream's steps produce (one per stream,
@@ -85,11 +98,11 @@ impl Driver {
             None => new_id(),
         };
         let message_id = new_id();
-        let tools = agent
-            .specs
-            .iter()
-            .filter_map(|spec| agent.tools.get(&spec.name).map(|t| (spec.name.clone(), t.rules())))
-            .collect();
+        // The run's own settings, stored with it, hold in every stream.
+        let settings = &state.record.settings;
+        let tools = agent.tool_rules_for(settings);
+        let max_steps = agent.max_steps_for(settings);
+        let tool_specs = agent.tool_specs_for(settings);
         // The machine holds the run's pending calls and step results from
         // here on (the driver reads them there): no copy of them per write.
         let machine = RunMachine::new(
@@ -97,11 +110,12 @@ impl Driver {
             agent.id.clone(),
             message_id.clone(),
             tools,
-            agent.max_steps,
+            max_steps,
         );
         Driver {
             agent,
             state,
+            tool_specs,
             machine,
             chunks,
             message_id,
@@ -115,6 +129,7 @@ impl Driver {
     pub(crate) async fn run(mut self, start: Start) -> StreamOutput {
         let heartbeat = super::lease::heartbeat(
             Arc::clone(&self.agent.store),
+            Arc::clone(&self.agent.clock),
             self.state.record.run_id.clone(),
             self.lease_owner.clone(),
             self.agent.lease_duration,
@@ -154,14 +169,23 @@ impl Driver {
                 }
                 Effect::Finish(end) => return end,
                 Effect::CallModel { step } => self.call_model(step).await,
-                Effect::RunTools(runs) => Event::ToolsReturned(self.run_tools(runs).await),
+                Effect::RunTools(runs) => self.tools_returned(runs).await,
                 Effect::Save(write) => match self.save(write).await {
                     Ok(write) => Event::Saved(write),
-                    Err(err) => save_failed(&err),
+                    Err(err) => {
+                        // A lost compare-and-set is the machine's to judge
+                        // (another process took the run); anything else is
+                        // logged here with what caused it.
+                        if !err.is_conflict() {
+                            let run_id = &self.state.record.run_id;
+                            tracing::warn!(run_id = %run_id, error = %ErrorChain(&err), "the run's write failed");
+                        }
+                        Event::SaveFailed(err)
+                    }
                 },
                 Effect::ReadRun => {
-                    let now = self.agent.store.get(&self.state.record.run_id).await.ok().flatten();
-                    Event::RunRead(now.map(Box::new))
+                    let now = self.agent.store.get(&self.state.record.run_id).await;
+                    Event::RunRead(now.map(|run| run.map(Box::new)))
                 }
                 Effect::Refused(message) => return End::Failed(RunFailure::Broken { message }),
             };
@@ -210,7 +234,6 @@ impl Driver {
                 Vec::new()
             },
             usage: record.usage,
-            error: failure.as_ref().map(RunFailure::message),
             failure,
         }
     }
@@ -224,7 +247,7 @@ impl Driver {
 
     /// Calls the model: `step-start`, then the turn as it streams.
     async fn call_model(&mut self, step: u32) -> Event {
-        let started_at = Utc::now();
+        let started_at = self.agent.clock.now();
         self.emit(ChunkKind::StepStart(StepStart {
             message_id: self.message_id.clone(),
             started_at: started_at.timestamp_millis(),
@@ -234,10 +257,11 @@ impl Driver {
         let span = tracing::info_span!("model_step", run_id = %self.state.record.run_id, step);
         match self.model_turn(started_at).instrument(span).await {
             Ok(turn) => Event::ModelFinished(turn),
-            Err(err) => Event::ModelFailed {
-                transient: err.is_transient(),
-                message: err.to_string(),
-            },
+            Err(err) => {
+                let run_id = &self.state.record.run_id;
+                tracing::warn!(run_id = %run_id, error = %ErrorChain(&err), "the model call failed");
+                Event::ModelFailed(err)
+            }
         }
     }
 
@@ -268,7 +292,9 @@ impl Driver {
     /// it), what the tool takes a decline as, and the stored turn.
     fn resume(&self, action: ResumeAction, author: Option<Author>, claimed: bool) -> Resume {
         let id = action.tool_call_id();
-        let resolution = author.map(|author| Resolution::now(Some(id), action.resolution_kind(), author));
+        let call = self.machine.pending().iter().find(|p| p.tool_call_id == id);
+        let now = self.agent.clock.now();
+        let resolution = author.map(|author| expiry::resolution(call, id, action.resolution_kind(), author, now));
         let decline_answer = match &action {
             ResumeAction::DeclineQuestion { reason, .. } => self
                 .machine
@@ -298,15 +324,15 @@ impl Driver {
         self.machine.handle(Event::Resumed(resume));
         loop {
             let event = match self.machine.poll_effect() {
-                Some(Effect::RunTools(runs)) => Event::ToolsReturned(self.run_tools(runs).await),
+                Some(Effect::RunTools(runs)) => self.tools_returned(runs).await,
                 Some(Effect::Save(write)) => {
                     let write = self.save(write).await.map_err(ApplyFailed::Store)?;
                     self.machine.handle(Event::Saved(write));
                     return Ok(());
                 }
-                Some(Effect::Refused(message)) => return Err(ApplyFailed::Broken(message)),
+                Some(Effect::Refused(message)) => return Err(ApplyFailed::Refused(message)),
                 other => {
-                    return Err(ApplyFailed::Broken(format!(
+                    return Err(ApplyFailed::Refused(format!(
                         "applying a decision, the run machine asked for {other:?}"
                     )));
                 }
@@ -341,41 +367,24 @@ impl Driver {
     /// landed is handed back for the machine, its messages taken into the
     /// conversation.
     async fn save(&mut self, mut write: RunWrite) -> Result<RunWrite, StoreError> {
-        let error = write.failure.as_ref().map(RunFailure::message);
-        // A run that stays running stays held, for a full lease from now.
-        let lease = (write.status == RunStatus::Running)
-            .then(|| Lease::new(self.lease_owner.clone(), Utc::now() + self.agent.lease_duration));
+        // The machine says whether the run stays held: a full lease from now.
+        let lease = write.hold.then(|| {
+            Lease::new(
+                self.lease_owner.clone(),
+                self.agent.clock.now() + self.agent.lease_duration,
+            )
+        });
         let record = &self.state.record;
-        let outbox = notifications(
-            &self.agent.subscriptions,
-            record,
-            self.machine.pending(),
-            &write.pending,
-            write.resolution.as_ref(),
-        );
-        let update = RunUpdate {
-            run_id: &record.run_id,
-            expected_version: record.version,
-            status: write.status,
-            pending: &write.pending,
-            step_results: &write.step_results,
-            append: &write.append,
-            steps: write.steps,
-            usage: write.usage,
-            error: error.as_deref(),
-            failure: write.failure.as_ref(),
-            lease: lease.as_ref(),
-            resolution: write.resolution.as_ref(),
-            outbox: &outbox,
-        };
-        let stored = self.agent.store.update(update).await;
-        let record = &mut self.state.record;
-        // The counters are the machine's, whether or not this write lands.
-        record.steps = write.steps;
-        record.usage = write.usage;
+        let update = store_update(&self.agent, record, self.machine.pending(), &write, lease.as_ref());
+        let stored = self.agent.store.update(update.as_update()).await;
         let version = match stored {
             Ok(version) => version,
             Err(err) => {
+                // The counters are the machine's, whether or not this write
+                // lands.
+                let record = &mut self.state.record;
+                record.steps = write.steps;
+                record.usage = write.usage;
                 if write.failure.is_some() {
                     tracing::warn!(run_id = %record.run_id, error = %err, "could not record the run's failure");
                 }
@@ -384,59 +393,85 @@ impl Driver {
         };
         // What the machine takes back is what is stored of the run: its
         // status, pending calls and step results; the rest goes here.
-        record.resolutions.extend(write.resolution.take());
-        record.version = version;
-        record.status = write.status;
-        record.message_count += write.append.len() as i64;
-        record.error = error;
-        record.failure = write.failure.take();
-        record.lease = lease;
+        record_landed(&mut self.state.record, &mut write, version, lease);
         self.state.messages.append(&mut write.append);
         Ok(write)
     }
+
+    /// Runs the step's tools; when they returned, with the time.
+    async fn tools_returned(&self, runs: Vec<super::machine::ToolRun>) -> Event {
+        let outcomes = self.run_tools(runs).await;
+        Event::ToolsReturned {
+            outcomes,
+            now: self.agent.clock.now(),
+        }
+    }
+
+    /// The run's id.
+    pub(crate) fn run_id(&self) -> &str {
+        &self.state.record.run_id
+    }
 }
 
-/// A failed write, as the machine weighs it.
-fn save_failed(err: &StoreError) -> Event {
-    Event::SaveFailed {
-        conflict: err.is_conflict(),
-        transient: err.is_transient(),
-        message: err.to_string(),
+/// A machine write as the store takes it: the one place a write becomes a
+/// [`RunUpdate`], with the failure's text for the row's `error` column and
+/// the notifications it raises for the agent's subscriptions. `waited`:
+/// the calls pending before the write.
+pub(crate) fn store_update<'a>(
+    agent: &AgentInner,
+    record: &'a RunRecord,
+    waited: &[PendingToolCall],
+    write: &'a RunWrite,
+    lease: Option<&'a Lease>,
+) -> StoreUpdate<'a> {
+    StoreUpdate {
+        record,
+        write,
+        lease,
+        error: write.failure.as_ref().map(RunFailure::message),
+        outbox: notifications(
+            &agent.subscriptions,
+            record,
+            waited,
+            &write.pending,
+            write.resolution.as_ref(),
+            agent.clock.now(),
+        ),
+    }
+}
+
+/// A machine write with what the store needs beside it (see
+/// [`store_update`]).
+pub(crate) struct StoreUpdate<'a> {
+    record: &'a RunRecord,
+    write: &'a RunWrite,
+    lease: Option<&'a Lease>,
+    error: Option<String>,
+    outbox: Vec<OutboxMessage>,
+}
+
+impl StoreUpdate<'_> {
+    /// The compare-and-set on the version the record holds.
+    pub(crate) fn as_update(&self) -> RunUpdate<'_> {
+        let write = self.write;
+        RunUpdate {
+            run_id: &self.record.run_id,
+            expected_version: self.record.version,
+            status: write.status,
+            pending: &write.pending,
+            step_results: &write.step_results,
+            append: &write.append,
+            steps: write.steps,
+            usage: write.usage,
+            error: self.error.as_deref(),
+            failure: write.failure.as_ref(),
+            lease: self.lease,
+            resolution: write.resolution.as_ref(),
+            outbox: &self.outbox,
+        }
     }
 }
 
 fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
-}
-
-/// The notifications a write of `record` announces, for the agent's
-/// subscriptions: each call of `pending` that was not among the calls that
-/// `waited` before is raised, and the decision applied resolves the call
-/// as it waited. Nothing (and no work) for an agent without subscriptions.
-pub(super) fn notifications(
-    subscriptions: &[Subscription],
-    record: &RunRecord,
-    waited: &[PendingToolCall],
-    pending: &[PendingToolCall],
-    resolution: Option<&Resolution>,
-) -> Vec<OutboxMessage> {
-    if subscriptions.is_empty() {
-        return Vec::new();
-    }
-    let raised: Vec<&PendingToolCall> = pending
-        .iter()
-        .filter(|p| !waited.iter().any(|w| w.tool_call_id == p.tool_call_id))
-        .collect();
-    let resolved = resolution.map(|r| {
-        let call = r
-            .tool_call_id
-            .as_deref()
-            .and_then(|id| waited.iter().find(|w| w.tool_call_id == id));
-        (r, call)
-    });
-    let run = EventRun {
-        run_id: &record.run_id,
-        agent_id: &record.agent_id,
-    };
-    messages_for(subscriptions, run, &raised, resolved)
 }

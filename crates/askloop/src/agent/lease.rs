@@ -13,9 +13,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
 use futures::future::{Either, select};
 
+use crate::clock::Clock;
 use crate::store::{Lease, RunStore, StoreError};
 
 /// How long a lease lasts by default: the longest a crashed driver's run
@@ -24,13 +24,20 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// Renews the lease of `owner` on `run_id` every third of `duration`, until
 /// the lease is lost (the run stopped running, or another process took it
-/// over); then waits forever. A renewal that fails for another reason (the
-/// database busy a moment) is tried again at the next beat.
-pub(super) async fn heartbeat(store: Arc<dyn RunStore>, run_id: String, owner: String, duration: Duration) {
+/// over); then waits forever. Each renewal runs to `duration` past the
+/// `clock`'s time. A renewal that fails for another reason (the database
+/// busy a moment) is tried again at the next beat.
+pub(super) async fn heartbeat(
+    store: Arc<dyn RunStore>,
+    clock: Arc<dyn Clock>,
+    run_id: String,
+    owner: String,
+    duration: Duration,
+) {
     let every = duration / 3;
     loop {
         tokio::time::sleep(every).await;
-        let lease = Lease::new(owner.clone(), Utc::now() + duration);
+        let lease = Lease::new(owner.clone(), clock.now() + duration);
         match store.renew_lease(&run_id, &lease).await {
             Ok(()) => {}
             Err(StoreError::LeaseLost { .. } | StoreError::NotFound { .. }) => break,

@@ -8,18 +8,88 @@
 //! chunks). `machine_properties.rs` drives the machine with random runs,
 //! crashes and answers.
 
-use serde::{Deserialize, Serialize};
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
+use super::options::MAX_REASON_BYTES;
 use crate::chunk::{ApprovalDecision, ChunkKind, ToolErrorPayload, ToolOutputDenied, ToolResultPayload};
 use crate::error::RunError;
 use crate::message::{Message, ToolCall, ToolContent, ToolResult};
-use crate::store::{PendingKind, PendingToolCall, ResolutionKind, RunRecord, RunStatus};
+use crate::store::{
+    EventRun, Lease, OutboxMessage, PendingKind, PendingToolCall, Resolution, ResolutionKind, RunRecord, RunStatus,
+    Subscription, messages_for,
+};
 use crate::tool::{InvalidResume, Tool, ToolOutput};
 
+mod entry;
 mod run;
 
+pub(crate) use entry::{
+    ApplyFailure, DriveFrom, Entered, Entry, EntryEffect, EntryEvent, Request, ToolBook, UNANSWERED,
+};
 pub(crate) use run::{CheckedCall, Effect, End, Event, ModelTurn, Resume, RunMachine, RunWrite, StepSummary, ToolRun};
+
+/// The JSON Schema of an approval decision, as Mastra publishes it.
+pub(crate) fn approval_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "approved": {"type": "boolean", "description": "true to run the tool call, false to decline it"},
+            "reason": {"type": "string", "description": "Why, shown to the model when the call is declined"}
+        },
+        "required": ["approved"],
+        "additionalProperties": false
+    })
+}
+
+/// Makes `record` what the store holds once `write` landed at `version`
+/// with `lease`: the one place a record follows its stored row. The
+/// write's resolution and failure are taken into the record; its pending
+/// calls and step results are left to the caller (a driver's machine holds
+/// them while it drives, a claim puts them in the record).
+pub(crate) fn record_landed(record: &mut RunRecord, write: &mut RunWrite, version: i64, lease: Option<Lease>) {
+    record.version = version;
+    record.status = write.status;
+    record.steps = write.steps;
+    record.usage = write.usage;
+    record.message_count += write.append.len() as i64;
+    record.resolutions.extend(write.resolution.take());
+    record.failure = write.failure.take();
+    record.lease = lease;
+}
+
+/// The notifications a write of `record` made at `now` announces, for the agent's
+/// subscriptions: each call of `pending` that was not among the calls that
+/// `waited` before is raised, and the decision applied resolves the call
+/// as it waited. Nothing (and no work) for an agent without subscriptions.
+pub(crate) fn notifications(
+    subscriptions: &[Subscription],
+    record: &RunRecord,
+    waited: &[PendingToolCall],
+    pending: &[PendingToolCall],
+    resolution: Option<&Resolution>,
+    now: DateTime<Utc>,
+) -> Vec<OutboxMessage> {
+    if subscriptions.is_empty() {
+        return Vec::new();
+    }
+    let raised: Vec<&PendingToolCall> = pending
+        .iter()
+        .filter(|p| !waited.iter().any(|w| w.tool_call_id == p.tool_call_id))
+        .collect();
+    let resolved = resolution.map(|r| {
+        let call = r
+            .tool_call_id
+            .as_deref()
+            .and_then(|id| waited.iter().find(|w| w.tool_call_id == id));
+        (r, call)
+    });
+    let run = EventRun {
+        run_id: &record.run_id,
+        agent_id: &record.agent_id,
+    };
+    messages_for(subscriptions, run, &raised, resolved, now)
+}
 
 /// What follows a model turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +145,7 @@ pub(crate) fn may_call_model(steps_this_stream: u32, max_steps: u32) -> bool {
 }
 
 /// What the machine needs to know of a registered tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ToolRules {
     /// Its calls wait for a person's approval before they run.
     pub(crate) needs_approval: bool,
@@ -84,6 +154,9 @@ pub(crate) struct ToolRules {
     /// How many of its calls one step accepts (see
     /// [`Tool::max_calls_per_step`]); `None`: no limit.
     pub(crate) max_per_step: Option<usize>,
+    /// How long one of its calls may wait for a person (see `expiry.rs`);
+    /// `None`: no limit.
+    pub(crate) time_limit: Option<std::time::Duration>,
 }
 
 /// A call as the machine judges it: the call, and what is known of it.
@@ -91,9 +164,9 @@ pub(crate) struct ToolRules {
 pub(crate) struct CallFacts<'a> {
     /// Why its arguments are not JSON, if they are not.
     pub(crate) malformed: Option<&'a str>,
-    /// Its tool's rules and why its input does not fit the tool's schema;
-    /// `None` when the agent has no such tool.
-    pub(crate) tool: Option<(ToolRules, Result<(), String>)>,
+    /// Its tool's rules and why its input does not fit the tool's schema
+    /// (`None` when it fits); `None` when the agent has no such tool.
+    pub(crate) tool: Option<(ToolRules, Option<&'a str>)>,
     /// The tools the agent has, for an unknown tool's error.
     pub(crate) known_tools: &'a [&'a str],
     /// The call was interrupted with the process that ran it.
@@ -106,7 +179,7 @@ pub(crate) struct CallFacts<'a> {
 }
 
 /// Whether a call runs, errors or waits.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CallPlan {
     /// The model is told this, as the call's error result.
     Refuse(String),
@@ -139,7 +212,7 @@ pub(crate) fn plan_call(call: &ToolCall, facts: CallFacts<'_>) -> CallPlan {
             call.name
         ));
     }
-    if let Err(problems) = input {
+    if let Some(problems) = input {
         return CallPlan::Refuse(format!(
             "Invalid input for tool {}: {problems}. Call it again with input that matches its schema.",
             call.name
@@ -205,7 +278,7 @@ pub(crate) fn mark_started(
 }
 
 /// How one tool call ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum CallOutcome {
     /// A result, with the chunk that shows it.
     Done(ToolResult, ChunkKind),
@@ -276,7 +349,7 @@ pub(crate) fn denied(call: &ToolCall, reason: Option<String>) -> CallOutcome {
 
 /// The calls of one step and how far they got: the state an answer, a
 /// decline, an approval or a tool's return moves on.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct Step {
     /// The calls, as the model made them.
     pub(crate) calls: Vec<ToolCall>,
@@ -495,7 +568,7 @@ pub(crate) enum Decision {
 }
 
 /// What a decision does to its pending call, checked against it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ResumeAction {
     /// Run the suspended tool again with this answer.
     Answer { tool_call_id: String, data: Value },
@@ -542,8 +615,37 @@ impl ResumeAction {
 /// Which decision fits which pending call: checks `decision` against
 /// `pending` (of `run`), with its tool when the agent has it. An answer to
 /// a question is checked by the tool; a decline and an expiry fit any call;
-/// an approval only a call that waits for one.
+/// an approval only a call that waits for one. A decline's reason may be
+/// at most [`MAX_REASON_BYTES`] long.
 pub(crate) fn fit_decision(
+    run: &RunRecord,
+    pending: &PendingToolCall,
+    decision: &Decision,
+    tool: Option<&dyn Tool>,
+    agent_id: &str,
+) -> Result<ResumeAction, RunError> {
+    let action = fit(run, pending, decision, tool, agent_id)?;
+    if let ResumeAction::DeclineQuestion {
+        tool_call_id,
+        reason: Some(reason),
+    }
+    | ResumeAction::DeclineApproval {
+        tool_call_id,
+        reason: Some(reason),
+    } = &action
+        && reason.len() > MAX_REASON_BYTES
+    {
+        return Err(RunError::ReasonTooLong {
+            run_id: run.run_id.clone(),
+            tool_call_id: tool_call_id.clone(),
+            bytes: reason.len(),
+            limit: MAX_REASON_BYTES,
+        });
+    }
+    Ok(action)
+}
+
+fn fit(
     run: &RunRecord,
     pending: &PendingToolCall,
     decision: &Decision,
@@ -622,11 +724,28 @@ pub(crate) fn fit_decision(
 
 impl RunRecord {
     /// The pending call a resume of this run targets: the one named, or the
-    /// only one when none is named. Says why there is none (the run is not
-    /// suspended, the call is not pending, several are pending), with the
-    /// same errors [`Agent::resume_stream`](crate::Agent::resume_stream)
-    /// returns, so a host can check before it asks a person anything.
+    /// only one when none is named. Says why there is none (the call was
+    /// resolved as expired, the run is not suspended, the call is not
+    /// pending, several are pending), with the same errors
+    /// [`Agent::resume_stream`](crate::Agent::resume_stream) returns, so a
+    /// host can check before it asks a person anything.
     pub fn resume_target(&self, tool_call_id: Option<&str>) -> Result<&PendingToolCall, RunError> {
+        if let Some((tool_call_id, expired_at)) = super::expiry::resolved_as_expired(self, tool_call_id) {
+            return Err(RunError::Expired {
+                run_id: self.run_id.clone(),
+                tool_call_id,
+                expired_at,
+            });
+        }
+        let superseded = self
+            .resolutions
+            .last()
+            .is_some_and(|r| r.kind == crate::store::ResolutionKind::Superseded);
+        if self.status == RunStatus::Cancelled && superseded {
+            return Err(RunError::Superseded {
+                run_id: self.run_id.clone(),
+            });
+        }
         if self.status != RunStatus::Suspended {
             return Err(RunError::NotSuspended {
                 run_id: self.run_id.clone(),
@@ -709,13 +828,14 @@ mod tests {
             needs_approval: false,
             idempotent: true,
             max_per_step: Some(2),
+            time_limit: None,
         };
         let plan = |nth_of_tool| {
             plan_call(
                 &call("x"),
                 CallFacts {
                     malformed: None,
-                    tool: Some((rules, Ok(()))),
+                    tool: Some((rules, None)),
                     known_tools: &["t"],
                     recovering: false,
                     started: false,
@@ -738,6 +858,7 @@ mod tests {
                 needs_approval: true,
                 idempotent,
                 max_per_step: None,
+                time_limit: None,
             })
         };
         let approve = ResumeAction::Approve {
@@ -785,10 +906,11 @@ mod tests {
             needs_approval: true,
             idempotent: false,
             max_per_step: None,
+            time_limit: None,
         };
         let facts = |started| CallFacts {
             malformed: None,
-            tool: Some((guarded, Ok(()))),
+            tool: Some((guarded, None)),
             known_tools: &["t"],
             recovering: true,
             started,

@@ -1,11 +1,14 @@
 //! Property tests of the run machine: random runs (model turns of 0-4 tool
-//! calls: plain, must-not-run-twice, questions and calls waiting for
-//! approval, of tools that may or must not run twice), answered, declined,
-//! expired and approved in random order, with cancels, process deaths
-//! before any write and lost leases. A small simulated driver carries out
-//! the [`RunMachine`]'s effects against a simulated model, tools and store
-//! the way `driver.rs` does against real ones, and feeds back the events;
-//! the properties are checked on what is stored.
+//! calls: plain, must-not-run-twice, questions, questions of a tool that
+//! must not run twice once answered, and calls waiting for approval, of
+//! tools that may or must not run twice), answered, declined, expired and
+//! approved in random order, with cancels, process deaths before any write
+//! and lost leases. A small simulated driver carries out the effects of the
+//! [`Entry`] machine (how a decision or a take-over gets into the run: the
+//! real claim logic) and of the [`RunMachine`] against a simulated model,
+//! tools and store, the way `enter.rs` and `driver.rs` do against real
+//! ones, and feeds back the events; the properties are checked on what is
+//! stored.
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,13 +16,16 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::machine::{
-    self, CallOutcome, CheckedCall, Decision, Effect, End, Event, ModelTurn, Resume, ResumeAction, RunMachine,
-    RunWrite, ToolRules, ToolRun,
+    self, ApplyFailure, CallOutcome, CheckedCall, Decision, DriveFrom, Effect, End, Entered, Entry, EntryEffect,
+    EntryEvent, Event, ModelTurn, Request, Resume, ResumeAction, RunMachine, RunWrite, ToolBook, ToolRules, ToolRun,
 };
 use crate::ask_user::AskUser;
 use crate::chunk::{ChunkKind, ToolErrorPayload};
+use crate::error::RunError;
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult};
+use crate::store::{Author, ResolutionKind, StoreError};
 use crate::store::{PendingKind, PendingToolCall, RunFailure, RunRecord, RunStatus};
+use crate::tool::{Tool, ToolContext, ToolError, ToolOutcome};
 
 /// The kinds of tool a model turn calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,9 +40,12 @@ enum Kind {
     Guarded,
     /// Waits for approval, then runs; may run again.
     Checked,
+    /// Suspends with a question; runs with the answer for real, so must not
+    /// run twice once answered (as an MCP elicitation or a custom tool).
+    AskOnce,
 }
 
-const TOOLS: [&str; 5] = ["plain", "once", "ask_user", "guarded", "checked"];
+const TOOLS: [&str; 6] = ["plain", "once", "ask_user", "guarded", "checked", "ask_once"];
 
 fn rules(name: &str) -> Option<ToolRules> {
     match name {
@@ -44,21 +53,31 @@ fn rules(name: &str) -> Option<ToolRules> {
             needs_approval: false,
             idempotent: true,
             max_per_step: None,
+            time_limit: None,
         }),
         "once" => Some(ToolRules {
             needs_approval: false,
             idempotent: false,
             max_per_step: None,
+            time_limit: None,
         }),
         "guarded" => Some(ToolRules {
             needs_approval: true,
             idempotent: false,
             max_per_step: None,
+            time_limit: None,
+        }),
+        "ask_once" => Some(ToolRules {
+            needs_approval: false,
+            idempotent: false,
+            max_per_step: None,
+            time_limit: None,
         }),
         "checked" => Some(ToolRules {
             needs_approval: true,
             idempotent: true,
             max_per_step: None,
+            time_limit: None,
         }),
         _ => None,
     }
@@ -112,6 +131,8 @@ struct World {
     recoveries: usize,
     /// Per call: how many approvals of it were stored (claimed).
     approvals: HashMap<String, u32>,
+    /// Per call: how often its tool ran with a person's answer.
+    answered_runs: HashMap<String, u32>,
 }
 
 impl World {
@@ -129,6 +150,7 @@ impl World {
         }
         let record = RunRecord {
             run_id: "run".into(),
+            agent_id: "agent".into(),
             status: RunStatus::Running,
             ..Default::default()
         };
@@ -148,6 +170,7 @@ impl World {
             executions: HashMap::new(),
             recoveries: 0,
             approvals: HashMap::new(),
+            answered_runs: HashMap::new(),
         }
     }
 
@@ -166,12 +189,19 @@ impl World {
             self.lost_turns += usize::from(turn_in_it);
             return Ok(false);
         }
+        if let Some(resolution) = &write.resolution
+            && resolution.kind == ResolutionKind::Approved
+            && let Some(id) = &resolution.tool_call_id
+        {
+            *self.approvals.entry(id.clone()).or_default() += 1;
+        }
         let record = &mut self.store.record;
         record.status = write.status;
         record.pending = write.pending;
         record.step_results = write.step_results;
         record.steps = write.steps;
         record.version += 1;
+        record.resolutions.extend(write.resolution);
         self.store.messages.extend(write.append);
         Ok(true)
     }
@@ -210,8 +240,11 @@ impl World {
 
     fn execute(&mut self, call: &ToolCall, answer: Option<&Value>) -> CallOutcome {
         *self.executions.entry(call.id.clone()).or_default() += 1;
+        if answer.is_some() {
+            *self.answered_runs.entry(call.id.clone()).or_default() += 1;
+        }
         match (call.name.as_str(), answer) {
-            ("ask_user", None) => CallOutcome::Pending(PendingToolCall {
+            ("ask_user" | "ask_once", None) => CallOutcome::Pending(PendingToolCall {
                 tool_call_id: call.id.clone(),
                 tool_name: call.name.clone(),
                 args: call.args.clone(),
@@ -248,31 +281,22 @@ impl World {
     /// stream ends or its process dies.
     fn drive(&mut self, mut machine: RunMachine, first: Event) -> Result<(), Stop> {
         machine.handle(first);
+        self.drive_on(machine)
+    }
+
+    /// Carries out the effects of a machine already moving.
+    fn drive_on(&mut self, mut machine: RunMachine) -> Result<(), Stop> {
         loop {
             let effect = machine.poll_effect().expect("the machine ends every stream");
             let event = match effect {
                 Effect::Emit(_) | Effect::ReportStep { .. } => continue,
                 Effect::CallModel { .. } => Event::ModelFinished(self.model()),
-                Effect::RunTools(runs) => Event::ToolsReturned(
-                    runs.into_iter()
-                        .map(|run| match run {
-                            ToolRun::Done(outcome) => outcome,
-                            ToolRun::Wait(pending) => CallOutcome::Pending(pending),
-                            ToolRun::Execute { call, resumed } => {
-                                self.execute(&call, resumed.as_ref().map(|r| &r.data))
-                            }
-                        })
-                        .collect(),
-                ),
+                Effect::RunTools(runs) => self.tools(runs),
                 Effect::Save(write) => match self.write(write.clone())? {
                     true => Event::Saved(write),
-                    false => Event::SaveFailed {
-                        conflict: true,
-                        transient: false,
-                        message: "lost".into(),
-                    },
+                    false => Event::SaveFailed(lost()),
                 },
-                Effect::ReadRun => Event::RunRead(Some(Box::new(self.store.record.clone()))),
+                Effect::ReadRun => Event::RunRead(Ok(Some(Box::new(self.store.record.clone())))),
                 Effect::Finish(End::Completed | End::Suspended) => return Ok(()),
                 Effect::Finish(End::Cancelled(_)) => return Err(Stop::Settled),
                 // Another process took the run over: it goes on from what
@@ -284,14 +308,41 @@ impl World {
         }
     }
 
+    /// Carries out a step's calls, as `driver/calls.rs` does.
+    fn tools(&mut self, runs: Vec<ToolRun>) -> Event {
+        Event::ToolsReturned {
+            outcomes: runs
+                .into_iter()
+                .map(|run| match run {
+                    ToolRun::Done(outcome) => outcome,
+                    ToolRun::Wait(pending) => CallOutcome::Pending(pending),
+                    ToolRun::Execute { call, resumed } => self.execute(&call, resumed.as_ref().map(|r| &r.data)),
+                })
+                .collect(),
+            now: chrono::DateTime::UNIX_EPOCH,
+        }
+    }
+
     /// A new run's first stream.
     fn start(&mut self) -> Result<(), Stop> {
         self.drive(self.machine(), Event::Started)
     }
 
-    /// Continues the stored run the way recovery does.
+    /// Continues the stored run the way recovery does: the take-over of
+    /// the entry machine, then a driver from the last stored step.
     fn recover(&mut self) -> Result<(), Stop> {
         self.recoveries += 1;
+        match self.enter(Request::Recover {
+            author: Author::default(),
+        })? {
+            Entered::Drive {
+                start: DriveFrom::Recovered,
+                ..
+            } => {}
+            // The simulated store has no leases: a running run is stalled,
+            // and anything else is not this test's to take over.
+            _ => return Ok(()),
+        }
         let messages = &self.store.messages;
         let ends_on_calls =
             matches!(messages.last(), Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty());
@@ -306,7 +357,9 @@ impl World {
         )
     }
 
-    /// Decides one pending call (picked by `pick`) and carries on.
+    /// Decides one pending call (picked by `pick`) through the entry
+    /// machine, as `Agent::resume_stream`, `approve_tool_call`,
+    /// `decline_tool_call` and `expire_run` do, and carries on.
     fn decide(&mut self, pick: usize) -> Result<(), Stop> {
         let record = self.store.record.clone();
         let pending = record.pending[pick % record.pending.len()].clone();
@@ -320,48 +373,112 @@ impl World {
             (_, false) if self.expire.contains(&pending.tool_call_id) => Decision::Expire,
             (_, false) => Decision::Decline(Some("no".into())),
         };
-        // The questions are ask_user's; for an approval only the tool's
-        // presence is checked.
-        let tool = AskUser::new();
-        let action =
-            machine::fit_decision(&record, &pending, &decision, Some(&tool), "agent").expect("the decision fits");
-        // An approval runs the tool for real: the run is claimed first, as
-        // `resume.rs` does (answers to ask_user are applied in one write).
-        // A tool that must not run twice is marked started by the claim.
-        let claimed = matches!(action, ResumeAction::Approve { .. });
-        if claimed {
-            let mut pending = record.pending.clone();
-            if machine::marks_start(&action, rules(&pending_name(&record, &action))) {
-                pending = machine::mark_started(&pending, action.tool_call_id(), chrono::Utc::now());
+        let request = Request::Decide {
+            tool_call_id: Some(pending.tool_call_id.clone()),
+            decision,
+            author: Author::default(),
+        };
+        match self.enter(request)? {
+            Entered::Drive {
+                start: DriveFrom::Resume(action, author),
+                ..
+            } => {
+                let resume = self.resume(action, author.is_some(), true);
+                self.drive(self.machine(), Event::Resumed(resume))
             }
-            let claim = RunWrite {
-                status: RunStatus::Running,
-                append: Vec::new(),
-                pending,
-                step_results: record.step_results.clone(),
-                steps: record.steps,
-                usage: record.usage,
-                failure: None,
-                resolution: None,
-            };
-            if !self.write(claim)? {
-                // Lost to a cancel or a take-over: nothing was claimed.
-                return Err(if self.store.record.status == RunStatus::Cancelled {
-                    Stop::Settled
-                } else {
-                    Stop::Died
-                });
-            }
-            *self.approvals.entry(action.tool_call_id().to_owned()).or_default() += 1;
+            Entered::Applied | Entered::Untouched | Entered::Cancelled => Ok(()),
+            Entered::Drive { .. } => panic!("a decision started a driver that is not a resume"),
         }
-        let resume = Resume {
+    }
+
+    /// A decision as a driver hands it to its machine.
+    fn resume(&self, action: ResumeAction, record_it: bool, claimed: bool) -> Resume {
+        Resume {
+            resolution: record_it.then(|| crate::store::Resolution {
+                tool_call_id: Some(action.tool_call_id().to_owned()),
+                kind: action.resolution_kind(),
+                at: chrono::DateTime::UNIX_EPOCH,
+                author: Author::default(),
+            }),
             action,
-            resolution: None,
             decline_answer: None,
             turn_calls: machine::last_tool_calls(&self.store.messages),
             claimed,
-        };
-        self.drive(self.machine(), Event::Resumed(resume))
+        }
+    }
+
+    /// Carries `request` through the entry machine against the simulated
+    /// store. A decision the machine applies in one write is applied by a
+    /// driver's machine here, which then drives the rest of the stream.
+    fn enter(&mut self, request: Request) -> Result<Entered, Stop> {
+        let mut entry = Entry::new("run", "agent", request, std::time::Duration::from_secs(30));
+        loop {
+            let event = match entry.poll_effect().expect("the entry machine ends every request") {
+                EntryEffect::Read => EntryEvent::Read {
+                    run: Some(self.store.record.clone()),
+                    now: chrono::DateTime::UNIX_EPOCH,
+                },
+                EntryEffect::Wait(_) => EntryEvent::Waited,
+                EntryEffect::Claim { .. } => self.entry_write(RunWrite::claim(&self.store.record.clone()))?,
+                EntryEffect::Write { write, .. } => self.entry_write(write)?,
+                EntryEffect::Reclaim { resolution, .. } => {
+                    let mut write = RunWrite::claim(&self.store.record.clone());
+                    write.resolution = Some(resolution);
+                    self.entry_write(write)?
+                }
+                EntryEffect::Apply { action, .. } => {
+                    let mut machine = self.machine();
+                    machine.handle(Event::Resumed(self.resume(action, true, false)));
+                    match self.apply(&mut machine)? {
+                        Some(event) => event,
+                        None => {
+                            // Stored: the stream goes on from there.
+                            self.drive_on(machine)?;
+                            EntryEvent::Applied
+                        }
+                    }
+                }
+                EntryEffect::Finish(Ok(entered)) => return Ok(entered),
+                // Someone else won (a take-over, a cancel): nothing of ours
+                // was written.
+                EntryEffect::Finish(Err(RunError::Conflict { .. } | RunError::NotSuspended { .. })) => {
+                    return Ok(Entered::Untouched);
+                }
+                EntryEffect::Finish(Err(err)) => panic!("the request was refused: {err}"),
+            };
+            entry.handle(event, &Book);
+        }
+    }
+
+    /// A write of the entry machine, as its event.
+    fn entry_write(&mut self, write: RunWrite) -> Result<EntryEvent, Stop> {
+        Ok(if self.write(write)? {
+            EntryEvent::Written {
+                version: self.store.record.version,
+                lease: None,
+            }
+        } else {
+            EntryEvent::WriteFailed(lost())
+        })
+    }
+
+    /// Runs a driver's machine to its first write, which applies the
+    /// decision: `None` once stored, else the event that says why not.
+    fn apply(&mut self, machine: &mut RunMachine) -> Result<Option<EntryEvent>, Stop> {
+        loop {
+            let event = match machine.poll_effect().expect("applying a decision ends in a write") {
+                Effect::RunTools(runs) => self.tools(runs),
+                Effect::Save(write) => {
+                    if self.write(write.clone())? {
+                        machine.handle(Event::Saved(write));
+                        return Ok(None);
+                    }
+                    return Ok(Some(EntryEvent::ApplyFailed(ApplyFailure::Store(lost()))));
+                }
+                other => panic!("applying a decision, the machine asked for {other:?}"),
+            };
+            machine.handle(event);
+        }
     }
 
     /// Drives the run to its end: the first stream, then recoveries after
@@ -390,14 +507,65 @@ impl World {
     }
 }
 
-/// The tool of the pending call `action` decides.
-fn pending_name(record: &RunRecord, action: &ResumeAction) -> String {
-    record
-        .pending
-        .iter()
-        .find(|p| p.tool_call_id == action.tool_call_id())
-        .map(|p| p.tool_name.clone())
-        .unwrap_or_default()
+/// A write that lost its compare-and-set.
+fn lost() -> StoreError {
+    StoreError::Conflict {
+        run_id: "run".into(),
+        expected_version: 0,
+    }
+}
+
+/// The simulated agent's tools, as the entry machine asks for them: the
+/// questions are `ask_user`'s (applied in one write) or `ask_once`'s (a tool
+/// that acts on its answer: claimed first); for the other tools only their
+/// presence is checked.
+struct Book;
+
+impl ToolBook for Book {
+    fn tool(&self, name: &str) -> Option<&dyn Tool> {
+        static ASK_USER: std::sync::LazyLock<AskUser> = std::sync::LazyLock::new(AskUser::new);
+        match name {
+            "ask_once" => Some(&AskOnce),
+            _ if rules(name).is_some() => Some(&*ASK_USER),
+            _ => None,
+        }
+    }
+
+    fn rules(&self, name: &str) -> Option<ToolRules> {
+        rules(name)
+    }
+}
+
+/// A tool that asks a question and acts on the answer (as an MCP
+/// elicitation does): applying the answer runs it for real.
+struct AskOnce;
+
+#[async_trait::async_trait]
+impl Tool for AskOnce {
+    fn id(&self) -> &str {
+        "ask_once"
+    }
+
+    fn description(&self) -> &str {
+        "Asks, then acts on the answer."
+    }
+
+    fn input_schema(&self) -> &Value {
+        static SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| json!({"type": "object"}));
+        &SCHEMA
+    }
+
+    fn resume_is_pure(&self) -> bool {
+        false
+    }
+
+    fn idempotent(&self) -> bool {
+        false
+    }
+
+    async fn execute(&self, _input: Value, _ctx: ToolContext) -> Result<ToolOutcome, ToolError> {
+        unreachable!("the simulated driver runs the tools")
+    }
 }
 
 fn call_id(turn: usize, call: usize) -> String {
@@ -451,7 +619,8 @@ fn script() -> impl Strategy<Value = Vec<Vec<Kind>>> {
         Just(Kind::Once),
         Just(Kind::Ask),
         Just(Kind::Guarded),
-        Just(Kind::Checked)
+        Just(Kind::Checked),
+        Just(Kind::AskOnce)
     ];
     prop::collection::vec(prop::collection::vec(kind, 0..=4), 0..5)
 }
@@ -505,6 +674,14 @@ proptest! {
             });
             if matches!(kind.as_deref(), Some("once" | "guarded")) {
                 prop_assert!(*runs <= 1, "{id} ran {runs} times");
+            }
+        }
+        // Nor does a tool that acts on a person's answer, once answered.
+        for (id, runs) in &world.answered_runs {
+            let asks_once = messages.iter().any(|m| matches!(m, Message::Assistant { tool_calls, .. }
+                if tool_calls.iter().any(|c| &c.id == id && c.name == "ask_once")));
+            if asks_once {
+                prop_assert!(*runs <= 1, "{id} ran {runs} times with its answer");
             }
         }
         // An approval, once stored, is never asked for again, whatever

@@ -4,7 +4,9 @@
 mod builder;
 mod cache;
 mod driver;
+mod enter;
 mod expiry;
+mod inner;
 mod lease;
 mod machine;
 #[cfg(test)]
@@ -12,31 +14,32 @@ mod machine_properties;
 mod options;
 mod recovery;
 mod resume;
+mod settings;
 mod stream;
+mod thread;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use chrono::Utc;
-use serde_json::{Value, json};
-
 use crate::error::RunError;
+use crate::id::IdKind;
 use crate::model::{Model, ToolSpec};
-use crate::store::{Author, Lease, Resolution, ResolutionKind, RunRecord, RunStatus, RunStore, RunUpdate, StoreError};
-use crate::tool::Tool;
+use crate::store::{Author, RunRecord, RunStatus, RunStore};
 
 pub use builder::{AgentBuilder, BuildError};
-pub(crate) use expiry::rfc3339;
 pub use lease::DEFAULT_LEASE;
-pub use options::{AgentInput, ResumeOptions, StreamOptions};
+pub use options::{AgentInput, MAX_REASON_BYTES, ResumeOptions, StreamOptions, ThreadOptions};
 pub use stream::{AgentStream, StreamOutput};
 
-use cache::ConversationCache;
 use driver::{Driver, RunState, Start};
+use inner::AgentInner;
 
 /// How many model calls one stream (or resume) may make, by default.
 pub const DEFAULT_MAX_STEPS: u32 = 25;
+
+/// How many of a thread's last messages a run on it reads as context,
+/// unless its agent or the run says otherwise (Mastra's default).
+pub const DEFAULT_LAST_MESSAGES: u32 = 10;
 
 /// An agent: a model, instructions and tools, with a store for its runs.
 ///
@@ -81,70 +84,6 @@ impl fmt::Debug for Agent {
     }
 }
 
-pub(crate) struct AgentInner {
-    pub(crate) id: String,
-    pub(crate) name: String,
-    pub(crate) instructions: Option<String>,
-    pub(crate) model: Arc<dyn Model>,
-    pub(crate) tools: HashMap<String, RegisteredTool>,
-    pub(crate) specs: Vec<ToolSpec>,
-    pub(crate) store: Arc<dyn RunStore>,
-    pub(crate) max_steps: u32,
-    pub(crate) conversations: ConversationCache,
-    pub(crate) lease_duration: std::time::Duration,
-    pub(crate) time_limits: TimeLimits,
-    /// Who hears of questions raised and resolved (see `AgentBuilder::notify`).
-    pub(crate) subscriptions: Vec<crate::store::Subscription>,
-}
-
-/// How long a call of each tool may wait for an answer or an approval.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct TimeLimits {
-    /// For every tool without its own.
-    pub(crate) default: Option<std::time::Duration>,
-    /// Per tool id.
-    pub(crate) per_tool: HashMap<String, std::time::Duration>,
-}
-
-impl AgentInner {
-    /// How long a call of `tool_id` may wait, if it has a limit.
-    pub(crate) fn time_limit_for(&self, tool_id: &str) -> Option<std::time::Duration> {
-        self.time_limits
-            .per_tool
-            .get(tool_id)
-            .copied()
-            .or(self.time_limits.default)
-    }
-
-    /// What declining a question of `tool_id` means as an answer to it,
-    /// when the tool has a decline of its own ([`Tool::decline_as_answer`]).
-    pub(crate) fn decline_as_answer(&self, tool_id: &str, reason: Option<&str>) -> Option<serde_json::Value> {
-        self.tools.get(tool_id)?.tool.decline_as_answer(reason)
-    }
-
-    /// A lease for a new driver of a run, from now.
-    pub(crate) fn new_lease(&self) -> Lease {
-        Lease::new(uuid::Uuid::now_v7().to_string(), Utc::now() + self.lease_duration)
-    }
-}
-
-pub(crate) struct RegisteredTool {
-    pub(crate) tool: Arc<dyn Tool>,
-    pub(crate) validator: jsonschema::Validator,
-    pub(crate) needs_approval: bool,
-}
-
-impl RegisteredTool {
-    /// What the run machine needs to know of the tool.
-    pub(crate) fn rules(&self) -> machine::ToolRules {
-        machine::ToolRules {
-            needs_approval: self.needs_approval,
-            idempotent: self.tool.idempotent(),
-            max_per_step: self.tool.max_calls_per_step(),
-        }
-    }
-}
-
 impl Agent {
     /// The agent's id.
     pub fn id(&self) -> &str {
@@ -171,6 +110,13 @@ impl Agent {
         &self.inner.specs
     }
 
+    /// How many model calls one stream (or resume) of a run may make, at
+    /// most: a run's own [`RunSettings::max_steps`](crate::RunSettings) may
+    /// only be lower.
+    pub fn max_steps(&self) -> u32 {
+        self.inner.max_steps
+    }
+
     /// Whether calls of this tool wait for approval.
     pub fn requires_approval(&self, tool_id: &str) -> bool {
         self.inner.tools.get(tool_id).is_some_and(|t| t.needs_approval)
@@ -181,13 +127,29 @@ impl Agent {
         &self.inner.store
     }
 
+    /// The clock the agent reads the time from.
+    pub fn clock(&self) -> &Arc<dyn crate::clock::Clock> {
+        &self.inner.clock
+    }
+
     /// Starts a run and streams it.
     pub async fn stream(&self, input: impl Into<AgentInput>) -> Result<AgentStream, RunError> {
         self.stream_with(input, StreamOptions::default()).await
     }
 
     /// Starts a run with options and streams it. The run (with its input) is
-    /// stored before this returns.
+    /// stored before this returns. Settings that would let the run do more
+    /// than the agent allows (a step limit above the agent's, a tool it does
+    /// not have) are [`RunError::InvalidInput`], and nothing is stored.
+    ///
+    /// On a thread ([`StreamOptions::on_thread`]) the run starts from the
+    /// thread's last messages, then `input`, and appends its own messages
+    /// to the thread as it stores them. A question of this agent the thread
+    /// still waits on is superseded first: the new message came instead of
+    /// its answer, so its run ends (cancelled, recorded as
+    /// [`ResolutionKind::Superseded`](crate::ResolutionKind::Superseded))
+    /// with a result saying the call went unanswered, and a late answer to
+    /// it is [`RunError::Superseded`].
     pub async fn stream_with(
         &self,
         input: impl Into<AgentInput>,
@@ -197,18 +159,31 @@ impl Agent {
         if messages.is_empty() {
             return Err(RunError::InvalidInput("a run needs at least one message".into()));
         }
+        // Chosen ids are checked before the store sees them (see `IdKind`).
+        if let Some(id) = &options.thread_id {
+            IdKind::Thread.check(id)?;
+        }
         let run_id = match options.run_id {
-            Some(id) if id.trim().is_empty() => {
-                return Err(RunError::InvalidInput("a run id must not be empty".into()));
+            Some(id) => {
+                IdKind::Run.check(&id)?;
+                id
             }
-            Some(id) => id,
             None => uuid::Uuid::now_v7().to_string(),
         };
-        let now = Utc::now();
+        self.inner.check_settings(&options.settings)?;
+        let (messages, memory) = match &options.thread {
+            Some(thread) => {
+                let (messages, memory) = self.thread_start(thread, messages).await?;
+                (messages, Some(memory))
+            }
+            None => (messages, None),
+        };
+        let now = self.inner.clock.now();
         let record = RunRecord {
             run_id: run_id.clone(),
             agent_id: self.inner.id.clone(),
             thread_id: options.thread_id,
+            memory,
             status: RunStatus::Running,
             version: 0,
             created_at: now,
@@ -218,8 +193,8 @@ impl Agent {
             message_count: messages.len() as i64,
             steps: 0,
             usage: Default::default(),
-            error: None,
             metadata: options.metadata,
+            settings: options.settings,
             lease: Some(self.inner.new_lease()),
             failure: None,
             resolutions: Vec::new(),
@@ -243,55 +218,40 @@ impl Agent {
     }
 
     /// Cancels a suspended (or running) run: its status becomes `cancelled`
-    /// and the model is not called again.
+    /// and the model is not called again. A run that has finished already
+    /// is [`RunError::Finished`].
     pub async fn cancel_run(&self, run_id: &str) -> Result<(), RunError> {
         self.cancel_run_by(run_id, Author::default()).await
     }
 
     /// Cancels a run (see [`Agent::cancel_run`]), recording `author`.
     pub async fn cancel_run_by(&self, run_id: &str, author: Author) -> Result<(), RunError> {
-        let resolution = Resolution::now(None, ResolutionKind::Cancelled, author);
-        for _ in 0..resume::CLAIM_ATTEMPTS {
-            let run = self.load(run_id).await?;
-            if run.status.is_finished() {
-                return Err(RunError::NotSuspended {
-                    run_id: run_id.to_owned(),
-                    status: run.status,
-                });
-            }
-            let update = RunUpdate {
-                run_id,
-                expected_version: run.version,
-                status: RunStatus::Cancelled,
-                pending: &[],
-                step_results: &[],
-                append: &[],
-                steps: run.steps,
-                usage: run.usage,
-                error: None,
-                failure: None,
-                lease: None,
-                resolution: Some(&resolution),
-                outbox: &[],
-            };
-            match self.inner.store.update(update).await {
-                Ok(_) => return Ok(()),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(err) => return Err(err.into()),
-            }
+        IdKind::Run.check(run_id)?;
+        match self.enter(run_id, machine::Request::Cancel { author }, None).await? {
+            enter::Outcome::Cancelled => Ok(()),
+            enter::Outcome::Stream(_) | enter::Outcome::Untouched => Err(RunError::Refused {
+                run_id: run_id.to_owned(),
+                detail: "a cancel ended without cancelling the run".into(),
+            }),
         }
-        Err(RunError::Conflict {
-            run_id: run_id.to_owned(),
-        })
     }
 
     /// Reads the stored state of one of this agent's runs (a run of another
     /// agent is [`RunError::OtherAgent`], as for every operation on a run).
     pub async fn get_run(&self, run_id: &str) -> Result<RunRecord, RunError> {
+        self.load_named(run_id).await
+    }
+
+    /// Reads one of this agent's runs by an id a caller gave: an id outside
+    /// the rule for run ids (see [`IdKind`]) is refused before the store is
+    /// asked.
+    async fn load_named(&self, run_id: &str) -> Result<RunRecord, RunError> {
+        IdKind::Run.check(run_id)?;
         self.load(run_id).await
     }
 
-    /// Reads one of this agent's runs.
+    /// Reads one of this agent's runs. Sweeps read by ids they found in the
+    /// store, so a run stored before the rule for ids still expires.
     async fn load(&self, run_id: &str) -> Result<RunRecord, RunError> {
         let run = self
             .inner
@@ -317,17 +277,4 @@ impl Agent {
         let driver = Driver::new(Arc::clone(&self.inner), state, Arc::clone(&outbox));
         AgentStream::new(run_id, outbox, driver.run(start))
     }
-}
-
-/// The JSON Schema of an approval decision, as Mastra publishes it.
-pub(crate) fn approval_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "approved": {"type": "boolean", "description": "true to run the tool call, false to decline it"},
-            "reason": {"type": "string", "description": "Why, shown to the model when the call is declined"}
-        },
-        "required": ["approved"],
-        "additionalProperties": false
-    })
 }

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use crate::message::Message;
-use crate::store::Author;
+use crate::store::{Author, RunSettings, ThreadKey};
 
 /// What a run starts from.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +43,59 @@ pub struct StreamOptions {
     pub thread_id: Option<String>,
     /// Data stored with the run (e.g. how to rebuild its agent later).
     pub metadata: Value,
+    /// Narrower limits or other instructions for this run, stored with it
+    /// and kept by every later resume (see [`RunSettings`]).
+    pub settings: RunSettings,
+    /// The stored thread to run on: the run reads its last messages as
+    /// context and appends its own (Mastra's `memory`).
+    pub thread: Option<ThreadOptions>,
+}
+
+/// A new run's thread: which one, how much of it to read, and what a new
+/// thread starts with.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ThreadOptions {
+    /// The thread: its resource and id. It is created by the run when it
+    /// does not exist.
+    pub key: ThreadKey,
+    /// How many of its last messages to read as context (the agent's
+    /// [`AgentBuilder::last_messages`](crate::AgentBuilder::last_messages)
+    /// when `None`).
+    pub last_messages: Option<u32>,
+    /// The title of a thread this run creates.
+    pub title: Option<String>,
+    /// The metadata of a thread this run creates.
+    pub metadata: Option<Value>,
+    /// Who sent the new message: recorded on the questions it leaves
+    /// unanswered (see [`Agent::stream_with`](crate::Agent::stream_with)).
+    pub author: Author,
+}
+
+impl ThreadOptions {
+    /// Thread `thread_id` of `resource_id`, read as the agent's default
+    /// says.
+    pub fn new(resource_id: impl Into<String>, thread_id: impl Into<String>) -> Self {
+        ThreadOptions {
+            key: ThreadKey::new(resource_id, thread_id),
+            last_messages: None,
+            title: None,
+            metadata: None,
+            author: Author::default(),
+        }
+    }
+
+    /// Reads this many of the thread's last messages.
+    pub fn last_messages(mut self, messages: u32) -> Self {
+        self.last_messages = Some(messages);
+        self
+    }
+
+    /// Records `author` as the sender of the new message.
+    pub fn by(mut self, author: Author) -> Self {
+        self.author = author;
+        self
+    }
 }
 
 impl StreamOptions {
@@ -65,7 +118,34 @@ impl StreamOptions {
         self.thread_id = Some(thread_id.into());
         self
     }
+
+    /// Sets the run's settings.
+    ///
+    /// ```
+    /// use askloop::{RunSettings, StreamOptions};
+    /// let options = StreamOptions::default().settings(RunSettings::default().max_steps(3));
+    /// assert_eq!(options.settings.max_steps, Some(3));
+    /// ```
+    pub fn settings(mut self, settings: RunSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Runs on a stored thread.
+    pub fn on_thread(mut self, thread: ThreadOptions) -> Self {
+        self.thread = Some(thread);
+        self
+    }
 }
+
+/// The most bytes (UTF-8) of a decline's reason, as for an `ask_user`
+/// answer by default ([`AskUserLimits::max_answer_bytes`]): the reason goes
+/// to the model as the call's result, as an answer does. A longer one is
+/// [`RunError::ReasonTooLong`] and the call stays pending.
+///
+/// [`AskUserLimits::max_answer_bytes`]: crate::AskUserLimits::max_answer_bytes
+/// [`RunError::ReasonTooLong`]: crate::RunError::ReasonTooLong
+pub const MAX_REASON_BYTES: usize = 64 * 1024;
 
 /// Which run, and which of its pending calls, a decision is for: the one
 /// options shape of [`Agent::resume_stream`], [`Agent::approve_tool_call`]

@@ -8,12 +8,12 @@
 //! it stored is done again, and answers already stored are never asked
 //! again.
 
-use chrono::Utc;
-
-use super::driver::{RunState, Start};
+use super::enter::Outcome;
+use super::machine::Request;
 use super::{Agent, AgentStream};
 use crate::error::RunError;
-use crate::store::{Author, ExpiredRuns, Resolution, ResolutionKind, RunRecord, RunStatus, RunStore, StoreError};
+use crate::id::IdKind;
+use crate::store::{Author, ExpiredRuns, RunRecord};
 
 /// How many runs one read of expired leases returns; a look reads page
 /// after page until it has seen them all.
@@ -28,7 +28,7 @@ impl Agent {
     /// alone. A host calls this at start and then from time to time.
     ///
     /// Each take-over is recorded on the run as a
-    /// [`ResolutionKind::Recovered`] resolution, in the same write, made
+    /// [`ResolutionKind::Recovered`](crate::ResolutionKind::Recovered) resolution, in the same write, made
     /// through the library; [`Agent::recover_runs_by`] names who recovers.
     ///
     /// ```
@@ -50,10 +50,10 @@ impl Agent {
     /// `author` as who took each over (e.g. the server's sweep).
     pub async fn recover_runs_by(&self, author: Author) -> Result<Vec<AgentStream>, RunError> {
         let mut streams = Vec::new();
-        let mut pages = ExpiredRuns::new(self.inner.store.as_ref(), Utc::now(), EXPIRED_PAGE);
+        let mut pages = ExpiredRuns::new(self.inner.store.as_ref(), self.inner.clock.now(), EXPIRED_PAGE);
         while let Some(page) = pages.next_page().await? {
             for run in page.into_iter().filter(|run| run.agent_id == self.inner.id) {
-                if let Some(stream) = self.take_over(run, author.clone()).await? {
+                if let Some(stream) = self.recover_listed_run(run, author.clone()).await? {
                     streams.push(stream);
                 }
             }
@@ -76,12 +76,8 @@ impl Agent {
                 owner: run.agent_id,
             });
         }
-        // Only a run listed as running: a failed one is retried by
-        // `retry_run`, which checks why it failed.
-        if run.status != RunStatus::Running {
-            return Ok(None);
-        }
-        self.take_over(run, author).await
+        let run_id = run.run_id.clone();
+        self.take_over(&run_id, Request::Recover { author }, Some(run)).await
     }
 
     /// Takes over one run if its lease ran out (see [`Agent::recover_runs`]);
@@ -94,11 +90,8 @@ impl Agent {
     /// Takes over one stalled run (see [`Agent::recover_run`]), recording
     /// `author` as who took it over.
     pub async fn recover_run_by(&self, run_id: &str, author: Author) -> Result<Option<AgentStream>, RunError> {
-        let run = self.load(run_id).await?;
-        if !run.is_stalled(Utc::now()) {
-            return Ok(None);
-        }
-        self.take_over(run, author).await
+        IdKind::Run.check(run_id)?;
+        self.take_over(run_id, Request::Recover { author }, None).await
     }
 
     /// Continues a failed run from its last stored step, if it failed for a
@@ -114,20 +107,8 @@ impl Agent {
     /// Retries a failed run (see [`Agent::retry_run`]), recording `author`
     /// as who took it over.
     pub async fn retry_run_by(&self, run_id: &str, author: Author) -> Result<AgentStream, RunError> {
-        let run = self.load(run_id).await?;
-        if run.status != RunStatus::Failed {
-            return Err(RunError::NotRetryable {
-                run_id: run_id.to_owned(),
-                reason: format!("it is {}, not failed", run.status),
-            });
-        }
-        if let Some(failure) = run.failure.as_ref().filter(|f| !f.is_transient()) {
-            return Err(RunError::NotRetryable {
-                run_id: run_id.to_owned(),
-                reason: format!("it failed for a reason trying again does not fix: {failure}"),
-            });
-        }
-        match self.take_over(run, author).await? {
+        IdKind::Run.check(run_id)?;
+        match self.take_over(run_id, Request::Retry { author }, None).await? {
             Some(stream) => Ok(stream),
             None => Err(RunError::Conflict {
                 run_id: run_id.to_owned(),
@@ -135,32 +116,18 @@ impl Agent {
         }
     }
 
-    /// Reclaims `run` as read and starts a driver on it; `None` when another
-    /// writer changed it first. The take-over and its record (a
-    /// `recovered` resolution by `author`) are one store write.
-    async fn take_over(&self, run: RunRecord, author: Author) -> Result<Option<AgentStream>, RunError> {
-        let store: &dyn RunStore = self.inner.store.as_ref();
-        let lease = self.inner.new_lease();
-        let resolution = Resolution::now(None, ResolutionKind::Recovered, author);
-        let now = Utc::now();
-        let version = match store
-            .reclaim(&run.run_id, run.version, &lease, now, Some(&resolution))
-            .await
-        {
-            Ok(version) => version,
-            Err(StoreError::Conflict { .. }) => return Ok(None),
-            Err(err) => return Err(err.into()),
-        };
-        tracing::info!(run_id = %run.run_id, was = %run.status, "took the run over");
-        // Another process wrote it: never this process's cached copy.
-        let messages = store.messages(&run.run_id).await?;
-        let mut record = run;
-        record.version = version;
-        record.status = RunStatus::Running;
-        record.lease = Some(lease);
-        record.error = None;
-        record.failure = None;
-        record.resolutions.push(resolution);
-        Ok(Some(self.spawn(RunState { record, messages }, Start::Recovered)))
+    /// Takes the run over as `request` asks (see `machine/entry.rs`): a
+    /// driver goes on from its last stored step; `None` when it was left
+    /// alone (not stalled, or another process took it first).
+    async fn take_over(
+        &self,
+        run_id: &str,
+        request: Request,
+        listed: Option<RunRecord>,
+    ) -> Result<Option<AgentStream>, RunError> {
+        match self.enter(run_id, request, listed).await? {
+            Outcome::Stream(stream) => Ok(Some(stream)),
+            Outcome::Cancelled | Outcome::Untouched => Ok(None),
+        }
     }
 }

@@ -36,10 +36,16 @@ pub struct StreamOutput {
     pub pending: Vec<PendingToolCall>,
     /// Tokens used by the whole run so far.
     pub usage: Usage,
-    /// What went wrong, for a failed run.
-    pub error: Option<String>,
-    /// Why, typed, for a failed run.
+    /// Why, for a failed run.
     pub failure: Option<RunFailure>,
+}
+
+impl StreamOutput {
+    /// What went wrong, for people, when the run failed (its failure's
+    /// message).
+    pub fn error(&self) -> Option<String> {
+        self.failure.as_ref().map(RunFailure::message)
+    }
 }
 
 /// Where the driver leaves chunks for the stream to hand out.
@@ -145,8 +151,9 @@ impl AgentStream {
             text: String::new(),
             pending: Vec::new(),
             usage: Usage::default(),
-            error: Some("the stream's outcome was already taken".into()),
-            failure: None,
+            failure: Some(RunFailure::Broken {
+                message: "the stream's outcome was already taken".into(),
+            }),
         })
     }
 

@@ -9,8 +9,10 @@ use chrono::{DateTime, Utc};
 
 use super::{
     ChangeBroadcast, Delivery, DeliveryOutcome, DeliveryState, Lease, Resolution, RunChange, RunChanges, RunCursor,
-    RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError,
+    RunMemory, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError, Thread, ThreadDeletion, ThreadEdit,
+    ThreadKey, ThreadMessage, ThreadQuery, ThreadStore,
 };
+use crate::clock::{Clock, system_clock};
 use crate::message::Message;
 
 #[derive(Debug, Default)]
@@ -19,14 +21,82 @@ struct StoredRun {
     messages: Vec<Message>,
 }
 
+#[derive(Debug)]
+struct StoredThread {
+    thread: Thread,
+    messages: Vec<ThreadMessage>,
+}
+
+/// What the store holds. Threads sit beside the runs under one lock, since
+/// a run's write and its thread's messages are one write.
+#[derive(Debug, Default)]
+struct Stored {
+    runs: HashMap<String, StoredRun>,
+    threads: HashMap<ThreadKey, StoredThread>,
+}
+
+impl std::ops::Deref for Stored {
+    type Target = HashMap<String, StoredRun>;
+    fn deref(&self) -> &Self::Target {
+        &self.runs
+    }
+}
+
+impl std::ops::DerefMut for Stored {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.runs
+    }
+}
+
+impl Stored {
+    /// Appends a run's messages (from its message number `first`) to its
+    /// thread, creating the thread if it is new.
+    fn append_to_thread(
+        &mut self,
+        memory: &RunMemory,
+        agent_id: &str,
+        run_id: &str,
+        first: i64,
+        messages: &[Message],
+        now: DateTime<Utc>,
+    ) {
+        if messages.is_empty() && self.threads.contains_key(&memory.key) {
+            return;
+        }
+        let stored = self.threads.entry(memory.key.clone()).or_insert_with(|| StoredThread {
+            thread: Thread::new(&memory.key, agent_id, now),
+            messages: Vec::new(),
+        });
+        for (i, message) in messages.iter().enumerate() {
+            stored.messages.push(ThreadMessage {
+                seq: stored.thread.message_count,
+                run_id: run_id.to_owned(),
+                run_seq: first + i as i64,
+                message: message.clone(),
+                created_at: now,
+            });
+            stored.thread.message_count += 1;
+        }
+        stored.thread.updated_at = now;
+    }
+}
+
 /// Runs kept in memory. Cloning shares the same runs.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct MemoryStore {
-    runs: Arc<Mutex<HashMap<String, StoredRun>>>,
+    runs: Arc<Mutex<Stored>>,
     /// Notifications, in the order written. Locked only after `runs` (an
     /// update holds both, so its notifications appear with it), or alone.
     outbox: Arc<Mutex<Vec<Delivery>>>,
     changes: ChangeBroadcast,
+    /// What stamps each write's `updated_at`.
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::with_clock(system_clock())
+    }
 }
 
 impl Default for RunRecord {
@@ -35,6 +105,7 @@ impl Default for RunRecord {
             run_id: String::new(),
             agent_id: String::new(),
             thread_id: None,
+            memory: None,
             status: RunStatus::Running,
             version: 0,
             created_at: DateTime::<Utc>::UNIX_EPOCH,
@@ -44,8 +115,8 @@ impl Default for RunRecord {
             message_count: 0,
             steps: 0,
             usage: Default::default(),
-            error: None,
             metadata: serde_json::Value::Null,
+            settings: Default::default(),
             lease: None,
             failure: None,
             resolutions: Vec::new(),
@@ -54,12 +125,43 @@ impl Default for RunRecord {
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store, stamping its writes with the system's clock.
     pub fn new() -> Self {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, StoredRun>> {
+    /// An empty store that stamps its writes (a run's `updated_at`) with
+    /// `clock`: give it the agent's clock, so a test that moves a
+    /// [`ManualClock`](crate::ManualClock) moves both.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use askloop::{Agent, Clock, ManualClock, MemoryStore, ScriptedModel};
+    /// let clock = ManualClock::starting_at("2030-01-01T00:00:00Z".parse().unwrap());
+    /// let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    /// let model = ScriptedModel::from_json("demo", r#"{"turns": [{"text": "Hello"}]}"#).unwrap();
+    /// let agent = Agent::builder("assistant")
+    ///     .model(Arc::new(model))
+    ///     .store(store)
+    ///     .clock(Arc::new(clock.clone()))
+    ///     .build()
+    ///     .unwrap();
+    /// let output = agent.generate("Hi").await.unwrap();
+    /// let run = agent.store().get(&output.run_id).await.unwrap().unwrap();
+    /// assert_eq!(run.updated_at, clock.now());
+    /// # });
+    /// ```
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            runs: Arc::default(),
+            outbox: Arc::default(),
+            changes: ChangeBroadcast::default(),
+            clock,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Stored> {
         // A panic while holding the lock cannot leave a run half-written:
         // every write below builds the new state before touching the map.
         self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -77,6 +179,10 @@ impl RunStore for MemoryStore {
         Ok(Some(self.changes.subscribe()))
     }
 
+    fn thread_store(&self) -> Option<&dyn ThreadStore> {
+        Some(self)
+    }
+
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
         let mut runs = self.lock();
         if runs.contains_key(&run.run_id) {
@@ -86,6 +192,11 @@ impl RunStore for MemoryStore {
         }
         let mut record = run.clone();
         record.message_count = messages.len() as i64;
+        if let Some(memory) = &run.memory {
+            let own = usize::try_from(memory.context).unwrap_or(0).min(messages.len());
+            let now = self.clock.now();
+            runs.append_to_thread(memory, &run.agent_id, &run.run_id, own as i64, &messages[own..], now);
+        }
         runs.insert(
             run.run_id.clone(),
             StoredRun {
@@ -122,7 +233,7 @@ impl RunStore for MemoryStore {
         }
         run.record.status = RunStatus::Running;
         run.record.version += 1;
-        run.record.updated_at = Utc::now();
+        run.record.updated_at = self.clock.now();
         run.record.lease = Some(lease.clone());
         self.changes.send(RunChange::of(run_id));
         Ok(run.record.version)
@@ -186,9 +297,8 @@ impl RunStore for MemoryStore {
         let record = &mut run.record;
         record.status = RunStatus::Running;
         record.version += 1;
-        record.updated_at = Utc::now();
+        record.updated_at = self.clock.now();
         record.lease = Some(lease.clone());
-        record.error = None;
         record.failure = None;
         record.resolutions.extend(resolution.cloned());
         let version = record.version;
@@ -210,17 +320,28 @@ impl RunStore for MemoryStore {
         let record = &mut run.record;
         record.status = update.status;
         record.version += 1;
-        record.updated_at = Utc::now();
+        record.updated_at = self.clock.now();
         record.pending = update.pending.to_vec();
         record.step_results = update.step_results.to_vec();
         record.steps = update.steps;
         record.usage = update.usage;
-        record.error = update.error.map(str::to_owned);
-        record.failure = update.failure.cloned();
+        // As a SQL store reads its row back: a failure given only as text
+        // is kept as that text.
+        record.failure = update.failure.cloned().or_else(|| {
+            update.error.map(|message| super::RunFailure::Other {
+                message: message.to_owned(),
+            })
+        });
         record.lease = update.lease.cloned();
         record.resolutions.extend(update.resolution.cloned());
+        let first = record.message_count;
         record.message_count += update.append.len() as i64;
         run.messages.extend_from_slice(update.append);
+        let version = record.version;
+        if let Some(memory) = record.memory.clone() {
+            let (agent_id, now) = (record.agent_id.clone(), record.updated_at);
+            runs.append_to_thread(&memory, &agent_id, update.run_id, first, update.append, now);
+        }
         if !update.outbox.is_empty() {
             self.lock_outbox().extend(update.outbox.iter().map(|message| Delivery {
                 message: message.clone(),
@@ -232,7 +353,7 @@ impl RunStore for MemoryStore {
             }));
         }
         self.changes.send(RunChange::of(update.run_id));
-        Ok(record.version)
+        Ok(version)
     }
 
     async fn claim_deliveries(
@@ -279,7 +400,7 @@ impl RunStore for MemoryStore {
         match outcome {
             DeliveryOutcome::Delivered => delivery.state = DeliveryState::Delivered,
             DeliveryOutcome::Retry { next_at, error } => {
-                delivery.next_at = super::outbox::to_micros(*next_at);
+                delivery.next_at = crate::clock::to_micros(*next_at);
                 delivery.last_error = Some(error.clone());
             }
             DeliveryOutcome::Dead { error } => {
@@ -304,19 +425,18 @@ impl RunStore for MemoryStore {
         let mut found: Vec<RunRecord> = runs
             .values()
             .map(|run| &run.record)
-            .filter(|r| query.status.is_none_or(|s| r.status == s))
-            .filter(|r| query.agent_id.as_deref().is_none_or(|a| r.agent_id == a))
-            .filter(|r| {
-                query
-                    .after
-                    .as_ref()
-                    .is_none_or(|after| after.precedes_in_listing(r.created_at, &r.run_id))
-            })
+            .filter(|r| matches(query, r))
             .cloned()
             .collect();
         found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.run_id.cmp(&a.run_id)));
         let limit = query.limit.map_or(usize::MAX, |l| l as usize);
         Ok(found.into_iter().skip(query.offset as usize).take(limit).collect())
+    }
+
+    async fn count(&self, query: &RunQuery) -> Result<u64, StoreError> {
+        let matching = self.lock().values().filter(|run| matches(query, &run.record)).count();
+        let limit = query.limit.map_or(usize::MAX, |l| l as usize);
+        Ok(matching.saturating_sub(query.offset as usize).min(limit) as u64)
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -325,4 +445,135 @@ impl RunStore for MemoryStore {
         runs.retain(|_, run| !(run.record.status.is_finished() && run.record.updated_at < before));
         Ok((old - runs.len()) as u64)
     }
+}
+
+#[async_trait]
+impl ThreadStore for MemoryStore {
+    async fn create_thread(&self, thread: &Thread) -> Result<(), StoreError> {
+        let mut stored = self.lock();
+        let key = thread.key();
+        if stored.threads.contains_key(&key) {
+            return Err(StoreError::ThreadExists {
+                resource_id: key.resource_id,
+                thread_id: key.thread_id,
+            });
+        }
+        let mut thread = thread.clone();
+        thread.message_count = 0;
+        stored.threads.insert(
+            key,
+            StoredThread {
+                thread,
+                messages: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    async fn thread(&self, key: &ThreadKey) -> Result<Option<Thread>, StoreError> {
+        Ok(self.lock().threads.get(key).map(|t| t.thread.clone()))
+    }
+
+    async fn update_thread(&self, key: &ThreadKey, edit: ThreadEdit<'_>) -> Result<Option<Thread>, StoreError> {
+        let now = self.clock.now();
+        let mut stored = self.lock();
+        let Some(stored) = stored.threads.get_mut(key) else {
+            return Ok(None);
+        };
+        let thread = &mut stored.thread;
+        if let Some(title) = edit.title {
+            thread.title = title.to_owned();
+        }
+        if let Some(metadata) = edit.metadata {
+            thread.metadata = metadata.clone();
+        }
+        thread.updated_at = now;
+        Ok(Some(thread.clone()))
+    }
+
+    async fn threads(&self, query: &ThreadQuery) -> Result<Vec<Thread>, StoreError> {
+        let stored = self.lock();
+        let mut found: Vec<Thread> = stored
+            .threads
+            .values()
+            .map(|t| &t.thread)
+            .filter(|t| query.matches(t))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
+        let limit = query.limit.map_or(usize::MAX, |l| l as usize);
+        Ok(found.into_iter().skip(query.offset as usize).take(limit).collect())
+    }
+
+    async fn count_threads(&self, query: &ThreadQuery) -> Result<u64, StoreError> {
+        let matching = self
+            .lock()
+            .threads
+            .values()
+            .filter(|t| query.matches(&t.thread))
+            .count();
+        let limit = query.limit.map_or(usize::MAX, |l| l as usize);
+        Ok(matching.saturating_sub(query.offset as usize).min(limit) as u64)
+    }
+
+    async fn thread_messages(&self, key: &ThreadKey, from: i64, limit: u32) -> Result<Vec<ThreadMessage>, StoreError> {
+        let stored = self.lock();
+        let Some(thread) = stored.threads.get(key) else {
+            return Ok(Vec::new());
+        };
+        let from = usize::try_from(from.max(0)).unwrap_or(usize::MAX);
+        Ok(thread
+            .messages
+            .iter()
+            .skip(from)
+            .take(limit as usize)
+            .cloned()
+            .collect())
+    }
+
+    async fn delete_thread(&self, key: &ThreadKey) -> Result<ThreadDeletion, StoreError> {
+        let mut stored = self.lock();
+        if !stored.threads.contains_key(key) {
+            return Ok(ThreadDeletion::NotFound);
+        }
+        let on_thread = |run: &StoredRun| run.record.memory.as_ref().is_some_and(|m| m.key == *key);
+        let mut busy: Vec<String> = stored
+            .runs
+            .values()
+            .filter(|run| on_thread(run) && !run.record.status.is_finished())
+            .map(|run| run.record.run_id.clone())
+            .collect();
+        if !busy.is_empty() {
+            busy.sort();
+            return Ok(ThreadDeletion::Busy { runs: busy });
+        }
+        let gone: Vec<String> = stored
+            .runs
+            .values()
+            .filter(|run| on_thread(run))
+            .map(|run| run.record.run_id.clone())
+            .collect();
+        for run_id in &gone {
+            stored.runs.remove(run_id);
+            self.changes.send(RunChange::of(run_id.as_str()));
+        }
+        stored.threads.remove(key);
+        Ok(ThreadDeletion::Deleted)
+    }
+}
+
+/// Whether `run` is one a listing for `query` shows (before `offset` and
+/// `limit`).
+fn matches(query: &RunQuery, run: &RunRecord) -> bool {
+    query.status.is_none_or(|s| run.status == s)
+        && query.agent_id.as_deref().is_none_or(|a| run.agent_id == a)
+        && query.thread.as_ref().is_none_or(|key| {
+            run.memory.as_ref().is_some_and(|m| {
+                m.key.resource_id == key.resource_id && (key.thread_id.is_empty() || m.key.thread_id == key.thread_id)
+            })
+        })
+        && query
+            .after
+            .as_ref()
+            .is_none_or(|after| after.precedes_in_listing(run.created_at, &run.run_id))
 }

@@ -11,6 +11,8 @@ mod changes;
 mod memory;
 mod outbox;
 mod resolution;
+mod settings;
+mod thread;
 
 use std::fmt;
 
@@ -26,10 +28,24 @@ pub use memory::MemoryStore;
 pub use outbox::{Delivery, DeliveryOutcome, DeliveryState, EventType, OutboxMessage, Subscription};
 pub(crate) use outbox::{EventRun, messages_for};
 pub use resolution::{Author, Interface, Resolution, ResolutionKind};
+pub use settings::RunSettings;
+pub use thread::{
+    RunMemory, Thread, ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, call_results,
+    context_messages,
+};
 
-/// The layout version of stored runs. A store refuses rows written with a
-/// newer one rather than misread them.
-pub const RUN_SCHEMA_VERSION: i32 = 1;
+/// The newest layout of stored runs this build reads. A store refuses rows
+/// written with a newer one rather than misread them. Each row is written
+/// with the oldest layout that holds it ([`RunRecord::schema_version`]), so
+/// an older build goes on reading every run it can read correctly:
+///
+/// - 1: a run started without [`RunSettings`];
+/// - 2: a run with settings. A build that does not know them would drive
+///   the run past its limits (every tool call waiting for approval, fewer
+///   steps), so it must refuse the run rather than read it;
+/// - 3: a run on a thread ([`RunMemory`]). A build that does not know
+///   threads would drive it without appending its messages to the thread.
+pub const RUN_SCHEMA_VERSION: i32 = 3;
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -146,9 +162,15 @@ pub struct RunRecord {
     pub run_id: String,
     /// The agent that owns it.
     pub agent_id: String,
-    /// An optional conversation thread the run belongs to.
+    /// A label naming a conversation, as given by a caller (Mastra's
+    /// deprecated top-level `threadId`): nothing is read from it. A run on
+    /// a stored thread has [`RunRecord::memory`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<String>,
+    /// The stored thread the run is on: it started from the thread's last
+    /// messages and appends its own to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<RunMemory>,
     /// Where it is.
     pub status: RunStatus,
     /// Bumped by every write; the compare-and-set token.
@@ -169,13 +191,14 @@ pub struct RunRecord {
     pub steps: u32,
     /// Tokens used so far.
     pub usage: Usage,
-    /// The error, for a failed run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
     /// Free-form data the host attaches (e.g. the CLI records the model it
     /// started with).
     #[serde(default)]
     pub metadata: Value,
+    /// What the run was started with beyond its agent's configuration:
+    /// narrower limits, other instructions.
+    #[serde(default, skip_serializing_if = "RunSettings::is_default")]
+    pub settings: RunSettings,
     /// Who drives the run and until when, while it is `running` (none for
     /// runs stored by builds without leases, and for runs not running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -191,6 +214,25 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// What went wrong, for people, when the run failed: its failure's
+    /// message (the one place a failed run's reason is held is
+    /// [`RunRecord::failure`]).
+    pub fn error(&self) -> Option<String> {
+        self.failure.as_ref().map(RunFailure::message)
+    }
+
+    /// The layout the run is stored with: the oldest that holds it (see
+    /// [`RUN_SCHEMA_VERSION`]).
+    pub fn schema_version(&self) -> i32 {
+        if self.memory.is_some() {
+            3
+        } else if self.settings.is_default() {
+            1
+        } else {
+            2
+        }
+    }
+
     /// The earliest time limit of the pending calls, if any has one.
     pub fn earliest_limit(&self) -> Option<DateTime<Utc>> {
         self.pending.iter().filter_map(|p| p.expires_at).min()
@@ -290,6 +332,13 @@ pub enum RunFailure {
         /// What was wrong.
         message: String,
     },
+    /// A failure stored only as its text: by a build that knew kinds of
+    /// failure this one does not, or by one from before failures were
+    /// typed. Such a run may be retried, as it always could.
+    Other {
+        /// What the stored text says.
+        message: String,
+    },
 }
 
 impl RunFailure {
@@ -298,7 +347,7 @@ impl RunFailure {
     pub fn is_transient(&self) -> bool {
         match self {
             RunFailure::Model { transient, .. } | RunFailure::Store { transient, .. } => *transient,
-            RunFailure::Interrupted { .. } => true,
+            RunFailure::Interrupted { .. } | RunFailure::Other { .. } => true,
             RunFailure::StepLimit { .. } | RunFailure::Broken { .. } => false,
         }
     }
@@ -309,7 +358,8 @@ impl RunFailure {
             RunFailure::Model { message, .. }
             | RunFailure::Store { message, .. }
             | RunFailure::Interrupted { message }
-            | RunFailure::Broken { message } => message.clone(),
+            | RunFailure::Broken { message }
+            | RunFailure::Other { message } => message.clone(),
             RunFailure::StepLimit { limit } => format!("reached the step limit of {limit} model calls"),
         }
     }
@@ -422,9 +472,9 @@ impl RunCursor {
 ///
 /// ```
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
-/// use askloop::{ExpiredRuns, MemoryStore};
+/// use askloop::{Clock, ExpiredRuns, MemoryStore, SystemClock};
 /// let store = MemoryStore::new();
-/// let mut pages = ExpiredRuns::new(&store, chrono::Utc::now(), 500);
+/// let mut pages = ExpiredRuns::new(&store, SystemClock.now(), 500);
 /// while let Some(page) = pages.next_page().await.unwrap() {
 ///     for run in page {
 ///         println!("{} has no driver", run.run_id);
@@ -502,6 +552,9 @@ pub struct RunQuery {
     pub status: Option<RunStatus>,
     /// Only runs of this agent.
     pub agent_id: Option<String>,
+    /// Only runs on this stored thread ([`RunRecord::memory`]); with an
+    /// empty `thread_id`, runs on any thread of the resource.
+    pub thread: Option<ThreadKey>,
     /// At most this many (all when `None`).
     pub limit: Option<u32>,
     /// Skip this many (for paging).
@@ -599,6 +652,27 @@ pub enum StoreError {
         /// The sender that lost it.
         owner: String,
     },
+    /// A thread with this key exists already.
+    #[error("thread {thread_id} of resource {resource_id} already exists")]
+    ThreadExists {
+        /// The resource.
+        resource_id: String,
+        /// The thread.
+        thread_id: String,
+    },
+    /// A stored thread row could not be read.
+    #[error("thread {thread_id} of resource {resource_id} is stored corrupt: {detail}")]
+    ThreadCorrupt {
+        /// The resource.
+        resource_id: String,
+        /// The thread.
+        thread_id: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The store keeps no threads (see [`RunStore::thread_store`]).
+    #[error("this store keeps no threads")]
+    NoThreads,
     /// The store was closed; nothing more can be read or written through it.
     #[error("the store is closed")]
     Closed,
@@ -693,8 +767,16 @@ pub trait RunStore: Send + Sync + fmt::Debug + 'static {
         Ok(None)
     }
 
+    /// The store's threads, when it keeps them (the stores of askloop do).
+    /// A store that does not refuses runs on a thread.
+    fn thread_store(&self) -> Option<&dyn ThreadStore> {
+        None
+    }
+
     /// Stores a new run with its first messages. `run.message_count` must be
-    /// `messages.len()`.
+    /// `messages.len()`. A run on a thread ([`RunRecord::memory`]) creates
+    /// its thread if it does not exist and appends its messages after its
+    /// context to it, in the same write.
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError>;
 
     /// Reads a run's row, or `None` if there is no such run.
@@ -745,7 +827,9 @@ pub trait RunStore: Send + Sync + fmt::Debug + 'static {
     ) -> Result<i64, StoreError>;
 
     /// Writes a step: the row's new state and the new messages, if the
-    /// version is still `expected_version`. Returns the new version.
+    /// version is still `expected_version`. Returns the new version. For a
+    /// run on a thread, the new messages are appended to the thread too, in
+    /// the same write.
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError>;
 
     /// Suspended runs with a pending call whose time limit passed at `now`,
@@ -796,7 +880,150 @@ pub trait RunStore: Send + Sync + fmt::Debug + 'static {
     /// Lists runs, newest first.
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError>;
 
+    /// How many runs [`RunStore::list`] returns for `query` (its status,
+    /// agent and `after`; at most `limit`, past `offset`), without reading
+    /// them: the number a page shows as the total of a listing it reads a
+    /// page at a time. A row too damaged to read, which listings leave out,
+    /// may be counted.
+    ///
+    /// The default reads the listing page by page and counts it; the SQL
+    /// stores count in their indexes.
+    async fn count(&self, query: &RunQuery) -> Result<u64, StoreError> {
+        count_by_listing(self, query).await
+    }
+
     /// Deletes finished runs (completed, failed, cancelled) last written
     /// before `before`, with their messages. Returns how many were deleted.
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+}
+
+/// [`RunStore::count`] for a store that can only list: reads the listing a
+/// page at a time (so a store of any size is never read whole into memory)
+/// and counts it. Only the first page skips `offset`; each next one starts
+/// after the last run of the one before. An empty page ends it (a short
+/// one may only have left a damaged row out).
+async fn count_by_listing<S: RunStore + ?Sized>(store: &S, query: &RunQuery) -> Result<u64, StoreError> {
+    const PAGE: u32 = 500;
+    let mut page = query.clone();
+    let mut counted: u64 = 0;
+    loop {
+        let room = match query.limit {
+            Some(limit) => u64::from(limit).saturating_sub(counted).min(u64::from(PAGE)),
+            None => u64::from(PAGE),
+        };
+        if room == 0 {
+            return Ok(counted);
+        }
+        page.limit = Some(u32::try_from(room).unwrap_or(PAGE));
+        let runs = store.list(&page).await?;
+        let Some(last) = runs.last() else {
+            return Ok(counted);
+        };
+        counted += runs.len() as u64;
+        page.after = Some(RunCursor::after_created(last));
+        page.offset = 0;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use chrono::Duration;
+
+    use super::*;
+
+    fn run(run_id: &str, agent_id: &str, status: RunStatus, created_at: DateTime<Utc>) -> RunRecord {
+        RunRecord {
+            run_id: run_id.to_owned(),
+            agent_id: agent_id.to_owned(),
+            thread_id: None,
+            memory: None,
+            status,
+            version: 0,
+            created_at,
+            updated_at: created_at,
+            pending: Vec::new(),
+            step_results: Vec::new(),
+            message_count: 0,
+            steps: 0,
+            usage: Usage::default(),
+            metadata: Value::Null,
+            lease: None,
+            failure: None,
+            resolutions: Vec::new(),
+            settings: Default::default(),
+        }
+    }
+
+    /// A store that can only list counts by reading the listing: the same
+    /// number as the listing's length over several pages, with every part
+    /// of the query.
+    #[tokio::test]
+    async fn the_default_count_is_the_length_of_the_listing_across_pages() {
+        let store = MemoryStore::new();
+        let t0 = Utc::now();
+        for i in 0..1203 {
+            let status = if i % 3 == 0 {
+                RunStatus::Completed
+            } else {
+                RunStatus::Suspended
+            };
+            let agent = if i % 2 == 0 { "even" } else { "odd" };
+            // Pairs made in the same instant: the listing orders them by id.
+            let created = t0 + Duration::seconds(i / 2);
+            store
+                .create(&run(&format!("run-{i:04}"), agent, status, created), &[])
+                .await
+                .unwrap();
+        }
+        let middle = RunCursor {
+            at: t0 + Duration::seconds(300),
+            run_id: "run-0601".into(),
+        };
+        let queries = [
+            RunQuery::default(),
+            RunQuery {
+                status: Some(RunStatus::Suspended),
+                ..Default::default()
+            },
+            RunQuery {
+                status: Some(RunStatus::Suspended),
+                agent_id: Some("odd".into()),
+                ..Default::default()
+            },
+            RunQuery {
+                limit: Some(700),
+                offset: 450,
+                ..Default::default()
+            },
+            RunQuery {
+                limit: Some(2000),
+                offset: 1200,
+                ..Default::default()
+            },
+            RunQuery {
+                after: Some(middle.clone()),
+                ..Default::default()
+            },
+            RunQuery {
+                status: Some(RunStatus::Completed),
+                after: Some(middle),
+                limit: Some(3),
+                ..Default::default()
+            },
+            RunQuery {
+                limit: Some(0),
+                ..Default::default()
+            },
+            RunQuery {
+                agent_id: Some("nobody".into()),
+                ..Default::default()
+            },
+        ];
+        for query in queries {
+            let listed = store.list(&query).await.unwrap().len() as u64;
+            assert_eq!(count_by_listing(&store, &query).await.unwrap(), listed, "{query:?}");
+            assert_eq!(store.count(&query).await.unwrap(), listed, "{query:?}");
+        }
+    }
 }

@@ -17,6 +17,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::clock::to_micros;
+
 use super::{Lease, PendingKind, PendingToolCall, Resolution, ResolutionKind};
 
 /// What a notification announces.
@@ -69,7 +71,7 @@ impl EventType {
             ResolutionKind::Declined | ResolutionKind::Denied => Some(EventType::QuestionDeclined),
             ResolutionKind::Approved => Some(EventType::QuestionApproved),
             ResolutionKind::Expired => Some(EventType::QuestionExpired),
-            ResolutionKind::Cancelled | ResolutionKind::Recovered => None,
+            ResolutionKind::Cancelled | ResolutionKind::Recovered | ResolutionKind::Superseded => None,
         }
     }
 }
@@ -219,28 +221,25 @@ pub enum DeliveryOutcome {
     },
 }
 
-/// Keeps a time to the microsecond, as every store keeps it.
-pub(crate) fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
-    DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap_or(at)
-}
-
 /// The run a notification is about, for its body.
 pub(crate) struct EventRun<'a> {
     pub(crate) run_id: &'a str,
     pub(crate) agent_id: &'a str,
 }
 
-/// The notifications of one run write: `raised` calls that now wait (and did
-/// not before), and the `resolution` the write applies to `resolved` (the
-/// call as it waited), one message per event and subscription that wants it.
+/// The notifications of one run write made at `now`: `raised` calls that now
+/// wait (and did not before), and the `resolution` the write applies to
+/// `resolved` (the call as it waited), one message per event and
+/// subscription that wants it.
 pub(crate) fn messages_for(
     subscriptions: &[Subscription],
     run: EventRun<'_>,
     raised: &[&PendingToolCall],
     resolution: Option<(&Resolution, Option<&PendingToolCall>)>,
+    now: DateTime<Utc>,
 ) -> Vec<OutboxMessage> {
     let mut events: Vec<(EventType, Value, DateTime<Utc>)> = Vec::new();
-    let now = to_micros(Utc::now());
+    let now = to_micros(now);
     for call in raised {
         events.push((EventType::QuestionRaised, call_data(&run, call, None), now));
     }
@@ -347,19 +346,21 @@ mod tests {
             agent_id: "agent",
         };
         let call = question("c1");
-        let raised = messages_for(&subscriptions, run(), &[&call], None);
+        let now: DateTime<Utc> = "2026-01-02T03:04:05Z".parse().unwrap();
+        let raised = messages_for(&subscriptions, run(), &[&call], None, now);
         assert_eq!(raised.len(), 1);
         assert_eq!(raised[0].destination, "a");
         assert_eq!(raised[0].payload["type"], "question.raised");
         assert_eq!(raised[0].payload["data"]["suspendPayload"]["question"], "Which region?");
         assert_eq!(raised[0].payload["data"]["toolCallId"], "c1");
 
-        let answer = Resolution::now(
+        let answer = Resolution::new(
             Some("c1"),
             ResolutionKind::Answered,
+            now,
             Author::named(Interface::Http, "ops"),
         );
-        let answered = messages_for(&subscriptions, run(), &[], Some((&answer, Some(&call))));
+        let answered = messages_for(&subscriptions, run(), &[], Some((&answer, Some(&call))), now);
         assert_eq!(answered.len(), 2);
         assert_ne!(answered[0].id, answered[1].id);
         for message in &answered {
@@ -368,7 +369,7 @@ mod tests {
             assert_eq!(message.payload["data"]["resolution"]["kind"], "answered");
         }
 
-        let cancel = Resolution::now(None, ResolutionKind::Cancelled, Author::default());
-        assert!(messages_for(&subscriptions, run(), &[], Some((&cancel, None))).is_empty());
+        let cancel = Resolution::new(None, ResolutionKind::Cancelled, now, Author::default());
+        assert!(messages_for(&subscriptions, run(), &[], Some((&cancel, None)), now).is_empty());
     }
 }

@@ -26,6 +26,9 @@ pub enum ResolutionKind {
     Cancelled,
     /// The run was taken over after the process driving it stopped.
     Recovered,
+    /// A question or approval was left unanswered because a new message
+    /// came on the run's thread instead; the run ended there.
+    Superseded,
 }
 
 impl ResolutionKind {
@@ -39,6 +42,7 @@ impl ResolutionKind {
             ResolutionKind::Expired => "expired",
             ResolutionKind::Cancelled => "cancelled",
             ResolutionKind::Recovered => "recovered",
+            ResolutionKind::Superseded => "superseded",
         }
     }
 }
@@ -139,14 +143,14 @@ pub struct Resolution {
 }
 
 impl Resolution {
-    /// A resolution made now. The time is kept to the microsecond, as every
-    /// store keeps it.
-    pub fn now(tool_call_id: Option<&str>, kind: ResolutionKind, author: Author) -> Self {
-        let now = Utc::now();
+    /// A resolution made at `at` (read from the [`Clock`](crate::Clock) of
+    /// whoever made it). The time is kept to the microsecond, as every store
+    /// keeps it.
+    pub fn new(tool_call_id: Option<&str>, kind: ResolutionKind, at: DateTime<Utc>, author: Author) -> Self {
         Resolution {
             tool_call_id: tool_call_id.map(str::to_owned),
             kind,
-            at: DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now),
+            at: crate::clock::to_micros(at),
             author,
         }
     }

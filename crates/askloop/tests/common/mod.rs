@@ -155,6 +155,17 @@ pub async fn run(agent: &Agent, input: &str) -> (Vec<Chunk>, StreamOutput) {
     agent.stream(input).await.unwrap().output_with_chunks().await
 }
 
+/// The text of every `tool-error` chunk, in order.
+pub fn tool_errors(chunks: &[Chunk]) -> Vec<String> {
+    chunks
+        .iter()
+        .filter_map(|c| match &c.kind {
+            ChunkKind::ToolError(e) => Some(e.error.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn suspended_ids(chunks: &[Chunk]) -> Vec<String> {
     chunks
         .iter()

@@ -1,18 +1,16 @@
 //! Carrying out the machine's calls: running tools (concurrently; a panic
-//! in a tool becomes a tool error, not a lost run), stamping a call that
-//! waits with its time limit, and checking a call's input against its
-//! tool's schema for the machine.
+//! in a tool becomes a tool error, not a lost run), and checking a call's
+//! input against its tool's schema for the machine.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use chrono::Utc;
 use futures::{FutureExt, future::join_all};
 use tracing::Instrument;
 
 use super::Driver;
-use crate::agent::expiry;
 use crate::agent::machine::{CallOutcome, ToolRun, done_result, error_result};
+use crate::cause::ErrorChain;
 use crate::message::ToolCall;
 use crate::store::{PendingKind, PendingToolCall};
 use crate::tool::{ToolContext, ToolOutcome, describe_errors};
@@ -23,7 +21,9 @@ impl Driver {
     /// that call anyway).
     pub(super) fn invalid_input(&self, call: &ToolCall) -> Option<String> {
         let registered = self.agent.tools.get(&call.name)?;
-        describe_errors(&registered.validator, &call.args).err()
+        describe_errors(&registered.validator, &call.args)
+            .err()
+            .map(|err| err.to_string())
     }
 
     /// Carries out a step's calls, running the tools concurrently; the
@@ -33,7 +33,7 @@ impl Driver {
         join_all(runs.into_iter().map(|run| async move {
             match run {
                 ToolRun::Done(outcome) => outcome,
-                ToolRun::Wait(pending) => CallOutcome::Pending(self.with_time_limit(pending)),
+                ToolRun::Wait(pending) => CallOutcome::Pending(pending),
                 ToolRun::Execute { call, resumed } => {
                     let ctx = ToolContext::in_run(run_id, &call.id);
                     let ctx = match resumed {
@@ -48,12 +48,6 @@ impl Driver {
         .await
     }
 
-    /// A new waiting call with the agent's time limit for its tool, from now.
-    fn with_time_limit(&self, pending: PendingToolCall) -> PendingToolCall {
-        let expires_at = expiry::deadline(self.agent.time_limit_for(&pending.tool_name), Utc::now());
-        expiry::with_deadline(pending, expires_at)
-    }
-
     /// Executes one tool; a panic in the tool becomes a tool error, not a
     /// lost run.
     async fn execute(&self, call: &ToolCall, ctx: ToolContext) -> CallOutcome {
@@ -66,7 +60,7 @@ impl Driver {
             .await;
         match run {
             Ok(Ok(ToolOutcome::Output(output))) => done_result(call, output),
-            Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(self.with_time_limit(PendingToolCall {
+            Ok(Ok(ToolOutcome::Suspended(payload))) => CallOutcome::Pending(PendingToolCall {
                 tool_call_id: call.id.clone(),
                 tool_name: call.name.clone(),
                 args: call.args.clone(),
@@ -75,8 +69,11 @@ impl Driver {
                 suspend_payload: Some(payload),
                 expires_at: None,
                 started_at: None,
-            })),
-            Ok(Err(err)) => error_result(call, err.to_string()),
+            }),
+            Ok(Err(err)) => {
+                tracing::warn!(tool_call_id = %call.id, tool = %call.name, error = %ErrorChain(&err), "the tool failed");
+                error_result(call, err.model_message(&call.name))
+            }
             Err(_) => error_result(call, format!("Tool {} crashed while running.", call.name)),
         }
     }

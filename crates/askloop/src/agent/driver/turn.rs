@@ -15,11 +15,12 @@ use crate::model::{ModelError, ModelEvent, ModelRequest, ToolCallIds};
 impl Driver {
     /// Streams one model turn, emitting its chunks as they arrive.
     pub(super) async fn model_turn(&mut self, started_at: DateTime<Utc>) -> Result<ModelTurn, ModelError> {
+        let settings = &self.state.record.settings;
         let request = ModelRequest {
             run_id: &self.state.record.run_id,
-            system: self.agent.instructions.as_deref(),
+            system: settings.instructions.as_deref().or(self.agent.instructions.as_deref()),
             messages: &self.state.messages,
-            tools: &self.agent.specs,
+            tools: self.tool_specs.as_deref().unwrap_or(&self.agent.specs),
         };
         let mut events = self.agent.model.stream(request).await?;
 

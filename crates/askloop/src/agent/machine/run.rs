@@ -22,23 +22,23 @@
 use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
     AfterModel, CallFacts, CallOutcome, CallPlan, LostWrite, Recovery, ResumeAction, Step, StepWrite, ToolRules,
-    after_model, denied, done_result, error_result, lost_write, may_call_model, plan_call, recovery_at,
-    store_turn_first,
+    after_model, approval_schema, denied, done_result, error_result, lost_write, may_call_model, plan_call,
+    recovery_at, store_turn_first,
 };
-use crate::agent::{approval_schema, expiry};
+use crate::agent::expiry;
 use crate::chunk::{AbortPayload, ChunkKind, ErrorDetail, ErrorPayload, Start, ToolCallApproval, ToolCallSuspended};
 use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
-use crate::store::{PendingKind, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus};
+use crate::model::ModelError;
+use crate::store::{PendingKind, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus, StoreError};
 use crate::tool::ToolOutput;
 
 /// A tool call the model made, with what the driver found checking it
 /// against its tool (the schema lives with the tool, not in the machine).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CheckedCall {
     pub(crate) call: ToolCall,
     /// Why its arguments are not JSON, if they are not.
@@ -105,27 +105,29 @@ pub(crate) enum Event {
     /// The model's turn streamed to its end.
     ModelFinished(ModelTurn),
     /// The model call failed.
-    ModelFailed { transient: bool, message: String },
-    /// The tools of [`Effect::RunTools`] returned (or waited), in its order.
-    ToolsReturned(Vec<CallOutcome>),
+    ModelFailed(ModelError),
+    /// The tools of [`Effect::RunTools`] returned (or waited), in its
+    /// order, at `now` (a call that waits from now on gets its time limit
+    /// from then).
+    ToolsReturned {
+        outcomes: Vec<CallOutcome>,
+        now: DateTime<Utc>,
+    },
     /// The last [`Effect::Save`] is stored: its write, handed back (the
     /// driver keeps its `append`), becomes what the machine knows is stored,
     /// with no copy.
     Saved(RunWrite),
-    /// The last [`Effect::Save`] is not; `conflict`: it lost its
-    /// compare-and-set to another writer.
-    SaveFailed {
-        conflict: bool,
-        transient: bool,
-        message: String,
-    },
+    /// The last [`Effect::Save`] is not (a lost compare-and-set to another
+    /// writer is [`StoreError::Conflict`]).
+    SaveFailed(StoreError),
     /// The run as stored after a lost write (see [`Effect::ReadRun`]):
-    /// cancelled, or taken over by another process.
-    RunRead(Option<Box<RunRecord>>),
+    /// cancelled, or taken over by another process; or why it could not
+    /// be read.
+    RunRead(Result<Option<Box<RunRecord>>, StoreError>),
 }
 
 /// One call of [`Effect::RunTools`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ToolRun {
     /// Decided without the tool (refused, declined, expired): hand it back.
     Done(CallOutcome),
@@ -137,14 +139,14 @@ pub(crate) enum ToolRun {
 }
 
 /// An answer for a tool that suspended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Resumed {
     pub(crate) payload: Option<Value>,
     pub(crate) data: Value,
 }
 
 /// The run's new state, for one compare-and-set on the version held.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RunWrite {
     pub(crate) status: RunStatus,
     /// Messages to append.
@@ -156,11 +158,31 @@ pub(crate) struct RunWrite {
     pub(crate) failure: Option<RunFailure>,
     /// The decision this write applies, among the run's resolutions.
     pub(crate) resolution: Option<Resolution>,
+    /// The run stays held by its driver (a lease from the write's time on).
+    pub(crate) hold: bool,
+}
+
+impl RunWrite {
+    /// The write that claims `run` as it is stored: running, nothing else
+    /// changed.
+    pub(crate) fn claim(run: &RunRecord) -> RunWrite {
+        RunWrite {
+            status: RunStatus::Running,
+            append: Vec::new(),
+            pending: run.pending.clone(),
+            step_results: run.step_results.clone(),
+            steps: run.steps,
+            usage: run.usage,
+            failure: None,
+            resolution: None,
+            hold: true,
+        }
+    }
 }
 
 /// The `step-finish` of a stored turn (the driver renders it with the
 /// conversation).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StepSummary {
     /// `None`: the turn ran in an earlier stream.
     pub(crate) started_at: Option<DateTime<Utc>>,
@@ -208,7 +230,7 @@ pub(crate) enum Effect {
 }
 
 /// What is stored of the run, as the machine last wrote or read it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 struct Stored {
     status: RunStatus,
     pending: Vec<PendingToolCall>,
@@ -216,7 +238,7 @@ struct Stored {
 }
 
 /// Where the run is.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default)]
 enum Phase {
     /// Before the first event.
     #[default]
@@ -234,7 +256,7 @@ enum Phase {
 }
 
 /// What a step whose calls all have results goes on with.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 enum Then {
     /// A turn of this stream: its `step-finish`, then the model.
     Turn(StepSummary),
@@ -246,7 +268,7 @@ enum Then {
 }
 
 /// What a landed write leads to.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 enum AfterSave {
     /// The model's answer without calls: the run is complete.
     Completed(StepSummary),
@@ -265,7 +287,7 @@ enum AfterSave {
 
 /// The run's decisions as a state that events move on (see the module
 /// documentation).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RunMachine {
     run_id: String,
     agent_id: String,
@@ -284,7 +306,6 @@ pub(crate) struct RunMachine {
     /// The decision the next write records.
     resolution: Option<Resolution>,
     phase: Phase,
-    #[serde(skip)]
     effects: VecDeque<Effect>,
 }
 
@@ -340,6 +361,10 @@ impl RunMachine {
     /// Moves the run on by one event, queueing what follows from it.
     pub(crate) fn handle(&mut self, event: Event) {
         match event {
+            // A stream begins once, with one of these.
+            Event::Started | Event::Recovered { .. } | Event::Resumed(_) if self.phase != Phase::Idle => {
+                self.out_of_phase("the start of a stream");
+            }
             Event::Started => {
                 self.emit_start();
                 self.call_model();
@@ -350,14 +375,16 @@ impl RunMachine {
             } => self.recovered(last_calls, ends_on_calls),
             Event::Resumed(resume) => self.resumed(resume),
             Event::ModelFinished(turn) => self.model_finished(turn),
-            Event::ModelFailed { transient, message } => self.fail(RunFailure::Model { transient, message }),
-            Event::ToolsReturned(outcomes) => self.tools_returned(outcomes),
+            Event::ModelFailed(err) if self.phase != Phase::Model => {
+                self.out_of_phase(&format!("a model failure ({err})"));
+            }
+            Event::ModelFailed(err) => self.fail(RunFailure::Model {
+                transient: err.is_transient(),
+                message: err.to_string(),
+            }),
+            Event::ToolsReturned { outcomes, now } => self.tools_returned(outcomes, now),
             Event::Saved(write) => self.saved(write),
-            Event::SaveFailed {
-                conflict,
-                transient,
-                message,
-            } => self.save_failed(conflict, transient, message),
+            Event::SaveFailed(err) => self.save_failed(&err),
             Event::RunRead(now) => self.run_read(now),
         }
     }
@@ -457,13 +484,9 @@ impl RunMachine {
                 let nth_of_tool = seen.entry(call.name.as_str()).or_default();
                 *nth_of_tool += 1;
                 let rules = self.tools.iter().find(|(name, _)| *name == call.name).map(|(_, r)| *r);
-                let input = match &checked.invalid {
-                    Some(problems) => Err(problems.clone()),
-                    None => Ok(()),
-                };
                 let facts = CallFacts {
                     malformed: checked.malformed.as_deref(),
-                    tool: rules.map(|rules| (rules, input)),
+                    tool: rules.map(|rules| (rules, checked.invalid.as_deref())),
                     known_tools: &known,
                     recovering,
                     started: started.contains(&call.id),
@@ -473,6 +496,7 @@ impl RunMachine {
                     needs_approval: false,
                     idempotent: true,
                     max_per_step: None,
+                    time_limit: None,
                 });
                 (plan_call(call, facts), rules)
             })
@@ -486,15 +510,33 @@ impl RunMachine {
 
     /// Records how each call ended and writes the step: its results in call
     /// order once none waits, else what waits.
-    fn tools_returned(&mut self, outcomes: Vec<CallOutcome>) {
+    fn tools_returned(&mut self, outcomes: Vec<CallOutcome>, now: DateTime<Utc>) {
         let Phase::Tools { turn, then } = std::mem::take(&mut self.phase) else {
             return self.out_of_phase("tool results");
         };
         let mut step = std::mem::take(&mut self.step);
-        let chunks: Vec<ChunkKind> = outcomes.into_iter().filter_map(|o| step.resolve(o)).collect();
+        let chunks: Vec<ChunkKind> = outcomes
+            .into_iter()
+            .map(|outcome| self.with_time_limit(outcome, now))
+            .filter_map(|o| step.resolve(o))
+            .collect();
         let write = step.write(turn);
         let waiting = write.waiting();
         self.save(write, None, AfterSave::Step { chunks, waiting, then });
+    }
+
+    /// A call that waits from `now` on, with its tool's time limit (see
+    /// `expiry.rs`); any other outcome as it is.
+    fn with_time_limit(&self, outcome: CallOutcome, now: DateTime<Utc>) -> CallOutcome {
+        let CallOutcome::Pending(pending) = outcome else {
+            return outcome;
+        };
+        let limit = self
+            .tools
+            .iter()
+            .find(|(name, _)| *name == pending.tool_name)
+            .and_then(|(_, rules)| rules.time_limit);
+        CallOutcome::Pending(expiry::with_deadline(pending, expiry::deadline(limit, now)))
     }
 
     /// Queues a write of the step's state and waits for it to land.
@@ -510,6 +552,8 @@ impl RunMachine {
             // The decision goes with this write only: a write that fails
             // takes it along.
             resolution: self.resolution.take(),
+            // A run that stays running stays held by this stream.
+            hold: write.status == RunStatus::Running,
         }));
         self.phase = Phase::Saving { next };
     }
@@ -563,10 +607,11 @@ impl RunMachine {
         }
     }
 
-    fn save_failed(&mut self, conflict: bool, transient: bool, message: String) {
+    fn save_failed(&mut self, err: &StoreError) {
         let Phase::Saving { next, .. } = std::mem::take(&mut self.phase) else {
             return self.out_of_phase("a failed write");
         };
+        let (conflict, transient) = (err.is_conflict(), err.is_transient());
         if let AfterSave::Failure(failure) = next {
             // Even the failure could not be written: the run stays running
             // under a lease nobody renews once this stream ends, and
@@ -580,14 +625,32 @@ impl RunMachine {
             self.effects.push_back(Effect::ReadRun);
             return;
         }
-        let message = format!("run {}: could not store the step: {message}", self.run_id);
+        let message = format!("run {}: could not store the step: {err}", self.run_id);
         self.fail(RunFailure::Store { transient, message });
     }
 
-    fn run_read(&mut self, now: Option<Box<RunRecord>>) {
+    fn run_read(&mut self, now: Result<Option<Box<RunRecord>>, StoreError>) {
         if self.phase != Phase::ReadingRun {
             return self.out_of_phase("the run read after a lost write");
         }
+        let now = match now {
+            Ok(now) => now,
+            // Whoever won goes on from what is stored; this stream cannot
+            // tell who, so it stops, writing nothing, and says why.
+            Err(err) => {
+                let message = format!(
+                    "run {} was changed by someone else while this process drove it, and could not be read \
+                     again: {err}; its step was not written",
+                    self.run_id
+                );
+                self.emit(ChunkKind::Error(ErrorPayload {
+                    error: ErrorDetail {
+                        message: message.clone(),
+                    },
+                }));
+                return self.end(End::Failed(RunFailure::Interrupted { message }));
+            }
+        };
         if let (LostWrite::Cancelled, Some(now)) = (lost_write(now.as_ref().map(|r| r.status)), now) {
             self.emit(ChunkKind::Abort(AbortPayload {
                 reason: Some("the run was cancelled".into()),

@@ -11,7 +11,24 @@ const RULES: ToolRules = ToolRules {
     needs_approval: false,
     idempotent: true,
     max_per_step: None,
+    time_limit: None,
 };
+
+/// The tools returned these, at a time these tests do not look at.
+fn returned(outcomes: Vec<CallOutcome>) -> Event {
+    Event::ToolsReturned {
+        outcomes,
+        now: DateTime::UNIX_EPOCH,
+    }
+}
+
+/// The write lost its compare-and-set.
+fn lost() -> Event {
+    Event::SaveFailed(StoreError::Conflict {
+        run_id: "run".into(),
+        expected_version: 0,
+    })
+}
 
 /// A machine for a new run of an agent with `lookup` (idempotent),
 /// `ask_user` and `charge` (must not run twice).
@@ -126,7 +143,7 @@ fn one_lookup_step_to_save(max_steps: u32) -> (RunMachine, RunWrite) {
     m.handle(Event::ModelFinished(turn("", std::slice::from_ref(&lookup))));
     drain(&mut m);
     let (result, chunk) = ran(&lookup, "found");
-    m.handle(Event::ToolsReturned(vec![CallOutcome::Done(result, chunk)]));
+    m.handle(returned(vec![CallOutcome::Done(result, chunk)]));
     let write = the_save(drain(&mut m));
     (m, write)
 }
@@ -154,7 +171,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
     assert_eq!(drain(&mut m), [Effect::RunTools(vec![execute(&lookup), execute(&ask)])]);
 
     let (result, chunk) = ran(&lookup, "eu-west");
-    m.handle(Event::ToolsReturned(vec![
+    m.handle(returned(vec![
         CallOutcome::Done(result.clone(), chunk.clone()),
         CallOutcome::Pending(question(&ask)),
     ]));
@@ -170,6 +187,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
             usage: turn("", &[]).usage,
             failure: None,
             resolution: None,
+            hold: false,
         }
     );
 
@@ -221,7 +239,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
     );
 
     let (answered, answered_chunk) = ran(&ask, "eu-west");
-    m.handle(Event::ToolsReturned(vec![CallOutcome::Done(
+    m.handle(returned(vec![CallOutcome::Done(
         answered.clone(),
         answered_chunk.clone(),
     )]));
@@ -274,11 +292,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
 fn a_lease_lost_mid_step_shows_nothing_of_the_step_and_ends_interrupted() {
     let (mut m, _) = one_lookup_step_to_save(5);
 
-    m.handle(Event::SaveFailed {
-        conflict: true,
-        transient: false,
-        message: "version moved".into(),
-    });
+    m.handle(lost());
     assert_eq!(
         drain(&mut m),
         [Effect::ReadRun],
@@ -289,7 +303,7 @@ fn a_lease_lost_mid_step_shows_nothing_of_the_step_and_ends_interrupted() {
         version: 7,
         ..new_run()
     };
-    m.handle(Event::RunRead(Some(Box::new(taken_over))));
+    m.handle(Event::RunRead(Ok(Some(Box::new(taken_over)))));
     let effects = drain(&mut m);
     let [
         Effect::Emit(ChunkKind::Error(shown)),
@@ -319,23 +333,19 @@ fn a_cancel_while_a_tool_that_must_not_run_twice_runs_ends_with_abort() {
 
     // The run is cancelled while the tool runs; the step's write loses.
     let (result, chunk) = ran(&charge, "charged");
-    m.handle(Event::ToolsReturned(vec![CallOutcome::Done(result, chunk)]));
+    m.handle(returned(vec![CallOutcome::Done(result, chunk)]));
     let write = the_save(drain(&mut m));
     assert!(
         write.append.iter().all(|m| matches!(m, Message::Tool(_))),
         "the turn is not written twice"
     );
-    m.handle(Event::SaveFailed {
-        conflict: true,
-        transient: false,
-        message: "version moved".into(),
-    });
+    m.handle(lost());
     assert_eq!(drain(&mut m), [Effect::ReadRun]);
     let cancelled = RunRecord {
         status: RunStatus::Cancelled,
         ..new_run()
     };
-    m.handle(Event::RunRead(Some(Box::new(cancelled.clone()))));
+    m.handle(Event::RunRead(Ok(Some(Box::new(cancelled.clone())))));
     assert_eq!(
         drain(&mut m),
         [
@@ -359,25 +369,26 @@ fn a_failed_model_call_is_stored_with_the_step_kept_then_shown() {
     let mut m = machine(&stored, 5);
     m.handle(Event::Started);
     drain(&mut m);
-    m.handle(Event::ModelFailed {
-        transient: true,
-        message: "503".into(),
-    });
+    let down = ModelError::Api {
+        provider: "openai".into(),
+        status: 503,
+        message: "overloaded".into(),
+    };
     let failure = RunFailure::Model {
         transient: true,
-        message: "503".into(),
+        message: down.to_string(),
     };
+    m.handle(Event::ModelFailed(down));
     let write = the_save(drain(&mut m));
     assert_eq!(write.status, RunStatus::Failed);
     assert_eq!(write.failure.as_ref(), Some(&failure));
     assert_eq!(write.pending, [question(&ask)], "a retry goes on from what was stored");
     assert_eq!(write.step_results, [result]);
     // Shown even when the failure itself could not be written.
-    m.handle(Event::SaveFailed {
-        conflict: false,
-        transient: true,
-        message: "disk full".into(),
-    });
+    m.handle(Event::SaveFailed(StoreError::Busy {
+        location: "runs.db".into(),
+        detail: "disk full".into(),
+    }));
     let effects = drain(&mut m);
     assert!(
         matches!(effects.as_slice(), [Effect::Emit(ChunkKind::Error(_)), Effect::Finish(End::Failed(f))] if *f == failure),
@@ -452,21 +463,49 @@ fn a_recovered_run_with_a_question_still_open_is_suspended_again_without_running
 }
 
 #[test]
-fn a_machine_stored_mid_step_goes_on_as_it_would_have() {
-    let (lookup, ask) = (call("c1", "lookup"), call("c2", "ask_user"));
+fn a_second_start_of_the_same_stream_fails_the_run_instead_of_starting_again() {
     let mut m = machine(&new_run(), 5);
     m.handle(Event::Started);
     drain(&mut m);
-    m.handle(Event::ModelFinished(turn("", &[lookup.clone(), ask.clone()])));
+    m.handle(Event::Started);
+    let write = the_save(drain(&mut m));
+    assert_eq!(write.status, RunStatus::Failed);
+    assert!(
+        matches!(&write.failure, Some(RunFailure::Broken { message }) if message.contains("the start of a stream")),
+        "{:?}",
+        write.failure
+    );
+}
+
+#[test]
+fn a_call_that_waits_gets_its_tools_time_limit_from_when_the_tools_returned() {
+    let ask = call("c1", "ask_user");
+    let limited = ToolRules {
+        time_limit: Some(std::time::Duration::from_secs(600)),
+        ..RULES
+    };
+    let mut m = RunMachine::new(
+        &mut new_run(),
+        "agent".into(),
+        "msg".into(),
+        vec![("ask_user".to_owned(), limited)],
+        5,
+    );
+    m.handle(Event::Started);
     drain(&mut m);
-
-    let json = serde_json::to_string(&m).unwrap();
-    let mut restored: RunMachine = serde_json::from_str(&json).unwrap();
-    assert_eq!(restored, m);
-
-    let (result, chunk) = ran(&lookup, "eu-west");
-    let outcomes = vec![CallOutcome::Done(result, chunk), CallOutcome::Pending(question(&ask))];
-    m.handle(Event::ToolsReturned(outcomes.clone()));
-    restored.handle(Event::ToolsReturned(outcomes));
-    assert_eq!(drain(&mut restored), drain(&mut m));
+    m.handle(Event::ModelFinished(turn("", std::slice::from_ref(&ask))));
+    drain(&mut m);
+    let returned_at: DateTime<Utc> = "2026-12-04T10:00:00Z".parse().unwrap();
+    m.handle(Event::ToolsReturned {
+        outcomes: vec![CallOutcome::Pending(question(&ask))],
+        now: returned_at,
+    });
+    let write = the_save(drain(&mut m));
+    let deadline: DateTime<Utc> = "2026-12-04T10:10:00Z".parse().unwrap();
+    assert_eq!(write.pending[0].expires_at, Some(deadline));
+    assert_eq!(
+        write.pending[0].suspend_payload.as_ref().unwrap()["metadata"]["expiresAt"],
+        "2026-12-04T10:10:00.000Z",
+        "the question shows the same instant"
+    );
 }

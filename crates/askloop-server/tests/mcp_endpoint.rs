@@ -1,0 +1,280 @@
+//! `/mcp` over real HTTP: bad input is answered as the rest of the server
+//! answers it, in JSON (a JSON-RPC error body, the endpoint speaking
+//! JSON-RPC) with a 4xx status, and the body limit is the server's; a
+//! thread named in a call is of the caller's resource and continues there.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use askloop::{Agent, RunStore, ThreadKey};
+use askloop_server::{ApiToken, ServerOptions};
+use common::{TestServer, assistant, error_of, memory_store};
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use rmcp::RoleClient;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use serde_json::{Value, json};
+
+const ACCEPTS: &str = "application/json, text/event-stream";
+
+fn initialize(id: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "http-test", "version": "1"}}})
+}
+
+/// POSTs `body` to `/mcp` as a client that accepts what MCP asks it to.
+async fn post(server: &TestServer, content_type: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+    server
+        .client
+        .post(server.url("/mcp"))
+        .header(ACCEPT, ACCEPTS)
+        .header(CONTENT_TYPE, content_type)
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The status and the JSON-RPC error body of a refused request, checking
+/// that it is JSON.
+async fn refused(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let content_type = response.headers()[CONTENT_TYPE].to_str().unwrap().to_owned();
+    let body = response.text().await.unwrap();
+    assert!(
+        content_type.starts_with("application/json"),
+        "{status} {content_type}: {body}"
+    );
+    let body: Value = serde_json::from_str(&body).unwrap_or_else(|err| panic!("{err}: {body}"));
+    assert_eq!(body["jsonrpc"], "2.0", "{body}");
+    assert!(body.get("id").is_some(), "a JSON-RPC error has an id member: {body}");
+    assert!(
+        body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    (status, body)
+}
+
+#[tokio::test]
+async fn bad_messages_are_400_with_a_json_rpc_error_and_a_good_one_still_starts_a_session() {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store)], store).await;
+
+    let cases: Vec<(&str, Vec<u8>, i64, Value)> = vec![
+        (
+            "malformed JSON",
+            br#"{"jsonrpc":"2.0","id":1,"method":"#.to_vec(),
+            -32700,
+            Value::Null,
+        ),
+        ("not UTF-8", b"{\"id\":\"\xff\"}".to_vec(), -32700, Value::Null),
+        ("an empty body", Vec::new(), -32700, Value::Null),
+        (
+            "a wrong jsonrpc version",
+            json!({"jsonrpc": "1.0", "id": "abc", "method": "initialize"})
+                .to_string()
+                .into_bytes(),
+            -32600,
+            json!("abc"),
+        ),
+        (
+            "a batch",
+            json!([initialize(json!(1))]).to_string().into_bytes(),
+            -32600,
+            Value::Null,
+        ),
+        (
+            "params that do not fit",
+            json!({"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": "x"})
+                .to_string()
+                .into_bytes(),
+            -32602,
+            json!(4),
+        ),
+    ];
+    for (what, body, code, id) in cases {
+        let (status, error) = refused(post(&server, "application/json", body).await).await;
+        assert_eq!(status, 400, "{what}: {error}");
+        assert_eq!(error["error"]["code"], code, "{what}: {error}");
+        assert_eq!(error["id"], id, "{what}: {error}");
+    }
+
+    // A body that is not JSON is refused before `/mcp` by the rule of every
+    // route (no HTML form can post to the server), in the API's shape.
+    let (status, error) = error_of(post(&server, "text/plain", initialize(json!(5)).to_string()).await).await;
+    assert_eq!((status, error["code"].as_str()), (415, Some("unsupported_media_type")));
+    // What rmcp refuses itself comes back as a JSON-RPC error.
+    let response = server
+        .client
+        .post(server.url("/mcp"))
+        .json(&initialize(json!(6)))
+        .send()
+        .await
+        .unwrap();
+    let (status, error) = refused(response).await;
+    assert_eq!(status, 406, "without Accept: text/event-stream: {error}");
+
+    let started = post(&server, "application/json", initialize(json!(7)).to_string()).await;
+    assert_eq!(started.status(), 200);
+    assert!(started.headers().contains_key("mcp-session-id"));
+}
+
+#[tokio::test]
+async fn the_body_limit_of_mcp_is_the_servers_in_both_directions() {
+    let store = memory_store();
+    let options = ServerOptions::default().body_limit(1024);
+    let server = TestServer::start_with(vec![assistant(&store)], store, options).await;
+    let mut padded = initialize(json!(1));
+    padded["params"]["clientInfo"]["name"] = json!("x".repeat(2048));
+    // A declared length over the limit is refused before any route reads
+    // the body, by the rule of every route, in the API's shape.
+    let (status, error) = error_of(post(&server, "application/json", padded.to_string()).await).await;
+    assert_eq!((status, error["code"].as_str()), (413, Some("body_too_large")));
+    assert!(error["message"].as_str().unwrap().contains("1024 bytes"), "{error}");
+    // A body sent in chunks, with no declared length, is read by `/mcp`
+    // up to the limit and refused as a JSON-RPC error.
+    let chunks = futures::stream::iter(
+        padded
+            .to_string()
+            .into_bytes()
+            .chunks(512)
+            .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
+            .collect::<Vec<_>>(),
+    );
+    let chunked = post(&server, "application/json", reqwest::Body::wrap_stream(chunks)).await;
+    let (status, error) = refused(chunked).await;
+    assert_eq!(status, 413, "{error}");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("1024 bytes"),
+        "{error}"
+    );
+
+    // A limit above rmcp's own 4 MiB holds too.
+    let store = memory_store();
+    let options = ServerOptions::default().body_limit(8 * 1024 * 1024);
+    let server = TestServer::start_with(vec![assistant(&store)], store, options).await;
+    padded["params"]["clientInfo"]["name"] = json!("x".repeat(5 * 1024 * 1024));
+    let started = post(&server, "application/json", padded.to_string()).await;
+    assert_eq!(started.status(), 200, "a 5 MiB message under an 8 MiB limit is served");
+}
+
+/// A model that says back the first user message it is given: the call's
+/// own message on a new thread, the thread's first message after that (its
+/// turn is picked by the assistant messages it receives).
+const CHAT_SCRIPT: &str = r#"{"turns": [
+  {"text": "You said: {{input}}"},
+  {"text": "Earlier you said: {{input}}"},
+  {"text": "Earlier you said: {{input}}"}
+]}"#;
+
+/// An agent `chatter` without questions, on `store`.
+fn chatter(store: &Arc<dyn RunStore>) -> Agent {
+    Agent::builder("chatter")
+        .model(common::scripted(CHAT_SCRIPT))
+        .store(Arc::clone(store))
+        .build()
+        .unwrap()
+}
+
+/// An MCP client of `/mcp` sending `secret` as its token, if any.
+async fn mcp_client(server: &TestServer, secret: Option<&str>) -> RunningService<RoleClient, ()> {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(server.url("/mcp"));
+    if let Some(secret) = secret {
+        config = config.auth_header(secret);
+    }
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap()
+}
+
+/// Calls `ask_chatter` with these arguments.
+async fn ask_chatter(client: &RunningService<RoleClient, ()>, arguments: Value) -> CallToolResult {
+    let mut call = CallToolRequestParams::new("ask_chatter");
+    call.arguments = arguments.as_object().cloned();
+    client.peer().call_tool(call).await.unwrap()
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    result.structured_content.as_ref().unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn thread_exists(store: &Arc<dyn RunStore>, resource: &str, thread: &str) -> bool {
+    let key = ThreadKey::new(resource, thread);
+    store.thread_store().unwrap().thread(&key).await.unwrap().is_some()
+}
+
+#[tokio::test]
+async fn a_thread_named_over_mcp_is_the_tokens_own_and_its_next_call_continues_it() {
+    const ANA: &str = "secret-of-ana-0123";
+    const BO: &str = "secret-of-bo-456789";
+    let store = memory_store();
+    let options = ServerOptions::default().tokens(vec![
+        ApiToken::new("ana", ANA).only_resources(vec!["ana".into(), "team".into()]),
+        ApiToken::new("bo", BO).only_resources(vec!["bo".into()]),
+    ]);
+    let server = TestServer::start_with(vec![chatter(&store)], Arc::clone(&store), options).await;
+    let ana = mcp_client(&server, Some(ANA)).await;
+    let tools = ana.peer().list_all_tools().await.unwrap();
+    let thread_arg = &tools[0].input_schema["properties"]["thread"];
+    assert_eq!(thread_arg["type"], "string", "{thread_arg}");
+    assert!(
+        thread_arg["description"].as_str().unwrap().contains("resource"),
+        "{thread_arg}"
+    );
+
+    let first = ask_chatter(&ana, json!({"message": "my name is Ana", "thread": "t1"})).await;
+    assert_eq!(text_of(&first), "You said: my name is Ana");
+    let second = ask_chatter(&ana, json!({"message": "what is my name?", "thread": "t1"})).await;
+    assert_eq!(
+        text_of(&second),
+        "Earlier you said: my name is Ana",
+        "the second call's model request holds the first exchange"
+    );
+
+    // Another token's thread of the same id is another thread: its own
+    // resource's, which starts empty.
+    let bo = mcp_client(&server, Some(BO)).await;
+    let other = ask_chatter(&bo, json!({"message": "I am Bo", "thread": "t1"})).await;
+    assert_eq!(text_of(&other), "You said: I am Bo");
+    assert!(thread_exists(&store, "ana", "t1").await, "the first of ana's resources");
+    assert!(thread_exists(&store, "bo", "t1").await);
+    assert!(!thread_exists(&store, "team", "t1").await);
+
+    // Without a thread, a call is on none, as before.
+    let alone = ask_chatter(&ana, json!({"message": "hello"})).await;
+    assert_eq!(text_of(&alone), "You said: hello");
+
+    // A bad thread id is the tool's error, naming the rule; nothing ran.
+    for (bad, rule) in [("..", "thread id"), (" t1", "thread id")] {
+        let refused = ask_chatter(&ana, json!({"message": "hi", "thread": bad})).await;
+        assert_eq!(refused.is_error, Some(true), "{bad:?}: {refused:?}");
+        let text = serde_json::to_value(&refused.content).unwrap().to_string();
+        assert!(text.contains(rule) && text.contains("refused"), "{bad:?}: {text}");
+    }
+    let refused = ask_chatter(&ana, json!({"message": "hi", "thread": 7})).await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    let _ = ana.cancel().await;
+    let _ = bo.cancel().await;
+}
+
+#[tokio::test]
+async fn without_named_tokens_a_thread_named_over_mcp_is_of_the_default_resource() {
+    let store = memory_store();
+    let server = TestServer::start(vec![chatter(&store)], Arc::clone(&store)).await;
+    let client = mcp_client(&server, None).await;
+    ask_chatter(&client, json!({"message": "first", "thread": "t1"})).await;
+    let second = ask_chatter(&client, json!({"message": "second", "thread": "t1"})).await;
+    assert_eq!(text_of(&second), "Earlier you said: first");
+    assert!(thread_exists(&store, askloop_mcp::DEFAULT_RESOURCE, "t1").await);
+    let _ = client.cancel().await;
+}

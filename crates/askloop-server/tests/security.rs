@@ -1,0 +1,514 @@
+//! Who may do what: every route of the server asked by callers it must turn
+//! away (no token, a wrong token, a token of another agent, a page of
+//! another site, a request naming a foreign host), with the status each
+//! gets and, after all of them, the runs read back unchanged. Then the
+//! attacks a browser can mount on a token-less server on loopback, and
+//! what a retry records.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use askloop::RunStore;
+use askloop_server::{ApiToken, ServerOptions};
+use common::*;
+use serde_json::{Value, json};
+
+const ALICE: &str = "secret-of-alice-0123456789";
+const BOT: &str = "secret-of-the-assistant-bot";
+
+/// A server with `assistant` (the limited token's agent), `approver` and
+/// `flaky` (whose model fails once), a run of `approver` waiting for
+/// approval and a failed run of `flaky`.
+struct World {
+    server: TestServer,
+    store: Arc<dyn RunStore>,
+    _model: askloop_testkit::FakeServer,
+    /// The `approver` run and the call it waits on.
+    waiting: (String, String),
+    /// The failed `flaky` run.
+    failed: String,
+}
+
+async fn world(options: ServerOptions) -> World {
+    let model = askloop_testkit::FakeServer::builder()
+        .fail_request(1, askloop_testkit::FakeError::new(503, "overloaded"))
+        .responder(askloop_testkit::workload::deploy_responder())
+        .start()
+        .await
+        .unwrap();
+    let store = memory_store();
+    let agents = vec![assistant(&store), approver(&store), agent_on("flaky", &model, &store)];
+    // The runs are made through the library, so that every server
+    // configuration (even one refusing every request) starts from them.
+    let approver_agent = agents[1].clone();
+    // On a thread of alice's, so the memory routes have one to refuse.
+    let on_thread = askloop::StreamOptions::default().on_thread(askloop::ThreadOptions::new("alice", "wt"));
+    let waiting = approver_agent
+        .stream_with(PROMPT, on_thread)
+        .await
+        .unwrap()
+        .output()
+        .await;
+    let waiting = (waiting.run_id, waiting.pending[0].tool_call_id.clone());
+    let failed = agents[2].stream(PROMPT).await.unwrap().output().await;
+    assert_eq!(failed.status, askloop::RunStatus::Failed);
+    let server = TestServer::start_with(agents, Arc::clone(&store), options).await;
+    World {
+        server,
+        store,
+        _model: model,
+        waiting,
+        failed: failed.run_id,
+    }
+}
+
+fn with_tokens() -> ServerOptions {
+    ServerOptions::default().tokens(vec![
+        ApiToken::new("alice", ALICE).only_resources(vec!["alice".into()]),
+        ApiToken::new("assistant-bot", BOT)
+            .only_agents(vec!["assistant".into()])
+            .only_resources(vec!["assistant-bot".into()]),
+    ])
+}
+
+/// What the runs and threads of the store look like, to compare before
+/// and after.
+async fn snapshot(store: &Arc<dyn RunStore>) -> Vec<Value> {
+    let runs = store.list(&askloop::RunQuery::default()).await.unwrap();
+    let threads = store.thread_store().unwrap();
+    let listed = threads.threads(&askloop::ThreadQuery::default()).await.unwrap();
+    runs.into_iter()
+        .map(|run| {
+            json!({
+                "runId": run.run_id, "status": run.status, "version": run.version,
+                "resolutions": run.resolutions.len(), "messages": run.message_count,
+            })
+        })
+        .chain(listed.into_iter().map(|thread| serde_json::to_value(thread).unwrap()))
+        .collect()
+}
+
+/// One request of the matrix.
+struct Call {
+    method: &'static str,
+    path: String,
+    body: Option<Value>,
+    /// Where it lands: the API (needs a token), or a route that holds no
+    /// data (the page's files, the health check).
+    kind: Kind,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kind {
+    /// An `/api` route or `/mcp` about the agent `approver` or `flaky`, or
+    /// one of their runs.
+    OtherAgent,
+    /// An `/api` route that lists (the limited token sees only its own).
+    Listing,
+    /// An `/api` route that does not exist.
+    Unknown,
+    /// The MCP endpoint.
+    Mcp,
+    /// The page's files and `/healthz`.
+    Open,
+    /// A memory route about a thread of another resource (alice's).
+    OtherResource,
+}
+
+fn calls(world: &World) -> Vec<Call> {
+    let (run, call) = &world.waiting;
+    let failed = &world.failed;
+    let api = |method, path: String, body: Option<Value>, kind| Call {
+        method,
+        path,
+        body,
+        kind,
+    };
+    let mcp_initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    vec![
+        api("GET", "/api/agents".into(), None, Kind::Listing),
+        api("GET", "/api/agents/approver".into(), None, Kind::OtherAgent),
+        api(
+            "POST",
+            "/api/agents/approver/stream".into(),
+            Some(json!({"messages": PROMPT})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "POST",
+            "/api/agents/approver/generate".into(),
+            Some(json!({"messages": PROMPT})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "POST",
+            "/api/agents/approver/resume-stream".into(),
+            Some(json!({"runId": run, "toolCallId": call, "resumeData": {"approved": true}})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "POST",
+            "/api/agents/approver/approve-tool-call".into(),
+            Some(json!({"runId": run, "toolCallId": call})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "POST",
+            "/api/agents/approver/decline-tool-call".into(),
+            Some(json!({"runId": run, "toolCallId": call, "reason": "no"})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "GET",
+            "/api/agents/approver/suspended-runs".into(),
+            None,
+            Kind::OtherAgent,
+        ),
+        api("GET", "/api/runs".into(), None, Kind::Listing),
+        api("GET", format!("/api/runs/{run}"), None, Kind::OtherAgent),
+        api("POST", format!("/api/runs/{run}/cancel"), None, Kind::OtherAgent),
+        api("POST", format!("/api/runs/{failed}/retry"), None, Kind::OtherAgent),
+        api("GET", "/api/events".into(), None, Kind::Listing),
+        api(
+            "GET",
+            "/api/memory/threads?resourceId=alice".into(),
+            None,
+            Kind::OtherResource,
+        ),
+        api(
+            "POST",
+            "/api/memory/threads".into(),
+            Some(json!({"threadId": "new", "resourceId": "alice", "agentId": "assistant"})),
+            Kind::OtherResource,
+        ),
+        api("GET", "/api/memory/threads/wt".into(), None, Kind::OtherResource),
+        api(
+            "PATCH",
+            "/api/memory/threads/wt".into(),
+            Some(json!({"title": "taken"})),
+            Kind::OtherResource,
+        ),
+        api("DELETE", "/api/memory/threads/wt".into(), None, Kind::OtherResource),
+        api(
+            "GET",
+            "/api/memory/threads/wt/messages".into(),
+            None,
+            Kind::OtherResource,
+        ),
+        api("GET", "/api/no-such-route".into(), None, Kind::Unknown),
+        api("POST", "/mcp".into(), Some(mcp_initialize), Kind::Mcp),
+        api("GET", "/".into(), None, Kind::Open),
+        api("GET", "/inbox".into(), None, Kind::Open),
+        api("GET", format!("/runs/{run}"), None, Kind::Open),
+        api("GET", "/assets/app.js".into(), None, Kind::Open),
+        api("GET", "/healthz".into(), None, Kind::Open),
+    ]
+}
+
+/// Sends `call` with these headers; the status and, for an error, its code.
+async fn send(server: &TestServer, call: &Call, headers: &[(&str, &str)]) -> (u16, String) {
+    let url = server.url(&call.path);
+    let method = reqwest::Method::from_bytes(call.method.as_bytes()).unwrap();
+    let mut request = server.client.request(method, url);
+    if let Some(body) = &call.body {
+        request = request.json(body);
+    }
+    if call.kind == Kind::Mcp {
+        request = request.header("accept", "application/json, text/event-stream");
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    // Streams (runs, events) are not read to their end: the status says it.
+    let is_json = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let code = if status >= 400 && is_json {
+        let body: Value = response.json().await.unwrap();
+        body["error"]["code"].as_str().unwrap_or_default().to_owned()
+    } else {
+        String::new()
+    };
+    (status, code)
+}
+
+#[tokio::test]
+async fn every_route_turns_away_callers_without_the_right_token_and_nothing_changes() {
+    let world = world(with_tokens()).await;
+    let before = snapshot(&world.store).await;
+    let wrong = "Bearer not-one-of-the-tokens-at-all";
+    let bot = format!("Bearer {BOT}");
+    for call in calls(&world) {
+        let what = format!("{} {}", call.method, call.path);
+        for (caller, headers) in [("no token", vec![]), ("a wrong token", vec![("authorization", wrong)])] {
+            let (status, code) = send(&world.server, &call, &headers).await;
+            let expected = if call.kind == Kind::Open {
+                (200, "")
+            } else {
+                (401, "unauthorized")
+            };
+            assert_eq!((status, code.as_str()), expected, "{what} with {caller}");
+        }
+        let (status, code) = send(&world.server, &call, &[("authorization", &bot)]).await;
+        let expected = match call.kind {
+            Kind::OtherAgent if call.path.starts_with("/api/runs/") => (404, "unknown_run"),
+            Kind::OtherAgent => (403, "forbidden"),
+            // Naming another's resource is refused; another's thread is
+            // as unknown as a missing one.
+            Kind::OtherResource if call.path.contains("resourceId") || call.method == "POST" => {
+                (403, "forbidden_resource")
+            }
+            Kind::OtherResource => (404, "unknown_thread"),
+            Kind::Unknown => (404, "unknown_route"),
+            Kind::Listing | Kind::Mcp | Kind::Open => (200, ""),
+        };
+        assert_eq!(
+            (status, code.as_str()),
+            expected,
+            "{what} with the token of another agent"
+        );
+    }
+    assert_eq!(snapshot(&world.store).await, before, "no refused request changed a run");
+}
+
+#[tokio::test]
+async fn every_route_turns_away_pages_of_other_sites_and_foreign_hosts_even_with_a_good_token() {
+    let options = with_tokens().allowed_hosts(vec!["askloop.example.com".into()]);
+    let world = world(options).await;
+    let before = snapshot(&world.store).await;
+    let alice = format!("Bearer {ALICE}");
+    for call in calls(&world) {
+        let what = format!("{} {}", call.method, call.path);
+        let cross_site = [
+            ("authorization", alice.as_str()),
+            ("origin", "http://evil.example"),
+            ("sec-fetch-site", "cross-site"),
+        ];
+        let (status, code) = send(&world.server, &call, &cross_site).await;
+        if call.method != "GET" {
+            assert_eq!((status, code.as_str()), (403, "cross_site"), "{what} from another site");
+        } else {
+            assert!(
+                status == 200 || code == "unknown_route",
+                "{what}: a read from another site is left to CORS ({status} {code})"
+            );
+        }
+        let foreign = [("authorization", alice.as_str()), ("host", "attacker.example")];
+        let (status, code) = send(&world.server, &call, &foreign).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (403, "host_not_allowed"),
+            "{what} naming a foreign host"
+        );
+    }
+    assert_eq!(snapshot(&world.store).await, before, "no refused request changed a run");
+    // The host the operator allowed, and addresses, are answered.
+    for host in ["askloop.example.com", "127.0.0.1"] {
+        let call = &calls(&world)[0];
+        let (status, _) = send(&world.server, call, &[("authorization", &alice), ("host", host)]).await;
+        assert_eq!(status, 200, "{host}");
+    }
+}
+
+#[tokio::test]
+async fn a_token_less_server_cannot_be_driven_by_a_page_of_another_site() {
+    let world = world(ServerOptions::default()).await;
+    let before = snapshot(&world.store).await;
+    let (run, _) = world.waiting.clone();
+    let cancel = world.server.url(&format!("/api/runs/{run}/cancel"));
+    let client = &world.server.client;
+    // The form a page of another site submits: text/plain, its Origin, and
+    // in a browser of today, Sec-Fetch-Site.
+    let form = client
+        .post(&cancel)
+        .header("content-type", "text/plain")
+        .header("origin", "http://evil.example")
+        .header("sec-fetch-site", "cross-site")
+        .body("x=1");
+    assert_eq!(error_of(form.send().await.unwrap()).await.1["code"], "cross_site");
+    // A browser too old to send Origin: the form's type is refused.
+    let old = client.post(&cancel).header("content-type", "text/plain").body("x=1");
+    let (status, error) = error_of(old.send().await.unwrap()).await;
+    assert_eq!((status, error["code"].as_str()), (415, Some("unsupported_media_type")));
+    // A page whose name was pointed at 127.0.0.1 (DNS rebinding): same
+    // origin for the browser, but it names its own host.
+    for path in ["/api/runs", "/", "/healthz"] {
+        let rebound = client
+            .get(world.server.url(path))
+            .header("host", format!("attacker.example:{}", world.server.addr.port()));
+        let (status, error) = error_of(rebound.send().await.unwrap()).await;
+        assert_eq!(
+            (status, error["code"].as_str()),
+            (403, Some("host_not_allowed")),
+            "{path}"
+        );
+    }
+    let rebound_stream = client
+        .post(world.server.url("/api/agents/assistant/stream"))
+        .header("host", "attacker.example")
+        .json(&json!({"messages": PROMPT}));
+    assert_eq!(error_of(rebound_stream.send().await.unwrap()).await.0, 403);
+    assert_eq!(snapshot(&world.store).await, before, "no run changed, none started");
+
+    // The server's own page, and a program like curl, still work.
+    let own_page = client
+        .post(&cancel)
+        .header("origin", format!("http://localhost:{}", world.server.addr.port()))
+        .header("host", format!("localhost:{}", world.server.addr.port()))
+        .header("sec-fetch-site", "same-origin");
+    assert_eq!(own_page.send().await.unwrap().status(), 200);
+    let curl = client.post(world.server.url(&format!("/api/runs/{}/cancel", world.failed)));
+    assert_eq!(
+        curl.send().await.unwrap().status(),
+        409,
+        "a failed run cannot be cancelled"
+    );
+}
+
+#[tokio::test]
+async fn any_origin_by_cors_is_refused_without_a_token() {
+    let store = memory_store();
+    let server = askloop_server::Server::new(vec![assistant(&store)], store)
+        .unwrap()
+        .options(ServerOptions::default().cors_origins(vec!["*".into()]));
+    let err = server.check_exposure("127.0.0.1:4111".parse().unwrap()).unwrap_err();
+    assert!(
+        matches!(err, askloop_server::ServerError::AnyOriginWithoutToken),
+        "{err}"
+    );
+    assert!(server.router().is_err());
+}
+
+#[tokio::test]
+async fn a_retry_checks_the_callers_agents_first_and_records_who_retried_through_what() {
+    let world = world(with_tokens()).await;
+    let failed = world.failed.clone();
+    // Another agent's token learns nothing, not even the run's status.
+    let suspended = &world.waiting.0;
+    for run in [&failed, suspended] {
+        let refused = world
+            .server
+            .client
+            .post(world.server.url(&format!("/api/runs/{run}/retry")))
+            .bearer_auth(BOT)
+            .send()
+            .await
+            .unwrap();
+        let (status, error) = error_of(refused).await;
+        assert_eq!((status, error["code"].as_str()), (404, Some("unknown_run")), "{run}");
+        assert!(!error["message"].as_str().unwrap().contains("failed"), "{error}");
+    }
+    assert_eq!(
+        world.store.get(&failed).await.unwrap().unwrap().status,
+        askloop::RunStatus::Failed
+    );
+
+    let retried = world
+        .server
+        .client
+        .post(world.server.url(&format!("/api/runs/{failed}/retry")))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    let retried = Sse::read(retried).await;
+    assert_eq!(retried.status, 200, "{}", retried.body);
+    let run = world.store.get(&failed).await.unwrap().unwrap();
+    let resolution = serde_json::to_value(run.resolutions.last().unwrap()).unwrap();
+    assert_eq!(resolution["kind"], "recovered");
+    assert_eq!(resolution["via"], "http");
+    assert_eq!(resolution["by"], "alice");
+}
+
+#[tokio::test]
+async fn the_event_feed_tells_a_limited_token_only_of_its_agents_runs() {
+    let world = world(with_tokens()).await;
+    let mut bot = events(&world.server, BOT).await;
+    let mut alice = events(&world.server, ALICE).await;
+    // A run of `approver` changes, then one of `assistant` starts.
+    cancel_waiting(&world).await;
+    start_run(&world, BOT, json!({"runId": "bot-run"})).await;
+    // Alice hears of both; the bot's first event is its own run's.
+    assert_eq!(next_run(&mut alice).await, world.waiting.0);
+    assert_eq!(next_run(&mut bot).await, "bot-run");
+}
+
+#[tokio::test]
+async fn the_event_feed_tells_a_walled_token_nothing_of_another_resources_thread() {
+    const CAROL: &str = "secret-of-carol-0123456789";
+    let mut tokens = with_tokens().tokens;
+    tokens.push(ApiToken::new("carol", CAROL).only_resources(vec!["carol".into()]));
+    let world = world(ServerOptions::default().tokens(tokens)).await;
+    let mut carol = events(&world.server, CAROL).await;
+    // A run on alice's thread changes, then carol starts one on hers.
+    cancel_waiting(&world).await;
+    let memory = json!({"thread": "c1", "resource": "carol"});
+    start_run(&world, CAROL, json!({"runId": "carol-run", "memory": memory})).await;
+    assert_eq!(
+        next_run(&mut carol).await,
+        "carol-run",
+        "alice's thread's run was not told"
+    );
+}
+
+/// Alice cancels the waiting `approver` run (on her thread `wt`).
+async fn cancel_waiting(world: &World) {
+    let url = world.server.url(&format!("/api/runs/{}/cancel", world.waiting.0));
+    let cancelled = world.server.client.post(url).bearer_auth(ALICE).send().await.unwrap();
+    assert_eq!(cancelled.status(), 200);
+}
+
+/// Starts a run of `assistant` with `token` and the other fields of `body`,
+/// and reads its stream.
+async fn start_run(world: &World, token: &str, mut body: Value) {
+    body["messages"] = json!(PROMPT);
+    let url = world.server.url("/api/agents/assistant/stream");
+    let started = world
+        .server
+        .client
+        .post(url)
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    Sse::read(started).await;
+}
+
+/// An open `/api/events` stream, read past its `ready` event.
+async fn events(server: &TestServer, token: &str) -> reqwest::Response {
+    let mut response = server
+        .client
+        .get(server.url("/api/events"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let first = response.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("event: ready"), "{first:?}");
+    response
+}
+
+/// The run id of the next `run` event of a stream.
+async fn next_run(stream: &mut reqwest::Response) -> String {
+    let mut text = String::new();
+    loop {
+        let chunk = stream.chunk().await.unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        if let Some(data) = text
+            .split("\n\n")
+            .filter(|frame| frame.contains("event: run"))
+            .find_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        {
+            let change: Value = serde_json::from_str(data).unwrap();
+            return change["runId"].as_str().unwrap().to_owned();
+        }
+    }
+}

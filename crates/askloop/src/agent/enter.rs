@@ -1,0 +1,225 @@
+//! Carrying out a request about a stored run: the effects of its
+//! [`Entry`] machine (reads, waits, claims, cancels, take-overs, a driver
+//! applying a decision) against the agent's store and clock, until the
+//! request is done or a driver holds the run. Every decision is the
+//! machine's (`machine/entry.rs`); this only moves data and time.
+
+use std::sync::Arc;
+
+use super::driver::{ApplyFailed, Driver, RunState, Start, store_update};
+use super::inner::AgentInner;
+use super::machine::{ApplyFailure, DriveFrom, Entered, Entry, EntryEffect, EntryEvent, Request, ToolBook, ToolRules};
+use super::{Agent, AgentStream, stream};
+use crate::error::RunError;
+use crate::message::Message;
+use crate::store::{Lease, RunRecord};
+use crate::tool::Tool;
+
+/// How a request that is done left the run.
+// One value per request, moved once: boxing the stream would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Outcome {
+    /// A driver holds the run: its stream.
+    Stream(AgentStream),
+    /// The run is cancelled.
+    Cancelled,
+    /// Nothing was done (see [`Entered::Untouched`]).
+    Untouched,
+}
+
+impl ToolBook for AgentInner {
+    fn tool(&self, name: &str) -> Option<&dyn Tool> {
+        self.tools.get(name).map(|t| t.tool.as_ref())
+    }
+
+    fn rules(&self, name: &str) -> Option<ToolRules> {
+        self.rules_of(name)
+    }
+}
+
+impl Agent {
+    /// Carries `request` about `run_id` through to its end. `listed`: the
+    /// run as a listing just read it, used as the first read.
+    pub(crate) async fn enter(
+        &self,
+        run_id: &str,
+        request: Request,
+        mut listed: Option<RunRecord>,
+    ) -> Result<Outcome, RunError> {
+        let inner = &self.inner;
+        let mut entry = Entry::new(run_id, &inner.id, request, inner.lease_duration);
+        // The driver that applied a decision, when one did.
+        let mut applied: Option<(Driver, stream::Outbox)> = None;
+        loop {
+            let Some(effect) = entry.poll_effect() else {
+                return Err(RunError::Refused {
+                    run_id: run_id.to_owned(),
+                    detail: "the request stopped without an end".into(),
+                });
+            };
+            let event = match effect {
+                EntryEffect::Read => match listed.take() {
+                    Some(run) => EntryEvent::Read {
+                        run: Some(run),
+                        now: inner.clock.now(),
+                    },
+                    None => {
+                        let now = inner.clock.now();
+                        match inner.store.get(run_id).await {
+                            Ok(run) => EntryEvent::Read { run, now },
+                            Err(err) => EntryEvent::ReadFailed(err),
+                        }
+                    }
+                },
+                EntryEffect::Wait(wait) => {
+                    tokio::time::sleep(wait).await;
+                    EntryEvent::Waited
+                }
+                EntryEffect::Claim { lease_until } => {
+                    let (Some(run), lease) = (entry.run(), new_lease(lease_until)) else {
+                        return Err(lost_run(run_id));
+                    };
+                    match inner.store.claim(run_id, run.version, &lease).await {
+                        Ok(version) => EntryEvent::Written {
+                            version,
+                            lease: Some(lease),
+                        },
+                        Err(err) => EntryEvent::WriteFailed(err),
+                    }
+                }
+                EntryEffect::Write { write, lease_until } => {
+                    let Some(run) = entry.run() else {
+                        return Err(lost_run(run_id));
+                    };
+                    let lease = lease_until.map(new_lease);
+                    let update = store_update(inner, run, &run.pending, &write, lease.as_ref());
+                    match inner.store.update(update.as_update()).await {
+                        Ok(version) => EntryEvent::Written { version, lease },
+                        Err(err) => EntryEvent::WriteFailed(err),
+                    }
+                }
+                EntryEffect::Reclaim {
+                    lease_until,
+                    now,
+                    resolution,
+                } => {
+                    let Some(run) = entry.run() else {
+                        return Err(lost_run(run_id));
+                    };
+                    let lease = new_lease(lease_until);
+                    match inner
+                        .store
+                        .reclaim(run_id, run.version, &lease, now, Some(&resolution))
+                        .await
+                    {
+                        Ok(version) => {
+                            tracing::info!(run_id = %run_id, was = %run.status, "took the run over");
+                            EntryEvent::Written {
+                                version,
+                                lease: Some(lease),
+                            }
+                        }
+                        Err(err) => EntryEvent::WriteFailed(err),
+                    }
+                }
+                EntryEffect::Apply { action, author, run } => {
+                    match self.conversation(run_id, run.version).await {
+                        Err(err) => EntryEvent::ApplyFailed(ApplyFailure::Store(err)),
+                        Ok(messages) => {
+                            let mut record = *run;
+                            // The driver takes a lease of its own with its first write.
+                            record.lease = None;
+                            let outbox = stream::Outbox::default();
+                            let state = RunState { record, messages };
+                            let mut driver = Driver::new(Arc::clone(inner), state, Arc::clone(&outbox));
+                            match driver.apply(action, author).await {
+                                Ok(()) => {
+                                    applied = Some((driver, outbox));
+                                    EntryEvent::Applied
+                                }
+                                Err(ApplyFailed::Store(err)) => EntryEvent::ApplyFailed(ApplyFailure::Store(err)),
+                                Err(ApplyFailed::Refused(detail)) => {
+                                    EntryEvent::ApplyFailed(ApplyFailure::Refused(RunError::Refused {
+                                        run_id: run_id.to_owned(),
+                                        detail,
+                                    }))
+                                }
+                            }
+                        }
+                    }
+                }
+                EntryEffect::Finish(result) => {
+                    return self.entered(entry, result?, applied).await;
+                }
+            };
+            entry.handle(event, inner.as_ref());
+        }
+    }
+
+    /// What a request that held the run leads to: a driver from where the
+    /// request left it.
+    async fn entered(
+        &self,
+        entry: Entry,
+        entered: Entered,
+        applied: Option<(Driver, stream::Outbox)>,
+    ) -> Result<Outcome, RunError> {
+        match entered {
+            Entered::Cancelled => Ok(Outcome::Cancelled),
+            Entered::Untouched => Ok(Outcome::Untouched),
+            Entered::Applied => {
+                let Some((driver, outbox)) = applied else {
+                    return Err(RunError::Refused {
+                        run_id: entry.run_id().to_owned(),
+                        detail: "a decision was applied by no driver".into(),
+                    });
+                };
+                let run_id = driver.run_id().to_owned();
+                Ok(Outcome::Stream(AgentStream::new(
+                    run_id,
+                    outbox,
+                    driver.run(Start::Applied),
+                )))
+            }
+            Entered::Drive { start, settle } => {
+                let read_version = entry.read_version();
+                let Some(record) = entry.into_run() else {
+                    return Err(RunError::Refused {
+                        run_id: String::new(),
+                        detail: "a request held no run".into(),
+                    });
+                };
+                let messages = match &start {
+                    // Another process wrote it: never this process's copy.
+                    DriveFrom::Recovered => self.inner.store.messages(&record.run_id).await?,
+                    DriveFrom::Resume(..) => self.conversation(&record.run_id, read_version).await?,
+                };
+                let stream = self.spawn(RunState { record, messages }, Start::from(start));
+                Ok(Outcome::Stream(if settle { stream.settled().await } else { stream }))
+            }
+        }
+    }
+
+    /// The conversation of `run_id` as of `version`: this process's copy if
+    /// it has that one, else the store's.
+    async fn conversation(&self, run_id: &str, version: i64) -> Result<Vec<Message>, crate::StoreError> {
+        match self.inner.conversations.take(run_id, version) {
+            Some(messages) => Ok(messages),
+            None => self.inner.store.messages(run_id).await,
+        }
+    }
+}
+
+/// A new driver's lease, until `until`.
+fn new_lease(until: chrono::DateTime<chrono::Utc>) -> Lease {
+    Lease::new(uuid::Uuid::now_v7().to_string(), until)
+}
+
+/// A write asked for before any run was read: a bug of the machine.
+fn lost_run(run_id: &str) -> RunError {
+    RunError::Refused {
+        run_id: run_id.to_owned(),
+        detail: "a write was asked for before the run was read".into(),
+    }
+}

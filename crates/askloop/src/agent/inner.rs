@@ -1,0 +1,83 @@
+//! What an [`Agent`](super::Agent) holds: its model, tools, store, limits
+//! and clock, shared by every stream of its runs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::cache::ConversationCache;
+use super::machine;
+use crate::clock::Clock;
+use crate::model::{Model, ToolSpec};
+use crate::store::{Lease, RunStore, Subscription};
+use crate::tool::Tool;
+
+pub(crate) struct AgentInner {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) instructions: Option<String>,
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) tools: HashMap<String, RegisteredTool>,
+    pub(crate) specs: Vec<ToolSpec>,
+    pub(crate) store: Arc<dyn RunStore>,
+    pub(crate) max_steps: u32,
+    pub(crate) conversations: ConversationCache,
+    pub(crate) lease_duration: std::time::Duration,
+    pub(crate) time_limits: TimeLimits,
+    /// Who hears of questions raised and resolved (see `AgentBuilder::notify`).
+    pub(crate) subscriptions: Vec<Subscription>,
+    /// Where the agent reads the time.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// How many of a thread's last messages a run on it reads by default.
+    pub(crate) last_messages: u32,
+}
+
+/// How long a call of each tool may wait for an answer or an approval.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TimeLimits {
+    /// For every tool without its own.
+    pub(crate) default: Option<std::time::Duration>,
+    /// Per tool id.
+    pub(crate) per_tool: HashMap<String, std::time::Duration>,
+}
+
+impl AgentInner {
+    /// How long a call of `tool_id` may wait, if it has a limit.
+    pub(crate) fn time_limit_for(&self, tool_id: &str) -> Option<std::time::Duration> {
+        self.time_limits
+            .per_tool
+            .get(tool_id)
+            .copied()
+            .or(self.time_limits.default)
+    }
+
+    /// What declining a question of `tool_id` means as an answer to it,
+    /// when the tool has a decline of its own ([`Tool::decline_as_answer`]).
+    pub(crate) fn decline_as_answer(&self, tool_id: &str, reason: Option<&str>) -> Option<serde_json::Value> {
+        self.tools.get(tool_id)?.tool.decline_as_answer(reason)
+    }
+
+    /// A lease for a new driver of a run, from now.
+    pub(crate) fn new_lease(&self) -> Lease {
+        Lease::new(uuid::Uuid::now_v7().to_string(), self.clock.now() + self.lease_duration)
+    }
+}
+
+pub(crate) struct RegisteredTool {
+    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) validator: jsonschema::Validator,
+    pub(crate) needs_approval: bool,
+}
+
+impl AgentInner {
+    /// What the run machine needs to know of the tool `name`, if the agent
+    /// has it.
+    pub(crate) fn rules_of(&self, name: &str) -> Option<machine::ToolRules> {
+        let registered = self.tools.get(name)?;
+        Some(machine::ToolRules {
+            needs_approval: registered.needs_approval,
+            idempotent: registered.tool.idempotent(),
+            max_per_step: registered.tool.max_calls_per_step(),
+            time_limit: self.time_limit_for(name),
+        })
+    }
+}

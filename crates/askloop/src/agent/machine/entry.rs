@@ -1,0 +1,679 @@
+//! How a request about a stored run gets into it: a person's decision for a
+//! pending call (an answer, an approval, a decline, an expiry), a cancel, a
+//! take-over of a run whose driver stopped, a retry of a failed run.
+//!
+//! [`Entry`] is that protocol as a machine of events in, effects out, the
+//! shape of [`RunMachine`](super::RunMachine): it reads the run, decides
+//! whether the request fits it, and says what to write (a claim, a cancel, a
+//! take-over) or which driver to start, and what a lost compare-and-set
+//! means: wait for a sibling answer's write and try again, or give up with
+//! [`RunError::Conflict`]. It does no I/O and reads no clock: the time
+//! comes with each read of the run ([`EntryEvent::Read`]), and waits are
+//! effects. What it needs of the agent's tools (whether an answer fits a
+//! question, whether applying it has effects) it asks a [`ToolBook`].
+//!
+//! Once the request holds the run, the [`RunMachine`](super::RunMachine) of
+//! the driver it starts takes over.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::{Decision, ResumeAction, RunWrite, ToolRules, fit_decision, mark_started, marks_start};
+use crate::agent::expiry;
+use crate::error::RunError;
+use crate::store::{Author, Lease, Resolution, ResolutionKind, RunRecord, RunStatus, StoreError};
+use crate::tool::Tool;
+
+/// How many times a request reads the run and tries its write when other
+/// writers change the run first.
+pub(crate) const ATTEMPTS: u32 = 12;
+
+/// The first wait before trying again, doubled each time (up to 64 times
+/// as long): another answer of the same step holds the run for one short
+/// write.
+const FIRST_WAIT: Duration = Duration::from_millis(2);
+
+/// What the machine needs to know of the agent's tools.
+pub(crate) trait ToolBook {
+    /// The tool called `name`, if the agent has it.
+    fn tool(&self, name: &str) -> Option<&dyn Tool>;
+    /// Its rules, if the agent has it.
+    fn rules(&self, name: &str) -> Option<ToolRules>;
+}
+
+/// What someone asks of a stored run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Request {
+    /// A decision for a pending call: the one named, or the only one.
+    Decide {
+        tool_call_id: Option<String>,
+        decision: Decision,
+        author: Author,
+    },
+    /// End the run where it is.
+    Cancel { author: Author },
+    /// End a run waiting on a person because a new message came on its
+    /// thread instead of an answer: its pending calls get a result saying
+    /// so (a thread never holds a call without its result), the run is
+    /// cancelled and the model is not called again. A run not waiting is
+    /// left alone.
+    Supersede { author: Author },
+    /// Take over the run if its lease ran out (its driver stopped).
+    Recover { author: Author },
+    /// Continue a failed run, if it failed for a reason trying again may fix.
+    Retry { author: Author },
+}
+
+/// What happened, as the executor tells the machine.
+// Handed over once each, by value: the run read is the common case.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum EntryEvent {
+    /// The run as read at `now` (`None`: there is no such run).
+    Read { run: Option<RunRecord>, now: DateTime<Utc> },
+    /// The run could not be read.
+    ReadFailed(StoreError),
+    /// The wait of [`EntryEffect::Wait`] is over.
+    Waited,
+    /// The write of [`EntryEffect::Claim`], [`EntryEffect::Write`] or
+    /// [`EntryEffect::Reclaim`] landed: the run's new version, and the
+    /// lease it was written with.
+    Written { version: i64, lease: Option<Lease> },
+    /// That write did not land (a lost compare-and-set is
+    /// [`StoreError::Conflict`]).
+    WriteFailed(StoreError),
+    /// The decision of [`EntryEffect::Apply`] is applied and stored.
+    Applied,
+    /// It was not: the write failed (or lost), or the run's stored step did
+    /// not fit it.
+    ApplyFailed(ApplyFailure),
+}
+
+/// Why a decision could not be applied.
+#[derive(Debug)]
+pub(crate) enum ApplyFailure {
+    /// Its write failed (a lost compare-and-set is `StoreError::Conflict`).
+    Store(StoreError),
+    /// The run as stored does not fit it.
+    Refused(RunError),
+}
+
+/// What the executor is to do next.
+#[derive(Debug)]
+pub(crate) enum EntryEffect {
+    /// Read the run, with the time now: [`EntryEvent::Read`].
+    Read,
+    /// Wait this long: [`EntryEvent::Waited`].
+    Wait(Duration),
+    /// Claim the suspended run as read (status `running`, held by a new
+    /// lease until `lease_until`), in one compare-and-set.
+    Claim { lease_until: DateTime<Utc> },
+    /// Write this over the run as read, in one compare-and-set; a lease
+    /// until `lease_until` when the run stays running.
+    Write {
+        write: RunWrite,
+        lease_until: Option<DateTime<Utc>>,
+    },
+    /// Take the run over (a stalled or failed run), held by a new lease
+    /// until `lease_until`, recording `resolution`.
+    Reclaim {
+        lease_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+        resolution: Resolution,
+    },
+    /// Let a driver of the run as read apply this decision, with no effect
+    /// outside the run, in one write that is also the claim. The run goes
+    /// with the effect (the machine needs it no more: a lost write reads it
+    /// again), so the driver takes it without a copy.
+    Apply {
+        action: ResumeAction,
+        author: Author,
+        run: Box<RunRecord>,
+    },
+    /// The request is done.
+    Finish(Result<Entered, RunError>),
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Entered {
+    /// The run is held: drive it from `start`. `settle`: drive it to its
+    /// next stored state before handing the stream out (an answer while
+    /// other calls of the step still wait ends in one write, which answers
+    /// to sibling questions must not wait on).
+    Drive { start: DriveFrom, settle: bool },
+    /// The decision was applied by the driver of [`EntryEffect::Apply`]:
+    /// it goes on from there.
+    Applied,
+    /// The run is cancelled.
+    Cancelled,
+    /// Nothing was done: the run did not need it (not stalled), or someone
+    /// else did it first (the call was answered, the run taken over).
+    Untouched,
+}
+
+/// Where a driver of a held run starts.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum DriveFrom {
+    /// Apply this decision, recording who made it (`None`: the claim
+    /// recorded it already, marking its call started).
+    Resume(ResumeAction, Option<Author>),
+    /// Go on from the last stored step of a run taken over.
+    Recovered,
+}
+
+/// Where the request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// A read is in flight.
+    Reading,
+    /// A read is in flight after a lost write: is ours still worth trying?
+    ReadingAfterLoss,
+    /// Waiting before the next read.
+    Waiting,
+    /// A write (or an applying driver) is in flight.
+    Writing,
+    Ended,
+}
+
+/// One request's way into a stored run (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct Entry {
+    run_id: String,
+    agent_id: String,
+    request: Request,
+    lease: TimeDelta,
+    attempt: u32,
+    phase: Phase,
+    /// The run as last read, then as the landed write left it.
+    run: Option<RunRecord>,
+    /// The version the run was read at (the conversation cache's key).
+    read_version: i64,
+    /// The write in flight, applied to `run` once it lands.
+    writing: Option<Writing>,
+    /// The call a decision resolves, once found.
+    ours: Option<String>,
+    effects: VecDeque<EntryEffect>,
+}
+
+/// What the write in flight does, once it lands.
+// One per request, held while its write is in flight.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+enum Writing {
+    /// A claim, then a driver from `start`.
+    Claim {
+        write: Option<RunWrite>,
+        start: DriveFrom,
+    },
+    Cancel,
+    Reclaim {
+        resolution: Resolution,
+    },
+    /// A decision applied by a driver.
+    Apply,
+}
+
+impl Entry {
+    /// A request of agent `agent_id` (whose drivers hold a run for
+    /// `lease_duration` at a time) about run `run_id`. It starts by reading
+    /// the run.
+    pub(crate) fn new(run_id: &str, agent_id: &str, request: Request, lease_duration: Duration) -> Entry {
+        let mut entry = Entry {
+            run_id: run_id.to_owned(),
+            agent_id: agent_id.to_owned(),
+            request,
+            lease: TimeDelta::from_std(lease_duration).unwrap_or(TimeDelta::MAX),
+            attempt: 0,
+            phase: Phase::Reading,
+            run: None,
+            read_version: 0,
+            writing: None,
+            ours: None,
+            effects: VecDeque::new(),
+        };
+        entry.effects.push_back(EntryEffect::Read);
+        entry
+    }
+
+    /// The next thing to do, if any.
+    pub(crate) fn poll_effect(&mut self) -> Option<EntryEffect> {
+        self.effects.pop_front()
+    }
+
+    /// The run the request is about.
+    pub(crate) fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The run as last read and written (none while a driver applies a
+    /// decision: [`EntryEffect::Apply`] took it).
+    pub(crate) fn run(&self) -> Option<&RunRecord> {
+        self.run.as_ref()
+    }
+
+    /// The run, once the request holds it.
+    pub(crate) fn into_run(self) -> Option<RunRecord> {
+        self.run
+    }
+
+    /// The version the run was last read at.
+    pub(crate) fn read_version(&self) -> i64 {
+        self.read_version
+    }
+
+    /// Moves the request on by one event.
+    pub(crate) fn handle(&mut self, event: EntryEvent, tools: &dyn ToolBook) {
+        match (self.phase, event) {
+            (Phase::Reading, EntryEvent::Read { run, now }) => self.read(run, now, tools),
+            (Phase::ReadingAfterLoss, EntryEvent::Read { run, .. }) => self.read_after_loss(run),
+            (Phase::Reading | Phase::ReadingAfterLoss, EntryEvent::ReadFailed(err)) => self.finish(Err(err.into())),
+            (Phase::Waiting, EntryEvent::Waited) => self.read_again(),
+            (Phase::Writing, EntryEvent::Written { version, lease }) => self.written(version, lease),
+            (Phase::Writing, EntryEvent::WriteFailed(err)) => self.write_failed(err),
+            (Phase::Writing, EntryEvent::Applied) => self.finish(Ok(Entered::Applied)),
+            (Phase::Writing, EntryEvent::ApplyFailed(ApplyFailure::Store(err))) => self.write_failed(err),
+            (Phase::Writing, EntryEvent::ApplyFailed(ApplyFailure::Refused(err))) => self.finish(Err(err)),
+            (phase, event) => {
+                let detail = format!("{event:?} arrived while the request was {phase:?}");
+                self.finish(Err(RunError::Refused {
+                    run_id: self.run_id.clone(),
+                    detail,
+                }));
+            }
+        }
+    }
+
+    fn finish(&mut self, result: Result<Entered, RunError>) {
+        // An expiry that someone else's decision (or another sweep) beat to
+        // the call has nothing left to do.
+        let result = match (&self.request, result) {
+            (
+                Request::Decide {
+                    decision: Decision::Expire,
+                    ..
+                },
+                Err(
+                    RunError::ToolCallNotPending { .. }
+                    | RunError::NotSuspended { .. }
+                    | RunError::Conflict { .. }
+                    | RunError::Expired { .. },
+                ),
+            ) => Ok(Entered::Untouched),
+            (_, result) => result,
+        };
+        self.phase = Phase::Ended;
+        self.effects.push_back(EntryEffect::Finish(result));
+    }
+
+    fn read_again(&mut self) {
+        self.phase = Phase::Reading;
+        self.effects.push_back(EntryEffect::Read);
+    }
+
+    /// Waits before reading again: exponentially longer each attempt.
+    fn wait_and_read(&mut self) {
+        let wait = FIRST_WAIT.saturating_mul(1 << self.attempt.min(6));
+        self.phase = Phase::Waiting;
+        self.effects.push_back(EntryEffect::Wait(wait));
+    }
+
+    /// The run as read, checked to be this agent's.
+    fn own(&self, run: Option<RunRecord>) -> Result<RunRecord, RunError> {
+        let run = run.ok_or_else(|| RunError::UnknownRun {
+            run_id: self.run_id.clone(),
+        })?;
+        if run.agent_id != self.agent_id {
+            return Err(RunError::OtherAgent {
+                run_id: run.run_id,
+                agent_id: self.agent_id.clone(),
+                owner: run.agent_id,
+            });
+        }
+        Ok(run)
+    }
+
+    fn read(&mut self, run: Option<RunRecord>, now: DateTime<Utc>, tools: &dyn ToolBook) {
+        self.attempt += 1;
+        let run = match self.own(run) {
+            Ok(run) => run,
+            Err(err) => return self.finish(Err(err)),
+        };
+        self.read_version = run.version;
+        let request = self.request.clone();
+        let outcome = match request {
+            Request::Decide {
+                tool_call_id,
+                decision,
+                author,
+            } => self.decide(&run, tool_call_id.as_deref(), &decision, author, now, tools),
+            Request::Cancel { author } => self.cancel(&run, author, now).map(|()| None),
+            Request::Supersede { author } => {
+                self.supersede(&run, author, now);
+                Ok(None)
+            }
+            Request::Recover { author } => self.recover(&run, author, now).map(|()| None),
+            Request::Retry { author } => self.retry(&run, author, now).map(|()| None),
+        };
+        match outcome {
+            Ok(None) => self.run = Some(run),
+            Ok(Some((action, author))) => self.effects.push_back(EntryEffect::Apply {
+                action,
+                author,
+                run: Box::new(run),
+            }),
+            Err(err) => {
+                self.run = Some(run);
+                self.finish(Err(err));
+            }
+        }
+    }
+
+    /// A decision: refused when it comes too late or does not fit its
+    /// call; applied in one write when applying it has no effect outside
+    /// the run, else after a claim (the tool may have effects, so it runs
+    /// only once the run is held). A decision to apply at once comes back,
+    /// for [`EntryEffect::Apply`] to carry with the run.
+    fn decide(
+        &mut self,
+        run: &RunRecord,
+        tool_call_id: Option<&str>,
+        decision: &Decision,
+        author: Author,
+        now: DateTime<Utc>,
+        tools: &dyn ToolBook,
+    ) -> Result<Option<(ResumeAction, Author)>, RunError> {
+        // Another answer of the same step holds the run for one write.
+        if run.status == RunStatus::Running
+            && self.attempt < ATTEMPTS
+            && super::sibling_answer_in_flight(run, tool_call_id)
+        {
+            self.wait_and_read();
+            return Ok(None);
+        }
+        let late = *decision != Decision::Expire;
+        if late && let Some((tool_call_id, expired_at)) = expiry::expired_before_answer(run, tool_call_id, now) {
+            return Err(self.expired(tool_call_id, expired_at));
+        }
+        let target = run.resume_target(tool_call_id)?;
+        if late && let Some(expired_at) = target.expires_at.filter(|at| *at <= now) {
+            return Err(self.expired(target.tool_call_id.clone(), expired_at));
+        }
+        let tool = tools.tool(&target.tool_name);
+        let action = fit_decision(run, target, decision, tool, &self.agent_id)?;
+        self.ours = Some(action.tool_call_id().to_owned());
+        if applies_without_effects(&action, &target.tool_name, tools) {
+            self.phase = Phase::Writing;
+            self.writing = Some(Writing::Apply);
+            return Ok(Some((action, author)));
+        }
+        let rules = tools.rules(&target.tool_name);
+        let lease_until = now + self.lease;
+        self.phase = Phase::Writing;
+        if marks_start(&action, rules) {
+            // The claim marks the call started and records the decision:
+            // a process dying before the result is written leaves a call
+            // that recovery never runs (or asks) a second time.
+            let id = action.tool_call_id().to_owned();
+            let resolution = expiry::resolution(Some(target), &id, action.resolution_kind(), author, now);
+            let write = RunWrite {
+                status: RunStatus::Running,
+                append: Vec::new(),
+                pending: mark_started(&run.pending, &id, now),
+                step_results: run.step_results.clone(),
+                steps: run.steps,
+                usage: run.usage,
+                failure: None,
+                resolution: Some(resolution),
+                hold: true,
+            };
+            self.writing = Some(Writing::Claim {
+                write: Some(write.clone()),
+                start: DriveFrom::Resume(action, None),
+            });
+            self.effects.push_back(EntryEffect::Write {
+                write,
+                lease_until: Some(lease_until),
+            });
+        } else {
+            self.writing = Some(Writing::Claim {
+                write: None,
+                start: DriveFrom::Resume(action, Some(author)),
+            });
+            self.effects.push_back(EntryEffect::Claim { lease_until });
+        }
+        Ok(None)
+    }
+
+    fn expired(&self, tool_call_id: String, expired_at: DateTime<Utc>) -> RunError {
+        RunError::Expired {
+            run_id: self.run_id.clone(),
+            tool_call_id,
+            expired_at,
+        }
+    }
+
+    /// A cancel: a finished run cannot be; any other is written cancelled,
+    /// with nothing pending.
+    fn cancel(&mut self, run: &RunRecord, author: Author, now: DateTime<Utc>) -> Result<(), RunError> {
+        if run.status.is_finished() {
+            return Err(RunError::Finished {
+                run_id: self.run_id.clone(),
+                status: run.status,
+            });
+        }
+        let resolution = Resolution {
+            tool_call_id: None,
+            kind: ResolutionKind::Cancelled,
+            at: now,
+            author,
+        };
+        self.end_cancelled(run, Vec::new(), resolution);
+        Ok(())
+    }
+
+    /// A supersession: a suspended run is written cancelled, each of its
+    /// step's calls paired with its result (those produced, and for each
+    /// pending call one saying it went unanswered), in one write; any other
+    /// run is left alone.
+    fn supersede(&mut self, run: &RunRecord, author: Author, now: DateTime<Utc>) {
+        if run.status != RunStatus::Suspended {
+            return self.finish(Ok(Entered::Untouched));
+        }
+        let produced = run.step_results.iter().cloned();
+        let unanswered = run.pending.iter().map(superseded_result);
+        let append = produced.chain(unanswered).map(crate::message::Message::Tool).collect();
+        let only = match run.pending.as_slice() {
+            [only] => Some(only.tool_call_id.clone()),
+            _ => None,
+        };
+        let resolution = Resolution {
+            tool_call_id: only,
+            kind: ResolutionKind::Superseded,
+            at: now,
+            author,
+        };
+        self.end_cancelled(run, append, resolution);
+    }
+
+    /// Writes the run cancelled with nothing pending, appending `append`
+    /// and recording `resolution`, in one compare-and-set.
+    fn end_cancelled(&mut self, run: &RunRecord, append: Vec<crate::message::Message>, resolution: Resolution) {
+        let write = RunWrite {
+            status: RunStatus::Cancelled,
+            append,
+            pending: Vec::new(),
+            step_results: Vec::new(),
+            steps: run.steps,
+            usage: run.usage,
+            failure: None,
+            resolution: Some(resolution),
+            hold: false,
+        };
+        self.phase = Phase::Writing;
+        self.writing = Some(Writing::Cancel);
+        self.effects.push_back(EntryEffect::Write {
+            write,
+            lease_until: None,
+        });
+    }
+
+    /// A take-over of a stalled run; a run that is not stalled (its driver
+    /// renewed its lease, or it is no longer running) is left alone.
+    fn recover(&mut self, run: &RunRecord, author: Author, now: DateTime<Utc>) -> Result<(), RunError> {
+        if !run.is_stalled(now) {
+            self.finish(Ok(Entered::Untouched));
+            return Ok(());
+        }
+        self.reclaim(author, now);
+        Ok(())
+    }
+
+    /// A retry: only of a run that failed, for a reason trying again may fix.
+    fn retry(&mut self, run: &RunRecord, author: Author, now: DateTime<Utc>) -> Result<(), RunError> {
+        if run.status != RunStatus::Failed {
+            return Err(RunError::NotRetryable {
+                run_id: self.run_id.clone(),
+                reason: format!("it is {}, not failed", run.status),
+            });
+        }
+        if let Some(failure) = run.failure.as_ref().filter(|f| !f.is_transient()) {
+            return Err(RunError::NotRetryable {
+                run_id: self.run_id.clone(),
+                reason: format!("it failed for a reason trying again does not fix: {failure}"),
+            });
+        }
+        self.reclaim(author, now);
+        Ok(())
+    }
+
+    fn reclaim(&mut self, author: Author, now: DateTime<Utc>) {
+        let resolution = Resolution {
+            tool_call_id: None,
+            kind: ResolutionKind::Recovered,
+            at: now,
+            author,
+        };
+        self.phase = Phase::Writing;
+        self.writing = Some(Writing::Reclaim {
+            resolution: resolution.clone(),
+        });
+        self.effects.push_back(EntryEffect::Reclaim {
+            lease_until: now + self.lease,
+            now,
+            resolution,
+        });
+    }
+
+    /// The write landed: the run as it left it, then what follows.
+    fn written(&mut self, version: i64, lease: Option<Lease>) {
+        let (Some(mut run), Some(writing)) = (self.run.take(), self.writing.take()) else {
+            return self.finish(Err(RunError::Refused {
+                run_id: self.run_id.clone(),
+                detail: "a write landed that the request did not make".into(),
+            }));
+        };
+        let entered = match writing {
+            Writing::Claim { write, start } => {
+                let mut write = write.unwrap_or_else(|| RunWrite::claim(&run));
+                super::record_landed(&mut run, &mut write, version, lease);
+                run.pending = write.pending;
+                // An answer while other calls of the step still wait ends in
+                // one write and no model call.
+                let settle = run.pending.len() > 1;
+                Entered::Drive { start, settle }
+            }
+            Writing::Cancel => Entered::Cancelled,
+            Writing::Reclaim { resolution } => {
+                let mut write = RunWrite::claim(&run);
+                write.resolution = Some(resolution);
+                super::record_landed(&mut run, &mut write, version, lease);
+                Entered::Drive {
+                    start: DriveFrom::Recovered,
+                    settle: false,
+                }
+            }
+            Writing::Apply => Entered::Applied,
+        };
+        self.run = Some(run);
+        self.finish(Ok(entered));
+    }
+
+    /// The write did not land. Lost to another writer: a decision for a
+    /// call still wanted tries again; a take-over leaves the run to whoever
+    /// won; a cancel reads and tries again. Anything else fails the request.
+    fn write_failed(&mut self, err: StoreError) {
+        let writing = self.writing.take();
+        if !err.is_conflict() {
+            return self.finish(Err(err.into()));
+        }
+        let conflict = RunError::Conflict {
+            run_id: self.run_id.clone(),
+        };
+        match (&self.request, writing) {
+            (Request::Recover { .. }, _) => self.finish(Ok(Entered::Untouched)),
+            (Request::Retry { .. }, _) => self.finish(Err(conflict)),
+            _ if self.attempt >= ATTEMPTS => self.finish(Err(conflict)),
+            (Request::Cancel { .. } | Request::Supersede { .. }, _) => self.wait_and_read(),
+            (Request::Decide { .. }, _) => {
+                self.phase = Phase::ReadingAfterLoss;
+                self.effects.push_back(EntryEffect::Read);
+            }
+        }
+    }
+
+    /// After a lost write of a decision: tried again while the call is
+    /// still pending, or another answer of the same step holds the run.
+    fn read_after_loss(&mut self, run: Option<RunRecord>) {
+        let retry = match (run.as_ref(), self.ours.as_deref()) {
+            (Some(now), Some(ours)) => super::retry_lost_claim(now, ours),
+            _ => false,
+        };
+        if !retry {
+            return self.finish(Err(RunError::Conflict {
+                run_id: self.run_id.clone(),
+            }));
+        }
+        self.wait_and_read();
+    }
+}
+
+/// The result a call gets when a new message on its thread came instead of
+/// its answer: what the model is told, in the thread and in every later
+/// run's context.
+pub(crate) fn superseded_result(call: &crate::store::PendingToolCall) -> crate::message::ToolResult {
+    crate::message::ToolResult {
+        tool_call_id: call.tool_call_id.clone(),
+        tool_name: call.tool_name.clone(),
+        content: crate::message::ToolContent::Text(UNANSWERED.into()),
+        is_error: true,
+    }
+}
+
+/// What the model is told of a call that got no answer because the person
+/// sent a new message instead.
+pub(crate) const UNANSWERED: &str =
+    "No answer: the user sent a new message instead of answering. Do not assume an answer.";
+
+/// Whether applying `action` to a call of `tool_name` has no effect outside
+/// the run, so that it can be written as the claim itself (see
+/// [`Tool::resume_is_pure`]): declines always, except where the tool hears
+/// a decline as an answer ([`Tool::decline_as_answer`]); expiries always;
+/// answers when the tool says so; never an approval, which runs the tool for
+/// real.
+fn applies_without_effects(action: &ResumeAction, tool_name: &str, tools: &dyn ToolBook) -> bool {
+    let tool = tools.tool(tool_name);
+    match action {
+        ResumeAction::DeclineQuestion { reason, .. } => {
+            tool.is_none_or(|tool| tool.decline_as_answer(reason.as_deref()).is_none())
+        }
+        ResumeAction::DeclineApproval { .. } | ResumeAction::Expire { .. } => true,
+        ResumeAction::Approve { .. } => false,
+        ResumeAction::Answer { .. } => tool.is_some_and(|tool| tool.resume_is_pure()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,434 @@
+//! The entry machine driven by events alone: each test reads a run at a
+//! time it chooses and asserts what the machine asks for next.
+
+use serde_json::json;
+
+use super::*;
+use crate::ask_user::AskUser;
+use crate::store::{Interface, PendingKind, PendingToolCall, RunFailure};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn t(seconds: i64) -> DateTime<Utc> {
+    DateTime::UNIX_EPOCH + TimeDelta::seconds(seconds)
+}
+
+/// `ask_user` (an answer applied in one write) and `deploy` (waits for
+/// approval, must not run twice).
+struct Tools(AskUser);
+
+impl ToolBook for Tools {
+    fn tool(&self, name: &str) -> Option<&dyn Tool> {
+        matches!(name, "ask_user" | "deploy").then_some(&self.0 as &dyn Tool)
+    }
+
+    fn rules(&self, name: &str) -> Option<ToolRules> {
+        let rules = ToolRules {
+            needs_approval: false,
+            idempotent: true,
+            max_per_step: None,
+            time_limit: None,
+        };
+        match name {
+            "ask_user" => Some(rules),
+            "deploy" => Some(ToolRules {
+                needs_approval: true,
+                idempotent: false,
+                ..rules
+            }),
+            _ => None,
+        }
+    }
+}
+
+fn tools() -> Tools {
+    Tools(AskUser::new())
+}
+
+fn question(id: &str, expires_at: Option<DateTime<Utc>>) -> PendingToolCall {
+    PendingToolCall {
+        tool_call_id: id.into(),
+        tool_name: "ask_user".into(),
+        args: json!({"question": "Which city?"}),
+        kind: PendingKind::Suspended,
+        suspend_payload: Some(json!({"question": "Which city?"})),
+        resume_schema: None,
+        expires_at,
+        started_at: None,
+    }
+}
+
+fn approval(id: &str) -> PendingToolCall {
+    PendingToolCall {
+        tool_name: "deploy".into(),
+        kind: PendingKind::Approval,
+        suspend_payload: None,
+        ..question(id, None)
+    }
+}
+
+fn run(status: RunStatus, pending: Vec<PendingToolCall>) -> RunRecord {
+    RunRecord {
+        run_id: "run".into(),
+        agent_id: "agent".into(),
+        status,
+        version: 4,
+        pending,
+        ..Default::default()
+    }
+}
+
+fn answer(id: Option<&str>, data: serde_json::Value) -> Request {
+    Request::Decide {
+        tool_call_id: id.map(str::to_owned),
+        decision: Decision::Answer { data, reason: None },
+        author: Author::named(Interface::Http, "alice"),
+    }
+}
+
+fn entry(request: Request) -> Entry {
+    let mut entry = Entry::new("run", "agent", request, LEASE);
+    assert!(
+        matches!(entry.poll_effect(), Some(EntryEffect::Read)),
+        "a request reads the run first"
+    );
+    entry
+}
+
+/// Hands `entry` the run as read at `now` and returns what it asks next.
+fn read(entry: &mut Entry, run: Option<RunRecord>, now: DateTime<Utc>) -> EntryEffect {
+    entry.handle(EntryEvent::Read { run, now }, &tools());
+    next(entry)
+}
+
+fn next(entry: &mut Entry) -> EntryEffect {
+    let effect = entry.poll_effect().expect("an effect");
+    assert!(entry.poll_effect().is_none(), "one effect at a time");
+    effect
+}
+
+fn lost() -> EntryEvent {
+    EntryEvent::WriteFailed(StoreError::Conflict {
+        run_id: "run".into(),
+        expected_version: 4,
+    })
+}
+
+#[test]
+fn an_answer_after_the_time_limit_is_refused_as_expired_by_the_time_the_read_came_with() {
+    let waiting = run(RunStatus::Suspended, vec![question("c1", Some(t(60)))]);
+    let mut late = entry(answer(Some("c1"), json!("Paris")));
+    let refused = read(&mut late, Some(waiting.clone()), t(61));
+    assert!(
+        matches!(&refused, EntryEffect::Finish(Err(RunError::Expired { tool_call_id, expired_at, .. }))
+            if tool_call_id == "c1" && *expired_at == t(60)),
+        "{refused:?}"
+    );
+    // A second earlier, the same answer is applied in one write.
+    let mut on_time = entry(answer(Some("c1"), json!("Paris")));
+    let applied = read(&mut on_time, Some(waiting), t(59));
+    assert!(
+        matches!(&applied, EntryEffect::Apply { action: ResumeAction::Answer { tool_call_id, .. }, .. } if tool_call_id == "c1"),
+        "{applied:?}"
+    );
+}
+
+#[test]
+fn an_answer_the_question_does_not_accept_is_refused_before_anything_is_written() {
+    let waiting = run(RunStatus::Suspended, vec![question("c1", None)]);
+    let mut empty = entry(answer(None, json!("   ")));
+    let refused = read(&mut empty, Some(waiting), t(0));
+    assert!(
+        matches!(refused, EntryEffect::Finish(Err(RunError::InvalidAnswer { .. }))),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn an_approval_claims_the_run_marking_its_call_started_and_recording_who_in_the_same_write() {
+    let waiting = run(RunStatus::Suspended, vec![approval("c1"), question("c2", None)]);
+    let mut approve = entry(Request::Decide {
+        tool_call_id: Some("c1".into()),
+        decision: Decision::Approve,
+        author: Author::named(Interface::Page, "bob"),
+    });
+    let EntryEffect::Write { write, lease_until } = read(&mut approve, Some(waiting), t(100)) else {
+        panic!("an approval is written as the claim")
+    };
+    assert_eq!(lease_until, Some(t(130)), "held for a lease from the read's time");
+    assert_eq!(write.status, RunStatus::Running);
+    assert_eq!(write.pending[0].started_at, Some(t(100)), "marked started");
+    assert_eq!(write.pending[1].started_at, None);
+    let resolution = write.resolution.as_ref().expect("recorded");
+    assert_eq!(
+        (resolution.kind, resolution.at, resolution.author.by.as_deref()),
+        (ResolutionKind::Approved, t(100), Some("bob"))
+    );
+
+    approve.handle(
+        EntryEvent::Written {
+            version: 5,
+            lease: Some(Lease::new("me", t(130))),
+        },
+        &tools(),
+    );
+    let finished = next(&mut approve);
+    assert!(
+        matches!(
+            &finished,
+            EntryEffect::Finish(Ok(Entered::Drive {
+                start: DriveFrom::Resume(ResumeAction::Approve { .. }, None),
+                settle: true
+            }))
+        ),
+        "the claim recorded the decision; the question still waits, so the stream settles first: {finished:?}"
+    );
+    let held = approve.into_run().expect("the run");
+    assert_eq!((held.version, held.status), (5, RunStatus::Running));
+    assert_eq!(held.resolutions.len(), 1);
+    assert!(held.pending[0].started_at.is_some());
+}
+
+#[test]
+fn an_answer_while_a_sibling_answer_holds_the_run_waits_and_reads_it_again() {
+    let held = run(RunStatus::Running, vec![question("c1", None), question("c2", None)]);
+    let mut second = entry(answer(Some("c2"), json!("Rome")));
+    let waited = read(&mut second, Some(held), t(0));
+    assert!(
+        matches!(waited, EntryEffect::Wait(wait) if wait == Duration::from_millis(4)),
+        "{waited:?}"
+    );
+    second.handle(EntryEvent::Waited, &tools());
+    assert!(matches!(next(&mut second), EntryEffect::Read));
+    // The sibling's write landed: ours is applied.
+    let suspended = run(RunStatus::Suspended, vec![question("c2", None)]);
+    assert!(matches!(
+        read(&mut second, Some(suspended), t(0)),
+        EntryEffect::Apply { .. }
+    ));
+}
+
+#[test]
+fn a_lost_claim_is_tried_again_while_its_call_still_waits_and_is_a_conflict_once_someone_answered_it() {
+    let waiting = run(RunStatus::Suspended, vec![approval("c1"), approval("c2")]);
+    let approve = || Request::Decide {
+        tool_call_id: Some("c1".into()),
+        decision: Decision::Approve,
+        author: Author::default(),
+    };
+    let mut still_wanted = entry(approve());
+    read(&mut still_wanted, Some(waiting.clone()), t(0));
+    still_wanted.handle(lost(), &tools());
+    assert!(matches!(next(&mut still_wanted), EntryEffect::Read));
+    // Someone approved c2 meanwhile; c1 still waits.
+    let after = run(RunStatus::Suspended, vec![approval("c1")]);
+    assert!(matches!(
+        read(&mut still_wanted, Some(after), t(0)),
+        EntryEffect::Wait(_)
+    ));
+
+    let mut beaten = entry(approve());
+    read(&mut beaten, Some(waiting), t(0));
+    beaten.handle(lost(), &tools());
+    next(&mut beaten);
+    let answered = run(RunStatus::Suspended, vec![approval("c2")]);
+    let refused = read(&mut beaten, Some(answered), t(0));
+    assert!(
+        matches!(refused, EntryEffect::Finish(Err(RunError::Conflict { .. }))),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn an_expiry_that_someone_beat_to_its_call_leaves_the_run_untouched() {
+    let answered = run(RunStatus::Running, Vec::new());
+    let mut expire = entry(Request::Decide {
+        tool_call_id: Some("c1".into()),
+        decision: Decision::Expire,
+        author: Author::via(Interface::Server),
+    });
+    let done = read(&mut expire, Some(answered), t(0));
+    assert!(matches!(done, EntryEffect::Finish(Ok(Entered::Untouched))), "{done:?}");
+}
+
+#[test]
+fn a_cancel_writes_the_run_cancelled_tries_again_when_it_loses_and_refuses_a_finished_run() {
+    let waiting = run(RunStatus::Suspended, vec![question("c1", None)]);
+    let mut cancel = entry(Request::Cancel {
+        author: Author::named(Interface::Cli, "carol"),
+    });
+    let EntryEffect::Write { write, lease_until } = read(&mut cancel, Some(waiting.clone()), t(7)) else {
+        panic!("a cancel is one write")
+    };
+    assert_eq!(
+        (write.status, write.pending.len(), lease_until),
+        (RunStatus::Cancelled, 0, None)
+    );
+    assert_eq!(
+        write.resolution.as_ref().map(|r| (r.kind, r.at)),
+        Some((ResolutionKind::Cancelled, t(7)))
+    );
+    cancel.handle(lost(), &tools());
+    assert!(matches!(next(&mut cancel), EntryEffect::Wait(_)));
+    cancel.handle(EntryEvent::Waited, &tools());
+    next(&mut cancel);
+    read(&mut cancel, Some(waiting), t(8));
+    cancel.handle(
+        EntryEvent::Written {
+            version: 6,
+            lease: None,
+        },
+        &tools(),
+    );
+    assert!(matches!(next(&mut cancel), EntryEffect::Finish(Ok(Entered::Cancelled))));
+
+    let mut too_late = entry(Request::Cancel {
+        author: Author::default(),
+    });
+    let refused = read(&mut too_late, Some(run(RunStatus::Completed, Vec::new())), t(0));
+    assert!(
+        matches!(refused, EntryEffect::Finish(Err(RunError::Finished { .. }))),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_supersession_pairs_every_call_of_the_step_with_a_result_and_leaves_a_run_not_waiting_alone() {
+    let mut waiting = run(RunStatus::Suspended, vec![question("c1", None), question("c2", None)]);
+    waiting.step_results = vec![crate::message::ToolResult {
+        tool_call_id: "c0".into(),
+        tool_name: "lookup".into(),
+        content: "found".into(),
+        is_error: false,
+    }];
+    let mut supersede = entry(Request::Supersede {
+        author: Author::named(Interface::Http, "ana"),
+    });
+    let EntryEffect::Write { write, lease_until } = read(&mut supersede, Some(waiting.clone()), t(3)) else {
+        panic!("a supersession is one write")
+    };
+    assert_eq!(
+        (write.status, write.pending.len(), write.step_results.len(), lease_until),
+        (RunStatus::Cancelled, 0, 0, None)
+    );
+    let paired: Vec<(&str, bool)> = write
+        .append
+        .iter()
+        .map(|m| match m {
+            crate::message::Message::Tool(r) => (r.tool_call_id.as_str(), r.is_error),
+            other => panic!("only results are appended: {other:?}"),
+        })
+        .collect();
+    assert_eq!(paired, vec![("c0", false), ("c1", true), ("c2", true)]);
+    let resolution = write.resolution.as_ref().unwrap();
+    assert_eq!(
+        (resolution.kind, resolution.at, resolution.tool_call_id.as_deref()),
+        (ResolutionKind::Superseded, t(3), None),
+        "two calls: the resolution names the run, not one call"
+    );
+    supersede.handle(lost(), &tools());
+    assert!(
+        matches!(next(&mut supersede), EntryEffect::Wait(_)),
+        "a lost write reads again"
+    );
+
+    for status in [RunStatus::Running, RunStatus::Completed, RunStatus::Cancelled] {
+        let mut late = entry(Request::Supersede {
+            author: Author::default(),
+        });
+        let untouched = read(&mut late, Some(run(status, Vec::new())), t(0));
+        assert!(
+            matches!(untouched, EntryEffect::Finish(Ok(Entered::Untouched))),
+            "{status}: {untouched:?}"
+        );
+    }
+}
+
+#[test]
+fn a_take_over_needs_a_lease_that_ran_out_by_the_read_time_and_leaves_a_run_someone_else_took() {
+    let mut held = run(RunStatus::Running, Vec::new());
+    held.lease = Some(Lease::new("other", t(30)));
+    let recover = || Request::Recover {
+        author: Author::via(Interface::Server),
+    };
+    let mut early = entry(recover());
+    let left = read(&mut early, Some(held.clone()), t(29));
+    assert!(matches!(left, EntryEffect::Finish(Ok(Entered::Untouched))), "{left:?}");
+
+    let mut late = entry(recover());
+    let EntryEffect::Reclaim {
+        lease_until,
+        now,
+        resolution,
+    } = read(&mut late, Some(held.clone()), t(31))
+    else {
+        panic!("a stalled run is reclaimed")
+    };
+    assert_eq!(
+        (lease_until, now, resolution.kind),
+        (t(61), t(31), ResolutionKind::Recovered)
+    );
+    late.handle(lost(), &tools());
+    assert!(matches!(next(&mut late), EntryEffect::Finish(Ok(Entered::Untouched))));
+}
+
+#[test]
+fn a_retry_takes_over_only_a_run_that_failed_for_a_reason_trying_again_may_fix() {
+    let retry = || Request::Retry {
+        author: Author::default(),
+    };
+    let mut not_failed = entry(retry());
+    let refused = read(&mut not_failed, Some(run(RunStatus::Suspended, Vec::new())), t(0));
+    assert!(
+        matches!(&refused, EntryEffect::Finish(Err(RunError::NotRetryable { reason, .. })) if reason.contains("suspended")),
+        "{refused:?}"
+    );
+    let mut failed = run(RunStatus::Failed, Vec::new());
+    failed.failure = Some(RunFailure::StepLimit { limit: 5 });
+    let mut for_good = entry(retry());
+    let refused = read(&mut for_good, Some(failed.clone()), t(0));
+    assert!(
+        matches!(refused, EntryEffect::Finish(Err(RunError::NotRetryable { .. }))),
+        "{refused:?}"
+    );
+    failed.failure = Some(RunFailure::Model {
+        transient: true,
+        message: "503".into(),
+    });
+    let mut worth_it = entry(retry());
+    assert!(matches!(
+        read(&mut worth_it, Some(failed), t(0)),
+        EntryEffect::Reclaim { .. }
+    ));
+}
+
+#[test]
+fn another_agents_run_or_none_is_refused_by_name() {
+    let mut other = run(RunStatus::Suspended, vec![question("c1", None)]);
+    other.agent_id = "ops".into();
+    let mut asked = entry(answer(None, json!("Paris")));
+    let refused = read(&mut asked, Some(other), t(0));
+    assert!(matches!(refused, EntryEffect::Finish(Err(RunError::OtherAgent { ref owner, .. })) if owner == "ops"));
+    let mut missing = entry(answer(None, json!("Paris")));
+    let refused = read(&mut missing, None, t(0));
+    assert!(matches!(refused, EntryEffect::Finish(Err(RunError::UnknownRun { .. }))));
+}
+
+#[test]
+fn an_event_that_does_not_fit_where_the_request_is_is_refused_not_guessed() {
+    let mut cancel = entry(Request::Cancel {
+        author: Author::default(),
+    });
+    cancel.handle(
+        EntryEvent::Written {
+            version: 9,
+            lease: None,
+        },
+        &tools(),
+    );
+    let refused = next(&mut cancel);
+    assert!(
+        matches!(refused, EntryEffect::Finish(Err(RunError::Refused { .. }))),
+        "{refused:?}"
+    );
+}

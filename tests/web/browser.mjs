@@ -1,0 +1,46 @@
+// Debian's chromium for the browser tests and the Inbox bench, started the
+// same way everywhere: headless, no sandbox (the tests run as root), and no
+// background traffic (the machine's network is closed, and chromium would
+// otherwise try Google's hosts at every start).
+
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+const executablePath = () => process.env.CHROMIUM || '/usr/bin/chromium';
+
+/// A browser with a fresh profile of its own; `close()` closes it and
+/// deletes the profile. `args` are added to the usual ones.
+export async function launchWithProfile({ args = [], ...options } = {}) {
+  const profile = mkdtempSync(join(tmpdir(), 'askloop-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: executablePath(),
+    headless: true,
+    args: [...ARGS, ...args],
+    ...options,
+  });
+  return {
+    context,
+    async close() {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+/// A browser whose contexts are each a fresh, empty profile.
+export function launch() {
+  return chromium.launch({ executablePath: executablePath(), headless: true, args: ARGS });
+}

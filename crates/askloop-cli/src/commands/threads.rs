@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use askloop::{
-    IdKind, Message, PendingToolCall, Resolution, ResolutionKind, RunError, RunQuery, RunRecord, RunStatus, RunStore,
-    StoreError, Thread, ThreadDeletion, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, ToolCall, ToolResult,
+    IdKind, Message, PendingToolCall, Resolution, RunError, RunQuery, RunRecord, RunStatus, RunStore, StoreError,
+    Thread, ThreadDeletion, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, ToolCall, ToolResult,
 };
 use serde_json::{Value, json};
 
@@ -374,7 +374,7 @@ pub async fn shown_messages(
                         });
                         ShownCall {
                             call: call.clone(),
-                            resolution: run.and_then(|r| resolution_of(r, &call.id)).cloned(),
+                            resolution: run.and_then(|r| r.call_resolution(&call.id)).cloned(),
                             pending,
                             result,
                         }
@@ -389,17 +389,6 @@ pub async fn shown_messages(
         });
     }
     Ok(shown)
-}
-
-/// How a call of `run` was resolved: its own resolution, or the run's
-/// supersession or cancel when that named no one call (the rule of the
-/// server's thread routes).
-fn resolution_of<'a>(run: &'a RunRecord, tool_call_id: &str) -> Option<&'a Resolution> {
-    run.resolution_of(tool_call_id).or_else(|| {
-        run.resolutions.iter().rev().find(|r| {
-            r.tool_call_id.is_none() && matches!(r.kind, ResolutionKind::Superseded | ResolutionKind::Cancelled)
-        })
-    })
 }
 
 /// The messages for people, one block per message, control characters

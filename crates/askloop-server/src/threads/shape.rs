@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use askloop::{Message, PendingKind, Resolution, ResolutionKind, RunRecord, Thread, ThreadMessage};
+use askloop::{Message, PendingKind, RunRecord, Thread, ThreadMessage};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
@@ -120,7 +120,7 @@ pub(crate) async fn messages(
                     }
                     // askloop's own: how the call was resolved, by whom and
                     // through what, as its run records it now.
-                    if let Some(resolution) = run.and_then(|r| resolution_of(r, &call.id)) {
+                    if let Some(resolution) = run.and_then(|r| r.call_resolution(&call.id)) {
                         invocation["resolution"] = serde_json::to_value(resolution).unwrap_or(Value::Null);
                     }
                     parts.push(json!({"type": "tool-invocation", "toolInvocation": invocation}));
@@ -181,16 +181,6 @@ pub(crate) async fn messages(
         }));
     }
     Ok(out)
-}
-
-/// How a call of `run` was resolved: its own resolution, or the run's
-/// supersession or cancel when that named no one call.
-fn resolution_of<'a>(run: &'a RunRecord, tool_call_id: &str) -> Option<&'a Resolution> {
-    run.resolution_of(tool_call_id).or_else(|| {
-        run.resolutions.iter().rev().find(|r| {
-            r.tool_call_id.is_none() && matches!(r.kind, ResolutionKind::Superseded | ResolutionKind::Cancelled)
-        })
-    })
 }
 
 fn text_content(text: &str, at_ms: i64) -> Value {

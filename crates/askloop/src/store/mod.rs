@@ -251,6 +251,17 @@ impl RunRecord {
             .find(|r| r.tool_call_id.as_deref() == Some(tool_call_id))
     }
 
+    /// How a call was resolved: its own resolution, else the run's
+    /// supersession or cancel when that named no one call (a run superseded
+    /// or cancelled while it waited resolved every call it waited on).
+    pub fn call_resolution(&self, tool_call_id: &str) -> Option<&Resolution> {
+        self.resolution_of(tool_call_id).or_else(|| {
+            self.resolutions.iter().rev().find(|r| {
+                r.tool_call_id.is_none() && matches!(r.kind, ResolutionKind::Superseded | ResolutionKind::Cancelled)
+            })
+        })
+    }
+
     /// The ids of the pending tool calls.
     pub fn pending_ids(&self) -> Vec<String> {
         self.pending.iter().map(|p| p.tool_call_id.clone()).collect()
@@ -953,6 +964,46 @@ mod tests {
             resolutions: Vec::new(),
             settings: Default::default(),
         }
+    }
+
+    /// A call's own resolution wins; a call without one takes the run-wide
+    /// supersession or cancel, never another call's resolution nor a
+    /// run-wide recovery.
+    #[test]
+    fn a_call_resolution_is_its_own_else_the_runs_supersession_or_cancel() {
+        let at = Utc::now();
+        let by = Author::via(Interface::Http);
+        let mut record = run("r", "a", RunStatus::Suspended, at);
+        record.resolutions = vec![
+            Resolution::new(Some("c1"), ResolutionKind::Answered, at, by.clone()),
+            Resolution::new(None, ResolutionKind::Recovered, at, by.clone()),
+        ];
+        assert_eq!(
+            record.call_resolution("c1").map(|r| r.kind),
+            Some(ResolutionKind::Answered)
+        );
+        assert_eq!(record.call_resolution("c2"), None, "a recovery resolves no call");
+
+        record
+            .resolutions
+            .push(Resolution::new(None, ResolutionKind::Superseded, at, by.clone()));
+        assert_eq!(
+            record.call_resolution("c2").map(|r| r.kind),
+            Some(ResolutionKind::Superseded)
+        );
+        assert_eq!(
+            record.call_resolution("c1").map(|r| r.kind),
+            Some(ResolutionKind::Answered)
+        );
+
+        record
+            .resolutions
+            .push(Resolution::new(None, ResolutionKind::Cancelled, at, by));
+        assert_eq!(
+            record.call_resolution("c2").map(|r| r.kind),
+            Some(ResolutionKind::Cancelled),
+            "the latest wins"
+        );
     }
 
     /// A store that can only list counts by reading the listing: the same

@@ -2,6 +2,7 @@
 //! them into settings; nothing else reads these types.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -188,22 +189,23 @@ pub struct ServeArgs {
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = askloop_server::DEFAULT_BODY_LIMIT, value_name = "BYTES")]
     pub max_body_bytes: usize,
-    /// Seconds runs' open streams may run on after SIGTERM or Ctrl-C (the pages' live
-    /// feeds end at once; a second SIGTERM or Ctrl-C stops at once).
-    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
-    pub shutdown_grace: u64,
-    /// Seconds between looks for runs whose process died mid-step (their
-    /// lease ran out); such runs are taken over and continued. 0: never.
-    #[arg(long, default_value_t = 15, value_name = "SECONDS")]
-    pub recover_every: u64,
-    /// Seconds a client may take to send a request's headers; a slower
-    /// client's connection is closed (at least 1).
-    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub header_timeout: u64,
-    /// Seconds a request body may take to arrive in full after its headers; a
-    /// slower one gets 408 (at least 1).
-    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub body_timeout: u64,
+    /// How long runs' open streams may run on after SIGTERM or Ctrl-C (the
+    /// pages' live feeds end at once; a second SIGTERM or Ctrl-C stops at
+    /// once). Seconds, or a number with a unit (500ms, 1.5s, 2m).
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = duration)]
+    pub shutdown_grace: Duration,
+    /// How often to look for runs whose process died mid-step (their lease
+    /// ran out); such runs are taken over and continued. 0: never.
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = duration)]
+    pub recover_every: Duration,
+    /// How long a client may take to send a request's headers; a slower
+    /// client's connection is closed (more than zero).
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = positive_duration)]
+    pub header_timeout: Duration,
+    /// How long a request body may take to arrive in full after its headers;
+    /// a slower one gets 408 (more than zero).
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = positive_duration)]
+    pub body_timeout: Duration,
     /// Threads that handle requests and drive runs. One thread serves several
     /// hundred question-and-answer round trips a second, at less CPU per round
     /// trip than several (SQLite writes have their own thread either way);
@@ -354,4 +356,17 @@ pub enum ThreadsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A flag's duration, in [`askloop::parse_duration`]'s forms.
+fn duration(text: &str) -> Result<Duration, String> {
+    askloop::parse_duration(text).map_err(|problem| problem.to_string())
+}
+
+/// A flag's duration that must be more than zero.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match duration(text)? {
+        zero if zero.is_zero() => Err(format!("{:?} is no time at all; give more than zero", text.trim())),
+        positive => Ok(positive),
+    }
 }

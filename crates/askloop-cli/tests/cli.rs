@@ -236,6 +236,25 @@ fn runs_refuses_a_limit_of_zero_as_bad_usage() {
     assert_eq!(runs.as_array().unwrap().len(), 1);
 }
 
+/// Duration flags take askloop's one duration form; one that is no time
+/// where time is needed, or not a duration, is bad usage naming the flag and
+/// the accepted forms, before anything starts.
+#[test]
+fn serve_duration_flags_refuse_nonsense_and_zero_where_time_is_needed() {
+    let env = Env::new();
+    for (flag, value, says) in [
+        ("--body-timeout", "0", "no time at all"),
+        ("--header-timeout", "0s", "no time at all"),
+        ("--shutdown-grace", "soon", "500ms, 1.5s, 15m, 2h, 3d"),
+        ("--recover-every", "-5s", "is not a duration"),
+    ] {
+        let out = env.run(&["serve", "--addr", "127.0.0.1:0", &format!("{flag}={value}")]);
+        assert_eq!(code(&out), 2, "{flag} {value}: {}", stderr(&out));
+        assert!(stderr(&out).contains(flag), "{}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{}", stderr(&out));
+    }
+}
+
 #[test]
 fn a_reason_with_an_answer_is_bad_usage_and_changes_nothing() {
     let env = Env::new();

@@ -15,11 +15,10 @@ pub const MODEL_IDLE_TIMEOUT_VAR: &str = "ASKLOOP_MODEL_IDLE_TIMEOUT";
 
 /// A timeout variable whose value is not a duration askloop accepts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{variable}={value:?} {why}; give seconds (600) or a number with a unit (600s, 500ms, 10m, 1h)")]
+#[error("{variable}: {why}")]
 pub(crate) struct InvalidTimeout {
     variable: String,
-    value: String,
-    why: &'static str,
+    why: String,
 }
 
 /// `http` with the timeouts the variables set. `var` returns a variable's
@@ -38,31 +37,21 @@ pub(crate) fn with_env_timeouts(
     Ok(http)
 }
 
-/// `90` (seconds), `90s`, `500ms`, `10m` / `10min`, `1h`, `1.5s`; more
-/// than zero.
+/// A duration in [`askloop::parse_duration`]'s forms, more than zero.
 fn parse_duration(name: &str, value: &str) -> Result<Duration, InvalidTimeout> {
-    let refuse = |why: &'static str| InvalidTimeout {
+    let refuse = |why: String| InvalidTimeout {
         variable: name.to_owned(),
-        value: value.to_owned(),
         why,
     };
-    let text = value.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().map_err(|_| refuse("is not a duration"))?;
-    let seconds = match unit.trim() {
-        "" | "s" | "sec" => number,
-        "ms" => number / 1000.0,
-        "m" | "min" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => return Err(refuse("has a unit askloop does not know")),
-    };
-    if !seconds.is_finite() || seconds <= 0.0 {
-        return Err(refuse("must be more than zero"));
+    match askloop::parse_duration(value) {
+        Ok(duration) if duration.is_zero() => Err(refuse(format!(
+            "{:?} is no time at all; give more than zero: {}",
+            value.trim(),
+            askloop::DURATION_FORMS
+        ))),
+        Ok(duration) => Ok(duration),
+        Err(problem) => Err(refuse(problem.to_string())),
     }
-    Duration::try_from_secs_f64(seconds).map_err(|_| refuse("is too long"))
 }
 
 #[cfg(test)]
@@ -79,14 +68,16 @@ mod tests {
         assert_eq!(ok("10min"), Duration::from_secs(600));
         assert_eq!(ok("1h"), Duration::from_secs(3600));
         assert_eq!(ok("1.5s"), Duration::from_millis(1500));
+        assert_eq!(ok("1d"), Duration::from_secs(86_400));
     }
 
     #[test]
     fn a_value_that_is_not_a_duration_is_refused_naming_the_variable_and_the_forms() {
         for bad in ["", "soon", "10 fortnights", "0", "-5s", "1e400"] {
             let message = parse_duration("ASKLOOP_MODEL_TIMEOUT", bad).unwrap_err().to_string();
-            assert!(message.starts_with("ASKLOOP_MODEL_TIMEOUT="), "{message}");
-            assert!(message.contains("600s, 500ms, 10m"), "{message}");
+            assert!(message.starts_with("ASKLOOP_MODEL_TIMEOUT: "), "{message}");
+            assert!(message.contains(&format!("{:?}", bad.trim())), "{message}");
+            assert!(message.contains(askloop::DURATION_FORMS), "{message}");
         }
     }
 

@@ -334,7 +334,8 @@ mod tests {
         let err = resolve("ollama/qwen2.5", &[("ASKLOOP_MODEL_IDLE_TIMEOUT", "forever")]).unwrap_err();
         assert!(matches!(err, ModelError::UnknownModel { .. }), "{err:?}");
         assert!(
-            err.to_string().contains("ASKLOOP_MODEL_IDLE_TIMEOUT=\"forever\""),
+            err.to_string()
+                .contains("ASKLOOP_MODEL_IDLE_TIMEOUT: \"forever\" is not a duration"),
             "{err}"
         );
     }

@@ -527,14 +527,14 @@ fn token_and_time_limit_mistakes_are_one_error_naming_the_file_the_key_and_the_p
             "is not a host name",
         ),
         (
-            "[agents.a]\ntime_limit = \"90\"\n".to_owned(),
+            "[agents.a]\ntime_limit = \"90 fortnights\"\n".to_owned(),
             "agents.a.time_limit",
-            "no known unit",
+            "has a unit askloop does not know",
         ),
         (
             "[agents.a]\n[agents.a.time_limits]\nask_user = \"soon\"\n".to_owned(),
             "agents.a.time_limits.ask_user",
-            "is not a time limit",
+            "is not a duration; write seconds (90) or a number with a unit",
         ),
         (
             "[agents.a]\n[agents.a.time_limits]\nshell = \"5m\"\n".to_owned(),
@@ -651,7 +651,7 @@ fn bad_webhook_tables_are_refused_naming_the_key_and_what_is_accepted() {
         (
             hook(&format!("secret = \"{GOOD_SECRET}\"\ntimeout = \"soon\"\n")),
             "webhooks[0].timeout",
-            "not a time limit",
+            "\"soon\" is not a duration",
         ),
         (
             hook(&format!("secret = \"{GOOD_SECRET}\"\nsecrte = \"x\"\n")),

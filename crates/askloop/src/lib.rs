@@ -20,6 +20,7 @@ pub mod ask_user;
 mod cause;
 pub mod chunk;
 mod clock;
+mod duration;
 mod error;
 mod id;
 pub mod message;
@@ -36,6 +37,7 @@ pub use ask_user::{ASK_USER_TOOL_ID, AskUser, AskUserInput, AskUserLimits, AskUs
 pub use cause::{Cause, ErrorChain};
 pub use chunk::{Chunk, ChunkKind};
 pub use clock::{Clock, ManualClock, SystemClock, rfc3339, system_clock};
+pub use duration::{DURATION_FORMS, InvalidDuration, parse_duration};
 pub use error::RunError;
 pub use id::{IdKind, IdProblem, InvalidId, MAX_ID_BYTES, quoted_excerpt, run_page_url, url_path_segment};
 pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};

@@ -5,7 +5,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use askloop::{Agent, RunStore};
 #[cfg(unix)]
@@ -42,10 +41,10 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .allowed_hosts(config.allowed_hosts.iter().cloned().chain(args.allow_host).collect())
         .public_url(config.public_url.clone())
         .body_limit(args.max_body_bytes)
-        .shutdown_grace(Duration::from_secs(args.shutdown_grace))
-        .recover_every(Duration::from_secs(args.recover_every))
-        .header_read_timeout(Duration::from_secs(args.header_timeout))
-        .body_read_timeout(Duration::from_secs(args.body_timeout));
+        .shutdown_grace(args.shutdown_grace)
+        .recover_every(args.recover_every)
+        .header_read_timeout(args.header_timeout)
+        .body_read_timeout(args.body_timeout);
     let ids: Vec<String> = agents.iter().map(|a| a.id().to_owned()).collect();
     let webhooks = Webhooks::new(config.webhooks.clone(), config.public_url.clone());
     let server = Server::new(agents, store)

@@ -154,34 +154,40 @@ pub(crate) fn split_url(url: &str, shown: &str) -> Result<UrlSettings, StoreErro
     Ok(settings)
 }
 
-/// `5s`, `500ms`, `2min` / `2m`, `1h`, or `0` (no limit).
 /// A timeout in the URL askloop cannot read, saying what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{key}={value:?} is not a timeout: use a whole number with a unit (5s, 500ms, 2min, 1h) or 0 for none")]
+#[error("{key}: {why}")]
 struct InvalidTimeout {
     key: String,
-    value: String,
+    why: String,
 }
 
+/// A duration in [`askloop::parse_duration`]'s forms with its unit, or `0`
+/// for no limit. A number alone is refused: PostgreSQL reads it as
+/// milliseconds and the rest of askloop as seconds, so either reading would
+/// surprise someone.
 fn parse_timeout(key: &str, value: &str) -> Result<Duration, InvalidTimeout> {
+    let refuse = |why: String| InvalidTimeout {
+        key: key.to_owned(),
+        why,
+    };
     let text = value.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
     }
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let refuse = || InvalidTimeout {
-        key: key.to_owned(),
-        value: value.to_owned(),
-    };
-    let number: u64 = number.parse().map_err(|_| refuse())?;
-    match unit.trim() {
-        "ms" => Ok(Duration::from_millis(number)),
-        "s" => Ok(Duration::from_secs(number)),
-        "m" | "min" => Ok(Duration::from_secs(number.saturating_mul(60))),
-        "h" => Ok(Duration::from_secs(number.saturating_mul(3600))),
-        _ => Err(refuse()),
+    const FORMS: &str = "write a number with its unit (5s, 500ms, 1.5s, 2min, 1h) or 0 for no limit";
+    let timeout = askloop::parse_duration(text).map_err(|_| refuse(format!("{text:?} is not a timeout; {FORMS}")))?;
+    if text.ends_with(|c: char| c.is_ascii_digit() || c == '.') {
+        return Err(refuse(format!(
+            "{text:?} has no unit (PostgreSQL would read milliseconds, askloop seconds); {FORMS}"
+        )));
     }
+    if !timeout.is_zero() && timeout < Duration::from_millis(1) {
+        return Err(refuse(format!(
+            "{text:?} is less than the millisecond PostgreSQL counts in; write at least 1ms, or 0 for no limit"
+        )));
+    }
+    Ok(timeout)
 }
 
 /// The first schema of a `search_path` set in the connection's `options`
@@ -255,18 +261,22 @@ mod tests {
 
     #[test]
     fn a_timeout_without_a_unit_is_refused_with_the_accepted_forms() {
-        for bad in ["5", "soon", "5 fortnights", "-1s", "1.5s"] {
+        for bad in ["5", "soon", "5 fortnights", "-1s", "0.5ms"] {
             let url = format!("postgres://u@h/db?lock_timeout={bad}");
             match split_url(&url, "postgres://u@h/db") {
                 Err(StoreError::InvalidLocation(message)) => {
-                    assert!(message.contains("lock_timeout="), "{message}");
-                    assert!(message.contains("5s, 500ms"), "{message}");
+                    assert!(message.contains("lock_timeout: "), "{message}");
+                    assert!(message.contains(&format!("{bad:?}")), "{message}");
+                    assert!(message.contains("0 for no limit"), "{message}");
                 }
                 other => panic!("{bad:?}: expected InvalidLocation, got {other:?}"),
             }
         }
         assert_eq!(parse_timeout("k", "0"), Ok(Duration::ZERO));
+        assert_eq!(parse_timeout("k", "0s"), Ok(Duration::ZERO));
         assert_eq!(parse_timeout("k", "250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_timeout("k", "1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_timeout("k", "2min"), Ok(Duration::from_secs(120)));
     }
 
     #[test]

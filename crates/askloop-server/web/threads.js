@@ -47,6 +47,10 @@ export async function currentResource() {
 export const threadPath = (threadId, resource) =>
   `/api/memory/threads/${encodeURIComponent(threadId)}?resourceId=${encodeURIComponent(resource)}`;
 
+/** A page of a thread's messages, oldest first. */
+export const messagesPath = (threadId, resource, { page = 0, perPage }) =>
+  `/api/memory/threads/${encodeURIComponent(threadId)}/messages?resourceId=${encodeURIComponent(resource)}&page=${page}&perPage=${perPage}`;
+
 /** The resource's conversations, newest first. */
 export async function listThreads(resource) {
   const page = await getJson(`/api/memory/threads?resourceId=${encodeURIComponent(resource)}&perPage=${LISTED}`);
@@ -67,7 +71,7 @@ async function nameUntitled(threads, resource) {
   await Promise.all(
     untitled.map(async (t) => {
       try {
-        const page = await getJson(`${threadPath(t.id, resource).replace('?', '/messages?')}&perPage=1`);
+        const page = await getJson(messagesPath(t.id, resource, { perPage: 1 }));
         const text = messageText(page.messages[0]);
         if (text) firstMessages.set(t.id, titleFrom(text));
       } catch {

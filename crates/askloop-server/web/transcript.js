@@ -9,7 +9,7 @@ import { getJson } from './api.js';
 import { ago, h, shortId } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { assistantTurn, streamInto, userTurn } from './chat.js';
-import { messageText, threadPath } from './threads.js';
+import { messageText, messagesPath } from './threads.js';
 
 /** Messages read per request. */
 const PER_PAGE = 1000;
@@ -18,7 +18,7 @@ const PER_PAGE = 1000;
 export async function threadMessages(threadId, resource) {
   const messages = [];
   for (let page = 0; ; page += 1) {
-    const got = await getJson(`${threadPath(threadId, resource).replace('?', '/messages?')}&perPage=${PER_PAGE}&page=${page}`);
+    const got = await getJson(messagesPath(threadId, resource, { page, perPage: PER_PAGE }));
     messages.push(...got.messages);
     if (!got.hasMore || got.messages.length === 0) return messages;
   }

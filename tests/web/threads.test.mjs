@@ -221,6 +221,8 @@ test('inbox: a card names its conversation, quotes the message that led to it, l
   const other = page.locator('li.card[data-run-id="no-thread-run"]');
   await other.getByRole('form', { name: 'Which log should I read first?' }).waitFor();
   assert.equal(await other.locator('.card-context').count(), 0, 'a run on no thread names none');
+  // The count in the navigation follows, by the live updates.
+  await page.getByRole('navigation', { name: 'Main' }).locator('#inbox-count', { hasText: /^3$/ }).waitFor();
   await page.screenshot({ path: join(SHOTS, 'inbox-threads.png') });
 
   // Filter by agent: only the helper's card.

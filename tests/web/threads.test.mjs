@@ -258,7 +258,10 @@ async function signIn(page, token) {
 test("walls: with named tokens each keeps its own conversations, and another's are not found", async () => {
   const ana = await openPage(WALLED);
   await signIn(ana, ANA);
-  await conversations(ana).getByText('Acting as ana').waitFor();
+  // ana may use two resources (her own and team): the page starts with her own.
+  const actingAs = conversations(ana).getByLabel('Acting as');
+  await actingAs.waitFor();
+  assert.equal(await actingAs.inputValue(), 'ana');
   await say(ana, 'Plan the offsite', 'Assistant');
   await ana.getByRole('form', { name: ENVIRONMENT }).waitFor();
   await ana.waitForURL(/\/threads\//);
@@ -278,6 +281,20 @@ test("walls: with named tokens each keeps its own conversations, and another's a
   assert.deepEqual(me.body, { name: 'bo', resource: 'bo', resources: ['bo'], agents: null });
   assert.equal((await api(WALLED, `/api/memory/threads/${offsite}/messages`, { token: BO })).status, 404);
   assert.equal((await api(WALLED, '/api/memory/threads?resourceId=ana', { token: BO })).status, 403);
+
+  // Choosing team shows team's conversations (none yet) in a new chat, and keeps the next one there.
+  await actingAs.selectOption('team');
+  await ana.waitForURL(`${WALLED}/`);
+  await conversations(ana).getByText('No conversations yet').waitFor();
+  await say(ana, 'Book the team dinner', 'Assistant');
+  await ana.getByRole('form', { name: ENVIRONMENT }).waitFor();
+  await ana.waitForURL(/\/threads\//);
+  const dinner = threadIdOf(ana.url());
+  assert.equal((await api(WALLED, `/api/memory/threads/${dinner}?resourceId=team`, { token: ANA })).status, 200);
+  await conversations(ana).getByRole('link', { name: /Book the team dinner/ }).waitFor();
+  assert.equal(await conversations(ana).getByRole('link', { name: /Plan the offsite/ }).count(), 0);
+  await conversations(ana).getByLabel('Acting as').selectOption('ana');
+  await conversations(ana).getByRole('link', { name: /Plan the offsite/ }).waitFor();
   assert.deepEqual(ana.problems, []);
   await ana.close();
   await bo.close();

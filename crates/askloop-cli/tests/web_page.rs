@@ -239,11 +239,13 @@ name = "Helper"
 script = "helper.json"
 "#;
 
-/// Two named tokens: each one's conversations are walled from the other's.
+/// Two named tokens: each one's conversations are walled from the other's;
+/// ana may also use the resource `team`.
 const WALLS: &str = r#"
 [[tokens]]
 name = "ana"
 token_env = "ASKLOOP_TEST_ANA_TOKEN"
+resources = ["team"]
 
 [[tokens]]
 name = "bo"

@@ -130,7 +130,7 @@ export function conversationList({ current, onDeleted, onRenamed }) {
   async function draw() {
     const me = await whoAmI();
     const resource = await currentResource();
-    drawActing(acting, me, resource, draw);
+    drawActing(acting, me, resource);
     const threads = await listThreads(resource);
     await nameUntitled(threads, resource);
     // A row being renamed, or asking whether to delete, stays as it is.
@@ -238,8 +238,11 @@ export function conversationList({ current, onDeleted, onRenamed }) {
   return { panel, draw, setCurrent: (id) => (current = id) };
 }
 
-/** Says which resource the page acts as; a choice when the token may use several. */
-function drawActing(acting, me, resource, redraw) {
+/**
+ * Says which resource the page acts as; a choice when the token may use
+ * several, which starts a new chat among the chosen one's conversations.
+ */
+function drawActing(acting, me, resource) {
   if (me.resources && me.resources.length > 1) {
     const select = h(
       'select',
@@ -248,7 +251,9 @@ function drawActing(acting, me, resource, redraw) {
     );
     select.addEventListener('change', () => {
       sessionStorage.setItem(RESOURCE_KEY, select.value);
-      redraw();
+      // As the router does for a link (app.js listens).
+      history.pushState({}, '', '/');
+      window.dispatchEvent(new PopStateEvent('popstate'));
     });
     acting.replaceChildren(h('label', { for: 'resource' }, 'Acting as '), select);
   } else {

@@ -154,7 +154,7 @@ pub(crate) async fn list(
     };
     let (runs, next) = page(&state, &caller, filter, limit, cursor).await?;
     Ok(Json(RunPage {
-        runs: runs.into_iter().map(RunSummary::from).collect(),
+        runs: runs.into_iter().map(|run| seen_by(&caller, run)).collect(),
         next_cursor: next.map(|c| c.encode()),
         total,
     }))
@@ -224,6 +224,22 @@ async fn page(
     Ok((runs, next))
 }
 
+/// A run as `caller` sees it: a thread of a resource the caller may not
+/// use is not named (neither its id nor its resource), as the memory routes
+/// do not name it.
+fn seen_by(caller: &Caller, run: RunRecord) -> RunSummary {
+    let foreign = match (caller.resources(), &run.memory) {
+        (Some(allowed), Some(memory)) => !allowed.contains(&memory.key.resource_id),
+        _ => false,
+    };
+    let mut summary = RunSummary::from(run);
+    if foreign {
+        summary.thread_id = None;
+        summary.resource_id = None;
+    }
+    summary
+}
+
 /// `GET /api/runs/{runId}`: the run, what it waits on, its conversation.
 pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
@@ -236,7 +252,7 @@ pub(crate) async fn get(
         version: run.version,
         usage: run.usage,
         settings: run.settings.clone(),
-        summary: RunSummary::from(run),
+        summary: seen_by(&caller, run),
         messages,
     }))
 }

@@ -387,14 +387,15 @@ test('token: the page is refused without it, says when it is wrong, and lets in 
   await page.getByRole('alert').getByText('That token was not accepted').waitFor();
   await page.getByLabel('API token').fill(TOKEN);
   await page.getByRole('button', { name: 'Continue' }).click();
-  await page.getByRole('heading', { name: 'Chat' }).waitFor();
+  await page.getByRole('heading', { name: 'New chat' }).waitFor();
   // Streams and live updates carry the token too (fetch, not EventSource).
   await chat(page, 'Assistant', 'Plan the launch behind a token');
   await page.getByRole('form', { name: 'Which region should we launch in?' }).waitFor();
   await page.locator('body[data-live="on"]').waitFor();
-  // Kept for the session: a reload does not ask again.
+  // Kept for the session: a reload does not ask again, and the conversation is back.
   await page.reload();
-  await page.getByRole('heading', { name: 'Chat' }).waitFor();
+  await page.getByRole('heading', { name: 'Plan the launch behind a token' }).waitFor();
+  await page.getByRole('form', { name: 'Which region should we launch in?' }).waitFor();
   assert.equal(await page.getByLabel('API token').count(), 0);
   await page.close();
 });

@@ -4,6 +4,9 @@
 //! with more waiting runs than one page of the Inbox holds; runs the browser
 //! test in `tests/web` (Node, playwright-core, Debian's chromium) against
 //! them, asserting it passed.
+//! A second test runs `tests/web/threads.test.mjs`, the conversations on
+//! the page, against a server without tokens and one with named tokens
+//! (whose threads are walled by resource).
 //! Screenshots land in `target/web-screenshots/`.
 //!
 //! Without chromium, node or `tests/web/node_modules`, the test fails under
@@ -200,6 +203,118 @@ fn the_web_page_passes_its_browser_test_against_the_real_server() {
         "inbox-busy-end.png",
         "chat-phone.png",
         "mcp-form.png",
+    ] {
+        assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
+    }
+}
+
+/// The agent of the conversations test: a question, its answer, then on
+/// the same thread (whose messages the script counts) a second question.
+const THREADS_SCRIPT: &str = r#"{"turns": [
+  {"text": "Before I start:", "toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?", "options": [
+    {"label": "staging", "description": "Safe to try things"},
+    {"label": "production", "description": "Real customers"}]}}]},
+  {"text": "Deployed to {{toolResults}}."},
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Should I run the database migrations too?", "options": [
+    {"label": "Yes", "description": "Run them right after the deploy"},
+    {"label": "No", "description": "Leave them for the next release"}]}}]},
+  {"text": "Done: {{toolResults}}."},
+  {"text": "Noted."},
+  {"text": "Noted."},
+  {"text": "Noted."}
+]}"#;
+
+const HELPER_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Which log should I read first?"}}]},
+  {"text": "Read: {{toolResults}}."}
+]}"#;
+
+const THREADS_CONFIG: &str = r#"
+[agents.assistant]
+name = "Assistant"
+script = "threads.json"
+
+[agents.helper]
+name = "Helper"
+script = "helper.json"
+"#;
+
+/// Two named tokens: each one's conversations are walled from the other's;
+/// ana may also use the resource `team`.
+const WALLS: &str = r#"
+[[tokens]]
+name = "ana"
+token_env = "ASKLOOP_TEST_ANA_TOKEN"
+resources = ["team"]
+
+[[tokens]]
+name = "bo"
+token_env = "ASKLOOP_TEST_BO_TOKEN"
+"#;
+
+const ANA_TOKEN: &str = "ana-secret-for-the-page-test";
+const BO_TOKEN: &str = "bo-secret-for-the-page-test";
+
+/// A directory with the conversations test's agents, and tokens if `walls`.
+fn threads_dir(walls: bool) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let config = if walls {
+        format!("{THREADS_CONFIG}{WALLS}")
+    } else {
+        THREADS_CONFIG.to_owned()
+    };
+    std::fs::write(dir.path().join("askloop.toml"), config).unwrap();
+    std::fs::write(dir.path().join("threads.json"), THREADS_SCRIPT).unwrap();
+    std::fs::write(dir.path().join("helper.json"), HELPER_SCRIPT).unwrap();
+    dir
+}
+
+fn serve_threads(dir: &Path) -> Serving {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_MODEL")
+        .env_remove("ASKLOOP_API_TOKEN")
+        .env("ASKLOOP_TEST_ANA_TOKEN", ANA_TOKEN)
+        .env("ASKLOOP_TEST_BO_TOKEN", BO_TOKEN)
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .args(["serve", "--addr", "127.0.0.1:0"]);
+    Serving::start(cmd)
+}
+
+#[test]
+fn conversations_on_the_page_pass_their_browser_test_against_the_real_server() {
+    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/web");
+    if skipped_for_lack_of("the conversations browser test", missing_browser(&web)) {
+        return;
+    }
+    let open_dir = threads_dir(false);
+    let walled_dir = threads_dir(true);
+    let open = serve_threads(open_dir.path());
+    let walled = serve_threads(walled_dir.path());
+    let screenshots = target_dir().join("web-screenshots");
+
+    let status = Command::new("node")
+        .args(["--test", "--test-concurrency=1", "threads.test.mjs"])
+        .current_dir(&web)
+        .env("ASKLOOP_WEB_URL", &open.base)
+        .env("ASKLOOP_WEB_WALLED_URL", &walled.base)
+        .env("ASKLOOP_WEB_ANA_TOKEN", ANA_TOKEN)
+        .env("ASKLOOP_WEB_BO_TOKEN", BO_TOKEN)
+        .env("ASKLOOP_WEB_SCREENSHOTS", &screenshots)
+        .stdin(Stdio::null())
+        .status()
+        .expect("running node");
+    assert!(
+        status.success(),
+        "the conversations browser test failed ({status}); its output is above"
+    );
+    for shot in [
+        "threads.png",
+        "threads-dark.png",
+        "threads-phone.png",
+        "inbox-threads.png",
     ] {
         assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
     }

@@ -228,11 +228,11 @@ pub(crate) async fn suspended_runs(
     State(state): AppStateRef,
     caller: Caller,
     ApiPath(agent_id): ApiPath<String>,
-    ApiQuery(filter): ApiQuery<SuspendedFilter>,
+    ApiQuery(filter): ApiQuery<crate::threads::ThreadFilter>,
 ) -> Result<Json<SuspendedRuns>, ApiError> {
     caller.check(&agent_id)?;
     let agent = state.agent(&agent_id)?;
-    let thread = thread_filter(&state, &caller, filter).await?;
+    let thread = filter.resolve(&state, &caller).await?;
     let query = RunQuery {
         status: Some(RunStatus::Suspended),
         agent_id: Some(agent.id().to_owned()),
@@ -250,38 +250,6 @@ pub(crate) async fn suspended_runs(
         total: runs.len(),
         runs,
     }))
-}
-
-/// `?threadId=&resourceId=` of the suspended-runs listing.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct SuspendedFilter {
-    #[serde(default)]
-    thread_id: Option<String>,
-    #[serde(default)]
-    resource_id: Option<String>,
-}
-
-/// The stored threads a suspended-runs listing is limited to: one thread
-/// (found among the caller's resources, or the one named), every thread of
-/// a resource, or, for a caller walled to some resources without naming
-/// one, none unless it names them.
-async fn thread_filter(
-    state: &AppState,
-    caller: &Caller,
-    filter: SuspendedFilter,
-) -> Result<Option<askloop::ThreadKey>, ApiError> {
-    match (filter.thread_id, filter.resource_id) {
-        (None, None) => Ok(None),
-        (None, Some(resource)) => {
-            caller.check_resource(&resource)?;
-            Ok(Some(askloop::ThreadKey::new(resource, "")))
-        }
-        (Some(thread), resource) => {
-            let found = crate::threads::find(state, caller, &thread, resource.as_deref()).await?;
-            Ok(Some(found.key()))
-        }
-    }
 }
 
 fn run_span(agent_id: &str, run_id: &str, tool_call_id: Option<&str>) -> tracing::Span {

@@ -9,8 +9,9 @@
 //! - askloop's own routes: `GET /api/runs`, `GET /api/runs/{runId}`,
 //!   `POST /api/runs/{runId}/cancel`, `GET /api/events` (run changes as
 //!   server-sent events), and `GET /healthz`.
-//! - The web page (Chat, Inbox, Run view) at `/`, `/inbox` and
-//!   `/runs/{runId}`, its files built into the binary.
+//! - The web page (Chat with its conversations, Inbox, Run view) at `/`,
+//!   `/threads/{threadId}`, `/inbox` and `/runs/{runId}`, its files built
+//!   into the binary; `GET /api/me` tells it who it acts as.
 //! - Errors are `{"error": {"code", "message"}}` with the status chosen in
 //!   one place ([`ApiError`]).
 //! - With tokens ([`ServerOptions::token`], [`ServerOptions::tokens`]),
@@ -60,6 +61,7 @@ mod events;
 mod extract;
 mod guard;
 mod mcp;
+mod me;
 mod memory;
 mod recovery;
 mod refusals;
@@ -95,6 +97,7 @@ pub use config::{
     AgentConfig, ApprovalNames, BuiltAgents, ConfigError, DefaultModel, ModelSource, ServerConfig, ToolKind,
 };
 pub use error::{ApiError, RefusedField};
+pub use me::PAGE_RESOURCE;
 pub use request_fields::RequestOverride;
 pub use webhooks::{DEFAULT_WEBHOOK_POLL, Webhooks, webhook_signature};
 
@@ -502,6 +505,7 @@ impl Server {
             overrides: self.overrides.clone(),
         });
         let api = Router::new()
+            .route("/me", get(me::get))
             .route("/agents", get(agents::list))
             .route("/agents/{agent_id}", get(agents::get))
             .route("/agents/{agent_id}/stream", post(agents::stream))

@@ -18,6 +18,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
+use crate::threads::ThreadFilter;
 use crate::wire::{Cancelled, RunDetail, RunPage, RunSummary};
 
 /// Runs per page when `limit` is not given.
@@ -40,6 +41,13 @@ pub(crate) struct ListQuery {
     /// Also count every run the listing holds (`total` in the page).
     #[serde(default)]
     total: bool,
+    /// Only runs on this stored thread (of `resourceId`, or found among
+    /// the caller's resources).
+    #[serde(default)]
+    thread_id: Option<String>,
+    /// Only runs on threads of this resource.
+    #[serde(default)]
+    resource_id: Option<String>,
 }
 
 /// Where the previous page ended: the last run it showed (runs are listed
@@ -85,9 +93,11 @@ impl Cursor {
     }
 }
 
-/// `GET /api/runs?status=&agentId=&limit=&cursor=&total=`: runs, newest
-/// first. A token limited to some agents sees only their runs; asking for
-/// another agent's (`agentId`) is a 403. With `total=true` the page also
+/// `GET /api/runs?status=&agentId=&threadId=&resourceId=&limit=&cursor=&total=`:
+/// runs, newest first. A token limited to some agents sees only their runs;
+/// asking for another agent's (`agentId`) is a 403, for another resource's
+/// threads (`resourceId`) too, and another resource's thread (`threadId`)
+/// is a 404 as for a missing one. With `total=true` the page also
 /// says how many runs the whole listing holds (every page, not only those
 /// after `cursor`), counted in the store's index.
 pub(crate) async fn list(
@@ -125,9 +135,16 @@ pub(crate) async fn list(
     if let Some([only]) = caller.agents() {
         agent_id.get_or_insert_with(|| only.clone());
     }
+    let thread = ThreadFilter {
+        thread_id: query.thread_id,
+        resource_id: query.resource_id,
+    }
+    .resolve(&state, &caller)
+    .await?;
     let filter = RunQuery {
         status,
         agent_id,
+        thread,
         ..Default::default()
     };
     let total = if query.total {
@@ -137,7 +154,7 @@ pub(crate) async fn list(
     };
     let (runs, next) = page(&state, &caller, filter, limit, cursor).await?;
     Ok(Json(RunPage {
-        runs: runs.into_iter().map(RunSummary::from).collect(),
+        runs: runs.into_iter().map(|run| seen_by(&caller, run)).collect(),
         next_cursor: next.map(|c| c.encode()),
         total,
     }))
@@ -207,6 +224,22 @@ async fn page(
     Ok((runs, next))
 }
 
+/// A run as `caller` sees it: a thread of a resource the caller may not
+/// use is not named (neither its id nor its resource), as the memory routes
+/// do not name it.
+fn seen_by(caller: &Caller, run: RunRecord) -> RunSummary {
+    let foreign = match (caller.resources(), &run.memory) {
+        (Some(allowed), Some(memory)) => !allowed.contains(&memory.key.resource_id),
+        _ => false,
+    };
+    let mut summary = RunSummary::from(run);
+    if foreign {
+        summary.thread_id = None;
+        summary.resource_id = None;
+    }
+    summary
+}
+
 /// `GET /api/runs/{runId}`: the run, what it waits on, its conversation.
 pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
@@ -219,7 +252,7 @@ pub(crate) async fn get(
         version: run.version,
         usage: run.usage,
         settings: run.settings.clone(),
-        summary: RunSummary::from(run),
+        summary: seen_by(&caller, run),
         messages,
     }))
 }

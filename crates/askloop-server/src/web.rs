@@ -3,8 +3,10 @@
 //! The files under `web/` are plain HTML, CSS and ES modules, built into
 //! the binary at compile time (`include_bytes!`): nothing to build, nothing
 //! fetched from elsewhere. The page's own paths (`/`, `/inbox`,
-//! `/runs/{runId}`) all serve `index.html`, which routes client-side, so a
-//! run's link can be pasted anywhere. The files need no token (they hold
+//! `/runs/{runId}`, `/threads/{threadId}`) all serve `index.html`, which
+//! routes client-side, so a run's or a conversation's link can be pasted
+//! anywhere. (`/chat` is the page too; `/chat/...` is left to the AI SDK's
+//! chat route.) The files need no token (they hold
 //! no data); the page asks for the token and sends it on every `/api` call.
 //!
 //! Every file is sent with a strict Content-Security-Policy (only this
@@ -85,6 +87,8 @@ static ASSETS: &[Asset] = &[
     asset!("chat.js", JS),
     asset!("inbox.js", JS),
     asset!("run.js", JS),
+    asset!("threads.js", JS),
+    asset!("transcript.js", JS),
 ];
 
 /// Only this origin's files and API; no inline code, no frames.
@@ -98,6 +102,7 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/chat", get(page))
         .route("/inbox", get(page))
         .route("/runs/{run_id}", get(page))
+        .route("/threads/{thread_id}", get(page))
         .route(
             "/favicon.svg",
             get(|headers: HeaderMap| async move { file("favicon.svg", &headers) }),

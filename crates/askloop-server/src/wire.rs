@@ -231,6 +231,10 @@ pub(crate) struct RunSummary {
     pub(crate) agent_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) thread_id: Option<String>,
+    /// The resource of the stored thread the run is on; absent when the
+    /// run is on none (its `threadId`, if any, is then only a label).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resource_id: Option<String>,
     pub(crate) status: RunStatus,
     pub(crate) created_at: String,
     pub(crate) updated_at: String,
@@ -247,9 +251,10 @@ impl From<RunRecord> for RunSummary {
     fn from(run: RunRecord) -> Self {
         let error = run.error();
         RunSummary {
+            resource_id: run.memory.as_ref().map(|m| m.key.resource_id.clone()),
+            thread_id: run.memory.as_ref().map(|m| m.key.thread_id.clone()).or(run.thread_id),
             run_id: run.run_id,
             agent_id: run.agent_id,
-            thread_id: run.thread_id,
             status: run.status,
             created_at: timestamp(run.created_at),
             updated_at: timestamp(run.updated_at),

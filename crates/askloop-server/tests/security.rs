@@ -172,6 +172,9 @@ fn calls(world: &World) -> Vec<Call> {
         api("POST", format!("/api/runs/{run}/cancel"), None, Kind::OtherAgent),
         api("POST", format!("/api/runs/{failed}/retry"), None, Kind::OtherAgent),
         api("GET", "/api/events".into(), None, Kind::Listing),
+        api("GET", "/api/me".into(), None, Kind::Listing),
+        api("GET", "/api/runs?threadId=wt".into(), None, Kind::OtherResource),
+        api("GET", "/api/runs?resourceId=alice".into(), None, Kind::OtherResource),
         api(
             "GET",
             "/api/memory/threads?resourceId=alice".into(),
@@ -203,6 +206,7 @@ fn calls(world: &World) -> Vec<Call> {
         api("GET", "/".into(), None, Kind::Open),
         api("GET", "/inbox".into(), None, Kind::Open),
         api("GET", format!("/runs/{run}"), None, Kind::Open),
+        api("GET", "/threads/wt".into(), None, Kind::Open),
         api("GET", "/assets/app.js".into(), None, Kind::Open),
         api("GET", "/healthz".into(), None, Kind::Open),
     ]

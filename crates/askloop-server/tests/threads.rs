@@ -164,8 +164,13 @@ async fn the_memory_routes_answer_in_mastras_shapes_with_the_waiting_question_re
         .await;
     assert_eq!(created.status(), 200);
     let created: Value = created.json().await.unwrap();
+    // Mastra's thread, beside askloop's `agentId` (the agent that continues it).
+    let mastra_keys = |thread: &Value| {
+        assert!(thread["agentId"].is_string(), "{thread}");
+        keys(thread).into_iter().filter(|k| k != "agentId").collect::<Vec<_>>()
+    };
     let mut expected_keys = keys(&recorded[0].json());
-    let mut got_keys = keys(&created);
+    let mut got_keys = mastra_keys(&created);
     expected_keys.sort();
     got_keys.sort();
     assert_eq!(got_keys, expected_keys);
@@ -195,7 +200,7 @@ async fn the_memory_routes_answer_in_mastras_shapes_with_the_waiting_question_re
     assert_eq!(listed["threads"][0]["id"], thread);
 
     let got: Value = server.get(&recorded[3].path).await.json().await.unwrap();
-    assert_eq!(keys(&got), keys(&recorded[3].json()));
+    assert_eq!(mastra_keys(&got), keys(&recorded[3].json()));
     assert_eq!(got["resourceId"], resource);
 
     let messages: Value = server.get(&recorded[4].path).await.json().await.unwrap();
@@ -606,4 +611,155 @@ async fn a_front_end_of_an_allowed_origin_may_rename_and_delete_threads() {
             .to_owned();
         assert!(allowed.contains(method), "{method}: {allowed}");
     }
+}
+
+#[tokio::test]
+async fn a_token_learns_which_resource_it_acts_as_and_lists_the_runs_of_one_of_its_conversations_only() {
+    let store = memory_store();
+    let (agent, _model) = recorded_assistant(&store).await;
+    let server = TestServer::start_with(vec![agent], Arc::clone(&store), named_tokens()).await;
+    let get = |secret: &'static str, path: &str| server.client.get(server.url(path)).bearer_auth(secret).send();
+    let ana = "secret-of-ana-0123";
+    let bo = "secret-of-bo-456789";
+
+    assert_eq!(
+        server.get("/api/me").await.status(),
+        401,
+        "who one is needs a token too"
+    );
+    let me: Value = get(ana, "/api/me").await.unwrap().json().await.unwrap();
+    assert_eq!(
+        me,
+        json!({"name": "ana", "resource": "ana", "resources": ["ana", "team"], "agents": null})
+    );
+    let me: Value = get(bo, "/api/me").await.unwrap().json().await.unwrap();
+    assert_eq!(me["resource"], "bo");
+
+    // One run on ana's team thread, one on no thread.
+    let on_thread = server
+        .client
+        .post(server.url("/api/agents/assistant/stream"))
+        .bearer_auth(ana)
+        .json(&json!({"messages": "Deploy.", "memory": {"thread": "t1", "resource": "team"}}))
+        .send()
+        .await
+        .unwrap();
+    let (run_id, _) = suspended(&Sse::read(on_thread).await);
+    let plain = server
+        .client
+        .post(server.url("/api/agents/assistant/stream"))
+        .bearer_auth(ana)
+        .json(&json!({"messages": "Deploy.", "runId": "plain-run"}))
+        .send()
+        .await
+        .unwrap();
+    Sse::read(plain).await;
+
+    let all: Value = get(ana, "/api/runs?status=suspended")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let by_id = |id: &str| {
+        all["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["runId"] == id)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by_id(&run_id)["threadId"], "t1");
+    assert_eq!(by_id(&run_id)["resourceId"], "team");
+    assert!(
+        by_id("plain-run").get("resourceId").is_none(),
+        "a run on no thread has no resource"
+    );
+
+    for path in [
+        "/api/runs?status=suspended&threadId=t1&total=true",
+        "/api/runs?status=suspended&threadId=t1&resourceId=team&total=true",
+        "/api/runs?status=suspended&resourceId=team&total=true",
+    ] {
+        let page: Value = get(ana, path).await.unwrap().json().await.unwrap();
+        let ids: Vec<&str> = page["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["runId"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, [run_id.as_str()], "{path}");
+        assert_eq!(page["total"], 1, "{path}");
+    }
+    let (status, error) = error_of(get(bo, "/api/runs?threadId=t1").await.unwrap()).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (404, Some("unknown_thread")),
+        "another resource's thread is as unknown as a missing one"
+    );
+    let (status, error) = error_of(get(bo, "/api/runs?resourceId=team").await.unwrap()).await;
+    assert_eq!((status, error["code"].as_str()), (403, Some("forbidden_resource")));
+    // Another resource's run is listed by its agent, as before threads,
+    // but its thread is not named.
+    let seen: Value = get(bo, "/api/runs?status=suspended")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let theirs = seen["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["runId"] == run_id.as_str())
+        .unwrap();
+    assert!(
+        theirs.get("threadId").is_none() && theirs.get("resourceId").is_none(),
+        "{theirs}"
+    );
+    let one: Value = get(bo, &format!("/api/runs/{run_id}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        one.get("threadId").is_none() && one.get("resourceId").is_none(),
+        "{one}"
+    );
+
+    // The thread says which agent continues it.
+    let thread: Value = get(ana, "/api/memory/threads/t1").await.unwrap().json().await.unwrap();
+    assert_eq!(thread["agentId"], "assistant");
+}
+
+#[tokio::test]
+async fn a_caller_that_may_name_any_resource_keeps_its_conversations_under_the_shared_one() {
+    let (server, _model) = served().await;
+    let me: Value = server.get("/api/me").await.json().await.unwrap();
+    assert_eq!(
+        me,
+        json!({"name": null, "resource": "page", "resources": null, "agents": null})
+    );
+    assert_eq!(askloop_server::PAGE_RESOURCE, "page");
+
+    let store = memory_store();
+    let (agent, _model) = recorded_assistant(&store).await;
+    let options = ServerOptions::default().token(Some("one-shared-secret-0123".to_owned()));
+    let server = TestServer::start_with(vec![agent], store, options).await;
+    let me: Value = server
+        .client
+        .get(server.url("/api/me"))
+        .bearer_auth("one-shared-secret-0123")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        me,
+        json!({"name": "api-token", "resource": "page", "resources": null, "agents": null})
+    );
 }

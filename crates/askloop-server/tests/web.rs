@@ -19,7 +19,13 @@ const PATIENCE: Duration = Duration::from_secs(30);
 async fn the_page_is_served_at_each_of_its_paths_with_a_strict_csp() {
     let store = memory_store();
     let server = TestServer::start(vec![assistant(&store)], store).await;
-    for path in ["/", "/inbox", "/runs/01a2-some-run"] {
+    for path in [
+        "/",
+        "/inbox",
+        "/runs/01a2-some-run",
+        "/threads/0193c4a2-some-thread",
+        "/threads/a%20b%2Fc",
+    ] {
         let response = server.get(path).await;
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         let headers = response.headers();

@@ -60,10 +60,15 @@ export async function getJson(path, { signal } = {}) {
 }
 
 export async function postJson(path, body) {
+  return sendJson('POST', path, body);
+}
+
+/** A request with a JSON body (or none) whose answer is JSON. */
+export async function sendJson(method, path, body) {
   const response = await fetch(path, {
-    method: 'POST',
+    method,
     headers: headers({ 'Content-Type': 'application/json', Accept: 'application/json' }),
-    body: JSON.stringify(body),
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
   if (!response.ok) throw await fail(response);
   return response.json();
@@ -125,3 +130,22 @@ export async function runEvents(signal) {
 }
 
 export const agentPath = (agentId, action) => `/api/agents/${encodeURIComponent(agentId)}/${action}`;
+
+/**
+ * Who the server takes this page for (GET /api/me): `resource` is where
+ * the page keeps its conversations (the token's name, or the server's
+ * shared `page` when any resource may be named).
+ */
+let me = null;
+export async function whoAmI() {
+  me ??= getJson('/api/me').catch((err) => {
+    me = null;
+    throw err;
+  });
+  return me;
+}
+
+/** Forgets who the page acts as (a new token was entered). */
+export function forgetMe() {
+  me = null;
+}

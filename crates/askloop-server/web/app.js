@@ -1,10 +1,11 @@
-// The page: a client-side router over Chat (/), Inbox (/inbox) and Run
-// view (/runs/{runId}); the token gate; the count of waiting questions and
-// the live updates from GET /api/events.
+// The page: a client-side router over Chat (/, and each conversation at
+// /threads/{threadId}), Inbox (/inbox) and Run view (/runs/{runId}); the
+// token gate; the count of waiting questions and the live updates from
+// GET /api/events.
 
-import { Unauthorized, getJson, onUnauthorized, runEvents, setToken, token } from './api.js';
+import { Unauthorized, forgetMe, getJson, onUnauthorized, runEvents, setToken, token } from './api.js';
 import { h } from './dom.js';
-import { chatView } from './chat.js';
+import { chatView, refreshConversation } from './chat.js';
 import { inboxView, refreshInbox, waitingTotal } from './inbox.js';
 import { refreshRun, runView } from './run.js';
 
@@ -12,10 +13,21 @@ const main = document.getElementById('main');
 const live = document.getElementById('live');
 const count = document.getElementById('inbox-count');
 
+/** A path segment as written, or as sent when its escapes are malformed. */
+function segment(part) {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
+}
+
 function route() {
   const path = location.pathname;
   const run = path.match(/^\/runs\/([^/]+)\/?$/);
-  if (run) return { name: 'run', runId: decodeURIComponent(run[1]) };
+  if (run) return { name: 'run', runId: segment(run[1]) };
+  const thread = path.match(/^\/threads\/([^/]+)\/?$/);
+  if (thread) return { name: 'chat', threadId: segment(thread[1]) };
   if (path === '/inbox') return { name: 'inbox' };
   return { name: 'chat' };
 }
@@ -30,7 +42,7 @@ async function show() {
   try {
     if (r.name === 'run') await runView(main, r.runId);
     else if (r.name === 'inbox') await inboxView(main);
-    else await chatView(main);
+    else await chatView(main, r.threadId ?? null);
   } catch (err) {
     if (err instanceof Unauthorized) return;
     main.replaceChildren(
@@ -40,7 +52,7 @@ async function show() {
 }
 
 export function navigate(href) {
-  if (href === location.pathname) return;
+  if (href === location.pathname + location.search) return;
   history.pushState({}, '', href);
   show().then(() => main.focus({ preventScroll: true }));
 }
@@ -74,7 +86,7 @@ function refresh(runId) {
   }
   refreshing = (async () => {
     try {
-      await Promise.all([updateCount(), refreshInbox(), refreshRun(runId ?? undefined)]);
+      await Promise.all([updateCount(), refreshInbox(), refreshRun(runId ?? undefined), refreshConversation()]);
     } catch (err) {
       if (!(err instanceof Unauthorized)) console.warn('refresh failed', err);
     } finally {
@@ -145,6 +157,7 @@ function askForToken(wrong) {
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     setToken(input.value.trim());
+    forgetMe();
     try {
       await getJson('/api/agents');
     } catch (err) {

@@ -8,11 +8,17 @@
 // server counts them. When a run changes anywhere (see app.js) the pages
 // already loaded are read again and the cards brought up to date in place;
 // a card answered here stays, showing the run continuing.
+//
+// A card of a run on a conversation (a thread) names the conversation,
+// links to it, and quotes the message that led to the question. The list
+// can be narrowed to one agent and one conversation (`/inbox?agent=&thread=`):
+// the server filters, so the count and the pages are the narrowed list's.
 
 import { getJson } from './api.js';
 import { ago, h, shortId } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { assistantTurn, streamInto } from './chat.js';
+import { currentResource, listThreads, shownTitle, threadPath } from './threads.js';
 
 /** Runs per page as the list is read. */
 const PAGE = 50;
@@ -39,6 +45,17 @@ export async function inboxView(main) {
   inbox?.observer?.disconnect();
   const view = newView();
   inbox = view;
+  const params = new URLSearchParams(location.search);
+  const [agents, resource] = await Promise.all([getJson('/api/agents'), currentResource()]);
+  const threads = await listThreads(resource).catch(() => []);
+  view.resource = resource;
+  for (const t of threads) view.titles.set(threadKey(resource, t.id), shownTitle(t));
+  view.filter = { agent: params.get('agent') || '', thread: params.get('thread') || '' };
+  if (view.filter.agent) view.waitingPath += `&agentId=${encodeURIComponent(view.filter.agent)}`;
+  if (view.filter.thread) {
+    view.waitingPath += `&threadId=${encodeURIComponent(view.filter.thread)}&resourceId=${encodeURIComponent(resource)}`;
+  }
+  const filters = filterForm(main, view, Object.values(agents), threads);
   main.replaceChildren(
     h(
       'section',
@@ -49,6 +66,7 @@ export async function inboxView(main) {
         h('h1', { id: 'inbox-title' }, 'Inbox', view.total),
         h('p', { class: 'subtitle' }, 'Questions and approvals waiting for a person, from every run.'),
       ),
+      filters,
       view.list,
       view.foot,
     ),
@@ -89,6 +107,12 @@ function newView() {
     loadingMore: false,
     focusNext: false,
     queue: Promise.resolve(),
+    /** `/api/runs?status=suspended`, with the filters chosen. */
+    waitingPath: WAITING,
+    resource: null,
+    filter: { agent: '', thread: '' },
+    /** Conversation titles by resource and thread id. */
+    titles: new Map(),
   };
   view.foot = h('div', { class: 'inbox-foot' }, view.progress, more);
   more.addEventListener('click', () => showMore(view, { focus: true }));
@@ -105,19 +129,19 @@ function queued(view, task) {
   return run;
 }
 
-function pagePath(limit, cursor) {
-  return `${WAITING}&limit=${limit}&total=true${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
+function pagePath(view, limit, cursor) {
+  return `${view.waitingPath}&limit=${limit}&total=true${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
 }
 
 async function loadFirstPage(view) {
-  const page = await getJson(pagePath(PAGE));
+  const page = await getJson(pagePath(view, PAGE));
   appendPage(view, page);
 }
 
 /** The next page, below the others; returns the first card it added. */
 async function loadNextPage(view) {
   if (!view.next) return null;
-  const page = await getJson(pagePath(PAGE, view.next));
+  const page = await getJson(pagePath(view, PAGE, view.next));
   return appendPage(view, page);
 }
 
@@ -148,7 +172,7 @@ async function readAgain(view) {
   let cursor = null;
   const limit = Math.min(MOST_PER_REQUEST, Math.max(PAGE, view.waiting.size + 1));
   for (;;) {
-    const page = await getJson(pagePath(limit, cursor));
+    const page = await getJson(pagePath(view, limit, cursor));
     total ??= page.total;
     // Loaded pages end at `view.end`; runs created in the same millisecond
     // are taken too (the cards are keyed by run, so never shown twice).
@@ -223,12 +247,15 @@ function showTotal(view, total) {
   else view.progress.textContent = n > PAGE ? `All ${n.toLocaleString()} shown` : '';
   view.list.querySelector(':scope > .empty')?.remove();
   if (view.cards.size === 0) {
+    const filtered = view.filter.agent || view.filter.thread;
     view.list.append(
       h(
         'li',
         { class: 'empty' },
-        h('p', { class: 'empty-title' }, 'Nothing is waiting for you'),
-        h('p', {}, 'When an agent asks a question or needs an approval, it shows up here, wherever the run was started.'),
+        h('p', { class: 'empty-title' }, filtered ? 'Nothing waiting here' : 'Nothing is waiting for you'),
+        filtered
+          ? h('p', {}, h('a', { href: '/inbox', 'data-route': true }, 'Show every waiting question'))
+          : h('p', {}, 'When an agent asks a question or needs an approval, it shows up here, wherever the run was started.'),
       ),
     );
   }
@@ -240,6 +267,7 @@ function cardFor(view, run) {
   if (!card) {
     card = inboxCard(run);
     view.cards.set(run.runId, card);
+    if (run.resourceId && run.threadId) showContext(view, card, run);
   }
   card.querySelector('.when').textContent = ago(run.updatedAt);
   const group = card.querySelector('.pending-group');
@@ -291,4 +319,94 @@ function questionIn(card, run, call) {
       streamInto(turn, chunks, run.agentId);
     },
   });
+}
+
+const threadKey = (resource, threadId) => `${resource}\u0000${threadId}`;
+
+/** The message that started each run, by run id: it never changes. */
+const prompts = new Map();
+
+/** The last message a person sent before the run asked: what led to its question. */
+async function promptOf(runId) {
+  if (!prompts.has(runId)) {
+    prompts.set(
+      runId,
+      getJson(`/api/runs/${encodeURIComponent(runId)}`).then((run) => {
+        const user = run.messages.filter((m) => m.role === 'user').pop();
+        return typeof user?.content === 'string' ? user.content : '';
+      }),
+    );
+  }
+  return prompts.get(runId);
+}
+
+/** The conversation a card's run is on: its title, a link to it, and what led to the question. */
+async function showContext(view, card, run) {
+  const key = threadKey(run.resourceId, run.threadId);
+  const context = h('div', { class: 'card-context' });
+  card.querySelector('.card-head').after(context);
+  try {
+    if (!view.titles.has(key)) {
+      const thread = await getJson(threadPath(run.threadId, run.resourceId));
+      view.titles.set(key, shownTitle(thread));
+    }
+  } catch {
+    // Another resource's conversation, which this token may not read.
+    view.titles.set(key, null);
+  }
+  const title = view.titles.get(key);
+  if (title) {
+    context.append(
+      h('a', { class: 'card-thread', href: `/threads/${encodeURIComponent(run.threadId)}`, 'data-route': true }, title),
+    );
+  } else {
+    context.append(h('span', { class: 'card-thread' }, `A conversation of ${run.resourceId}`));
+  }
+  try {
+    const prompt = await promptOf(run.runId);
+    // A first message is the conversation's title already: not said twice.
+    if (prompt && prompt.trim() !== title) context.append(h('blockquote', { class: 'card-prompt' }, prompt));
+  } catch {
+    prompts.delete(run.runId);
+  }
+}
+
+/** Agent and conversation filters; a change shows the narrowed list. */
+function filterForm(main, view, agents, threads) {
+  const agent = h(
+    'select',
+    { id: 'filter-agent', name: 'agent' },
+    h('option', { value: '' }, 'All agents'),
+    agents.map((a) => h('option', { value: a.id, selected: a.id === view.filter.agent }, a.name || a.id)),
+  );
+  const thread = h(
+    'select',
+    { id: 'filter-thread', name: 'thread' },
+    h('option', { value: '' }, 'All conversations'),
+    threads.map((t) => h('option', { value: t.id, selected: t.id === view.filter.thread }, shownTitle(t))),
+  );
+  // A conversation named in the address but not in the list (older than it holds).
+  if (view.filter.thread && !threads.some((t) => t.id === view.filter.thread)) {
+    thread.append(h('option', { value: view.filter.thread, selected: true }, view.filter.thread));
+  }
+  const form = h(
+    'form',
+    { class: 'filters', 'aria-label': 'Filter the waiting questions' },
+    h('div', { class: 'field-inline' }, h('label', { for: 'filter-agent' }, 'Agent'), agent),
+    h('div', { class: 'field-inline' }, h('label', { for: 'filter-thread' }, 'Conversation'), thread),
+  );
+  const apply = (event) => {
+    const changed = event.target.id;
+    const query = new URLSearchParams();
+    if (agent.value) query.set('agent', agent.value);
+    if (thread.value) query.set('thread', thread.value);
+    const search = query.toString();
+    history.pushState({}, '', `/inbox${search ? `?${search}` : ''}`);
+    // The new list keeps the focus on the filter just changed.
+    inboxView(main).then(() => document.getElementById(changed)?.focus());
+  };
+  agent.addEventListener('change', apply);
+  thread.addEventListener('change', apply);
+  form.addEventListener('submit', (event) => event.preventDefault());
+  return form;
 }

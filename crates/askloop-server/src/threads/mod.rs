@@ -213,6 +213,37 @@ pub(crate) async fn find(
     }
 }
 
+/// `?threadId=&resourceId=` of the listings of runs (`GET /api/runs`,
+/// `suspended-runs`): the runs on one stored thread, or on any thread of a
+/// resource.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ThreadFilter {
+    #[serde(default)]
+    pub(crate) thread_id: Option<String>,
+    #[serde(default)]
+    pub(crate) resource_id: Option<String>,
+}
+
+impl ThreadFilter {
+    /// The stored threads a listing is limited to: one thread (found among
+    /// the caller's resources, or in the one named: another resource's is
+    /// as unknown as a missing one), every thread of a resource the caller
+    /// may use, or none named (`None`).
+    pub(crate) async fn resolve(self, state: &AppState, caller: &Caller) -> Result<Option<ThreadKey>, ApiError> {
+        let thread_id = self.thread_id.filter(|t| !t.is_empty());
+        let resource_id = self.resource_id.filter(|r| !r.is_empty());
+        match (thread_id, resource_id) {
+            (None, None) => Ok(None),
+            (None, Some(resource)) => {
+                caller.check_resource(&resource)?;
+                Ok(Some(ThreadKey::new(resource, "")))
+            }
+            (Some(thread), resource) => Ok(Some(find(state, caller, &thread, resource.as_deref()).await?.key())),
+        }
+    }
+}
+
 /// `GET /api/memory/threads/{threadId}`.
 pub(crate) async fn get(
     State(state): AppStateRef,

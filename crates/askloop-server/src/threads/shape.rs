@@ -11,12 +11,15 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::wire::timestamp;
 
-/// A thread: `{id, resourceId, title, metadata?, createdAt, updatedAt}`.
+/// A thread: `{id, resourceId, title, metadata?, createdAt, updatedAt}`,
+/// and askloop's `agentId`: the agent whose run created it, which a front
+/// end continues it with.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ThreadBody {
     id: String,
     resource_id: String,
+    agent_id: String,
     title: String,
     #[serde(skip_serializing_if = "Value::is_null")]
     metadata: Value,
@@ -29,6 +32,7 @@ impl ThreadBody {
         ThreadBody {
             id: thread.id.clone(),
             resource_id: thread.resource_id.clone(),
+            agent_id: thread.agent_id.clone(),
             title: thread.title.clone(),
             metadata: thread.metadata.clone(),
             created_at: timestamp(thread.created_at),

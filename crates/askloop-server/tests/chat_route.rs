@@ -849,3 +849,111 @@ async fn the_generate_forms_of_approve_and_decline_answer_with_the_outcome_as_js
     .await;
     assert_eq!((status, error["code"].as_str()), (409, Some("run_not_suspended")));
 }
+
+#[tokio::test]
+async fn failures_after_the_stream_started_are_error_parts_and_a_failed_tool_call_is_a_tool_output_error() {
+    let store = memory_store();
+    let agent = |id: &str, script: Value| {
+        Agent::builder(id)
+            .model(scripted(&script.to_string()))
+            .tool(AskUser::new())
+            .store(Arc::clone(&store))
+            .build()
+            .unwrap()
+    };
+    let failing = agent("failing", json!({"turns": [{"error": "the model is down"}]}));
+    let clumsy = agent(
+        "clumsy",
+        json!({"turns": [
+            {"toolCalls": [{"name": "ask_user", "args": {"options": "not a list"}}]},
+            {"text": "Sorry: {{toolResults}}"}
+        ]}),
+    );
+    let server = TestServer::start(vec![failing, clumsy], Arc::clone(&store)).await;
+
+    let failed = server
+        .post_sse("/chat/failing", json!({"messages": [user("Go.")]}))
+        .await;
+    assert_eq!(failed.status, 200, "the stream had started: {}", failed.body);
+    let error = failed.first("error");
+    assert_eq!(keys(error), ["type", "errorText"]);
+    assert!(
+        error["errorText"].as_str().unwrap().contains("the model is down"),
+        "{error}"
+    );
+
+    let clumsy = server
+        .post_sse("/chat/clumsy", json!({"messages": [user("Go.")]}))
+        .await;
+    let tool_error = clumsy.first("tool-output-error");
+    assert_eq!(keys(tool_error), ["type", "toolCallId", "errorText"]);
+    assert_eq!(
+        clumsy.chunks.last().unwrap()["type"],
+        "finish",
+        "the run went on: {:?}",
+        clumsy.types()
+    );
+}
+
+#[tokio::test]
+async fn two_calls_waiting_for_approval_are_decided_in_one_request_each_once() {
+    let store = memory_store();
+    let tool = askloop::FunctionTool::builder("ask_approval")
+        .input_schema(json!({"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]}))
+        .requires_approval(true)
+        .execute(|input: Value, _ctx| async move {
+            Ok(askloop::ToolOutput::text(format!("{}-approved", input["env"].as_str().unwrap_or_default())).into())
+        });
+    let script = json!({"turns": [
+        {"toolCalls": [{"name": "ask_approval", "args": {"env": "staging"}},
+                       {"name": "ask_approval", "args": {"env": "production"}}]},
+        {"text": "Results: {{toolResults}}"}
+    ]});
+    let agent = Agent::builder("approver")
+        .model(scripted(&script.to_string()))
+        .tool(tool)
+        .store(Arc::clone(&store))
+        .build()
+        .unwrap();
+    let server = TestServer::start(vec![agent], Arc::clone(&store)).await;
+    let started = server
+        .post_sse("/chat/approver", json!({"messages": [user(PROMPT)]}))
+        .await;
+    let ids: Vec<(String, String)> = started
+        .chunks
+        .iter()
+        .filter(|c| c["type"] == "tool-approval-request")
+        .map(|c| {
+            (
+                c["approvalId"].as_str().unwrap().to_owned(),
+                c["toolCallId"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{:?}", started.types());
+    let part = |(approval, call): &(String, String), approved: bool| {
+        json!({"type": "tool-ask_approval", "toolCallId": call, "state": "approval-responded", "input": {},
+               "approval": {"id": approval, "approved": approved, "reason": "not production"}})
+    };
+    let body = json!({"messages": [user(PROMPT), {"id": "a1", "role": "assistant", "parts": [
+        {"type": "step-start"}, part(&ids[0], true), part(&ids[1], false)
+    ]}]});
+    let decided = server.post_sse("/chat/approver", body.clone()).await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    let types = decided.types();
+    assert_eq!(types.iter().filter(|t| *t == "start").count(), 1, "{types:?}");
+    assert_eq!(decided.first("start")["messageId"], "a1");
+    assert_eq!(decided.first("tool-output-available")["output"], "staging-approved");
+    assert_eq!(decided.first("tool-output-denied")["toolCallId"], ids[1].1.as_str());
+    assert_eq!(types.last().map(String::as_str), Some("finish"), "{types:?}");
+    let text = ui_text(&decided);
+    assert!(
+        text.contains("staging-approved") && text.contains("not production"),
+        "{text}"
+    );
+
+    let before = snapshot(&store).await;
+    let again = server.post_sse("/chat/approver", body).await;
+    assert_eq!(again.types(), ["start", "tool-output-available", "tool-output-denied"]);
+    assert_eq!(snapshot(&store).await, before, "each decision applied once");
+}

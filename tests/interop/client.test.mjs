@@ -224,6 +224,23 @@ test('approveToolCall runs the tool and declineToolCall does not', async (t) => 
     const listed = await agent.listSuspendedRuns();
     assert.ok(!listed.runs.some((r) => r.runId === runId));
   });
+
+  await t.test('approveToolCallGenerate and declineToolCallGenerate answer with the outcome', async () => {
+    const { rmSync } = await import('node:fs');
+    let { agent, runId, toolCallId } = await approvalRun();
+    const approved = await agent.approveToolCallGenerate({ runId, toolCallId });
+    assert.equal(approved.runId, runId);
+    assert.equal(approved.finishReason, 'stop');
+    assert.match(approved.text, /^Done: /);
+    assert.equal(readFileSync(join(writeDir, 'notes/deploy.txt'), 'utf8'), 'deploy to staging');
+    rmSync(join(writeDir, 'notes/deploy.txt'));
+
+    ({ agent, runId, toolCallId } = await approvalRun());
+    const declined = await agent.declineToolCallGenerate({ runId, toolCallId });
+    assert.equal(declined.runId, runId);
+    assert.equal(declined.status, 'completed');
+    assert.ok(!existsSync(join(writeDir, 'notes/deploy.txt')), 'a declined call writes nothing');
+  });
 });
 
 test('memory: a second stream sent only its new message continues the thread, and the thread routes list, show, rename and delete it', async () => {

@@ -109,7 +109,7 @@ fn the_published_mastra_client_streams_resumes_lists_approves_and_declines_throu
         output.status.success(),
         "the client's tests failed:\n{stdout}\n{stderr}"
     );
-    // Not vacuous: every test ran and passed (9 tests, one with two subtests).
+    // Not vacuous: every test ran and passed (9 tests, one with three subtests).
     let count = |key: &str| {
         stdout
             .lines()
@@ -118,5 +118,5 @@ fn the_published_mastra_client_streams_resumes_lists_approves_and_declines_throu
     };
     assert_eq!(count("fail"), Some(0), "{stdout}");
     assert_eq!(count("skipped"), Some(0), "{stdout}");
-    assert!(count("pass").is_some_and(|n| n >= 11), "{stdout}");
+    assert!(count("pass").is_some_and(|n| n >= 12), "{stdout}");
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use askloop::{Agent, Author, Message, ResumeOptions, RunError, RunQuery, RunStatus, StreamOptions};
+use askloop::{Agent, AgentStream, Author, Message, ResumeOptions, RunError, RunQuery, RunStatus, StreamOptions};
 use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
@@ -106,6 +106,16 @@ pub(crate) async fn generate(
     let (messages, options) = start_options(request, agent, state.overrides_for(&agent_id), &caller)?;
     let stream = agent.stream_with(messages, options).await?;
     let span = run_span(&agent_id, stream.run_id(), None);
+    generated(&state, stream, span).await
+}
+
+/// Drives a stream to its end (or its next suspension) and answers with
+/// the outcome, as `generate` does.
+async fn generated(
+    state: &AppState,
+    stream: AgentStream,
+    span: tracing::Span,
+) -> Result<Json<GenerateResponse>, ApiError> {
     // On a task of the server's, so a client that hangs up does not stop
     // the run short of its next stored state.
     let driven = state.runs.spawn(tracing::Instrument::instrument(stream.output(), span));
@@ -166,6 +176,40 @@ pub(crate) async fn approve(
     decide(&state, &caller, &agent_id, &request.run_id, call, decision).await
 }
 
+/// `POST /api/agents/{agentId}/approve-tool-call-generate`: approves as
+/// `approve-tool-call` does and answers with the outcome as JSON, as
+/// `generate` does.
+pub(crate) async fn approve_generate(
+    State(state): AppStateRef,
+    ApiPath(agent_id): ApiPath<String>,
+    caller: Caller,
+    ApiJson(request): ApiJson<DecisionRequest>,
+) -> Result<Json<GenerateResponse>, ApiError> {
+    let mut fields = request.fields;
+    crate::threads::request::decision_memory(&mut fields, &caller)?;
+    request_fields::decision_fields(fields, "runId, toolCallId")?;
+    let call = request.tool_call_id.as_deref();
+    let decision = Decision::Approve(request.reason);
+    let stream = decision_stream(&state, &caller, &agent_id, &request.run_id, call, decision).await?;
+    generated(&state, stream, run_span(&agent_id, &request.run_id, call)).await
+}
+
+/// `POST /api/agents/{agentId}/decline-tool-call-generate`.
+pub(crate) async fn decline_generate(
+    State(state): AppStateRef,
+    ApiPath(agent_id): ApiPath<String>,
+    caller: Caller,
+    ApiJson(request): ApiJson<DecisionRequest>,
+) -> Result<Json<GenerateResponse>, ApiError> {
+    let mut fields = request.fields;
+    crate::threads::request::decision_memory(&mut fields, &caller)?;
+    request_fields::decision_fields(fields, "runId, toolCallId, reason")?;
+    let call = request.tool_call_id.as_deref();
+    let decision = Decision::Decline(request.reason);
+    let stream = decision_stream(&state, &caller, &agent_id, &request.run_id, call, decision).await?;
+    generated(&state, stream, run_span(&agent_id, &request.run_id, call)).await
+}
+
 /// `POST /api/agents/{agentId}/decline-tool-call`.
 pub(crate) async fn decline(
     State(state): AppStateRef,
@@ -188,9 +232,9 @@ pub(crate) async fn decline(
     .await
 }
 
-/// What a person sent about a pending call, through one of the three
-/// routes that continue a run.
-enum Decision {
+/// What a person sent about a pending call, through one of the routes
+/// that continue a run.
+pub(crate) enum Decision {
     Answer(Value),
     /// With the `reason` sent, which the agent refuses.
     Approve(Option<String>),
@@ -207,19 +251,32 @@ async fn decide(
     tool_call_id: Option<&str>,
     decision: Decision,
 ) -> Result<Response, ApiError> {
+    let stream = decision_stream(state, caller, agent_id, run_id, tool_call_id, decision).await?;
+    Ok(sse::respond(state, stream, run_span(agent_id, run_id, tool_call_id)))
+}
+
+/// Hands a decision about a pending call of a run of the route's agent to
+/// the agent, recorded as the caller's; returns the rest of the run.
+pub(crate) async fn decision_stream(
+    state: &AppState,
+    caller: &Caller,
+    agent_id: &str,
+    run_id: &str,
+    tool_call_id: Option<&str>,
+    decision: Decision,
+) -> Result<AgentStream, ApiError> {
     // Refused before the run is read: a limited token learns nothing of
     // another agent's runs, and nothing is written.
     caller.check(agent_id)?;
     let agent = state.agent(agent_id)?;
     let author: Author = caller.author();
     let options = ResumeOptions::call_or_run(run_id, tool_call_id).by(author);
-    let stream = match decision {
+    match decision {
         Decision::Answer(data) => agent.resume_stream(data, options).await,
         Decision::Approve(reason) => agent.approve_tool_call(options.with_reason(reason)).await,
         Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await,
     }
-    .map_err(|err| on_agent_route(err, agent_id))?;
-    Ok(sse::respond(state, stream, run_span(agent_id, run_id, tool_call_id)))
+    .map_err(|err| on_agent_route(err, agent_id))
 }
 
 /// `GET /api/agents/{agentId}/suspended-runs`: the agent's runs waiting on
@@ -252,14 +309,14 @@ pub(crate) async fn suspended_runs(
     }))
 }
 
-fn run_span(agent_id: &str, run_id: &str, tool_call_id: Option<&str>) -> tracing::Span {
+pub(crate) fn run_span(agent_id: &str, run_id: &str, tool_call_id: Option<&str>) -> tracing::Span {
     tracing::info_span!("run", agent_id = %agent_id, run_id = %run_id, tool_call_id = tool_call_id.unwrap_or(""))
 }
 
 /// On an agent's routes, a run of another agent is no run at all (its tools
 /// and model are another agent's), and a token limited to this agent learns
 /// nothing of it.
-fn on_agent_route(err: RunError, agent_id: &str) -> ApiError {
+pub(crate) fn on_agent_route(err: RunError, agent_id: &str) -> ApiError {
     match err {
         RunError::UnknownRun { run_id } | RunError::OtherAgent { run_id, .. } => ApiError::UnknownRun {
             run_id,
@@ -279,18 +336,38 @@ fn start_options(
     caller: &Caller,
 ) -> Result<(Vec<Message>, StreamOptions), ApiError> {
     let messages = input_messages(&request.messages)?;
-    let mut fields = request.fields;
-    let thread = crate::threads::request::thread_options(&mut fields, request.thread_id.as_deref(), caller)?;
+    let options = run_options(
+        request.fields,
+        request.run_id,
+        request.thread_id,
+        agent,
+        allowed,
+        caller,
+    )?;
+    Ok((messages, options))
+}
+
+/// The options of a new run from the request's fields beyond its messages
+/// (its thread, its settings), with the caller's right to the thread's
+/// resource checked: every field is honoured or refused
+/// (`request_fields.rs`).
+pub(crate) fn run_options(
+    mut fields: serde_json::Map<String, Value>,
+    run_id: Option<String>,
+    thread_id: Option<String>,
+    agent: &Agent,
+    allowed: &[RequestOverride],
+    caller: &Caller,
+) -> Result<StreamOptions, ApiError> {
+    let thread = crate::threads::request::thread_options(&mut fields, thread_id.as_deref(), caller)?;
     let mut options = StreamOptions::default();
-    options.run_id = request.run_id;
+    options.run_id = run_id;
     // A run on a stored thread is labelled with its id too, as Mastra
     // lists it.
-    options.thread_id = request
-        .thread_id
-        .or_else(|| thread.as_ref().map(|t| t.key.thread_id.clone()));
+    options.thread_id = thread_id.or_else(|| thread.as_ref().map(|t| t.key.thread_id.clone()));
     options.thread = thread;
     options.settings = request_fields::run_settings(fields, agent, allowed)?;
-    Ok((messages, options))
+    Ok(options)
 }
 
 const MESSAGES_SHAPE: &str = "`messages` must be a string or an array of {role, content} with role user or assistant and content a string or an array of {type: \"text\", text} parts";

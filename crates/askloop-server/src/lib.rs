@@ -4,8 +4,12 @@
 //! - Mastra's agent routes under `/api` (`GET /api/agents`,
 //!   `POST /api/agents/{agentId}/stream`, `resume-stream`,
 //!   `approve-tool-call`, `decline-tool-call`, `generate`,
+//!   `approve-tool-call-generate`, `decline-tool-call-generate`,
 //!   `suspended-runs`) with Mastra's bodies and SSE framing, so
 //!   `@mastra/client-js` works unchanged.
+//! - The Vercel AI SDK's chat route, `POST /chat/{agentId}` (the UI
+//!   message stream of `useChat`, as `@mastra/ai-sdk`'s `chatRoute` serves
+//!   it), behind the same tokens.
 //! - askloop's own routes: `GET /api/runs`, `GET /api/runs/{runId}`,
 //!   `POST /api/runs/{runId}/cancel`, `GET /api/events` (run changes as
 //!   server-sent events), and `GET /healthz`.
@@ -15,7 +19,7 @@
 //! - Errors are `{"error": {"code", "message"}}` with the status chosen in
 //!   one place ([`ApiError`]).
 //! - With tokens ([`ServerOptions::token`], [`ServerOptions::tokens`]),
-//!   every `/api` route (unknown ones included) and `/mcp` need
+//!   every `/api` route (unknown ones included), `/chat` and `/mcp` need
 //!   `Authorization: Bearer <token>`; without any, [`Server::serve`] refuses
 //!   to listen beyond loopback unless told otherwise, and answers only to
 //!   loopback names, IP addresses and the hosts it is told of (so a page of
@@ -54,6 +58,7 @@
 mod agents;
 mod auth;
 mod body;
+mod chat;
 pub mod config;
 mod connections;
 mod error;
@@ -513,6 +518,14 @@ impl Server {
             .route("/agents/{agent_id}/resume-stream", post(agents::resume_stream))
             .route("/agents/{agent_id}/approve-tool-call", post(agents::approve))
             .route("/agents/{agent_id}/decline-tool-call", post(agents::decline))
+            .route(
+                "/agents/{agent_id}/approve-tool-call-generate",
+                post(agents::approve_generate),
+            )
+            .route(
+                "/agents/{agent_id}/decline-tool-call-generate",
+                post(agents::decline_generate),
+            )
             .route("/agents/{agent_id}/suspended-runs", get(agents::suspended_runs))
             .route("/memory/threads", get(threads::list).post(threads::create))
             .route(
@@ -537,8 +550,18 @@ impl Server {
         // behind the same token and the same guard as the API (which
         // checks hosts, so the MCP service need not).
         let mcp = mcp::routes(&state);
+        // The AI SDK's chat route (`useChat`), outside `/api` as Mastra's
+        // `chatRoute` is, behind the same token.
+        let chat =
+            Router::new()
+                .route("/chat/{agent_id}", post(chat::chat))
+                .layer(axum::middleware::from_fn_with_state(
+                    Arc::clone(&state),
+                    auth::require_token,
+                ));
         let mut router = Router::new()
             .nest("/api", api)
+            .merge(chat)
             .merge(mcp)
             .route("/healthz", get(runs::health))
             .merge(web::routes())

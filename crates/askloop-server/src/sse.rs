@@ -1,7 +1,8 @@
 //! A run's chunks as a Server-Sent Events body, framed exactly as Mastra's
 //! server frames them: `data: <json>\n\n` per chunk, then `data: [DONE]\n\n`,
 //! then the body ends (`@mastra/client-js` waits for the end). No `event:`
-//! or `id:` lines: the client drops them.
+//! or `id:` lines: the client drops them. The chat route frames the AI
+//! SDK's UI message chunks the same way ([`Wire::UiMessage`]).
 //!
 //! The body drives the run: polling it polls the [`AgentStream`], which
 //! polls the run's driver, on the connection's own task: no task, no
@@ -54,16 +55,38 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// 15 when one idle turn writes, 3.5 with two or three, 3 with five).
 const IDLE_TURNS: u8 = 2;
 
-/// Appends one chunk as an SSE frame to `out`. A chunk that cannot be
+/// What the frames of a stream carry: Mastra's chunks (`/api`), or the
+/// Vercel AI SDK's UI message chunks (`/chat`, see `chat/parts.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// Each chunk as it is, in Mastra's envelope.
+    Mastra,
+    /// Each chunk as the UI message chunks it stands for (none, one or two).
+    UiMessage,
+}
+
+/// Appends one chunk as SSE frames of `wire` to `out`.
+fn push_frame(out: &mut Vec<u8>, chunk: &Chunk, wire: Wire) {
+    match wire {
+        Wire::Mastra => push_json(out, chunk, chunk.type_name()),
+        Wire::UiMessage => {
+            for part in crate::chat::parts::of(chunk) {
+                push_json(out, &part, chunk.type_name());
+            }
+        }
+    }
+}
+
+/// Appends one value as an SSE frame to `out`. A value that cannot be
 /// written as JSON is left out whole (nothing of it stays in `out`).
-fn push_frame(out: &mut Vec<u8>, chunk: &Chunk) {
+pub(crate) fn push_json(out: &mut Vec<u8>, value: &impl serde::Serialize, what: &str) {
     let start = out.len();
     out.extend_from_slice(b"data: ");
-    match serde_json::to_writer(&mut *out, chunk) {
+    match serde_json::to_writer(&mut *out, value) {
         Ok(()) => out.extend_from_slice(b"\n\n"),
         Err(err) => {
             out.truncate(start);
-            tracing::error!(chunk = chunk.type_name(), error = %err, "a chunk could not be written as JSON; skipped");
+            tracing::error!(chunk = what, error = %err, "a chunk could not be written as JSON; skipped");
         }
     }
 }
@@ -77,9 +100,42 @@ pub(crate) fn respond(state: &AppState, stream: AgentStream, span: tracing::Span
         runs: state.runs.clone(),
         _open: state.runs.token(),
         _counted: state.streams.open(),
-        batch: Batch::default(),
+        batch: Batch::new(Wire::Mastra, Vec::new()),
     };
-    let mut response = (StatusCode::OK, Body::from_stream(frames)).into_response();
+    sse_response(Body::from_stream(frames))
+}
+
+/// Streams a run to the client as the Vercel AI SDK's UI message stream
+/// (protocol v1): `prelude` first (frames already written with
+/// [`push_json`]), then the run's chunks as UI message chunks, if there is
+/// a run to stream, then `[DONE]`.
+pub(crate) fn respond_ui(
+    state: &AppState,
+    prelude: Vec<u8>,
+    stream: Option<AgentStream>,
+    span: tracing::Span,
+) -> Response {
+    let body = match stream {
+        Some(stream) => Body::from_stream(Frames {
+            run: Some(stream),
+            span,
+            runs: state.runs.clone(),
+            _open: state.runs.token(),
+            _counted: state.streams.open(),
+            batch: Batch::new(Wire::UiMessage, prelude),
+        }),
+        None => Body::from([prelude, DONE.to_vec()].concat()),
+    };
+    let mut response = sse_response(body);
+    response
+        .headers_mut()
+        .insert("x-vercel-ai-ui-message-stream", HeaderValue::from_static("v1"));
+    response
+}
+
+/// A `200` SSE response with the headers Mastra's streams have.
+fn sse_response(body: Body) -> Response {
+    let mut response = (StatusCode::OK, body).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -126,8 +182,10 @@ impl Stream for Frames {
 }
 
 /// The frames of a run's chunks gathered for one write.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Batch {
+    /// How chunks are written.
+    wire: Wire,
     out: Vec<u8>,
     /// Polls in a row that found the frames waiting and brought no new chunk.
     idle_turns: u8,
@@ -143,6 +201,16 @@ enum Gathered {
 }
 
 impl Batch {
+    /// A batch writing chunks as `wire` says, with `out` (frames already
+    /// written) to go first.
+    fn new(wire: Wire, out: Vec<u8>) -> Self {
+        Batch {
+            wire,
+            out,
+            idle_turns: 0,
+        }
+    }
+
     /// Takes the chunks `run` has ready. Frames are handed out when the run
     /// has ended, when they reach [`FLUSH_BYTES`], or once [`IDLE_TURNS`]
     /// polls in a row brought nothing new; until then the task wakes itself
@@ -153,7 +221,7 @@ impl Batch {
         loop {
             match run.poll_next_unpin(cx) {
                 Poll::Ready(Some(chunk)) => {
-                    push_frame(&mut self.out, &chunk);
+                    push_frame(&mut self.out, &chunk, self.wire);
                     grew = true;
                     if self.out.len() >= FLUSH_BYTES {
                         return Poll::Ready(Gathered::Frames(self.take()));
@@ -260,7 +328,7 @@ mod tests {
     fn frames(texts: &[&str]) -> Vec<u8> {
         let mut out = Vec::new();
         for text in texts {
-            push_frame(&mut out, &delta(text));
+            push_frame(&mut out, &delta(text), Wire::Mastra);
         }
         out
     }
@@ -286,7 +354,7 @@ mod tests {
         let mut run = scripted(&[Some("a"), None, Some("b"), None, None, None, Some("c"), None]);
         let (wakes, waker) = waker();
         let mut cx = Context::from_waker(&waker);
-        let mut batch = Batch::default();
+        let mut batch = Batch::new(Wire::Mastra, Vec::new());
         assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending, "a waits for more");
         assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending, "b came: both wait");
         assert_eq!(
@@ -313,7 +381,7 @@ mod tests {
         let mut run = scripted(&[None, None]);
         let (wakes, waker) = waker();
         let mut cx = Context::from_waker(&waker);
-        let mut batch = Batch::default();
+        let mut batch = Batch::new(Wire::Mastra, Vec::new());
         assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending);
         assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending);
         assert_eq!(
@@ -329,7 +397,7 @@ mod tests {
         let mut run = scripted(&[Some(big), Some("after")]);
         let (_, waker) = waker();
         let mut cx = Context::from_waker(&waker);
-        let mut batch = Batch::default();
+        let mut batch = Batch::new(Wire::Mastra, Vec::new());
         assert_eq!(
             batch.poll(&mut run, &mut cx),
             Poll::Ready(Gathered::Frames(Bytes::from(frames(&[big])))),
@@ -349,7 +417,7 @@ mod tests {
         let mut run = scripted(&[Some("a"), None, None, None, Some("b"), None, None, None]);
         let (_, waker) = waker();
         let mut cx = Context::from_waker(&waker);
-        let mut batch = Batch::default();
+        let mut batch = Batch::new(Wire::Mastra, Vec::new());
         let mut written = Vec::new();
         for _ in 0..6 {
             if let Poll::Ready(Gathered::Frames(bytes)) = batch.poll(&mut run, &mut cx) {

@@ -1,0 +1,363 @@
+//! `POST /chat/{agentId}`: the Vercel AI SDK's chat route, so a `useChat`
+//! front end (`DefaultChatTransport`) talks to an agent directly, as it
+//! talks to `@mastra/ai-sdk`'s `chatRoute` (recorded in
+//! `tests/fixtures/mastra-chat/chat-*`). The response is the UI message
+//! stream, protocol v1 (`parts.rs`).
+//!
+//! A request does one of three things, decided in this order:
+//!
+//! 1. **Answer** (`runId` + `resumeData`, and `toolCallId` when several
+//!    calls wait): the run's pending call gets the answer, checked against
+//!    the question (a refused answer is a 422 and the question stays open);
+//!    `{approved, reason?}` decides a call waiting for approval.
+//! 2. **Approval decisions** the AI SDK sends by itself after
+//!    `addToolApprovalResponse`: tool parts in state `approval-responded`
+//!    in the last (assistant) message. Each `approval.id`
+//!    (`<runId>::<toolCallId>`) is all that is taken from the client: every
+//!    run it names is read and checked (the route's agent, a thread the
+//!    caller may use, the call waiting for approval) before any decision
+//!    is applied. The same decision sent again is answered as applied, and
+//!    nothing runs again; one contradicting a decision already made is a
+//!    409.
+//! 3. **A new run** from the client's `messages` (the history), or, with
+//!    `memory: {thread, resource}`, from the thread's messages and the
+//!    client's newest message, which is appended to the thread.
+//!
+//! Unlike Mastra's route, which answers every failure with a bare 500,
+//! everything is checked before the stream starts and refused with the
+//! status and JSON error body of every other route; what fails after the
+//! stream started is an `error` part.
+
+mod history;
+pub(crate) mod parts;
+
+use std::sync::Arc;
+
+use askloop::{Message, PendingKind, ResolutionKind, RunError, RunRecord};
+use axum::extract::State;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::AppState;
+use crate::agents::{self, Decision};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath};
+use crate::request_fields;
+use crate::sse::{self, push_json};
+use history::{ApprovalResponse, refused};
+use parts::UiChunk;
+
+/// The fields a decision through this route takes besides the chat's own.
+const DECISION_FIELDS: &str = "id, messages, trigger, messageId, runId, resumeData, toolCallId, memory";
+
+/// The AI SDK's chat request (`DefaultChatTransport`), with Mastra's
+/// extras.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ChatRequest {
+    /// `UIMessage[]`.
+    #[serde(default)]
+    messages: Option<Value>,
+    /// `submit-message` or `regenerate-message`.
+    #[serde(default)]
+    trigger: Option<String>,
+    /// The assistant message the request continues, when it does.
+    #[serde(default)]
+    message_id: Option<String>,
+    /// The chat's id on the client (not the run's, not a thread's).
+    #[serde(default, rename = "id")]
+    _chat_id: Option<Value>,
+    /// The run whose pending call `resumeData` answers.
+    #[serde(default)]
+    run_id: Option<String>,
+    /// The answer (`null`: none, as Mastra reads it).
+    #[serde(default)]
+    resume_data: Option<Value>,
+    /// Which pending call `resumeData` answers, when several wait.
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    /// Every other field, each honoured or refused (`request_fields.rs`).
+    #[serde(flatten)]
+    fields: Map<String, Value>,
+}
+
+/// `POST /chat/{agentId}`.
+pub(crate) async fn chat(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(request): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    caller.check(&agent_id)?;
+    state.agent(&agent_id)?;
+    let messages = history::parse(request.messages)?;
+    let trigger = request.trigger.as_deref();
+    if let Some(other) = trigger.filter(|t| !matches!(*t, "submit-message" | "regenerate-message")) {
+        return Err(refused(
+            "trigger",
+            format!("{other:?} is not a trigger of the AI SDK; send submit-message or regenerate-message"),
+        ));
+    }
+    let mut fields = request.fields;
+    if let Some(data) = request.resume_data {
+        let Some(run_id) = request.run_id else {
+            return Err(refused(
+                "resumeData",
+                "an answer needs the `runId` of the run it answers (the `runId` of the data-tool-call-suspended part)"
+                    .to_owned(),
+            ));
+        };
+        crate::threads::request::decision_memory(&mut fields, &caller)?;
+        request_fields::decision_fields(fields, DECISION_FIELDS)?;
+        return answer(
+            &state,
+            &caller,
+            &agent_id,
+            &run_id,
+            request.tool_call_id.as_deref(),
+            data,
+        )
+        .await;
+    }
+    if request.tool_call_id.is_some() {
+        return Err(refused(
+            "toolCallId",
+            "names the call `resumeData` answers; send both, with `runId`".to_owned(),
+        ));
+    }
+    let approvals = history::approval_responses(&messages, trigger)?;
+    if !approvals.is_empty() {
+        if let Some(run_id) = &request.run_id
+            && approvals.iter().any(|a| &a.run_id != run_id)
+        {
+            return Err(refused(
+                "runId",
+                format!("names run {run_id}, and the approvals sent are about another run"),
+            ));
+        }
+        crate::threads::request::decision_memory(&mut fields, &caller)?;
+        request_fields::decision_fields(fields, DECISION_FIELDS)?;
+        let message_id = request
+            .message_id
+            .or_else(|| history::last_assistant_id(&messages))
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        return decide_approvals(&state, &caller, &agent_id, approvals, message_id).await;
+    }
+    if let Some(run_id) = request.run_id {
+        return Err(refused(
+            "runId",
+            format!(
+                "continues run {run_id} only with `resumeData` (the answer to its question); leave it out to start a new run"
+            ),
+        ));
+    }
+    start(&state, &caller, &agent_id, &messages, fields).await
+}
+
+/// Starts a run from the client's messages (or, with `memory`, the
+/// thread's and the client's newest) and streams it.
+async fn start(
+    state: &AppState,
+    caller: &Caller,
+    agent_id: &str,
+    messages: &[history::UiMessage],
+    fields: Map<String, Value>,
+) -> Result<Response, ApiError> {
+    let agent = state.agent(agent_id)?;
+    let options = agents::run_options(fields, None, None, agent, state.overrides_for(agent_id), caller)?;
+    let input: Vec<Message> = match options.thread {
+        Some(_) => vec![history::newest_user_message(messages)?],
+        None => history::conversation(messages)?,
+    };
+    let stream = agent.stream_with(input, options).await?;
+    let span = agents::run_span(agent_id, stream.run_id(), None);
+    Ok(sse::respond_ui(state, Vec::new(), Some(stream), span))
+}
+
+/// Answers a pending call of a run the caller may act on, and streams the
+/// rest of the run (no `start`: the client goes on writing the assistant
+/// message that asked, as with Mastra).
+async fn answer(
+    state: &AppState,
+    caller: &Caller,
+    agent_id: &str,
+    run_id: &str,
+    tool_call_id: Option<&str>,
+    data: Value,
+) -> Result<Response, ApiError> {
+    run_of(state, caller, agent_id, run_id).await?;
+    let stream = agents::decision_stream(state, caller, agent_id, run_id, tool_call_id, Decision::Answer(data)).await?;
+    let span = agents::run_span(agent_id, run_id, tool_call_id);
+    Ok(sse::respond_ui(state, Vec::new(), Some(stream), span))
+}
+
+/// One run of the route's agent that the caller may act on: a run of
+/// another agent, or on a thread of a resource the caller may not use,
+/// answers as an unknown run, and nothing of it is told.
+async fn run_of(state: &AppState, caller: &Caller, agent_id: &str, run_id: &str) -> Result<RunRecord, ApiError> {
+    askloop::IdKind::Run.check(run_id)?;
+    let unknown = || ApiError::UnknownRun {
+        run_id: run_id.to_owned(),
+        agent_id: Some(agent_id.to_owned()),
+    };
+    let run = state.store.get(run_id).await?.ok_or_else(unknown)?;
+    let foreign = run
+        .memory
+        .as_ref()
+        .is_some_and(|memory| caller.check_resource(&memory.key.resource_id).is_err());
+    if run.agent_id != agent_id || foreign {
+        return Err(unknown());
+    }
+    Ok(run)
+}
+
+/// Where a call an approval decision names stands.
+enum Standing {
+    /// It waits for approval: the decision is applied.
+    Waiting,
+    /// The same decision was applied already: nothing runs again.
+    Decided(ResolutionKind),
+}
+
+/// Where the call `response` names stands in `run`, or why the decision is
+/// refused.
+fn standing(run: &RunRecord, response: &ApprovalResponse) -> Result<Standing, ApiError> {
+    let call = response.tool_call_id.as_str();
+    let wanted = if response.approved {
+        ResolutionKind::Approved
+    } else {
+        ResolutionKind::Denied
+    };
+    if let Some(made) = run
+        .resolutions
+        .iter()
+        .rev()
+        .find(|r| r.tool_call_id.as_deref() == Some(call))
+    {
+        return if made.kind == wanted {
+            Ok(Standing::Decided(made.kind))
+        } else {
+            Err(ApiError::AlreadyDecided {
+                run_id: run.run_id.clone(),
+                tool_call_id: call.to_owned(),
+                decided: made.kind,
+            })
+        };
+    }
+    match run.pending.iter().find(|p| p.tool_call_id == call) {
+        Some(pending) if pending.kind == PendingKind::Approval => Ok(Standing::Waiting),
+        Some(pending) => Err(RunError::WrongPendingKind {
+            run_id: run.run_id.clone(),
+            tool_call_id: call.to_owned(),
+            detail: format!(
+                "call {call} of tool {} is a question, not a call waiting for approval; answer it with `runId` and `resumeData`",
+                pending.tool_name
+            ),
+        }
+        .into()),
+        None => Err(RunError::ToolCallNotPending {
+            run_id: run.run_id.clone(),
+            tool_call_id: call.to_owned(),
+            pending: run.pending.iter().map(|p| p.tool_call_id.clone()).collect(),
+        }
+        .into()),
+    }
+}
+
+/// Applies the approval decisions the client sent back, once every one
+/// has been checked, in one response: `start` with the id of the assistant
+/// message the client continues, then what each decision produced.
+async fn decide_approvals(
+    state: &AppState,
+    caller: &Caller,
+    agent_id: &str,
+    approvals: Vec<ApprovalResponse>,
+    message_id: String,
+) -> Result<Response, ApiError> {
+    // Everything is checked before anything is applied: one refused
+    // decision refuses the request, and nothing runs.
+    let mut waiting = Vec::new();
+    let mut decided = Vec::new();
+    for response in approvals {
+        let run = run_of(state, caller, agent_id, &response.run_id).await?;
+        match standing(&run, &response)? {
+            Standing::Waiting => waiting.push(response),
+            Standing::Decided(kind) => decided.push((response, kind)),
+        }
+    }
+    let mut prelude = Vec::new();
+    push_json(&mut prelude, &UiChunk::Start { message_id }, "start");
+    for (response, kind) in &decided {
+        repeat_outcome(state, response, *kind, &mut prelude).await?;
+    }
+    let last = waiting.len().saturating_sub(1);
+    let mut live = None;
+    for (i, response) in waiting.into_iter().enumerate() {
+        let decision = if response.approved {
+            // The AI SDK lets a reason go with an approval too; only a
+            // decline's reason has a place (it is told to the model).
+            Decision::Approve(None)
+        } else {
+            Decision::Decline(response.reason.clone())
+        };
+        let call = Some(response.tool_call_id.as_str());
+        match agents::decision_stream(state, caller, agent_id, &response.run_id, call, decision).await {
+            Ok(stream) if i == last => {
+                live = Some((stream, agents::run_span(agent_id, &response.run_id, call)));
+            }
+            // The decisions before the last are driven here, each to its
+            // end, so the next is applied to the run as that one left it.
+            Ok(stream) => {
+                for chunk in stream.output_with_chunks().await.0 {
+                    for part in parts::of(&chunk) {
+                        push_json(&mut prelude, &part, chunk.type_name());
+                    }
+                }
+            }
+            // Nothing was applied yet: refused as a whole.
+            Err(err) if i == 0 => return Err(err),
+            Err(err) => {
+                let part = UiChunk::Error {
+                    error_text: err.to_string(),
+                };
+                push_json(&mut prelude, &part, "error");
+                break;
+            }
+        }
+    }
+    Ok(match live {
+        Some((stream, span)) => sse::respond_ui(state, prelude, Some(stream), span),
+        None => sse::respond_ui(state, prelude, None, tracing::Span::current()),
+    })
+}
+
+/// What a decision applied before produced, told again: the call's stored
+/// result for an approval (once its tool has returned), `tool-output-denied`
+/// for a decline.
+async fn repeat_outcome(
+    state: &AppState,
+    response: &ApprovalResponse,
+    kind: ResolutionKind,
+    out: &mut Vec<u8>,
+) -> Result<(), ApiError> {
+    let tool_call_id = response.tool_call_id.clone();
+    if kind == ResolutionKind::Denied {
+        push_json(out, &UiChunk::ToolOutputDenied { tool_call_id }, "tool-output-denied");
+        return Ok(());
+    }
+    let messages = state.store.messages(&response.run_id).await?;
+    let result = messages.iter().find_map(|m| match m {
+        Message::Tool(result) if result.tool_call_id == tool_call_id => Some(result.content.to_value()),
+        _ => None,
+    });
+    if let Some(output) = result {
+        push_json(
+            out,
+            &UiChunk::ToolOutputAvailable { tool_call_id, output },
+            "tool-output-available",
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,166 @@
+// askloop serve's POST /chat/{agentId} driven by the published Vercel AI SDK
+// (`ai` 7.0.173): AbstractChat with DefaultChatTransport is the engine that
+// React's useChat runs, so what passes here is what a useChat front end
+// sees. Run by crates/askloop-cli/tests/aisdk.rs against a real server with
+// ASKLOOP_URL, ASKLOOP_API_TOKEN and ASKLOOP_WRITE_DIR set.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  AbstractChat,
+  DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
+} from 'ai';
+
+const base = process.env.ASKLOOP_URL;
+const token = process.env.ASKLOOP_API_TOKEN;
+const writeDir = process.env.ASKLOOP_WRITE_DIR;
+assert.ok(base && token && writeDir, 'ASKLOOP_URL, ASKLOOP_API_TOKEN and ASKLOOP_WRITE_DIR must be set');
+
+// The state a framework binding (React's useChat) keeps; here plain arrays.
+class PlainState {
+  status = 'ready';
+  error = undefined;
+  messages = [];
+  pushMessage = (message) => { this.messages = [...this.messages, message]; };
+  popMessage = () => { this.messages = this.messages.slice(0, -1); };
+  replaceMessage = (index, message) => {
+    this.messages = [...this.messages.slice(0, index), message, ...this.messages.slice(index + 1)];
+  };
+  snapshot = (thing) => structuredClone(thing);
+}
+
+class Chat extends AbstractChat {
+  constructor(init) {
+    super({ ...init, state: new PlainState() });
+  }
+}
+
+function chatWith(agent, options = {}) {
+  return new Chat({
+    transport: new DefaultChatTransport({
+      api: `${base}/chat/${agent}`,
+      headers: { Authorization: `Bearer ${token}` },
+      ...options.transport,
+    }),
+    sendAutomaticallyWhen: options.sendAutomaticallyWhen,
+  });
+}
+
+// Waits until the chat has no request in flight (an automatic send after an
+// approval starts one by itself).
+async function settled(chat) {
+  for (let i = 0; i < 500; i++) {
+    if (chat.status === 'ready' || chat.status === 'error') {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      if (chat.status === 'ready' || chat.status === 'error') return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.fail(`the chat did not settle: ${chat.status}`);
+}
+
+const last = (chat) => chat.messages.at(-1);
+const toolPart = (message) => message.parts.find((p) => p.type.startsWith('tool-'));
+const text = (message) => message.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
+
+test('a question arrives as a data part and is answered with runId and resumeData in the body', async () => {
+  const chat = chatWith('assistant');
+  await chat.sendMessage({ text: 'Deploy the app.' });
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  const asked = last(chat);
+  assert.equal(asked.role, 'assistant');
+  assert.equal(toolPart(asked).type, 'tool-ask_user');
+  assert.equal(toolPart(asked).state, 'input-available');
+  const question = asked.parts.find((p) => p.type === 'data-tool-call-suspended');
+  assert.ok(question, JSON.stringify(asked.parts));
+  const { runId, toolCallId, suspendPayload } = question.data;
+  assert.equal(suspendPayload.question, 'Which environment should I deploy to?');
+  assert.equal(question.id, toolCallId);
+
+  // An answer the question does not take: the chat shows the 422's body,
+  // and the question stays open.
+  await chat.sendMessage(undefined, { body: { runId, resumeData: 'qa' } });
+  await settled(chat);
+  assert.equal(chat.status, 'error');
+  assert.match(chat.error.message, /invalid_answer/);
+  assert.match(chat.error.message, /staging/);
+  chat.clearError();
+
+  await chat.sendMessage(undefined, { body: { runId, resumeData: 'staging' } });
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.equal(chat.messages.length, 2, 'the answer continues the same assistant message');
+  const answered = last(chat);
+  assert.equal(answered.id, asked.id);
+  assert.equal(toolPart(answered).state, 'output-available');
+  assert.match(text(answered), /^Deploying to .*staging/);
+});
+
+test('addToolApprovalResponse approves a call; the tool runs once and the chat goes on', async () => {
+  const chat = chatWith('writer', { sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses });
+  await chat.sendMessage({ text: 'Write the deploy notes.' });
+  await settled(chat);
+  const requested = toolPart(last(chat));
+  assert.equal(requested.state, 'approval-requested', JSON.stringify(last(chat).parts));
+  const data = last(chat).parts.find((p) => p.type === 'data-tool-call-approval').data;
+  assert.equal(requested.approval.id, `${data.runId}::${requested.toolCallId}`);
+
+  await chat.addToolApprovalResponse({ id: requested.approval.id, approved: true });
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.equal(chat.messages.length, 2);
+  const done = toolPart(last(chat));
+  assert.equal(done.state, 'output-available');
+  assert.match(text(last(chat)), /^Done: /);
+  assert.equal(readFileSync(join(writeDir, 'notes/deploy.txt'), 'utf8'), 'deploy to staging');
+});
+
+test('addToolApprovalResponse with approved false declines: the tool never runs, the model hears why', async () => {
+  const chat = chatWith('writer', { sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses });
+  await chat.sendMessage({ text: 'Write the deploy notes elsewhere.' });
+  await settled(chat);
+  const requested = toolPart(last(chat));
+  assert.equal(requested.state, 'approval-requested');
+  await chat.addToolApprovalResponse({ id: requested.approval.id, approved: false, reason: 'not on a Friday' });
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.equal(toolPart(last(chat)).state, 'output-denied');
+  assert.match(text(last(chat)), /not on a Friday/);
+});
+
+test('with memory only the newest message is sent and the thread supplies the rest', async () => {
+  const memory = { thread: `aisdk-${Date.now()}`, resource: 'aisdk-user' };
+  const chat = chatWith('assistant', {
+    transport: {
+      prepareSendMessagesRequest: ({ messages, body }) => ({
+        body: { ...body, messages: [messages.at(-1)], memory },
+      }),
+    },
+  });
+  await chat.sendMessage({ text: 'Deploy the app.' });
+  await settled(chat);
+  const { runId } = last(chat).parts.find((p) => p.type === 'data-tool-call-suspended').data;
+  await chat.sendMessage(undefined, { body: { runId, resumeData: 'production' } });
+  await settled(chat);
+  assert.match(text(last(chat)), /production/);
+
+  await chat.sendMessage({ text: 'Now deploy it again.' });
+  await settled(chat);
+  const again = last(chat).parts.find((p) => p.type === 'data-tool-call-suspended');
+  assert.equal(again.data.suspendPayload.question, 'Again: which environment?', 'the model saw the first exchange');
+  await chat.sendMessage(undefined, { body: { runId: again.data.runId, resumeData: 'staging' } });
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.match(text(last(chat)), /you first asked: Deploy the app\./);
+});
+
+test('an unknown agent is a 404 with askloop\'s error body, not a bare 500', async () => {
+  const chat = chatWith('no-such-agent');
+  await chat.sendMessage({ text: 'Hi' });
+  await settled(chat);
+  assert.equal(chat.status, 'error');
+  assert.match(chat.error.message, /unknown_agent/);
+});

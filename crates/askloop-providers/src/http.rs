@@ -14,7 +14,6 @@
 //! accepts and never answers, or streams keep-alive comments forever, ends
 //! the call with an error instead of holding the run.
 
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -153,27 +152,13 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The wait before retry number `retry` (0-based): exponential, capped,
-    /// with "equal jitter" (between half and all of the computed wait) so
-    /// that many clients failing together do not retry together.
+    /// The wait before retry number `retry` (0-based): askloop's one
+    /// [`Backoff`](askloop::Backoff), doubling from `initial_backoff` up to
+    /// `max_backoff`, with jitter so that many clients failing together do
+    /// not retry together.
     fn backoff(&self, retry: u32) -> Duration {
-        let exp = self
-            .initial_backoff
-            .saturating_mul(2u32.saturating_pow(retry.min(16)))
-            .min(self.max_backoff);
-        let half = exp / 2;
-        let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        let jitter = if nanos == 0 { 0 } else { random_u64() % (nanos + 1) };
-        half + Duration::from_nanos(jitter)
+        askloop::Backoff::new(self.initial_backoff, self.max_backoff).wait(retry)
     }
-}
-
-/// A random number without a dependency: std's hasher keys are random per
-/// `RandomState`.
-fn random_u64() -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(0);
-    hasher.finish()
 }
 
 /// How many idle connections to one provider host a client keeps open for

@@ -18,7 +18,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +33,8 @@ use crate::config::WebhookConfig;
 /// How many deliveries one claim takes, sent at once.
 const BATCH: u32 = 8;
 
-/// The first retry waits about this long; each next one twice as long.
+/// The first retry waits at most this long (and at least half of it);
+/// each next one twice as long.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 /// The longest wait between two attempts.
@@ -296,16 +296,12 @@ fn failed(delivery: &Delivery, max_attempts: u32, error: &AttemptError, now: Dat
     }
 }
 
-/// How long to wait after the `done + 1`th failed attempt: doubling from
-/// [`FIRST_RETRY`] up to [`LONGEST_RETRY`], then 75% to 125% of that at
-/// random, so receivers coming back are not hit by every retry at once.
+/// How long to wait after the `done + 1`th failed attempt: askloop's one
+/// [`Backoff`](askloop::Backoff), doubling from [`FIRST_RETRY`] up to
+/// [`LONGEST_RETRY`], each wait between half and all of that at random, so
+/// receivers coming back are not hit by every retry at once.
 fn retry_wait(done: u32) -> Duration {
-    let doubled = FIRST_RETRY.saturating_mul(1u32.checked_shl(done.min(31)).unwrap_or(u32::MAX));
-    let wait = doubled.min(LONGEST_RETRY);
-    // A random number from std: RandomState is seeded randomly.
-    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
-    let factor = 0.75 + (random % 1000) as f64 / 2000.0;
-    wait.mul_f64(factor)
+    askloop::Backoff::new(FIRST_RETRY, LONGEST_RETRY).wait(done)
 }
 
 #[cfg(test)]
@@ -331,7 +327,7 @@ mod tests {
         let within = |done: u32, secs: f64| {
             let wait = retry_wait(done).as_secs_f64();
             assert!(
-                wait >= secs * 0.75 && wait <= secs * 1.25,
+                wait >= secs * 0.5 && wait <= secs,
                 "attempt {done}: {wait}s, expected about {secs}s"
             );
         };

@@ -174,6 +174,10 @@ struct Shared {
 /// file at the same moment.
 const OPEN_ATTEMPTS: u32 = 8;
 
+/// The wait between those attempts: 12-25 ms at first, doubling up to
+/// 100-200 ms (under a second and a quarter over all seven retries).
+const OPEN_BACKOFF: askloop::Backoff = askloop::Backoff::new(Duration::from_millis(25), Duration::from_millis(200));
+
 impl SqliteStore {
     /// Opens (creating it and its directory if needed) the database file at
     /// `path`, with the default options, and brings its tables up to date.
@@ -219,7 +223,7 @@ impl SqliteStore {
                 // winner is done, a retry finds the file ready.
                 Err(OpenError::Racy(err)) if attempt < OPEN_ATTEMPTS => {
                     tracing::debug!(path = %path.display(), attempt, error = %err, "opening the SQLite store again");
-                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                    tokio::time::sleep(OPEN_BACKOFF.wait(attempt - 1)).await;
                 }
                 Err(OpenError::Racy(err) | OpenError::Fatal(err)) => return Err(err),
             }

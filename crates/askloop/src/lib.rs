@@ -17,6 +17,7 @@
 
 mod agent;
 pub mod ask_user;
+mod backoff;
 mod cause;
 pub mod chunk;
 mod clock;
@@ -34,6 +35,7 @@ pub use agent::{
     MAX_REASON_BYTES, ResumeOptions, StreamOptions, StreamOutput, ThreadOptions,
 };
 pub use ask_user::{ASK_USER_TOOL_ID, AskUser, AskUserInput, AskUserLimits, AskUserOption, Question, SelectionMode};
+pub use backoff::{Backoff, jitter};
 pub use cause::{Cause, ErrorChain};
 pub use chunk::{Chunk, ChunkKind};
 pub use clock::{Clock, ManualClock, SystemClock, rfc3339, system_clock};

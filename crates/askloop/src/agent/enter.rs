@@ -73,7 +73,7 @@ impl Agent {
                     }
                 },
                 EntryEffect::Wait(wait) => {
-                    tokio::time::sleep(wait).await;
+                    tokio::time::sleep(crate::jitter(wait)).await;
                     EntryEvent::Waited
                 }
                 EntryEffect::Claim { lease_until } => {

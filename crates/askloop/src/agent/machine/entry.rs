@@ -21,6 +21,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{Decision, ResumeAction, RunWrite, ToolRules, fit_decision, mark_started, marks_start};
+use crate::Backoff;
 use crate::agent::expiry;
 use crate::error::RunError;
 use crate::store::{Author, Lease, Resolution, ResolutionKind, RunRecord, RunStatus, StoreError};
@@ -30,10 +31,9 @@ use crate::tool::Tool;
 /// writers change the run first.
 pub(crate) const ATTEMPTS: u32 = 12;
 
-/// The first wait before trying again, doubled each time (up to 64 times
-/// as long): another answer of the same step holds the run for one short
-/// write.
-const FIRST_WAIT: Duration = Duration::from_millis(2);
+/// The waits before trying again: from 2 ms, doubled each time up to 128
+/// ms: another answer of the same step holds the run for one short write.
+const WAITS: Backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(128));
 
 /// What the machine needs to know of the agent's tools.
 pub(crate) trait ToolBook {
@@ -105,7 +105,8 @@ pub(crate) enum ApplyFailure {
 pub(crate) enum EntryEffect {
     /// Read the run, with the time now: [`EntryEvent::Read`].
     Read,
-    /// Wait this long: [`EntryEvent::Waited`].
+    /// Wait this long, give or take the jitter the executor adds:
+    /// [`EntryEvent::Waited`].
     Wait(Duration),
     /// Claim the suspended run as read (status `running`, held by a new
     /// lease until `lease_until`), in one compare-and-set.
@@ -313,9 +314,12 @@ impl Entry {
         self.effects.push_back(EntryEffect::Read);
     }
 
-    /// Waits before reading again: exponentially longer each attempt.
+    /// Waits before reading again: askloop's one backoff, longer each
+    /// attempt. The machine names the nominal wait, so it stays
+    /// deterministic; the code carrying out [`EntryEffect::Wait`] adds the
+    /// jitter ([`crate::jitter`]).
     fn wait_and_read(&mut self) {
-        let wait = FIRST_WAIT.saturating_mul(1 << self.attempt.min(6));
+        let wait = WAITS.nominal(self.attempt);
         self.phase = Phase::Waiting;
         self.effects.push_back(EntryEffect::Wait(wait));
     }

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use askloop::{Message, PendingKind, PendingToolCall, RunRecord, RunStatus, Usage};
-use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -142,7 +141,7 @@ impl SuspendedRun {
         SuspendedRun {
             thread_id,
             resource_id,
-            suspended_at: timestamp(run.updated_at),
+            suspended_at: askloop::rfc3339(run.updated_at),
             run_id: run.run_id,
             status: run.status,
             tool_calls: run
@@ -218,7 +217,7 @@ impl From<PendingToolCall> for PendingCall {
             args: p.args,
             suspend_payload: p.suspend_payload,
             resume_schema: p.resume_schema,
-            expires_at: p.expires_at.map(timestamp),
+            expires_at: p.expires_at.map(askloop::rfc3339),
         }
     }
 }
@@ -256,8 +255,8 @@ impl From<RunRecord> for RunSummary {
             run_id: run.run_id,
             agent_id: run.agent_id,
             status: run.status,
-            created_at: timestamp(run.created_at),
-            updated_at: timestamp(run.updated_at),
+            created_at: askloop::rfc3339(run.created_at),
+            updated_at: askloop::rfc3339(run.updated_at),
             steps: run.steps,
             pending_tool_calls: run.pending.into_iter().map(PendingCall::from).collect(),
             error,
@@ -300,9 +299,4 @@ pub(crate) struct RunDetail {
 pub(crate) struct Cancelled {
     pub(crate) run_id: String,
     pub(crate) status: RunStatus,
-}
-
-/// RFC 3339 with milliseconds and `Z`, as Mastra writes times.
-pub(crate) fn timestamp(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }

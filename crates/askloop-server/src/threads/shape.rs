@@ -9,7 +9,6 @@ use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::wire::timestamp;
 
 /// A thread: `{id, resourceId, title, metadata?, createdAt, updatedAt}`,
 /// and askloop's `agentId`: the agent whose run created it, which a front
@@ -35,8 +34,8 @@ impl ThreadBody {
             agent_id: thread.agent_id.clone(),
             title: thread.title.clone(),
             metadata: thread.metadata.clone(),
-            created_at: timestamp(thread.created_at),
-            updated_at: timestamp(thread.updated_at),
+            created_at: askloop::rfc3339(thread.created_at),
+            updated_at: askloop::rfc3339(thread.updated_at),
         }
     }
 }
@@ -179,7 +178,7 @@ pub(crate) async fn messages(
             "id": message.id(),
             "content": content,
             "role": role,
-            "createdAt": timestamp(message.created_at),
+            "createdAt": askloop::rfc3339(message.created_at),
             "threadId": thread.id,
             "resourceId": thread.resource_id,
         }));

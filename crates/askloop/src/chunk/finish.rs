@@ -10,13 +10,14 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::ToolCallPayload;
 use super::conversation::{ContentPart, ConversationMessages, ModelMessage, ModelRole};
 use crate::message::{FinishReason, Message, ToolCall, Usage};
+use crate::rfc3339;
 
 /// Payload of `step-finish` and `finish`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -251,10 +252,6 @@ impl StepFinish {
         self.output.usage = run_usage.into();
         self
     }
-}
-
-fn rfc3339(time: DateTime<Utc>) -> String {
-    time.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// The text and tool calls of the last assistant message.

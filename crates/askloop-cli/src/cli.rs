@@ -1,5 +1,6 @@
-//! The command line as typed: raw flags, parsed by clap. `config.rs` turns
-//! them into settings; nothing else reads these types.
+//! The command line as typed: raw flags, parsed by clap. Each command in
+//! `commands/` reads its own arguments; `setup.rs` turns the model flags
+//! into a model and an agent, and finds the default database.
 
 use std::path::PathBuf;
 use std::time::Duration;

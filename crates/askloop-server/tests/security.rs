@@ -163,6 +163,27 @@ fn calls(world: &World) -> Vec<Call> {
             Kind::OtherAgent,
         ),
         api(
+            "POST",
+            "/api/agents/approver/approve-tool-call-generate".into(),
+            Some(json!({"runId": run, "toolCallId": call})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "POST",
+            "/api/agents/approver/decline-tool-call-generate".into(),
+            Some(json!({"runId": run, "toolCallId": call, "reason": "no"})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "POST",
+            "/chat/approver".into(),
+            Some(
+                json!({"runId": run, "toolCallId": call, "resumeData": {"approved": true},
+                        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": PROMPT}]}]}),
+            ),
+            Kind::OtherAgent,
+        ),
+        api(
             "GET",
             "/api/agents/approver/suspended-runs".into(),
             None,

@@ -269,6 +269,9 @@ pub(crate) async fn decision_stream(
     // another agent's runs, and nothing is written.
     caller.check(agent_id)?;
     let agent = state.agent(agent_id)?;
+    // A run walled off from the caller is refused before the decision is
+    // handed on: nothing of it is written, and it answers as an unknown run.
+    crate::runs::load(state, caller, run_id, Some(agent_id)).await?;
     let author: Author = caller.author();
     let options = ResumeOptions::call_or_run(run_id, tool_call_id).by(author);
     match decision {
@@ -280,7 +283,8 @@ pub(crate) async fn decision_stream(
 }
 
 /// `GET /api/agents/{agentId}/suspended-runs`: the agent's runs waiting on
-/// a person, newest first.
+/// a person, newest first; to a caller walled to resources, those on no
+/// thread or on their threads.
 pub(crate) async fn suspended_runs(
     State(state): AppStateRef,
     caller: Caller,
@@ -294,6 +298,7 @@ pub(crate) async fn suspended_runs(
         status: Some(RunStatus::Suspended),
         agent_id: Some(agent.id().to_owned()),
         thread,
+        resources: caller.resources().map(<[String]>::to_vec),
         ..Default::default()
     };
     let runs: Vec<SuspendedRun> = state

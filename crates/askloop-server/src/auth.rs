@@ -16,6 +16,10 @@
 //!   only see and act on those agents and their runs; anything else is a
 //!   403 naming the token and the agent, decided before anything is read or
 //!   written for the request.
+//! - A named token (`[[tokens]]`), or a person the author header names, is
+//!   walled to resources: it may use only their threads, and see and act
+//!   only on runs on no thread or on their threads ([`Caller::may_see`]);
+//!   another resource's run answers as an unknown one.
 //! - The author of what a request resolves is the person a trusted proxy
 //!   names in the configured header (`author_header`), else the token's
 //!   name; the interface is the page when it says so
@@ -26,7 +30,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use askloop::{Author, Interface};
+use askloop::{Author, Interface, RunRecord};
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
@@ -183,11 +187,31 @@ impl Caller {
         self.resources.as_deref()
     }
 
+    /// Whether the caller may use threads of `resource_id`.
+    fn may_use(&self, resource_id: &str) -> bool {
+        self.resources()
+            .is_none_or(|allowed| allowed.iter().any(|r| r == resource_id))
+    }
+
+    /// Whether the caller may see and act on `run`: a run of an agent it may
+    /// act for, on no thread or on a thread of a resource it may use. Every
+    /// route that reads or changes a run by its id, and every listing of
+    /// runs, goes by this one rule; a run it refuses is answered exactly as
+    /// one that does not exist, so what a token learns does not depend on
+    /// runs walled off from it.
+    pub(crate) fn may_see(&self, run: &RunRecord) -> bool {
+        self.may_act_for(&run.agent_id)
+            && run
+                .memory
+                .as_ref()
+                .is_none_or(|memory| self.may_use(&memory.key.resource_id))
+    }
+
     /// `Ok` when the caller may use threads of `resource_id`, else the 403,
     /// decided before anything is read.
     pub(crate) fn check_resource(&self, resource_id: &str) -> Result<(), ApiError> {
         match self.resources() {
-            Some(allowed) if !allowed.iter().any(|r| r == resource_id) => Err(ApiError::ForeignResource {
+            Some(allowed) if !self.may_use(resource_id) => Err(ApiError::ForeignResource {
                 caller: self
                     .author
                     .by

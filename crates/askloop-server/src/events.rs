@@ -87,14 +87,12 @@ pub(crate) async fn stream(State(state): State<Arc<AppState>>, caller: Caller) -
 
 /// Which changes one stream's caller may hear of.
 struct Visible {
-    /// The agents the caller may act for (`None`: all, nothing to check).
-    agents: Option<Vec<String>>,
-    /// The resources whose threads the caller may use (`None`: all): a run
-    /// on another resource's thread is not heard of.
-    resources: Option<Vec<String>>,
+    /// Who listens: a run it may not see ([`Caller::may_see`]) is not
+    /// heard of.
+    caller: Caller,
     store: Arc<dyn RunStore>,
     /// Whether each run seen so far is the caller's (a run never changes
-    /// agent).
+    /// agent or thread).
     known: HashMap<String, bool>,
 }
 
@@ -104,8 +102,7 @@ const REMEMBERED_RUNS: usize = 4096;
 impl Visible {
     fn to(caller: &Caller, store: Arc<dyn RunStore>) -> Visible {
         Visible {
-            agents: caller.agents().map(<[String]>::to_vec),
-            resources: caller.resources().map(<[String]>::to_vec),
+            caller: caller.clone(),
             store,
             known: HashMap::new(),
         }
@@ -118,21 +115,14 @@ impl Visible {
         let Some(run_id) = &change.run_id else {
             return Some(change);
         };
-        if self.agents.is_none() && self.resources.is_none() {
+        if self.caller.agents().is_none() && self.caller.resources().is_none() {
             return Some(change);
         }
         if let Some(&mine) = self.known.get(run_id) {
             return mine.then_some(change);
         }
         let mine = match self.store.get(run_id).await {
-            Ok(run) => run.is_some_and(|run| {
-                let agent = self.agents.as_ref().is_none_or(|agents| agents.contains(&run.agent_id));
-                let resource = match (&self.resources, &run.memory) {
-                    (Some(resources), Some(memory)) => resources.contains(&memory.key.resource_id),
-                    _ => true,
-                };
-                agent && resource
-            }),
+            Ok(run) => run.is_some_and(|run| self.caller.may_see(&run)),
             Err(err) => {
                 tracing::debug!(error = %err, "a changed run could not be read; the stream says some runs changed");
                 return Some(RunChange::unknown());

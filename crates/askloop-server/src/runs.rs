@@ -94,10 +94,12 @@ impl Cursor {
 }
 
 /// `GET /api/runs?status=&agentId=&threadId=&resourceId=&limit=&cursor=&total=`:
-/// runs, newest first. A token limited to some agents sees only their runs;
-/// asking for another agent's (`agentId`) is a 403, for another resource's
-/// threads (`resourceId`) too, and another resource's thread (`threadId`)
-/// is a 404 as for a missing one. With `total=true` the page also
+/// runs, newest first. A token limited to some agents sees only their runs,
+/// one walled to resources only the runs on no thread or on their threads
+/// (others are neither listed nor counted); asking for another agent's
+/// (`agentId`) is a 403, for another resource's threads (`resourceId`) too,
+/// and another resource's thread (`threadId`) is a 404 as for a missing
+/// one. With `total=true` the page also
 /// says how many runs the whole listing holds (every page, not only those
 /// after `cursor`), counted in the store's index.
 pub(crate) async fn list(
@@ -145,6 +147,7 @@ pub(crate) async fn list(
         status,
         agent_id,
         thread,
+        resources: caller.resources().map(<[String]>::to_vec),
         ..Default::default()
     };
     let total = if query.total {
@@ -154,7 +157,7 @@ pub(crate) async fn list(
     };
     let (runs, next) = page(&state, &caller, filter, limit, cursor).await?;
     Ok(Json(RunPage {
-        runs: runs.into_iter().map(|run| seen_by(&caller, run)).collect(),
+        runs: runs.into_iter().map(RunSummary::from).collect(),
         next_cursor: next.map(|c| c.encode()),
         total,
     }))
@@ -208,12 +211,7 @@ async fn page(
         let exhausted = batch.is_empty();
         filter.after = batch.last().map(RunCursor::after_created);
         let room = wanted - runs.len();
-        runs.extend(
-            batch
-                .into_iter()
-                .filter(|run| caller.may_act_for(&run.agent_id))
-                .take(room),
-        );
+        runs.extend(batch.into_iter().filter(|run| caller.may_see(run)).take(room));
         if runs.len() == wanted || exhausted {
             break;
         }
@@ -224,35 +222,19 @@ async fn page(
     Ok((runs, next))
 }
 
-/// A run as `caller` sees it: a thread of a resource the caller may not
-/// use is not named (neither its id nor its resource), as the memory routes
-/// do not name it.
-fn seen_by(caller: &Caller, run: RunRecord) -> RunSummary {
-    let foreign = match (caller.resources(), &run.memory) {
-        (Some(allowed), Some(memory)) => !allowed.contains(&memory.key.resource_id),
-        _ => false,
-    };
-    let mut summary = RunSummary::from(run);
-    if foreign {
-        summary.thread_id = None;
-        summary.resource_id = None;
-    }
-    summary
-}
-
 /// `GET /api/runs/{runId}`: the run, what it waits on, its conversation.
 pub(crate) async fn get(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<RunDetail>, ApiError> {
-    let run = load(&state, &caller, &run_id).await?;
+    let run = load(&state, &caller, &run_id, None).await?;
     let messages = state.store.messages(&run_id).await?;
     Ok(Json(RunDetail {
         version: run.version,
         usage: run.usage,
         settings: run.settings.clone(),
-        summary: seen_by(&caller, run),
+        summary: RunSummary::from(run),
         messages,
     }))
 }
@@ -264,7 +246,7 @@ pub(crate) async fn cancel(
     caller: Caller,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<Cancelled>, ApiError> {
-    let run = load(&state, &caller, &run_id).await?;
+    let run = load(&state, &caller, &run_id, None).await?;
     // Cancelling needs the run's agent only to write through its store;
     // a run of an agent this server does not serve is left alone.
     let agent = state.agent(&run.agent_id)?;
@@ -288,25 +270,33 @@ pub(crate) async fn retry(
     caller: Caller,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    let run = load(&state, &caller, &run_id).await?;
+    let run = load(&state, &caller, &run_id, None).await?;
     let agent = state.agent(&run.agent_id)?;
     let stream = agent.retry_run_by(&run_id, caller.author()).await?;
     let span = tracing::info_span!("run", agent_id = %run.agent_id, run_id = %run_id, tool_call_id = "");
     Ok(crate::sse::respond(&state, stream, span))
 }
 
-/// Reads a run the caller may see. An id no run can have (see [`IdKind`])
-/// is a 400 before the store is asked. A run of an agent the caller may not
-/// act for is answered exactly as a run that does not exist: what a
-/// limited token learns must not depend on runs it may not see.
-async fn load(state: &AppState, caller: &Caller, run_id: &str) -> Result<RunRecord, ApiError> {
+/// Reads a run the caller may see ([`Caller::may_see`]), before anything
+/// else of it is read or changed; on an agent's routes (`route_agent`), a
+/// run of that agent. An id no run can have (see [`IdKind`]) is a 400
+/// before the store is asked. Any other run is answered exactly as a run
+/// that does not exist: what a limited or walled token learns must not
+/// depend on runs it may not see.
+pub(crate) async fn load(
+    state: &AppState,
+    caller: &Caller,
+    run_id: &str,
+    route_agent: Option<&str>,
+) -> Result<RunRecord, ApiError> {
     IdKind::Run.check(run_id)?;
     let unknown = || ApiError::UnknownRun {
         run_id: run_id.to_owned(),
-        agent_id: None,
+        agent_id: route_agent.map(str::to_owned),
     };
     let run = state.store.get(run_id).await?.ok_or_else(unknown)?;
-    if !caller.may_act_for(&run.agent_id) {
+    let of_route = route_agent.is_none_or(|agent_id| run.agent_id == agent_id);
+    if !(of_route && caller.may_see(&run)) {
         return Err(unknown());
     }
     Ok(run)

@@ -2,8 +2,9 @@
 //! away (no token, a wrong token, a token of another agent, a page of
 //! another site, a request naming a foreign host), with the status each
 //! gets and, after all of them, the runs read back unchanged. Then the
-//! attacks a browser can mount on a token-less server on loopback, and
-//! what a retry records.
+//! attacks a browser can mount on a token-less server on loopback, what a
+//! retry records, and the walls between resources: a run on another
+//! resource's thread is an unknown run to every run route and listing.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -159,6 +160,27 @@ fn calls(world: &World) -> Vec<Call> {
             "POST",
             "/api/agents/approver/decline-tool-call".into(),
             Some(json!({"runId": run, "toolCallId": call, "reason": "no"})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "POST",
+            "/api/agents/approver/approve-tool-call-generate".into(),
+            Some(json!({"runId": run, "toolCallId": call})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "POST",
+            "/api/agents/approver/decline-tool-call-generate".into(),
+            Some(json!({"runId": run, "toolCallId": call, "reason": "no"})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "POST",
+            "/chat/approver".into(),
+            Some(
+                json!({"runId": run, "toolCallId": call, "resumeData": {"approved": true},
+                        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": PROMPT}]}]}),
+            ),
             Kind::OtherAgent,
         ),
         api(
@@ -515,4 +537,214 @@ async fn next_run(stream: &mut reqwest::Response) -> String {
             return change["runId"].as_str().unwrap().to_owned();
         }
     }
+}
+
+const BOB: &str = "secret-of-bob-0123456789ab";
+const OPS: &str = "secret-of-ops-0123456789ab";
+
+/// Runs of `approver` and `flaky` on alice's threads and on none, served
+/// to alice and bob (walled each to their own resource, both may act for
+/// every agent) and to `ops` (a token without a wall).
+struct Walls {
+    server: TestServer,
+    store: Arc<dyn RunStore>,
+    _model: askloop_testkit::FakeServer,
+    /// The `approver` run waiting on alice's thread, and its call.
+    hers: (String, String),
+    /// The failed `flaky` run on alice's thread.
+    her_failed: String,
+    /// The `approver` run waiting on no thread.
+    plain: String,
+}
+
+async fn walls() -> Walls {
+    let model = askloop_testkit::FakeServer::builder()
+        .fail_request(1, askloop_testkit::FakeError::new(503, "overloaded"))
+        .responder(askloop_testkit::workload::deploy_responder())
+        .start()
+        .await
+        .unwrap();
+    let store = memory_store();
+    let agents = vec![approver(&store), agent_on("flaky", &model, &store)];
+    let on = |thread: &str| askloop::StreamOptions::default().on_thread(askloop::ThreadOptions::new("alice", thread));
+    let hers = agents[0].stream_with(PROMPT, on("wt")).await.unwrap().output().await;
+    let her_failed = agents[1].stream_with(PROMPT, on("wf")).await.unwrap().output().await;
+    assert_eq!(her_failed.status, askloop::RunStatus::Failed);
+    let plain = agents[0].stream(PROMPT).await.unwrap().output().await;
+    let options = ServerOptions::default().tokens(vec![
+        ApiToken::new("alice", ALICE).only_resources(vec!["alice".into()]),
+        ApiToken::new("bob", BOB).only_resources(vec!["bob".into()]),
+        ApiToken::new("ops", OPS),
+    ]);
+    let server = TestServer::start_with(agents, Arc::clone(&store), options).await;
+    Walls {
+        server,
+        store,
+        _model: model,
+        hers: (hers.run_id, hers.pending[0].tool_call_id.clone()),
+        her_failed: her_failed.run_id,
+        plain: plain.run_id,
+    }
+}
+
+/// Sends a request with `token`; its status and body as text.
+async fn send_as(server: &TestServer, token: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = server.client.request(method, server.url(path)).bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// The run ids a listing answered with, and its `total`.
+async fn listed(server: &TestServer, token: &str, path: &str) -> (Vec<String>, u64) {
+    let (status, body) = send_as(server, token, "GET", path, None).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    let page: Value = serde_json::from_str(&body).unwrap();
+    let mut ids: Vec<String> = page["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runId"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    (ids, page["total"].as_u64().unwrap())
+}
+
+#[tokio::test]
+async fn a_run_on_another_resources_thread_answers_every_run_route_as_an_unknown_run_and_changes_nothing() {
+    let walls = walls().await;
+    let (run, call) = walls.hers.clone();
+    let failed = walls.her_failed.clone();
+    let chat_approval = |approved: bool| {
+        json!({"messages": [
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": PROMPT}]},
+            {"id": "a1", "role": "assistant", "parts": [{"type": "step-start"},
+                {"type": "tool-ask_approval", "toolCallId": call, "state": "approval-responded", "input": {},
+                 "approval": {"id": format!("{run}::{call}"), "approved": approved}}]}]})
+    };
+    let decision = json!({"runId": run, "toolCallId": call});
+    let declined = json!({"runId": run, "toolCallId": call, "reason": "no"});
+    let answered = json!({"runId": run, "toolCallId": call, "resumeData": {"approved": true}});
+    let mut chat_answer = answered.clone();
+    chat_answer["messages"] = json!([chat_approval(true)["messages"][0]]);
+    let routes: Vec<(&str, String, Option<Value>)> = vec![
+        ("GET", format!("/api/runs/{run}"), None),
+        ("POST", format!("/api/runs/{run}/cancel"), None),
+        ("POST", format!("/api/runs/{failed}/retry"), None),
+        (
+            "POST",
+            "/api/agents/approver/resume-stream".into(),
+            Some(answered.clone()),
+        ),
+        (
+            "POST",
+            "/api/agents/approver/approve-tool-call".into(),
+            Some(decision.clone()),
+        ),
+        (
+            "POST",
+            "/api/agents/approver/decline-tool-call".into(),
+            Some(declined.clone()),
+        ),
+        (
+            "POST",
+            "/api/agents/approver/approve-tool-call-generate".into(),
+            Some(decision),
+        ),
+        (
+            "POST",
+            "/api/agents/approver/decline-tool-call-generate".into(),
+            Some(declined),
+        ),
+        ("POST", "/chat/approver".into(), Some(chat_answer)),
+        ("POST", "/chat/approver".into(), Some(chat_approval(true))),
+        ("POST", "/chat/approver".into(), Some(chat_approval(false))),
+    ];
+    let before = snapshot(&walls.store).await;
+    for (method, path, body) in &routes {
+        let what = format!("{method} {path} {body:?}");
+        let (status, refused) = send_as(&walls.server, BOB, method, path, body.as_ref()).await;
+        // The same request about a run that does not exist.
+        let missing = "no-such-run";
+        let unknown = |text: &str| text.replace(&run, missing).replace(&failed, missing);
+        let body_of_missing = body
+            .as_ref()
+            .map(|b| serde_json::from_str(&unknown(&b.to_string())).unwrap());
+        let (missing_status, of_missing) =
+            send_as(&walls.server, BOB, method, &unknown(path), body_of_missing.as_ref()).await;
+        assert_eq!((missing_status, status), (404, 404), "{what}: {refused}");
+        assert_eq!(unknown(&refused), of_missing, "{what}: as a run that does not exist");
+        assert!(
+            !refused.contains("alice") && !refused.contains("wt") && refused.contains("unknown_run"),
+            "{what}: {refused}"
+        );
+    }
+    assert_eq!(snapshot(&walls.store).await, before, "bob changed nothing");
+
+    // Alice reads and answers her run.
+    let (status, body) = send_as(&walls.server, ALICE, "GET", &format!("/api/runs/{run}"), None).await;
+    assert_eq!(status, 200, "{body}");
+    let approve = json!({"runId": run, "toolCallId": call});
+    let approved = walls
+        .server
+        .client
+        .post(walls.server.url("/api/agents/approver/approve-tool-call"))
+        .bearer_auth(ALICE)
+        .json(&approve)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 200);
+    Sse::read(approved).await;
+    let done = walls.store.get(&run).await.unwrap().unwrap();
+    assert_eq!(done.status, askloop::RunStatus::Completed);
+}
+
+#[tokio::test]
+async fn a_walled_token_lists_and_counts_only_runs_on_no_thread_or_its_own_and_reads_a_run_on_no_thread() {
+    let walls = walls().await;
+    let server = &walls.server;
+    let (hers, _) = &walls.hers;
+    let mut everything = vec![hers.clone(), walls.her_failed.clone(), walls.plain.clone()];
+    everything.sort();
+    let plain = vec![walls.plain.clone()];
+
+    assert_eq!(listed(server, BOB, "/api/runs?total=true").await, (plain.clone(), 1));
+    assert_eq!(
+        listed(server, BOB, "/api/runs?total=true&limit=1").await,
+        (plain.clone(), 1),
+        "a short page ends with the wall, and its total too"
+    );
+    assert_eq!(
+        listed(server, BOB, "/api/agents/approver/suspended-runs").await,
+        (plain.clone(), 1)
+    );
+    for token in [ALICE, OPS] {
+        assert_eq!(
+            listed(server, token, "/api/runs?total=true").await,
+            (everything.clone(), 3)
+        );
+        let mut waiting = vec![hers.clone(), walls.plain.clone()];
+        waiting.sort();
+        assert_eq!(
+            listed(server, token, "/api/agents/approver/suspended-runs").await,
+            (waiting, 2)
+        );
+    }
+    // A run on no thread is everyone's who may act for its agent.
+    for token in [ALICE, BOB, OPS] {
+        let (status, body) = send_as(server, token, "GET", &format!("/api/runs/{}", walls.plain), None).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // A caller without a wall reads a run on anyone's thread.
+    let (status, body) = send_as(server, OPS, "GET", &format!("/api/runs/{hers}"), None).await;
+    assert_eq!(status, 200, "{body}");
+    let run: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (run["threadId"].as_str(), run["resourceId"].as_str()),
+        (Some("wt"), Some("alice"))
+    );
 }

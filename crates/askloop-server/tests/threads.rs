@@ -700,34 +700,23 @@ async fn a_token_learns_which_resource_it_acts_as_and_lists_the_runs_of_one_of_i
     );
     let (status, error) = error_of(get(bo, "/api/runs?resourceId=team").await.unwrap()).await;
     assert_eq!((status, error["code"].as_str()), (403, Some("forbidden_resource")));
-    // Another resource's run is listed by its agent, as before threads,
-    // but its thread is not named.
-    let seen: Value = get(bo, "/api/runs?status=suspended")
+    // Another resource's run is neither listed nor counted, nor read.
+    let seen: Value = get(bo, "/api/runs?status=suspended&total=true")
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    let theirs = seen["runs"]
+    let ids: Vec<&str> = seen["runs"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["runId"] == run_id.as_str())
-        .unwrap();
-    assert!(
-        theirs.get("threadId").is_none() && theirs.get("resourceId").is_none(),
-        "{theirs}"
-    );
-    let one: Value = get(bo, &format!("/api/runs/{run_id}"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(
-        one.get("threadId").is_none() && one.get("resourceId").is_none(),
-        "{one}"
-    );
+        .map(|r| r["runId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["plain-run"], "the run on no thread only");
+    assert_eq!(seen["total"], 1);
+    let (status, error) = error_of(get(bo, &format!("/api/runs/{run_id}")).await.unwrap()).await;
+    assert_eq!((status, error["code"].as_str()), (404, Some("unknown_run")));
 
     // The thread says which agent continues it.
     let thread: Value = get(ana, "/api/memory/threads/t1").await.unwrap().json().await.unwrap();

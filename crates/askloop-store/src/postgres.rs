@@ -830,6 +830,13 @@ fn listing_filter(query: &RunQuery) -> String {
             conditions.push(format!("memory_thread_id = ${}", placeholder()));
         }
     }
+    // One array of any length: the statement is the same for every wall.
+    if query.resources.is_some() {
+        conditions.push(format!(
+            "(memory_resource_id IS NULL OR memory_resource_id = ANY(${}))",
+            placeholder()
+        ));
+    }
     // A row value: the index on (created_at DESC, run_id DESC) (or the
     // status or agent one) is entered right after the previous page. The id
     // order is bytewise (the column is COLLATE "C"), as in the other stores.
@@ -873,6 +880,16 @@ fn bind_listing(sql: String, query: &RunQuery) -> sqlx::query::Query<'_, sqlx::P
         if !thread.thread_id.is_empty() {
             q = q.bind(thread.thread_id.as_str());
         }
+    }
+    if let Some(resources) = &query.resources {
+        // A resource holding NUL is on no stored run (PostgreSQL's text
+        // cannot hold it, nor be sent it).
+        let storable: Vec<&str> = resources
+            .iter()
+            .map(String::as_str)
+            .filter(|r| !r.contains('\0'))
+            .collect();
+        q = q.bind(storable);
     }
     if let Some(after) = &query.after {
         q = q.bind(after.at).bind(after.run_id.as_str());

@@ -513,7 +513,8 @@ fn count_statement(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
 /// values in order, followed by the values of `LIMIT ? OFFSET ?`.
 fn listing_filter(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
     use rusqlite::types::Value;
-    let mut conditions = Vec::with_capacity(3);
+    let walled = query.resources.as_ref().map(|r| resources_condition(r.len()));
+    let mut conditions: Vec<&str> = Vec::with_capacity(4);
     let mut values = Vec::with_capacity(6);
     if let Some(status) = query.status {
         conditions.push("status = ?");
@@ -533,6 +534,10 @@ fn listing_filter(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
             values.push(Value::Text(thread.thread_id.clone()));
         }
     }
+    if let (Some(resources), Some(walled)) = (&query.resources, &walled) {
+        conditions.push(walled);
+        values.extend(resources.iter().map(|r| Value::Text(r.clone())));
+    }
     // A row value: the index on (created_at DESC, run_id DESC) (or the
     // status or agent one) is entered right after the previous page.
     if let Some(after) = &query.after {
@@ -541,6 +546,16 @@ fn listing_filter(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
         values.push(Value::Text(after.run_id.clone()));
     }
     (page_filter(&conditions, &mut values, query.limit, query.offset), values)
+}
+
+/// The condition of [`RunQuery::resources`] with `count` resources: a run
+/// on no thread, or on a thread of one of them (a placeholder each).
+fn resources_condition(count: usize) -> String {
+    if count == 0 {
+        return "memory_resource_id IS NULL".to_owned();
+    }
+    let placeholders = vec!["?"; count].join(", ");
+    format!("(memory_resource_id IS NULL OR memory_resource_id IN ({placeholders}))")
 }
 
 /// The `WHERE` clause of `conditions` (or nothing), with the values of

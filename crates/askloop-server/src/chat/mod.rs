@@ -187,30 +187,9 @@ async fn answer(
     tool_call_id: Option<&str>,
     data: Value,
 ) -> Result<Response, ApiError> {
-    run_of(state, caller, agent_id, run_id).await?;
     let stream = agents::decision_stream(state, caller, agent_id, run_id, tool_call_id, Decision::Answer(data)).await?;
     let span = agents::run_span(agent_id, run_id, tool_call_id);
     Ok(sse::respond_ui(state, Vec::new(), Some(stream), span))
-}
-
-/// One run of the route's agent that the caller may act on: a run of
-/// another agent, or on a thread of a resource the caller may not use,
-/// answers as an unknown run, and nothing of it is told.
-async fn run_of(state: &AppState, caller: &Caller, agent_id: &str, run_id: &str) -> Result<RunRecord, ApiError> {
-    askloop::IdKind::Run.check(run_id)?;
-    let unknown = || ApiError::UnknownRun {
-        run_id: run_id.to_owned(),
-        agent_id: Some(agent_id.to_owned()),
-    };
-    let run = state.store.get(run_id).await?.ok_or_else(unknown)?;
-    let foreign = run
-        .memory
-        .as_ref()
-        .is_some_and(|memory| caller.check_resource(&memory.key.resource_id).is_err());
-    if run.agent_id != agent_id || foreign {
-        return Err(unknown());
-    }
-    Ok(run)
 }
 
 /// Where a call an approval decision names stands.
@@ -281,7 +260,7 @@ async fn decide_approvals(
     let mut waiting = Vec::new();
     let mut decided = Vec::new();
     for response in approvals {
-        let run = run_of(state, caller, agent_id, &response.run_id).await?;
+        let run = crate::runs::load(state, caller, &response.run_id, Some(agent_id)).await?;
         match standing(&run, &response)? {
             Standing::Waiting => waiting.push(response),
             Standing::Decided(kind) => decided.push((response, kind)),

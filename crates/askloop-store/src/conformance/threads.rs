@@ -334,6 +334,85 @@ pub async fn runs_are_listed_by_their_thread_and_by_resource(s: &Subject) {
     assert_eq!(ids(key("cy", "t1")).await, Vec::<String>::new());
 }
 
+/// A listing walled to some resources holds the runs on no thread and those on their threads only, page after page, and counts only them.
+pub async fn runs_walled_to_resources_are_listed_paged_and_counted_within_the_wall(s: &Subject) {
+    run_on(s.store.as_ref(), "r1", &key("ana", "t1"), 0, &["a"]).await;
+    run_on(s.store.as_ref(), "r2", &key("bo", "t1"), 0, &["b"]).await;
+    run_on(s.store.as_ref(), "r3", &key("ana", "t2"), 0, &["c"]).await;
+    run_on(s.store.as_ref(), "r4", &key("cy", "t1"), 0, &["d"]).await;
+    for plain in ["r5", "r6"] {
+        s.store
+            .create(&new_run(plain, "agent", base_time(), 1), &[user("e")])
+            .await
+            .unwrap();
+    }
+    let walled = |resources: &[&str]| RunQuery {
+        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
+        ..RunQuery::default()
+    };
+    // Listed newest first; all were created at once, so by id, descending.
+    let listed = |query: RunQuery| async move {
+        let ids: Vec<String> = s
+            .store
+            .list(&query)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        let count = s.store.count(&query).await.unwrap();
+        assert_eq!(count, ids.len() as u64, "counted as listed: {query:?}");
+        ids
+    };
+    assert_eq!(listed(walled(&["ana"])).await, vec!["r6", "r5", "r3", "r1"]);
+    assert_eq!(listed(walled(&["bo", "cy"])).await, vec!["r6", "r5", "r4", "r2"]);
+    assert_eq!(
+        listed(walled(&[])).await,
+        vec!["r6", "r5"],
+        "walled to no resource: the runs on no thread"
+    );
+    assert_eq!(
+        listed(walled(&["nobody", "bo\0"])).await,
+        vec!["r6", "r5"],
+        "a resource on no run (one with NUL too) adds nothing"
+    );
+    assert_eq!(listed(RunQuery::default()).await.len(), 6, "unwalled: every run");
+    assert_eq!(
+        listed(RunQuery {
+            thread: Some(key("ana", "")),
+            ..walled(&["bo"])
+        })
+        .await,
+        Vec::<String>::new(),
+        "a resource's threads outside the wall hold nothing"
+    );
+
+    // Page after page, seeking past the previous page's last run.
+    let mut seen = Vec::new();
+    let mut query = RunQuery {
+        limit: Some(1),
+        ..walled(&["bo"])
+    };
+    loop {
+        let page = s.store.list(&query).await.unwrap();
+        let Some(last) = page.last() else { break };
+        query.after = Some(askloop::RunCursor::after_created(last));
+        seen.extend(page.into_iter().map(|r| r.run_id));
+    }
+    assert_eq!(seen, vec!["r6", "r5", "r2"]);
+    // A count with a limit and an offset counts within the wall too.
+    let counted = s
+        .store
+        .count(&RunQuery {
+            limit: Some(10),
+            offset: 1,
+            ..walled(&["ana"])
+        })
+        .await
+        .unwrap();
+    assert_eq!(counted, 3);
+}
+
 /// A thread with an unfinished run is not deleted; once all are finished, it goes with its messages and runs.
 pub async fn deleting_a_thread_deletes_its_messages_and_runs_unless_one_is_unfinished(s: &Subject) {
     let thread = key("ana", "t1");

@@ -572,6 +572,11 @@ fn matches(query: &RunQuery, run: &RunRecord) -> bool {
                 m.key.resource_id == key.resource_id && (key.thread_id.is_empty() || m.key.thread_id == key.thread_id)
             })
         })
+        && query.resources.as_ref().is_none_or(|resources| {
+            run.memory
+                .as_ref()
+                .is_none_or(|m| resources.contains(&m.key.resource_id))
+        })
         && query
             .after
             .as_ref()

@@ -566,6 +566,10 @@ pub struct RunQuery {
     /// Only runs on this stored thread ([`RunRecord::memory`]); with an
     /// empty `thread_id`, runs on any thread of the resource.
     pub thread: Option<ThreadKey>,
+    /// Only runs on no thread, or on a thread of one of these resources
+    /// (`None`: any run). What a caller walled to some resources may list:
+    /// another resource's runs are not listed, nor counted.
+    pub resources: Option<Vec<String>>,
     /// At most this many (all when `None`).
     pub limit: Option<u32>,
     /// Skip this many (for paging).

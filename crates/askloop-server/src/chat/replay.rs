@@ -30,7 +30,12 @@
 //!   over; the older one goes on for the clients attached to it.
 //!
 //! Replays live in this instance's memory: a re-attach that reaches
-//! another instance answers `204`.
+//! another instance answers `204`. A stream that answers a question has no
+//! `start` (it goes on writing the assistant message that asked), and so
+//! neither has its replay: the AI SDK appends it to the chat's last
+//! assistant message, so a client that kept the parts it had received
+//! before the drop shows those parts twice; a page that opens with the
+//! messages stored before the answer (a thread's) does not.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

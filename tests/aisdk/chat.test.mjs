@@ -157,6 +157,27 @@ test('with memory only the newest message is sent and the thread supplies the re
   assert.match(text(last(chat)), /you first asked: Deploy the app\./);
 });
 
+test('resumeStream asks GET /chat/{agentId}/{chatId}/stream; with no stream running it is a 204 and the chat stays as it is', async () => {
+  const asked = [];
+  const chat = chatWith('assistant', {
+    transport: {
+      fetch: async (url, init) => {
+        const response = await fetch(url, init);
+        asked.push([init?.method ?? 'GET', String(url), response.status]);
+        return response;
+      },
+    },
+  });
+  await chat.sendMessage({ text: 'Deploy the app.' });
+  await settled(chat);
+  const before = structuredClone(chat.messages);
+  await chat.resumeStream();
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.deepEqual(chat.messages, before, 'nothing was added or reset');
+  assert.deepEqual(asked.at(-1), ['GET', `${base}/chat/assistant/${encodeURIComponent(chat.id)}/stream`, 204]);
+});
+
 test('an unknown agent is a 404 with askloop\'s error body, not a bare 500', async () => {
   const chat = chatWith('no-such-agent');
   await chat.sendMessage({ text: 'Hi' });

@@ -118,6 +118,11 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a request body may take to arrive in full, by default.
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The most bytes of one chat stream kept for clients that re-attach
+/// ([`ServerOptions::chat_replay_bytes`]): a long answer with its tool
+/// calls fits many times over.
+pub const DEFAULT_CHAT_REPLAY_BYTES: usize = 4 * 1024 * 1024;
+
 /// How long open streams may run on after a shutdown signal, by default.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -169,6 +174,10 @@ pub struct ServerOptions {
     /// How long a request body may take to arrive in full, from the end of
     /// its request's headers; a slower one fails with 408.
     pub body_read_timeout: Duration,
+    /// The most bytes of a chat's stream kept for clients that re-attach
+    /// (`GET /chat/{agentId}/{chatId}/stream`); past it, a re-attach gets
+    /// an `error` part instead of the replay.
+    pub chat_replay_bytes: usize,
 }
 
 impl Default for ServerOptions {
@@ -186,6 +195,7 @@ impl Default for ServerOptions {
             recover_every: DEFAULT_RECOVER_EVERY,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            chat_replay_bytes: DEFAULT_CHAT_REPLAY_BYTES,
         }
     }
 }
@@ -205,6 +215,7 @@ impl fmt::Debug for ServerOptions {
             .field("recover_every", &self.recover_every)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("body_read_timeout", &self.body_read_timeout)
+            .field("chat_replay_bytes", &self.chat_replay_bytes)
             .finish()
     }
 }
@@ -297,6 +308,12 @@ impl ServerOptions {
         self.body_read_timeout = timeout;
         self
     }
+
+    /// Sets the most bytes of a chat's stream kept for re-attaching.
+    pub fn chat_replay_bytes(mut self, bytes: usize) -> Self {
+        self.chat_replay_bytes = bytes;
+        self
+    }
 }
 
 /// Why the server could not be set up or could not serve.
@@ -378,6 +395,8 @@ pub(crate) struct AppState {
     pub(crate) stopping: watch::Sender<bool>,
     /// The streams open now, to give memory back after a burst.
     pub(crate) streams: Arc<memory::Streams>,
+    /// The chat streams a client may re-attach to.
+    pub(crate) chats: Arc<chat::replay::ActiveChats>,
     /// Per agent, the fields a request may replace its settings with.
     pub(crate) overrides: HashMap<String, Vec<RequestOverride>>,
 }
@@ -507,6 +526,7 @@ impl Server {
             events: events::RunEvents::default(),
             stopping: self.stopping.clone(),
             streams: Arc::default(),
+            chats: Arc::new(chat::replay::ActiveChats::new(self.options.chat_replay_bytes)),
             overrides: self.overrides.clone(),
         });
         let api = Router::new()
@@ -552,13 +572,13 @@ impl Server {
         let mcp = mcp::routes(&state);
         // The AI SDK's chat route (`useChat`), outside `/api` as Mastra's
         // `chatRoute` is, behind the same token.
-        let chat =
-            Router::new()
-                .route("/chat/{agent_id}", post(chat::chat))
-                .layer(axum::middleware::from_fn_with_state(
-                    Arc::clone(&state),
-                    auth::require_token,
-                ));
+        let chat = Router::new()
+            .route("/chat/{agent_id}", post(chat::chat))
+            .route("/chat/{agent_id}/{chat_id}/stream", get(chat::replay::reattach))
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&state),
+                auth::require_token,
+            ));
         let mut router = Router::new()
             .nest("/api", api)
             .merge(chat)

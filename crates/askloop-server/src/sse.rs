@@ -19,7 +19,9 @@
 //! A client that goes away mid-stream drops the body; the rest of the run is
 //! then driven on a task tracked by the server, so it still reaches its next
 //! stored state (suspended, completed, failed) and can be resumed from
-//! there, through this server or another. A slow client slows its run
+//! there, through this server or another. On the chat route, what is sent
+//! is also kept for clients that re-attach, and so are the frames of the
+//! rest of the run once the client has gone (`chat/replay.rs`). A slow client slows its run
 //! (hyper stops polling the body while its write buffer is full), as a full
 //! channel to it would.
 
@@ -38,6 +40,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 
 use crate::AppState;
+use crate::chat::replay::{KEEP_ALIVE, ReplayWriter, keep_alive};
 use crate::memory::OpenStream;
 
 /// The last frame of every stream.
@@ -101,6 +104,9 @@ pub(crate) fn respond(state: &AppState, stream: AgentStream, span: tracing::Span
         _open: state.runs.token(),
         _counted: state.streams.open(),
         batch: Batch::new(Wire::Mastra, Vec::new()),
+        replay: None,
+        // `@mastra/client-js` reads only `data:` lines; no comments for it.
+        keep_alive: None,
     };
     sse_response(Body::from_stream(frames))
 }
@@ -108,24 +114,34 @@ pub(crate) fn respond(state: &AppState, stream: AgentStream, span: tracing::Span
 /// Streams a run to the client as the Vercel AI SDK's UI message stream
 /// (protocol v1): `prelude` first (frames already written with
 /// [`push_json`]), then the run's chunks as UI message chunks, if there is
-/// a run to stream, then `[DONE]`.
+/// a run to stream, then `[DONE]`. What is sent also goes to `replay`, for
+/// clients that re-attach (`chat/replay.rs`); if the client goes away, the
+/// rest of the run still goes there. A silence of 15 s is broken by an SSE
+/// comment (`: keep-alive`), so proxies keep an idle stream open.
 pub(crate) fn respond_ui(
     state: &AppState,
     prelude: Vec<u8>,
-    stream: Option<AgentStream>,
+    stream: Option<(AgentStream, Option<ReplayWriter>)>,
     span: tracing::Span,
 ) -> Response {
     let body = match stream {
-        Some(stream) => Body::from_stream(Frames {
+        Some((stream, replay)) => Body::from_stream(Frames {
             run: Some(stream),
             span,
             runs: state.runs.clone(),
             _open: state.runs.token(),
             _counted: state.streams.open(),
             batch: Batch::new(Wire::UiMessage, prelude),
+            replay,
+            keep_alive: Some(keep_alive()),
         }),
         None => Body::from([prelude, DONE.to_vec()].concat()),
     };
+    ui_response(body)
+}
+
+/// A `200` response carrying the UI message stream `body`.
+pub(crate) fn ui_response(body: Body) -> Response {
     let mut response = sse_response(body);
     response
         .headers_mut()
@@ -157,6 +173,11 @@ struct Frames {
     _counted: OpenStream,
     /// The frames not yet handed to the connection.
     batch: Batch,
+    /// Where what is sent is kept for clients that re-attach.
+    replay: Option<ReplayWriter>,
+    /// When to send a comment to a connection that has had nothing for a
+    /// while (`None`: never).
+    keep_alive: Option<tokio::time::Interval>,
 }
 
 impl Stream for Frames {
@@ -168,9 +189,32 @@ impl Stream for Frames {
             return Poll::Ready(None);
         };
         let _entered = this.span.enter();
-        let frames = match std::task::ready!(this.batch.poll(run, cx)) {
-            Gathered::Frames(frames) => frames,
+        let gathered = match this.batch.poll(run, cx) {
+            Poll::Ready(gathered) => gathered,
+            Poll::Pending => {
+                if let Some(every) = this.keep_alive.as_mut()
+                    && every.poll_tick(cx).is_ready()
+                {
+                    return Poll::Ready(Some(Ok(Bytes::from_static(KEEP_ALIVE))));
+                }
+                return Poll::Pending;
+            }
+        };
+        if let Some(every) = this.keep_alive.as_mut() {
+            every.reset();
+        }
+        let frames = match gathered {
+            Gathered::Frames(frames) => {
+                if let Some(replay) = &this.replay {
+                    replay.push(&frames);
+                }
+                frames
+            }
             Gathered::Last(frames) => {
+                // Kept, then the replay ends: the stream is over.
+                if let Some(replay) = this.replay.take() {
+                    replay.push(&frames);
+                }
                 if let Some(run) = this.run.take() {
                     log_end(run);
                 }
@@ -257,17 +301,40 @@ impl Drop for Frames {
         let _entered = self.span.enter();
         tracing::info!("the client went away; the run goes on to its next stored state");
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let rest = run.output().map(|output| {
-                    tracing::info!(status = %output.status, error = output.error().as_deref(), "stream ended");
-                });
-                self.runs.spawn_on(rest.instrument(self.span.clone()), &runtime);
-            }
+            Ok(runtime) => match self.replay.take() {
+                // Nobody may come back for the frames: only the run matters.
+                None => {
+                    let rest = run.output().map(|output| {
+                        tracing::info!(status = %output.status, error = output.error().as_deref(), "stream ended");
+                    });
+                    self.runs.spawn_on(rest.instrument(self.span.clone()), &runtime);
+                }
+                Some(replay) => {
+                    let unsent = std::mem::take(&mut self.batch.out);
+                    let rest = keep_for_replay(run, self.batch.wire, unsent, replay);
+                    self.runs.spawn_on(rest.instrument(self.span.clone()), &runtime);
+                }
+            },
             // Outside a runtime the stream's own drop says the run stays
             // where it is.
             Err(_) => drop(run),
         }
     }
+}
+
+/// Drives the rest of a run whose client went away, keeping its frames
+/// (`unsent` first) in `replay` for a client that re-attaches.
+async fn keep_for_replay(mut run: AgentStream, wire: Wire, unsent: Vec<u8>, replay: ReplayWriter) {
+    replay.push(&unsent);
+    let mut out = Vec::new();
+    while let Some(chunk) = run.next().await {
+        push_frame(&mut out, &chunk, wire);
+        replay.push(&out);
+        out.clear();
+    }
+    replay.push(DONE);
+    drop(replay);
+    log_end(run);
 }
 
 /// Logs how a stream that was read to its end ended.

@@ -30,6 +30,7 @@
 
 mod history;
 pub(crate) mod parts;
+pub(crate) mod replay;
 
 use std::sync::Arc;
 
@@ -66,9 +67,10 @@ pub(crate) struct ChatRequest {
     /// The assistant message the request continues, when it does.
     #[serde(default)]
     message_id: Option<String>,
-    /// The chat's id on the client (not the run's, not a thread's).
+    /// The chat's id on the client (not the run's, not a thread's): the
+    /// stream is kept under it for re-attaching (`replay.rs`).
     #[serde(default, rename = "id")]
-    _chat_id: Option<Value>,
+    chat_id: Option<Value>,
     /// The run whose pending call `resumeData` answers.
     #[serde(default)]
     run_id: Option<String>,
@@ -101,6 +103,10 @@ pub(crate) async fn chat(
         ));
     }
     let mut fields = request.fields;
+    let chat = Chat {
+        agent_id: &agent_id,
+        id: request.chat_id.as_ref().and_then(Value::as_str),
+    };
     if let Some(data) = request.resume_data {
         let Some(run_id) = request.run_id else {
             return Err(refused(
@@ -111,15 +117,7 @@ pub(crate) async fn chat(
         };
         crate::threads::request::decision_memory(&mut fields, &caller)?;
         request_fields::decision_fields(fields, DECISION_FIELDS)?;
-        return answer(
-            &state,
-            &caller,
-            &agent_id,
-            &run_id,
-            request.tool_call_id.as_deref(),
-            data,
-        )
-        .await;
+        return answer(&state, &caller, chat, &run_id, request.tool_call_id.as_deref(), data).await;
     }
     if request.tool_call_id.is_some() {
         return Err(refused(
@@ -143,7 +141,7 @@ pub(crate) async fn chat(
             .message_id
             .or_else(|| history::last_assistant_id(&messages))
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        return decide_approvals(&state, &caller, &agent_id, approvals, message_id).await;
+        return decide_approvals(&state, &caller, chat, approvals, message_id).await;
     }
     if let Some(run_id) = request.run_id {
         return Err(refused(
@@ -153,7 +151,31 @@ pub(crate) async fn chat(
             ),
         ));
     }
-    start(&state, &caller, &agent_id, &messages, fields).await
+    start(&state, &caller, chat, &messages, fields).await
+}
+
+/// The chat a request streams for: its agent, and its id on the client
+/// when it sent one.
+#[derive(Clone, Copy)]
+struct Chat<'a> {
+    agent_id: &'a str,
+    id: Option<&'a str>,
+}
+
+impl Chat<'_> {
+    /// `stream`, with the writer that keeps it for re-attaching when the
+    /// chat has an id.
+    fn kept(
+        self,
+        state: &AppState,
+        caller: &Caller,
+        stream: askloop::AgentStream,
+    ) -> (askloop::AgentStream, Option<replay::ReplayWriter>) {
+        let writer = self
+            .id
+            .map(|id| state.chats.open(caller.author().by, self.agent_id, id, stream.run_id()));
+        (stream, writer)
+    }
 }
 
 /// Starts a run from the client's messages (or, with `memory`, the
@@ -161,10 +183,11 @@ pub(crate) async fn chat(
 async fn start(
     state: &AppState,
     caller: &Caller,
-    agent_id: &str,
+    chat: Chat<'_>,
     messages: &[history::UiMessage],
     fields: Map<String, Value>,
 ) -> Result<Response, ApiError> {
+    let agent_id = chat.agent_id;
     let agent = state.agent(agent_id)?;
     let options = agents::run_options(fields, None, None, agent, state.overrides_for(agent_id), caller)?;
     let input: Vec<Message> = match options.thread {
@@ -173,7 +196,12 @@ async fn start(
     };
     let stream = agent.stream_with(input, options).await?;
     let span = agents::run_span(agent_id, stream.run_id(), None);
-    Ok(sse::respond_ui(state, Vec::new(), Some(stream), span))
+    Ok(sse::respond_ui(
+        state,
+        Vec::new(),
+        Some(chat.kept(state, caller, stream)),
+        span,
+    ))
 }
 
 /// Answers a pending call of a run the caller may act on, and streams the
@@ -182,14 +210,20 @@ async fn start(
 async fn answer(
     state: &AppState,
     caller: &Caller,
-    agent_id: &str,
+    chat: Chat<'_>,
     run_id: &str,
     tool_call_id: Option<&str>,
     data: Value,
 ) -> Result<Response, ApiError> {
+    let agent_id = chat.agent_id;
     let stream = agents::decision_stream(state, caller, agent_id, run_id, tool_call_id, Decision::Answer(data)).await?;
     let span = agents::run_span(agent_id, run_id, tool_call_id);
-    Ok(sse::respond_ui(state, Vec::new(), Some(stream), span))
+    Ok(sse::respond_ui(
+        state,
+        Vec::new(),
+        Some(chat.kept(state, caller, stream)),
+        span,
+    ))
 }
 
 /// Where a call an approval decision names stands.
@@ -251,10 +285,11 @@ fn standing(run: &RunRecord, response: &ApprovalResponse) -> Result<Standing, Ap
 async fn decide_approvals(
     state: &AppState,
     caller: &Caller,
-    agent_id: &str,
+    chat: Chat<'_>,
     approvals: Vec<ApprovalResponse>,
     message_id: String,
 ) -> Result<Response, ApiError> {
+    let agent_id = chat.agent_id;
     // Everything is checked before anything is applied: one refused
     // decision refuses the request, and nothing runs.
     let mut waiting = Vec::new();
@@ -307,7 +342,7 @@ async fn decide_approvals(
         }
     }
     Ok(match live {
-        Some((stream, span)) => sse::respond_ui(state, prelude, Some(stream), span),
+        Some((stream, span)) => sse::respond_ui(state, prelude, Some(chat.kept(state, caller, stream)), span),
         None => sse::respond_ui(state, prelude, None, tracing::Span::current()),
     })
 }

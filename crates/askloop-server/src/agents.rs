@@ -168,12 +168,8 @@ pub(crate) async fn approve(
     caller: Caller,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
-    let mut fields = request.fields;
-    crate::threads::request::decision_memory(&mut fields, &caller)?;
-    request_fields::decision_fields(fields, "runId, toolCallId")?;
-    let call = request.tool_call_id.as_deref();
-    let decision = Decision::Approve(request.reason);
-    decide(&state, &caller, &agent_id, &request.run_id, call, decision).await
+    let (run_id, call, decision) = approval(request, &caller, true)?;
+    decide(&state, &caller, &agent_id, &run_id, call.as_deref(), decision).await
 }
 
 /// `POST /api/agents/{agentId}/approve-tool-call-generate`: approves as
@@ -185,13 +181,9 @@ pub(crate) async fn approve_generate(
     caller: Caller,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Json<GenerateResponse>, ApiError> {
-    let mut fields = request.fields;
-    crate::threads::request::decision_memory(&mut fields, &caller)?;
-    request_fields::decision_fields(fields, "runId, toolCallId")?;
-    let call = request.tool_call_id.as_deref();
-    let decision = Decision::Approve(request.reason);
-    let stream = decision_stream(&state, &caller, &agent_id, &request.run_id, call, decision).await?;
-    generated(&state, stream, run_span(&agent_id, &request.run_id, call)).await
+    let (run_id, call, decision) = approval(request, &caller, true)?;
+    let stream = decision_stream(&state, &caller, &agent_id, &run_id, call.as_deref(), decision).await?;
+    generated(&state, stream, run_span(&agent_id, &run_id, call.as_deref())).await
 }
 
 /// `POST /api/agents/{agentId}/decline-tool-call-generate`.
@@ -201,13 +193,9 @@ pub(crate) async fn decline_generate(
     caller: Caller,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Json<GenerateResponse>, ApiError> {
-    let mut fields = request.fields;
-    crate::threads::request::decision_memory(&mut fields, &caller)?;
-    request_fields::decision_fields(fields, "runId, toolCallId, reason")?;
-    let call = request.tool_call_id.as_deref();
-    let decision = Decision::Decline(request.reason);
-    let stream = decision_stream(&state, &caller, &agent_id, &request.run_id, call, decision).await?;
-    generated(&state, stream, run_span(&agent_id, &request.run_id, call)).await
+    let (run_id, call, decision) = approval(request, &caller, false)?;
+    let stream = decision_stream(&state, &caller, &agent_id, &run_id, call.as_deref(), decision).await?;
+    generated(&state, stream, run_span(&agent_id, &run_id, call.as_deref())).await
 }
 
 /// `POST /api/agents/{agentId}/decline-tool-call`.
@@ -217,19 +205,27 @@ pub(crate) async fn decline(
     caller: Caller,
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Response, ApiError> {
+    let (run_id, call, decision) = approval(request, &caller, false)?;
+    decide(&state, &caller, &agent_id, &run_id, call.as_deref(), decision).await
+}
+
+/// The run, the call and the decision an approve (`approved`) or decline
+/// body asks for, its other fields checked first: a `memory` must be the
+/// caller's, and any other field is refused by name.
+fn approval(
+    request: DecisionRequest,
+    caller: &Caller,
+    approved: bool,
+) -> Result<(String, Option<String>, Decision), ApiError> {
     let mut fields = request.fields;
-    crate::threads::request::decision_memory(&mut fields, &caller)?;
-    request_fields::decision_fields(fields, "runId, toolCallId, reason")?;
-    let call = request.tool_call_id.as_deref();
-    decide(
-        &state,
-        &caller,
-        &agent_id,
-        &request.run_id,
-        call,
-        Decision::Decline(request.reason),
-    )
-    .await
+    crate::threads::request::decision_memory(&mut fields, caller)?;
+    let (accepted, decision) = if approved {
+        ("runId, toolCallId", Decision::Approve(request.reason))
+    } else {
+        ("runId, toolCallId, reason", Decision::Decline(request.reason))
+    };
+    request_fields::decision_fields(fields, accepted)?;
+    Ok((request.run_id, request.tool_call_id, decision))
 }
 
 /// What a person sent about a pending call, through one of the routes

@@ -7,6 +7,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+pub mod node;
 pub mod pty;
 pub mod raw;
 mod serving;

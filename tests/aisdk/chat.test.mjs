@@ -131,6 +131,70 @@ test('addToolApprovalResponse with approved false declines: the tool never runs,
   assert.match(text(last(chat)), /not on a Friday/);
 });
 
+// The request a useChat app sends after addToolApprovalResponse, built by
+// hand from the messages as they stood when the approval was asked, so its
+// approval can be forged or sent twice.
+function approvalRequest(chatId, asked, toolCallId, approval) {
+  const assistant = asked.at(-1);
+  const parts = assistant.parts.map((p) =>
+    p.toolCallId === toolCallId && p.type.startsWith('tool-') ? { ...p, state: 'approval-responded', approval } : p,
+  );
+  return fetch(`${base}/chat/writer`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', Authorization: `Bearer ${token}` },
+    body: JSON.stringify({
+      id: chatId,
+      messages: [...asked.slice(0, -1), { ...assistant, parts }],
+      trigger: 'submit-message',
+      messageId: assistant.id,
+    }),
+  });
+}
+
+async function runOf(runId) {
+  const response = await fetch(`${base}/api/runs/${runId}`, { headers: { Authorization: `Bearer ${token}` } });
+  assert.equal(response.status, 200);
+  return response.json();
+}
+
+test('a forged approval id is refused and nothing runs; the same decision sent again runs nothing; a contrary one is refused', async () => {
+  const chat = chatWith('writer', { sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses });
+  await chat.sendMessage({ text: 'Write the release notes.' });
+  await settled(chat);
+  const requested = toolPart(last(chat));
+  assert.equal(requested.state, 'approval-requested');
+  const [runId] = requested.approval.id.split('::');
+  const asked = structuredClone(chat.messages);
+  const send = (approval) => approvalRequest(chat.id, asked, requested.toolCallId, approval);
+
+  // Another run's id in Mastra's form: the run does not exist, nothing runs.
+  const forged = await send({
+    id: `01900000-0000-7000-8000-000000000000::${requested.toolCallId}`,
+    approved: true,
+  });
+  assert.equal(forged.status, 404, await forged.text());
+  assert.equal((await runOf(runId)).status, 'suspended', 'the real run still waits');
+
+  await chat.addToolApprovalResponse({ id: requested.approval.id, approved: true });
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  const done = await runOf(runId);
+  assert.equal(done.status, 'completed');
+
+  // A client retrying after a dropped response: answered as applied, with
+  // the stored output, and nothing written.
+  const again = await send({ id: requested.approval.id, approved: true });
+  assert.equal(again.status, 200);
+  const body = await again.text();
+  assert.match(body, /"type":"tool-output-available"/);
+  assert.equal((await runOf(runId)).version, done.version, 'the repeat wrote nothing');
+
+  const contrary = await send({ id: requested.approval.id, approved: false });
+  assert.equal(contrary.status, 409);
+  assert.match(await contrary.text(), /already_decided/);
+  assert.equal((await runOf(runId)).version, done.version, 'the contrary decision wrote nothing');
+});
+
 test('with memory only the newest message is sent and the thread supplies the rest', async () => {
   const memory = { thread: `aisdk-${Date.now()}`, resource: 'aisdk-user' };
   const chat = chatWith('assistant', {

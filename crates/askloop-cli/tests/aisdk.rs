@@ -38,7 +38,7 @@ fn the_ai_sdk_chat_engine_asks_answers_approves_declines_and_keeps_a_thread_thro
         ],
     );
     // Not vacuous: every test ran and passed.
-    assert_eq!(tap_passed(&report), 6, "{report}");
+    assert_eq!(tap_passed(&report), 7, "{report}");
 }
 
 /// The example page `examples/use-chat` (React's `useChat`) in Debian's

@@ -98,7 +98,8 @@ test('a question from ask_user is answered in the page, and the run ends with it
   await page.getByText(/^Deploying to .*staging/).waitFor();
   await question.getByText('User answered: staging').waitFor();
   assert.equal(await question.getByRole('button').count(), 0, 'an answered question offers no answers');
-  assert.equal(await page.locator('.status').textContent(), 'Status: ready');
+  // The text shows before the stream's end is read: wait for the chat to settle.
+  await page.locator('.status', { hasText: 'Status: ready' }).waitFor({ timeout: 10_000 });
   if (screenshot) await page.screenshot({ path: screenshot.replace(/\.png$/, '-answered.png'), fullPage: true });
   assert.deepEqual(errors, []);
 });

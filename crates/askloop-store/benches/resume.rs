@@ -142,7 +142,7 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
             error: None,
             failure: None,
             lease: None,
-            resolution: None,
+            resolutions: &[],
             outbox: &[],
         })
         .await
@@ -188,7 +188,7 @@ impl Fixture {
                     error: None,
                     failure: None,
                     lease: None,
-                    resolution: None,
+                    resolutions: &[],
                     outbox: &[],
                 })
                 .await

@@ -673,7 +673,7 @@ impl RunStore for PostgresStore {
              step_results = $4::jsonb, message_count = message_count + $5, steps = $6, usage = $7::jsonb, \
              error = $8, failure = $12::jsonb, lease_owner = $13, lease_until = $14, \
              expires_at = $15, resolutions = CASE WHEN $16::jsonb IS NULL THEN resolutions \
-             ELSE resolutions || jsonb_build_array($16::jsonb) END \
+             ELSE resolutions || $16::jsonb END \
              WHERE run_id = $10 AND version = $11 AND schema_version <= $9 \
              RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id",
         )

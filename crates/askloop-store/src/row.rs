@@ -186,10 +186,11 @@ impl JsonColumns {
             &update.usage,
             update.failure,
         )?;
-        json.resolutions = update
-            .resolution
-            .map(|r| to_json(update.run_id, "resolution", r))
-            .transpose()?;
+        json.resolutions = if update.resolutions.is_empty() {
+            None
+        } else {
+            Some(to_json(update.run_id, "resolutions", update.resolutions)?)
+        };
         Ok(json)
     }
 

@@ -808,7 +808,7 @@ impl RunStore for SqliteStore {
             failure: json.failure,
             lease_owner: update.lease.map(|lease| lease.owner.clone()),
             lease_until: update.lease.map(|lease| micros(lease.until)),
-            resolution: json.resolutions,
+            resolutions: json.resolutions,
             expires_at: json.expires_at.map(micros),
             outbox: update
                 .outbox

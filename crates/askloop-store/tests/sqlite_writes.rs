@@ -32,7 +32,7 @@ fn step_to<'a>(run_id: &'a str, expected_version: i64, status: RunStatus, append
         error: None,
         failure: None,
         lease: None,
-        resolution: None,
+        resolutions: &[],
         outbox: &[],
     }
 }

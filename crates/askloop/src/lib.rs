@@ -31,7 +31,7 @@ pub mod store;
 pub mod tool;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentInput, AgentStream, BuildError, DEFAULT_LAST_MESSAGES, DEFAULT_MAX_STEPS,
+    Agent, AgentBuilder, AgentInput, AgentStream, BuildError, CallDecision, DEFAULT_LAST_MESSAGES, DEFAULT_MAX_STEPS,
     MAX_REASON_BYTES, ResumeOptions, StreamOptions, StreamOutput, ThreadOptions,
 };
 pub use ask_user::{ASK_USER_TOOL_ID, AskUser, AskUserInput, AskUserLimits, AskUserOption, Question, SelectionMode};

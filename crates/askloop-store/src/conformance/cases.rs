@@ -121,7 +121,7 @@ pub(crate) fn step<'a>(
         error: None,
         failure: None,
         lease: None,
-        resolution: None,
+        resolutions: &[],
         outbox: &[],
     }
 }

@@ -56,7 +56,7 @@ fn write<'a>(run_id: &'a str, version: i64, status: RunStatus, pending: &'a [Pen
         error: None,
         failure: None,
         lease: None,
-        resolution: None,
+        resolutions: &[],
         outbox: &[],
     }
 }

@@ -102,9 +102,9 @@ pub async fn expiring_runs_are_read_page_after_page_each_once(s: &Subject) {
     assert_eq!(sizes, [3, 3, 1]);
 }
 
-/// Each write may append one resolution; the run keeps them all, in order,
-/// with their author and time, and a write without one keeps them as they
-/// were.
+/// Each write may append resolutions (several when decisions for several
+/// calls are applied together); the run keeps them all, in order, with
+/// their author and time, and a write without any keeps them as they were.
 pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
     let v = suspended_on(s, "run-r", &[question("c1", None), question("c2", None)]).await;
     let answered = Resolution {
@@ -116,7 +116,7 @@ pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
     let mut first = step("run-r", v, RunStatus::Suspended, &[], &[]);
     let still = [question("c2", None)];
     first.pending = &still;
-    first.resolution = Some(&answered);
+    first.resolutions = std::slice::from_ref(&answered);
     let v = s.store.update(first).await.unwrap();
     let v = s
         .store
@@ -129,13 +129,27 @@ pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
         at: at(SystemClock.now()),
         author: Author::via(Interface::Server),
     };
+    // Two in one write: a late decision for c1 and the expiry of c2.
+    let redecided = Resolution {
+        tool_call_id: Some("c1".into()),
+        kind: ResolutionKind::Declined,
+        at: at(SystemClock.now()),
+        author: Author::named(Interface::Cli, "lead"),
+    };
+    let both = [redecided.clone(), expired.clone()];
     let mut last = step("run-r", v, RunStatus::Completed, &[], &[]);
-    last.resolution = Some(&expired);
+    last.resolutions = &both;
     s.store.update(last).await.unwrap();
 
     let run = s.store.get("run-r").await.unwrap().unwrap();
-    assert_eq!(run.resolutions, [answered.clone(), expired.clone()]);
+    let all = [answered, redecided.clone(), expired.clone()];
+    assert_eq!(run.resolutions, all);
     assert_eq!(run.resolution_of("c2"), Some(&expired));
+    assert_eq!(
+        run.resolution_of("c1"),
+        Some(&redecided),
+        "the latest of a call's resolutions"
+    );
     let listed = s.store.list(&Default::default()).await.unwrap();
-    assert_eq!(listed[0].resolutions, [answered, expired]);
+    assert_eq!(listed[0].resolutions, all);
 }

@@ -49,7 +49,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             error: None,
             failure: None,
             lease: None,
-            resolution: None,
+            resolutions: &[],
             outbox: &[],
         })
         .await
@@ -77,7 +77,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             error: Some(AWKWARD),
             failure: None,
             lease: None,
-            resolution: None,
+            resolutions: &[],
             outbox: &[],
         })
         .await

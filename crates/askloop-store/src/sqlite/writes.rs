@@ -125,8 +125,8 @@ pub(crate) struct Step {
     pub(crate) failure: Option<String>,
     pub(crate) lease_owner: Option<String>,
     pub(crate) lease_until: Option<i64>,
-    /// A resolution to append to the run's, as JSON.
-    pub(crate) resolution: Option<String>,
+    /// Resolutions to append to the run's, as a JSON array.
+    pub(crate) resolutions: Option<String>,
     pub(crate) expires_at: Option<i64>,
     /// Notifications the step raises, inserted in its transaction.
     pub(crate) outbox: Vec<NewDelivery>,
@@ -303,8 +303,10 @@ impl Write {
                         "UPDATE runs SET status = ?, version = version + 1, updated_at = ?, pending = ?, \
                          step_results = ?, message_count = message_count + ?, steps = ?, usage = ?, error = ?, \
                          failure = ?, lease_owner = ?, lease_until = ?, expires_at = ?, \
-                         resolutions = CASE WHEN ? IS NULL THEN resolutions \
-                         ELSE json_insert(resolutions, '$[#]', json(?)) END \
+                         resolutions = CASE WHEN ?13 IS NULL THEN resolutions \
+                         ELSE (SELECT json_group_array(json(value) ORDER BY part, key) FROM \
+                         (SELECT 0 AS part, key, value FROM json_each(runs.resolutions) \
+                         UNION ALL SELECT 1, key, value FROM json_each(?13))) END \
                          WHERE run_id = ? AND version = ? AND schema_version <= ? \
                          RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id",
                     )
@@ -324,8 +326,7 @@ impl Write {
                             step.lease_owner,
                             step.lease_until,
                             step.expires_at,
-                            step.resolution,
-                            step.resolution,
+                            step.resolutions,
                             step.run_id,
                             step.expected_version,
                             RUN_SCHEMA_VERSION,
@@ -852,7 +853,7 @@ mod tests {
                 failure: None,
                 lease_owner: None,
                 lease_until: None,
-                resolution: None,
+                resolutions: None,
                 expires_at: None,
                 outbox: Vec::new(),
             },
@@ -916,7 +917,7 @@ mod tests {
                 error: None,
                 failure: None,
                 lease: None,
-                resolution: None,
+                resolutions: &[],
                 outbox: &[],
             })
             .await

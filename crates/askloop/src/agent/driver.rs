@@ -21,7 +21,7 @@ use tracing::Instrument;
 use super::expiry;
 use super::inner::AgentInner;
 use super::machine::{
-    CheckedCall, DriveFrom, Effect, End, Event, Resume, ResumeAction, RunMachine, RunWrite, StepSummary,
+    CheckedCall, Decided, DriveFrom, Effect, End, Event, Resume, ResumeAction, RunMachine, RunWrite, StepSummary,
     last_tool_calls, notifications, record_landed,
 };
 use super::stream::{Outbox, StreamOutput};
@@ -45,9 +45,10 @@ pub(crate) struct RunState {
 pub(crate) enum Start {
     /// A new run.
     Fresh,
-    /// A claimed run, with the decision to apply and who made it (`None`:
-    /// the claim stored the decision already, marking its call started).
-    Resume(ResumeAction, Option<Author>),
+    /// A claimed run, with the decisions to apply together and who made
+    /// each (`None`: the claim stored that decision already, marking its
+    /// call started).
+    Resume(Vec<(ResumeAction, Option<Author>)>),
     /// A decision already applied and written (see `Driver::apply`): the
     /// machine goes on from there.
     Applied,
@@ -58,7 +59,7 @@ pub(crate) enum Start {
 impl From<DriveFrom> for Start {
     fn from(start: DriveFrom) -> Self {
         match start {
-            DriveFrom::Resume(action, author) => Start::Resume(action, author),
+            DriveFrom::Resume(decisions) => Start::Resume(decisions),
             DriveFrom::Recovered => Start::Recovered,
         }
     }
@@ -137,7 +138,7 @@ impl Driver {
         let work = async {
             let first = match start {
                 Start::Fresh => Some(Event::Started),
-                Start::Resume(action, author) => Some(Event::Resumed(self.resume(action, author, true))),
+                Start::Resume(decisions) => Some(Event::Resumed(self.resume(decisions, true))),
                 Start::Applied => None,
                 Start::Recovered => Some(self.recovered()),
             };
@@ -287,40 +288,50 @@ impl Driver {
         }
     }
 
-    /// A decision as the machine takes it, with what the driver knows of
-    /// its call: who decided (`author`; `None` when the claim recorded
-    /// it), what the tool takes a decline as, and the stored turn.
-    fn resume(&self, action: ResumeAction, author: Option<Author>, claimed: bool) -> Resume {
-        let id = action.tool_call_id();
-        let call = self.machine.pending().iter().find(|p| p.tool_call_id == id);
+    /// Decisions as the machine takes them, with what the driver knows of
+    /// their calls: who decided each (`None` when the claim recorded it),
+    /// what a tool takes a decline as, and the stored turn.
+    fn resume(&self, decisions: Vec<(ResumeAction, Option<Author>)>, claimed: bool) -> Resume {
         let now = self.agent.clock.now();
-        let resolution = author.map(|author| expiry::resolution(call, id, action.resolution_kind(), author, now));
-        let decline_answer = match &action {
-            ResumeAction::DeclineQuestion { reason, .. } => self
-                .machine
-                .pending()
-                .iter()
-                .find(|p| p.tool_call_id == id)
-                .and_then(|p| self.agent.decline_as_answer(&p.tool_name, reason.as_deref())),
-            _ => None,
-        };
+        let decisions = decisions
+            .into_iter()
+            .map(|(action, author)| {
+                let id = action.tool_call_id();
+                let call = self.machine.pending().iter().find(|p| p.tool_call_id == id);
+                let resolution =
+                    author.map(|author| expiry::resolution(call, id, action.resolution_kind(), author, now));
+                let decline_answer = match (&action, call) {
+                    (ResumeAction::DeclineQuestion { reason, .. }, Some(call)) => {
+                        self.agent.decline_as_answer(&call.tool_name, reason.as_deref())
+                    }
+                    _ => None,
+                };
+                Decided {
+                    action,
+                    resolution,
+                    decline_answer,
+                }
+            })
+            .collect();
         Resume {
-            action,
-            resolution,
-            decline_answer,
+            decisions,
             turn_calls: last_tool_calls(&self.state.messages),
             claimed,
         }
     }
 
-    /// Applies a checked decision to its pending call and writes the
-    /// result, as one compare-and-set on the version this driver holds:
+    /// Applies checked decisions to their pending calls and writes the
+    /// results, as one compare-and-set on the version this driver holds:
     /// the write is the run's claim. Returns once it is stored, emitting
     /// nothing yet: the machine goes on from there when the stream runs
     /// (`Start::Applied`). The same write records who decided, among the
     /// run's resolutions.
-    pub(crate) async fn apply(&mut self, action: ResumeAction, author: Author) -> Result<(), ApplyFailed> {
-        let resume = self.resume(action, Some(author), false);
+    pub(crate) async fn apply(&mut self, actions: Vec<ResumeAction>, author: Author) -> Result<(), ApplyFailed> {
+        let decisions = actions
+            .into_iter()
+            .map(|action| (action, Some(author.clone())))
+            .collect();
+        let resume = self.resume(decisions, false);
         self.machine.handle(Event::Resumed(resume));
         loop {
             let event = match self.machine.poll_effect() {
@@ -434,7 +445,7 @@ pub(crate) fn store_update<'a>(
             record,
             waited,
             &write.pending,
-            write.resolution.as_ref(),
+            &write.resolutions,
             agent.clock.now(),
         ),
     }
@@ -466,7 +477,7 @@ impl StoreUpdate<'_> {
             error: self.error.as_deref(),
             failure: write.failure.as_ref(),
             lease: self.lease,
-            resolution: write.resolution.as_ref(),
+            resolutions: &write.resolutions,
             outbox: &self.outbox,
         }
     }

@@ -123,7 +123,7 @@ impl Agent {
                         Err(err) => EntryEvent::WriteFailed(err),
                     }
                 }
-                EntryEffect::Apply { action, author, run } => {
+                EntryEffect::Apply { actions, author, run } => {
                     match self.conversation(run_id, run.version).await {
                         Err(err) => EntryEvent::ApplyFailed(ApplyFailure::Store(err)),
                         Ok(messages) => {
@@ -133,7 +133,7 @@ impl Agent {
                             let outbox = stream::Outbox::default();
                             let state = RunState { record, messages };
                             let mut driver = Driver::new(Arc::clone(inner), state, Arc::clone(&outbox));
-                            match driver.apply(action, author).await {
+                            match driver.apply(actions, author).await {
                                 Ok(()) => {
                                     applied = Some((driver, outbox));
                                     EntryEvent::Applied

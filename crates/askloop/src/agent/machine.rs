@@ -27,7 +27,9 @@ mod run;
 pub(crate) use entry::{
     ApplyFailure, DriveFrom, Entered, Entry, EntryEffect, EntryEvent, Request, ToolBook, UNANSWERED,
 };
-pub(crate) use run::{CheckedCall, Effect, End, Event, ModelTurn, Resume, RunMachine, RunWrite, StepSummary, ToolRun};
+pub(crate) use run::{
+    CheckedCall, Decided, Effect, End, Event, ModelTurn, Resume, RunMachine, RunWrite, StepSummary, ToolRun,
+};
 
 /// The JSON Schema of an approval decision, as Mastra publishes it.
 pub(crate) fn approval_schema() -> Value {
@@ -44,7 +46,7 @@ pub(crate) fn approval_schema() -> Value {
 
 /// Makes `record` what the store holds once `write` landed at `version`
 /// with `lease`: the one place a record follows its stored row. The
-/// write's resolution and failure are taken into the record; its pending
+/// write's resolutions and failure are taken into the record; its pending
 /// calls and step results are left to the caller (a driver's machine holds
 /// them while it drives, a claim puts them in the record).
 pub(crate) fn record_landed(record: &mut RunRecord, write: &mut RunWrite, version: i64, lease: Option<Lease>) {
@@ -53,21 +55,21 @@ pub(crate) fn record_landed(record: &mut RunRecord, write: &mut RunWrite, versio
     record.steps = write.steps;
     record.usage = write.usage;
     record.message_count += write.append.len() as i64;
-    record.resolutions.extend(write.resolution.take());
+    record.resolutions.append(&mut write.resolutions);
     record.failure = write.failure.take();
     record.lease = lease;
 }
 
 /// The notifications a write of `record` made at `now` announces, for the agent's
 /// subscriptions: each call of `pending` that was not among the calls that
-/// `waited` before is raised, and the decision applied resolves the call
+/// `waited` before is raised, and each decision applied resolves its call
 /// as it waited. Nothing (and no work) for an agent without subscriptions.
 pub(crate) fn notifications(
     subscriptions: &[Subscription],
     record: &RunRecord,
     waited: &[PendingToolCall],
     pending: &[PendingToolCall],
-    resolution: Option<&Resolution>,
+    resolutions: &[Resolution],
     now: DateTime<Utc>,
 ) -> Vec<OutboxMessage> {
     if subscriptions.is_empty() {
@@ -77,18 +79,21 @@ pub(crate) fn notifications(
         .iter()
         .filter(|p| !waited.iter().any(|w| w.tool_call_id == p.tool_call_id))
         .collect();
-    let resolved = resolution.map(|r| {
-        let call = r
-            .tool_call_id
-            .as_deref()
-            .and_then(|id| waited.iter().find(|w| w.tool_call_id == id));
-        (r, call)
-    });
+    let resolved: Vec<(&Resolution, Option<&PendingToolCall>)> = resolutions
+        .iter()
+        .map(|r| {
+            let call = r
+                .tool_call_id
+                .as_deref()
+                .and_then(|id| waited.iter().find(|w| w.tool_call_id == id));
+            (r, call)
+        })
+        .collect();
     let run = EventRun {
         run_id: &record.run_id,
         agent_id: &record.agent_id,
     };
-    messages_for(subscriptions, run, &raised, resolved, now)
+    messages_for(subscriptions, run, &raised, &resolved, now)
 }
 
 /// What follows a model turn.

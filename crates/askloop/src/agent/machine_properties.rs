@@ -2,7 +2,8 @@
 //! calls: plain, must-not-run-twice, questions, questions of a tool that
 //! must not run twice once answered, and calls waiting for approval, of
 //! tools that may or must not run twice), answered, declined, expired and
-//! approved in random order, with cancels, process deaths before any write
+//! approved in random order, one at a time or all of a step at once, with
+//! cancels, process deaths before any write
 //! and lost leases. A small simulated driver carries out the effects of the
 //! [`Entry`] machine (how a decision or a take-over gets into the run: the
 //! real claim logic) and of the [`RunMachine`] against a simulated model,
@@ -16,8 +17,9 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::machine::{
-    self, ApplyFailure, CallOutcome, CheckedCall, Decision, DriveFrom, Effect, End, Entered, Entry, EntryEffect,
-    EntryEvent, Event, ModelTurn, Request, Resume, ResumeAction, RunMachine, RunWrite, ToolBook, ToolRules, ToolRun,
+    self, ApplyFailure, CallOutcome, CheckedCall, Decided, Decision, DriveFrom, Effect, End, Entered, Entry,
+    EntryEffect, EntryEvent, Event, ModelTurn, Request, Resume, ResumeAction, RunMachine, RunWrite, ToolBook,
+    ToolRules, ToolRun,
 };
 use crate::ask_user::AskUser;
 use crate::chunk::{ChunkKind, ToolErrorPayload};
@@ -189,11 +191,12 @@ impl World {
             self.lost_turns += usize::from(turn_in_it);
             return Ok(false);
         }
-        if let Some(resolution) = &write.resolution
-            && resolution.kind == ResolutionKind::Approved
-            && let Some(id) = &resolution.tool_call_id
-        {
-            *self.approvals.entry(id.clone()).or_default() += 1;
+        for resolution in &write.resolutions {
+            if resolution.kind == ResolutionKind::Approved
+                && let Some(id) = &resolution.tool_call_id
+            {
+                *self.approvals.entry(id.clone()).or_default() += 1;
+            }
         }
         let record = &mut self.store.record;
         record.status = write.status;
@@ -201,7 +204,7 @@ impl World {
         record.step_results = write.step_results;
         record.steps = write.steps;
         record.version += 1;
-        record.resolutions.extend(write.resolution);
+        record.resolutions.extend(write.resolutions);
         self.store.messages.extend(write.append);
         Ok(true)
     }
@@ -359,31 +362,39 @@ impl World {
 
     /// Decides one pending call (picked by `pick`) through the entry
     /// machine, as `Agent::resume_stream`, `approve_tool_call`,
-    /// `decline_tool_call` and `expire_run` do, and carries on.
+    /// `decline_tool_call` and `expire_run` do, or, for a `pick` of
+    /// [`ALL_AT_ONCE`] or more, every pending call in one request, as
+    /// `Agent::decide_all` does; and carries on.
     fn decide(&mut self, pick: usize) -> Result<(), Stop> {
         let record = self.store.record.clone();
-        let pending = record.pending[pick % record.pending.len()].clone();
-        let accept = self.accept.get(&pending.tool_call_id).copied().unwrap_or(true);
-        let decision = match (pending.kind, accept) {
-            (PendingKind::Suspended, true) => Decision::Answer {
-                data: json!(format!("answer to {}", pending.tool_call_id)),
-                reason: None,
-            },
-            (PendingKind::Approval, true) => Decision::Approve,
-            (_, false) if self.expire.contains(&pending.tool_call_id) => Decision::Expire,
-            (_, false) => Decision::Decline(Some("no".into())),
-        };
-        let request = Request::Decide {
-            tool_call_id: Some(pending.tool_call_id.clone()),
-            decision,
-            author: Author::default(),
+        // An expiry comes from a sweep, one call at a time, never with a
+        // person's other decisions.
+        let by_person: Vec<(String, Decision)> = record
+            .pending
+            .iter()
+            .map(|pending| (pending.tool_call_id.clone(), self.decision_for(pending)))
+            .filter(|(_, decision)| *decision != Decision::Expire)
+            .collect();
+        let request = if pick >= ALL_AT_ONCE && by_person.len() > 1 {
+            Request::DecideAll {
+                decisions: by_person,
+                author: Author::default(),
+            }
+        } else {
+            let pending = &record.pending[pick % record.pending.len()];
+            Request::Decide {
+                tool_call_id: Some(pending.tool_call_id.clone()),
+                decision: self.decision_for(pending),
+                author: Author::default(),
+            }
         };
         match self.enter(request)? {
             Entered::Drive {
-                start: DriveFrom::Resume(action, author),
+                start: DriveFrom::Resume(decisions),
                 ..
             } => {
-                let resume = self.resume(action, author.is_some(), true);
+                let decisions = decisions.into_iter().map(|(a, author)| (a, author.is_some())).collect();
+                let resume = self.resume(decisions, true);
                 self.drive(self.machine(), Event::Resumed(resume))
             }
             Entered::Applied | Entered::Untouched | Entered::Cancelled => Ok(()),
@@ -391,17 +402,38 @@ impl World {
         }
     }
 
-    /// A decision as a driver hands it to its machine.
-    fn resume(&self, action: ResumeAction, record_it: bool, claimed: bool) -> Resume {
+    /// What the person decides for `pending`, as the script says.
+    fn decision_for(&self, pending: &PendingToolCall) -> Decision {
+        let accept = self.accept.get(&pending.tool_call_id).copied().unwrap_or(true);
+        match (pending.kind, accept) {
+            (PendingKind::Suspended, true) => Decision::Answer {
+                data: json!(format!("answer to {}", pending.tool_call_id)),
+                reason: None,
+            },
+            (PendingKind::Approval, true) => Decision::Approve,
+            (_, false) if self.expire.contains(&pending.tool_call_id) => Decision::Expire,
+            (_, false) => Decision::Decline(Some("no".into())),
+        }
+    }
+
+    /// Decisions as a driver hands them to its machine, each with whether
+    /// its write records it (else the claim did).
+    fn resume(&self, decisions: Vec<(ResumeAction, bool)>, claimed: bool) -> Resume {
+        let decisions = decisions
+            .into_iter()
+            .map(|(action, record_it)| Decided {
+                resolution: record_it.then(|| crate::store::Resolution {
+                    tool_call_id: Some(action.tool_call_id().to_owned()),
+                    kind: action.resolution_kind(),
+                    at: chrono::DateTime::UNIX_EPOCH,
+                    author: Author::default(),
+                }),
+                action,
+                decline_answer: None,
+            })
+            .collect();
         Resume {
-            resolution: record_it.then(|| crate::store::Resolution {
-                tool_call_id: Some(action.tool_call_id().to_owned()),
-                kind: action.resolution_kind(),
-                at: chrono::DateTime::UNIX_EPOCH,
-                author: Author::default(),
-            }),
-            action,
-            decline_answer: None,
+            decisions,
             turn_calls: machine::last_tool_calls(&self.store.messages),
             claimed,
         }
@@ -423,12 +455,13 @@ impl World {
                 EntryEffect::Write { write, .. } => self.entry_write(write)?,
                 EntryEffect::Reclaim { resolution, .. } => {
                     let mut write = RunWrite::claim(&self.store.record.clone());
-                    write.resolution = Some(resolution);
+                    write.resolutions = vec![resolution];
                     self.entry_write(write)?
                 }
-                EntryEffect::Apply { action, .. } => {
+                EntryEffect::Apply { actions, .. } => {
                     let mut machine = self.machine();
-                    machine.handle(Event::Resumed(self.resume(action, true, false)));
+                    let decisions = actions.into_iter().map(|action| (action, true)).collect();
+                    machine.handle(Event::Resumed(self.resume(decisions, false)));
                     match self.apply(&mut machine)? {
                         Some(event) => event,
                         None => {
@@ -625,6 +658,10 @@ fn script() -> impl Strategy<Value = Vec<Vec<Kind>>> {
     prop::collection::vec(prop::collection::vec(kind, 0..=4), 0..5)
 }
 
+/// A pick of a pending call at this value or above decides every pending
+/// call at once (see `World::decide`).
+const ALL_AT_ONCE: usize = 4;
+
 fn bits(n: usize, weight: f64) -> impl Strategy<Value = Vec<bool>> {
     prop::collection::vec(prop::bool::weighted(weight), n)
 }
@@ -639,7 +676,7 @@ proptest! {
         lease_lost in bits(40, 0.1),
         cancel in bits(10, 0.1),
         accept in bits(20, 0.7),
-        picks in prop::collection::vec(0usize..4, 200),
+        picks in prop::collection::vec(0usize..6, 200),
     ) {
         let faults = Faults { crash, lease_lost, cancel };
         let mut world = World::new(script.clone(), faults, &accept);
@@ -701,8 +738,8 @@ proptest! {
         crash in bits(40, 0.2),
         lease_lost in bits(40, 0.1),
         accept in bits(20, 0.7),
-        picks in prop::collection::vec(0usize..4, 200),
-        calm_picks in prop::collection::vec(0usize..4, 200),
+        picks in prop::collection::vec(0usize..6, 200),
+        calm_picks in prop::collection::vec(0usize..6, 200),
     ) {
         let mut calm = World::new(script.clone(), Faults::default(), &accept);
         calm.run_to_end(&calm_picks);

@@ -28,7 +28,7 @@ use crate::store::{Author, RunRecord, RunStatus, RunStore};
 
 pub use builder::{AgentBuilder, BuildError};
 pub use lease::DEFAULT_LEASE;
-pub use options::{AgentInput, MAX_REASON_BYTES, ResumeOptions, StreamOptions, ThreadOptions};
+pub use options::{AgentInput, CallDecision, MAX_REASON_BYTES, ResumeOptions, StreamOptions, ThreadOptions};
 pub use stream::{AgentStream, StreamOutput};
 
 use driver::{Driver, RunState, Start};

@@ -147,6 +147,24 @@ impl StreamOptions {
 /// [`RunError::ReasonTooLong`]: crate::RunError::ReasonTooLong
 pub const MAX_REASON_BYTES: usize = 64 * 1024;
 
+/// A decision for one pending call, as [`Agent::decide_all`] applies several
+/// together.
+///
+/// [`Agent::decide_all`]: crate::Agent::decide_all
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallDecision {
+    /// Answer a question, checked against it as
+    /// [`Agent::resume_stream`](crate::Agent::resume_stream) checks an
+    /// answer (for a call waiting for approval, `{"approved": true}` or
+    /// `{"approved": false, "reason": "..."}`).
+    Answer(Value),
+    /// Run a call that waits for approval.
+    Approve,
+    /// Decline the call (an approval is denied, a question left
+    /// unanswered), with the reason the model is told.
+    Decline(Option<String>),
+}
+
 /// Which run, and which of its pending calls, a decision is for: the one
 /// options shape of [`Agent::resume_stream`], [`Agent::approve_tool_call`]
 /// and [`Agent::decline_tool_call`].

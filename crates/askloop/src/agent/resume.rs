@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::enter::Outcome;
 use super::machine::{Decision, Request};
-use super::{Agent, AgentStream, ResumeOptions};
+use super::{Agent, AgentStream, CallDecision, ResumeOptions};
 use crate::error::RunError;
 use crate::id::IdKind;
 use crate::store::{Author, ExpiredRuns};
@@ -70,6 +70,79 @@ impl Agent {
     pub async fn decline_tool_call(&self, options: ResumeOptions) -> Result<AgentStream, RunError> {
         let reason = options.reason.clone();
         self.decide(options, Decision::Decline(reason)).await
+    }
+
+    /// Applies decisions for several pending calls of one run as one
+    /// decision, in the order given: every one is checked against its call
+    /// before anything is written (one refused decision refuses them all,
+    /// and nothing runs); the run is claimed once; the tools of the
+    /// approved and answered calls run; the run's resolutions record each
+    /// decision, by `author`; and the model is called once, after the last,
+    /// if no other call still waits (else the run stays suspended on those).
+    ///
+    /// Each call is named: a call another decision of the list names too is
+    /// [`RunError::InvalidInput`], as is an empty list.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use askloop::{Agent, Author, CallDecision, FunctionTool, ScriptedModel, ToolOutput};
+    /// use serde_json::{Value, json};
+    /// let model = ScriptedModel::from_json("demo", r#"{"turns": [
+    ///     {"toolCalls": [
+    ///         {"id": "a", "name": "deploy", "args": {"env": "staging"}},
+    ///         {"id": "b", "name": "deploy", "args": {"env": "prod"}}
+    ///     ]},
+    ///     {"text": "Done: {{toolResults}}"}
+    /// ]}"#).unwrap();
+    /// let deploy = FunctionTool::builder("deploy")
+    ///     .input_schema(json!({"type": "object"}))
+    ///     .requires_approval(true)
+    ///     .execute(|args: Value, _ctx| async move {
+    ///         Ok(ToolOutput::text(format!("deployed to {}", args["env"].as_str().unwrap_or("?"))).into())
+    ///     });
+    /// let agent = Agent::builder("ops").model(Arc::new(model)).tool(deploy).build().unwrap();
+    /// let run = agent.generate("Deploy everywhere").await.unwrap();
+    /// let decisions = vec![
+    ///     ("a".to_owned(), CallDecision::Approve),
+    ///     ("b".to_owned(), CallDecision::Decline(Some("not on a Friday".into()))),
+    /// ];
+    /// let done = agent.decide_all(&run.run_id, decisions, Author::default()).await.unwrap().output().await;
+    /// assert!(done.text.starts_with("Done: deployed to staging"), "{}", done.text);
+    /// # });
+    /// ```
+    pub async fn decide_all(
+        &self,
+        run_id: &str,
+        decisions: Vec<(String, CallDecision)>,
+        author: Author,
+    ) -> Result<AgentStream, RunError> {
+        IdKind::Run.check(run_id)?;
+        if decisions.is_empty() {
+            return Err(RunError::InvalidInput(
+                "no decisions: name at least one pending call and what to do with it".into(),
+            ));
+        }
+        let decisions = decisions
+            .into_iter()
+            .map(|(tool_call_id, decision)| {
+                let decision = match decision {
+                    CallDecision::Answer(data) => Decision::Answer { data, reason: None },
+                    CallDecision::Approve => Decision::Approve,
+                    CallDecision::Decline(reason) => Decision::Decline(reason),
+                };
+                (tool_call_id, decision)
+            })
+            .collect();
+        match self
+            .enter(run_id, Request::DecideAll { decisions, author }, None)
+            .await?
+        {
+            Outcome::Stream(stream) => Ok(stream),
+            Outcome::Cancelled | Outcome::Untouched => Err(RunError::Conflict {
+                run_id: run_id.to_owned(),
+            }),
+        }
     }
 
     /// Resolves every pending call of this agent's runs whose time limit

@@ -333,7 +333,7 @@ impl RunStore for MemoryStore {
             })
         });
         record.lease = update.lease.cloned();
-        record.resolutions.extend(update.resolution.cloned());
+        record.resolutions.extend(update.resolutions.iter().cloned());
         let first = record.message_count;
         record.message_count += update.append.len() as i64;
         run.messages.extend_from_slice(update.append);

@@ -410,9 +410,11 @@ pub struct RunUpdate<'a> {
     /// The writer's lease, for a run that stays `running` (a run in any
     /// other status holds none: pass `None`).
     pub lease: Option<&'a Lease>,
-    /// A resolution this write makes (an answer, a decline, an expiry...),
-    /// appended to the run's [`RunRecord::resolutions`] in the same write.
-    pub resolution: Option<&'a Resolution>,
+    /// The resolutions this write makes (an answer, a decline, an
+    /// expiry...: several when decisions for several calls are applied
+    /// together), appended in this order to the run's
+    /// [`RunRecord::resolutions`] in the same write.
+    pub resolutions: &'a [Resolution],
     /// Notifications this write raises (a question now waiting, a call
     /// resolved), stored in the same write: see [`OutboxMessage`]. Empty
     /// for an agent with no subscriptions.

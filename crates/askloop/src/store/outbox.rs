@@ -228,14 +228,14 @@ pub(crate) struct EventRun<'a> {
 }
 
 /// The notifications of one run write made at `now`: `raised` calls that now
-/// wait (and did not before), and the `resolution` the write applies to
-/// `resolved` (the call as it waited), one message per event and
-/// subscription that wants it.
+/// wait (and did not before), and each resolution the write applies, with
+/// its call as it waited, one message per event and subscription that
+/// wants it.
 pub(crate) fn messages_for(
     subscriptions: &[Subscription],
     run: EventRun<'_>,
     raised: &[&PendingToolCall],
-    resolution: Option<(&Resolution, Option<&PendingToolCall>)>,
+    resolutions: &[(&Resolution, Option<&PendingToolCall>)],
     now: DateTime<Utc>,
 ) -> Vec<OutboxMessage> {
     let mut events: Vec<(EventType, Value, DateTime<Utc>)> = Vec::new();
@@ -243,9 +243,10 @@ pub(crate) fn messages_for(
     for call in raised {
         events.push((EventType::QuestionRaised, call_data(&run, call, None), now));
     }
-    if let Some((resolution, call)) = resolution
-        && let Some(event) = EventType::of_resolution(resolution.kind)
-    {
+    for &(resolution, call) in resolutions {
+        let Some(event) = EventType::of_resolution(resolution.kind) else {
+            continue;
+        };
         let data = match call {
             Some(call) => call_data(&run, call, Some(resolution)),
             None => json!({
@@ -347,7 +348,7 @@ mod tests {
         };
         let call = question("c1");
         let now: DateTime<Utc> = "2026-01-02T03:04:05Z".parse().unwrap();
-        let raised = messages_for(&subscriptions, run(), &[&call], None, now);
+        let raised = messages_for(&subscriptions, run(), &[&call], &[], now);
         assert_eq!(raised.len(), 1);
         assert_eq!(raised[0].destination, "a");
         assert_eq!(raised[0].payload["type"], "question.raised");
@@ -360,7 +361,7 @@ mod tests {
             now,
             Author::named(Interface::Http, "ops"),
         );
-        let answered = messages_for(&subscriptions, run(), &[], Some((&answer, Some(&call))), now);
+        let answered = messages_for(&subscriptions, run(), &[], &[(&answer, Some(&call))], now);
         assert_eq!(answered.len(), 2);
         assert_ne!(answered[0].id, answered[1].id);
         for message in &answered {
@@ -370,6 +371,6 @@ mod tests {
         }
 
         let cancel = Resolution::new(None, ResolutionKind::Cancelled, now, Author::default());
-        assert!(messages_for(&subscriptions, run(), &[], Some((&cancel, None)), now).is_empty());
+        assert!(messages_for(&subscriptions, run(), &[], &[(&cancel, None)], now).is_empty());
     }
 }

@@ -52,6 +52,14 @@ pub(crate) enum Request {
         decision: Decision,
         author: Author,
     },
+    /// Decisions for several pending calls of the run's step, each named,
+    /// applied as one: every one is checked before anything is written,
+    /// the run is claimed once, and the model is called once after the
+    /// last (if no other call still waits).
+    DecideAll {
+        decisions: Vec<(String, Decision)>,
+        author: Author,
+    },
     /// End the run where it is.
     Cancel { author: Author },
     /// End a run waiting on a person because a new message came on its
@@ -124,12 +132,12 @@ pub(crate) enum EntryEffect {
         now: DateTime<Utc>,
         resolution: Resolution,
     },
-    /// Let a driver of the run as read apply this decision, with no effect
-    /// outside the run, in one write that is also the claim. The run goes
-    /// with the effect (the machine needs it no more: a lost write reads it
-    /// again), so the driver takes it without a copy.
+    /// Let a driver of the run as read apply these decisions, with no
+    /// effect outside the run, in one write that is also the claim. The run
+    /// goes with the effect (the machine needs it no more: a lost write
+    /// reads it again), so the driver takes it without a copy.
     Apply {
-        action: ResumeAction,
+        actions: Vec<ResumeAction>,
         author: Author,
         run: Box<RunRecord>,
     },
@@ -145,7 +153,7 @@ pub(crate) enum Entered {
     /// other calls of the step still wait ends in one write, which answers
     /// to sibling questions must not wait on).
     Drive { start: DriveFrom, settle: bool },
-    /// The decision was applied by the driver of [`EntryEffect::Apply`]:
+    /// The decisions were applied by the driver of [`EntryEffect::Apply`]:
     /// it goes on from there.
     Applied,
     /// The run is cancelled.
@@ -158,9 +166,9 @@ pub(crate) enum Entered {
 /// Where a driver of a held run starts.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum DriveFrom {
-    /// Apply this decision, recording who made it (`None`: the claim
-    /// recorded it already, marking its call started).
-    Resume(ResumeAction, Option<Author>),
+    /// Apply these decisions together, recording who made each (`None`:
+    /// the claim recorded it already, marking its call started).
+    Resume(Vec<(ResumeAction, Option<Author>)>),
     /// Go on from the last stored step of a run taken over.
     Recovered,
 }
@@ -194,8 +202,8 @@ pub(crate) struct Entry {
     read_version: i64,
     /// The write in flight, applied to `run` once it lands.
     writing: Option<Writing>,
-    /// The call a decision resolves, once found.
-    ours: Option<String>,
+    /// The calls the decisions resolve, once found.
+    ours: Vec<String>,
     effects: VecDeque<EntryEffect>,
 }
 
@@ -232,7 +240,7 @@ impl Entry {
             run: None,
             read_version: 0,
             writing: None,
-            ours: None,
+            ours: Vec::new(),
             effects: VecDeque::new(),
         };
         entry.effects.push_back(EntryEffect::Read);
@@ -352,7 +360,14 @@ impl Entry {
                 tool_call_id,
                 decision,
                 author,
-            } => self.decide(&run, tool_call_id.as_deref(), &decision, author, now, tools),
+            } => self.decide(&run, &[(tool_call_id.as_deref(), &decision)], author, now, tools),
+            Request::DecideAll { decisions, author } => {
+                let named: Vec<(Option<&str>, &Decision)> = decisions
+                    .iter()
+                    .map(|(id, decision)| (Some(id.as_str()), decision))
+                    .collect();
+                self.decide(&run, &named, author, now, tools)
+            }
             Request::Cancel { author } => self.cancel(&run, author, now).map(|()| None),
             Request::Supersede { author } => {
                 self.supersede(&run, author, now);
@@ -363,8 +378,8 @@ impl Entry {
         };
         match outcome {
             Ok(None) => self.run = Some(run),
-            Ok(Some((action, author))) => self.effects.push_back(EntryEffect::Apply {
-                action,
+            Ok(Some((actions, author))) => self.effects.push_back(EntryEffect::Apply {
+                actions,
                 author,
                 run: Box::new(run),
             }),
@@ -375,79 +390,113 @@ impl Entry {
         }
     }
 
-    /// A decision: refused when it comes too late or does not fit its
-    /// call; applied in one write when applying it has no effect outside
-    /// the run, else after a claim (the tool may have effects, so it runs
-    /// only once the run is held). A decision to apply at once comes back,
-    /// for [`EntryEffect::Apply`] to carry with the run.
+    /// Decisions (one, or several applied as one): refused, all of them,
+    /// when one comes too late, does not fit its call or names a call
+    /// another decision names; applied in one write when applying them has
+    /// no effect outside the run, else after one claim (a tool may have
+    /// effects, so it runs only once the run is held). Decisions to apply
+    /// at once come back, for [`EntryEffect::Apply`] to carry with the run.
     fn decide(
         &mut self,
         run: &RunRecord,
-        tool_call_id: Option<&str>,
-        decision: &Decision,
+        decisions: &[(Option<&str>, &Decision)],
         author: Author,
         now: DateTime<Utc>,
         tools: &dyn ToolBook,
-    ) -> Result<Option<(ResumeAction, Author)>, RunError> {
+    ) -> Result<Option<(Vec<ResumeAction>, Author)>, RunError> {
         // Another answer of the same step holds the run for one write.
         if run.status == RunStatus::Running
             && self.attempt < ATTEMPTS
-            && super::sibling_answer_in_flight(run, tool_call_id)
+            && decisions
+                .iter()
+                .any(|(id, _)| super::sibling_answer_in_flight(run, *id))
         {
             self.wait_and_read();
             return Ok(None);
         }
-        let late = *decision != Decision::Expire;
-        if late && let Some((tool_call_id, expired_at)) = expiry::expired_before_answer(run, tool_call_id, now) {
-            return Err(self.expired(tool_call_id, expired_at));
+        let mut fitted = Vec::with_capacity(decisions.len());
+        for &(tool_call_id, decision) in decisions {
+            let late = *decision != Decision::Expire;
+            if late && let Some((tool_call_id, expired_at)) = expiry::expired_before_answer(run, tool_call_id, now) {
+                return Err(self.expired(tool_call_id, expired_at));
+            }
+            let target = run.resume_target(tool_call_id)?;
+            if late && let Some(expired_at) = target.expires_at.filter(|at| *at <= now) {
+                return Err(self.expired(target.tool_call_id.clone(), expired_at));
+            }
+            let tool = tools.tool(&target.tool_name);
+            let action = fit_decision(run, target, decision, tool, &self.agent_id)?;
+            if fitted
+                .iter()
+                .any(|(_, a): &(_, ResumeAction)| a.tool_call_id() == action.tool_call_id())
+            {
+                return Err(RunError::InvalidInput(format!(
+                    "call {} of run {} has two decisions in one request; send one per call",
+                    action.tool_call_id(),
+                    self.run_id
+                )));
+            }
+            fitted.push((target, action));
         }
-        let target = run.resume_target(tool_call_id)?;
-        if late && let Some(expired_at) = target.expires_at.filter(|at| *at <= now) {
-            return Err(self.expired(target.tool_call_id.clone(), expired_at));
-        }
-        let tool = tools.tool(&target.tool_name);
-        let action = fit_decision(run, target, decision, tool, &self.agent_id)?;
-        self.ours = Some(action.tool_call_id().to_owned());
-        if applies_without_effects(&action, &target.tool_name, tools) {
-            self.phase = Phase::Writing;
-            self.writing = Some(Writing::Apply);
-            return Ok(Some((action, author)));
-        }
-        let rules = tools.rules(&target.tool_name);
-        let lease_until = now + self.lease;
+        self.ours = fitted.iter().map(|(_, a)| a.tool_call_id().to_owned()).collect();
         self.phase = Phase::Writing;
-        if marks_start(&action, rules) {
-            // The claim marks the call started and records the decision:
-            // a process dying before the result is written leaves a call
-            // that recovery never runs (or asks) a second time.
-            let id = action.tool_call_id().to_owned();
-            let resolution = expiry::resolution(Some(target), &id, action.resolution_kind(), author, now);
-            let write = RunWrite {
-                status: RunStatus::Running,
-                append: Vec::new(),
-                pending: mark_started(&run.pending, &id, now),
-                step_results: run.step_results.clone(),
-                steps: run.steps,
-                usage: run.usage,
-                failure: None,
-                resolution: Some(resolution),
-                hold: true,
-            };
-            self.writing = Some(Writing::Claim {
-                write: Some(write.clone()),
-                start: DriveFrom::Resume(action, None),
-            });
-            self.effects.push_back(EntryEffect::Write {
-                write,
-                lease_until: Some(lease_until),
-            });
-        } else {
+        if fitted
+            .iter()
+            .all(|(target, action)| applies_without_effects(action, &target.tool_name, tools))
+        {
+            self.writing = Some(Writing::Apply);
+            return Ok(Some((fitted.into_iter().map(|(_, a)| a).collect(), author)));
+        }
+        let lease_until = now + self.lease;
+        let marked: Vec<bool> = fitted
+            .iter()
+            .map(|(target, action)| marks_start(action, tools.rules(&target.tool_name)))
+            .collect();
+        if !marked.contains(&true) {
+            let start = fitted.into_iter().map(|(_, a)| (a, Some(author.clone()))).collect();
             self.writing = Some(Writing::Claim {
                 write: None,
-                start: DriveFrom::Resume(action, Some(author)),
+                start: DriveFrom::Resume(start),
             });
             self.effects.push_back(EntryEffect::Claim { lease_until });
+            return Ok(None);
         }
+        // The claim marks those calls started and records their decisions:
+        // a process dying before their results are written leaves calls
+        // that recovery never runs (or asks) a second time.
+        let mut pending = run.pending.clone();
+        let mut resolutions = Vec::new();
+        let mut start = Vec::with_capacity(fitted.len());
+        for ((target, action), marked) in fitted.into_iter().zip(marked) {
+            if marked {
+                let id = action.tool_call_id();
+                pending = mark_started(&pending, id, now);
+                let kind = action.resolution_kind();
+                resolutions.push(expiry::resolution(Some(target), id, kind, author.clone(), now));
+                start.push((action, None));
+            } else {
+                start.push((action, Some(author.clone())));
+            }
+        }
+        let write = RunWrite {
+            status: RunStatus::Running,
+            append: Vec::new(),
+            pending,
+            step_results: run.step_results.clone(),
+            steps: run.steps,
+            usage: run.usage,
+            failure: None,
+            resolutions,
+            hold: true,
+        };
+        self.writing = Some(Writing::Claim {
+            write: Some(write.clone()),
+            start: DriveFrom::Resume(start),
+        });
+        self.effects.push_back(EntryEffect::Write {
+            write,
+            lease_until: Some(lease_until),
+        });
         Ok(None)
     }
 
@@ -513,7 +562,7 @@ impl Entry {
             steps: run.steps,
             usage: run.usage,
             failure: None,
-            resolution: Some(resolution),
+            resolutions: vec![resolution],
             hold: false,
         };
         self.phase = Phase::Writing;
@@ -584,15 +633,19 @@ impl Entry {
                 let mut write = write.unwrap_or_else(|| RunWrite::claim(&run));
                 super::record_landed(&mut run, &mut write, version, lease);
                 run.pending = write.pending;
-                // An answer while other calls of the step still wait ends in
+                // Answers while other calls of the step still wait end in
                 // one write and no model call.
-                let settle = run.pending.len() > 1;
+                let decided = match &start {
+                    DriveFrom::Resume(decisions) => decisions.len(),
+                    DriveFrom::Recovered => 0,
+                };
+                let settle = run.pending.len() > decided;
                 Entered::Drive { start, settle }
             }
             Writing::Cancel => Entered::Cancelled,
             Writing::Reclaim { resolution } => {
                 let mut write = RunWrite::claim(&run);
-                write.resolution = Some(resolution);
+                write.resolutions = vec![resolution];
                 super::record_landed(&mut run, &mut write, version, lease);
                 Entered::Drive {
                     start: DriveFrom::Recovered,
@@ -621,19 +674,20 @@ impl Entry {
             (Request::Retry { .. }, _) => self.finish(Err(conflict)),
             _ if self.attempt >= ATTEMPTS => self.finish(Err(conflict)),
             (Request::Cancel { .. } | Request::Supersede { .. }, _) => self.wait_and_read(),
-            (Request::Decide { .. }, _) => {
+            (Request::Decide { .. } | Request::DecideAll { .. }, _) => {
                 self.phase = Phase::ReadingAfterLoss;
                 self.effects.push_back(EntryEffect::Read);
             }
         }
     }
 
-    /// After a lost write of a decision: tried again while the call is
-    /// still pending, or another answer of the same step holds the run.
+    /// After a lost write of decisions: tried again while each of their
+    /// calls is still pending, or another answer of the same step holds the
+    /// run.
     fn read_after_loss(&mut self, run: Option<RunRecord>) {
-        let retry = match (run.as_ref(), self.ours.as_deref()) {
-            (Some(now), Some(ours)) => super::retry_lost_claim(now, ours),
-            _ => false,
+        let retry = match run.as_ref() {
+            Some(now) => !self.ours.is_empty() && self.ours.iter().all(|ours| super::retry_lost_claim(now, ours)),
+            None => false,
         };
         if !retry {
             return self.finish(Err(RunError::Conflict {

@@ -69,10 +69,24 @@ pub(crate) struct ModelTurn {
     pub(crate) usage: Usage,
 }
 
-/// A person's decision for a pending call, checked against it (see
-/// `fit_decision`), as the machine applies it.
+/// People's decisions for pending calls of one step (one, or several
+/// applied together), each checked against its call (see `fit_decision`),
+/// as the machine applies them.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Resume {
+    /// The decisions, in the order given, one per call.
+    pub(crate) decisions: Vec<Decided>,
+    /// The calls of the stored turn the pending calls belong to.
+    pub(crate) turn_calls: Option<Vec<ToolCall>>,
+    /// Whether the run was claimed before: if not, the decision's write is
+    /// the claim, and a decision that cannot be applied goes back to its
+    /// caller unwritten ([`Effect::Refused`]) instead of failing the run.
+    pub(crate) claimed: bool,
+}
+
+/// One decision of a [`Resume`].
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Decided {
     pub(crate) action: ResumeAction,
     /// Who decided, recorded by the decision's write; `None` when the claim
     /// recorded it already.
@@ -80,12 +94,6 @@ pub(crate) struct Resume {
     /// What the call's tool takes a declined question as (see
     /// [`Tool::decline_as_answer`](crate::Tool::decline_as_answer)).
     pub(crate) decline_answer: Option<Value>,
-    /// The calls of the stored turn the pending call belongs to.
-    pub(crate) turn_calls: Option<Vec<ToolCall>>,
-    /// Whether the run was claimed before: if not, the decision's write is
-    /// the claim, and a decision that cannot be applied goes back to its
-    /// caller unwritten ([`Effect::Refused`]) instead of failing the run.
-    pub(crate) claimed: bool,
 }
 
 /// What happened, as the driver tells the machine.
@@ -100,7 +108,7 @@ pub(crate) enum Event {
         last_calls: Option<Vec<CheckedCall>>,
         ends_on_calls: bool,
     },
-    /// A decision for a pending call: answered, declined, approved, expired.
+    /// Decisions for pending calls: answered, declined, approved, expired.
     Resumed(Resume),
     /// The model's turn streamed to its end.
     ModelFinished(ModelTurn),
@@ -156,8 +164,8 @@ pub(crate) struct RunWrite {
     pub(crate) steps: u32,
     pub(crate) usage: Usage,
     pub(crate) failure: Option<RunFailure>,
-    /// The decision this write applies, among the run's resolutions.
-    pub(crate) resolution: Option<Resolution>,
+    /// The decisions this write applies, appended to the run's resolutions.
+    pub(crate) resolutions: Vec<Resolution>,
     /// The run stays held by its driver (a lease from the write's time on).
     pub(crate) hold: bool,
 }
@@ -174,7 +182,7 @@ impl RunWrite {
             steps: run.steps,
             usage: run.usage,
             failure: None,
-            resolution: None,
+            resolutions: Vec::new(),
             hold: true,
         }
     }
@@ -303,8 +311,8 @@ pub(crate) struct RunMachine {
     usage: Usage,
     stored: Stored,
     step: Step,
-    /// The decision the next write records.
-    resolution: Option<Resolution>,
+    /// The decisions the next write records.
+    resolutions: Vec<Resolution>,
     phase: Phase,
     effects: VecDeque<Effect>,
 }
@@ -336,7 +344,7 @@ impl RunMachine {
                 step_results: std::mem::take(&mut record.step_results),
             },
             step: Step::default(),
-            resolution: None,
+            resolutions: Vec::new(),
             phase: Phase::Idle,
             effects: VecDeque::new(),
         }
@@ -549,9 +557,9 @@ impl RunMachine {
             steps: self.steps,
             usage: self.usage,
             failure,
-            // The decision goes with this write only: a write that fails
-            // takes it along.
-            resolution: self.resolution.take(),
+            // The decisions go with this write only: a write that fails
+            // takes them along.
+            resolutions: std::mem::take(&mut self.resolutions),
             // A run that stays running stays held by this stream.
             hold: write.status == RunStatus::Running,
         }));
@@ -763,76 +771,45 @@ impl RunMachine {
         }
     }
 
-    /// Applies a decision to its pending call: runs the tool with the
-    /// answer, or resolves the call without it, then writes the step.
+    /// Applies decisions to their pending calls: runs each tool with its
+    /// answer, or resolves its call without it, then writes the step once,
+    /// with every decision's resolution.
     fn resumed(&mut self, resume: Resume) {
         let Resume {
-            action,
-            resolution,
-            decline_answer,
+            decisions,
             turn_calls,
             claimed,
         } = resume;
-        let id = action.tool_call_id();
-        let Some(at) = self.stored.pending.iter().position(|p| p.tool_call_id == id) else {
-            // Checked before the claim; only a bug gets here.
-            return self.refuse(format!("tool call {id} is no longer pending"), claimed);
-        };
+        let mut runs = Vec::with_capacity(decisions.len());
+        let mut decided_ids: Vec<String> = Vec::with_capacity(decisions.len());
+        let mut resolutions = Vec::with_capacity(decisions.len());
+        for decided in decisions {
+            let id = decided.action.tool_call_id().to_owned();
+            // Both checked before the claim; only a bug gets here.
+            let Some(target) = self.stored.pending.iter().find(|p| p.tool_call_id == id) else {
+                return self.refuse(format!("tool call {id} is no longer pending"), claimed);
+            };
+            if decided_ids.contains(&id) {
+                return self.refuse(format!("tool call {id} was decided twice"), claimed);
+            }
+            runs.push(decided_run(target, decided.action, decided.decline_answer));
+            decided_ids.push(id);
+            resolutions.extend(decided.resolution);
+        }
         let Some(calls) = turn_calls else {
             return self.refuse(
                 "the stored conversation has no tool calls to answer".to_owned(),
                 claimed,
             );
         };
-        self.resolution = resolution;
-        let target = &self.stored.pending[at];
-        let call = ToolCall {
-            id: target.tool_call_id.clone(),
-            name: target.tool_name.clone(),
-            args: target.args.clone(),
-        };
-        let resumed = |data| {
-            Some(Resumed {
-                payload: target.suspend_payload.clone(),
-                data,
-            })
-        };
-        let run = match action {
-            ResumeAction::Answer { data, .. } => ToolRun::Execute {
-                resumed: resumed(data),
-                call,
-            },
-            ResumeAction::Approve { .. } => ToolRun::Execute { call, resumed: None },
-            ResumeAction::DeclineQuestion { reason, .. } => match decline_answer {
-                Some(data) => ToolRun::Execute {
-                    resumed: resumed(data),
-                    call,
-                },
-                None => {
-                    let text = match reason {
-                        Some(reason) if !reason.trim().is_empty() => format!("The user declined to answer: {reason}"),
-                        _ => "The user declined to answer.".to_owned(),
-                    };
-                    ToolRun::Done(done_result(&call, ToolOutput::text(text)))
-                }
-            },
-            ResumeAction::DeclineApproval { reason, .. } => {
-                ToolRun::Done(denied(&call, reason.filter(|r| !r.trim().is_empty())))
-            }
-            ResumeAction::Expire { .. } => ToolRun::Done(match target.kind {
-                PendingKind::Suspended => done_result(
-                    &call,
-                    ToolOutput::text(expiry::expired_question_text(target.expires_at)),
-                ),
-                PendingKind::Approval => denied(&call, Some(expiry::expired_approval_reason(target.expires_at))),
-            }),
-        };
+        // Recorded by the step's write, once every decision was found to fit.
+        self.resolutions = resolutions;
         self.step = Step {
             calls,
             pending: self.stored.pending.clone(),
             results: self.stored.step_results.clone(),
         };
-        self.run_tools(vec![run], None, Then::Decision);
+        self.run_tools(runs, None, Then::Decision);
     }
 
     /// A decision the stored run does not fit (a bug, or a damaged row):
@@ -843,6 +820,53 @@ impl RunMachine {
         }
         self.phase = Phase::Ended;
         self.effects.push_back(Effect::Refused(message));
+    }
+}
+
+/// What a decision does to its call `target`: run the tool with the answer
+/// (or with what its tool takes a decline as), or resolve the call without
+/// it.
+fn decided_run(target: &PendingToolCall, action: ResumeAction, decline_answer: Option<Value>) -> ToolRun {
+    let call = ToolCall {
+        id: target.tool_call_id.clone(),
+        name: target.tool_name.clone(),
+        args: target.args.clone(),
+    };
+    let resumed = |data| {
+        Some(Resumed {
+            payload: target.suspend_payload.clone(),
+            data,
+        })
+    };
+    match action {
+        ResumeAction::Answer { data, .. } => ToolRun::Execute {
+            resumed: resumed(data),
+            call,
+        },
+        ResumeAction::Approve { .. } => ToolRun::Execute { call, resumed: None },
+        ResumeAction::DeclineQuestion { reason, .. } => match decline_answer {
+            Some(data) => ToolRun::Execute {
+                resumed: resumed(data),
+                call,
+            },
+            None => {
+                let text = match reason {
+                    Some(reason) if !reason.trim().is_empty() => format!("The user declined to answer: {reason}"),
+                    _ => "The user declined to answer.".to_owned(),
+                };
+                ToolRun::Done(done_result(&call, ToolOutput::text(text)))
+            }
+        },
+        ResumeAction::DeclineApproval { reason, .. } => {
+            ToolRun::Done(denied(&call, reason.filter(|r| !r.trim().is_empty())))
+        }
+        ResumeAction::Expire { .. } => ToolRun::Done(match target.kind {
+            PendingKind::Suspended => done_result(
+                &call,
+                ToolOutput::text(expiry::expired_question_text(target.expires_at)),
+            ),
+            PendingKind::Approval => denied(&call, Some(expiry::expired_approval_reason(target.expires_at))),
+        }),
     }
 }
 

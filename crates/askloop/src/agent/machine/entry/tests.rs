@@ -128,7 +128,8 @@ fn an_answer_after_the_time_limit_is_refused_as_expired_by_the_time_the_read_cam
     let mut on_time = entry(answer(Some("c1"), json!("Paris")));
     let applied = read(&mut on_time, Some(waiting), t(59));
     assert!(
-        matches!(&applied, EntryEffect::Apply { action: ResumeAction::Answer { tool_call_id, .. }, .. } if tool_call_id == "c1"),
+        matches!(&applied, EntryEffect::Apply { actions, .. }
+            if matches!(actions.as_slice(), [ResumeAction::Answer { tool_call_id, .. }] if tool_call_id == "c1")),
         "{applied:?}"
     );
 }
@@ -159,7 +160,9 @@ fn an_approval_claims_the_run_marking_its_call_started_and_recording_who_in_the_
     assert_eq!(write.status, RunStatus::Running);
     assert_eq!(write.pending[0].started_at, Some(t(100)), "marked started");
     assert_eq!(write.pending[1].started_at, None);
-    let resolution = write.resolution.as_ref().expect("recorded");
+    let [resolution] = write.resolutions.as_slice() else {
+        panic!("one decision recorded: {:?}", write.resolutions)
+    };
     assert_eq!(
         (resolution.kind, resolution.at, resolution.author.by.as_deref()),
         (ResolutionKind::Approved, t(100), Some("bob"))
@@ -177,9 +180,9 @@ fn an_approval_claims_the_run_marking_its_call_started_and_recording_who_in_the_
         matches!(
             &finished,
             EntryEffect::Finish(Ok(Entered::Drive {
-                start: DriveFrom::Resume(ResumeAction::Approve { .. }, None),
+                start: DriveFrom::Resume(decisions),
                 settle: true
-            }))
+            })) if matches!(decisions.as_slice(), [(ResumeAction::Approve { .. }, None)])
         ),
         "the claim recorded the decision; the question still waits, so the stream settles first: {finished:?}"
     );
@@ -265,8 +268,8 @@ fn a_cancel_writes_the_run_cancelled_tries_again_when_it_loses_and_refuses_a_fin
         (RunStatus::Cancelled, 0, None)
     );
     assert_eq!(
-        write.resolution.as_ref().map(|r| (r.kind, r.at)),
-        Some((ResolutionKind::Cancelled, t(7)))
+        write.resolutions.iter().map(|r| (r.kind, r.at)).collect::<Vec<_>>(),
+        [(ResolutionKind::Cancelled, t(7))]
     );
     cancel.handle(lost(), &tools());
     assert!(matches!(next(&mut cancel), EntryEffect::Wait(_)));
@@ -320,7 +323,9 @@ fn a_supersession_pairs_every_call_of_the_step_with_a_result_and_leaves_a_run_no
         })
         .collect();
     assert_eq!(paired, vec![("c0", false), ("c1", true), ("c2", true)]);
-    let resolution = write.resolution.as_ref().unwrap();
+    let [resolution] = write.resolutions.as_slice() else {
+        panic!("one resolution: {:?}", write.resolutions)
+    };
     assert_eq!(
         (resolution.kind, resolution.at, resolution.tool_call_id.as_deref()),
         (ResolutionKind::Superseded, t(3), None),
@@ -430,5 +435,173 @@ fn an_event_that_does_not_fit_where_the_request_is_is_refused_not_guessed() {
     assert!(
         matches!(refused, EntryEffect::Finish(Err(RunError::Refused { .. }))),
         "{refused:?}"
+    );
+}
+
+fn decide_all(decisions: &[(&str, Decision)]) -> Request {
+    Request::DecideAll {
+        decisions: decisions.iter().map(|(id, d)| ((*id).to_owned(), d.clone())).collect(),
+        author: Author::named(Interface::Page, "carol"),
+    }
+}
+
+#[test]
+fn decisions_for_several_calls_claim_the_run_once_marking_the_approved_call_started() {
+    let waiting = run(
+        RunStatus::Suspended,
+        vec![approval("c1"), question("c2", None), question("c3", None)],
+    );
+    let answer = Decision::Answer {
+        data: json!("Paris"),
+        reason: None,
+    };
+    let mut both = entry(decide_all(&[("c2", answer), ("c1", Decision::Approve)]));
+    let EntryEffect::Write { write, lease_until } = read(&mut both, Some(waiting), t(100)) else {
+        panic!("the approval's mark is the one claim")
+    };
+    assert_eq!(lease_until, Some(t(130)));
+    assert_eq!(write.status, RunStatus::Running);
+    let started: Vec<_> = write.pending.iter().map(|p| p.started_at).collect();
+    assert_eq!(
+        started,
+        [Some(t(100)), None, None],
+        "only the approved call is marked started"
+    );
+    let recorded: Vec<_> = write
+        .resolutions
+        .iter()
+        .map(|r| (r.tool_call_id.as_deref(), r.kind, r.author.by.as_deref()))
+        .collect();
+    assert_eq!(
+        recorded,
+        [(Some("c1"), ResolutionKind::Approved, Some("carol"))],
+        "the claim records the approval; the answer is recorded by the step's write"
+    );
+
+    both.handle(
+        EntryEvent::Written {
+            version: 5,
+            lease: Some(Lease::new("me", t(130))),
+        },
+        &tools(),
+    );
+    let finished = next(&mut both);
+    let EntryEffect::Finish(Ok(Entered::Drive {
+        start: DriveFrom::Resume(decisions),
+        settle,
+    })) = finished
+    else {
+        panic!("a driver applies both: {finished:?}")
+    };
+    let applied: Vec<_> = decisions
+        .iter()
+        .map(|(action, author)| (action.tool_call_id(), author.is_some()))
+        .collect();
+    assert_eq!(applied, [("c2", true), ("c1", false)], "in the order given");
+    assert!(settle, "c3 still waits: the stream settles before it is handed out");
+}
+
+#[test]
+fn decisions_without_effects_outside_the_run_are_applied_in_one_write() {
+    let waiting = run(RunStatus::Suspended, vec![approval("c1"), question("c2", None)]);
+    let mut both = entry(decide_all(&[
+        ("c1", Decision::Decline(Some("not today".into()))),
+        (
+            "c2",
+            Decision::Answer {
+                data: json!("Oslo"),
+                reason: None,
+            },
+        ),
+    ]));
+    let applied = read(&mut both, Some(waiting), t(5));
+    let EntryEffect::Apply { actions, author, .. } = applied else {
+        panic!("a decline and a pure answer are one write: {applied:?}")
+    };
+    assert_eq!(author.by.as_deref(), Some("carol"));
+    assert!(
+        matches!(actions.as_slice(), [
+            ResumeAction::DeclineApproval { tool_call_id: a, reason: Some(r) },
+            ResumeAction::Answer { tool_call_id: b, .. },
+        ] if a == "c1" && r == "not today" && b == "c2"),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn one_refused_decision_refuses_them_all_before_anything_is_written() {
+    let waiting = run(RunStatus::Suspended, vec![approval("c1"), question("c2", None)]);
+    let blank = Decision::Answer {
+        data: json!("   "),
+        reason: None,
+    };
+    let mut refused = entry(decide_all(&[("c1", Decision::Approve), ("c2", blank)]));
+    let effect = read(&mut refused, Some(waiting.clone()), t(5));
+    assert!(
+        matches!(&effect, EntryEffect::Finish(Err(RunError::InvalidAnswer { tool_call_id, .. })) if tool_call_id == "c2"),
+        "{effect:?}"
+    );
+    assert!(refused.poll_effect().is_none(), "nothing written");
+
+    let mut unknown = entry(decide_all(&[("c1", Decision::Approve), ("c9", Decision::Approve)]));
+    let effect = read(&mut unknown, Some(waiting.clone()), t(5));
+    assert!(
+        matches!(&effect, EntryEffect::Finish(Err(RunError::ToolCallNotPending { tool_call_id, .. })) if tool_call_id == "c9"),
+        "{effect:?}"
+    );
+
+    let mut twice = entry(decide_all(&[
+        ("c1", Decision::Approve),
+        ("c1", Decision::Decline(None)),
+    ]));
+    let effect = read(&mut twice, Some(waiting), t(5));
+    assert!(
+        matches!(&effect, EntryEffect::Finish(Err(RunError::InvalidInput(message))) if message.contains("two decisions")),
+        "{effect:?}"
+    );
+}
+
+#[test]
+fn decisions_that_lost_their_claim_try_again_only_while_every_call_still_waits() {
+    let waiting = run(RunStatus::Suspended, vec![approval("c1"), approval("c2")]);
+    let request = decide_all(&[("c1", Decision::Approve), ("c2", Decision::Approve)]);
+    let mut lost_one = entry(request.clone());
+    assert!(matches!(
+        read(&mut lost_one, Some(waiting.clone()), t(1)),
+        EntryEffect::Write { .. }
+    ));
+    lost_one.handle(lost(), &tools());
+    assert!(matches!(next(&mut lost_one), EntryEffect::Read));
+    // Someone decided c2 meanwhile: the pair is no longer what was asked.
+    let moved_on = run(RunStatus::Suspended, vec![approval("c1")]);
+    lost_one.handle(
+        EntryEvent::Read {
+            run: Some(moved_on),
+            now: t(2),
+        },
+        &tools(),
+    );
+    assert!(
+        matches!(next(&mut lost_one), EntryEffect::Finish(Err(RunError::Conflict { .. }))),
+        "a conflict, with nothing applied"
+    );
+
+    let mut again = entry(request);
+    assert!(matches!(
+        read(&mut again, Some(waiting.clone()), t(1)),
+        EntryEffect::Write { .. }
+    ));
+    again.handle(lost(), &tools());
+    assert!(matches!(next(&mut again), EntryEffect::Read));
+    again.handle(
+        EntryEvent::Read {
+            run: Some(waiting),
+            now: t(2),
+        },
+        &tools(),
+    );
+    assert!(
+        matches!(next(&mut again), EntryEffect::Wait(_)),
+        "both still wait: tried again"
     );
 }

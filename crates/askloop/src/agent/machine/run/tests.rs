@@ -6,6 +6,7 @@ use serde_json::json;
 use super::*;
 use crate::chunk::{ToolCallSuspended, ToolResultPayload};
 use crate::message::ToolContent;
+use crate::store::ResolutionKind;
 
 const RULES: ToolRules = ToolRules {
     needs_approval: false,
@@ -186,7 +187,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
             steps: 1,
             usage: turn("", &[]).usage,
             failure: None,
-            resolution: None,
+            resolutions: Vec::new(),
             hold: false,
         }
     );
@@ -218,12 +219,14 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
     };
     let mut m = machine(&stored, 5);
     m.handle(Event::Resumed(Resume {
-        action: ResumeAction::Answer {
-            tool_call_id: "c2".into(),
-            data: json!("eu-west"),
-        },
-        resolution: None,
-        decline_answer: None,
+        decisions: vec![Decided {
+            action: ResumeAction::Answer {
+                tool_call_id: "c2".into(),
+                data: json!("eu-west"),
+            },
+            resolution: None,
+            decline_answer: None,
+        }],
         turn_calls: Some(vec![lookup.clone(), ask.clone()]),
         claimed: true,
     }));
@@ -412,11 +415,13 @@ fn a_stream_past_its_step_limit_fails_instead_of_calling_the_model() {
 fn a_decision_for_a_call_no_longer_pending_is_refused_unwritten_when_nothing_was_claimed() {
     let mut m = machine(&new_run(), 5);
     m.handle(Event::Resumed(Resume {
-        action: ResumeAction::Approve {
-            tool_call_id: "gone".into(),
-        },
-        resolution: None,
-        decline_answer: None,
+        decisions: vec![Decided {
+            action: ResumeAction::Approve {
+                tool_call_id: "gone".into(),
+            },
+            resolution: None,
+            decline_answer: None,
+        }],
         turn_calls: None,
         claimed: false,
     }));
@@ -508,4 +513,72 @@ fn a_call_that_waits_gets_its_tools_time_limit_from_when_the_tools_returned() {
         "2026-12-04T10:10:00.000Z",
         "the question shows the same instant"
     );
+}
+
+#[test]
+fn decisions_for_every_call_of_a_step_run_together_and_are_written_once_before_one_model_call() {
+    let (ask_a, ask_b) = (call("a", "ask_user"), call("b", "ask_user"));
+    let stored = RunRecord {
+        status: RunStatus::Running,
+        pending: vec![question(&ask_a), question(&ask_b)],
+        steps: 1,
+        ..new_run()
+    };
+    let by = |id: &str| Resolution {
+        tool_call_id: Some(id.into()),
+        kind: ResolutionKind::Answered,
+        at: at(),
+        author: crate::store::Author::default(),
+    };
+    let answer = |id: &str, data: &str| Decided {
+        action: ResumeAction::Answer {
+            tool_call_id: id.into(),
+            data: json!(data),
+        },
+        resolution: Some(by(id)),
+        decline_answer: None,
+    };
+    let mut m = machine(&stored, 5);
+    // Given in the other order than the calls were made.
+    m.handle(Event::Resumed(Resume {
+        decisions: vec![answer("b", "north"), answer("a", "south")],
+        turn_calls: Some(vec![ask_a.clone(), ask_b.clone()]),
+        claimed: true,
+    }));
+    let effects = drain(&mut m);
+    let [Effect::RunTools(runs)] = effects.as_slice() else {
+        panic!("both tools run in one step: {effects:?}")
+    };
+    let ran_ids: Vec<_> = runs
+        .iter()
+        .map(|run| match run {
+            ToolRun::Execute { call, .. } => call.id.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ran_ids, ["b", "a"]);
+
+    let (b, b_chunk) = ran(&ask_b, "north");
+    let (a, a_chunk) = ran(&ask_a, "south");
+    m.handle(returned(vec![
+        CallOutcome::Done(b.clone(), b_chunk.clone()),
+        CallOutcome::Done(a.clone(), a_chunk.clone()),
+    ]));
+    let write = the_save(drain(&mut m));
+    assert_eq!(write.status, RunStatus::Running);
+    assert_eq!(
+        write.append,
+        [Message::Tool(a), Message::Tool(b)],
+        "results in call order"
+    );
+    assert_eq!(write.resolutions, [by("b"), by("a")], "both decisions, in one write");
+
+    m.handle(Event::Saved(write));
+    let effects = drain(&mut m);
+    assert_eq!(
+        effects.iter().filter(|e| matches!(e, Effect::CallModel { .. })).count(),
+        1,
+        "the model is called once, after both: {effects:?}"
+    );
+    assert_eq!(effects.last(), Some(&Effect::CallModel { step: 2 }));
 }

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use askloop::{Agent, AgentStream, Author, Message, ResumeOptions, RunError, RunQuery, RunStatus, StreamOptions};
+use askloop::{
+    Agent, AgentStream, Author, CallDecision, Message, ResumeOptions, RunError, RunQuery, RunStatus, StreamOptions,
+};
 use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
@@ -276,6 +278,26 @@ pub(crate) async fn decision_stream(
         Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await,
     }
     .map_err(|err| on_agent_route(err, agent_id))
+}
+
+/// Hands decisions about several pending calls of one run of the route's
+/// agent to the agent, applied as one (see [`askloop::Agent::decide_all`]),
+/// recorded as the caller's; returns the rest of the run.
+pub(crate) async fn decisions_stream(
+    state: &AppState,
+    caller: &Caller,
+    agent_id: &str,
+    run_id: &str,
+    decisions: Vec<(String, CallDecision)>,
+) -> Result<AgentStream, ApiError> {
+    // As for one decision: the caller first, then the run's wall.
+    caller.check(agent_id)?;
+    let agent = state.agent(agent_id)?;
+    crate::runs::load(state, caller, run_id, Some(agent_id)).await?;
+    agent
+        .decide_all(run_id, decisions, caller.author())
+        .await
+        .map_err(|err| on_agent_route(err, agent_id))
 }
 
 /// `GET /api/agents/{agentId}/suspended-runs`: the agent's runs waiting on

@@ -896,7 +896,7 @@ async fn failures_after_the_stream_started_are_error_parts_and_a_failed_tool_cal
 }
 
 #[tokio::test]
-async fn two_calls_waiting_for_approval_are_decided_in_one_request_each_once() {
+async fn two_calls_waiting_for_approval_are_decided_in_one_request_as_one_decision_each_once() {
     let store = memory_store();
     let tool = askloop::FunctionTool::builder("ask_approval")
         .input_schema(json!({"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]}))
@@ -938,8 +938,20 @@ async fn two_calls_waiting_for_approval_are_decided_in_one_request_each_once() {
     let body = json!({"messages": [user(PROMPT), {"id": "a1", "role": "assistant", "parts": [
         {"type": "step-start"}, part(&ids[0], true), part(&ids[1], false)
     ]}]});
+    let run_id = ids[0].0.split("::").next().unwrap().to_owned();
+    let version_before = store.get(&run_id).await.unwrap().unwrap().version;
     let decided = server.post_sse("/chat/approver", body.clone()).await;
     assert_eq!(decided.status, 200, "{}", decided.body);
+    // Applied as one: the claim (both calls marked started, the approval
+    // recorded), the step (the decline and both results), the reply. One
+    // decision after the other would take a fourth write.
+    let stored = store.get(&run_id).await.unwrap().unwrap();
+    assert_eq!(stored.version - version_before, 3, "one claim for both decisions");
+    let kinds: Vec<_> = stored.resolutions.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [askloop::ResolutionKind::Approved, askloop::ResolutionKind::Denied]
+    );
     let types = decided.types();
     assert_eq!(types.iter().filter(|t| *t == "start").count(), 1, "{types:?}");
     assert_eq!(decided.first("start")["messageId"], "a1");

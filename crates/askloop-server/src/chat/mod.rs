@@ -16,9 +16,10 @@
 //!    (`<runId>::<toolCallId>`) is all that is taken from the client: every
 //!    run it names is read and checked (the route's agent, a thread the
 //!    caller may use, the call waiting for approval) before any decision
-//!    is applied. The same decision sent again is answered as applied, and
-//!    nothing runs again; one contradicting a decision already made is a
-//!    409.
+//!    is applied. The decisions for one run are applied as one: one claim
+//!    of the run, the model called once after the last. The same decision
+//!    sent again is answered as applied, and nothing runs again; one
+//!    contradicting a decision already made is a 409.
 //! 3. **A new run** from the client's `messages` (the history), or, with
 //!    `memory: {thread, resource}`, from the thread's messages and the
 //!    client's newest message, which is appended to the thread.
@@ -34,7 +35,7 @@ pub(crate) mod replay;
 
 use std::sync::Arc;
 
-use askloop::{Message, PendingKind, ResolutionKind, RunError, RunRecord};
+use askloop::{CallDecision, Message, PendingKind, ResolutionKind, RunError, RunRecord};
 use axum::extract::State;
 use axum::response::Response;
 use serde::Deserialize;
@@ -281,7 +282,9 @@ fn standing(run: &RunRecord, response: &ApprovalResponse) -> Result<Standing, Ap
 
 /// Applies the approval decisions the client sent back, once every one
 /// has been checked, in one response: `start` with the id of the assistant
-/// message the client continues, then what each decision produced.
+/// message the client continues, then what the decisions produced. The
+/// decisions for one run are applied as one (one claim of the run, the
+/// model called once after the last).
 async fn decide_approvals(
     state: &AppState,
     caller: &Caller,
@@ -292,12 +295,25 @@ async fn decide_approvals(
     let agent_id = chat.agent_id;
     // Everything is checked before anything is applied: one refused
     // decision refuses the request, and nothing runs.
-    let mut waiting = Vec::new();
+    let mut waiting: Vec<(String, Vec<(String, CallDecision)>)> = Vec::new();
     let mut decided = Vec::new();
     for response in approvals {
         let run = crate::runs::load(state, caller, &response.run_id, Some(agent_id)).await?;
         match standing(&run, &response)? {
-            Standing::Waiting => waiting.push(response),
+            Standing::Waiting => {
+                // The AI SDK lets a reason go with an approval too; only a
+                // decline's reason has a place (it is told to the model).
+                let decision = if response.approved {
+                    CallDecision::Approve
+                } else {
+                    CallDecision::Decline(response.reason.clone())
+                };
+                let call = (response.tool_call_id.clone(), decision);
+                match waiting.iter_mut().find(|(run_id, _)| *run_id == response.run_id) {
+                    Some((_, calls)) => calls.push(call),
+                    None => waiting.push((response.run_id.clone(), vec![call])),
+                }
+            }
             Standing::Decided(kind) => decided.push((response, kind)),
         }
     }
@@ -308,21 +324,16 @@ async fn decide_approvals(
     }
     let last = waiting.len().saturating_sub(1);
     let mut live = None;
-    for (i, response) in waiting.into_iter().enumerate() {
-        let decision = if response.approved {
-            // The AI SDK lets a reason go with an approval too; only a
-            // decline's reason has a place (it is told to the model).
-            Decision::Approve(None)
-        } else {
-            Decision::Decline(response.reason.clone())
+    for (i, (run_id, decisions)) in waiting.into_iter().enumerate() {
+        let call = match decisions.as_slice() {
+            [(only, _)] => Some(only.clone()),
+            _ => None,
         };
-        let call = Some(response.tool_call_id.as_str());
-        match agents::decision_stream(state, caller, agent_id, &response.run_id, call, decision).await {
+        match agents::decisions_stream(state, caller, agent_id, &run_id, decisions).await {
             Ok(stream) if i == last => {
-                live = Some((stream, agents::run_span(agent_id, &response.run_id, call)));
+                live = Some((stream, agents::run_span(agent_id, &run_id, call.as_deref())));
             }
-            // The decisions before the last are driven here, each to its
-            // end, so the next is applied to the run as that one left it.
+            // The runs before the last are driven here, each to its end.
             Ok(stream) => {
                 for chunk in stream.output_with_chunks().await.0 {
                     for part in parts::of(&chunk) {

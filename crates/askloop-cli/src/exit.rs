@@ -98,6 +98,7 @@ impl From<RunError> for CliError {
             )),
             RunError::InvalidAnswer { .. }
             | RunError::WrongPendingKind { .. }
+            | RunError::NothingToApprove { .. }
             | RunError::InvalidInput(_)
             | RunError::InvalidId(_)
             | RunError::ReasonTooLong { .. } => CliError::usage(message),

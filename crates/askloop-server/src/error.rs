@@ -305,6 +305,7 @@ fn run_status(err: &RunError) -> (StatusCode, &'static str) {
         RunError::InvalidAnswer { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_answer"),
         RunError::ReasonTooLong { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "reason_too_long"),
         RunError::WrongPendingKind { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "wrong_pending_kind"),
+        RunError::NothingToApprove { .. } => (StatusCode::CONFLICT, "nothing_to_approve"),
         // The stored run and this server's agent disagree: the run's state,
         // not the request, is what stands in the way.
         // So is a request the run machine refused for the state the run is in:

@@ -61,6 +61,7 @@ mod body;
 mod chat;
 pub mod config;
 mod connections;
+mod decisions;
 mod error;
 mod events;
 mod extract;
@@ -557,6 +558,7 @@ impl Server {
             .route("/runs/{run_id}", get(runs::get))
             .route("/runs/{run_id}/cancel", post(runs::cancel))
             .route("/runs/{run_id}/retry", post(runs::retry))
+            .route("/runs/{run_id}/decisions", post(decisions::decide))
             .route("/events", get(events::stream))
             // Unknown routes under /api need the token too: without it,
             // nothing says which routes exist.

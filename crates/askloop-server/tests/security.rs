@@ -194,6 +194,12 @@ fn calls(world: &World) -> Vec<Call> {
         api("GET", format!("/api/runs/{run}"), None, Kind::OtherAgent),
         api("POST", format!("/api/runs/{run}/cancel"), None, Kind::OtherAgent),
         api("POST", format!("/api/runs/{failed}/retry"), None, Kind::OtherAgent),
+        api(
+            "POST",
+            format!("/api/runs/{run}/decisions"),
+            Some(json!({"all": "approve"})),
+            Kind::OtherAgent,
+        ),
         api("GET", "/api/events".into(), None, Kind::Listing),
         api("GET", "/api/me".into(), None, Kind::Listing),
         api("GET", "/api/runs?threadId=wt".into(), None, Kind::OtherResource),
@@ -636,6 +642,11 @@ async fn a_run_on_another_resources_thread_answers_every_run_route_as_an_unknown
         ("GET", format!("/api/runs/{run}"), None),
         ("POST", format!("/api/runs/{run}/cancel"), None),
         ("POST", format!("/api/runs/{failed}/retry"), None),
+        (
+            "POST",
+            format!("/api/runs/{run}/decisions"),
+            Some(json!({"decisions": [{"toolCallId": call, "approved": true}]})),
+        ),
         (
             "POST",
             "/api/agents/approver/resume-stream".into(),

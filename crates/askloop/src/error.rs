@@ -129,6 +129,18 @@ pub enum RunError {
         /// What it is and what to do instead.
         detail: String,
     },
+    /// Every call waiting for approval was to be decided, and none waits:
+    /// the run waits only on questions.
+    #[error(
+        "run {run_id} has no tool call waiting for approval; it waits on questions ({}): answer them instead",
+        questions.join(", ")
+    )]
+    NothingToApprove {
+        /// The run.
+        run_id: String,
+        /// The questions it waits on.
+        questions: Vec<String>,
+    },
     /// The run names a tool this agent does not have.
     #[error("run {run_id} waits on tool {tool_name}, which agent {agent_id} does not have")]
     UnknownTool {
@@ -208,6 +220,7 @@ impl RunError {
             | RunError::AmbiguousResume { run_id, .. }
             | RunError::InvalidAnswer { run_id, .. }
             | RunError::WrongPendingKind { run_id, .. }
+            | RunError::NothingToApprove { run_id, .. }
             | RunError::UnknownTool { run_id, .. }
             | RunError::Conflict { run_id }
             | RunError::StepLimit { run_id, .. }

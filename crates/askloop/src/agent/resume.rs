@@ -11,7 +11,7 @@ use super::machine::{Decision, Request};
 use super::{Agent, AgentStream, CallDecision, ResumeOptions};
 use crate::error::RunError;
 use crate::id::IdKind;
-use crate::store::{Author, ExpiredRuns};
+use crate::store::{Author, ExpiredRuns, PendingKind, RunStatus};
 
 impl Agent {
     /// Answers a pending call and continues the run. The answer is checked
@@ -143,6 +143,45 @@ impl Agent {
                 run_id: run_id.to_owned(),
             }),
         }
+    }
+
+    /// Approves (with [`CallDecision::Approve`]) or declines (with
+    /// [`CallDecision::Decline`]) every call of the run that waits for
+    /// approval, as one decision ([`Agent::decide_all`]): each exactly once,
+    /// the model called once after the last. Questions stay open, and the
+    /// run waits on them. A run waiting on no call for approval is
+    /// [`RunError::NothingToApprove`]; an answer is
+    /// [`RunError::InvalidInput`] (an answer goes to one question).
+    pub async fn decide_every_approval(
+        &self,
+        run_id: &str,
+        decision: CallDecision,
+        author: Author,
+    ) -> Result<AgentStream, RunError> {
+        if let CallDecision::Answer(_) = decision {
+            return Err(RunError::InvalidInput(
+                "every call waiting for approval is approved or declined, not answered".into(),
+            ));
+        }
+        let run = self.load_named(run_id).await?;
+        if run.status != RunStatus::Suspended {
+            // Why there is nothing to decide, as a single decision says it
+            // (not suspended, superseded, expired).
+            run.resume_target(None)?;
+        }
+        let (approvals, questions): (Vec<_>, Vec<_>) =
+            run.pending.iter().partition(|p| p.kind == PendingKind::Approval);
+        if approvals.is_empty() {
+            return Err(RunError::NothingToApprove {
+                run_id: run.run_id.clone(),
+                questions: questions.iter().map(|q| q.tool_call_id.clone()).collect(),
+            });
+        }
+        let decisions = approvals
+            .iter()
+            .map(|p| (p.tool_call_id.clone(), decision.clone()))
+            .collect();
+        self.decide_all(run_id, decisions, author).await
     }
 
     /// Resolves every pending call of this agent's runs whose time limit

@@ -90,13 +90,17 @@ pub enum Command {
     /// List your threads (conversations), newest first; `threads show ID` shows one,
     /// `threads delete ID` deletes one.
     Threads(ThreadsArgs),
-    /// Approve a tool call that waits for approval.
+    /// Approve a tool call that waits for approval (or, with --all, every one of the run).
     Approve {
         /// The run.
         run_id: String,
         /// Which call, when several are pending.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "all")]
         tool_call_id: Option<String>,
+        /// Every call of the run that waits for approval, as one decision: each runs once,
+        /// and the model is called once after the last. Questions stay open.
+        #[arg(long)]
+        all: bool,
         /// Continue with this model instead of the run's own, resolved from
         /// the environment now (e.g. openai/gpt-4o-mini with a new
         /// OPENAI_BASE_URL). Without it, a run goes on where it started.
@@ -111,8 +115,12 @@ pub enum Command {
         /// The run.
         run_id: String,
         /// Which call, when several are pending.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "all")]
         tool_call_id: Option<String>,
+        /// Every call of the run that waits for approval, as one decision (none runs; the
+        /// model is told each, with the reason, and called once). Questions stay open.
+        #[arg(long)]
+        all: bool,
         /// Why, shown to the model.
         #[arg(long)]
         reason: Option<String>,

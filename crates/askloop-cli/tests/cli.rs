@@ -329,6 +329,68 @@ fn approve_runs_the_waiting_tool_and_decline_never_runs_it() {
     assert!(stdout(&out).contains("Result: not today"), "{}", stdout(&out));
 }
 
+const TWO_WRITES_AND_A_QUESTION: &str = r#"{"turns": [
+  {"toolCalls": [
+    {"name": "write_file", "args": {"path": "a.txt", "content": "one"}},
+    {"name": "write_file", "args": {"path": "b.txt", "content": "two"}},
+    {"name": "ask_user", "args": {"question": "Anything else?"}}
+  ]},
+  {"text": "Result: {{toolResults}}"}
+]}"#;
+
+#[test]
+fn approve_all_writes_every_waiting_file_once_and_leaves_the_question_open() {
+    let env = Env::new();
+    let script = env.script("two.json", TWO_WRITES_AND_A_QUESTION);
+    let out = env.run(&["run", "--script", script.to_str().unwrap(), "write both"]);
+    assert_eq!(code(&out), SUSPENDED);
+    let run_id = env.only_run_id();
+
+    let out = env.run(&["approve", &run_id, "--all", "--tool-call-id", "x"]);
+    assert_eq!(code(&out), 2, "--all names no call: {}", stderr(&out));
+
+    let out = env.run(&["approve", &run_id, "--all"]);
+    assert_eq!(code(&out), SUSPENDED, "the question still waits: {}", stderr(&out));
+    for (file, content) in [("a.txt", "one"), ("b.txt", "two")] {
+        assert_eq!(std::fs::read_to_string(env.dir.path().join(file)).unwrap(), content);
+    }
+    assert!(stdout(&out).contains("Anything else?"), "{}", stdout(&out));
+
+    // Nothing is left to approve: bad usage, naming the question.
+    let out = env.run(&["decline", &run_id, "--all"]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("no tool call waiting for approval"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = env.run(&["resume", &run_id, "--answer", "no"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Result: Wrote 3 bytes to a.txt; Wrote 3 bytes to b.txt; User answered: no"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn decline_all_writes_nothing_and_tells_the_model_the_reason_for_each() {
+    let env = Env::new();
+    let script = env.script("two.json", TWO_WRITES_AND_A_QUESTION);
+    env.run(&["run", "--script", script.to_str().unwrap(), "write both"]);
+    let run_id = env.only_run_id();
+    let out = env.run(&["decline", &run_id, "--all", "--reason", "freeze"]);
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    assert!(!env.dir.path().join("a.txt").exists() && !env.dir.path().join("b.txt").exists());
+    let out = env.run(&["resume", &run_id, "--answer", "no"]);
+    assert!(
+        stdout(&out).contains("Result: freeze; freeze; User answered: no"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 #[test]
 fn approving_from_another_folder_writes_in_the_folder_the_run_started_in() {
     let env = Env::new();

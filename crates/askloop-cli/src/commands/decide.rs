@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use askloop::{
-    Agent, Author, Clock, ExpiredRuns, Interface, PendingKind, PendingToolCall, Question, ResumeOptions, RunRecord,
-    RunStatus, RunStore, SelectionMode, SystemClock,
+    Agent, Author, CallDecision, Clock, ExpiredRuns, Interface, PendingKind, PendingToolCall, Question, ResumeOptions,
+    RunRecord, RunStatus, RunStore, SelectionMode, SystemClock,
 };
 use serde_json::Value;
 
@@ -212,6 +212,19 @@ pub async fn decline(ctx: &Context, call: Call<'_>, reason: Option<String>, json
                 .with_reason(reason),
         )
         .await?;
+    Ok(finish(ctx, stream, json).await)
+}
+
+/// `askloop approve RUN --all` and `askloop decline RUN --all`: every call
+/// of the run waiting for approval, as one decision.
+pub async fn every_approval(
+    ctx: &Context,
+    call: Call<'_>,
+    decision: CallDecision,
+    json: bool,
+) -> Result<Done, CliError> {
+    let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
+    let stream = agent.decide_every_approval(&run.run_id, decision, cli_author()).await?;
     Ok(finish(ctx, stream, json).await)
 }
 

@@ -9,7 +9,7 @@ mod runs;
 mod serve;
 mod threads;
 
-use askloop::{AgentStream, StreamOutput};
+use askloop::{AgentStream, CallDecision, StreamOutput};
 
 use crate::cli::{Cli, Command, RunsCommand, ThreadsCommand};
 use crate::exit::{CliError, Done};
@@ -59,21 +59,31 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
         Command::Approve {
             run_id,
             tool_call_id,
+            all,
             model,
             json,
         } => {
             let call = decide::Call::new(&run_id, tool_call_id.as_deref(), model.as_deref());
-            decide::approve(&ctx, call, json).await
+            if all {
+                decide::every_approval(&ctx, call, CallDecision::Approve, json).await
+            } else {
+                decide::approve(&ctx, call, json).await
+            }
         }
         Command::Decline {
             run_id,
             tool_call_id,
+            all,
             reason,
             model,
             json,
         } => {
             let call = decide::Call::new(&run_id, tool_call_id.as_deref(), model.as_deref());
-            decide::decline(&ctx, call, reason, json).await
+            if all {
+                decide::every_approval(&ctx, call, CallDecision::Decline(reason), json).await
+            } else {
+                decide::decline(&ctx, call, reason, json).await
+            }
         }
         Command::Runs(args) => match args.show {
             Some(RunsCommand::Show { run_id, json }) => runs::show(&ctx, &run_id, json).await,

@@ -31,3 +31,14 @@ pub(crate) fn finish_of(events: &[ModelEvent]) -> (FinishReason, Usage) {
         other => panic!("last event is not Finish: {other:?}"),
     }
 }
+
+/// The reasoning of a turn's events.
+pub(crate) fn reasoning_of(events: &[ModelEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ModelEvent::ReasoningDelta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
+}

@@ -93,6 +93,35 @@ async fn text_streams_as_the_same_deltas_and_finish() {
 }
 
 #[tokio::test]
+async fn reasoning_streams_as_the_same_reasoning_deltas_before_the_text_and_calls() {
+    let turn = FakeTurn::text("Asking.")
+        .reasoning_in("The user did not say which environment.", 4)
+        .call(FakeToolCall::new("ask_user", &json!({"question": "Where?"}), 2).id("call_a"))
+        .output_tokens(20);
+    let events = same_events_from_both(turn).await;
+    let reasoning: Vec<&str> = events
+        .iter()
+        .take_while(|e| matches!(e, ModelEvent::ReasoningDelta(_)))
+        .map(|e| match e {
+            ModelEvent::ReasoningDelta(r) => r.as_str(),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(reasoning.len(), 4, "{events:?}");
+    assert_eq!(reasoning.concat(), "The user did not say which environment.");
+    assert_eq!(events[4], ModelEvent::TextDelta("Asking.".into()));
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, ModelEvent::ReasoningDelta(_)))
+            .count(),
+        4,
+        "no reasoning after the text, nor the signature: {events:?}"
+    );
+    assert_eq!(finish(&events), (FinishReason::ToolCalls, 20));
+}
+
+#[tokio::test]
 async fn text_then_parallel_calls_stream_start_deltas_and_calls_in_order() {
     let turn = FakeTurn::text("Asking two things.")
         .call(FakeToolCall::new("ask_user", &json!({"question": "Where?"}), 3).id("call_a"))

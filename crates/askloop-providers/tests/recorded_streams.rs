@@ -172,3 +172,39 @@ async fn recorded_anthropic_streams_read_over_http() {
         check(case, &replay(case.fixture, true).await);
     }
 }
+
+#[tokio::test]
+async fn recorded_thinking_reaches_an_agent_as_one_reasoning_block_before_the_unchanged_text() {
+    let path = format!(
+        "{}/tests/fixtures/anthropic/thinking_then_text_sonnet46.sse",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let server = FakeServer::builder()
+        .respond(FakeResponse::RawSse(std::fs::read_to_string(&path).unwrap()))
+        .start()
+        .await
+        .unwrap();
+    let agent = deploy_agent(anthropic_model(&server, quick_http(0)));
+    let (chunks, output) = agent.stream("How many?").await.unwrap().output_with_chunks().await;
+    let types = type_names(&chunks);
+    assert_eq!(&types[..3], ["start", "step-start", "reasoning-start"]);
+    let end = types.iter().position(|t| *t == "reasoning-end").unwrap();
+    assert!(types[3..end].iter().all(|t| *t == "reasoning-delta"), "{types:?}");
+    assert_eq!(types[end + 1], "text-start");
+    assert_eq!(count(&chunks, "reasoning-start"), 1);
+    let reasoning: String = chunks
+        .iter()
+        .filter_map(|c| match &c.kind {
+            askloop::ChunkKind::ReasoningDelta(d) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        reasoning.starts_with("I need to find positive integers n < 300"),
+        "{reasoning}"
+    );
+    assert!(reasoning.ends_with("So the answer is 37 - 12 = 25."), "{reasoning}");
+    let text = streamed_text(&chunks);
+    assert!(text.starts_with("## Setting Up the Problem"), "{text}");
+    assert_eq!(output.text, text, "the answer is the text alone");
+}

@@ -969,3 +969,50 @@ async fn two_calls_waiting_for_approval_are_decided_in_one_request_as_one_decisi
     assert_eq!(again.types(), ["start", "tool-output-available", "tool-output-denied"]);
     assert_eq!(snapshot(&store).await, before, "each decision applied once");
 }
+
+/// An agent whose one turn reasons, then answers.
+fn thinker(store: &Arc<dyn RunStore>) -> Agent {
+    let script = json!({"turns": [{"reasoning": "They want a greeting.", "text": "Hello there."}]});
+    Agent::builder("thinker")
+        .model(scripted(&script.to_string()))
+        .store(Arc::clone(store))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_turn_that_reasons_then_answers_gives_one_reasoning_part_closed_before_the_text() {
+    let store = memory_store();
+    let server = TestServer::start(vec![thinker(&store)], store).await;
+    let sse = server
+        .post_sse("/chat/thinker", json!({"messages": [user("Hi.")]}))
+        .await;
+    assert_eq!(sse.status, 200, "{}", sse.body);
+    let id_of = |kind: &str| sse.first(kind)["id"].as_str().unwrap().to_owned();
+    let (reasoning, text) = (id_of("reasoning-start"), id_of("text-start"));
+    assert_ne!(reasoning, text);
+    assert_eq!(
+        sse.chunks,
+        [
+            json!({"type": "start", "messageId": sse.first("start")["messageId"]}),
+            json!({"type": "start-step"}),
+            json!({"type": "reasoning-start", "id": reasoning}),
+            json!({"type": "reasoning-delta", "id": reasoning, "delta": "They "}),
+            json!({"type": "reasoning-delta", "id": reasoning, "delta": "want "}),
+            json!({"type": "reasoning-delta", "id": reasoning, "delta": "a "}),
+            json!({"type": "reasoning-delta", "id": reasoning, "delta": "greeting."}),
+            json!({"type": "reasoning-end", "id": reasoning}),
+            json!({"type": "text-start", "id": text}),
+            json!({"type": "text-delta", "id": text, "delta": "Hello "}),
+            json!({"type": "text-delta", "id": text, "delta": "there."}),
+            json!({"type": "text-end", "id": text}),
+            json!({"type": "finish-step"}),
+            json!({"type": "finish", "finishReason": "stop"}),
+        ]
+    );
+    assert!(
+        sse.body.contains(r#"{"type":"reasoning-delta","id":"#) && sse.body.contains(r#","delta":"They "}"#),
+        "keys in the AI SDK's order: {}",
+        sse.body
+    );
+}

@@ -362,3 +362,70 @@ async fn every_chunk_has_the_envelope_order_and_payload_keys_of_the_recorded_mas
         }
     }
 }
+
+#[tokio::test]
+async fn reasoning_streams_as_mastras_reasoning_chunks_and_stays_out_of_the_stored_conversation() {
+    let store = memory_store();
+    let script = json!({"turns": [{"reasoning": "They want a greeting.", "text": "Hello there."}]});
+    let thinker = askloop::Agent::builder("thinker")
+        .model(scripted(&script.to_string()))
+        .store(std::sync::Arc::clone(&store))
+        .build()
+        .unwrap();
+    let server = TestServer::start(vec![thinker], store).await;
+    let sse = server
+        .post_sse("/api/agents/thinker/stream", json!({"messages": "Hi."}))
+        .await;
+    assert_eq!(sse.status, 200, "{}", sse.body);
+    assert_eq!(
+        folded_types(&sse.chunks),
+        [
+            "start",
+            "step-start",
+            "reasoning-start",
+            "reasoning-delta",
+            "reasoning-delta",
+            "reasoning-delta",
+            "reasoning-delta",
+            "reasoning-end",
+            "text-start",
+            "text-delta",
+            "text-end",
+            "step-finish",
+            "finish"
+        ]
+    );
+    let reasoning = sse.first("reasoning-start")["payload"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let payloads: Vec<&Value> = sse
+        .chunks
+        .iter()
+        .filter(|c| c["type"].as_str().unwrap().starts_with("reasoning-"))
+        .map(|c| &c["payload"])
+        .collect();
+    assert_eq!(
+        payloads,
+        [
+            &json!({"id": reasoning}),
+            &json!({"id": reasoning, "text": "They "}),
+            &json!({"id": reasoning, "text": "want "}),
+            &json!({"id": reasoning, "text": "a "}),
+            &json!({"id": reasoning, "text": "greeting."}),
+            &json!({"id": reasoning}),
+        ]
+    );
+    assert_ne!(sse.first("text-start")["payload"]["id"], json!(reasoning));
+    // The step's and the run's conversation hold the answer, not the reasoning.
+    for kind in ["step-finish", "finish"] {
+        let finish = sse.first(kind).to_string();
+        assert!(
+            finish.contains("Hello there.") && !finish.contains("greeting"),
+            "{finish}"
+        );
+    }
+    let run_id = sse.chunks[0]["runId"].as_str().unwrap();
+    let stored = stored_run(&server, run_id).await.to_string();
+    assert!(!stored.contains("greeting"), "{stored}");
+}

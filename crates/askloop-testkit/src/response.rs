@@ -132,10 +132,14 @@ impl FakeToolCall {
     }
 }
 
-/// A streamed model turn: text, then tool calls, then the finish, with the
-/// quirks of real servers on request.
+/// A streamed model turn: reasoning, text, then tool calls, then the
+/// finish, with the quirks of real servers on request.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct FakeTurn {
+    /// The model's reasoning before the text, in the pieces it is streamed
+    /// in: `delta.reasoning_content` (OpenAI format), a `thinking` block
+    /// ended by its signature (Anthropic).
+    pub reasoning: Vec<String>,
     /// The text, in the pieces it is streamed in.
     pub text: Vec<String>,
     /// The tool calls, after the text.
@@ -191,6 +195,12 @@ impl FakeTurn {
     /// A turn that makes one tool call, its arguments in one piece.
     pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
         FakeTurn::default().call(FakeToolCall::new(name, &arguments, 1))
+    }
+
+    /// Reasons `reasoning` first, in `pieces` nearly even pieces.
+    pub fn reasoning_in(mut self, reasoning: &str, pieces: usize) -> Self {
+        self.reasoning = split_even(reasoning, pieces);
+        self
     }
 
     /// Adds a tool call.

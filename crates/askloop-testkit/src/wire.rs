@@ -212,6 +212,8 @@ struct DeltaOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<Option<&'a str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<[CallOut<'a>; 1]>,
 }
 
@@ -294,6 +296,15 @@ fn openai_frames(turn: &FakeTurn, info: &RequestInfo) -> Vec<Bytes> {
             ..DeltaOut::default()
         });
     }
+    deltas.extend(
+        turn.reasoning
+            .iter()
+            .filter(|r| !r.is_empty())
+            .map(|reasoning| DeltaOut {
+                reasoning_content: Some(reasoning),
+                ..DeltaOut::default()
+            }),
+    );
     deltas.extend(turn.text.iter().filter(|t| !t.is_empty()).map(|text| DeltaOut {
         content: Some(Some(text)),
         ..DeltaOut::default()
@@ -303,6 +314,7 @@ fn openai_frames(turn: &FakeTurn, info: &RequestInfo) -> Vec<Bytes> {
             deltas.push(DeltaOut {
                 role: Some("assistant"),
                 content: Some(Some("")),
+                reasoning_content: None,
                 tool_calls: Some([call_head(
                     index,
                     call_ids[index].as_deref(),
@@ -400,13 +412,38 @@ fn anthropic_frames(turn: &FakeTurn, info: &RequestInfo) -> Vec<Bytes> {
     ));
     let ping = || event_frame("ping", &json!({"type": "ping"}));
     let mut index = 0usize;
+    let reasoning: Vec<&String> = turn.reasoning.iter().filter(|r| !r.is_empty()).collect();
+    if !reasoning.is_empty() {
+        frames.push(event_frame(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        ));
+        frames.push(ping());
+        for piece in reasoning {
+            frames.push(event_frame(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": piece}}),
+            ));
+        }
+        frames.push(event_frame(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": format!("sig_fake_{}", info.number)}}),
+        ));
+        frames.push(event_frame(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
     let text: Vec<&String> = turn.text.iter().filter(|t| !t.is_empty()).collect();
     if !text.is_empty() {
         frames.push(event_frame(
             "content_block_start",
             &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
         ));
-        frames.push(ping());
+        if index == 0 {
+            frames.push(ping());
+        }
         for piece in text {
             frames.push(event_frame(
                 "content_block_delta",

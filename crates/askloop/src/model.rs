@@ -52,6 +52,17 @@ pub struct ModelRequest<'a> {
 pub enum ModelEvent {
     /// A piece of the answer's text.
     TextDelta(String),
+    /// A piece of the model's reasoning: Anthropic's thinking, the
+    /// `reasoning_content` or `reasoning` of OpenAI-compatible servers
+    /// (Ollama, vLLM, DeepSeek). It streams before or between the text and
+    /// the calls, and the agent passes it on as `reasoning-*` chunks.
+    ///
+    /// It is shown, never kept: it is not stored in the run's conversation
+    /// and not sent back to the model on the next step. Anthropic needs a
+    /// thinking block sent back (with its signature) only when thinking is
+    /// enabled together with tool use, and askloop does not enable thinking
+    /// itself; the OpenAI-compatible servers take no reasoning back at all.
+    ReasoningDelta(String),
     /// The model began a tool call.
     ToolCallStart {
         /// The call's id.

@@ -7,9 +7,13 @@
 //! ```json
 //! {"turns": [
 //!   {"text": "optional text first", "toolCalls": [{"name": "ask_user", "args": {"question": "Which city?"}}]},
-//!   {"text": "Booked: {{toolResults}}"}
+//!   {"reasoning": "optional reasoning before it all", "text": "Booked: {{toolResults}}"}
 //! ]}
 //! ```
+//!
+//! `reasoning` streams as the model's reasoning before the text (as
+//! `reasoning-*` chunks; like a real model's, it is not stored in the
+//! conversation).
 //!
 //! In `text`, `{{toolResults}}` is the content of the tool results after the
 //! last assistant message, joined with `"; "`, and `{{input}}` is the first
@@ -38,6 +42,10 @@ pub struct Script {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScriptTurn {
+    /// Reasoning to stream before the text and the calls, as
+    /// [`ModelEvent::ReasoningDelta`]s (taken as it is: no templates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     /// Text to stream (with `{{toolResults}}` and `{{input}}` filled in).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
@@ -162,6 +170,10 @@ impl ScriptedModel {
 
         let mut events = Vec::new();
         let mut output_chars = 0usize;
+        if let Some(reasoning) = &turn.reasoning {
+            output_chars += reasoning.len();
+            events.extend(split_text(reasoning).into_iter().map(ModelEvent::ReasoningDelta));
+        }
         if let Some(template) = &turn.text {
             let text = fill_template(template, request.messages);
             output_chars += text.len();
@@ -365,6 +377,35 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[tokio::test]
+    async fn reasoning_streams_in_pieces_before_the_text() {
+        let model = ScriptedModel::from_json(
+            "test",
+            r#"{"turns": [{"reasoning": "The user wants {{input}} spelled out.", "text": "Done."}]}"#,
+        )
+        .unwrap();
+        let events = collect(&model, &[Message::user("x")]).await.unwrap();
+        let reasoning: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                ModelEvent::ReasoningDelta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(reasoning.len() > 1, "{events:?}");
+        assert_eq!(reasoning.concat(), "The user wants {{input}} spelled out.");
+        let first_text = events
+            .iter()
+            .position(|e| matches!(e, ModelEvent::TextDelta(_)))
+            .unwrap();
+        assert!(
+            events[..first_text]
+                .iter()
+                .all(|e| matches!(e, ModelEvent::ReasoningDelta(_))),
+            "{events:?}"
+        );
     }
 
     #[tokio::test]

@@ -791,3 +791,125 @@ async fn an_approval_claims_the_run_and_marks_its_call_started_before_the_tool_r
     let stored = store.get(&output.run_id).await.unwrap().unwrap();
     assert!(stored.pending.is_empty());
 }
+
+/// A model that reasons, says something, reasons again, then asks; and on
+/// the next step reasons and answers.
+#[derive(Debug)]
+struct ReasoningModel;
+
+#[async_trait::async_trait]
+impl askloop::Model for ReasoningModel {
+    fn name(&self) -> &str {
+        "reasoning"
+    }
+    async fn stream(&self, request: askloop::ModelRequest<'_>) -> Result<askloop::ModelStream, askloop::ModelError> {
+        use askloop::ModelEvent::*;
+        let finish = |reason| Finish {
+            reason,
+            usage: Default::default(),
+        };
+        let events = if request.messages.iter().any(Message::is_assistant) {
+            vec![
+                ReasoningDelta("They chose.".into()),
+                TextDelta("Deploying.".into()),
+                finish(askloop::FinishReason::Stop),
+            ]
+        } else {
+            vec![
+                ReasoningDelta("Which env".into()),
+                ReasoningDelta("ironment?".into()),
+                TextDelta("Let me ask.".into()),
+                ReasoningDelta("".into()),
+                ReasoningDelta("Ask with options.".into()),
+                ToolCallStart {
+                    id: "c1".into(),
+                    name: "ask_user".into(),
+                },
+                ToolCallDelta {
+                    id: "c1".into(),
+                    args_delta: r#"{"question": "Which?"}"#.into(),
+                },
+                ToolCall {
+                    id: "c1".into(),
+                    name: "ask_user".into(),
+                    arguments: r#"{"question": "Which?"}"#.into(),
+                },
+                finish(askloop::FinishReason::ToolCalls),
+            ]
+        };
+        Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))))
+    }
+}
+
+#[tokio::test]
+async fn reasoning_streams_in_its_own_blocks_in_order_and_is_neither_stored_nor_sent_back() {
+    let store = Arc::new(MemoryStore::new());
+    let agent = agent_with(Arc::new(ReasoningModel), store.clone());
+    let (chunks, out) = run(&agent, "Deploy").await;
+    assert_eq!(
+        types(&chunks),
+        [
+            "start",
+            "step-start",
+            "reasoning-start",
+            "reasoning-delta",
+            "reasoning-delta",
+            "reasoning-end",
+            "text-start",
+            "text-delta",
+            "text-end",
+            // The empty piece opened nothing; the next one a new block.
+            "reasoning-start",
+            "reasoning-delta",
+            "reasoning-end",
+            "tool-call-input-streaming-start",
+            "tool-call-delta",
+            "tool-call-input-streaming-end",
+            "tool-call",
+            "tool-call-suspended",
+        ]
+    );
+    // Every delta names the block it is in; the two blocks differ.
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    for chunk in &chunks {
+        match &chunk.kind {
+            ChunkKind::ReasoningStart(start) => blocks.push((start.id.clone(), String::new())),
+            ChunkKind::ReasoningDelta(delta) => {
+                let (id, text) = blocks.last_mut().unwrap();
+                assert_eq!(&delta.id, id);
+                text.push_str(&delta.text);
+            }
+            ChunkKind::ReasoningEnd(end) => assert_eq!(end.id, blocks.last().unwrap().0),
+            _ => {}
+        }
+    }
+    assert_eq!(blocks.len(), 2);
+    assert_ne!(blocks[0].0, blocks[1].0);
+    assert_eq!(blocks[0].1, "Which environment?");
+    assert_eq!(blocks[1].1, "Ask with options.");
+    assert_eq!(out.text, "Let me ask.");
+
+    let (chunks, out) = agent
+        .resume_stream("staging", ResumeOptions::run(&out.run_id))
+        .await
+        .unwrap()
+        .output_with_chunks()
+        .await;
+    assert_eq!(out.status, RunStatus::Completed);
+    assert_eq!(out.text, "Deploying.");
+    let types = types(&chunks);
+    let start = types.iter().position(|t| *t == "reasoning-start").unwrap();
+    assert_eq!(
+        &types[start..start + 4],
+        ["reasoning-start", "reasoning-delta", "reasoning-end", "text-start"]
+    );
+    // The conversation the model reads back has its text and calls only.
+    let stored = serde_json::to_string(&store.messages(&out.run_id).await.unwrap()).unwrap();
+    for reasoning in ["Which env", "ironment?", "Ask with options.", "They chose."] {
+        assert!(!stored.contains(reasoning), "{reasoning} stored: {stored}");
+    }
+    assert!(
+        stored.contains("Let me ask.") && stored.contains("Deploying."),
+        "{stored}"
+    );
+}

@@ -1,12 +1,15 @@
 //! The Messages stream parser: `message_start`, `content_block_start`,
-//! `ping`, `content_block_delta` (`text_delta`, `input_json_delta`),
-//! `content_block_stop`, `message_delta`, `message_stop` and `error` events
-//! into [`ModelEvent`]s.
+//! `ping`, `content_block_delta` (`text_delta`, `input_json_delta`,
+//! `thinking_delta`), `content_block_stop`, `message_delta`, `message_stop`
+//! and `error` events into [`ModelEvent`]s.
 //!
 //! A `tool_use` block is complete at its `content_block_stop`; its input is
 //! the `input_json_delta` fragments joined, or, when they are all empty
-//! (a tool without parameters), the start block's `input` (`{}`). Thinking
-//! blocks, signatures and block types this parser does not know are skipped.
+//! (a tool without parameters), the start block's `input` (`{}`). A
+//! `thinking` block's text is the model's reasoning
+//! ([`ModelEvent::ReasoningDelta`]); its signature (`signature_delta`),
+//! `redacted_thinking` blocks (encrypted, nothing to show) and block types
+//! this parser does not know are skipped: askloop sends no thinking back.
 //! The event's kind is read from the JSON `type`, so a missing `event:` line
 //! does not matter.
 
@@ -60,6 +63,8 @@ struct ContentBlock<'a> {
     input: Option<Value>,
     #[serde(default, borrow)]
     text: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    thinking: Option<Text<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -70,6 +75,8 @@ struct WireDelta<'a> {
     text: Option<Text<'a>>,
     #[serde(default, borrow)]
     partial_json: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    thinking: Option<Text<'a>>,
     #[serde(default, borrow)]
     stop_reason: Option<Text<'a>>,
 }
@@ -145,6 +152,13 @@ impl MessagesStreamParser {
                             out.push_back(ModelEvent::TextDelta(text.into_owned()));
                         }
                     }
+                    // Its text comes in `thinking_delta`s; a start that
+                    // carries some is passed on all the same.
+                    "thinking" => {
+                        if let Some(thinking) = block.thinking.filter(|t| !t.is_empty()) {
+                            out.push_back(ModelEvent::ReasoningDelta(thinking.into_owned()));
+                        }
+                    }
                     "tool_use" => {
                         // Blocks are keyed by index; an id another block of
                         // the turn already has is replaced by a fresh one.
@@ -168,7 +182,7 @@ impl MessagesStreamParser {
                             },
                         );
                     }
-                    // thinking, redacted_thinking, server tools: not for the agent.
+                    // redacted_thinking, server tools: not for the agent.
                     _ => {}
                 }
             }
@@ -194,7 +208,12 @@ impl MessagesStreamParser {
                             });
                         }
                     }
-                    // thinking_delta, signature_delta, citations_delta, ...
+                    Some("thinking_delta") => {
+                        if let Some(thinking) = delta.thinking.filter(|t| !t.is_empty()) {
+                            out.push_back(ModelEvent::ReasoningDelta(thinking.into_owned()));
+                        }
+                    }
+                    // signature_delta, citations_delta, ...
                     _ => {}
                 }
             }
@@ -299,7 +318,7 @@ fn stop_reason(reason: &str) -> FinishReason {
 mod tests {
     use super::*;
     use crate::sse::{parse_sse_chunks, parse_sse_text};
-    use crate::test_support::{calls_of, finish_of, text_of};
+    use crate::test_support::{calls_of, finish_of, reasoning_of, text_of};
 
     fn parse(text: &str) -> Vec<Result<ModelEvent, ModelError>> {
         parse_sse_text(text, MessagesStreamParser::new("anthropic", "run1_2"))
@@ -391,14 +410,59 @@ mod tests {
     }
 
     #[test]
-    fn recorded_thinking_block_is_skipped_and_the_text_kept() {
+    fn recorded_thinking_block_arrives_as_reasoning_before_the_unchanged_text() {
         let events = ok(include_str!(
             "../../tests/fixtures/anthropic/thinking_then_text_sonnet46.sse"
         ));
+        assert_eq!(
+            reasoning_of(&events),
+            "I need to find positive integers n < 300 that are divisible by 8 but not by 12.\n\n\
+             Divisible by 8: multiples of 8 less than 300.\n\
+             Floor(299/8) = 37, so there are 37 multiples of 8 less than 300.\n\n\
+             Now I need to subtract those divisible by both 8 and 12.\nLCM(8, 12) = 24.\n\n\
+             Divisible by 24: floor(299/24) = 12, so there are 12 multiples of 24 less than 300.\n\
+             So the answer is 37 - 12 = 25."
+        );
+        // One piece per `thinking_delta`, all before the text; the
+        // signature is not among them.
+        let pieces = events
+            .iter()
+            .filter(|e| matches!(e, ModelEvent::ReasoningDelta(_)))
+            .count();
+        assert_eq!(pieces, 7);
+        let first_text = events
+            .iter()
+            .position(|e| matches!(e, ModelEvent::TextDelta(_)))
+            .unwrap();
+        assert!(
+            events[..first_text]
+                .iter()
+                .all(|e| matches!(e, ModelEvent::ReasoningDelta(_)))
+        );
         let text = text_of(&events);
         assert!(text.starts_with("## Setting Up the Problem"), "{text}");
         assert!(!text.contains("I need to find"), "thinking leaked into the text");
+        assert!(!reasoning_of(&events).contains("signature"));
         assert_eq!(finish_of(&events).1.output_tokens, 353);
+    }
+
+    #[test]
+    fn redacted_thinking_and_signatures_give_no_reasoning() {
+        let sse = concat!(
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"redacted_thinking\",\"data\":\"EmwKAhgBEgy3va3pzix\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"EqQBCgIYAhIM\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let events = ok(sse);
+        assert_eq!(events[0], ModelEvent::TextDelta("Hi".into()));
+        assert!(matches!(events[1], ModelEvent::Finish { .. }), "{events:?}");
+        assert_eq!(events.len(), 2);
     }
 
     #[test]

@@ -14,7 +14,12 @@
 //! - one id for several calls (`call_0` for each): every call is keyed by
 //!   its `index`, and an id already used in the turn is replaced by a fresh
 //!   one ([`ToolCallIds`]), so each call keeps its own arguments and answer;
-//! - `{"error": {...}}` as a data event mid-stream (OpenRouter and others).
+//! - `{"error": {...}}` as a data event mid-stream (OpenRouter and others);
+//! - the model's reasoning as `delta.reasoning_content` (vLLM, llama.cpp,
+//!   DeepSeek) or `delta.reasoning` (Ollama, OpenRouter), often beside an
+//!   empty `content`: passed on as [`ModelEvent::ReasoningDelta`], from
+//!   `reasoning_content` when a server sends both (some send the same
+//!   text under the two names).
 //!
 //! Tool calls are emitted complete (`ToolCall`) when the choice finishes,
 //! in index order; argument text is passed through raw, so malformed JSON
@@ -58,6 +63,10 @@ struct Choice<'a> {
 struct Delta<'a> {
     #[serde(default, borrow)]
     content: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Text<'a>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ToolCallDelta<'a>>>,
 }
@@ -170,6 +179,13 @@ impl ChatStreamParser {
         // One answer is asked for (no `n`); other choices are ignored.
         for choice in chunk.choices.into_iter().filter(|c| c.index.unwrap_or(0) == 0) {
             if let Some(delta) = choice.delta {
+                let reasoning = match delta.reasoning_content.filter(|t| !t.is_empty()) {
+                    Some(reasoning) => Some(reasoning),
+                    None => delta.reasoning.filter(|t| !t.is_empty()),
+                };
+                if let Some(reasoning) = reasoning {
+                    out.push_back(ModelEvent::ReasoningDelta(reasoning.into_owned()));
+                }
                 if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                     out.push_back(ModelEvent::TextDelta(text.into_owned()));
                 }
@@ -348,7 +364,7 @@ pub(crate) fn shorten(text: &str) -> String {
 mod tests {
     use super::*;
     use crate::sse::{parse_sse_chunks, parse_sse_text};
-    use crate::test_support::{calls_of, finish_of, text_of};
+    use crate::test_support::{calls_of, finish_of, reasoning_of, text_of};
 
     fn parse(text: &str) -> Vec<Result<ModelEvent, ModelError>> {
         parse_sse_text(text, ChatStreamParser::new("openai", "run1_2"))
@@ -356,6 +372,54 @@ mod tests {
 
     fn ok(text: &str) -> Vec<ModelEvent> {
         parse(text).into_iter().map(|e| e.unwrap()).collect()
+    }
+
+    /// An SSE body of the given `delta`s, then `finish_reason: stop` and `[DONE]`.
+    fn deltas(deltas: &[&str]) -> String {
+        let mut sse: String = deltas
+            .iter()
+            .map(|delta| format!("data: {{\"id\":\"r\",\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n"))
+            .collect();
+        sse.push_str("data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
+        sse.push_str("data: [DONE]\n\n");
+        sse
+    }
+
+    #[test]
+    fn ollamas_reasoning_beside_empty_content_is_reasoning_before_the_text() {
+        // As Ollama's `/v1/chat/completions` streams a thinking model.
+        let events = ok(&deltas(&[
+            r#"{"role":"assistant","content":"","reasoning":"We"}"#,
+            r#"{"content":"","reasoning":" need"}"#,
+            r#"{"content":"","reasoning":" an answer."}"#,
+            r#"{"content":"Forty"}"#,
+            r#"{"content":"-two."}"#,
+        ]));
+        assert_eq!(
+            &events[..5],
+            [
+                ModelEvent::ReasoningDelta("We".into()),
+                ModelEvent::ReasoningDelta(" need".into()),
+                ModelEvent::ReasoningDelta(" an answer.".into()),
+                ModelEvent::TextDelta("Forty".into()),
+                ModelEvent::TextDelta("-two.".into()),
+            ]
+        );
+        assert_eq!(finish_of(&events).0, FinishReason::Stop);
+    }
+
+    #[test]
+    fn reasoning_content_is_reasoning_and_taken_once_when_a_server_sends_both_names() {
+        // vLLM, llama.cpp and DeepSeek name it `reasoning_content`; some
+        // servers repeat it under `reasoning`, or send `null` beside text.
+        let events = ok(&deltas(&[
+            r#"{"role":"assistant","content":null,"reasoning_content":"Think"}"#,
+            r#"{"reasoning_content":"ing.","reasoning":"ing."}"#,
+            r#"{"content":"Done.","reasoning_content":null,"reasoning":null}"#,
+        ]));
+        assert_eq!(reasoning_of(&events), "Thinking.");
+        assert_eq!(text_of(&events), "Done.");
+        assert_eq!(events.len(), 4, "{events:?}");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!
 //! Only text, and tool calls with their outputs, become the run's history;
 //! what the model cannot be given as text (files) is refused, and what is
-//! only for the page (step boundaries, data parts, reasoning) is left out.
+//! only for the page (step boundaries, data parts, the model's reasoning)
+//! is left out: askloop never sends reasoning back to a model.
 //! A `system` message is refused: the instructions are the agent's.
 
 use askloop::{Message, ToolCall, ToolContent, ToolResult};
@@ -313,6 +314,28 @@ mod tests {
         );
         assert_eq!(conversation[3], Message::assistant("Deploying.", Vec::new()));
         assert_eq!(conversation[4], Message::user("Again."));
+    }
+
+    #[test]
+    fn reasoning_parts_the_client_sends_back_are_not_given_to_the_model() {
+        let history = messages(json!([
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "How many?"}]},
+            {"id": "a1", "role": "assistant", "parts": [
+                {"type": "step-start"},
+                {"type": "reasoning", "text": "37 - 12 = 25.", "state": "done"},
+                {"type": "text", "text": "25."},
+                {"type": "reasoning", "text": "Done.", "state": "done"}
+            ]},
+            {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "Sure?"}]}
+        ]));
+        assert_eq!(
+            conversation(&history).unwrap(),
+            [
+                Message::user("How many?"),
+                Message::assistant("25.", Vec::new()),
+                Message::user("Sure?")
+            ]
+        );
     }
 
     #[test]

@@ -8,6 +8,12 @@
 //! `approvalId` is `<runId>::<toolCallId>`, as Mastra makes it) followed by
 //! Mastra's `data-tool-call-approval`. The run's id reaches the client only
 //! in these data parts, as with Mastra.
+//!
+//! The model's reasoning is `reasoning-start`, `reasoning-delta` (its piece
+//! in `delta`) and `reasoning-end`, as `@mastra/ai-sdk` sends them with
+//! `sendReasoning: true` (without it, Mastra drops the deltas and keeps the
+//! empty start and end). The AI SDK makes them a `reasoning` part of the
+//! message; a client that sends that part back is not read (see `history`).
 
 use askloop::chunk::StepFinish;
 use askloop::{Chunk, ChunkKind, FinishReason};
@@ -32,6 +38,16 @@ pub(crate) enum UiChunk {
         delta: String,
     },
     TextEnd {
+        id: String,
+    },
+    ReasoningStart {
+        id: String,
+    },
+    ReasoningDelta {
+        id: String,
+        delta: String,
+    },
+    ReasoningEnd {
         id: String,
     },
     ToolInputStart {
@@ -134,6 +150,12 @@ pub(crate) fn of(chunk: &Chunk) -> Vec<UiChunk> {
             delta: delta.text.clone(),
         }),
         ChunkKind::TextEnd(text) => one(UiChunk::TextEnd { id: text.id.clone() }),
+        ChunkKind::ReasoningStart(block) => one(UiChunk::ReasoningStart { id: block.id.clone() }),
+        ChunkKind::ReasoningDelta(delta) => one(UiChunk::ReasoningDelta {
+            id: delta.id.clone(),
+            delta: delta.text.clone(),
+        }),
+        ChunkKind::ReasoningEnd(block) => one(UiChunk::ReasoningEnd { id: block.id.clone() }),
         ChunkKind::ToolCallInputStreamingStart(call) => one(UiChunk::ToolInputStart {
             tool_call_id: call.tool_call_id.clone(),
             tool_name: call.tool_name.clone(),
@@ -222,7 +244,7 @@ fn finish_reason(finish: &StepFinish) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use askloop::chunk::{ToolCallApproval, ToolCallSuspended};
+    use askloop::chunk::{ReasoningDelta, ReasoningId, ToolCallApproval, ToolCallSuspended};
     use serde_json::json;
 
     use super::*;
@@ -264,6 +286,29 @@ mod tests {
             [
                 r#"{"type":"tool-approval-request","approvalId":"run-1::c1","toolCallId":"c1"}"#,
                 r#"{"type":"data-tool-call-approval","data":{"state":"data-tool-call-approval","runId":"run-1","toolCallId":"c1","toolName":"deploy","args":{"env":"prod"},"resumeSchema":"{}"},"id":"c1"}"#
+            ]
+        );
+    }
+
+    #[test]
+    fn reasoning_is_the_ai_sdks_reasoning_parts_with_the_piece_in_delta() {
+        let parts: Vec<String> = [
+            ChunkKind::ReasoningStart(ReasoningId { id: "r1".into() }),
+            ChunkKind::ReasoningDelta(ReasoningDelta {
+                id: "r1".into(),
+                text: "Divisible by 8".into(),
+            }),
+            ChunkKind::ReasoningEnd(ReasoningId { id: "r1".into() }),
+        ]
+        .into_iter()
+        .flat_map(json_of)
+        .collect();
+        assert_eq!(
+            parts,
+            [
+                r#"{"type":"reasoning-start","id":"r1"}"#,
+                r#"{"type":"reasoning-delta","id":"r1","delta":"Divisible by 8"}"#,
+                r#"{"type":"reasoning-end","id":"r1"}"#,
             ]
         );
     }

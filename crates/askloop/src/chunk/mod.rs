@@ -88,6 +88,8 @@ impl Serialize for PayloadOf<'_> {
                 id: &p.id,
             }
             .serialize(serializer),
+            ChunkKind::ReasoningStart(p) | ChunkKind::ReasoningEnd(p) => p.serialize(serializer),
+            ChunkKind::ReasoningDelta(p) => p.serialize(serializer),
             ChunkKind::ToolCallInputStreamingStart(p) => p.serialize(serializer),
             ChunkKind::ToolCallDelta(p) => p.serialize(serializer),
             ChunkKind::ToolCallInputStreamingEnd(p) => p.serialize(serializer),
@@ -135,6 +137,16 @@ pub enum ChunkKind {
     TextDelta(TextDelta),
     /// A text block ended.
     TextEnd(TextId),
+    /// A block of the model's reasoning started. Each contiguous run of
+    /// reasoning is one block, ended before any text or tool input.
+    ReasoningStart(ReasoningId),
+    /// A piece of the model's reasoning (streamed only: it is not stored
+    /// in the run's conversation, see [`ModelEvent::ReasoningDelta`]).
+    ///
+    /// [`ModelEvent::ReasoningDelta`]: crate::ModelEvent::ReasoningDelta
+    ReasoningDelta(ReasoningDelta),
+    /// A block of the model's reasoning ended.
+    ReasoningEnd(ReasoningId),
     /// The model began streaming a tool call's input.
     ToolCallInputStreamingStart(ToolCallRef),
     /// A piece of a tool call's input.
@@ -174,6 +186,9 @@ impl ChunkKind {
             ChunkKind::TextStart(_) => "text-start",
             ChunkKind::TextDelta(_) => "text-delta",
             ChunkKind::TextEnd(_) => "text-end",
+            ChunkKind::ReasoningStart(_) => "reasoning-start",
+            ChunkKind::ReasoningDelta(_) => "reasoning-delta",
+            ChunkKind::ReasoningEnd(_) => "reasoning-end",
             ChunkKind::ToolCallInputStreamingStart(_) => "tool-call-input-streaming-start",
             ChunkKind::ToolCallDelta(_) => "tool-call-delta",
             ChunkKind::ToolCallInputStreamingEnd(_) => "tool-call-input-streaming-end",
@@ -233,6 +248,27 @@ pub struct TextDelta {
     /// The text block's id.
     pub id: String,
     /// The new text.
+    pub text: String,
+}
+
+/// Payload of `reasoning-start` and `reasoning-end`, as Mastra's (which
+/// may also carry `providerMetadata`, and `signature` on a start; askloop
+/// sends neither).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReasoningId {
+    /// The reasoning block's id.
+    pub id: String,
+}
+
+/// Payload of `reasoning-delta`, as Mastra's: the piece is `text`, as in
+/// `text-delta` (the AI SDK's UI message chunk calls it `delta`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReasoningDelta {
+    /// The reasoning block's id.
+    pub id: String,
+    /// The new piece of reasoning.
     pub text: String,
 }
 
@@ -478,6 +514,12 @@ mod tests {
             }),
             ChunkKind::TextStart(TextId { id: "t".into() }),
             ChunkKind::TextEnd(TextId { id: "t".into() }),
+            ChunkKind::ReasoningStart(ReasoningId { id: "r".into() }),
+            ChunkKind::ReasoningDelta(ReasoningDelta {
+                id: "r".into(),
+                text: "Hm".into(),
+            }),
+            ChunkKind::ReasoningEnd(ReasoningId { id: "r".into() }),
             ChunkKind::ToolCallInputStreamingEnd(ToolCallId {
                 tool_call_id: "c".into(),
             }),
@@ -500,6 +542,43 @@ mod tests {
             let value = serde_json::to_value(&chunk).unwrap();
             assert_eq!(value["type"], chunk.type_name());
         }
+    }
+
+    #[test]
+    fn reasoning_chunks_have_mastras_payloads_and_read_back_with_its_provider_metadata_ignored() {
+        let kinds = [
+            (
+                ChunkKind::ReasoningStart(ReasoningId { id: "r1".into() }),
+                r#"{"type":"reasoning-start","runId":"run-1","from":"AGENT","payload":{"id":"r1"}}"#,
+            ),
+            (
+                ChunkKind::ReasoningDelta(ReasoningDelta {
+                    id: "r1".into(),
+                    text: "Divisible by 8".into(),
+                }),
+                r#"{"type":"reasoning-delta","runId":"run-1","from":"AGENT","payload":{"id":"r1","text":"Divisible by 8"}}"#,
+            ),
+            (
+                ChunkKind::ReasoningEnd(ReasoningId { id: "r1".into() }),
+                r#"{"type":"reasoning-end","runId":"run-1","from":"AGENT","payload":{"id":"r1"}}"#,
+            ),
+        ];
+        for (kind, wire) in kinds {
+            let chunk = Chunk::new("run-1", kind);
+            assert_eq!(serde_json::to_string(&chunk).unwrap(), wire);
+            let back: Chunk = serde_json::from_str(wire).unwrap();
+            assert_eq!(back, chunk);
+        }
+        // What Mastra sends when the provider gave metadata.
+        let mastra = r#"{"type":"reasoning-delta","runId":"run-1","from":"AGENT","payload":{"id":"r1","providerMetadata":{"anthropic":{"signature":"s"}},"text":"Hm"}}"#;
+        let chunk: Chunk = serde_json::from_str(mastra).unwrap();
+        assert_eq!(
+            chunk.kind,
+            ChunkKind::ReasoningDelta(ReasoningDelta {
+                id: "r1".into(),
+                text: "Hm".into()
+            })
+        );
     }
 
     #[test]

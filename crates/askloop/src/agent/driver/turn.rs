@@ -1,6 +1,14 @@
 //! One model turn, streamed: its chunks are emitted as they arrive, and the
 //! turn (text, calls with their arguments checked for JSON, finish reason,
 //! usage) is returned whole.
+//!
+//! Text and reasoning stream in blocks (`text-start` ... `text-end`,
+//! `reasoning-start` ... `reasoning-end`): a block is opened by its first
+//! delta and closed by anything else the model sends, so at most one is
+//! open and each contiguous run of deltas is one block, closed before the
+//! next text, reasoning or tool input starts. The reasoning is only
+//! streamed: it is not part of the returned turn, so it is neither stored
+//! nor sent back to the model (see [`ModelEvent::ReasoningDelta`]).
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -31,7 +39,7 @@ impl Driver {
             reason: FinishReason::Stop,
             usage: Usage::default(),
         };
-        let mut text_id: Option<String> = None;
+        let mut block: Option<OpenBlock> = None;
         // Calls whose input is streaming: (the model's id, the call's id in
         // the run, the tool). Ids are made unique per turn here, whatever the
         // model sent, so every chunk, pending call and result of a step names
@@ -42,9 +50,22 @@ impl Driver {
 
         while let Some(event) = events.next().await {
             match event? {
-                ModelEvent::TextDelta(text) => self.text_delta(&mut turn, &mut text_id, text),
+                ModelEvent::TextDelta(text) => {
+                    if !text.is_empty() {
+                        let id = self.open_block(&mut block, BlockKind::Text);
+                        turn.text.push_str(&text);
+                        self.text.push_str(&text);
+                        self.emit(ChunkKind::TextDelta(TextDelta { id, text }));
+                    }
+                }
+                ModelEvent::ReasoningDelta(text) => {
+                    if !text.is_empty() {
+                        let id = self.open_block(&mut block, BlockKind::Reasoning);
+                        self.emit(ChunkKind::ReasoningDelta(ReasoningDelta { id, text }));
+                    }
+                }
                 ModelEvent::ToolCallStart { id: model_id, name } => {
-                    self.close_text(&mut text_id);
+                    self.close_block(&mut block);
                     let id = ids.claim(&model_id);
                     self.emit(ChunkKind::ToolCallInputStreamingStart(ToolCallRef {
                         tool_call_id: id.clone(),
@@ -56,6 +77,7 @@ impl Driver {
                     id: model_id,
                     args_delta,
                 } => {
+                    self.close_block(&mut block);
                     // The latest call started under this id is the one streaming.
                     let (id, tool_name) = match open.iter().rev().find(|(m, _, _)| *m == model_id) {
                         Some((_, id, name)) => (id.clone(), name.clone()),
@@ -72,7 +94,7 @@ impl Driver {
                     name,
                     arguments,
                 } => {
-                    self.close_text(&mut text_id);
+                    self.close_block(&mut block);
                     let call = self.whole_call(&mut open, &mut ids, model_id, name, arguments);
                     turn.calls.push(call);
                 }
@@ -83,7 +105,7 @@ impl Driver {
                 }
             }
         }
-        self.close_text(&mut text_id);
+        self.close_block(&mut block);
         if !finished && turn.text.is_empty() && turn.calls.is_empty() {
             return Err(ModelError::Protocol {
                 provider: self.agent.model.name().to_owned(),
@@ -97,23 +119,32 @@ impl Driver {
         Ok(turn)
     }
 
-    /// Emits a piece of the turn's text, opening the text part first.
-    fn text_delta(&mut self, turn: &mut ModelTurn, text_id: &mut Option<String>, text: String) {
-        if text.is_empty() {
-            return;
+    /// The id of the open block of `kind`: the one open, or a new one
+    /// started after the block of the other kind is closed.
+    fn open_block(&self, block: &mut Option<OpenBlock>, kind: BlockKind) -> String {
+        if let Some(open) = block
+            && open.kind == kind
+        {
+            return open.id.clone();
         }
-        let id = match text_id {
-            Some(id) => id.clone(),
-            None => {
-                let id = new_id();
-                self.emit(ChunkKind::TextStart(TextId { id: id.clone() }));
-                *text_id = Some(id.clone());
-                id
-            }
-        };
-        turn.text.push_str(&text);
-        self.text.push_str(&text);
-        self.emit(ChunkKind::TextDelta(TextDelta { id, text }));
+        self.close_block(block);
+        let id = new_id();
+        self.emit(match kind {
+            BlockKind::Text => ChunkKind::TextStart(TextId { id: id.clone() }),
+            BlockKind::Reasoning => ChunkKind::ReasoningStart(ReasoningId { id: id.clone() }),
+        });
+        *block = Some(OpenBlock { kind, id: id.clone() });
+        id
+    }
+
+    /// Ends the open text or reasoning block, if one is open.
+    fn close_block(&self, block: &mut Option<OpenBlock>) {
+        if let Some(OpenBlock { kind, id }) = block.take() {
+            self.emit(match kind {
+                BlockKind::Text => ChunkKind::TextEnd(TextId { id }),
+                BlockKind::Reasoning => ChunkKind::ReasoningEnd(ReasoningId { id }),
+            });
+        }
     }
 
     /// A call the model finished: emitted the way a streamed one looks,
@@ -165,12 +196,18 @@ impl Driver {
             invalid,
         }
     }
+}
 
-    fn close_text(&self, text_id: &mut Option<String>) {
-        if let Some(id) = text_id.take() {
-            self.emit(ChunkKind::TextEnd(TextId { id }));
-        }
-    }
+/// The text or reasoning block whose deltas are streaming.
+struct OpenBlock {
+    kind: BlockKind,
+    id: String,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BlockKind {
+    Text,
+    Reasoning,
 }
 
 /// Parses a tool call's arguments. Empty means `{}` (providers send that for

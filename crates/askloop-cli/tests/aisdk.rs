@@ -27,7 +27,7 @@ fn the_ai_sdk_chat_engine_asks_answers_approves_declines_and_keeps_a_thread_thro
     }
     let dir = agents_dir();
     let write_dir = dir.path().join("out");
-    let server = serve_agents(dir.path(), TOKEN, &[]);
+    let server = serve_agents(dir.path(), TOKEN, &[], &[]);
     let report = run_node_tests(
         &aisdk,
         "chat.test.mjs",
@@ -61,7 +61,7 @@ fn the_use_chat_example_page_answers_a_question_and_approves_a_call_in_a_real_br
         .unwrap()
         .port();
     let origin = format!("http://127.0.0.1:{page_port}");
-    let server = serve_agents(dir.path(), TOKEN, &["--cors-origin", &origin]);
+    let server = serve_agents(dir.path(), TOKEN, &["--cors-origin", &origin], &[]);
     let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("use-chat-question.png");
     let page_port = page_port.to_string();
     let report = run_node_tests(

@@ -62,7 +62,8 @@ async function settled(chat) {
 }
 
 const last = (chat) => chat.messages.at(-1);
-const toolPart = (message) => message.parts.find((p) => p.type.startsWith('tool-'));
+const toolParts = (message) => message.parts.filter((p) => p.type.startsWith('tool-'));
+const toolPart = (message) => toolParts(message)[0];
 const text = (message) => message.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
 
 test('a question arrives as a data part and is answered with runId and resumeData in the body', async () => {
@@ -97,6 +98,53 @@ test('a question arrives as a data part and is answered with runId and resumeDat
   assert.equal(answered.id, asked.id);
   assert.equal(toolPart(answered).state, 'output-available');
   assert.match(text(answered), /^Deploying to .*staging/);
+});
+
+test('two open questions are answered each by its toolCallId, the second first: the run waits for the other, then replies with both in call order', async () => {
+  const chat = chatWith('surveyor');
+  await chat.sendMessage({ text: 'Deploy the app.' });
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  const questions = last(chat).parts.filter((p) => p.type === 'data-tool-call-suspended');
+  assert.deepEqual(
+    questions.map((q) => q.data.suspendPayload.question),
+    ['Which environment?', 'Which version?'],
+  );
+  const [environment, version] = questions.map((q) => q.data.toolCallId);
+  const { runId } = questions[0].data;
+  const answer = (resumeData, toolCallId) => chat.sendMessage(undefined, { body: { runId, resumeData, toolCallId } });
+  const states = () => Object.fromEntries(toolParts(last(chat)).map((p) => [p.toolCallId, p.state]));
+
+  // Without toolCallId the server cannot tell which question is answered.
+  await answer('staging');
+  await settled(chat);
+  assert.equal(chat.status, 'error');
+  assert.equal(chat.error.statusCode, 400);
+  assert.match(chat.error.message, /ambiguous_resume/);
+  chat.clearError();
+  assert.deepEqual(states(), { [environment]: 'input-available', [version]: 'input-available' });
+
+  await answer('v2.4', version);
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.deepEqual(states(), { [environment]: 'input-available', [version]: 'output-available' });
+  assert.equal(
+    last(chat).parts.filter((p) => p.type === 'data-tool-call-suspended' && p.id === environment).length,
+    1,
+    'the open question is still shown, once',
+  );
+  assert.equal(text(last(chat)), '', 'no reply while a question is open');
+  const waiting = await runOf(runId);
+  assert.equal(waiting.status, 'suspended');
+  assert.deepEqual(waiting.pendingToolCalls.map((p) => p.toolCallId), [environment]);
+
+  await answer('staging', environment);
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.equal(chat.messages.length, 2, 'both answers continue the assistant message that asked');
+  assert.deepEqual(states(), { [environment]: 'output-available', [version]: 'output-available' });
+  assert.equal(text(last(chat)), 'Told: User answered: staging; User answered: v2.4');
+  assert.equal((await runOf(runId)).status, 'completed');
 });
 
 test('addToolApprovalResponse approves a call; the tool runs once and the chat goes on', async () => {

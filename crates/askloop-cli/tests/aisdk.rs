@@ -1,14 +1,15 @@
 //! `askloop serve`'s chat route (`POST /chat/{agentId}`) driven by the
 //! published Vercel AI SDK (`ai` 7.0.173): `AbstractChat` with
 //! `DefaultChatTransport`, the engine React's `useChat` runs, against a real
-//! server process with two scripted agents; the Node tests are in
-//! `tests/aisdk/`.
+//! server process with the shared scripted agents and a few of the chat
+//! test's own; the Node tests are in `tests/aisdk/`.
 //!
 //! The Node project needs `npm ci` in `tests/aisdk` first (`.ci/run` does
 //! it). Without `node` or its `node_modules`, this test fails under
 //! `CI=true` and is skipped, with the reason printed, elsewhere.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::Write;
 use std::path::Path;
 
 mod common;
@@ -19,13 +20,42 @@ use common::{missing_browser, skipped_for_lack_of};
 /// The server's API token, which the chat transport sends as a header.
 const TOKEN: &str = "aisdk-token";
 
+/// What the chat test adds to the shared agents: `surveyor` asks two
+/// questions in one step, then says what it was told.
+const CHAT_CONFIG: &str = r#"
+[agents.surveyor]
+name = "Surveyor"
+script = "survey.json"
+tools = ["ask_user"]
+"#;
+
+const SURVEY_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [
+    {"name": "ask_user", "args": {"question": "Which environment?",
+       "options": [{"label": "staging"}, {"label": "production"}], "selectionMode": "single_select"}},
+    {"name": "ask_user", "args": {"question": "Which version?"}}]},
+  {"text": "Told: {{toolResults}}"}
+]}"#;
+
+/// The shared agents and the chat test's own ([`CHAT_CONFIG`]).
+fn chat_agents_dir() -> tempfile::TempDir {
+    let dir = agents_dir();
+    std::fs::write(dir.path().join("survey.json"), SURVEY_SCRIPT).unwrap();
+    let mut config = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join("askloop.toml"))
+        .unwrap();
+    config.write_all(CHAT_CONFIG.as_bytes()).unwrap();
+    dir
+}
+
 #[test]
 fn the_ai_sdk_chat_engine_asks_answers_approves_declines_and_keeps_a_thread_through_askloop_serve() {
     let aisdk = node_project("aisdk");
     if skipped_for_lack_of("the AI SDK chat test", node_missing(&aisdk, "ai")) {
         return;
     }
-    let dir = agents_dir();
+    let dir = chat_agents_dir();
     let write_dir = dir.path().join("out");
     let server = serve_agents(dir.path(), TOKEN, &[], &[]);
     let report = run_node_tests(
@@ -38,7 +68,7 @@ fn the_ai_sdk_chat_engine_asks_answers_approves_declines_and_keeps_a_thread_thro
         ],
     );
     // Not vacuous: every test ran and passed.
-    assert_eq!(tap_passed(&report), 7, "{report}");
+    assert_eq!(tap_passed(&report), 8, "{report}");
 }
 
 /// The example page `examples/use-chat` (React's `useChat`) in Debian's

@@ -2,7 +2,8 @@
 // (`ai` 7.0.173): AbstractChat with DefaultChatTransport is the engine that
 // React's useChat runs, so what passes here is what a useChat front end
 // sees. Run by crates/askloop-cli/tests/aisdk.rs against a real server with
-// ASKLOOP_URL, ASKLOOP_API_TOKEN and ASKLOOP_WRITE_DIR set.
+// ASKLOOP_URL, ASKLOOP_API_TOKEN and ASKLOOP_WRITE_DIR set, and the story
+// the slow `narrator` agent tells in ASKLOOP_STORY.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -16,7 +17,11 @@ import {
 const base = process.env.ASKLOOP_URL;
 const token = process.env.ASKLOOP_API_TOKEN;
 const writeDir = process.env.ASKLOOP_WRITE_DIR;
-assert.ok(base && token && writeDir, 'ASKLOOP_URL, ASKLOOP_API_TOKEN and ASKLOOP_WRITE_DIR must be set');
+const story = process.env.ASKLOOP_STORY;
+assert.ok(
+  base && token && writeDir && story,
+  'ASKLOOP_URL, ASKLOOP_API_TOKEN, ASKLOOP_WRITE_DIR and ASKLOOP_STORY must be set',
+);
 
 // The state a framework binding (React's useChat) keeps; here plain arrays.
 class PlainState {
@@ -37,13 +42,17 @@ class Chat extends AbstractChat {
   }
 }
 
+function transportFor(agent, options = {}) {
+  return new DefaultChatTransport({
+    api: `${base}/chat/${agent}`,
+    headers: { Authorization: `Bearer ${token}` },
+    ...options.transport,
+  });
+}
+
 function chatWith(agent, options = {}) {
   return new Chat({
-    transport: new DefaultChatTransport({
-      api: `${base}/chat/${agent}`,
-      headers: { Authorization: `Bearer ${token}` },
-      ...options.transport,
-    }),
+    transport: transportFor(agent, options),
     sendAutomaticallyWhen: options.sendAutomaticallyWhen,
   });
 }
@@ -59,6 +68,15 @@ async function settled(chat) {
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   assert.fail(`the chat did not settle: ${chat.status}`);
+}
+
+// Waits, at most ten seconds, until `condition()` holds.
+async function until(condition, what) {
+  for (let i = 0; i < 500; i++) {
+    if (condition()) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.fail(`timed out waiting for ${what}`);
 }
 
 const last = (chat) => chat.messages.at(-1);
@@ -288,6 +306,77 @@ test('resumeStream asks GET /chat/{agentId}/{chatId}/stream; with no stream runn
   assert.equal(chat.status, 'ready', chat.error?.message);
   assert.deepEqual(chat.messages, before, 'nothing was added or reset');
   assert.deepEqual(asked.at(-1), ['GET', `${base}/chat/assistant/${encodeURIComponent(chat.id)}/stream`, 204]);
+});
+
+// A fetch whose connections a test can drop mid-stream, as a network does:
+// reading the body then fails with the TypeError browsers give.
+function droppableFetch() {
+  const open = [];
+  return {
+    fetch: (url, init = {}) => {
+      const drop = new AbortController();
+      open.push(drop);
+      const signal = init.signal ? AbortSignal.any([init.signal, drop.signal]) : drop.signal;
+      return fetch(url, { ...init, signal });
+    },
+    dropAll: () => {
+      for (const connection of open.splice(0)) connection.abort(new TypeError('network error'));
+    },
+  };
+}
+
+async function chunksOf(stream) {
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  return chunks;
+}
+
+// The text of the assistant message `chat` is receiving now ('' when none).
+const streamingText = (chat) => (chat.status === 'streaming' && last(chat).role === 'assistant' ? text(last(chat)) : '');
+const textOf = (chunks) => chunks.filter((c) => c.type === 'text-delta').map((c) => c.delta).join('');
+
+async function runningRuns(agent) {
+  const response = await fetch(`${base}/api/runs?agentId=${agent}&status=running`, {
+    headers: { Authorization: `Bearer ${token}` },
+  });
+  assert.equal(response.status, 200);
+  return (await response.json()).runs;
+}
+
+test('a stream dropped mid-way is re-attached while it goes on: from start to finish with the whole text; once the run ended there is none', async () => {
+  const network = droppableFetch();
+  const transport = transportFor('narrator', { transport: { fetch: network.fetch } });
+  const chat = new Chat({ transport });
+  const telling = chat.sendMessage({ text: 'Tell me a story.' });
+  await until(() => streamingText(chat).length > 0, "the story's first words");
+  network.dropAll();
+  await telling;
+  assert.equal(chat.status, 'error');
+  assert.equal(chat.error.message, 'network error');
+  const dropped = structuredClone(last(chat));
+  assert.ok(story.startsWith(text(dropped)) && text(dropped).length < story.length, text(dropped));
+
+  // The chat comes back as useChat's resume does, and so does a bare
+  // reconnect, which shows the chunks themselves.
+  const [reattached] = await Promise.all([transport.reconnectToStream({ chatId: chat.id }), chat.resumeStream()]);
+  assert.ok(reattached, 'the stream is still going: re-attached, not a 204');
+  const replayed = await chunksOf(reattached);
+  assert.deepEqual(replayed[0], { type: 'start', messageId: dropped.id }, 'the replay starts at the same start');
+  assert.deepEqual(replayed.at(-1), { type: 'finish', finishReason: 'stop' });
+  assert.equal(textOf(replayed), story);
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.equal(chat.messages.length, 2);
+  assert.equal(last(chat).id, dropped.id);
+  assert.equal(text(last(chat)), story, 'the message was rebuilt from the replay, nothing doubled');
+
+  assert.deepEqual(await runningRuns('narrator'), [], 'the run has ended');
+  assert.equal(await transport.reconnectToStream({ chatId: chat.id }), null, 'a 204: nothing to re-attach to');
+  const shown = structuredClone(chat.messages);
+  await chat.resumeStream();
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.deepEqual(chat.messages, shown);
 });
 
 test('an unknown agent is a 404 with askloop\'s error body, not a bare 500', async () => {

@@ -11,6 +11,9 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::time::Duration;
+
+use askloop_testkit::{FakeServer, FakeTurn};
 
 mod common;
 
@@ -21,12 +24,18 @@ use common::{missing_browser, skipped_for_lack_of};
 const TOKEN: &str = "aisdk-token";
 
 /// What the chat test adds to the shared agents: `surveyor` asks two
-/// questions in one step, then says what it was told.
+/// questions in one step, then says what it was told; `narrator` streams
+/// [`STORY`] from a slow model ([`SlowModel`]), so that a chat is still
+/// streaming while a test drops and re-attaches it.
 const CHAT_CONFIG: &str = r#"
 [agents.surveyor]
 name = "Surveyor"
 script = "survey.json"
 tools = ["ask_user"]
+
+[agents.narrator]
+name = "Narrator"
+model = "openai/gpt-4o-mini"
 "#;
 
 const SURVEY_SCRIPT: &str = r#"{"turns": [
@@ -36,6 +45,38 @@ const SURVEY_SCRIPT: &str = r#"{"turns": [
     {"name": "ask_user", "args": {"question": "Which version?"}}]},
   {"text": "Told: {{toolResults}}"}
 ]}"#;
+
+/// What the narrator says, in [`STORY_PIECES`] pieces [`PIECE_DELAY`]
+/// apart: about three seconds from its first word to its last.
+const STORY: &str = "Once upon a time a deploy went out to staging, waited for its checks, \
+                     went on to production, and everyone went home early.";
+const STORY_PIECES: usize = 20;
+const PIECE_DELAY: Duration = Duration::from_millis(150);
+
+/// The narrator's model: the testkit's fake OpenAI server, answering every
+/// request with [`STORY`], slowly. It serves from its own runtime's
+/// threads while the test waits for `node`.
+struct SlowModel {
+    server: FakeServer,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl SlowModel {
+    fn start() -> Self {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let story = |_: &serde_json::Value| FakeTurn::text_in(STORY, STORY_PIECES).frame_delay(PIECE_DELAY).into();
+        let server = runtime.block_on(FakeServer::with_responder(story)).unwrap();
+        SlowModel {
+            server,
+            _runtime: runtime,
+        }
+    }
+
+    /// Its OpenAI-compatible API, for `OPENAI_BASE_URL`.
+    fn base_url(&self) -> String {
+        self.server.openai_base_url()
+    }
+}
 
 /// The shared agents and the chat test's own ([`CHAT_CONFIG`]).
 fn chat_agents_dir() -> tempfile::TempDir {
@@ -50,14 +91,20 @@ fn chat_agents_dir() -> tempfile::TempDir {
 }
 
 #[test]
-fn the_ai_sdk_chat_engine_asks_answers_approves_declines_and_keeps_a_thread_through_askloop_serve() {
+fn the_ai_sdk_chat_engine_asks_answers_approves_declines_re_attaches_and_keeps_a_thread_through_askloop_serve() {
     let aisdk = node_project("aisdk");
     if skipped_for_lack_of("the AI SDK chat test", node_missing(&aisdk, "ai")) {
         return;
     }
     let dir = chat_agents_dir();
     let write_dir = dir.path().join("out");
-    let server = serve_agents(dir.path(), TOKEN, &[], &[]);
+    let model = SlowModel::start();
+    let server = serve_agents(
+        dir.path(),
+        TOKEN,
+        &[],
+        &[("OPENAI_API_KEY", "sk-test"), ("OPENAI_BASE_URL", &model.base_url())],
+    );
     let report = run_node_tests(
         &aisdk,
         "chat.test.mjs",
@@ -65,10 +112,11 @@ fn the_ai_sdk_chat_engine_asks_answers_approves_declines_and_keeps_a_thread_thro
             ("ASKLOOP_URL", server.base.as_ref()),
             ("ASKLOOP_WRITE_DIR", write_dir.as_os_str()),
             ("ASKLOOP_API_TOKEN", TOKEN.as_ref()),
+            ("ASKLOOP_STORY", STORY.as_ref()),
         ],
     );
     // Not vacuous: every test ran and passed.
-    assert_eq!(tap_passed(&report), 8, "{report}");
+    assert_eq!(tap_passed(&report), 9, "{report}");
 }
 
 /// The example page `examples/use-chat` (React's `useChat`) in Debian's

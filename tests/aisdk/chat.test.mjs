@@ -2,8 +2,10 @@
 // (`ai` 7.0.173): AbstractChat with DefaultChatTransport is the engine that
 // React's useChat runs, so what passes here is what a useChat front end
 // sees. Run by crates/askloop-cli/tests/aisdk.rs against a real server with
-// ASKLOOP_URL, ASKLOOP_API_TOKEN and ASKLOOP_WRITE_DIR set, and the story
-// the slow `narrator` agent tells in ASKLOOP_STORY.
+// ASKLOOP_URL, ASKLOOP_API_TOKEN and ASKLOOP_WRITE_DIR set, the tokens of
+// alice and bob (each walled to one resource's threads, team-a and team-b)
+// in ASKLOOP_ALICE_TOKEN and ASKLOOP_BOB_TOKEN, and the story the slow
+// `narrator` agent tells in ASKLOOP_STORY.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -17,17 +19,21 @@ import {
 const base = process.env.ASKLOOP_URL;
 const token = process.env.ASKLOOP_API_TOKEN;
 const writeDir = process.env.ASKLOOP_WRITE_DIR;
+const aliceToken = process.env.ASKLOOP_ALICE_TOKEN;
+const bobToken = process.env.ASKLOOP_BOB_TOKEN;
 const story = process.env.ASKLOOP_STORY;
 assert.ok(
-  base && token && writeDir && story,
-  'ASKLOOP_URL, ASKLOOP_API_TOKEN, ASKLOOP_WRITE_DIR and ASKLOOP_STORY must be set',
+  base && token && writeDir && aliceToken && bobToken && story,
+  'ASKLOOP_URL, ASKLOOP_API_TOKEN, ASKLOOP_WRITE_DIR, ASKLOOP_ALICE_TOKEN, ASKLOOP_BOB_TOKEN and ASKLOOP_STORY must be set',
 );
 
 // The state a framework binding (React's useChat) keeps; here plain arrays.
 class PlainState {
   status = 'ready';
   error = undefined;
-  messages = [];
+  constructor(messages = []) {
+    this.messages = messages;
+  }
   pushMessage = (message) => { this.messages = [...this.messages, message]; };
   popMessage = () => { this.messages = this.messages.slice(0, -1); };
   replaceMessage = (index, message) => {
@@ -37,21 +43,25 @@ class PlainState {
 }
 
 class Chat extends AbstractChat {
-  constructor(init) {
-    super({ ...init, state: new PlainState() });
+  constructor({ messages, ...init }) {
+    super({ ...init, state: new PlainState(messages) });
   }
 }
 
 function transportFor(agent, options = {}) {
   return new DefaultChatTransport({
     api: `${base}/chat/${agent}`,
-    headers: { Authorization: `Bearer ${token}` },
+    headers: { Authorization: `Bearer ${options.token ?? token}` },
     ...options.transport,
   });
 }
 
+// A chat with `agent`, as the server's token unless `token` says whose;
+// `id` and `messages` open one a client already has.
 function chatWith(agent, options = {}) {
   return new Chat({
+    id: options.id,
+    messages: options.messages,
     transport: transportFor(agent, options),
     sendAutomaticallyWhen: options.sendAutomaticallyWhen,
   });
@@ -385,4 +395,62 @@ test('an unknown agent is a 404 with askloop\'s error body, not a bare 500', asy
   await settled(chat);
   assert.equal(chat.status, 'error');
   assert.match(chat.error.message, /unknown_agent/);
+});
+
+// Alice's and Bob's tokens are walled to their own resources' threads;
+// the server's token (runOf's) sees every run.
+test("another resource's token resuming a run on resource A's thread is a 404 as for an unknown run: its chat shows the error and the run waits as it was", async () => {
+  const memory = { thread: `team-a-deploy-${Date.now()}`, resource: 'team-a' };
+  const alice = chatWith('assistant', { token: aliceToken });
+  await alice.sendMessage({ text: 'Deploy the app.' }, { body: { memory } });
+  await settled(alice);
+  assert.equal(alice.status, 'ready', alice.error?.message);
+  const { runId } = last(alice).parts.find((p) => p.type === 'data-tool-call-suspended').data;
+  const before = await runOf(runId);
+  assert.equal(before.status, 'suspended');
+
+  // Bob holds Alice's conversation, its run id included (a shared screen,
+  // a pasted log), and answers the question with his own token.
+  const bob = chatWith('assistant', { token: bobToken, messages: structuredClone(alice.messages) });
+  const shown = structuredClone(bob.messages);
+  await bob.sendMessage(undefined, { body: { runId, resumeData: 'production' } });
+  await settled(bob);
+  assert.equal(bob.status, 'error');
+  assert.equal(bob.error.statusCode, 404);
+  assert.match(bob.error.message, /unknown_run/);
+  assert.deepEqual(bob.messages, shown, 'his chat still shows the question, unanswered');
+  assert.deepEqual(await runOf(runId), before, 'the run waits as it was');
+
+  await alice.sendMessage(undefined, { body: { runId, resumeData: 'staging' } });
+  await settled(alice);
+  assert.equal(alice.status, 'ready', alice.error?.message);
+  assert.match(text(last(alice)), /^Deploying to .*staging/);
+  const done = await runOf(runId);
+  assert.equal(done.status, 'completed');
+  assert.deepEqual(done.resolutions.map((r) => r.by), ['alice'], 'answered as alice');
+});
+
+test("another resource's token re-attaching to a chat streaming on resource A's thread gets no stream; A's token gets all of it", async () => {
+  const memory = { thread: `team-a-story-${Date.now()}`, resource: 'team-a' };
+  const alice = chatWith('narrator', { token: aliceToken });
+  const telling = alice.sendMessage({ text: 'Tell me a story.' }, { body: { memory } });
+  await until(() => streamingText(alice).length > 0, "the story's first words");
+
+  const bobs = transportFor('narrator', { token: bobToken });
+  assert.equal(await bobs.reconnectToStream({ chatId: alice.id }), null, 'a 204, as for a chat with no stream');
+  const bob = chatWith('narrator', { token: bobToken, id: alice.id });
+  await bob.resumeStream();
+  await settled(bob);
+  assert.equal(bob.status, 'ready', bob.error?.message);
+  assert.deepEqual(bob.messages, [], 'nothing of the stream is told');
+
+  const alices = await transportFor('narrator', { token: aliceToken }).reconnectToStream({ chatId: alice.id });
+  assert.ok(alices, 'the stream was still going when Bob asked');
+  const replayed = await chunksOf(alices);
+  assert.equal(replayed[0].type, 'start');
+  assert.equal(textOf(replayed), story);
+  await telling;
+  await settled(alice);
+  assert.equal(alice.status, 'ready', alice.error?.message);
+  assert.equal(text(last(alice)), story);
 });

@@ -23,10 +23,16 @@ use common::{missing_browser, skipped_for_lack_of};
 /// The server's API token, which the chat transport sends as a header.
 const TOKEN: &str = "aisdk-token";
 
+/// Two tokens walled to the threads of one resource each (`team-a`,
+/// `team-b`): one person's chat and another's, on one server.
+const ALICE: &str = "aisdk-alice-secret-0123";
+const BOB: &str = "aisdk-bob-secret-456789";
+
 /// What the chat test adds to the shared agents: `surveyor` asks two
 /// questions in one step, then says what it was told; `narrator` streams
 /// [`STORY`] from a slow model ([`SlowModel`]), so that a chat is still
-/// streaming while a test drops and re-attaches it.
+/// streaming while a test drops and re-attaches it; and the tokens of
+/// `alice` and `bob`.
 const CHAT_CONFIG: &str = r#"
 [agents.surveyor]
 name = "Surveyor"
@@ -36,6 +42,16 @@ tools = ["ask_user"]
 [agents.narrator]
 name = "Narrator"
 model = "openai/gpt-4o-mini"
+
+[[tokens]]
+name = "alice"
+token_env = "ASKLOOP_ALICE_TOKEN"
+resources = ["team-a"]
+
+[[tokens]]
+name = "bob"
+token_env = "ASKLOOP_BOB_TOKEN"
+resources = ["team-b"]
 "#;
 
 const SURVEY_SCRIPT: &str = r#"{"turns": [
@@ -103,7 +119,12 @@ fn the_ai_sdk_chat_engine_asks_answers_approves_declines_re_attaches_and_keeps_a
         dir.path(),
         TOKEN,
         &[],
-        &[("OPENAI_API_KEY", "sk-test"), ("OPENAI_BASE_URL", &model.base_url())],
+        &[
+            ("OPENAI_API_KEY", "sk-test"),
+            ("OPENAI_BASE_URL", &model.base_url()),
+            ("ASKLOOP_ALICE_TOKEN", ALICE),
+            ("ASKLOOP_BOB_TOKEN", BOB),
+        ],
     );
     let report = run_node_tests(
         &aisdk,
@@ -112,11 +133,13 @@ fn the_ai_sdk_chat_engine_asks_answers_approves_declines_re_attaches_and_keeps_a
             ("ASKLOOP_URL", server.base.as_ref()),
             ("ASKLOOP_WRITE_DIR", write_dir.as_os_str()),
             ("ASKLOOP_API_TOKEN", TOKEN.as_ref()),
+            ("ASKLOOP_ALICE_TOKEN", ALICE.as_ref()),
+            ("ASKLOOP_BOB_TOKEN", BOB.as_ref()),
             ("ASKLOOP_STORY", STORY.as_ref()),
         ],
     );
     // Not vacuous: every test ran and passed.
-    assert_eq!(tap_passed(&report), 9, "{report}");
+    assert_eq!(tap_passed(&report), 11, "{report}");
 }
 
 /// The example page `examples/use-chat` (React's `useChat`) in Debian's

@@ -2,7 +2,10 @@
 // (`ai` 7.0.173): AbstractChat with DefaultChatTransport is the engine that
 // React's useChat runs, so what passes here is what a useChat front end
 // sees. Run by crates/askloop-cli/tests/aisdk.rs against a real server with
-// ASKLOOP_URL, ASKLOOP_API_TOKEN and ASKLOOP_WRITE_DIR set.
+// ASKLOOP_URL, ASKLOOP_API_TOKEN and ASKLOOP_WRITE_DIR set, the tokens of
+// alice and bob (each walled to one resource's threads, team-a and team-b)
+// in ASKLOOP_ALICE_TOKEN and ASKLOOP_BOB_TOKEN, and the story the slow
+// `narrator` agent tells in ASKLOOP_STORY.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -16,13 +19,21 @@ import {
 const base = process.env.ASKLOOP_URL;
 const token = process.env.ASKLOOP_API_TOKEN;
 const writeDir = process.env.ASKLOOP_WRITE_DIR;
-assert.ok(base && token && writeDir, 'ASKLOOP_URL, ASKLOOP_API_TOKEN and ASKLOOP_WRITE_DIR must be set');
+const aliceToken = process.env.ASKLOOP_ALICE_TOKEN;
+const bobToken = process.env.ASKLOOP_BOB_TOKEN;
+const story = process.env.ASKLOOP_STORY;
+assert.ok(
+  base && token && writeDir && aliceToken && bobToken && story,
+  'ASKLOOP_URL, ASKLOOP_API_TOKEN, ASKLOOP_WRITE_DIR, ASKLOOP_ALICE_TOKEN, ASKLOOP_BOB_TOKEN and ASKLOOP_STORY must be set',
+);
 
 // The state a framework binding (React's useChat) keeps; here plain arrays.
 class PlainState {
   status = 'ready';
   error = undefined;
-  messages = [];
+  constructor(messages = []) {
+    this.messages = messages;
+  }
   pushMessage = (message) => { this.messages = [...this.messages, message]; };
   popMessage = () => { this.messages = this.messages.slice(0, -1); };
   replaceMessage = (index, message) => {
@@ -32,18 +43,26 @@ class PlainState {
 }
 
 class Chat extends AbstractChat {
-  constructor(init) {
-    super({ ...init, state: new PlainState() });
+  constructor({ messages, ...init }) {
+    super({ ...init, state: new PlainState(messages) });
   }
 }
 
+function transportFor(agent, options = {}) {
+  return new DefaultChatTransport({
+    api: `${base}/chat/${agent}`,
+    headers: { Authorization: `Bearer ${options.token ?? token}` },
+    ...options.transport,
+  });
+}
+
+// A chat with `agent`, as the server's token unless `token` says whose;
+// `id` and `messages` open one a client already has.
 function chatWith(agent, options = {}) {
   return new Chat({
-    transport: new DefaultChatTransport({
-      api: `${base}/chat/${agent}`,
-      headers: { Authorization: `Bearer ${token}` },
-      ...options.transport,
-    }),
+    id: options.id,
+    messages: options.messages,
+    transport: transportFor(agent, options),
     sendAutomaticallyWhen: options.sendAutomaticallyWhen,
   });
 }
@@ -61,8 +80,18 @@ async function settled(chat) {
   assert.fail(`the chat did not settle: ${chat.status}`);
 }
 
+// Waits, at most ten seconds, until `condition()` holds.
+async function until(condition, what) {
+  for (let i = 0; i < 500; i++) {
+    if (condition()) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
 const last = (chat) => chat.messages.at(-1);
-const toolPart = (message) => message.parts.find((p) => p.type.startsWith('tool-'));
+const toolParts = (message) => message.parts.filter((p) => p.type.startsWith('tool-'));
+const toolPart = (message) => toolParts(message)[0];
 const text = (message) => message.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
 
 test('a question arrives as a data part and is answered with runId and resumeData in the body', async () => {
@@ -97,6 +126,53 @@ test('a question arrives as a data part and is answered with runId and resumeDat
   assert.equal(answered.id, asked.id);
   assert.equal(toolPart(answered).state, 'output-available');
   assert.match(text(answered), /^Deploying to .*staging/);
+});
+
+test('two open questions are answered each by its toolCallId, the second first: the run waits for the other, then replies with both in call order', async () => {
+  const chat = chatWith('surveyor');
+  await chat.sendMessage({ text: 'Deploy the app.' });
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  const questions = last(chat).parts.filter((p) => p.type === 'data-tool-call-suspended');
+  assert.deepEqual(
+    questions.map((q) => q.data.suspendPayload.question),
+    ['Which environment?', 'Which version?'],
+  );
+  const [environment, version] = questions.map((q) => q.data.toolCallId);
+  const { runId } = questions[0].data;
+  const answer = (resumeData, toolCallId) => chat.sendMessage(undefined, { body: { runId, resumeData, toolCallId } });
+  const states = () => Object.fromEntries(toolParts(last(chat)).map((p) => [p.toolCallId, p.state]));
+
+  // Without toolCallId the server cannot tell which question is answered.
+  await answer('staging');
+  await settled(chat);
+  assert.equal(chat.status, 'error');
+  assert.equal(chat.error.statusCode, 400);
+  assert.match(chat.error.message, /ambiguous_resume/);
+  chat.clearError();
+  assert.deepEqual(states(), { [environment]: 'input-available', [version]: 'input-available' });
+
+  await answer('v2.4', version);
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.deepEqual(states(), { [environment]: 'input-available', [version]: 'output-available' });
+  assert.equal(
+    last(chat).parts.filter((p) => p.type === 'data-tool-call-suspended' && p.id === environment).length,
+    1,
+    'the open question is still shown, once',
+  );
+  assert.equal(text(last(chat)), '', 'no reply while a question is open');
+  const waiting = await runOf(runId);
+  assert.equal(waiting.status, 'suspended');
+  assert.deepEqual(waiting.pendingToolCalls.map((p) => p.toolCallId), [environment]);
+
+  await answer('staging', environment);
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.equal(chat.messages.length, 2, 'both answers continue the assistant message that asked');
+  assert.deepEqual(states(), { [environment]: 'output-available', [version]: 'output-available' });
+  assert.equal(text(last(chat)), 'Told: User answered: staging; User answered: v2.4');
+  assert.equal((await runOf(runId)).status, 'completed');
 });
 
 test('addToolApprovalResponse approves a call; the tool runs once and the chat goes on', async () => {
@@ -242,10 +318,139 @@ test('resumeStream asks GET /chat/{agentId}/{chatId}/stream; with no stream runn
   assert.deepEqual(asked.at(-1), ['GET', `${base}/chat/assistant/${encodeURIComponent(chat.id)}/stream`, 204]);
 });
 
+// A fetch whose connections a test can drop mid-stream, as a network does:
+// reading the body then fails with the TypeError browsers give.
+function droppableFetch() {
+  const open = [];
+  return {
+    fetch: (url, init = {}) => {
+      const drop = new AbortController();
+      open.push(drop);
+      const signal = init.signal ? AbortSignal.any([init.signal, drop.signal]) : drop.signal;
+      return fetch(url, { ...init, signal });
+    },
+    dropAll: () => {
+      for (const connection of open.splice(0)) connection.abort(new TypeError('network error'));
+    },
+  };
+}
+
+async function chunksOf(stream) {
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  return chunks;
+}
+
+// The text of the assistant message `chat` is receiving now ('' when none).
+const streamingText = (chat) => (chat.status === 'streaming' && last(chat).role === 'assistant' ? text(last(chat)) : '');
+const textOf = (chunks) => chunks.filter((c) => c.type === 'text-delta').map((c) => c.delta).join('');
+
+async function runningRuns(agent) {
+  const response = await fetch(`${base}/api/runs?agentId=${agent}&status=running`, {
+    headers: { Authorization: `Bearer ${token}` },
+  });
+  assert.equal(response.status, 200);
+  return (await response.json()).runs;
+}
+
+test('a stream dropped mid-way is re-attached while it goes on: from start to finish with the whole text; once the run ended there is none', async () => {
+  const network = droppableFetch();
+  const transport = transportFor('narrator', { transport: { fetch: network.fetch } });
+  const chat = new Chat({ transport });
+  const telling = chat.sendMessage({ text: 'Tell me a story.' });
+  await until(() => streamingText(chat).length > 0, "the story's first words");
+  network.dropAll();
+  await telling;
+  assert.equal(chat.status, 'error');
+  assert.equal(chat.error.message, 'network error');
+  const dropped = structuredClone(last(chat));
+  assert.ok(story.startsWith(text(dropped)) && text(dropped).length < story.length, text(dropped));
+
+  // The chat comes back as useChat's resume does, and so does a bare
+  // reconnect, which shows the chunks themselves.
+  const [reattached] = await Promise.all([transport.reconnectToStream({ chatId: chat.id }), chat.resumeStream()]);
+  assert.ok(reattached, 'the stream is still going: re-attached, not a 204');
+  const replayed = await chunksOf(reattached);
+  assert.deepEqual(replayed[0], { type: 'start', messageId: dropped.id }, 'the replay starts at the same start');
+  assert.deepEqual(replayed.at(-1), { type: 'finish', finishReason: 'stop' });
+  assert.equal(textOf(replayed), story);
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.equal(chat.messages.length, 2);
+  assert.equal(last(chat).id, dropped.id);
+  assert.equal(text(last(chat)), story, 'the message was rebuilt from the replay, nothing doubled');
+
+  assert.deepEqual(await runningRuns('narrator'), [], 'the run has ended');
+  assert.equal(await transport.reconnectToStream({ chatId: chat.id }), null, 'a 204: nothing to re-attach to');
+  const shown = structuredClone(chat.messages);
+  await chat.resumeStream();
+  await settled(chat);
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.deepEqual(chat.messages, shown);
+});
+
 test('an unknown agent is a 404 with askloop\'s error body, not a bare 500', async () => {
   const chat = chatWith('no-such-agent');
   await chat.sendMessage({ text: 'Hi' });
   await settled(chat);
   assert.equal(chat.status, 'error');
   assert.match(chat.error.message, /unknown_agent/);
+});
+
+// Alice's and Bob's tokens are walled to their own resources' threads;
+// the server's token (runOf's) sees every run.
+test("another resource's token resuming a run on resource A's thread is a 404 as for an unknown run: its chat shows the error and the run waits as it was", async () => {
+  const memory = { thread: `team-a-deploy-${Date.now()}`, resource: 'team-a' };
+  const alice = chatWith('assistant', { token: aliceToken });
+  await alice.sendMessage({ text: 'Deploy the app.' }, { body: { memory } });
+  await settled(alice);
+  assert.equal(alice.status, 'ready', alice.error?.message);
+  const { runId } = last(alice).parts.find((p) => p.type === 'data-tool-call-suspended').data;
+  const before = await runOf(runId);
+  assert.equal(before.status, 'suspended');
+
+  // Bob holds Alice's conversation, its run id included (a shared screen,
+  // a pasted log), and answers the question with his own token.
+  const bob = chatWith('assistant', { token: bobToken, messages: structuredClone(alice.messages) });
+  const shown = structuredClone(bob.messages);
+  await bob.sendMessage(undefined, { body: { runId, resumeData: 'production' } });
+  await settled(bob);
+  assert.equal(bob.status, 'error');
+  assert.equal(bob.error.statusCode, 404);
+  assert.match(bob.error.message, /unknown_run/);
+  assert.deepEqual(bob.messages, shown, 'his chat still shows the question, unanswered');
+  assert.deepEqual(await runOf(runId), before, 'the run waits as it was');
+
+  await alice.sendMessage(undefined, { body: { runId, resumeData: 'staging' } });
+  await settled(alice);
+  assert.equal(alice.status, 'ready', alice.error?.message);
+  assert.match(text(last(alice)), /^Deploying to .*staging/);
+  const done = await runOf(runId);
+  assert.equal(done.status, 'completed');
+  assert.deepEqual(done.resolutions.map((r) => r.by), ['alice'], 'answered as alice');
+});
+
+test("another resource's token re-attaching to a chat streaming on resource A's thread gets no stream; A's token gets all of it", async () => {
+  const memory = { thread: `team-a-story-${Date.now()}`, resource: 'team-a' };
+  const alice = chatWith('narrator', { token: aliceToken });
+  const telling = alice.sendMessage({ text: 'Tell me a story.' }, { body: { memory } });
+  await until(() => streamingText(alice).length > 0, "the story's first words");
+
+  const bobs = transportFor('narrator', { token: bobToken });
+  assert.equal(await bobs.reconnectToStream({ chatId: alice.id }), null, 'a 204, as for a chat with no stream');
+  const bob = chatWith('narrator', { token: bobToken, id: alice.id });
+  await bob.resumeStream();
+  await settled(bob);
+  assert.equal(bob.status, 'ready', bob.error?.message);
+  assert.deepEqual(bob.messages, [], 'nothing of the stream is told');
+
+  const alices = await transportFor('narrator', { token: aliceToken }).reconnectToStream({ chatId: alice.id });
+  assert.ok(alices, 'the stream was still going when Bob asked');
+  const replayed = await chunksOf(alices);
+  assert.equal(replayed[0].type, 'start');
+  assert.equal(textOf(replayed), story);
+  await telling;
+  await settled(alice);
+  assert.equal(alice.status, 'ready', alice.error?.message);
+  assert.equal(text(last(alice)), story);
 });

@@ -24,7 +24,7 @@ fn the_published_mastra_client_streams_resumes_lists_approves_and_declines_throu
     }
     let dir = agents_dir();
     let write_dir = dir.path().join("out");
-    let server = serve_agents(dir.path(), TOKEN, &[]);
+    let server = serve_agents(dir.path(), TOKEN, &[], &[]);
     let report = run_node_tests(
         &interop,
         "client.test.mjs",

@@ -51,14 +51,17 @@ pub fn agents_dir() -> tempfile::TempDir {
     dir
 }
 
-/// `askloop serve` on the agents of `dir` behind `token`, with `args` added.
-pub fn serve_agents(dir: &Path, token: &str, args: &[&str]) -> Serving {
+/// `askloop serve` on the agents of `dir` behind `token`, with `args` added
+/// and `env` set (what agents or tokens a test adds to the file need: a
+/// model's address, a token's secret).
+pub fn serve_agents(dir: &Path, token: &str, args: &[&str], env: &[(&str, &str)]) -> Serving {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("ASKLOOP_MODEL")
         .env("ASKLOOP_API_TOKEN", token)
         .env("ASKLOOP_DB", dir.join("runs.db"))
+        .envs(env.iter().copied())
         .current_dir(dir)
         .args(["serve", "--addr", "127.0.0.1:0", "--config", "askloop.toml"])
         .args(args);

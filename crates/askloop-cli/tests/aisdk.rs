@@ -63,11 +63,13 @@ const SURVEY_SCRIPT: &str = r#"{"turns": [
 ]}"#;
 
 /// What the narrator says, in [`STORY_PIECES`] pieces [`PIECE_DELAY`]
-/// apart: about three seconds from its first word to its last.
+/// apart: about five seconds from its first word to its last, so that a
+/// re-attach made just after the first words lands while it still streams,
+/// even on a loaded machine.
 const STORY: &str = "Once upon a time a deploy went out to staging, waited for its checks, \
                      went on to production, and everyone went home early.";
 const STORY_PIECES: usize = 20;
-const PIECE_DELAY: Duration = Duration::from_millis(150);
+const PIECE_DELAY: Duration = Duration::from_millis(250);
 
 /// The narrator's model: the testkit's fake OpenAI server, answering every
 /// request with [`STORY`], slowly. It serves from its own runtime's

@@ -287,6 +287,34 @@ test('approve and decline a tool call', async () => {
   await page.close();
 });
 
+test('run view: two calls waiting for approval are approved at once, each run once, the reply after both', async () => {
+  const page = await openPage(BASE);
+  const turn = await chat(page, 'Publisher', 'Publish the about and pricing pages');
+  await page.getByRole('form', { name: 'Approve write_file?' }).nth(1).waitFor();
+  const link = turn.getByRole('link', { name: /^Run / });
+  const href = await link.getAttribute('href');
+  await link.click();
+  await page.waitForURL(`${BASE}${href}`);
+  const all = page.getByRole('group', { name: 'Decide every approval' });
+  await all.getByText('2 calls wait for approval.').waitFor();
+  await page.screenshot({ path: join(SHOTS, 'run-approve-all.png'), fullPage: true });
+  await all.getByRole('button', { name: 'Approve all 2' }).click();
+  await page.getByText('completed', { exact: true }).waitFor();
+  await page.getByText(/^Published: Wrote 8 bytes to about\.md; Wrote 10 bytes to pricing\.md$/).first().waitFor();
+  // Each approval is recorded once, as made from the page's API call.
+  const run = await (await fetch(`${BASE}/api${href}`)).json();
+  assert.deepEqual(
+    run.resolutions.map((r) => [r.kind, r.toolCallId !== undefined]),
+    [
+      ['approved', true],
+      ['approved', true],
+    ],
+  );
+  assert.equal(run.steps, 2, 'the model was called once after both approvals');
+  assert.deepEqual(page.problems, []);
+  await page.close();
+});
+
 test("an MCP server's form (elicitation) is filled in, refused while incomplete, then sent from the chat", async () => {
   // Tall enough for the whole form in its screenshot.
   const page = await openPage(BASE, { width: 1100, height: 1700 });

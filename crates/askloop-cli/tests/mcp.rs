@@ -461,6 +461,117 @@ async fn askloop_mcp_lists_its_agents_and_asks_their_questions_as_elicitations()
     assert_eq!(resolution["by"], "test-person", "{shown}");
 }
 
+/// Two files to write in one step: both wait for approval.
+const PUBLISH_SCRIPT: &str = r##"{"turns": [
+  {"toolCalls": [
+    {"id": "call_about", "name": "write_file", "args": {"path": "about.md", "content": "about"}},
+    {"id": "call_pricing", "name": "write_file", "args": {"path": "pricing.md", "content": "pricing"}}]},
+  {"text": "Published: {{toolResults}}"}
+]}"##;
+
+/// A person who ticks only the first box of the forms they are shown.
+#[derive(Clone, Default)]
+struct FirstOnly {
+    asked: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ClientHandler for FirstOnly {
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        let request = serde_json::to_value(&request).unwrap();
+        let fields: Vec<String> = request["requestedSchema"]["properties"]
+            .as_object()
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        self.asked.lock().unwrap().push(request);
+        let content: serde_json::Map<String, Value> = fields
+            .iter()
+            .enumerate()
+            .map(|(i, field)| (field.clone(), json!(i == 0)))
+            .collect();
+        Ok(ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content)))
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        Person::default().get_info()
+    }
+}
+
+#[tokio::test]
+async fn several_calls_waiting_for_approval_are_one_form_with_a_box_each_decided_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("publish.json"), PUBLISH_SCRIPT).unwrap();
+    std::fs::write(
+        dir.path().join("askloop.toml"),
+        "[agents.publisher]\nname = \"Publisher\"\nscript = \"publish.json\"\ntools = [\"write_file\"]\nwrite_dir = \"site\"\n",
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .current_dir(dir.path())
+        .arg("mcp");
+    let person = FirstOnly::default();
+    let client = person
+        .clone()
+        .serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap();
+    let mut params = CallToolRequestParams::new("ask_publisher");
+    params.arguments = json!({"message": "Publish both pages"}).as_object().cloned();
+    let result = client.peer().call_tool(params).await.unwrap();
+
+    let asked = person.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "one form for both calls: {asked:?}");
+    let fields = &asked[0]["requestedSchema"]["properties"];
+    assert_eq!(fields["call_about"]["type"], "boolean");
+    assert!(
+        fields["call_pricing"]["title"].as_str().unwrap().contains("pricing.md"),
+        "{fields}"
+    );
+    let structured = result.structured_content.unwrap();
+    assert_eq!(structured["status"], "completed", "{structured}");
+    assert_eq!(
+        structured["text"],
+        "Published: Wrote 5 bytes to about.md; Tool call was not approved by the user"
+    );
+    assert!(dir.path().join("site/about.md").is_file());
+    assert!(
+        !dir.path().join("site/pricing.md").exists(),
+        "the unticked call never ran"
+    );
+    let _ = client.cancel().await;
+
+    // Both decisions recorded, through MCP, by the client's name.
+    let shown = Command::new(BIN)
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .args(["runs", "show", structured["runId"].as_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let decided: Vec<(&str, &str, &str)> = shown["resolutions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["toolCallId"].as_str().unwrap(),
+                r["kind"].as_str().unwrap(),
+                r["via"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decided,
+        [("call_about", "approved", "mcp"), ("call_pricing", "denied", "mcp")],
+        "{shown}"
+    );
+}
+
 #[tokio::test]
 async fn askloop_mcp_tells_a_client_without_elicitation_that_the_run_waits_and_where_to_answer() {
     let dir = tempfile::tempdir().unwrap();

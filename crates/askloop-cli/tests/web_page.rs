@@ -49,6 +49,15 @@ const DEPLOYER_SCRIPT: &str = r##"{"turns": [
   {"text": "Done: {{toolResults}}"}
 ]}"##;
 
+/// Two files to write in one step: both wait for approval, and can be
+/// approved at once.
+const PUBLISHER_SCRIPT: &str = r##"{"turns": [
+  {"text": "Two pages to publish.", "toolCalls": [
+    {"name": "write_file", "args": {"path": "about.md", "content": "# About\n"}},
+    {"name": "write_file", "args": {"path": "pricing.md", "content": "# Pricing\n"}}]},
+  {"text": "Published: {{toolResults}}"}
+]}"##;
+
 const CLERK_SCRIPT: &str = r#"{"turns": [
   {"text": "The sign-up form comes from the MCP server.", "toolCalls": [
     {"name": "trigger-elicitation-request", "id": "call_form"}]},
@@ -73,6 +82,12 @@ tools = ["ask_user"]
 [agents.deployer]
 name = "Deployer"
 script = "deployer.json"
+tools = ["write_file"]
+write_dir = "written"
+
+[agents.publisher]
+name = "Publisher"
+script = "publisher.json"
 tools = ["write_file"]
 write_dir = "written"
 "#;
@@ -170,6 +185,7 @@ fn the_web_page_passes_its_browser_test_against_the_real_server() {
     std::fs::write(dir.path().join("clerk.json"), CLERK_SCRIPT).unwrap();
     std::fs::write(dir.path().join("assistant.json"), ASSISTANT_SCRIPT).unwrap();
     std::fs::write(dir.path().join("deployer.json"), DEPLOYER_SCRIPT).unwrap();
+    std::fs::write(dir.path().join("publisher.json"), PUBLISHER_SCRIPT).unwrap();
     std::fs::write(dir.path().join("cli.json"), CLI_SCRIPT).unwrap();
     let open = serve(dir.path(), None);
     let guarded = serve(dir.path(), Some(TOKEN));

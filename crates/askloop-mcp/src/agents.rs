@@ -7,8 +7,9 @@
 //! starts a run and waits for it. When the run asks a question, a client
 //! that declared form elicitation is asked through `elicitation/create`
 //! (free text as a string field, a single-select as an enum, a multi-select
-//! as an array of enum, an approval as a boolean), and the run goes on with
-//! its answer; a client without it gets a result saying the run waits, with
+//! as an array of enum, an approval as a boolean; several calls waiting for
+//! approval as one form with a boolean for each, decided as one), and the
+//! run goes on with its answer; a client without it gets a result saying the run waits, with
 //! its run id and where to answer, so the question is never lost.
 //!
 //! Every answer given through MCP is recorded on the run as made through
@@ -29,8 +30,8 @@ use std::sync::Arc;
 
 use askloop::store::{PendingKind, PendingToolCall, RunStatus};
 use askloop::{
-    Agent, Author, IdKind, Interface, Question, ResumeOptions, RunError, SelectionMode, StreamOptions, StreamOutput,
-    ThreadOptions,
+    Agent, Author, CallDecision, IdKind, Interface, Question, ResumeOptions, RunError, SelectionMode, StreamOptions,
+    StreamOutput, ThreadOptions,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction,
@@ -246,6 +247,21 @@ impl AgentTools {
             if !can_ask {
                 return self.waiting(context, &output, None);
             }
+            let approvals: Vec<&PendingToolCall> = output
+                .pending
+                .iter()
+                .filter(|p| p.kind == PendingKind::Approval)
+                .collect();
+            if approvals.len() > 1 {
+                output = match self
+                    .approvals_at_once(agent, &output, &approvals, &author, context)
+                    .await
+                {
+                    Ok(next) => next,
+                    Err(result) => return result,
+                };
+                continue;
+            }
             let Some(pending) = output.pending.first().cloned() else {
                 return self.waiting(context, &output, None);
             };
@@ -298,6 +314,76 @@ impl AgentTools {
                 Ok(stream) => stream.output().await,
                 Err(err) => return self.waiting(context, &output, Some(&refused(&err))),
             };
+        }
+    }
+
+    /// Several calls waiting for approval, asked in one form with a box to
+    /// tick for each (MCP forms are flat) and decided as one
+    /// ([`Agent::decide_all`]): the ticked calls run, the others are
+    /// declined, and the model is called once after all of them. Declining
+    /// the form declines them all; dismissing it leaves them waiting.
+    async fn approvals_at_once(
+        &self,
+        agent: &Agent,
+        output: &StreamOutput,
+        approvals: &[&PendingToolCall],
+        author: &Author,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<StreamOutput, CallToolResult> {
+        let fields: Map<String, Value> = approvals
+            .iter()
+            .map(|p| {
+                let title = format!("Allow {} with {}", p.tool_name, p.args);
+                (p.tool_call_id.clone(), json!({"type": "boolean", "title": title}))
+            })
+            .collect();
+        let ids: Vec<&str> = approvals.iter().map(|p| p.tool_call_id.as_str()).collect();
+        let schema = json!({"type": "object", "properties": fields, "required": ids});
+        let Ok(requested_schema) = serde_json::from_value::<ElicitationSchema>(schema) else {
+            return Err(self.waiting(context, output, Some("these calls cannot be shown as an MCP form")));
+        };
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: format!(
+                "The agent wants to run {} tool calls. Tick each one to allow; the others are declined.",
+                approvals.len()
+            ),
+            requested_schema,
+        };
+        let answer = match context.peer.create_elicitation(params).await {
+            Ok(answer) => answer,
+            Err(err) => {
+                return Err(self.waiting(context, output, Some(&format!("the client could not be asked: {err}"))));
+            }
+        };
+        let run_id = output.run_id.as_str();
+        let decided = match answer.action {
+            ElicitationAction::Accept => {
+                let content = answer.content.unwrap_or(Value::Null);
+                let decisions = ids
+                    .iter()
+                    .map(|id| {
+                        let allowed = content.get(*id).and_then(Value::as_bool) == Some(true);
+                        let decision = if allowed {
+                            CallDecision::Approve
+                        } else {
+                            CallDecision::Decline(None)
+                        };
+                        ((*id).to_owned(), decision)
+                    })
+                    .collect();
+                agent.decide_all(run_id, decisions, author.clone()).await
+            }
+            ElicitationAction::Decline => {
+                agent
+                    .decide_every_approval(run_id, CallDecision::Decline(None), author.clone())
+                    .await
+            }
+            _ => return Err(self.waiting(context, output, Some("the question was dismissed"))),
+        };
+        match decided {
+            Ok(stream) => Ok(stream.output().await),
+            Err(err) => Err(self.waiting(context, output, Some(&refused(&err)))),
         }
     }
 

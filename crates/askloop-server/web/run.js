@@ -1,9 +1,10 @@
 // Run view (/runs/{runId}): one run's conversation, its questions and
 // answers, its status, and what it waits on, answerable here.
 
-import { postJson, getJson } from './api.js';
+import { postJson, getJson, postStream } from './api.js';
 import { ago, h, statusBadge } from './dom.js';
 import { pendingCallForm } from './questions.js';
+import { answered, errorBox, showError } from './forms.js';
 import { assistantTurn, streamInto } from './chat.js';
 
 let current = null;
@@ -92,6 +93,7 @@ function render(run) {
         'section',
         { class: 'waiting', 'aria-labelledby': 'waiting-title' },
         h('h2', { id: 'waiting-title' }, run.pendingToolCalls.length === 1 ? 'Waiting on you' : `Waiting on ${run.pendingToolCalls.length} answers`),
+        allAtOnce(run, turn),
         h(
           'div',
           { class: 'pending-group' },
@@ -170,6 +172,45 @@ function render(run) {
     ),
   );
   if (focused?.isConnected && document.activeElement !== focused) focused.focus({ preventScroll: true });
+}
+
+/**
+ * With several calls waiting for approval: approve or decline them all in
+ * one decision (POST /api/runs/{runId}/decisions, `all`), each exactly
+ * once, the model called once after the last. Questions stay open.
+ */
+function allAtOnce(run, turn) {
+  const approvals = run.pendingToolCalls.filter((call) => call.kind === 'approval');
+  if (approvals.length < 2) return null;
+  const error = errorBox();
+  const decide = async (all, bar) => {
+    error.hidden = true;
+    for (const button of bar.querySelectorAll('button')) button.disabled = true;
+    current.busy = true;
+    try {
+      const chunks = await postStream(`/api/runs/${encodeURIComponent(run.runId)}/decisions`, { all });
+      for (const call of approvals) {
+        const form = current.forms.get(call.toolCallId);
+        if (form) answered(form, all === 'approve' ? 'Approved with the others' : 'Declined with the others');
+      }
+      await streamInto(turn, chunks, run.agentId);
+    } catch (err) {
+      for (const button of bar.querySelectorAll('button')) button.disabled = false;
+      showError(error, err);
+    } finally {
+      current.busy = false;
+      refreshRun(run.runId);
+    }
+  };
+  const bar = h(
+    'div',
+    { class: 'all-at-once', role: 'group', 'aria-label': 'Decide every approval' },
+    h('p', {}, `${approvals.length} calls wait for approval.`),
+    h('button', { type: 'button', class: 'primary', onclick: () => decide('approve', bar) }, `Approve all ${approvals.length}`),
+    h('button', { type: 'button', class: 'danger', onclick: () => decide('decline', bar) }, `Decline all ${approvals.length}`),
+    error,
+  );
+  return bar;
 }
 
 /** The form of a waiting call: the one already shown, or a new one. */

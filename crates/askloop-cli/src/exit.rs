@@ -99,6 +99,7 @@ impl From<RunError> for CliError {
             RunError::InvalidAnswer { .. }
             | RunError::WrongPendingKind { .. }
             | RunError::NothingToApprove { .. }
+            | RunError::InvalidArguments { .. }
             | RunError::InvalidInput(_)
             | RunError::InvalidId(_)
             | RunError::ReasonTooLong { .. } => CliError::usage(message),

@@ -306,6 +306,7 @@ fn run_status(err: &RunError) -> (StatusCode, &'static str) {
         RunError::ReasonTooLong { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "reason_too_long"),
         RunError::WrongPendingKind { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "wrong_pending_kind"),
         RunError::NothingToApprove { .. } => (StatusCode::CONFLICT, "nothing_to_approve"),
+        RunError::InvalidArguments { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_arguments"),
         // The stored run and this server's agent disagree: the run's state,
         // not the request, is what stands in the way.
         // So is a request the run machine refused for the state the run is in:

@@ -666,14 +666,16 @@ impl RunStore for PostgresStore {
         let now = self.clock.now();
         let mut tx = self.pool.begin().await.map_err(self.failed(writing))?;
         // A step leaves the row's layout version as the run was created
-        // with: what decides it (the run's settings and thread) never
-        // changes, and a run without either stays readable by older builds.
+        // with (what decides it, the run's settings and thread, never
+        // changes), unless it records what only a newer layout holds (an
+        // edited approval): then the row is raised to it, so an older build
+        // refuses the run from then on instead of misreading it.
         let written = sqlx::query(
             "UPDATE runs SET status = $1, version = version + 1, updated_at = $2, pending = $3::jsonb, \
              step_results = $4::jsonb, message_count = message_count + $5, steps = $6, usage = $7::jsonb, \
              error = $8, failure = $12::jsonb, lease_owner = $13, lease_until = $14, \
              expires_at = $15, resolutions = CASE WHEN $16::jsonb IS NULL THEN resolutions \
-             ELSE resolutions || $16::jsonb END \
+             ELSE resolutions || $16::jsonb END, schema_version = GREATEST(schema_version, $17) \
              WHERE run_id = $10 AND version = $11 AND schema_version <= $9 \
              RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id",
         )
@@ -693,6 +695,7 @@ impl RunStore for PostgresStore {
         .bind(update.lease.map(|lease| lease.until))
         .bind(json.expires_at)
         .bind(&json.resolutions)
+        .bind(update.needs_layout())
         .fetch_optional(&mut *tx)
         .await
         .map_err(self.failed(writing))?;

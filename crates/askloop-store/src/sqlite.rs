@@ -809,6 +809,7 @@ impl RunStore for SqliteStore {
             lease_owner: update.lease.map(|lease| lease.owner.clone()),
             lease_until: update.lease.map(|lease| micros(lease.until)),
             resolutions: json.resolutions,
+            layout: update.needs_layout(),
             expires_at: json.expires_at.map(micros),
             outbox: update
                 .outbox

@@ -207,3 +207,59 @@ async fn a_run_row_locked_by_another_session_fails_at_the_lock_timeout_with_a_cl
     other.close().await;
     db.drop().await;
 }
+
+/// As on SQLite: an approval with edited arguments raises the row's layout
+/// (so an older askloop refuses the run), and no later write lowers it.
+#[tokio::test]
+async fn a_write_that_records_an_edited_approval_raises_the_rows_layout() {
+    let Some(db) = TestDatabase::create("a_write_that_records_an_edited_approval").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    store.create(&new_run("r", "agent", Utc::now(), 0), &[]).await.unwrap();
+    let pool = db.pool().await;
+    let layout = || {
+        count(
+            &pool,
+            "SELECT schema_version::bigint FROM askloop.runs WHERE run_id = 'r'",
+        )
+    };
+    assert_eq!(layout().await, 1);
+    let mut edited = askloop::Resolution::new(
+        Some("c1"),
+        askloop::ResolutionKind::Approved,
+        Utc::now(),
+        askloop::Author::default(),
+    );
+    edited.edit = Some(askloop::ArgumentsEdit {
+        original: serde_json::json!({"path": "a.txt"}),
+        edited: serde_json::json!({"path": "b.txt"}),
+    });
+    let step = |version, resolutions| askloop::RunUpdate {
+        run_id: "r",
+        expected_version: version,
+        status: RunStatus::Running,
+        pending: &[],
+        step_results: &[],
+        append: &[],
+        steps: 1,
+        usage: askloop::Usage::default(),
+        error: None,
+        failure: None,
+        lease: None,
+        resolutions,
+        outbox: &[],
+    };
+    let v = store.update(step(0, std::slice::from_ref(&edited))).await.unwrap();
+    assert_eq!(layout().await, i64::from(askloop::RUN_SCHEMA_VERSION));
+    store.update(step(v, &[])).await.unwrap();
+    assert_eq!(
+        layout().await,
+        i64::from(askloop::RUN_SCHEMA_VERSION),
+        "never lowered again"
+    );
+    assert_eq!(store.get("r").await.unwrap().unwrap().resolutions, [edited]);
+    pool.close().await;
+    store.close().await;
+    db.drop().await;
+}

@@ -318,3 +318,42 @@ async fn after_close_reads_and_writes_say_the_store_is_closed() {
     assert!(write.contains("closed"), "{write}");
     store.close().await;
 }
+
+/// An approval with edited arguments raises the row's layout to the one
+/// that holds edits: an older askloop then refuses the run instead of
+/// reading the approval as one of the model's arguments. Other writes
+/// leave the layout the run was created with.
+#[tokio::test]
+async fn a_write_that_records_an_edited_approval_raises_the_rows_layout_and_no_other_write_does() {
+    let (dir, store) = open().await;
+    let layout = || {
+        rusqlite::Connection::open(dir.path().join("runs.db"))
+            .unwrap()
+            .query_row("SELECT schema_version FROM runs WHERE run_id = 'r'", [], |row| {
+                row.get::<_, i32>(0)
+            })
+            .unwrap()
+    };
+    store.create(&new_run("r", "agent", Utc::now(), 0), &[]).await.unwrap();
+    let v = store.update(step("r", 0, &[])).await.unwrap();
+    assert_eq!(layout(), 1, "a run without settings, thread or edit");
+
+    let mut edited = askloop::Resolution::new(
+        Some("c1"),
+        askloop::ResolutionKind::Approved,
+        Utc::now(),
+        askloop::Author::default(),
+    );
+    edited.edit = Some(askloop::ArgumentsEdit {
+        original: serde_json::json!({"path": "a.txt"}),
+        edited: serde_json::json!({"path": "b.txt"}),
+    });
+    let mut approve = step("r", v, &[]);
+    approve.resolutions = std::slice::from_ref(&edited);
+    let v = store.update(approve).await.unwrap();
+    assert_eq!(layout(), askloop::RUN_SCHEMA_VERSION);
+    assert_eq!(store.get("r").await.unwrap().unwrap().resolutions, [edited]);
+
+    store.update(step("r", v, &[])).await.unwrap();
+    assert_eq!(layout(), askloop::RUN_SCHEMA_VERSION, "never lowered again");
+}

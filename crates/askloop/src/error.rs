@@ -129,6 +129,21 @@ pub enum RunError {
         /// What it is and what to do instead.
         detail: String,
     },
+    /// Arguments a person edited before approving a call do not fit its
+    /// tool's input schema: nothing was run or stored, and the call still
+    /// waits.
+    #[error(
+        "the edited arguments of tool call {tool_call_id} of run {run_id} do not fit its tool's input: {reason}; \
+         the call still waits for approval"
+    )]
+    InvalidArguments {
+        /// The run.
+        run_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// What is wrong with them.
+        reason: String,
+    },
     /// Every call waiting for approval was to be decided, and none waits:
     /// the run waits only on questions.
     #[error(
@@ -221,6 +236,7 @@ impl RunError {
             | RunError::InvalidAnswer { run_id, .. }
             | RunError::WrongPendingKind { run_id, .. }
             | RunError::NothingToApprove { run_id, .. }
+            | RunError::InvalidArguments { run_id, .. }
             | RunError::UnknownTool { run_id, .. }
             | RunError::Conflict { run_id }
             | RunError::StepLimit { run_id, .. }

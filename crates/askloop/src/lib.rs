@@ -46,10 +46,10 @@ pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usag
 pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolCallIds, ToolSpec};
 pub use scripted::{Script, ScriptError, ScriptedModel};
 pub use store::{
-    Author, ChangeBroadcast, DatabaseFault, Delivery, DeliveryOutcome, DeliveryState, EventType, ExpiredRuns,
-    Interface, Lease, MemoryStore, OutboxMessage, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, Resolution,
-    ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure, RunMemory, RunQuery, RunRecord, RunSettings,
-    RunStatus, RunStore, RunUpdate, StoreError, Subscription, Thread, ThreadDeletion, ThreadEdit, ThreadKey,
-    ThreadMessage, ThreadQuery, ThreadStore, call_results, context_messages,
+    ArgumentsEdit, Author, ChangeBroadcast, DatabaseFault, Delivery, DeliveryOutcome, DeliveryState, EventType,
+    ExpiredRuns, Interface, Lease, MemoryStore, OutboxMessage, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION,
+    Resolution, ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure, RunMemory, RunQuery, RunRecord,
+    RunSettings, RunStatus, RunStore, RunUpdate, StoreError, Subscription, Thread, ThreadDeletion, ThreadEdit,
+    ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, call_results, context_messages,
 };
 pub use tool::{FunctionTool, InvalidResume, SchemaError, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};

@@ -634,3 +634,72 @@ async fn recover_runs_takes_over_every_stalled_run_of_its_agent_however_many_pag
     assert!(others.iter().all(|r| r.agent_id == "other"));
     assert!(agent.recover_runs().await.unwrap().is_empty());
 }
+
+/// A charge of an amount, waiting for approval, that may run again; it
+/// keeps the amounts it ran with and, in the process that is to die, never
+/// returns.
+fn amount_tool(amounts: Arc<std::sync::Mutex<Vec<serde_json::Value>>>, hang: bool) -> FunctionTool {
+    FunctionTool::builder("charge")
+        .description("Charges the card.")
+        .input_schema(json!({"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]}))
+        .idempotent(true)
+        .requires_approval(true)
+        .execute(move |input: serde_json::Value, _ctx| {
+            let amounts = Arc::clone(&amounts);
+            async move {
+                amounts.lock().unwrap().push(input["amount"].clone());
+                if hang {
+                    futures::future::pending::<()>().await;
+                }
+                Ok(ToolOutput::text(format!("charged {}", input["amount"])).into())
+            }
+        })
+}
+
+#[tokio::test]
+async fn a_call_approved_with_edited_arguments_runs_again_after_a_crash_with_the_edited_ones() {
+    let world = World::new();
+    let store = Arc::clone(&world.store);
+    let script = r#"{"turns": [
+        {"toolCalls": [{"name": "charge", "args": {"amount": 500}}]},
+        {"text": "Done: {{toolResults}}"}
+    ]}"#;
+    let build = |amounts: &Arc<std::sync::Mutex<Vec<serde_json::Value>>>, hang: bool| {
+        Agent::builder("assistant")
+            .model(CountingModel::new(script))
+            .tool(amount_tool(Arc::clone(amounts), hang))
+            .store(Arc::clone(&store))
+            .clock(world.clock())
+            .lease_duration(LEASE)
+            .build()
+            .unwrap()
+    };
+    let dead = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let dying = build(&dead, true);
+    let run_id = dying.generate("Charge me").await.unwrap().run_id;
+    let stream = dying
+        .approve_tool_call_with(ResumeOptions::run(&run_id), json!({"amount": 50}))
+        .await
+        .unwrap();
+    kill_when(stream, || dead.lock().unwrap().len() == 1).await;
+    world.lease_runs_out(&run_id).await;
+
+    let again = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let output = build(&again, false)
+        .recover_runs()
+        .await
+        .unwrap()
+        .remove(0)
+        .output()
+        .await;
+    assert_eq!(*dead.lock().unwrap(), [json!(50)]);
+    assert_eq!(
+        *again.lock().unwrap(),
+        [json!(50)],
+        "run again with the edited amount, never the model's"
+    );
+    assert_eq!(
+        output.text,
+        "Done: The user edited the arguments before approving; the call ran with {\"amount\":50}. It returned: charged 50"
+    );
+}

@@ -112,6 +112,7 @@ pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
         kind: ResolutionKind::Answered,
         at: at(SystemClock.now()),
         author: Author::named(Interface::Http, "ops"),
+        edit: None,
     };
     let mut first = step("run-r", v, RunStatus::Suspended, &[], &[]);
     let still = [question("c2", None)];
@@ -128,6 +129,7 @@ pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
         kind: ResolutionKind::Expired,
         at: at(SystemClock.now()),
         author: Author::via(Interface::Server),
+        edit: None,
     };
     // Two in one write: a late decision for c1 and the expiry of c2.
     let redecided = Resolution {
@@ -135,6 +137,7 @@ pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
         kind: ResolutionKind::Declined,
         at: at(SystemClock.now()),
         author: Author::named(Interface::Cli, "lead"),
+        edit: None,
     };
     let both = [redecided.clone(), expired.clone()];
     let mut last = step("run-r", v, RunStatus::Completed, &[], &[]);

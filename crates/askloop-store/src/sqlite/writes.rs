@@ -127,6 +127,8 @@ pub(crate) struct Step {
     pub(crate) lease_until: Option<i64>,
     /// Resolutions to append to the run's, as a JSON array.
     pub(crate) resolutions: Option<String>,
+    /// The layout the row is raised to, if older ([`RunUpdate::needs_layout`]).
+    pub(crate) layout: i32,
     pub(crate) expires_at: Option<i64>,
     /// Notifications the step raises, inserted in its transaction.
     pub(crate) outbox: Vec<NewDelivery>,
@@ -295,9 +297,11 @@ impl Write {
             }
             Write::Update { step, bodies } => {
                 // A step leaves the row's layout version as the run was
-                // created with: what decides it (the run's settings) never
-                // changes, and a run without settings stays readable by
-                // older builds.
+                // created with (what decides it, the run's settings and
+                // thread, never changes), unless it records what only a
+                // newer layout holds (an edited approval): then the row is
+                // raised to it, so an older build refuses the run from then
+                // on instead of misreading it.
                 let mut update = conn
                     .prepare_cached(
                         "UPDATE runs SET status = ?, version = version + 1, updated_at = ?, pending = ?, \
@@ -306,8 +310,9 @@ impl Write {
                          resolutions = CASE WHEN ?13 IS NULL THEN resolutions \
                          ELSE (SELECT json_group_array(json(value) ORDER BY part, key) FROM \
                          (SELECT 0 AS part, key, value FROM json_each(runs.resolutions) \
-                         UNION ALL SELECT 1, key, value FROM json_each(?13))) END \
-                         WHERE run_id = ? AND version = ? AND schema_version <= ? \
+                         UNION ALL SELECT 1, key, value FROM json_each(?13))) END, \
+                         schema_version = MAX(schema_version, ?17) \
+                         WHERE run_id = ?14 AND version = ?15 AND schema_version <= ?16 \
                          RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id",
                     )
                     .map_err(StoreError::backend)?;
@@ -330,6 +335,7 @@ impl Write {
                             step.run_id,
                             step.expected_version,
                             RUN_SCHEMA_VERSION,
+                            step.layout,
                         ],
                         |row| {
                             Ok((
@@ -854,6 +860,7 @@ mod tests {
                 lease_owner: None,
                 lease_until: None,
                 resolutions: None,
+                layout: 1,
                 expires_at: None,
                 outbox: Vec::new(),
             },

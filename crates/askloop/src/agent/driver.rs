@@ -272,19 +272,29 @@ impl Driver {
         let messages = &self.state.messages;
         let ends_on_calls =
             matches!(messages.last(), Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty());
+        // A call approved with edited arguments runs (if it runs again)
+        // with exactly those, as stored with its approval.
+        let mut edited = Vec::new();
         let last_calls = last_tool_calls(messages).map(|calls| {
             calls
                 .into_iter()
-                .map(|call| CheckedCall {
-                    invalid: self.invalid_input(&call),
-                    call,
-                    malformed: None,
+                .map(|mut call| {
+                    if let Some(edit) = self.state.record.resolution_of(&call.id).and_then(|r| r.edit.as_ref()) {
+                        call.args = edit.edited.clone();
+                        edited.push((call.id.clone(), edit.edited.clone()));
+                    }
+                    CheckedCall {
+                        invalid: self.invalid_input(&call),
+                        call,
+                        malformed: None,
+                    }
                 })
                 .collect()
         });
         Event::Recovered {
             last_calls,
             ends_on_calls,
+            edited,
         }
     }
 
@@ -298,8 +308,7 @@ impl Driver {
             .map(|(action, author)| {
                 let id = action.tool_call_id();
                 let call = self.machine.pending().iter().find(|p| p.tool_call_id == id);
-                let resolution =
-                    author.map(|author| expiry::resolution(call, id, action.resolution_kind(), author, now));
+                let resolution = author.map(|author| expiry::resolution(call, &action, author, now));
                 let decline_answer = match (&action, call) {
                     (ResumeAction::DeclineQuestion { reason, .. }, Some(call)) => {
                         self.agent.decline_as_answer(&call.tool_name, reason.as_deref())

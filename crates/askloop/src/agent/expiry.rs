@@ -9,8 +9,9 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::machine::ResumeAction;
 use crate::clock::rfc3339;
-use crate::store::{Author, PendingToolCall, Resolution, ResolutionKind, RunRecord};
+use crate::store::{ArgumentsEdit, Author, PendingToolCall, Resolution, ResolutionKind, RunRecord};
 
 /// When a call made at `now` with time limit `limit` expires (none without
 /// a limit). Kept to the microsecond, as every store keeps it.
@@ -87,26 +88,35 @@ pub(crate) fn resolved_as_expired(run: &RunRecord, tool_call_id: Option<&str>) -
     }
 }
 
-/// The record of a decision about `call` made at `now`: an expiry is
-/// recorded at the call's time limit (the instant its question showed as
-/// `metadata.expiresAt`, and a late answer is told), whenever a sweep got
-/// to it; anything else at `now`.
+/// The record of `action`, a decision about `call` made at `now`: an
+/// expiry is recorded at the call's time limit (the instant its question
+/// showed as `metadata.expiresAt`, and a late answer is told), whenever a
+/// sweep got to it; anything else at `now`. An approval with edited
+/// arguments keeps the model's and the edited ones.
 pub(crate) fn resolution(
     call: Option<&PendingToolCall>,
-    id: &str,
-    kind: ResolutionKind,
+    action: &ResumeAction,
     author: Author,
     now: DateTime<Utc>,
 ) -> Resolution {
+    let kind = action.resolution_kind();
     let at = match (kind, call.and_then(|c| c.expires_at)) {
         (ResolutionKind::Expired, Some(deadline)) => deadline,
         _ => now,
     };
+    let edit = match (action, call) {
+        (ResumeAction::Approve { args: Some(edited), .. }, Some(call)) => Some(ArgumentsEdit {
+            original: call.args.clone(),
+            edited: edited.clone(),
+        }),
+        _ => None,
+    };
     Resolution {
-        tool_call_id: Some(id.to_owned()),
+        tool_call_id: Some(action.tool_call_id().to_owned()),
         kind,
         at,
         author,
+        edit,
     }
 }
 
@@ -186,8 +196,9 @@ mod tests {
         assert_eq!(expired_before_answer(&run, None, limit), None);
         let expiry = resolution(
             Some(&question(Some(limit))),
-            "c1",
-            ResolutionKind::Expired,
+            &ResumeAction::Expire {
+                tool_call_id: "c1".into(),
+            },
             Author::via(Interface::Server),
             limit + chrono::Duration::seconds(40),
         );

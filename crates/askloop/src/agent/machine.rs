@@ -19,7 +19,7 @@ use crate::store::{
     EventRun, Lease, OutboxMessage, PendingKind, PendingToolCall, Resolution, ResolutionKind, RunRecord, RunStatus,
     Subscription, messages_for,
 };
-use crate::tool::{InvalidResume, Tool, ToolOutput};
+use crate::tool::{InvalidResume, Tool, ToolOutput, check_against_schema};
 
 mod entry;
 mod run;
@@ -566,6 +566,8 @@ pub(crate) enum Decision {
     Answer { data: Value, reason: Option<String> },
     /// Run the call.
     Approve,
+    /// Run the call with these arguments instead of the model's.
+    ApproveWith(Value),
     /// Do not run the call or answer the question, for this reason.
     Decline(Option<String>),
     /// The call's time limit passed unanswered (see `expiry.rs`).
@@ -582,8 +584,10 @@ pub(crate) enum ResumeAction {
         tool_call_id: String,
         reason: Option<String>,
     },
-    /// Run the call that waited for approval.
-    Approve { tool_call_id: String },
+    /// Run the call that waited for approval: with the model's arguments,
+    /// or with `args` a person edited (checked against the tool's input
+    /// schema).
+    Approve { tool_call_id: String, args: Option<Value> },
     /// Never run the call that waited for approval; the model is told.
     DeclineApproval {
         tool_call_id: String,
@@ -599,7 +603,7 @@ impl ResumeAction {
         match self {
             ResumeAction::Answer { tool_call_id, .. }
             | ResumeAction::DeclineQuestion { tool_call_id, .. }
-            | ResumeAction::Approve { tool_call_id }
+            | ResumeAction::Approve { tool_call_id, .. }
             | ResumeAction::DeclineApproval { tool_call_id, .. }
             | ResumeAction::Expire { tool_call_id } => tool_call_id,
         }
@@ -693,8 +697,32 @@ fn fit(
         }),
         (PendingKind::Approval, Decision::Approve) => {
             has_tool()?;
-            Ok(ResumeAction::Approve { tool_call_id })
+            Ok(ResumeAction::Approve {
+                tool_call_id,
+                args: None,
+            })
         }
+        (PendingKind::Approval, Decision::ApproveWith(args)) => {
+            let tool = has_tool()?;
+            let invalid = |reason: String| RunError::InvalidArguments {
+                run_id: run.run_id.clone(),
+                tool_call_id: tool_call_id.clone(),
+                reason,
+            };
+            if !args.is_object() {
+                return Err(invalid(format!("the arguments must be a JSON object, got {args}")));
+            }
+            check_against_schema(tool.input_schema(), args).map_err(|err| invalid(err.to_string()))?;
+            Ok(ResumeAction::Approve {
+                tool_call_id,
+                args: Some(args.clone()),
+            })
+        }
+        (PendingKind::Suspended, Decision::ApproveWith(_)) => Err(RunError::WrongPendingKind {
+            run_id: run.run_id.clone(),
+            tool_call_id,
+            detail: "is a question waiting for an answer, not a call waiting for approval; answer it instead".into(),
+        }),
         (PendingKind::Approval, Decision::Decline(reason)) => Ok(ResumeAction::DeclineApproval {
             tool_call_id,
             reason: reason.clone(),
@@ -709,7 +737,10 @@ fn fit(
             match approved {
                 Some(true) => {
                     has_tool()?;
-                    Ok(ResumeAction::Approve { tool_call_id })
+                    Ok(ResumeAction::Approve {
+                        tool_call_id,
+                        args: None,
+                    })
                 }
                 Some(false) => Ok(ResumeAction::DeclineApproval { tool_call_id, reason }),
                 None => Err(RunError::InvalidAnswer {
@@ -868,6 +899,7 @@ mod tests {
         };
         let approve = ResumeAction::Approve {
             tool_call_id: "a".into(),
+            args: None,
         };
         let answer = ResumeAction::Answer {
             tool_call_id: "a".into(),

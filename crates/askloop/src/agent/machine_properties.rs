@@ -356,6 +356,7 @@ impl World {
             Event::Recovered {
                 last_calls,
                 ends_on_calls,
+                edited: Vec::new(),
             },
         )
     }
@@ -427,6 +428,7 @@ impl World {
                     kind: action.resolution_kind(),
                     at: chrono::DateTime::UNIX_EPOCH,
                     author: Author::default(),
+                    edit: None,
                 }),
                 action,
                 decline_answer: None,

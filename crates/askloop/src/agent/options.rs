@@ -160,6 +160,11 @@ pub enum CallDecision {
     Answer(Value),
     /// Run a call that waits for approval.
     Approve,
+    /// Run a call that waits for approval with these arguments instead of
+    /// the model's (see [`Agent::approve_tool_call_with`]).
+    ///
+    /// [`Agent::approve_tool_call_with`]: crate::Agent::approve_tool_call_with
+    ApproveWith(Value),
     /// Decline the call (an approval is denied, a question left
     /// unanswered), with the reason the model is told.
     Decline(Option<String>),

@@ -44,6 +44,24 @@ impl Agent {
         self.decide(options, Decision::Approve).await
     }
 
+    /// Approves a call that waits for approval, to run with `args` (the
+    /// arguments a person edited) instead of the model's. The arguments are
+    /// checked against the tool's input schema first: arguments that do not
+    /// fit are [`RunError::InvalidArguments`], and nothing runs or is
+    /// stored. The tool runs with exactly these arguments; the model's call
+    /// stays as it made it, and the call's result tells the model what the
+    /// call ran with. The run's resolution keeps both the model's and the
+    /// edited arguments ([`Resolution::edit`](crate::Resolution::edit)),
+    /// with who edited.
+    pub async fn approve_tool_call_with(&self, options: ResumeOptions, args: Value) -> Result<AgentStream, RunError> {
+        if options.reason.is_some() {
+            return Err(RunError::InvalidInput(
+                "an approval takes no `reason`: a reason goes with a decline, and is told to the model".into(),
+            ));
+        }
+        self.decide(options, Decision::ApproveWith(args)).await
+    }
+
     /// Declines a pending call. A call waiting on approval never runs (the
     /// stream shows `tool-output-denied`); a question is left unanswered. The
     /// model is told, with `options.reason` when given, and the run goes on.
@@ -129,6 +147,7 @@ impl Agent {
                 let decision = match decision {
                     CallDecision::Answer(data) => Decision::Answer { data, reason: None },
                     CallDecision::Approve => Decision::Approve,
+                    CallDecision::ApproveWith(args) => Decision::ApproveWith(args),
                     CallDecision::Decline(reason) => Decision::Decline(reason),
                 };
                 (tool_call_id, decision)
@@ -158,9 +177,9 @@ impl Agent {
         decision: CallDecision,
         author: Author,
     ) -> Result<AgentStream, RunError> {
-        if let CallDecision::Answer(_) = decision {
+        if let CallDecision::Answer(_) | CallDecision::ApproveWith(_) = decision {
             return Err(RunError::InvalidInput(
-                "every call waiting for approval is approved or declined, not answered".into(),
+                "every call waiting for approval is approved or declined as it is, not answered or edited".into(),
             ));
         }
         let run = self.load_named(run_id).await?;

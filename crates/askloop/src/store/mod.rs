@@ -27,7 +27,7 @@ pub use changes::{ChangeBroadcast, RunChange, RunChanges};
 pub use memory::MemoryStore;
 pub use outbox::{Delivery, DeliveryOutcome, DeliveryState, EventType, OutboxMessage, Subscription};
 pub(crate) use outbox::{EventRun, messages_for};
-pub use resolution::{Author, Interface, Resolution, ResolutionKind};
+pub use resolution::{ArgumentsEdit, Author, Interface, Resolution, ResolutionKind};
 pub use settings::RunSettings;
 pub use thread::{
     RunMemory, Thread, ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, call_results,
@@ -45,7 +45,12 @@ pub use thread::{
 ///   steps), so it must refuse the run rather than read it;
 /// - 3: a run on a thread ([`RunMemory`]). A build that does not know
 ///   threads would drive it without appending its messages to the thread.
-pub const RUN_SCHEMA_VERSION: i32 = 3;
+/// - 4: a run with a call approved with edited arguments
+///   ([`Resolution::edit`]). A build that does not know edits would read
+///   the approval as one of the model's arguments, and a recovery would run
+///   the call again with them. A write that records an edit raises the
+///   row's layout to 4 ([`RunUpdate::needs_layout`]).
+pub const RUN_SCHEMA_VERSION: i32 = 4;
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -224,7 +229,9 @@ impl RunRecord {
     /// The layout the run is stored with: the oldest that holds it (see
     /// [`RUN_SCHEMA_VERSION`]).
     pub fn schema_version(&self) -> i32 {
-        if self.memory.is_some() {
+        if self.resolutions.iter().any(|r| r.edit.is_some()) {
+            4
+        } else if self.memory.is_some() {
             3
         } else if self.settings.is_default() {
             1
@@ -419,6 +426,20 @@ pub struct RunUpdate<'a> {
     /// resolved), stored in the same write: see [`OutboxMessage`]. Empty
     /// for an agent with no subscriptions.
     pub outbox: &'a [OutboxMessage],
+}
+
+impl RunUpdate<'_> {
+    /// The oldest layout of stored runs (see [`RUN_SCHEMA_VERSION`]) that
+    /// holds what this write adds: a store raises the row's layout to it
+    /// (never lowers it), so that an older build refuses the run from then
+    /// on instead of misreading it.
+    pub fn needs_layout(&self) -> i32 {
+        if self.resolutions.iter().any(|r| r.edit.is_some()) {
+            4
+        } else {
+            1
+        }
+    }
 }
 
 /// A place in a listing of runs ordered by a time, then by id (to order

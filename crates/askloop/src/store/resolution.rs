@@ -140,6 +140,20 @@ pub struct Resolution {
     /// Through which interface and by whom.
     #[serde(flatten)]
     pub author: Author,
+    /// For a call approved with arguments the person edited: the model's
+    /// and the ones the call ran with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit: Option<ArgumentsEdit>,
+}
+
+/// Arguments a person changed before approving a call: the call ran with
+/// `edited`, never with `original`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgumentsEdit {
+    /// The arguments the model gave.
+    pub original: serde_json::Value,
+    /// The arguments the call ran with.
+    pub edited: serde_json::Value,
 }
 
 impl Resolution {
@@ -152,6 +166,7 @@ impl Resolution {
             kind,
             at: crate::clock::to_micros(at),
             author,
+            edit: None,
         }
     }
 }
@@ -169,6 +184,7 @@ mod tests {
             kind: ResolutionKind::Answered,
             at,
             author: Author::named(Interface::Http, "ops-bot"),
+            edit: None,
         };
         let wire = serde_json::to_value(&resolution).unwrap();
         assert_eq!(

@@ -471,8 +471,7 @@ impl Entry {
             if marked {
                 let id = action.tool_call_id();
                 pending = mark_started(&pending, id, now);
-                let kind = action.resolution_kind();
-                resolutions.push(expiry::resolution(Some(target), id, kind, author.clone(), now));
+                resolutions.push(expiry::resolution(Some(target), &action, author.clone(), now));
                 start.push((action, None));
             } else {
                 start.push((action, Some(author.clone())));
@@ -522,6 +521,7 @@ impl Entry {
             kind: ResolutionKind::Cancelled,
             at: now,
             author,
+            edit: None,
         };
         self.end_cancelled(run, Vec::new(), resolution);
         Ok(())
@@ -547,6 +547,7 @@ impl Entry {
             kind: ResolutionKind::Superseded,
             at: now,
             author,
+            edit: None,
         };
         self.end_cancelled(run, append, resolution);
     }
@@ -608,6 +609,7 @@ impl Entry {
             kind: ResolutionKind::Recovered,
             at: now,
             author,
+            edit: None,
         };
         self.phase = Phase::Writing;
         self.writing = Some(Writing::Reclaim {

@@ -31,7 +31,7 @@ use super::{
 };
 use crate::agent::expiry;
 use crate::chunk::{AbortPayload, ChunkKind, ErrorDetail, ErrorPayload, Start, ToolCallApproval, ToolCallSuspended};
-use crate::message::{FinishReason, Message, ToolCall, ToolResult, Usage};
+use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 use crate::model::ModelError;
 use crate::store::{PendingKind, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus, StoreError};
 use crate::tool::ToolOutput;
@@ -107,6 +107,10 @@ pub(crate) enum Event {
     Recovered {
         last_calls: Option<Vec<CheckedCall>>,
         ends_on_calls: bool,
+        /// The calls of that turn approved with edited arguments, with
+        /// them (from the run's resolutions): run again, a call runs with
+        /// those, and its result says so.
+        edited: Vec<(String, Value)>,
     },
     /// Decisions for pending calls: answered, declined, approved, expired.
     Resumed(Resume),
@@ -313,6 +317,9 @@ pub(crate) struct RunMachine {
     step: Step,
     /// The decisions the next write records.
     resolutions: Vec<Resolution>,
+    /// The calls of this step approved with edited arguments, and those
+    /// arguments: their results tell the model what the call ran with.
+    edited: Vec<(String, Value)>,
     phase: Phase,
     effects: VecDeque<Effect>,
 }
@@ -345,6 +352,7 @@ impl RunMachine {
             },
             step: Step::default(),
             resolutions: Vec::new(),
+            edited: Vec::new(),
             phase: Phase::Idle,
             effects: VecDeque::new(),
         }
@@ -380,7 +388,11 @@ impl RunMachine {
             Event::Recovered {
                 last_calls,
                 ends_on_calls,
-            } => self.recovered(last_calls, ends_on_calls),
+                edited,
+            } => {
+                self.edited = edited;
+                self.recovered(last_calls, ends_on_calls)
+            }
             Event::Resumed(resume) => self.resumed(resume),
             Event::ModelFinished(turn) => self.model_finished(turn),
             Event::ModelFailed(err) if self.phase != Phase::Model => {
@@ -523,9 +535,11 @@ impl RunMachine {
             return self.out_of_phase("tool results");
         };
         let mut step = std::mem::take(&mut self.step);
+        let edited = std::mem::take(&mut self.edited);
         let chunks: Vec<ChunkKind> = outcomes
             .into_iter()
             .map(|outcome| self.with_time_limit(outcome, now))
+            .map(|outcome| with_edit_told(outcome, &edited))
             .filter_map(|o| step.resolve(o))
             .collect();
         let write = step.write(turn);
@@ -783,6 +797,7 @@ impl RunMachine {
         let mut runs = Vec::with_capacity(decisions.len());
         let mut decided_ids: Vec<String> = Vec::with_capacity(decisions.len());
         let mut resolutions = Vec::with_capacity(decisions.len());
+        let mut edited = Vec::new();
         for decided in decisions {
             let id = decided.action.tool_call_id().to_owned();
             // Both checked before the claim; only a bug gets here.
@@ -791,6 +806,9 @@ impl RunMachine {
             };
             if decided_ids.contains(&id) {
                 return self.refuse(format!("tool call {id} was decided twice"), claimed);
+            }
+            if let ResumeAction::Approve { args: Some(args), .. } = &decided.action {
+                edited.push((id.clone(), args.clone()));
             }
             runs.push(decided_run(target, decided.action, decided.decline_answer));
             decided_ids.push(id);
@@ -804,6 +822,7 @@ impl RunMachine {
         };
         // Recorded by the step's write, once every decision was found to fit.
         self.resolutions = resolutions;
+        self.edited = edited;
         self.step = Step {
             calls,
             pending: self.stored.pending.clone(),
@@ -843,7 +862,12 @@ fn decided_run(target: &PendingToolCall, action: ResumeAction, decline_answer: O
             resumed: resumed(data),
             call,
         },
-        ResumeAction::Approve { .. } => ToolRun::Execute { call, resumed: None },
+        ResumeAction::Approve { args: None, .. } => ToolRun::Execute { call, resumed: None },
+        // The call runs with exactly the arguments stored with the approval.
+        ResumeAction::Approve { args: Some(args), .. } => ToolRun::Execute {
+            call: ToolCall { args, ..call },
+            resumed: None,
+        },
         ResumeAction::DeclineQuestion { reason, .. } => match decline_answer {
             Some(data) => ToolRun::Execute {
                 resumed: resumed(data),
@@ -868,6 +892,25 @@ fn decided_run(target: &PendingToolCall, action: ResumeAction, decline_answer: O
             PendingKind::Approval => denied(&call, Some(expiry::expired_approval_reason(target.expires_at))),
         }),
     }
+}
+
+/// The result of a call approved with edited arguments, as the model is
+/// told it: what the call ran with, then what it returned. The model's own
+/// call stays as it made it (stored messages are never rewritten, and a
+/// model shown arguments it never chose would take them for its own): the
+/// result says plainly that a person changed them, which models read as
+/// they read any tool output, and carry on from.
+fn with_edit_told(outcome: CallOutcome, edited: &[(String, Value)]) -> CallOutcome {
+    let CallOutcome::Done(mut result, chunk) = outcome else {
+        return outcome;
+    };
+    if let Some((_, args)) = edited.iter().find(|(id, _)| *id == result.tool_call_id) {
+        let returned = result.content.to_model_text();
+        result.content = ToolContent::Text(format!(
+            "The user edited the arguments before approving; the call ran with {args}. It returned: {returned}"
+        ));
+    }
+    CallOutcome::Done(result, chunk)
 }
 
 /// The calls of a step as the driver is to carry them out.

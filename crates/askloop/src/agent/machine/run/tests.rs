@@ -418,6 +418,7 @@ fn a_decision_for_a_call_no_longer_pending_is_refused_unwritten_when_nothing_was
         decisions: vec![Decided {
             action: ResumeAction::Approve {
                 tool_call_id: "gone".into(),
+                args: None,
             },
             resolution: None,
             decline_answer: None,
@@ -444,6 +445,7 @@ fn a_recovered_run_with_a_question_still_open_is_suspended_again_without_running
     m.handle(Event::Recovered {
         last_calls: Some(vec![CheckedCall::sound(lookup), CheckedCall::sound(ask)]),
         ends_on_calls: true,
+        edited: Vec::new(),
     });
     let effects = drain(&mut m);
     assert!(
@@ -529,6 +531,7 @@ fn decisions_for_every_call_of_a_step_run_together_and_are_written_once_before_o
         kind: ResolutionKind::Answered,
         at: at(),
         author: crate::store::Author::default(),
+        edit: None,
     };
     let answer = |id: &str, data: &str| Decided {
         action: ResumeAction::Answer {

@@ -101,6 +101,15 @@ pub enum Command {
         /// and the model is called once after the last. Questions stay open.
         #[arg(long)]
         all: bool,
+        /// Run the call with these arguments (a JSON object) instead of the model's; they
+        /// are checked against the tool's input schema first. The model is told the call
+        /// ran with them.
+        #[arg(long, value_name = "JSON", conflicts_with_all = ["all", "edit"])]
+        args: Option<String>,
+        /// Edit the call's arguments in $VISUAL or $EDITOR (else vi) before approving;
+        /// leaving them unchanged approves them as they are.
+        #[arg(long, conflicts_with = "all")]
+        edit: bool,
         /// Continue with this model instead of the run's own, resolved from
         /// the environment now (e.g. openai/gpt-4o-mini with a new
         /// OPENAI_BASE_URL). Without it, a run goes on where it started.

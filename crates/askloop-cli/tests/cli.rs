@@ -392,6 +392,100 @@ fn decline_all_writes_nothing_and_tells_the_model_the_reason_for_each() {
 }
 
 #[test]
+fn approve_with_edited_arguments_writes_what_the_person_chose_and_refuses_arguments_that_do_not_fit() {
+    let env = Env::new();
+    let script = env.script("write.json", WRITE);
+    env.run(&["run", "--script", script.to_str().unwrap(), "write"]);
+    let run_id = env.only_run_id();
+
+    for (args, says) in [
+        ("{not json", "--args is not valid JSON"),
+        (r#"{"path": 5, "content": "x"}"#, "do not fit its tool's input"),
+    ] {
+        let out = env.run(&["approve", &run_id, "--args", args]);
+        assert_eq!(code(&out), 2, "{args}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args}: {}", stderr(&out));
+    }
+    assert!(!env.dir.path().join("notes").exists(), "nothing written while refused");
+
+    let out = env.run(&[
+        "approve",
+        &run_id,
+        "--args",
+        r#"{"path": "notes/final.txt", "content": "ship it on Monday"}"#,
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let written = env.dir.path().join("notes/final.txt");
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "ship it on Monday");
+    assert!(
+        !env.dir.path().join("notes/plan.txt").exists(),
+        "never the model's path"
+    );
+    assert!(
+        stdout(&out).contains("The user edited the arguments before approving"),
+        "{}",
+        stdout(&out)
+    );
+    let shown = env.show(&run_id);
+    let edit = &shown["resolutions"][0]["edit"];
+    assert_eq!(edit["original"]["path"], "notes/plan.txt", "{shown}");
+    assert_eq!(edit["edited"]["path"], "notes/final.txt", "{shown}");
+    assert_eq!(shown["resolutions"][0]["via"], "cli");
+}
+
+#[test]
+fn approve_edit_opens_the_arguments_in_the_editor_and_runs_what_was_saved() {
+    let env = Env::new();
+    let script = env.script("write.json", WRITE);
+    // An editor that changes the content, as a person would.
+    let editor = env.script("edit.sh", "sed -i 's/ship it/ship it carefully/' \"$1\"\n");
+    env.run(&["run", "--script", script.to_str().unwrap(), "write"]);
+    let run_id = env.only_run_id();
+    let out = env
+        .cmd()
+        .args(["approve", &run_id, "--edit"])
+        .env_remove("VISUAL")
+        .env("EDITOR", format!("sh {}", editor.display()))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let written = env.dir.path().join("notes/plan.txt");
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "ship it carefully");
+
+    // Left unchanged (an editor that saves as it is), it is a plain approval.
+    std::fs::remove_dir_all(env.dir.path().join("notes")).unwrap();
+    env.run(&["run", "--script", script.to_str().unwrap(), "write again"]);
+    let run_id = env.only_run_id();
+    let out = env
+        .cmd()
+        .args(["approve", &run_id, "--edit"])
+        .env_remove("VISUAL")
+        .env("EDITOR", "true")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("notes/plan.txt")).unwrap(),
+        "ship it"
+    );
+    assert!(env.show(&run_id)["resolutions"][0].get("edit").is_none());
+
+    // An editor that fails approves nothing.
+    env.run(&["run", "--script", script.to_str().unwrap(), "write a third time"]);
+    let run_id = env.only_run_id();
+    let out = env
+        .cmd()
+        .args(["approve", &run_id, "--edit"])
+        .env_remove("VISUAL")
+        .env("EDITOR", "false")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("nothing was approved"), "{}", stderr(&out));
+    assert_eq!(env.show(&run_id)["status"], "suspended");
+}
+
+#[test]
 fn approving_from_another_folder_writes_in_the_folder_the_run_started_in() {
     let env = Env::new();
     let script = env.script("write.json", WRITE);

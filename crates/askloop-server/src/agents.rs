@@ -213,7 +213,9 @@ pub(crate) async fn decline(
 
 /// The run, the call and the decision an approve (`approved`) or decline
 /// body asks for, its other fields checked first: a `memory` must be the
-/// caller's, and any other field is refused by name.
+/// caller's, and any other field is refused by name. An approval may carry
+/// `args`, askloop's extension of Mastra's body: the arguments a person
+/// edited, which the call runs with instead of the model's.
 fn approval(
     request: DecisionRequest,
     caller: &Caller,
@@ -222,7 +224,17 @@ fn approval(
     let mut fields = request.fields;
     crate::threads::request::decision_memory(&mut fields, caller)?;
     let (accepted, decision) = if approved {
-        ("runId, toolCallId", Decision::Approve(request.reason))
+        match fields.remove("args") {
+            None | Some(Value::Null) => ("runId, toolCallId, args", Decision::Approve(request.reason)),
+            Some(args) => {
+                if request.reason.is_some() {
+                    return Err(ApiError::BadRequest(
+                        "an approval takes no `reason`: a reason goes with a decline".into(),
+                    ));
+                }
+                ("runId, toolCallId, args", Decision::ApproveWith(args))
+            }
+        }
     } else {
         ("runId, toolCallId, reason", Decision::Decline(request.reason))
     };
@@ -236,6 +248,8 @@ pub(crate) enum Decision {
     Answer(Value),
     /// With the `reason` sent, which the agent refuses.
     Approve(Option<String>),
+    /// Approve, running the call with these edited arguments.
+    ApproveWith(Value),
     Decline(Option<String>),
 }
 
@@ -275,6 +289,7 @@ pub(crate) async fn decision_stream(
     match decision {
         Decision::Answer(data) => agent.resume_stream(data, options).await,
         Decision::Approve(reason) => agent.approve_tool_call(options.with_reason(reason)).await,
+        Decision::ApproveWith(args) => agent.approve_tool_call_with(options, args).await,
         Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await,
     }
     .map_err(|err| on_agent_route(err, agent_id))

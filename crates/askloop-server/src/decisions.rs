@@ -10,13 +10,16 @@
 //! ```json
 //! {"decisions": [
 //!   {"toolCallId": "a", "approved": true},
+//!   {"toolCallId": "d", "approved": true, "args": {"to": "team@example.com"}},
 //!   {"toolCallId": "b", "approved": false, "reason": "not on a Friday"},
 //!   {"toolCallId": "c", "resumeData": "tonight"}
 //! ]}
 //! ```
 //!
-//! or every call of the run waiting for approval at once, questions left
-//! open: `{"all": "approve"}` or `{"all": "decline", "reason": "..."}`.
+//! (`args`: the arguments a person edited, which the call runs with instead
+//! of the model's, checked against its tool's input schema), or every call
+//! of the run waiting for approval at once, questions left open:
+//! `{"all": "approve"}` or `{"all": "decline", "reason": "..."}`.
 
 use std::sync::Arc;
 
@@ -43,8 +46,8 @@ pub(crate) struct DecisionsBody {
     reason: Option<String>,
 }
 
-/// One call's decision: `approved` (with a decline's `reason`) or
-/// `resumeData`.
+/// One call's decision: `approved` (with a decline's `reason`, or an
+/// approval's edited `args`) or `resumeData`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct OneDecision {
@@ -55,6 +58,8 @@ struct OneDecision {
     reason: Option<String>,
     #[serde(default)]
     resume_data: Option<Value>,
+    #[serde(default)]
+    args: Option<Value>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -86,6 +91,12 @@ impl DecisionsBody {
                 let each = decisions
                     .into_iter()
                     .map(|one| {
+                        if one.args.is_some() && one.approved != Some(true) {
+                            return Err(bad(&format!(
+                                "call {}: `args` go with an approval (`\"approved\": true`)",
+                                one.tool_call_id
+                            )));
+                        }
                         let decision = match (one.approved, one.resume_data, one.reason) {
                             (Some(_), Some(_), _) => {
                                 return Err(bad(&format!(
@@ -108,7 +119,10 @@ impl DecisionsBody {
                             (None, Some(_), Some(_)) => {
                                 return Err(bad(&format!("call {}: an answer takes no `reason`", one.tool_call_id)));
                             }
-                            (Some(true), None, None) => CallDecision::Approve,
+                            (Some(true), None, None) => match one.args {
+                                Some(args) => CallDecision::ApproveWith(args),
+                                None => CallDecision::Approve,
+                            },
                             (Some(false), None, reason) => CallDecision::Decline(reason),
                             (None, Some(data), None) => CallDecision::Answer(data),
                         };

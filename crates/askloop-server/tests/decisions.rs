@@ -213,3 +213,65 @@ async fn a_body_that_does_not_say_one_thing_is_refused_naming_the_forms_and_noth
     .await;
     assert_eq!((status, error["code"].as_str()), (404, Some("unknown_run")));
 }
+
+#[tokio::test]
+async fn an_approval_carries_the_arguments_a_person_edited_and_arguments_that_do_not_fit_are_refused() {
+    let w = waiting_on_three().await;
+    // Through approve-tool-call, askloop's `args` beside Mastra's body.
+    let approve = "/api/agents/deployer/approve-tool-call";
+    let unfit = json!({"runId": w.run_id, "toolCallId": "staging", "args": {"env": 7}});
+    let (status, error) = error_of(w.server.post(approve, unfit).await).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (422, Some("invalid_arguments")),
+        "{error}"
+    );
+    assert!(error["message"].as_str().unwrap().contains("still waits"), "{error}");
+    let with_reason = json!({"runId": w.run_id, "toolCallId": "staging", "args": {"env": "qa"}, "reason": "x"});
+    let (status, _) = error_of(w.server.post(approve, with_reason).await).await;
+    assert_eq!(status, 400);
+    assert_eq!(w.ran.load(Ordering::SeqCst), 0);
+
+    let edited = json!({"runId": w.run_id, "toolCallId": "staging", "args": {"env": "qa"}});
+    let approved = w.server.post_sse(approve, edited).await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_eq!(approved.first("tool-result")["payload"]["result"], "deployed qa");
+
+    // Through the decisions route, with the other calls.
+    let body = json!({"decisions": [
+        {"toolCallId": "prod", "approved": true, "args": {"env": "canary"}},
+        {"toolCallId": "when", "resumeData": "now"}
+    ]});
+    let decided = w.server.post_sse(&w.path(), body).await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    assert!(
+        decided
+            .text()
+            .contains("the call ran with {\"env\":\"canary\"}. It returned: deployed canary"),
+        "{}",
+        decided.text()
+    );
+    let run = w.store.get(&w.run_id).await.unwrap().unwrap();
+    let edits: Vec<(String, Value)> = run
+        .resolutions
+        .iter()
+        .filter_map(|r| Some((r.tool_call_id.clone()?, r.edit.as_ref()?.edited.clone())))
+        .collect();
+    assert_eq!(
+        edits,
+        [
+            ("staging".to_owned(), json!({"env": "qa"})),
+            ("prod".to_owned(), json!({"env": "canary"}))
+        ]
+    );
+    let (status, _) = error_of(
+        w.server
+            .post(
+                &w.path(),
+                json!({"decisions": [{"toolCallId": "x", "approved": false, "args": {}}]}),
+            )
+            .await,
+    )
+    .await;
+    assert_eq!(status, 400, "args go with an approval only");
+}

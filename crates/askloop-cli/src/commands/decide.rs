@@ -193,13 +193,72 @@ fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<
     }
 }
 
-pub async fn approve(ctx: &Context, call: Call<'_>, json: bool) -> Result<Done, CliError> {
+/// The arguments an approval runs its call with.
+pub enum Args {
+    /// The model's.
+    Model,
+    /// These, as JSON (`--args`).
+    Given(String),
+    /// The model's, edited in the person's editor first (`--edit`).
+    Edit,
+}
+
+pub async fn approve(ctx: &Context, call: Call<'_>, args: Args, json: bool) -> Result<Done, CliError> {
     let (agent, run) = agent_for(ctx, call.run_id, call.model).await?;
     let pending = target(&run, call.tool_call_id)?;
-    let stream = agent
-        .approve_tool_call(ResumeOptions::call(&run.run_id, &pending.tool_call_id).by(cli_author()))
-        .await?;
+    let options = ResumeOptions::call(&run.run_id, &pending.tool_call_id).by(cli_author());
+    let edited = match args {
+        Args::Model => None,
+        Args::Given(text) => Some(
+            serde_json::from_str::<Value>(&text)
+                .map_err(|err| CliError::usage(format!("--args is not valid JSON: {err}")))?,
+        ),
+        Args::Edit => edit_in_editor(&pending)?,
+    };
+    let stream = match edited {
+        Some(args) => agent.approve_tool_call_with(options, args).await?,
+        None => agent.approve_tool_call(options).await?,
+    };
     Ok(finish(ctx, stream, json).await)
+}
+
+/// The call's arguments as the person left them in their editor
+/// (`$VISUAL`, else `$EDITOR`, else `vi`, run through the shell so that an
+/// editor with options works): `None` when left unchanged.
+fn edit_in_editor(pending: &PendingToolCall) -> Result<Option<Value>, CliError> {
+    let original = serde_json::to_string_pretty(&pending.args).unwrap_or_else(|_| pending.args.to_string());
+    let file = tempfile::Builder::new()
+        .prefix(&format!("askloop-{}-", pending.tool_name))
+        .suffix(".json")
+        .tempfile()
+        .map_err(|err| CliError::failure(format!("could not make a file to edit the arguments in: {err}")))?;
+    std::fs::write(file.path(), format!("{original}\n"))
+        .map_err(|err| CliError::failure(format!("could not write the arguments to edit: {err}")))?;
+    let editor = std::env::var("VISUAL")
+        .or_else(|_| std::env::var("EDITOR"))
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+        .unwrap_or_else(|| "vi".to_owned());
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(file.path())
+        .status()
+        .map_err(|err| CliError::failure(format!("could not start the editor `{editor}`: {err}")))?;
+    if !status.success() {
+        return Err(CliError::usage(format!(
+            "the editor `{editor}` exited with {status}; nothing was approved"
+        )));
+    }
+    let text = std::fs::read_to_string(file.path())
+        .map_err(|err| CliError::failure(format!("could not read the edited arguments back: {err}")))?;
+    let edited: Value = serde_json::from_str(&text).map_err(|err| {
+        CliError::usage(format!(
+            "the edited arguments are not valid JSON ({err}); nothing was approved"
+        ))
+    })?;
+    Ok((edited != pending.args).then_some(edited))
 }
 
 pub async fn decline(ctx: &Context, call: Call<'_>, reason: Option<String>, json: bool) -> Result<Done, CliError> {

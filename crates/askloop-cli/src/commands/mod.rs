@@ -60,6 +60,8 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
             run_id,
             tool_call_id,
             all,
+            args,
+            edit,
             model,
             json,
         } => {
@@ -67,7 +69,12 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
             if all {
                 decide::every_approval(&ctx, call, CallDecision::Approve, json).await
             } else {
-                decide::approve(&ctx, call, json).await
+                let args = match (args, edit) {
+                    (Some(args), _) => decide::Args::Given(args),
+                    (None, true) => decide::Args::Edit,
+                    (None, false) => decide::Args::Model,
+                };
+                decide::approve(&ctx, call, args, json).await
             }
         }
         Command::Decline {

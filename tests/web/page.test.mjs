@@ -17,8 +17,8 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { launchWithProfile } from './browser.mjs';
 
 const env = (name) => {
@@ -311,6 +311,30 @@ test('run view: two calls waiting for approval are approved at once, each run on
     ],
   );
   assert.equal(run.steps, 2, 'the model was called once after both approvals');
+  assert.deepEqual(page.problems, []);
+  await page.close();
+});
+
+test('an approval with edited arguments: refused while not JSON or not fitting the tool, then the file has the edited content', async () => {
+  const page = await openPage(BASE);
+  const turn = await chat(page, 'Deployer', 'Write the release notes, edited');
+  const approval = page.getByRole('form', { name: 'Approve write_file?' });
+  await approval.waitFor();
+  await approval.getByRole('button', { name: 'Edit arguments' }).click();
+  const editor = approval.getByLabel('Arguments of write_file (JSON)');
+  await editor.fill('{"path": "EDITED.md", "content": ');
+  await approval.getByRole('button', { name: 'Approve' }).click();
+  await approval.getByRole('alert').filter({ hasText: 'not valid JSON' }).waitFor();
+  await editor.fill('{"path": 5, "content": "x"}');
+  await approval.getByRole('button', { name: 'Approve' }).click();
+  await approval.getByRole('alert').filter({ hasText: "do not fit its tool's input" }).waitFor();
+  await editor.fill('{"path": "EDITED.md", "content": "# Edited by a person\\n"}');
+  await page.screenshot({ path: join(SHOTS, 'approval-edit.png') });
+  await approval.getByRole('button', { name: 'Approve' }).click();
+  await approval.getByRole('status').filter({ hasText: 'Approved with edited arguments' }).waitFor();
+  await turn.getByText(/The user edited the arguments before approving/).waitFor();
+  const written = join(dirname(DB), 'written', 'EDITED.md');
+  assert.equal(readFileSync(written, 'utf8'), '# Edited by a person\n');
   assert.deepEqual(page.problems, []);
   await page.close();
 });

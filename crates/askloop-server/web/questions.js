@@ -108,6 +108,33 @@ function questionForm({ runId, agentId, call, onContinue }) {
 function approvalForm({ runId, agentId, call, onContinue }) {
   const error = errorBox();
   const reasonId = uid('reason');
+  const argsId = uid('args');
+  const shown = JSON.stringify(call.args, null, 2);
+  // The arguments, editable before approving: the call then runs with the
+  // edited ones, checked against the tool's input schema by the server (a
+  // refusal shows beside the form, which keeps the edit).
+  const editor = h('textarea', {
+    id: argsId,
+    class: 'args-editor',
+    rows: Math.min(12, shown.split('\n').length + 1),
+    spellcheck: 'false',
+    autocomplete: 'off',
+  });
+  editor.value = shown;
+  const editing = h(
+    'div',
+    { class: 'args-edit', hidden: true },
+    h('label', { for: argsId }, `Arguments of ${call.toolName} (JSON)`),
+    editor,
+  );
+  const args = h('pre', { class: 'args', tabindex: 0, 'aria-label': `Arguments of ${call.toolName}` }, shown);
+  const editButton = h('button', { type: 'button', class: 'quiet' }, 'Edit arguments');
+  editButton.addEventListener('click', () => {
+    editing.hidden = false;
+    args.hidden = true;
+    editButton.hidden = true;
+    editor.focus();
+  });
   const form = h(
     'form',
     { class: 'pending approval', 'data-tool-call-id': call.toolCallId, 'aria-label': `Approve ${call.toolName}?` },
@@ -119,7 +146,8 @@ function approvalForm({ runId, agentId, call, onContinue }) {
       h('code', { class: 'tool-name' }, call.toolName),
       ' wants to run with:',
     ),
-    h('pre', { class: 'args', tabindex: 0, 'aria-label': `Arguments of ${call.toolName}` }, JSON.stringify(call.args, null, 2)),
+    args,
+    editing,
     h('label', { for: reasonId }, 'Reason (optional)'),
     h('input', { id: reasonId, type: 'text', autocomplete: 'off' }),
     error,
@@ -128,20 +156,36 @@ function approvalForm({ runId, agentId, call, onContinue }) {
       { class: 'actions' },
       h('button', { type: 'submit', class: 'primary', value: 'approve' }, 'Approve'),
       h('button', { type: 'submit', class: 'danger', value: 'decline' }, 'Decline'),
+      editButton,
     ),
   );
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     const approve = event.submitter?.value !== 'decline';
-    const reason = form.querySelector('input').value.trim();
+    const reason = form.querySelector(`#${reasonId}`).value.trim();
     error.hidden = true;
+    const body = { runId, toolCallId: call.toolCallId };
+    let edited = false;
+    if (approve && !editing.hidden) {
+      let value;
+      try {
+        value = JSON.parse(editor.value);
+      } catch (err) {
+        showError(error, new Error(`the arguments are not valid JSON (${err.message})`));
+        return;
+      }
+      if (JSON.stringify(value) !== JSON.stringify(call.args)) {
+        body.args = value;
+        edited = true;
+      }
+    }
+    // A reason goes with a decline; an approval takes none.
+    if (reason && !approve) body.reason = reason;
     setBusy(form, true);
     try {
-      const body = { runId, toolCallId: call.toolCallId };
-      // A reason goes with a decline; an approval takes none.
-      if (reason && !approve) body.reason = reason;
       const chunks = await postStream(agentPath(agentId, approve ? 'approve-tool-call' : 'decline-tool-call'), body);
-      answered(form, approve ? 'Approved' : `Declined${reason ? `: ${reason}` : ''}`);
+      const note = approve ? (edited ? 'Approved with edited arguments' : 'Approved') : `Declined${reason ? `: ${reason}` : ''}`;
+      answered(form, note);
       onContinue?.(chunks, approve ? 'approve' : 'decline');
     } catch (err) {
       setBusy(form, false);

@@ -572,6 +572,79 @@ async fn several_calls_waiting_for_approval_are_one_form_with_a_box_each_decided
     );
 }
 
+/// A person who allows the call and changes its `path` on the way.
+#[derive(Clone, Default)]
+struct Renamer {
+    asked: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ClientHandler for Renamer {
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        self.asked.lock().unwrap().push(serde_json::to_value(&request).unwrap());
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(json!({"approve": true, "path": "renamed.md", "content": "about"})))
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        Person::default().get_info()
+    }
+}
+
+#[tokio::test]
+async fn an_approval_asked_over_mcp_lets_a_top_level_argument_be_changed_before_allowing_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = r#"{"turns": [
+      {"toolCalls": [{"id": "call_about", "name": "write_file", "args": {"path": "about.md", "content": "about"}}]},
+      {"text": "Published: {{toolResults}}"}
+    ]}"#;
+    std::fs::write(dir.path().join("publish.json"), one).unwrap();
+    std::fs::write(
+        dir.path().join("askloop.toml"),
+        "[agents.publisher]\nname = \"Publisher\"\nscript = \"publish.json\"\ntools = [\"write_file\"]\nwrite_dir = \"site\"\n",
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .current_dir(dir.path())
+        .arg("mcp");
+    let person = Renamer::default();
+    let client = person
+        .clone()
+        .serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap();
+    let mut params = CallToolRequestParams::new("ask_publisher");
+    params.arguments = json!({"message": "Publish the about page"}).as_object().cloned();
+    let result = client.peer().call_tool(params).await.unwrap();
+    let asked = person.asked.lock().unwrap().clone();
+    let fields = &asked[0]["requestedSchema"]["properties"];
+    assert_eq!(fields["approve"]["type"], "boolean");
+    assert_eq!(fields["path"]["default"], "about.md", "{fields}");
+    assert_eq!(fields["content"]["type"], "string");
+    let structured = result.structured_content.unwrap();
+    assert_eq!(structured["status"], "completed", "{structured}");
+    assert!(dir.path().join("site/renamed.md").is_file());
+    assert!(!dir.path().join("site/about.md").exists(), "never the model's path");
+    let _ = client.cancel().await;
+    let shown = Command::new(BIN)
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .args(["runs", "show", structured["runId"].as_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(
+        shown["resolutions"][0]["edit"]["edited"]["path"], "renamed.md",
+        "{shown}"
+    );
+    assert_eq!(shown["resolutions"][0]["via"], "mcp");
+}
+
 #[tokio::test]
 async fn askloop_mcp_tells_a_client_without_elicitation_that_the_run_waits_and_where_to_answer() {
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,9 @@
 //! starts a run and waits for it. When the run asks a question, a client
 //! that declared form elicitation is asked through `elicitation/create`
 //! (free text as a string field, a single-select as an enum, a multi-select
-//! as an array of enum, an approval as a boolean; several calls waiting for
+//! as an array of enum, an approval as a boolean beside a field for each
+//! top-level string, number or boolean argument, which the person may
+//! change before allowing the call; several calls waiting for
 //! approval as one form with a boolean for each, decided as one), and the
 //! run goes on with its answer; a client without it gets a result saying the run waits, with
 //! its run id and where to answer, so the question is never lost.
@@ -282,12 +284,12 @@ impl AgentTools {
             let next = match answer.action {
                 ElicitationAction::Accept => {
                     let content = answer.content.unwrap_or(Value::Null);
-                    agent
-                        .resume_stream(
-                            form.resume_data(&content),
-                            ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()).by(author.clone()),
-                        )
-                        .await
+                    let options =
+                        ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()).by(author.clone());
+                    match form.edited_args(&content) {
+                        Some(args) => agent.approve_tool_call_with(options, args).await,
+                        None => agent.resume_stream(form.resume_data(&content), options).await,
+                    }
                 }
                 ElicitationAction::Decline => match form.kind {
                     FormKind::Elicitation => {
@@ -475,8 +477,11 @@ struct Form {
 enum FormKind {
     /// `ask_user`: one field, `answer`.
     Question,
-    /// A call waiting on approval: one boolean, `approve`.
-    Approval,
+    /// A call waiting on approval: one boolean, `approve`, and a field for
+    /// each argument the form can hold (a top-level string, number or
+    /// boolean), holding the model's value: a changed one approves the call
+    /// with the edited arguments.
+    Approval { args: Value },
     /// An MCP server's own elicitation (an agent's MCP tool asked): passed
     /// on as it came.
     Elicitation,
@@ -485,14 +490,34 @@ enum FormKind {
 impl Form {
     fn of(pending: &PendingToolCall) -> Option<Form> {
         let (kind, message, schema) = match pending.kind {
-            PendingKind::Approval => (
-                FormKind::Approval,
-                format!(
-                    "The agent wants to run {} with {}. Allow it?",
-                    pending.tool_name, pending.args
-                ),
-                json!({"type": "object", "properties": {"approve": {"type": "boolean", "title": "Allow"}}, "required": ["approve"]}),
-            ),
+            PendingKind::Approval => {
+                let mut fields = Map::new();
+                fields.insert("approve".into(), json!({"type": "boolean", "title": "Allow"}));
+                // MCP forms are flat: only top-level primitive arguments can
+                // be edited here; the others run as the model gave them.
+                for (name, value) in pending.args.as_object().into_iter().flatten() {
+                    let kind = match value {
+                        Value::String(_) => "string",
+                        Value::Bool(_) => "boolean",
+                        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+                        Value::Number(_) => "number",
+                        _ => continue,
+                    };
+                    if name != "approve" {
+                        fields.insert(name.clone(), json!({"type": kind, "title": name, "default": value}));
+                    }
+                }
+                (
+                    FormKind::Approval {
+                        args: pending.args.clone(),
+                    },
+                    format!(
+                        "The agent wants to run {} with {}. Allow it? You may change its arguments first.",
+                        pending.tool_name, pending.args
+                    ),
+                    json!({"type": "object", "properties": fields, "required": ["approve"]}),
+                )
+            }
             _ => {
                 let payload = pending.suspend_payload.as_ref()?;
                 if let Some(elicitation) = ElicitationPayload::from_value(payload) {
@@ -519,10 +544,32 @@ impl Form {
         Some(Form { kind, message, schema })
     }
 
+    /// For an approval the person allowed with changed arguments, the
+    /// arguments the call is to run with: the model's, with each field of
+    /// the form that differs from them.
+    fn edited_args(&self, content: &Value) -> Option<Value> {
+        let FormKind::Approval { args } = &self.kind else {
+            return None;
+        };
+        if content.get("approve").and_then(Value::as_bool) != Some(true) {
+            return None;
+        }
+        let mut edited = args.clone();
+        let fields = edited.as_object_mut()?;
+        for (name, value) in fields.iter_mut() {
+            if let Some(new) = content.get(name).filter(|new| *new != value && name != "approve") {
+                *value = new.clone();
+            }
+        }
+        (edited != *args).then_some(edited)
+    }
+
     fn resume_data(&self, content: &Value) -> Value {
         match self.kind {
             FormKind::Question => content.get("answer").cloned().unwrap_or(Value::Null),
-            FormKind::Approval => json!({"approved": content.get("approve").and_then(Value::as_bool).unwrap_or(false)}),
+            FormKind::Approval { .. } => {
+                json!({"approved": content.get("approve").and_then(Value::as_bool).unwrap_or(false)})
+            }
             FormKind::Elicitation => serde_json::to_value(ElicitationAnswer::Accept {
                 content: content.clone(),
             })

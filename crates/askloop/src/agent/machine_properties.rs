@@ -120,6 +120,10 @@ struct World {
     accept: HashMap<String, bool>,
     /// Refused calls resolved by their time limit passing, not a decline.
     expire: HashSet<String>,
+    /// Calls whose approval comes with edited arguments ([`edited_args`]).
+    edit: HashSet<String>,
+    /// Per call: the arguments each run of its tool got.
+    ran_with: HashMap<String, Vec<Value>>,
     store: Stored,
     writes: usize,
     suspensions: usize,
@@ -141,12 +145,16 @@ impl World {
     fn new(script: Vec<Vec<Kind>>, faults: Faults, accept_bits: &[bool]) -> World {
         let mut accept = HashMap::new();
         let mut expire = HashSet::new();
+        let mut edit = HashSet::new();
         for (t, turn) in script.iter().enumerate() {
             for c in 0..turn.len() {
                 let bit = accept_bits.get(t * 4 + c).copied().unwrap_or(true);
                 accept.insert(call_id(t, c), bit);
                 if !bit && (t + c) % 2 == 1 {
                     expire.insert(call_id(t, c));
+                }
+                if bit && (t + c) % 3 == 0 {
+                    edit.insert(call_id(t, c));
                 }
             }
         }
@@ -161,6 +169,8 @@ impl World {
             faults,
             accept,
             expire,
+            edit,
+            ran_with: HashMap::new(),
             store: Stored {
                 record,
                 messages: vec![Message::user("go")],
@@ -243,6 +253,10 @@ impl World {
 
     fn execute(&mut self, call: &ToolCall, answer: Option<&Value>) -> CallOutcome {
         *self.executions.entry(call.id.clone()).or_default() += 1;
+        self.ran_with
+            .entry(call.id.clone())
+            .or_default()
+            .push(call.args.clone());
         if answer.is_some() {
             *self.answered_runs.entry(call.id.clone()).or_default() += 1;
         }
@@ -349,14 +363,28 @@ impl World {
         let messages = &self.store.messages;
         let ends_on_calls =
             matches!(messages.last(), Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty());
-        let last_calls =
-            machine::last_tool_calls(messages).map(|calls| calls.into_iter().map(CheckedCall::sound).collect());
+        // As the driver does: a call approved with edited arguments runs
+        // again, if it does, with those.
+        let mut edited = Vec::new();
+        let record = &self.store.record;
+        let last_calls = machine::last_tool_calls(messages).map(|calls| {
+            calls
+                .into_iter()
+                .map(|mut call| {
+                    if let Some(edit) = record.resolution_of(&call.id).and_then(|r| r.edit.as_ref()) {
+                        call.args = edit.edited.clone();
+                        edited.push((call.id.clone(), edit.edited.clone()));
+                    }
+                    CheckedCall::sound(call)
+                })
+                .collect()
+        });
         self.drive(
             self.machine(),
             Event::Recovered {
                 last_calls,
                 ends_on_calls,
-                edited: Vec::new(),
+                edited,
             },
         )
     }
@@ -411,6 +439,9 @@ impl World {
                 data: json!(format!("answer to {}", pending.tool_call_id)),
                 reason: None,
             },
+            (PendingKind::Approval, true) if self.edit.contains(&pending.tool_call_id) => {
+                Decision::ApproveWith(edited_args(&pending.tool_call_id))
+            }
             (PendingKind::Approval, true) => Decision::Approve,
             (_, false) if self.expire.contains(&pending.tool_call_id) => Decision::Expire,
             (_, false) => Decision::Decline(Some("no".into())),
@@ -540,6 +571,12 @@ impl World {
         }
         panic!("the run did not settle in 200 rounds: {:?}", self.store.record.status);
     }
+}
+
+/// The arguments a person approves call `id` with instead of the model's
+/// (they fit the simulated tools' schema, `ask_user`'s).
+fn edited_args(id: &str) -> Value {
+    json!({"question": format!("edited {id}")})
 }
 
 /// A write that lost its compare-and-set.
@@ -722,6 +759,24 @@ proptest! {
             if asks_once {
                 prop_assert!(*runs <= 1, "{id} ran {runs} times with its answer");
             }
+        }
+        // A call approved with edited arguments runs, every time it runs,
+        // with exactly those, and its result tells the model so.
+        for id in &world.edit {
+            let approved = world.store.record.resolutions.iter().any(|r| {
+                r.tool_call_id.as_deref() == Some(id.as_str()) && r.kind == ResolutionKind::Approved
+            });
+            if !approved {
+                continue;
+            }
+            for args in world.ran_with.get(id).into_iter().flatten() {
+                prop_assert_eq!(args, &edited_args(id), "{} ran with the model's arguments", id);
+            }
+            let told = messages.iter().any(|m| matches!(m, Message::Tool(t) if &t.tool_call_id == id
+                && t.content.to_model_text().starts_with("The user edited the arguments")));
+            let interrupted = messages.iter().any(|m| matches!(m, Message::Tool(t) if &t.tool_call_id == id
+                && t.content.to_model_text().contains("was interrupted")));
+            prop_assert!(told || interrupted || status != RunStatus::Completed, "{id}: {messages:#?}");
         }
         // An approval, once stored, is never asked for again, whatever
         // died when.

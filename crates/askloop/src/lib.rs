@@ -26,6 +26,7 @@ mod error;
 mod id;
 pub mod message;
 pub mod model;
+mod rules;
 pub mod scripted;
 pub mod store;
 pub mod tool;
@@ -44,6 +45,7 @@ pub use error::RunError;
 pub use id::{IdKind, IdProblem, InvalidId, MAX_ID_BYTES, quoted_excerpt, run_page_url, url_path_segment};
 pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolCallIds, ToolSpec};
+pub use rules::{ApprovalRule, ProposedCall, Verdict};
 pub use scripted::{Script, ScriptError, ScriptedModel};
 pub use store::{
     ArgumentsEdit, Author, ChangeBroadcast, DatabaseFault, Delivery, DeliveryOutcome, DeliveryState, EventType,

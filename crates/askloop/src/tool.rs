@@ -79,6 +79,22 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// The arguments of a call as this tool will act on them, for the
+    /// agent's approval rules to judge (see [`crate::ApprovalRule`]): a
+    /// tool that resolves its input (a path against its folder) gives the
+    /// resolved form, so a rule matches what the call does, not only how
+    /// the model wrote it. The arguments as given, by default.
+    fn acts_on(&self, args: &Value) -> Value {
+        args.clone()
+    }
+
+    /// The MCP server this tool comes from, for a tool of one: a rule may
+    /// name the server, so that the same tool name elsewhere is not
+    /// covered. `None` by default.
+    fn mcp_server(&self) -> Option<&str> {
+        None
+    }
+
     /// Whether executing this tool again with resume data has no effect
     /// beyond producing its result (like `ask_user`, which only turns the
     /// answer into text). The agent may then compute the result *before*

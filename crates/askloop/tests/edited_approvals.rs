@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use askloop::{
     Agent, ArgumentsEdit, Author, CallDecision, FunctionTool, Interface, Message, ResolutionKind, ResumeOptions,
-    RunError, RunStatus, RunStore, ToolOutput,
+    RunError, RunStatus, ToolOutput,
 };
 use common::{CountingModel, run};
 use serde_json::{Value, json};

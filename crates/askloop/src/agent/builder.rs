@@ -31,6 +31,7 @@ pub struct AgentBuilder {
     subscriptions: Vec<Subscription>,
     clock: Arc<dyn Clock>,
     last_messages: u32,
+    rules: Vec<crate::rules::ApprovalRule>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -130,6 +131,15 @@ impl AgentBuilder {
     /// Calls of this tool need a person's approval before they run.
     pub fn require_approval_for(mut self, tool_id: impl Into<String>) -> Self {
         self.approve_tools.insert(tool_id.into());
+        self
+    }
+
+    /// Adds an approval rule, asked after the ones added before it: the
+    /// first rule with a verdict about a call decides it (allow, ask, or
+    /// deny with a reason), recorded as decided by the rule. See
+    /// [`ApprovalRule`](crate::ApprovalRule) for what each verdict may do.
+    pub fn approval_rule(mut self, rule: crate::rules::ApprovalRule) -> Self {
+        self.rules.push(rule);
         self
     }
 
@@ -245,6 +255,7 @@ impl AgentBuilder {
                 subscriptions: self.subscriptions,
                 clock: self.clock,
                 last_messages: self.last_messages,
+                rules: self.rules,
             }),
         })
     }
@@ -269,6 +280,7 @@ impl Agent {
             subscriptions: Vec::new(),
             clock: system_clock(),
             last_messages: DEFAULT_LAST_MESSAGES,
+            rules: Vec::new(),
         }
     }
 }

@@ -283,10 +283,16 @@ impl Driver {
                         call.args = edit.edited.clone();
                         edited.push((call.id.clone(), edit.edited.clone()));
                     }
+                    let invalid = self.invalid_input(&call);
+                    let ruling = match invalid {
+                        None => self.agent.ruling(&call, &self.state.record),
+                        Some(_) => None,
+                    };
                     CheckedCall {
-                        invalid: self.invalid_input(&call),
+                        invalid,
                         call,
                         malformed: None,
+                        ruling,
                     }
                 })
                 .collect()

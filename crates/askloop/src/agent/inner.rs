@@ -8,7 +8,7 @@ use super::cache::ConversationCache;
 use super::machine;
 use crate::clock::Clock;
 use crate::model::{Model, ToolSpec};
-use crate::store::{Lease, RunStore, Subscription};
+use crate::store::{Lease, RunRecord, RunStore, Subscription};
 use crate::tool::Tool;
 
 pub(crate) struct AgentInner {
@@ -29,6 +29,8 @@ pub(crate) struct AgentInner {
     pub(crate) clock: Arc<dyn Clock>,
     /// How many of a thread's last messages a run on it reads by default.
     pub(crate) last_messages: u32,
+    /// The approval rules, asked in order (see `rules.rs`).
+    pub(crate) rules: Vec<crate::rules::ApprovalRule>,
 }
 
 /// How long a call of each tool may wait for an answer or an approval.
@@ -69,12 +71,42 @@ pub(crate) struct RegisteredTool {
 }
 
 impl AgentInner {
+    /// What the agent's approval rules decide about `call` of the run
+    /// `record` (the first rule with a verdict, and its name), judged on
+    /// the arguments as the call's tool will act on them.
+    pub(crate) fn ruling(&self, call: &crate::message::ToolCall, record: &RunRecord) -> Option<machine::Ruling> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        let tool = self.tools.get(&call.name).map(|t| t.tool.as_ref());
+        let args = tool.map_or_else(|| call.args.clone(), |t| t.acts_on(&call.args));
+        let memory = record.memory.as_ref();
+        let proposed = crate::rules::ProposedCall {
+            tool: &call.name,
+            mcp_server: tool.and_then(|t| t.mcp_server()),
+            args: &args,
+            agent_id: &self.id,
+            run_id: &record.run_id,
+            thread_id: memory.map(|m| m.key.thread_id.as_str()),
+            resource_id: memory.map(|m| m.key.resource_id.as_str()),
+        };
+        let (rule, verdict) = crate::rules::first_verdict(&self.rules, &proposed)?;
+        Some(machine::Ruling {
+            rule,
+            verdict,
+            at: self.clock.now(),
+        })
+    }
+}
+
+impl AgentInner {
     /// What the run machine needs to know of the tool `name`, if the agent
     /// has it.
     pub(crate) fn rules_of(&self, name: &str) -> Option<machine::ToolRules> {
         let registered = self.tools.get(name)?;
         Some(machine::ToolRules {
             needs_approval: registered.needs_approval,
+            own_approval: registered.tool.requires_approval(),
             idempotent: registered.tool.idempotent(),
             max_per_step: registered.tool.max_calls_per_step(),
             time_limit: self.time_limit_for(name),

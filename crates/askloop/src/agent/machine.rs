@@ -15,6 +15,7 @@ use super::options::MAX_REASON_BYTES;
 use crate::chunk::{ApprovalDecision, ChunkKind, ToolErrorPayload, ToolOutputDenied, ToolResultPayload};
 use crate::error::RunError;
 use crate::message::{Message, ToolCall, ToolContent, ToolResult};
+use crate::rules::Verdict;
 use crate::store::{
     EventRun, Lease, OutboxMessage, PendingKind, PendingToolCall, Resolution, ResolutionKind, RunRecord, RunStatus,
     Subscription, messages_for,
@@ -154,6 +155,8 @@ pub(crate) fn may_call_model(steps_this_stream: u32, max_steps: u32) -> bool {
 pub(crate) struct ToolRules {
     /// Its calls wait for a person's approval before they run.
     pub(crate) needs_approval: bool,
+    /// The tool's own policy asks for approval (no rule can lift that).
+    pub(crate) own_approval: bool,
     /// It may run again after an interruption (see [`Tool::idempotent`]).
     pub(crate) idempotent: bool,
     /// How many of its calls one step accepts (see
@@ -181,6 +184,18 @@ pub(crate) struct CallFacts<'a> {
     pub(crate) started: bool,
     /// Which call of its tool this is in the step, counting from 1.
     pub(crate) nth_of_tool: usize,
+    /// What the agent's approval rules decided about it, if anything.
+    pub(crate) ruling: Option<&'a Ruling>,
+}
+
+/// What an approval rule decided about a call, the rule's name, and when
+/// (the driver asks the rules, which are the agent's code, and reads the
+/// clock; the machine records what they decided).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ruling {
+    pub(crate) rule: String,
+    pub(crate) verdict: crate::rules::Verdict,
+    pub(crate) at: DateTime<Utc>,
 }
 
 /// Whether a call runs, errors or waits.
@@ -192,6 +207,10 @@ pub(crate) enum CallPlan {
     AskApproval,
     /// The tool runs.
     Execute,
+    /// A rule refused the call: it never runs, and the model is told why.
+    DeniedByRule { rule: String, reason: String },
+    /// The call would have waited for approval; a rule let it run.
+    AllowedByRule { rule: String },
 }
 
 /// Decides whether a call runs, errors or waits.
@@ -223,7 +242,31 @@ pub(crate) fn plan_call(call: &ToolCall, facts: CallFacts<'_>) -> CallPlan {
             call.name
         ));
     }
-    if rules.needs_approval && !facts.started {
+    // A call a person already approved (its claim marked it started) is
+    // not judged again.
+    let mut needs_approval = rules.needs_approval;
+    let mut allowed_by = None;
+    if !facts.started
+        && let Some(Ruling { rule, verdict, .. }) = facts.ruling
+    {
+        match verdict {
+            Verdict::Deny(reason) => {
+                return CallPlan::DeniedByRule {
+                    rule: rule.clone(),
+                    reason: reason.clone(),
+                };
+            }
+            Verdict::Ask => needs_approval = true,
+            // A rule may lift what the agent's configuration asks, never the
+            // tool's own policy.
+            Verdict::Allow if needs_approval && !rules.own_approval => {
+                needs_approval = false;
+                allowed_by = Some(rule.clone());
+            }
+            Verdict::Allow => {}
+        }
+    }
+    if needs_approval && !facts.started {
         return CallPlan::AskApproval;
     }
     if (facts.recovering || facts.started) && !rules.idempotent {
@@ -233,7 +276,10 @@ pub(crate) fn plan_call(call: &ToolCall, facts: CallFacts<'_>) -> CallPlan {
             call.name
         ));
     }
-    CallPlan::Execute
+    match allowed_by {
+        Some(rule) => CallPlan::AllowedByRule { rule },
+        None => CallPlan::Execute,
+    }
 }
 
 /// Whether a turn must be written before its tools run: a call whose tool
@@ -243,7 +289,7 @@ pub(crate) fn plan_call(call: &ToolCall, facts: CallFacts<'_>) -> CallPlan {
 pub(crate) fn store_turn_first(plans: &[(CallPlan, ToolRules)]) -> bool {
     plans
         .iter()
-        .any(|(plan, rules)| *plan == CallPlan::Execute && !rules.idempotent)
+        .any(|(plan, rules)| matches!(plan, CallPlan::Execute | CallPlan::AllowedByRule { .. }) && !rules.idempotent)
 }
 
 /// Whether the claim that applies `action` marks its call started (see
@@ -862,6 +908,7 @@ mod tests {
     fn calls_of_a_tool_past_its_per_step_limit_are_refused_and_the_earlier_ones_run() {
         let rules = ToolRules {
             needs_approval: false,
+            own_approval: false,
             idempotent: true,
             max_per_step: Some(2),
             time_limit: None,
@@ -876,6 +923,7 @@ mod tests {
                     recovering: false,
                     started: false,
                     nth_of_tool,
+                    ruling: None,
                 },
             )
         };
@@ -892,6 +940,7 @@ mod tests {
         let rules = |idempotent| {
             Some(ToolRules {
                 needs_approval: true,
+                own_approval: true,
                 idempotent,
                 max_per_step: None,
                 time_limit: None,
@@ -941,6 +990,7 @@ mod tests {
 
         let guarded = ToolRules {
             needs_approval: true,
+            own_approval: true,
             idempotent: false,
             max_per_step: None,
             time_limit: None,
@@ -952,6 +1002,7 @@ mod tests {
             recovering: true,
             started,
             nth_of_tool: 1,
+            ruling: None,
         };
         let CallPlan::Refuse(told) = plan_call(&call("a"), facts(true)) else {
             panic!("a started call that must not run twice is not run again")

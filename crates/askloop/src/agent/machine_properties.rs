@@ -53,30 +53,35 @@ fn rules(name: &str) -> Option<ToolRules> {
     match name {
         "plain" | "ask_user" => Some(ToolRules {
             needs_approval: false,
+            own_approval: false,
             idempotent: true,
             max_per_step: None,
             time_limit: None,
         }),
         "once" => Some(ToolRules {
             needs_approval: false,
+            own_approval: false,
             idempotent: false,
             max_per_step: None,
             time_limit: None,
         }),
         "guarded" => Some(ToolRules {
             needs_approval: true,
+            own_approval: true,
             idempotent: false,
             max_per_step: None,
             time_limit: None,
         }),
         "ask_once" => Some(ToolRules {
             needs_approval: false,
+            own_approval: false,
             idempotent: false,
             max_per_step: None,
             time_limit: None,
         }),
         "checked" => Some(ToolRules {
             needs_approval: true,
+            own_approval: true,
             idempotent: true,
             max_per_step: None,
             time_limit: None,

@@ -46,10 +46,12 @@ pub use thread::{
 /// - 3: a run on a thread ([`RunMemory`]). A build that does not know
 ///   threads would drive it without appending its messages to the thread.
 /// - 4: a run with a call approved with edited arguments
-///   ([`Resolution::edit`]). A build that does not know edits would read
+///   ([`Resolution::edit`]), or decided by an approval rule
+///   ([`Interface::Rule`]). A build that does not know edits would read
 ///   the approval as one of the model's arguments, and a recovery would run
-///   the call again with them. A write that records an edit raises the
-///   row's layout to 4 ([`RunUpdate::needs_layout`]).
+///   the call again with them; one that does not know rules could not read
+///   the run's record at all. A write that records either raises the row's
+///   layout to 4 ([`RunUpdate::needs_layout`]).
 pub const RUN_SCHEMA_VERSION: i32 = 4;
 
 /// Where a run is in its life.
@@ -229,7 +231,7 @@ impl RunRecord {
     /// The layout the run is stored with: the oldest that holds it (see
     /// [`RUN_SCHEMA_VERSION`]).
     pub fn schema_version(&self) -> i32 {
-        if self.resolutions.iter().any(|r| r.edit.is_some()) {
+        if self.resolutions.iter().any(Resolution::needs_layout_4) {
             4
         } else if self.memory.is_some() {
             3
@@ -434,7 +436,7 @@ impl RunUpdate<'_> {
     /// (never lowers it), so that an older build refuses the run from then
     /// on instead of misreading it.
     pub fn needs_layout(&self) -> i32 {
-        if self.resolutions.iter().any(|r| r.edit.is_some()) {
+        if self.resolutions.iter().any(Resolution::needs_layout_4) {
             4
         } else {
             1

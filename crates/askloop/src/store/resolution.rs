@@ -71,6 +71,9 @@ pub enum Interface {
     /// An MCP client, through `askloop mcp` (stdio) or the `/mcp` endpoint
     /// of `askloop serve`.
     Mcp,
+    /// One of the agent's approval rules (its name is the author's `by`),
+    /// deciding a call instead of a person.
+    Rule,
 }
 
 impl Interface {
@@ -83,6 +86,7 @@ impl Interface {
             Interface::Page => "page",
             Interface::Server => "server",
             Interface::Mcp => "mcp",
+            Interface::Rule => "rule",
         }
     }
 }
@@ -157,6 +161,13 @@ pub struct ArgumentsEdit {
 }
 
 impl Resolution {
+    /// Whether only the layout of stored runs 4 on holds this resolution
+    /// (see [`RUN_SCHEMA_VERSION`](crate::RUN_SCHEMA_VERSION)): an edit, or a
+    /// decision by a rule.
+    pub(crate) fn needs_layout_4(&self) -> bool {
+        self.edit.is_some() || self.author.via == Interface::Rule
+    }
+
     /// A resolution made at `at` (read from the [`Clock`](crate::Clock) of
     /// whoever made it). The time is kept to the microsecond, as every store
     /// keeps it.

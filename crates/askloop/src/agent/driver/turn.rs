@@ -190,10 +190,17 @@ impl Driver {
         } else {
             None
         };
+        // The agent's approval rules judge a call whose input is sound.
+        let ruling = if malformed.is_none() && invalid.is_none() {
+            self.agent.ruling(&call, &self.state.record)
+        } else {
+            None
+        };
         CheckedCall {
             call,
             malformed,
             invalid,
+            ruling,
         }
     }
 }

@@ -25,15 +25,18 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{
-    AfterModel, CallFacts, CallOutcome, CallPlan, LostWrite, Recovery, ResumeAction, Step, StepWrite, ToolRules,
-    after_model, approval_schema, denied, done_result, error_result, lost_write, may_call_model, plan_call,
+    AfterModel, CallFacts, CallOutcome, CallPlan, LostWrite, Recovery, ResumeAction, Ruling, Step, StepWrite,
+    ToolRules, after_model, approval_schema, denied, done_result, error_result, lost_write, may_call_model, plan_call,
     recovery_at, store_turn_first,
 };
 use crate::agent::expiry;
 use crate::chunk::{AbortPayload, ChunkKind, ErrorDetail, ErrorPayload, Start, ToolCallApproval, ToolCallSuspended};
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 use crate::model::ModelError;
-use crate::store::{PendingKind, PendingToolCall, Resolution, RunFailure, RunRecord, RunStatus, StoreError};
+use crate::store::{
+    Author, Interface, PendingKind, PendingToolCall, Resolution, ResolutionKind, RunFailure, RunRecord, RunStatus,
+    StoreError,
+};
 use crate::tool::ToolOutput;
 
 /// A tool call the model made, with what the driver found checking it
@@ -45,6 +48,8 @@ pub(crate) struct CheckedCall {
     pub(crate) malformed: Option<String>,
     /// Why its input does not fit its tool's schema, if it does not.
     pub(crate) invalid: Option<String>,
+    /// What the agent's approval rules decided about it, if anything.
+    pub(crate) ruling: Option<Ruling>,
 }
 
 impl CheckedCall {
@@ -54,6 +59,7 @@ impl CheckedCall {
             call,
             malformed: None,
             invalid: None,
+            ruling: None,
         }
     }
 }
@@ -471,6 +477,7 @@ impl RunMachine {
         }
         let then = Then::Turn(summary(true));
         let plans = self.plan(&turn.calls, false, &[]);
+        self.resolutions.extend(rulings(&turn.calls, &plans));
         let runs = runs(&turn.calls, &plans);
         let first = store_turn_first(&plans);
         let assistant = Message::assistant(turn.text, calls.clone());
@@ -511,9 +518,11 @@ impl RunMachine {
                     recovering,
                     started: started.contains(&call.id),
                     nth_of_tool: *nth_of_tool,
+                    ruling: checked.ruling.as_ref(),
                 };
                 let rules = rules.unwrap_or(ToolRules {
                     needs_approval: false,
+                    own_approval: false,
                     idempotent: true,
                     max_per_step: None,
                     time_limit: None,
@@ -777,6 +786,7 @@ impl RunMachine {
                     })
                     .collect();
                 let plans = self.plan(&interrupted, true, &started);
+                self.resolutions.extend(rulings(&interrupted, &plans));
                 let runs = runs(&interrupted, &plans);
                 self.step = step;
                 self.run_tools(runs, None, Then::Recovery);
@@ -932,11 +942,36 @@ fn runs(calls: &[CheckedCall], plans: &[(CallPlan, ToolRules)]) -> Vec<ToolRun> 
                     expires_at: None,
                     started_at: None,
                 }),
-                CallPlan::Execute => ToolRun::Execute {
+                CallPlan::Execute | CallPlan::AllowedByRule { .. } => ToolRun::Execute {
                     call: call.clone(),
                     resumed: None,
                 },
+                CallPlan::DeniedByRule { reason, .. } => ToolRun::Done(denied(call, Some(reason.clone()))),
             }
+        })
+        .collect()
+}
+
+/// The record of what the approval rules decided in `plans` (a call
+/// refused, or allowed to run where it would have waited): made by the
+/// rule, recorded with the step's next write, before any tool runs.
+fn rulings(calls: &[CheckedCall], plans: &[(CallPlan, ToolRules)]) -> Vec<Resolution> {
+    calls
+        .iter()
+        .zip(plans)
+        .filter_map(|(checked, (plan, _))| {
+            let (kind, rule) = match plan {
+                CallPlan::DeniedByRule { rule, .. } => (ResolutionKind::Denied, rule),
+                CallPlan::AllowedByRule { rule } => (ResolutionKind::Approved, rule),
+                _ => return None,
+            };
+            let at = checked.ruling.as_ref()?.at;
+            Some(Resolution::new(
+                Some(&checked.call.id),
+                kind,
+                at,
+                Author::named(Interface::Rule, rule.clone()),
+            ))
         })
         .collect()
 }

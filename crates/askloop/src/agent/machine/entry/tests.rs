@@ -25,6 +25,7 @@ impl ToolBook for Tools {
     fn rules(&self, name: &str) -> Option<ToolRules> {
         let rules = ToolRules {
             needs_approval: false,
+            own_approval: false,
             idempotent: true,
             max_per_step: None,
             time_limit: None,
@@ -33,6 +34,7 @@ impl ToolBook for Tools {
             "ask_user" => Some(rules),
             "deploy" => Some(ToolRules {
                 needs_approval: true,
+                own_approval: true,
                 idempotent: false,
                 ..rules
             }),

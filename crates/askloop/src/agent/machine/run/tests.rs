@@ -10,6 +10,7 @@ use crate::store::ResolutionKind;
 
 const RULES: ToolRules = ToolRules {
     needs_approval: false,
+    own_approval: false,
     idempotent: true,
     max_per_step: None,
     time_limit: None,

@@ -267,6 +267,10 @@ impl Tool for McpTool {
         &self.name
     }
 
+    fn mcp_server(&self) -> Option<&str> {
+        Some(&self.spec.name)
+    }
+
     fn description(&self) -> &str {
         &self.description
     }

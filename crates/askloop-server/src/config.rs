@@ -24,6 +24,14 @@
 //! # headers = { Authorization = "Bearer ..." }
 //! # tools = ["echo"]                 # only these of its tools
 //! # require_approval = true          # every call of its tools waits for approval
+//!
+//! [[agents.deployer.rules]]          # approval rules, first match decides (see `config/rules.rs`)
+//! name = "no-secrets"
+//! tool = "write_file"                # a glob over tool names; server = "..." for one MCP server's
+//! arg = "/path"                      # the value at this JSON pointer, as the tool acts on it...
+//! glob = "secrets/**"                # ...matched by equals, glob or regex
+//! decision = "deny"                  # allow, ask or deny
+//! reason = "secrets are not written by agents"
 //! ```
 //!
 //! API tokens, the author header and the hosts answered to are top-level
@@ -43,6 +51,7 @@ mod access;
 mod approvals;
 mod duration;
 mod raw;
+mod rules;
 mod webhooks;
 
 use std::fmt;
@@ -57,6 +66,7 @@ use crate::request_fields::RequestOverride;
 use crate::tools::{WRITE_FILE_TOOL_ID, write_file};
 
 pub use approvals::ApprovalNames;
+pub use rules::RuleConfig;
 pub use webhooks::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret};
 
 /// The default agent's id, when there is no configuration file.
@@ -131,6 +141,8 @@ pub struct AgentConfig {
     pub time_limits: Vec<(ToolKind, std::time::Duration)>,
     /// MCP servers whose tools the agent gets (`[[agents.<id>.mcp]]`).
     pub mcp: Vec<McpServerSpec>,
+    /// Approval rules, asked in order (`[[agents.<id>.rules]]`).
+    pub rules: Vec<RuleConfig>,
 }
 
 /// Where an agent's model comes from.
@@ -220,6 +232,7 @@ impl ServerConfig {
                 time_limit: None,
                 time_limits: Vec::new(),
                 mcp: Vec::new(),
+                rules: Vec::new(),
             }],
             limits: AskUserLimits::default(),
             tokens: Vec::new(),
@@ -446,6 +459,9 @@ impl AgentConfig {
         for tool in approve {
             builder = builder.require_approval_for(tool.clone());
         }
+        for rule in &self.rules {
+            builder = builder.approval_rule(rule.to_rule());
+        }
         // Each webhook that hears of this agent is a subscription: the
         // agent writes its notifications to the store's outbox, in the
         // write that raises them, for the server's sender.
@@ -543,6 +559,9 @@ fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Re
         let limit = duration::parse_limit(&text).map_err(|problem| ConfigError::new(file, at, problem.to_string()))?;
         time_limits.push((tool, limit));
     }
+    let mcp = mcp_servers(file, base, &id, raw.mcp.unwrap_or_default())?;
+    let servers: Vec<&str> = mcp.iter().map(|server| server.name.as_str()).collect();
+    let rules = rules::resolve(file, &id, raw.rules.unwrap_or_default(), &servers)?;
     Ok(AgentConfig {
         name: raw.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| id.clone()),
         instructions: raw.instructions.unwrap_or_else(|| DEFAULT_INSTRUCTIONS.to_owned()),
@@ -556,7 +575,8 @@ fn resolve_agent(file: &Path, base: &Path, id: String, raw: raw::RawAgent) -> Re
         write_dir: base.join(raw.write_dir.unwrap_or_else(|| PathBuf::from("."))),
         time_limit,
         time_limits,
-        mcp: mcp_servers(file, base, &id, raw.mcp.unwrap_or_default())?,
+        rules,
+        mcp,
         id,
     })
 }

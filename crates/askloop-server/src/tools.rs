@@ -40,6 +40,15 @@ pub fn write_file(root: impl Into<PathBuf>) -> FunctionTool {
         )
         .input::<WriteFile>()
         .requires_approval(true)
+        // Approval rules judge the path as written to, not as the model
+        // spelled it: `docs/../x` is `x`.
+        .acts_on(|args| {
+            let mut args = args.clone();
+            if let Some(path) = args.get("path").and_then(serde_json::Value::as_str) {
+                args["path"] = serde_json::Value::String(resolved(path));
+            }
+            args
+        })
         .execute(move |input: WriteFile, _ctx| {
             let root = root.clone();
             async move {
@@ -183,6 +192,26 @@ fn open_regular(target: &Path) -> Result<File, WriteRefused> {
     Ok(file)
 }
 
+/// `path` with `.` left out and each `..` taking away the name before it,
+/// as a file system would resolve it (a `..` with nothing before it stays:
+/// the path leaves the folder), with `/` between names.
+fn resolved(path: &str) -> String {
+    let mut names: Vec<String> = Vec::new();
+    let absolute = Path::new(path).is_absolute();
+    for component in Path::new(path).components() {
+        match component {
+            Component::Normal(name) => names.push(name.to_string_lossy().into_owned()),
+            Component::ParentDir if names.last().is_some_and(|n| n != "..") => {
+                names.pop();
+            }
+            Component::ParentDir => names.push("..".to_owned()),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    let joined = names.join("/");
+    if absolute { format!("/{joined}") } else { joined }
+}
+
 /// A relative path that stays inside the folder it is joined to.
 fn checked_path(path: &str) -> Result<PathBuf, WriteRefused> {
     let candidate = Path::new(path);
@@ -208,6 +237,17 @@ fn checked_path(path: &str) -> Result<PathBuf, WriteRefused> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rules_see_the_path_as_written_to() {
+        let tool = write_file("/tmp/unused");
+        let acts = |path: &str| askloop::Tool::acts_on(&tool, &serde_json::json!({"path": path, "content": "x"}));
+        assert_eq!(acts("docs/../x.md")["path"], "x.md");
+        assert_eq!(acts("./docs/a.md")["path"], "docs/a.md");
+        assert_eq!(acts("docs/../../x")["path"], "../x");
+        assert_eq!(acts("/etc/passwd")["path"], "/etc/passwd");
+        assert_eq!(acts("docs/a.md")["content"], "x", "the other arguments as given");
+    }
 
     #[test]
     fn paths_must_stay_in_the_working_directory() {

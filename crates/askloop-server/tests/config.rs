@@ -804,3 +804,209 @@ async fn commands_that_continue_a_run_trust_the_names() {
     assert!(built.warnings.is_empty(), "{:?}", built.warnings);
     assert!(built.agents[0].requires_approval("ask_approver"));
 }
+
+#[test]
+fn a_rules_table_with_every_kind_of_mistake_is_an_error_naming_the_rule_and_its_key() {
+    let head = "[agents.a]\ntools = [\"ask_user\", \"write_file\"]\n[[agents.a.rules]]\n";
+    let cases: Vec<(&str, &str, &str)> = vec![
+        (
+            "tool = \"write_file\"\n",
+            "agents.a.rules[0].decision",
+            "is required: allow, ask or deny",
+        ),
+        (
+            "decision = \"maybe\"\n",
+            "agents.a.rules[0].decision",
+            "\"maybe\" is not a decision; use allow, ask or deny",
+        ),
+        (
+            "decision = \"deny\"\n",
+            "agents.a.rules[0].reason",
+            "a deny rule gives the reason",
+        ),
+        (
+            "decision = \"allow\"\nreason = \"x\"\n",
+            "agents.a.rules[0].reason",
+            "only a deny rule has a reason",
+        ),
+        (
+            "decision = \"allow\"\ntool = \"write_[\"\n",
+            "agents.a.rules[0].tool",
+            "is not a glob",
+        ),
+        (
+            "decision = \"allow\"\nglob = \"docs/**\"\n",
+            "agents.a.rules[0].arg",
+            "give `arg`",
+        ),
+        (
+            "decision = \"allow\"\narg = \"path\"\nglob = \"docs/**\"\n",
+            "agents.a.rules[0].arg",
+            "is not a JSON pointer",
+        ),
+        (
+            "decision = \"allow\"\narg = \"/path\"\n",
+            "agents.a.rules[0].arg",
+            "give one of equals, glob or regex",
+        ),
+        (
+            "decision = \"allow\"\narg = \"/path\"\nglob = \"a\"\nregex = \"b\"\n",
+            "agents.a.rules[0].arg",
+            "only one of equals, glob and regex",
+        ),
+        (
+            "decision = \"allow\"\narg = \"/path\"\nregex = \"(\"\n",
+            "agents.a.rules[0].regex",
+            "not a regular expression",
+        ),
+        (
+            "decision = \"allow\"\narg = \"/path\"\nequals = [1]\n",
+            "agents.a.rules[0].equals",
+            "compares one string",
+        ),
+        (
+            "decision = \"allow\"\nserver = \"github\"\n",
+            "agents.a.rules[0].server",
+            "has no MCP server \"github\"; its servers: none",
+        ),
+        (
+            "decision = \"allow\"\ntools = \"x\"\n",
+            "agents.a.rules[0].tools",
+            "unknown field `tools`",
+        ),
+        (
+            "name = \"same\"\ndecision = \"allow\"\n[[agents.a.rules]]\nname = \"same\"\ndecision = \"ask\"\n",
+            "agents.a.rules[1].name",
+            "names another rule",
+        ),
+    ];
+    for (rule, key, problem) in cases {
+        let text = format!("{head}{rule}");
+        let (path, err) = load_err(&text);
+        assert_eq!(err.file, path, "{text}");
+        assert_eq!(err.key, key, "{text}: {err}");
+        assert!(err.problem.contains(problem), "{text}: {err}");
+    }
+}
+
+#[test]
+fn configured_rules_match_by_tool_glob_server_and_the_value_at_a_pointer() {
+    let text = r#"
+[agents.a]
+tools = ["ask_user", "write_file"]
+
+[[agents.a.rules]]
+name = "no-secrets"
+tool = "write_*"
+arg = "/path"
+glob = "secrets/**"
+decision = "deny"
+reason = "secrets are not written by agents"
+
+[[agents.a.rules]]
+name = "readme"
+arg = "/path"
+equals = "README.md"
+decision = "ask"
+
+[[agents.a.rules]]
+name = "drafts"
+arg = "/path"
+regex = "^drafts/[a-z]+\\.md$"
+decision = "allow"
+"#;
+    let config = ServerConfig::from_toml(Path::new("/tmp/askloop.toml"), text).unwrap();
+    let rules: Vec<askloop::ApprovalRule> = config.agents[0].rules.iter().map(|r| r.to_rule()).collect();
+    let decide = |tool: &str, path: &str| {
+        let args = json!({"path": path});
+        let call = askloop::ProposedCall::new(tool, &args);
+        rules
+            .iter()
+            .find_map(|r| r.decide(&call).map(|v| (r.name().to_owned(), v)))
+    };
+    assert_eq!(
+        decide("write_file", "secrets/key.pem"),
+        Some((
+            "no-secrets".into(),
+            askloop::Verdict::Deny("secrets are not written by agents".into())
+        ))
+    );
+    assert_eq!(
+        decide("read_file", "secrets/key.pem"),
+        None,
+        "the tool glob leaves it out"
+    );
+    assert_eq!(
+        decide("write_file", "README.md"),
+        Some(("readme".into(), askloop::Verdict::Ask))
+    );
+    assert_eq!(
+        decide("write_file", "drafts/plan.md"),
+        Some(("drafts".into(), askloop::Verdict::Allow))
+    );
+    assert_eq!(
+        decide("write_file", "drafts/Plan.md"),
+        None,
+        "the regex is anchored and case-sensitive"
+    );
+    assert_eq!(decide("write_file", "notes.md"), None);
+
+    // A rule naming an MCP server covers that server's tools only.
+    let text = "[agents.b]\n[[agents.b.mcp]]\nname = \"github\"\ncommand = \"github-mcp\"\n\n\
+                [[agents.b.rules]]\nname = \"no-merges\"\nserver = \"github\"\ntool = \"merge_*\"\n\
+                decision = \"deny\"\nreason = \"merges are for people\"\n";
+    let config = ServerConfig::from_toml(Path::new("/tmp/askloop.toml"), text).unwrap();
+    let rule = config.agents[0].rules[0].to_rule();
+    let args = json!({});
+    let on = |server: &str| rule.decide(&askloop::ProposedCall::new("merge_pr", &args).from_server(server));
+    assert_eq!(
+        on("github"),
+        Some(askloop::Verdict::Deny("merges are for people".into()))
+    );
+    assert_eq!(
+        on("gitlab"),
+        None,
+        "the same tool name on another server is not covered"
+    );
+    assert_eq!(rule.decide(&askloop::ProposedCall::new("merge_pr", &args)), None);
+}
+
+#[tokio::test]
+async fn a_configured_deny_rule_refuses_a_write_the_model_spelled_to_look_harmless() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "sneaky.json",
+        r#"{"turns": [
+  {"toolCalls": [{"name": "write_file", "args": {"path": "docs/../secrets/key.pem", "content": "x"}}]},
+  {"text": "Done: {{toolResults}}"}
+]}"#,
+    );
+    let path = write(
+        dir.path(),
+        "askloop.toml",
+        "[agents.writer]\nscript = \"sneaky.json\"\ntools = [\"write_file\"]\nwrite_dir = \"files\"\n\n\
+         [[agents.writer.rules]]\nname = \"no-secrets\"\ntool = \"write_file\"\narg = \"/path\"\nglob = \"secrets/**\"\n\
+         decision = \"deny\"\nreason = \"secrets are not written by agents\"\n",
+    );
+    let store: Arc<dyn RunStore> = memory_store();
+    let agents = ServerConfig::load(&path)
+        .unwrap()
+        .build_agents(&store, &no_default)
+        .unwrap();
+    let server = TestServer::start(agents, Arc::clone(&store)).await;
+    let started = server
+        .post_sse("/api/agents/writer/stream", json!({"messages": "go"}))
+        .await;
+    let types = started.types();
+    assert!(
+        types.contains(&"tool-output-denied".to_owned()),
+        "no approval asked: {types:?}"
+    );
+    assert_eq!(started.text(), "Done: secrets are not written by agents");
+    let run_id = started.chunks[0]["runId"].as_str().unwrap();
+    let run = store.get(run_id).await.unwrap().unwrap();
+    assert_eq!(run.resolutions[0].author.by.as_deref(), Some("no-secrets"));
+    assert_eq!(run.resolutions[0].author.via, askloop::Interface::Rule);
+    assert!(!dir.path().join("files").exists(), "nothing written");
+}

@@ -65,6 +65,29 @@ pub struct ProposedCall<'a> {
     pub resource_id: Option<&'a str>,
 }
 
+impl<'a> ProposedCall<'a> {
+    /// A call of `tool` with `args`, on no thread, of no MCP server, of no
+    /// run in particular: for trying rules out (the agent fills in the
+    /// rest when it asks them).
+    pub fn new(tool: &'a str, args: &'a Value) -> Self {
+        ProposedCall {
+            tool,
+            mcp_server: None,
+            args,
+            agent_id: "",
+            run_id: "",
+            thread_id: None,
+            resource_id: None,
+        }
+    }
+
+    /// The MCP server the tool comes from.
+    pub fn from_server(mut self, server: &'a str) -> Self {
+        self.mcp_server = Some(server);
+        self
+    }
+}
+
 type Decide = dyn Fn(&ProposedCall<'_>) -> Option<Verdict> + Send + Sync;
 
 /// A named approval rule: a function of a call returning a [`Verdict`], or

@@ -443,6 +443,8 @@ pub(crate) fn describe_errors(validator: &jsonschema::Validator, value: &Value) 
     }
 }
 
+type ActsOnFn = dyn Fn(&Value) -> Value + Send + Sync;
+
 type ExecuteFn =
     dyn Fn(Value, ToolContext) -> Pin<Box<dyn Future<Output = Result<ToolOutcome, ToolError>> + Send>> + Send + Sync;
 
@@ -456,6 +458,7 @@ pub struct FunctionTool {
     resume_schema: Option<Value>,
     requires_approval: bool,
     idempotent: bool,
+    acts_on: Option<Arc<ActsOnFn>>,
     execute: Arc<ExecuteFn>,
 }
 
@@ -479,13 +482,13 @@ impl FunctionTool {
             resume_schema: None,
             requires_approval: false,
             idempotent: false,
+            acts_on: None,
             input: PhantomData,
         }
     }
 }
 
 /// Builds a [`FunctionTool`]. `I` is the input type the closure receives.
-#[derive(Debug)]
 pub struct FunctionToolBuilder<I> {
     id: String,
     description: String,
@@ -494,7 +497,17 @@ pub struct FunctionToolBuilder<I> {
     resume_schema: Option<Value>,
     requires_approval: bool,
     idempotent: bool,
+    acts_on: Option<Arc<ActsOnFn>>,
     input: PhantomData<fn() -> I>,
+}
+
+impl<I> fmt::Debug for FunctionToolBuilder<I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FunctionToolBuilder")
+            .field("id", &self.id)
+            .field("requires_approval", &self.requires_approval)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<I> FunctionToolBuilder<I> {
@@ -515,6 +528,7 @@ impl<I> FunctionToolBuilder<I> {
             resume_schema: self.resume_schema,
             requires_approval: self.requires_approval,
             idempotent: self.idempotent,
+            acts_on: self.acts_on,
             input: PhantomData,
         }
     }
@@ -529,6 +543,7 @@ impl<I> FunctionToolBuilder<I> {
             resume_schema: self.resume_schema,
             requires_approval: self.requires_approval,
             idempotent: self.idempotent,
+            acts_on: self.acts_on,
             input: PhantomData,
         }
     }
@@ -558,6 +573,13 @@ impl<I> FunctionToolBuilder<I> {
         self.idempotent = yes;
         self
     }
+
+    /// The arguments as the tool will act on them, for approval rules
+    /// (see [`Tool::acts_on`]).
+    pub fn acts_on(mut self, f: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Self {
+        self.acts_on = Some(Arc::new(f));
+        self
+    }
 }
 
 impl<I: DeserializeOwned + Send + 'static> FunctionToolBuilder<I> {
@@ -584,6 +606,7 @@ impl<I: DeserializeOwned + Send + 'static> FunctionToolBuilder<I> {
             resume_schema: self.resume_schema,
             requires_approval: self.requires_approval,
             idempotent: self.idempotent,
+            acts_on: self.acts_on,
             execute,
         }
     }
@@ -617,6 +640,13 @@ impl Tool for FunctionTool {
 
     fn idempotent(&self) -> bool {
         self.idempotent
+    }
+
+    fn acts_on(&self, args: &Value) -> Value {
+        match &self.acts_on {
+            Some(f) => f(args),
+            None => args.clone(),
+        }
     }
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError> {

@@ -81,7 +81,7 @@ async fn an_approval_with_edited_arguments_runs_the_tool_with_exactly_them_and_t
     assert_eq!(out.status, RunStatus::Completed);
     assert_eq!(
         *w.sent.lock().unwrap(),
-        [edited.clone()],
+        std::slice::from_ref(&edited),
         "sent once, to the edited recipient"
     );
     assert_eq!(

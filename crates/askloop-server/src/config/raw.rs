@@ -81,6 +81,8 @@ pub(super) struct RawAgent {
     pub(super) time_limit: Option<String>,
     pub(super) time_limits: Option<BTreeMap<String, String>>,
     pub(super) mcp: Option<Vec<RawMcpServer>>,
+    /// `[[agents.<id>.rules]]`: approval rules, in order.
+    pub(super) rules: Option<Vec<super::rules::RawRule>>,
 }
 
 /// One `[[agents.<id>.mcp]]` table: an MCP server whose tools the agent

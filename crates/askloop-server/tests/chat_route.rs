@@ -1016,3 +1016,53 @@ async fn a_turn_that_reasons_then_answers_gives_one_reasoning_part_closed_before
         sse.body
     );
 }
+
+#[tokio::test]
+async fn an_approval_sent_with_edited_arguments_runs_with_them_and_unfit_or_stray_ones_are_refused() {
+    let (server, store) = approver_server(ServerOptions::default()).await;
+    let started = server
+        .post_sse("/chat/approver", json!({"messages": [user(PROMPT)]}))
+        .await;
+    let (run_id, call_id) = waiting(&started);
+    let approval_id = format!("{run_id}::{call_id}");
+    let with_args = |args: Value, approved: bool| {
+        let mut body = approval_request(&approval_id, &call_id, approved);
+        body["approvalArgs"] = json!({approval_id.as_str(): args});
+        body
+    };
+    let before = snapshot(&store).await;
+    for (body, code) in [
+        (with_args(json!({"question": 5}), true), 422),
+        (with_args(json!({"question": "Deploy to qa?"}), false), 400),
+        (
+            {
+                let mut body = approval_request(&approval_id, &call_id, true);
+                body["approvalArgs"] = json!({"other-run::call": {"question": "x"}});
+                body
+            },
+            400,
+        ),
+        (
+            json!({"messages": [user(PROMPT)], "approvalArgs": {approval_id.as_str(): {}}}),
+            400,
+        ),
+    ] {
+        let refused = server.post("/chat/approver", body.clone()).await;
+        assert_eq!(refused.status().as_u16(), code, "{body}");
+    }
+    assert_eq!(snapshot(&store).await, before, "nothing changed");
+
+    let approved = server
+        .post_sse("/chat/approver", with_args(json!({"question": "Deploy to qa?"}), true))
+        .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_eq!(approved.first("tool-output-available")["output"], "staging-approved");
+    let run = store.get(&run_id).await.unwrap().unwrap();
+    let edit = run.resolutions[0].edit.as_ref().expect("the edit is recorded");
+    assert_eq!(edit.edited, json!({"question": "Deploy to qa?"}));
+    let text = ui_text(&approved);
+    assert!(
+        text.contains("the call ran with {\"question\":\"Deploy to qa?\"}"),
+        "{text}"
+    );
+}

@@ -52,7 +52,7 @@ use history::{ApprovalResponse, refused};
 use parts::UiChunk;
 
 /// The fields a decision through this route takes besides the chat's own.
-const DECISION_FIELDS: &str = "id, messages, trigger, messageId, runId, resumeData, toolCallId, memory";
+const DECISION_FIELDS: &str = "id, messages, trigger, messageId, runId, resumeData, toolCallId, approvalArgs, memory";
 
 /// The AI SDK's chat request (`DefaultChatTransport`), with Mastra's
 /// extras.
@@ -81,6 +81,13 @@ pub(crate) struct ChatRequest {
     /// Which pending call `resumeData` answers, when several wait.
     #[serde(default)]
     tool_call_id: Option<String>,
+    /// askloop's extension of the chat request: for approvals this request
+    /// approves, the arguments a person edited, by approval id
+    /// (`<runId>::<toolCallId>`): the call runs with them instead of the
+    /// model's. The AI SDK's approval response has no place for them; an
+    /// app sends them in the request's `body`.
+    #[serde(default)]
+    approval_args: Option<Map<String, Value>>,
     /// Every other field, each honoured or refused (`request_fields.rs`).
     #[serde(flatten)]
     fields: Map<String, Value>,
@@ -109,6 +116,12 @@ pub(crate) async fn chat(
         id: request.chat_id.as_ref().and_then(Value::as_str),
     };
     if let Some(data) = request.resume_data {
+        if request.approval_args.is_some() {
+            return Err(refused(
+                "approvalArgs",
+                "goes with approvals sent back in `messages`, not with `resumeData`".to_owned(),
+            ));
+        }
         let Some(run_id) = request.run_id else {
             return Err(refused(
                 "resumeData",
@@ -127,6 +140,13 @@ pub(crate) async fn chat(
         ));
     }
     let approvals = history::approval_responses(&messages, trigger)?;
+    if approvals.is_empty() && request.approval_args.is_some() {
+        return Err(refused(
+            "approvalArgs",
+            "gives edited arguments for approvals this request sends (tool parts in state approval-responded); it sends none"
+                .to_owned(),
+        ));
+    }
     if !approvals.is_empty() {
         if let Some(run_id) = &request.run_id
             && approvals.iter().any(|a| &a.run_id != run_id)
@@ -142,7 +162,8 @@ pub(crate) async fn chat(
             .message_id
             .or_else(|| history::last_assistant_id(&messages))
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        return decide_approvals(&state, &caller, chat, approvals, message_id).await;
+        let edited = request.approval_args.unwrap_or_default();
+        return decide_approvals(&state, &caller, chat, approvals, edited, message_id).await;
     }
     if let Some(run_id) = request.run_id {
         return Err(refused(
@@ -290,6 +311,7 @@ async fn decide_approvals(
     caller: &Caller,
     chat: Chat<'_>,
     approvals: Vec<ApprovalResponse>,
+    mut edited: Map<String, Value>,
     message_id: String,
 ) -> Result<Response, ApiError> {
     let agent_id = chat.agent_id;
@@ -299,14 +321,24 @@ async fn decide_approvals(
     let mut decided = Vec::new();
     for response in approvals {
         let run = crate::runs::load(state, caller, &response.run_id, Some(agent_id)).await?;
+        let args = edited.remove(&format!("{}::{}", response.run_id, response.tool_call_id));
+        if args.is_some() && !response.approved {
+            return Err(refused(
+                "approvalArgs",
+                format!(
+                    "gives arguments for {}, which this request declines; edited arguments go with an approval",
+                    response.tool_call_id
+                ),
+            ));
+        }
         match standing(&run, &response)? {
             Standing::Waiting => {
                 // The AI SDK lets a reason go with an approval too; only a
                 // decline's reason has a place (it is told to the model).
-                let decision = if response.approved {
-                    CallDecision::Approve
-                } else {
-                    CallDecision::Decline(response.reason.clone())
+                let decision = match (response.approved, args) {
+                    (true, Some(args)) => CallDecision::ApproveWith(args),
+                    (true, None) => CallDecision::Approve,
+                    (false, _) => CallDecision::Decline(response.reason.clone()),
                 };
                 let call = (response.tool_call_id.clone(), decision);
                 match waiting.iter_mut().find(|(run_id, _)| *run_id == response.run_id) {
@@ -316,6 +348,14 @@ async fn decide_approvals(
             }
             Standing::Decided(kind) => decided.push((response, kind)),
         }
+    }
+    if let Some(unknown) = edited.keys().next() {
+        return Err(refused(
+            "approvalArgs",
+            format!(
+                "names approval {unknown}, which this request does not send; its keys are the approval ids it approves"
+            ),
+        ));
     }
     let mut prelude = Vec::new();
     push_json(&mut prelude, &UiChunk::Start { message_id }, "start");

@@ -21,10 +21,10 @@ use tracing::Instrument;
 use super::expiry;
 use super::inner::AgentInner;
 use super::machine::{
-    CheckedCall, Decided, DriveFrom, Effect, End, Event, Resume, ResumeAction, RunMachine, RunWrite, StepSummary,
-    last_tool_calls, notifications, record_landed,
+    ApplyFailure, CheckedCall, Decided, Decisions, DriveFrom, Effect, End, Event, FittedDecision, RunMachine, RunWrite,
+    StepSummary, last_tool_calls, notifications, record_landed,
 };
-use super::stream::{Outbox, StreamOutput};
+use super::stream::{ChunkQueue, StreamOutput};
 use crate::cause::ErrorChain;
 use crate::chunk::finish::StepReport;
 use crate::chunk::*;
@@ -42,13 +42,13 @@ pub(crate) struct RunState {
 }
 
 /// Where a driver starts.
-pub(crate) enum Start {
+pub(crate) enum Begin {
     /// A new run.
     Fresh,
     /// A claimed run, with the decisions to apply together and who made
     /// each (`None`: the claim stored that decision already, marking its
     /// call started).
-    Resume(Vec<(ResumeAction, Option<Author>)>),
+    Resume(Vec<(FittedDecision, Option<Author>)>),
     /// A decision already applied and written (see `Driver::apply`): the
     /// machine goes on from there.
     Applied,
@@ -56,21 +56,13 @@ pub(crate) enum Start {
     Recovered,
 }
 
-impl From<DriveFrom> for Start {
+impl From<DriveFrom> for Begin {
     fn from(start: DriveFrom) -> Self {
         match start {
-            DriveFrom::Resume(decisions) => Start::Resume(decisions),
-            DriveFrom::Recovered => Start::Recovered,
+            DriveFrom::Resume(decisions) => Begin::Resume(decisions),
+            DriveFrom::Recovered => Begin::Recovered,
         }
     }
-}
-
-/// Why a decision could not be applied.
-pub(crate) enum ApplyFailed {
-    /// The write failed (a lost compare-and-set is `StoreError::Conflict`).
-    Store(StoreError),
-    /// The stored run is not in a state the decision fits: what was wrong.
-    Refused(String),
 }
 
 pub(crate) struct Driver {
@@ -80,7 +72,7 @@ pub(crate) struct Driver {
     /// some of the agent's (`None`: all of them).
     tool_specs: Option<Vec<ToolSpec>>,
     machine: RunMachine,
-    chunks: Outbox,
+    chunks: ChunkQueue,
     /// The id of the message this stream's steps produce (one per stream,
     /// as Mastra's: `start`, every `step-start` and `step-finish`, `finish`).
     message_id: String,
@@ -93,7 +85,7 @@ pub(crate) struct Driver {
 }
 
 impl Driver {
-    pub(crate) fn new(agent: Arc<AgentInner>, mut state: RunState, chunks: Outbox) -> Self {
+    pub(crate) fn new(agent: Arc<AgentInner>, mut state: RunState, chunks: ChunkQueue) -> Self {
         let lease_owner = match &state.record.lease {
             Some(lease) => lease.owner.clone(),
             None => new_id(),
@@ -127,7 +119,7 @@ impl Driver {
 
     /// Drives the run until it completes, suspends or fails, renewing its
     /// lease meanwhile (see [`super::lease::heartbeat`]).
-    pub(crate) async fn run(mut self, start: Start) -> StreamOutput {
+    pub(crate) async fn run(mut self, start: Begin) -> StreamOutput {
         let heartbeat = super::lease::heartbeat(
             Arc::clone(&self.agent.store),
             Arc::clone(&self.agent.clock),
@@ -137,10 +129,10 @@ impl Driver {
         );
         let work = async {
             let first = match start {
-                Start::Fresh => Some(Event::Started),
-                Start::Resume(decisions) => Some(Event::Resumed(self.resume(decisions, true))),
-                Start::Applied => None,
-                Start::Recovered => Some(self.recovered()),
+                Begin::Fresh => Some(Event::Started),
+                Begin::Resume(decisions) => Some(Event::Decided(self.resume(decisions, true))),
+                Begin::Applied => None,
+                Begin::Recovered => Some(self.recovered()),
             };
             self.drive(first).await
         };
@@ -307,7 +299,7 @@ impl Driver {
     /// Decisions as the machine takes them, with what the driver knows of
     /// their calls: who decided each (`None` when the claim recorded it),
     /// what a tool takes a decline as, and the stored turn.
-    fn resume(&self, decisions: Vec<(ResumeAction, Option<Author>)>, claimed: bool) -> Resume {
+    fn resume(&self, decisions: Vec<(FittedDecision, Option<Author>)>, claimed: bool) -> Decisions {
         let now = self.agent.clock.now();
         let decisions = decisions
             .into_iter()
@@ -316,7 +308,7 @@ impl Driver {
                 let call = self.machine.pending().iter().find(|p| p.tool_call_id == id);
                 let resolution = author.map(|author| expiry::resolution(call, &action, author, now));
                 let decline_answer = match (&action, call) {
-                    (ResumeAction::DeclineQuestion { reason, .. }, Some(call)) => {
+                    (FittedDecision::DeclineQuestion { reason, .. }, Some(call)) => {
                         self.agent.decline_as_answer(&call.tool_name, reason.as_deref())
                     }
                     _ => None,
@@ -328,7 +320,7 @@ impl Driver {
                 }
             })
             .collect();
-        Resume {
+        Decisions {
             decisions,
             turn_calls: last_tool_calls(&self.state.messages),
             claimed,
@@ -339,32 +331,39 @@ impl Driver {
     /// results, as one compare-and-set on the version this driver holds:
     /// the write is the run's claim. Returns once it is stored, emitting
     /// nothing yet: the machine goes on from there when the stream runs
-    /// (`Start::Applied`). The same write records who decided, among the
+    /// (`Begin::Applied`). The same write records who decided, among the
     /// run's resolutions.
-    pub(crate) async fn apply(&mut self, actions: Vec<ResumeAction>, author: Author) -> Result<(), ApplyFailed> {
+    pub(crate) async fn apply(&mut self, actions: Vec<FittedDecision>, author: Author) -> Result<(), ApplyFailure> {
         let decisions = actions
             .into_iter()
             .map(|action| (action, Some(author.clone())))
             .collect();
         let resume = self.resume(decisions, false);
-        self.machine.handle(Event::Resumed(resume));
+        self.machine.handle(Event::Decided(resume));
         loop {
             let event = match self.machine.poll_effect() {
                 Some(Effect::RunTools(runs)) => self.tools_returned(runs).await,
                 Some(Effect::Save(write)) => {
-                    let write = self.save(write).await.map_err(ApplyFailed::Store)?;
+                    let write = self.save(write).await.map_err(ApplyFailure::Store)?;
                     self.machine.handle(Event::Saved(write));
                     return Ok(());
                 }
-                Some(Effect::Refused(message)) => return Err(ApplyFailed::Refused(message)),
+                Some(Effect::Refused(message)) => return Err(self.refused(message)),
                 other => {
-                    return Err(ApplyFailed::Refused(format!(
-                        "applying a decision, the run machine asked for {other:?}"
-                    )));
+                    return Err(self.refused(format!("applying a decision, the run machine asked for {other:?}")));
                 }
             };
             self.machine.handle(event);
         }
+    }
+
+    /// Why the run as stored did not take a decision, as the request that
+    /// brought it is told.
+    fn refused(&self, detail: String) -> ApplyFailure {
+        ApplyFailure::Refused(crate::error::RunError::Refused {
+            run_id: self.state.record.run_id.clone(),
+            detail,
+        })
     }
 
     /// Emits the `step-finish` of the last stored turn (and `finish`), as

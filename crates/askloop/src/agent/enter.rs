@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::driver::{ApplyFailed, Driver, RunState, Start, store_update};
+use super::driver::{Begin, Driver, RunState, store_update};
 use super::inner::AgentInner;
 use super::machine::{ApplyFailure, DriveFrom, Entered, Entry, EntryEffect, EntryEvent, Request, ToolBook, ToolRules};
 use super::{Agent, AgentStream, stream};
@@ -50,7 +50,7 @@ impl Agent {
         let inner = &self.inner;
         let mut entry = Entry::new(run_id, &inner.id, request, inner.lease_duration);
         // The driver that applied a decision, when one did.
-        let mut applied: Option<(Driver, stream::Outbox)> = None;
+        let mut applied: Option<(Driver, stream::ChunkQueue)> = None;
         loop {
             let Some(effect) = entry.poll_effect() else {
                 return Err(RunError::Refused {
@@ -130,21 +130,15 @@ impl Agent {
                             let mut record = *run;
                             // The driver takes a lease of its own with its first write.
                             record.lease = None;
-                            let outbox = stream::Outbox::default();
+                            let queue = stream::ChunkQueue::default();
                             let state = RunState { record, messages };
-                            let mut driver = Driver::new(Arc::clone(inner), state, Arc::clone(&outbox));
+                            let mut driver = Driver::new(Arc::clone(inner), state, Arc::clone(&queue));
                             match driver.apply(actions, author).await {
                                 Ok(()) => {
-                                    applied = Some((driver, outbox));
+                                    applied = Some((driver, queue));
                                     EntryEvent::Applied
                                 }
-                                Err(ApplyFailed::Store(err)) => EntryEvent::ApplyFailed(ApplyFailure::Store(err)),
-                                Err(ApplyFailed::Refused(detail)) => {
-                                    EntryEvent::ApplyFailed(ApplyFailure::Refused(RunError::Refused {
-                                        run_id: run_id.to_owned(),
-                                        detail,
-                                    }))
-                                }
+                                Err(failure) => EntryEvent::ApplyFailed(failure),
                             }
                         }
                     }
@@ -163,13 +157,13 @@ impl Agent {
         &self,
         entry: Entry,
         entered: Entered,
-        applied: Option<(Driver, stream::Outbox)>,
+        applied: Option<(Driver, stream::ChunkQueue)>,
     ) -> Result<Outcome, RunError> {
         match entered {
             Entered::Cancelled => Ok(Outcome::Cancelled),
             Entered::Untouched => Ok(Outcome::Untouched),
             Entered::Applied => {
-                let Some((driver, outbox)) = applied else {
+                let Some((driver, queue)) = applied else {
                     return Err(RunError::Refused {
                         run_id: entry.run_id().to_owned(),
                         detail: "a decision was applied by no driver".into(),
@@ -178,8 +172,8 @@ impl Agent {
                 let run_id = driver.run_id().to_owned();
                 Ok(Outcome::Stream(AgentStream::new(
                     run_id,
-                    outbox,
-                    driver.run(Start::Applied),
+                    queue,
+                    driver.run(Begin::Applied),
                 )))
             }
             Entered::Drive { start, settle } => {
@@ -195,7 +189,7 @@ impl Agent {
                     DriveFrom::Recovered => self.inner.store.messages(&record.run_id).await?,
                     DriveFrom::Resume(..) => self.conversation(&record.run_id, read_version).await?,
                 };
-                let stream = self.spawn(RunState { record, messages }, Start::from(start));
+                let stream = self.spawn(RunState { record, messages }, Begin::from(start));
                 Ok(Outcome::Stream(if settle { stream.settled().await } else { stream }))
             }
         }

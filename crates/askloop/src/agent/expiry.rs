@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::machine::ResumeAction;
+use super::machine::FittedDecision;
 use crate::clock::rfc3339;
 use crate::store::{ArgumentsEdit, Author, PendingToolCall, Resolution, ResolutionKind, RunRecord};
 
@@ -95,7 +95,7 @@ pub(crate) fn resolved_as_expired(run: &RunRecord, tool_call_id: Option<&str>) -
 /// arguments keeps the model's and the edited ones.
 pub(crate) fn resolution(
     call: Option<&PendingToolCall>,
-    action: &ResumeAction,
+    action: &FittedDecision,
     author: Author,
     now: DateTime<Utc>,
 ) -> Resolution {
@@ -105,7 +105,7 @@ pub(crate) fn resolution(
         _ => now,
     };
     let edit = match (action, call) {
-        (ResumeAction::Approve { args: Some(edited), .. }, Some(call)) => Some(ArgumentsEdit {
+        (FittedDecision::Approve { args: Some(edited), .. }, Some(call)) => Some(ArgumentsEdit {
             original: call.args.clone(),
             edited: edited.clone(),
         }),
@@ -196,7 +196,7 @@ mod tests {
         assert_eq!(expired_before_answer(&run, None, limit), None);
         let expiry = resolution(
             Some(&question(Some(limit))),
-            &ResumeAction::Expire {
+            &FittedDecision::Expire {
                 tool_call_id: "c1".into(),
             },
             Author::via(Interface::Server),

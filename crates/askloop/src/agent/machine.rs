@@ -29,7 +29,7 @@ pub(crate) use entry::{
     ApplyFailure, DriveFrom, Entered, Entry, EntryEffect, EntryEvent, Request, ToolBook, UNANSWERED,
 };
 pub(crate) use run::{
-    CheckedCall, Decided, Effect, End, Event, ModelTurn, Resume, RunMachine, RunWrite, StepSummary, ToolRun,
+    CheckedCall, Decided, Decisions, Effect, End, Event, ModelTurn, RunMachine, RunWrite, StepSummary, ToolRun,
 };
 
 /// The JSON Schema of an approval decision, as Mastra publishes it.
@@ -302,10 +302,10 @@ pub(crate) fn store_turn_first(plans: &[(CallPlan, ToolRules)]) -> bool {
 /// time. The mark goes with the claim's own write: it costs no write of
 /// its own. An answer to an idempotent tool is not marked: the answer is
 /// not stored with the mark, so such a question is asked again.
-pub(crate) fn marks_start(action: &ResumeAction, rules: Option<ToolRules>) -> bool {
+pub(crate) fn marks_start(action: &FittedDecision, rules: Option<ToolRules>) -> bool {
     match action {
-        ResumeAction::Approve { .. } => rules.is_some(),
-        ResumeAction::Answer { .. } => rules.is_some_and(|rules| !rules.idempotent),
+        FittedDecision::Approve { .. } => rules.is_some(),
+        FittedDecision::Answer { .. } => rules.is_some_and(|rules| !rules.idempotent),
         _ => false,
     }
 }
@@ -622,7 +622,7 @@ pub(crate) enum Decision {
 
 /// What a decision does to its pending call, checked against it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ResumeAction {
+pub(crate) enum FittedDecision {
     /// Run the suspended tool again with this answer.
     Answer { tool_call_id: String, data: Value },
     /// Leave the question unanswered; the model is told.
@@ -644,25 +644,25 @@ pub(crate) enum ResumeAction {
     Expire { tool_call_id: String },
 }
 
-impl ResumeAction {
+impl FittedDecision {
     pub(crate) fn tool_call_id(&self) -> &str {
         match self {
-            ResumeAction::Answer { tool_call_id, .. }
-            | ResumeAction::DeclineQuestion { tool_call_id, .. }
-            | ResumeAction::Approve { tool_call_id, .. }
-            | ResumeAction::DeclineApproval { tool_call_id, .. }
-            | ResumeAction::Expire { tool_call_id } => tool_call_id,
+            FittedDecision::Answer { tool_call_id, .. }
+            | FittedDecision::DeclineQuestion { tool_call_id, .. }
+            | FittedDecision::Approve { tool_call_id, .. }
+            | FittedDecision::DeclineApproval { tool_call_id, .. }
+            | FittedDecision::Expire { tool_call_id } => tool_call_id,
         }
     }
 
     /// What the decision is, as stored among the run's resolutions.
     pub(crate) fn resolution_kind(&self) -> ResolutionKind {
         match self {
-            ResumeAction::Answer { .. } => ResolutionKind::Answered,
-            ResumeAction::DeclineQuestion { .. } => ResolutionKind::Declined,
-            ResumeAction::Approve { .. } => ResolutionKind::Approved,
-            ResumeAction::DeclineApproval { .. } => ResolutionKind::Denied,
-            ResumeAction::Expire { .. } => ResolutionKind::Expired,
+            FittedDecision::Answer { .. } => ResolutionKind::Answered,
+            FittedDecision::DeclineQuestion { .. } => ResolutionKind::Declined,
+            FittedDecision::Approve { .. } => ResolutionKind::Approved,
+            FittedDecision::DeclineApproval { .. } => ResolutionKind::Denied,
+            FittedDecision::Expire { .. } => ResolutionKind::Expired,
         }
     }
 }
@@ -678,13 +678,13 @@ pub(crate) fn fit_decision(
     decision: &Decision,
     tool: Option<&dyn Tool>,
     agent_id: &str,
-) -> Result<ResumeAction, RunError> {
+) -> Result<FittedDecision, RunError> {
     let action = fit(run, pending, decision, tool, agent_id)?;
-    if let ResumeAction::DeclineQuestion {
+    if let FittedDecision::DeclineQuestion {
         tool_call_id,
         reason: Some(reason),
     }
-    | ResumeAction::DeclineApproval {
+    | FittedDecision::DeclineApproval {
         tool_call_id,
         reason: Some(reason),
     } = &action
@@ -706,7 +706,7 @@ fn fit(
     decision: &Decision,
     tool: Option<&dyn Tool>,
     agent_id: &str,
-) -> Result<ResumeAction, RunError> {
+) -> Result<FittedDecision, RunError> {
     let tool_call_id = pending.tool_call_id.clone();
     let has_tool = || {
         tool.ok_or_else(|| RunError::UnknownTool {
@@ -716,7 +716,7 @@ fn fit(
         })
     };
     match (pending.kind, decision) {
-        (_, Decision::Expire) => Ok(ResumeAction::Expire { tool_call_id }),
+        (_, Decision::Expire) => Ok(FittedDecision::Expire { tool_call_id }),
         (PendingKind::Suspended, Decision::Answer { data, .. }) => {
             let payload = pending.suspend_payload.clone().unwrap_or(Value::Null);
             has_tool()?
@@ -727,12 +727,12 @@ fn fit(
                     reason,
                     accepted,
                 })?;
-            Ok(ResumeAction::Answer {
+            Ok(FittedDecision::Answer {
                 tool_call_id,
                 data: data.clone(),
             })
         }
-        (PendingKind::Suspended, Decision::Decline(reason)) => Ok(ResumeAction::DeclineQuestion {
+        (PendingKind::Suspended, Decision::Decline(reason)) => Ok(FittedDecision::DeclineQuestion {
             tool_call_id,
             reason: reason.clone(),
         }),
@@ -743,7 +743,7 @@ fn fit(
         }),
         (PendingKind::Approval, Decision::Approve) => {
             has_tool()?;
-            Ok(ResumeAction::Approve {
+            Ok(FittedDecision::Approve {
                 tool_call_id,
                 args: None,
             })
@@ -759,7 +759,7 @@ fn fit(
                 return Err(invalid(format!("the arguments must be a JSON object, got {args}")));
             }
             check_against_schema(tool.input_schema(), args).map_err(|err| invalid(err.to_string()))?;
-            Ok(ResumeAction::Approve {
+            Ok(FittedDecision::Approve {
                 tool_call_id,
                 args: Some(args.clone()),
             })
@@ -769,7 +769,7 @@ fn fit(
             tool_call_id,
             detail: "is a question waiting for an answer, not a call waiting for approval; answer it instead".into(),
         }),
-        (PendingKind::Approval, Decision::Decline(reason)) => Ok(ResumeAction::DeclineApproval {
+        (PendingKind::Approval, Decision::Decline(reason)) => Ok(FittedDecision::DeclineApproval {
             tool_call_id,
             reason: reason.clone(),
         }),
@@ -783,12 +783,12 @@ fn fit(
             match approved {
                 Some(true) => {
                     has_tool()?;
-                    Ok(ResumeAction::Approve {
+                    Ok(FittedDecision::Approve {
                         tool_call_id,
                         args: None,
                     })
                 }
-                Some(false) => Ok(ResumeAction::DeclineApproval { tool_call_id, reason }),
+                Some(false) => Ok(FittedDecision::DeclineApproval { tool_call_id, reason }),
                 None => Err(RunError::InvalidAnswer {
                     run_id: run.run_id.clone(),
                     tool_call_id,
@@ -946,15 +946,15 @@ mod tests {
                 time_limit: None,
             })
         };
-        let approve = ResumeAction::Approve {
+        let approve = FittedDecision::Approve {
             tool_call_id: "a".into(),
             args: None,
         };
-        let answer = ResumeAction::Answer {
+        let answer = FittedDecision::Answer {
             tool_call_id: "a".into(),
             data: json!("yes"),
         };
-        let decline = ResumeAction::DeclineApproval {
+        let decline = FittedDecision::DeclineApproval {
             tool_call_id: "a".into(),
             reason: None,
         };

@@ -17,9 +17,9 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::machine::{
-    self, ApplyFailure, CallOutcome, CheckedCall, Decided, Decision, DriveFrom, Effect, End, Entered, Entry,
-    EntryEffect, EntryEvent, Event, ModelTurn, Request, Resume, ResumeAction, RunMachine, RunWrite, ToolBook,
-    ToolRules, ToolRun,
+    self, ApplyFailure, CallOutcome, CheckedCall, Decided, Decision, Decisions, DriveFrom, Effect, End, Entered, Entry,
+    EntryEffect, EntryEvent, Event, FittedDecision, ModelTurn, Request, RunMachine, RunWrite, ToolBook, ToolRules,
+    ToolRun,
 };
 use crate::ask_user::AskUser;
 use crate::chunk::{ChunkKind, ToolErrorPayload};
@@ -429,7 +429,7 @@ impl World {
             } => {
                 let decisions = decisions.into_iter().map(|(a, author)| (a, author.is_some())).collect();
                 let resume = self.resume(decisions, true);
-                self.drive(self.machine(), Event::Resumed(resume))
+                self.drive(self.machine(), Event::Decided(resume))
             }
             Entered::Applied | Entered::Untouched | Entered::Cancelled => Ok(()),
             Entered::Drive { .. } => panic!("a decision started a driver that is not a resume"),
@@ -455,7 +455,7 @@ impl World {
 
     /// Decisions as a driver hands them to its machine, each with whether
     /// its write records it (else the claim did).
-    fn resume(&self, decisions: Vec<(ResumeAction, bool)>, claimed: bool) -> Resume {
+    fn resume(&self, decisions: Vec<(FittedDecision, bool)>, claimed: bool) -> Decisions {
         let decisions = decisions
             .into_iter()
             .map(|(action, record_it)| Decided {
@@ -470,7 +470,7 @@ impl World {
                 decline_answer: None,
             })
             .collect();
-        Resume {
+        Decisions {
             decisions,
             turn_calls: machine::last_tool_calls(&self.store.messages),
             claimed,
@@ -499,7 +499,7 @@ impl World {
                 EntryEffect::Apply { actions, .. } => {
                     let mut machine = self.machine();
                     let decisions = actions.into_iter().map(|action| (action, true)).collect();
-                    machine.handle(Event::Resumed(self.resume(decisions, false)));
+                    machine.handle(Event::Decided(self.resume(decisions, false)));
                     match self.apply(&mut machine)? {
                         Some(event) => event,
                         None => {

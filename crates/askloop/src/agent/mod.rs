@@ -31,7 +31,7 @@ pub use lease::DEFAULT_LEASE;
 pub use options::{AgentInput, CallDecision, MAX_REASON_BYTES, ResumeOptions, StreamOptions, ThreadOptions};
 pub use stream::{AgentStream, StreamOutput};
 
-use driver::{Driver, RunState, Start};
+use driver::{Begin, Driver, RunState};
 use inner::AgentInner;
 
 /// How many model calls one stream (or resume) may make, by default.
@@ -201,7 +201,7 @@ impl Agent {
         };
         self.inner.store.create(&record, &messages).await?;
         let state = RunState { record, messages };
-        Ok(self.spawn(state, Start::Fresh))
+        Ok(self.spawn(state, Begin::Fresh))
     }
 
     /// Runs to the end (or to a suspension) and returns the outcome. A run
@@ -271,10 +271,10 @@ impl Agent {
         Ok(run)
     }
 
-    fn spawn(&self, state: RunState, start: Start) -> AgentStream {
-        let outbox = stream::Outbox::default();
+    fn spawn(&self, state: RunState, start: Begin) -> AgentStream {
+        let queue = stream::ChunkQueue::default();
         let run_id = state.record.run_id.clone();
-        let driver = Driver::new(Arc::clone(&self.inner), state, Arc::clone(&outbox));
-        AgentStream::new(run_id, outbox, driver.run(start))
+        let driver = Driver::new(Arc::clone(&self.inner), state, Arc::clone(&queue));
+        AgentStream::new(run_id, queue, driver.run(start))
     }
 }

@@ -2,7 +2,7 @@
 //! [`StreamOutput`].
 //!
 //! The run is driven inside the stream itself: polling the stream polls the
-//! driver, which leaves its chunks in a small outbox the stream hands out.
+//! driver, which leaves its chunks in a small queue (`ChunkQueue`) the stream hands out.
 //! No task, no channel and no cross-thread wake-up per chunk. If the stream
 //! is dropped before the run reaches a stored state, the rest of the run is
 //! spawned onto the runtime, so dropping a stream never strands a run.
@@ -49,7 +49,7 @@ impl StreamOutput {
 }
 
 /// Where the driver leaves chunks for the stream to hand out.
-pub(crate) type Outbox = Arc<Mutex<VecDeque<Chunk>>>;
+pub(crate) type ChunkQueue = Arc<Mutex<VecDeque<Chunk>>>;
 
 type DriverFuture = Pin<Box<dyn Future<Output = StreamOutput> + Send>>;
 
@@ -72,7 +72,7 @@ type DriverFuture = Pin<Box<dyn Future<Output = StreamOutput> + Send>>;
 /// a run, use [`Agent::cancel_run`](crate::Agent::cancel_run).
 pub struct AgentStream {
     run_id: String,
-    outbox: Outbox,
+    queue: ChunkQueue,
     driver: Option<DriverFuture>,
     output: Option<StreamOutput>,
 }
@@ -89,12 +89,12 @@ impl fmt::Debug for AgentStream {
 impl AgentStream {
     pub(crate) fn new(
         run_id: String,
-        outbox: Outbox,
+        queue: ChunkQueue,
         driver: impl Future<Output = StreamOutput> + Send + 'static,
     ) -> Self {
         AgentStream {
             run_id,
-            outbox,
+            queue,
             driver: Some(Box::pin(driver)),
             output: None,
         }
@@ -158,7 +158,7 @@ impl AgentStream {
     }
 
     fn pop(&self) -> Option<Chunk> {
-        self.outbox.lock().unwrap_or_else(|p| p.into_inner()).pop_front()
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front()
     }
 }
 
@@ -179,7 +179,7 @@ impl Stream for AgentStream {
                     self.output = Some(output);
                 }
                 // The driver left chunks and waits on I/O: hand them out.
-                Poll::Pending if !self.outbox.lock().unwrap_or_else(|p| p.into_inner()).is_empty() => {}
+                Poll::Pending if !self.queue.lock().unwrap_or_else(|p| p.into_inner()).is_empty() => {}
                 Poll::Pending => return Poll::Pending,
             }
         }

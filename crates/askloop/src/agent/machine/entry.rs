@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{Decision, ResumeAction, RunWrite, ToolRules, fit_decision, mark_started, marks_start};
+use super::{Decision, FittedDecision, RunWrite, ToolRules, fit_decision, mark_started, marks_start};
 use crate::Backoff;
 use crate::agent::expiry;
 use crate::error::RunError;
@@ -137,7 +137,7 @@ pub(crate) enum EntryEffect {
     /// goes with the effect (the machine needs it no more: a lost write
     /// reads it again), so the driver takes it without a copy.
     Apply {
-        actions: Vec<ResumeAction>,
+        actions: Vec<FittedDecision>,
         author: Author,
         run: Box<RunRecord>,
     },
@@ -168,7 +168,7 @@ pub(crate) enum Entered {
 pub(crate) enum DriveFrom {
     /// Apply these decisions together, recording who made each (`None`:
     /// the claim recorded it already, marking its call started).
-    Resume(Vec<(ResumeAction, Option<Author>)>),
+    Resume(Vec<(FittedDecision, Option<Author>)>),
     /// Go on from the last stored step of a run taken over.
     Recovered,
 }
@@ -403,7 +403,7 @@ impl Entry {
         author: Author,
         now: DateTime<Utc>,
         tools: &dyn ToolBook,
-    ) -> Result<Option<(Vec<ResumeAction>, Author)>, RunError> {
+    ) -> Result<Option<(Vec<FittedDecision>, Author)>, RunError> {
         // Another answer of the same step holds the run for one write.
         if run.status == RunStatus::Running
             && self.attempt < ATTEMPTS
@@ -428,7 +428,7 @@ impl Entry {
             let action = fit_decision(run, target, decision, tool, &self.agent_id)?;
             if fitted
                 .iter()
-                .any(|(_, a): &(_, ResumeAction)| a.tool_call_id() == action.tool_call_id())
+                .any(|(_, a): &(_, FittedDecision)| a.tool_call_id() == action.tool_call_id())
             {
                 return Err(RunError::InvalidInput(format!(
                     "call {} of run {} has two decisions in one request; send one per call",
@@ -723,15 +723,15 @@ pub(crate) const UNANSWERED: &str =
 /// a decline as an answer ([`Tool::decline_as_answer`]); expiries always;
 /// answers when the tool says so; never an approval, which runs the tool for
 /// real.
-fn applies_without_effects(action: &ResumeAction, tool_name: &str, tools: &dyn ToolBook) -> bool {
+fn applies_without_effects(action: &FittedDecision, tool_name: &str, tools: &dyn ToolBook) -> bool {
     let tool = tools.tool(tool_name);
     match action {
-        ResumeAction::DeclineQuestion { reason, .. } => {
+        FittedDecision::DeclineQuestion { reason, .. } => {
             tool.is_none_or(|tool| tool.decline_as_answer(reason.as_deref()).is_none())
         }
-        ResumeAction::DeclineApproval { .. } | ResumeAction::Expire { .. } => true,
-        ResumeAction::Approve { .. } => false,
-        ResumeAction::Answer { .. } => tool.is_some_and(|tool| tool.resume_is_pure()),
+        FittedDecision::DeclineApproval { .. } | FittedDecision::Expire { .. } => true,
+        FittedDecision::Approve { .. } => false,
+        FittedDecision::Answer { .. } => tool.is_some_and(|tool| tool.resume_is_pure()),
     }
 }
 

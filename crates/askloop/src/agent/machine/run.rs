@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{
-    AfterModel, CallFacts, CallOutcome, CallPlan, LostWrite, Recovery, ResumeAction, Ruling, Step, StepWrite,
+    AfterModel, CallFacts, CallOutcome, CallPlan, FittedDecision, LostWrite, Recovery, Ruling, Step, StepWrite,
     ToolRules, after_model, approval_schema, denied, done_result, error_result, lost_write, may_call_model, plan_call,
     recovery_at, store_turn_first,
 };
@@ -79,7 +79,7 @@ pub(crate) struct ModelTurn {
 /// applied together), each checked against its call (see `fit_decision`),
 /// as the machine applies them.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Resume {
+pub(crate) struct Decisions {
     /// The decisions, in the order given, one per call.
     pub(crate) decisions: Vec<Decided>,
     /// The calls of the stored turn the pending calls belong to.
@@ -90,10 +90,10 @@ pub(crate) struct Resume {
     pub(crate) claimed: bool,
 }
 
-/// One decision of a [`Resume`].
+/// One decision of [`Decisions`].
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Decided {
-    pub(crate) action: ResumeAction,
+    pub(crate) action: FittedDecision,
     /// Who decided, recorded by the decision's write; `None` when the claim
     /// recorded it already.
     pub(crate) resolution: Option<Resolution>,
@@ -119,7 +119,7 @@ pub(crate) enum Event {
         edited: Vec<(String, Value)>,
     },
     /// Decisions for pending calls: answered, declined, approved, expired.
-    Resumed(Resume),
+    Decided(Decisions),
     /// The model's turn streamed to its end.
     ModelFinished(ModelTurn),
     /// The model call failed.
@@ -153,12 +153,15 @@ pub(crate) enum ToolRun {
     /// for its tool, from now.
     Wait(PendingToolCall),
     /// Run the tool; `resumed` with the person's answer to what it asked.
-    Execute { call: ToolCall, resumed: Option<Resumed> },
+    Execute {
+        call: ToolCall,
+        resumed: Option<ToolAnswer>,
+    },
 }
 
 /// An answer for a tool that suspended.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Resumed {
+pub(crate) struct ToolAnswer {
     pub(crate) payload: Option<Value>,
     pub(crate) data: Value,
 }
@@ -384,7 +387,7 @@ impl RunMachine {
     pub(crate) fn handle(&mut self, event: Event) {
         match event {
             // A stream begins once, with one of these.
-            Event::Started | Event::Recovered { .. } | Event::Resumed(_) if self.phase != Phase::Idle => {
+            Event::Started | Event::Recovered { .. } | Event::Decided(_) if self.phase != Phase::Idle => {
                 self.out_of_phase("the start of a stream");
             }
             Event::Started => {
@@ -399,7 +402,7 @@ impl RunMachine {
                 self.edited = edited;
                 self.recovered(last_calls, ends_on_calls)
             }
-            Event::Resumed(resume) => self.resumed(resume),
+            Event::Decided(decisions) => self.decided(decisions),
             Event::ModelFinished(turn) => self.model_finished(turn),
             Event::ModelFailed(err) if self.phase != Phase::Model => {
                 self.out_of_phase(&format!("a model failure ({err})"));
@@ -798,12 +801,12 @@ impl RunMachine {
     /// Applies decisions to their pending calls: runs each tool with its
     /// answer, or resolves its call without it, then writes the step once,
     /// with every decision's resolution.
-    fn resumed(&mut self, resume: Resume) {
-        let Resume {
+    fn decided(&mut self, event: Decisions) {
+        let Decisions {
             decisions,
             turn_calls,
             claimed,
-        } = resume;
+        } = event;
         let mut runs = Vec::with_capacity(decisions.len());
         let mut decided_ids: Vec<String> = Vec::with_capacity(decisions.len());
         let mut resolutions = Vec::with_capacity(decisions.len());
@@ -817,7 +820,7 @@ impl RunMachine {
             if decided_ids.contains(&id) {
                 return self.refuse(format!("tool call {id} was decided twice"), claimed);
             }
-            if let ResumeAction::Approve { args: Some(args), .. } = &decided.action {
+            if let FittedDecision::Approve { args: Some(args), .. } = &decided.action {
                 edited.push((id.clone(), args.clone()));
             }
             runs.push(decided_run(target, decided.action, decided.decline_answer));
@@ -855,30 +858,30 @@ impl RunMachine {
 /// What a decision does to its call `target`: run the tool with the answer
 /// (or with what its tool takes a decline as), or resolve the call without
 /// it.
-fn decided_run(target: &PendingToolCall, action: ResumeAction, decline_answer: Option<Value>) -> ToolRun {
+fn decided_run(target: &PendingToolCall, action: FittedDecision, decline_answer: Option<Value>) -> ToolRun {
     let call = ToolCall {
         id: target.tool_call_id.clone(),
         name: target.tool_name.clone(),
         args: target.args.clone(),
     };
     let resumed = |data| {
-        Some(Resumed {
+        Some(ToolAnswer {
             payload: target.suspend_payload.clone(),
             data,
         })
     };
     match action {
-        ResumeAction::Answer { data, .. } => ToolRun::Execute {
+        FittedDecision::Answer { data, .. } => ToolRun::Execute {
             resumed: resumed(data),
             call,
         },
-        ResumeAction::Approve { args: None, .. } => ToolRun::Execute { call, resumed: None },
+        FittedDecision::Approve { args: None, .. } => ToolRun::Execute { call, resumed: None },
         // The call runs with exactly the arguments stored with the approval.
-        ResumeAction::Approve { args: Some(args), .. } => ToolRun::Execute {
+        FittedDecision::Approve { args: Some(args), .. } => ToolRun::Execute {
             call: ToolCall { args, ..call },
             resumed: None,
         },
-        ResumeAction::DeclineQuestion { reason, .. } => match decline_answer {
+        FittedDecision::DeclineQuestion { reason, .. } => match decline_answer {
             Some(data) => ToolRun::Execute {
                 resumed: resumed(data),
                 call,
@@ -891,10 +894,10 @@ fn decided_run(target: &PendingToolCall, action: ResumeAction, decline_answer: O
                 ToolRun::Done(done_result(&call, ToolOutput::text(text)))
             }
         },
-        ResumeAction::DeclineApproval { reason, .. } => {
+        FittedDecision::DeclineApproval { reason, .. } => {
             ToolRun::Done(denied(&call, reason.filter(|r| !r.trim().is_empty())))
         }
-        ResumeAction::Expire { .. } => ToolRun::Done(match target.kind {
+        FittedDecision::Expire { .. } => ToolRun::Done(match target.kind {
             PendingKind::Suspended => done_result(
                 &call,
                 ToolOutput::text(expiry::expired_question_text(target.expires_at)),

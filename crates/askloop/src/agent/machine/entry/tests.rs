@@ -131,7 +131,7 @@ fn an_answer_after_the_time_limit_is_refused_as_expired_by_the_time_the_read_cam
     let applied = read(&mut on_time, Some(waiting), t(59));
     assert!(
         matches!(&applied, EntryEffect::Apply { actions, .. }
-            if matches!(actions.as_slice(), [ResumeAction::Answer { tool_call_id, .. }] if tool_call_id == "c1")),
+            if matches!(actions.as_slice(), [FittedDecision::Answer { tool_call_id, .. }] if tool_call_id == "c1")),
         "{applied:?}"
     );
 }
@@ -184,7 +184,7 @@ fn an_approval_claims_the_run_marking_its_call_started_and_recording_who_in_the_
             EntryEffect::Finish(Ok(Entered::Drive {
                 start: DriveFrom::Resume(decisions),
                 settle: true
-            })) if matches!(decisions.as_slice(), [(ResumeAction::Approve { .. }, None)])
+            })) if matches!(decisions.as_slice(), [(FittedDecision::Approve { .. }, None)])
         ),
         "the claim recorded the decision; the question still waits, so the stream settles first: {finished:?}"
     );
@@ -523,8 +523,8 @@ fn decisions_without_effects_outside_the_run_are_applied_in_one_write() {
     assert_eq!(author.by.as_deref(), Some("carol"));
     assert!(
         matches!(actions.as_slice(), [
-            ResumeAction::DeclineApproval { tool_call_id: a, reason: Some(r) },
-            ResumeAction::Answer { tool_call_id: b, .. },
+            FittedDecision::DeclineApproval { tool_call_id: a, reason: Some(r) },
+            FittedDecision::Answer { tool_call_id: b, .. },
         ] if a == "c1" && r == "not today" && b == "c2"),
         "{actions:?}"
     );

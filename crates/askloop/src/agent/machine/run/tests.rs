@@ -219,9 +219,9 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
         ..new_run()
     };
     let mut m = machine(&stored, 5);
-    m.handle(Event::Resumed(Resume {
+    m.handle(Event::Decided(Decisions {
         decisions: vec![Decided {
-            action: ResumeAction::Answer {
+            action: FittedDecision::Answer {
                 tool_call_id: "c2".into(),
                 data: json!("eu-west"),
             },
@@ -235,7 +235,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
         drain(&mut m),
         [Effect::RunTools(vec![ToolRun::Execute {
             call: ask.clone(),
-            resumed: Some(Resumed {
+            resumed: Some(ToolAnswer {
                 payload: Some(json!({"question": "Which region?"})),
                 data: json!("eu-west"),
             }),
@@ -415,9 +415,9 @@ fn a_stream_past_its_step_limit_fails_instead_of_calling_the_model() {
 #[test]
 fn a_decision_for_a_call_no_longer_pending_is_refused_unwritten_when_nothing_was_claimed() {
     let mut m = machine(&new_run(), 5);
-    m.handle(Event::Resumed(Resume {
+    m.handle(Event::Decided(Decisions {
         decisions: vec![Decided {
-            action: ResumeAction::Approve {
+            action: FittedDecision::Approve {
                 tool_call_id: "gone".into(),
                 args: None,
             },
@@ -535,7 +535,7 @@ fn decisions_for_every_call_of_a_step_run_together_and_are_written_once_before_o
         edit: None,
     };
     let answer = |id: &str, data: &str| Decided {
-        action: ResumeAction::Answer {
+        action: FittedDecision::Answer {
             tool_call_id: id.into(),
             data: json!(data),
         },
@@ -544,7 +544,7 @@ fn decisions_for_every_call_of_a_step_run_together_and_are_written_once_before_o
     };
     let mut m = machine(&stored, 5);
     // Given in the other order than the calls were made.
-    m.handle(Event::Resumed(Resume {
+    m.handle(Event::Decided(Decisions {
         decisions: vec![answer("b", "north"), answer("a", "south")],
         turn_calls: Some(vec![ask_a.clone(), ask_b.clone()]),
         claimed: true,

@@ -339,6 +339,20 @@ test('an approval with edited arguments: refused while not JSON or not fitting t
   await page.close();
 });
 
+test("the model's reasoning shows folded above its reply, and opens to be read", async () => {
+  const page = await openPage(BASE);
+  const turn = await chat(page, 'Thinker', 'Where should we launch?');
+  await turn.getByText('Launch in the Americas.').waitFor();
+  const reasoning = turn.locator('details.reasoning');
+  await reasoning.getByText('Reasoning').waitFor();
+  assert.equal(await reasoning.getAttribute('open'), null, 'folded by default');
+  await reasoning.getByText('Reasoning').click();
+  await reasoning.getByText('Americas has the most sign-ups this quarter.').waitFor();
+  await page.screenshot({ path: join(SHOTS, 'chat-reasoning.png') });
+  assert.deepEqual(page.problems, []);
+  await page.close();
+});
+
 test("an MCP server's form (elicitation) is filled in, refused while incomplete, then sent from the chat", async () => {
   // Tall enough for the whole form in its screenshot.
   const page = await openPage(BASE, { width: 1100, height: 1700 });

@@ -49,6 +49,11 @@ const DEPLOYER_SCRIPT: &str = r##"{"turns": [
   {"text": "Done: {{toolResults}}"}
 ]}"##;
 
+/// A model that reasons before it answers.
+const THINKER_SCRIPT: &str = r#"{"turns": [
+  {"reasoning": "Americas has the most sign-ups this quarter.", "text": "Launch in the Americas."}
+]}"#;
+
 /// Two files to write in one step: both wait for approval, and can be
 /// approved at once.
 const PUBLISHER_SCRIPT: &str = r##"{"turns": [
@@ -90,6 +95,10 @@ name = "Publisher"
 script = "publisher.json"
 tools = ["write_file"]
 write_dir = "written"
+
+[agents.thinker]
+name = "Thinker"
+script = "thinker.json"
 "#;
 
 /// The agents of the store with more runs waiting than one page of the
@@ -186,6 +195,7 @@ fn the_web_page_passes_its_browser_test_against_the_real_server() {
     std::fs::write(dir.path().join("assistant.json"), ASSISTANT_SCRIPT).unwrap();
     std::fs::write(dir.path().join("deployer.json"), DEPLOYER_SCRIPT).unwrap();
     std::fs::write(dir.path().join("publisher.json"), PUBLISHER_SCRIPT).unwrap();
+    std::fs::write(dir.path().join("thinker.json"), THINKER_SCRIPT).unwrap();
     std::fs::write(dir.path().join("cli.json"), CLI_SCRIPT).unwrap();
     let open = serve(dir.path(), None);
     let guarded = serve(dir.path(), Some(TOKEN));

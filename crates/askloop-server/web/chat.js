@@ -18,6 +18,9 @@ import { threadMessages, transcript } from './transcript.js';
  */
 export async function streamInto(turn, chunks, agentId) {
   let text = null;
+  // The model's reasoning, as it streams: folded away under its summary,
+  // for whoever wants to read how the reply came about.
+  let reasoning = null;
   const status = turn.querySelector('.turn-status');
   const setStatus = (value) => {
     if (status) status.textContent = value;
@@ -40,6 +43,18 @@ export async function streamInto(turn, chunks, agentId) {
           break;
         case 'text-end':
           text = null;
+          break;
+        case 'reasoning-start':
+          reasoning = h('div', { class: 'reasoning-text' });
+          turn.querySelector('.turn-body').append(
+            h('details', { class: 'reasoning' }, h('summary', {}, 'Reasoning'), reasoning),
+          );
+          break;
+        case 'reasoning-delta':
+          if (reasoning) reasoning.textContent += p.text || '';
+          break;
+        case 'reasoning-end':
+          reasoning = null;
           break;
         case 'tool-call':
           if (p.toolName !== 'ask_user') {

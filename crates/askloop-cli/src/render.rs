@@ -37,6 +37,15 @@ pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutp
                 let _ = stdout.flush();
                 at_line_start = delta.text.ends_with('\n');
             }
+            // The model's reasoning is about the run, not its reply: it goes
+            // to stderr, so that stdout holds only the reply.
+            ChunkKind::ReasoningStart(_) => {
+                spinner.stop();
+                end_line(&mut stdout, &mut at_line_start);
+                eprint!("  thinking: ");
+            }
+            ChunkKind::ReasoningDelta(delta) => eprint!("{}", escape::lines(&delta.text)),
+            ChunkKind::ReasoningEnd(_) => eprintln!(),
             ChunkKind::ToolCallInputStreamingStart(_) | ChunkKind::ToolCall(_) => spinner.stop(),
             ChunkKind::ToolResult(result) => {
                 spinner.stop();

@@ -486,6 +486,23 @@ fn approve_edit_opens_the_arguments_in_the_editor_and_runs_what_was_saved() {
 }
 
 #[test]
+fn the_models_reasoning_goes_to_stderr_and_stdout_holds_only_the_reply() {
+    let env = Env::new();
+    let script = env.script(
+        "think.json",
+        r#"{"turns": [{"reasoning": "Americas has the most sign-ups.", "text": "Launch in the Americas."}]}"#,
+    );
+    let out = env.run(&["run", "--script", script.to_str().unwrap(), "where?"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Launch in the Americas.");
+    assert!(
+        stderr(&out).contains("  thinking: Americas has the most sign-ups.\n"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn approving_from_another_folder_writes_in_the_folder_the_run_started_in() {
     let env = Env::new();
     let script = env.script("write.json", WRITE);

@@ -91,10 +91,14 @@ impl AgentInner {
             resource_id: memory.map(|m| m.key.resource_id.as_str()),
         };
         let (rule, verdict) = crate::rules::first_verdict(&self.rules, &proposed)?;
+        let recorded = record
+            .resolution_of(&call.id)
+            .is_some_and(|r| r.author.via == crate::store::Interface::Rule);
         Some(machine::Ruling {
             rule,
             verdict,
             at: self.clock.now(),
+            recorded,
         })
     }
 }

@@ -196,6 +196,9 @@ pub(crate) struct Ruling {
     pub(crate) rule: String,
     pub(crate) verdict: crate::rules::Verdict,
     pub(crate) at: DateTime<Utc>,
+    /// The run already records it (a recovered run's call, ruled on before
+    /// its process stopped): it is not recorded a second time.
+    pub(crate) recorded: bool,
 }
 
 /// Whether a call runs, errors or waits.

@@ -18,13 +18,14 @@ use serde_json::{Value, json};
 
 use super::machine::{
     self, ApplyFailure, CallOutcome, CheckedCall, Decided, Decision, Decisions, DriveFrom, Effect, End, Entered, Entry,
-    EntryEffect, EntryEvent, Event, FittedDecision, ModelTurn, Request, RunMachine, RunWrite, ToolBook, ToolRules,
-    ToolRun,
+    EntryEffect, EntryEvent, Event, FittedDecision, ModelTurn, Request, Ruling, RunMachine, RunWrite, ToolBook,
+    ToolRules, ToolRun,
 };
 use crate::ask_user::AskUser;
 use crate::chunk::{ChunkKind, ToolErrorPayload};
 use crate::error::RunError;
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult};
+use crate::rules::Verdict;
 use crate::store::{Author, ResolutionKind, StoreError};
 use crate::store::{PendingKind, PendingToolCall, RunFailure, RunRecord, RunStatus};
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutcome};
@@ -79,9 +80,11 @@ fn rules(name: &str) -> Option<ToolRules> {
             max_per_step: None,
             time_limit: None,
         }),
+        // Waits for approval by the agent's configuration, not its own
+        // policy: an allow rule lifts that.
         "checked" => Some(ToolRules {
             needs_approval: true,
-            own_approval: true,
+            own_approval: false,
             idempotent: true,
             max_per_step: None,
             time_limit: None,
@@ -240,11 +243,15 @@ impl World {
             .iter()
             .enumerate()
             .map(|(c, kind)| {
-                CheckedCall::sound(ToolCall {
+                let call = ToolCall {
                     id: call_id(turn, c),
                     name: TOOLS[*kind as usize].into(),
                     args: json!({"question": format!("q{turn}{c}")}),
-                })
+                };
+                CheckedCall {
+                    ruling: ruling_for(&call.id, false),
+                    ..CheckedCall::sound(call)
+                }
             })
             .collect();
         ModelTurn {
@@ -380,7 +387,15 @@ impl World {
                         call.args = edit.edited.clone();
                         edited.push((call.id.clone(), edit.edited.clone()));
                     }
-                    CheckedCall::sound(call)
+                    // As the driver does: a ruling the run records already
+                    // is not recorded again.
+                    let recorded = record
+                        .resolution_of(&call.id)
+                        .is_some_and(|r| r.author.via == crate::store::Interface::Rule);
+                    CheckedCall {
+                        ruling: ruling_for(&call.id, recorded),
+                        ..CheckedCall::sound(call)
+                    }
                 })
                 .collect()
         });
@@ -645,6 +660,23 @@ impl Tool for AskOnce {
     }
 }
 
+/// What the simulated agent's approval rules decide about call `id`, the
+/// same each time it is asked (as a rule of the agent's code is): some
+/// calls refused, some allowed, the rest left to their tool.
+fn ruling_for(id: &str, recorded: bool) -> Option<Ruling> {
+    let verdict = match id.bytes().map(usize::from).sum::<usize>() % 5 {
+        4 => Verdict::Deny(format!("{id} ruled out")),
+        2 => Verdict::Allow,
+        _ => return None,
+    };
+    Some(Ruling {
+        rule: "simulated".into(),
+        verdict,
+        at: chrono::DateTime::UNIX_EPOCH,
+        recorded,
+    })
+}
+
 fn call_id(turn: usize, call: usize) -> String {
     format!("t{turn}c{call}")
 }
@@ -769,7 +801,7 @@ proptest! {
         // with exactly those, and its result tells the model so.
         for id in &world.edit {
             let approved = world.store.record.resolutions.iter().any(|r| {
-                r.tool_call_id.as_deref() == Some(id.as_str()) && r.kind == ResolutionKind::Approved
+                r.tool_call_id.as_deref() == Some(id.as_str()) && r.kind == ResolutionKind::Approved && r.edit.is_some()
             });
             if !approved {
                 continue;
@@ -782,6 +814,35 @@ proptest! {
             let interrupted = messages.iter().any(|m| matches!(m, Message::Tool(t) if &t.tool_call_id == id
                 && t.content.to_model_text().contains("was interrupted")));
             prop_assert!(told || interrupted || status != RunStatus::Completed, "{id}: {messages:#?}");
+        }
+        // A call a rule refused never runs, its result is the rule's
+        // reason, and the rule's decision is recorded once; a call a rule
+        // allowed where its tool's own policy asks still waited for a
+        // person.
+        for m in messages {
+            let Message::Assistant { tool_calls, .. } = m else { continue };
+            for call in tool_calls {
+                let ruled = world.store.record.resolutions.iter()
+                    .filter(|r| r.tool_call_id.as_deref() == Some(call.id.as_str())
+                        && r.author.via == crate::store::Interface::Rule)
+                    .count();
+                match ruling_for(&call.id, false).map(|r| r.verdict) {
+                    Some(Verdict::Deny(reason)) if status == RunStatus::Completed => {
+                        prop_assert!(!world.executions.contains_key(&call.id), "{} ran though refused", call.id);
+                        let told = messages.iter().any(|m| matches!(m, Message::Tool(t)
+                            if t.tool_call_id == call.id && t.content.to_model_text() == reason));
+                        prop_assert!(told, "{}: {messages:#?}", call.id);
+                        prop_assert_eq!(ruled, 1, "{} refused once", call.id);
+                    }
+                    Some(Verdict::Allow) if call.name == "checked" && status == RunStatus::Completed => {
+                        prop_assert_eq!(ruled, 1, "{} allowed by the rule, recorded once", call.id);
+                    }
+                    Some(Verdict::Allow) if call.name == "guarded" => {
+                        prop_assert_eq!(ruled, 0, "{}: a rule never lifts the tool's own policy", call.id);
+                    }
+                    _ => {}
+                }
+            }
         }
         // An approval, once stored, is never asked for again, whatever
         // died when.

@@ -968,7 +968,8 @@ fn rulings(calls: &[CheckedCall], plans: &[(CallPlan, ToolRules)]) -> Vec<Resolu
                 CallPlan::AllowedByRule { rule } => (ResolutionKind::Approved, rule),
                 _ => return None,
             };
-            let at = checked.ruling.as_ref()?.at;
+            let ruling = checked.ruling.as_ref().filter(|r| !r.recorded)?;
+            let at = ruling.at;
             Some(Resolution::new(
                 Some(&checked.call.id),
                 kind,

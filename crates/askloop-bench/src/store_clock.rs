@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use askloop::message::Message;
-use askloop::{Lease, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::{ChangeFeed, DeliveryStore, Lease, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -111,7 +111,10 @@ impl RunStore for TimedStore {
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         self.inner.prune(before).await
     }
+}
 
+#[async_trait]
+impl DeliveryStore for TimedStore {
     async fn claim_deliveries(
         &self,
         now: DateTime<Utc>,
@@ -134,3 +137,6 @@ impl RunStore for TimedStore {
         self.inner.deliveries(run_id).await
     }
 }
+
+#[async_trait]
+impl ChangeFeed for TimedStore {}

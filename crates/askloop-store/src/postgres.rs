@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use askloop::{
-    Clock, Delivery, DeliveryOutcome, Lease, Message, RUN_SCHEMA_VERSION, Resolution, RunChanges, RunCursor, RunQuery,
-    RunRecord, RunStore, RunUpdate, StoreError, ThreadKey, ThreadStore,
+    ChangeFeed, Clock, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message, RUN_SCHEMA_VERSION, Resolution,
+    RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError, ThreadKey, ThreadStore,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -419,12 +419,6 @@ impl PostgresStore {
 
 #[async_trait]
 impl RunStore for PostgresStore {
-    /// Every committed write of any process sharing the schema, through
-    /// `LISTEN`/`NOTIFY` (see `postgres/changes.rs`).
-    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
-        Ok(Some(changes::watch(&self.pool, self.schema.clone()).await?))
-    }
-
     /// The threads, in the same database as the runs: a run's write and
     /// its thread's messages commit together (see `postgres/threads.rs`).
     fn thread_store(&self) -> Option<&dyn ThreadStore> {
@@ -733,23 +727,6 @@ impl RunStore for PostgresStore {
         Ok(version)
     }
 
-    async fn claim_deliveries(
-        &self,
-        now: DateTime<Utc>,
-        lease: &Lease,
-        limit: u32,
-    ) -> Result<Vec<Delivery>, StoreError> {
-        self.claim_outbox(now, lease, limit).await
-    }
-
-    async fn finish_delivery(&self, id: &str, owner: &str, outcome: &DeliveryOutcome) -> Result<(), StoreError> {
-        self.finish_outbox(id, owner, outcome).await
-    }
-
-    async fn deliveries(&self, run_id: &str) -> Result<Vec<Delivery>, StoreError> {
-        self.outbox_of(run_id).await
-    }
-
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
         // Text cannot hold NUL here, so no stored run has such an agent id
         // (and PostgreSQL would refuse the statement): none, as elsewhere.
@@ -792,6 +769,35 @@ impl RunStore for PostgresStore {
             .await
             .map_err(self.failed(|| "pruning finished runs".to_owned()))?;
         Ok(done.rows_affected())
+    }
+}
+
+#[async_trait]
+impl DeliveryStore for PostgresStore {
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.claim_outbox(now, lease, limit).await
+    }
+
+    async fn finish_delivery(&self, id: &str, owner: &str, outcome: &DeliveryOutcome) -> Result<(), StoreError> {
+        self.finish_outbox(id, owner, outcome).await
+    }
+
+    async fn deliveries(&self, run_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        self.outbox_of(run_id).await
+    }
+}
+
+#[async_trait]
+impl ChangeFeed for PostgresStore {
+    /// Every committed write of any process sharing the schema, through
+    /// `LISTEN`/`NOTIFY` (see `postgres/changes.rs`).
+    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
+        Ok(Some(changes::watch(&self.pool, self.schema.clone()).await?))
     }
 }
 

@@ -36,8 +36,8 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use askloop::{
-    Clock, DatabaseFault, Delivery, DeliveryOutcome, Lease, Message, Resolution, RunChanges, RunCursor, RunQuery,
-    RunRecord, RunStore, RunUpdate, StoreError,
+    ChangeFeed, Clock, DatabaseFault, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message, Resolution, RunChanges,
+    RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -639,14 +639,6 @@ impl RunStore for SqliteStore {
         Some(self)
     }
 
-    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
-        if self.is_closed() {
-            return Err(failed("the SQLite store is closed"));
-        }
-        let feed = changes::watch(self.shared.path.clone(), self.shared.options.clone()).await?;
-        Ok(Some(feed))
-    }
-
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
         let json = JsonColumns::of_record(run)?;
         let metadata = crate::row::to_json(&run.run_id, "metadata", &run.metadata)?;
@@ -820,6 +812,24 @@ impl RunStore for SqliteStore {
         self.write(Write::Update { step, bodies }).await
     }
 
+    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
+        let (sql, values) = list_statement(query);
+        self.select_runs(&sql, rusqlite::params_from_iter(values))
+    }
+
+    async fn count(&self, query: &RunQuery) -> Result<u64, StoreError> {
+        let (sql, values) = count_statement(query);
+        self.count_rows(&sql, values)
+    }
+
+    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let deleted = self.write(Write::Prune { before: micros(before) }).await?;
+        Ok(u64::try_from(deleted).unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl DeliveryStore for SqliteStore {
     async fn claim_deliveries(
         &self,
         now: DateTime<Utc>,
@@ -876,20 +886,16 @@ impl RunStore for SqliteStore {
             )
         })
     }
+}
 
-    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        let (sql, values) = list_statement(query);
-        self.select_runs(&sql, rusqlite::params_from_iter(values))
-    }
-
-    async fn count(&self, query: &RunQuery) -> Result<u64, StoreError> {
-        let (sql, values) = count_statement(query);
-        self.count_rows(&sql, values)
-    }
-
-    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let deleted = self.write(Write::Prune { before: micros(before) }).await?;
-        Ok(u64::try_from(deleted).unwrap_or_default())
+#[async_trait]
+impl ChangeFeed for SqliteStore {
+    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
+        if self.is_closed() {
+            return Err(failed("the SQLite store is closed"));
+        }
+        let feed = changes::watch(self.shared.path.clone(), self.shared.options.clone()).await?;
+        Ok(Some(feed))
     }
 }
 

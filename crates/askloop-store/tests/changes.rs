@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use askloop::{Message, RunChange, RunStore};
+use askloop::{ChangeFeed, Message, RunChange, RunStore};
 use askloop_store::conformance::{drop_schema, new_run, postgres_test_url, unique_schema_name};
 use askloop_store::{PostgresOptions, PostgresStore, SqliteStore};
 use chrono::Utc;

@@ -4,14 +4,17 @@
 
 mod memory {
     askloop_store::store_conformance_tests!(askloop_store::conformance::memory_subject());
+    askloop_store::delivery_store_conformance_tests!(askloop_store::conformance::memory_subject());
 }
 
 mod sqlite {
     askloop_store::store_conformance_tests!(askloop_store::conformance::sqlite_subject());
+    askloop_store::delivery_store_conformance_tests!(askloop_store::conformance::sqlite_subject());
     askloop_store::raw_row_conformance_tests!(askloop_store::conformance::sqlite_subject());
 }
 
 mod postgres {
     askloop_store::store_conformance_tests!(askloop_store::conformance::postgres_subject());
+    askloop_store::delivery_store_conformance_tests!(askloop_store::conformance::postgres_subject());
     askloop_store::raw_row_conformance_tests!(askloop_store::conformance::postgres_subject());
 }

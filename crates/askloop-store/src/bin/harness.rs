@@ -22,9 +22,9 @@ use std::io::{BufRead, Write};
 use std::sync::Arc;
 
 use askloop::{
-    Agent, AskUser, ChunkKind, Lease, Model, ModelError, ModelRequest, ModelStream, ResumeOptions, RunError, RunQuery,
-    RunRecord, RunStatus, RunStore, RunUpdate, ScriptedModel, StoreError, StreamOptions, Tool, ToolContext, ToolError,
-    ToolOutcome, message::Message,
+    Agent, AskUser, ChangeFeed, ChunkKind, DeliveryStore, Lease, Model, ModelError, ModelRequest, ModelStream,
+    ResumeOptions, RunError, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, ScriptedModel, StoreError,
+    StreamOptions, Tool, ToolContext, ToolError, ToolOutcome, message::Message,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -365,7 +365,10 @@ impl RunStore for GateAtClaim {
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         self.inner.prune(before).await
     }
+}
 
+#[async_trait]
+impl DeliveryStore for GateAtClaim {
     async fn claim_deliveries(
         &self,
         now: DateTime<Utc>,
@@ -388,3 +391,6 @@ impl RunStore for GateAtClaim {
         self.inner.deliveries(run_id).await
     }
 }
+
+#[async_trait]
+impl ChangeFeed for GateAtClaim {}

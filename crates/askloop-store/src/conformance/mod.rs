@@ -195,8 +195,11 @@ pub async fn postgres_subject() -> Option<Subject> {
     })
 }
 
-/// Generates a `#[tokio::test]` per store conformance case, for a subject
-/// expression (an `async` producing `Option<Subject>`; `None` skips).
+/// Generates a `#[tokio::test]` per conformance case of a store's runs and
+/// threads ([`askloop::RunStore`], [`askloop::ThreadStore`]), for a subject
+/// expression (an `async` producing `Option<Subject>`; `None` skips). Its
+/// outbox and change feed have case lists of their own
+/// ([`delivery_store_conformance_tests!`], `change_feed_conformance_tests!`).
 #[macro_export]
 macro_rules! store_conformance_tests {
     ($subject:expr) => {
@@ -231,10 +234,6 @@ macro_rules! store_conformance_tests {
             resolutions_are_appended_by_writes_and_kept_in_order,
             a_runs_settings_are_stored_with_it_and_kept_by_its_writes,
             a_store_stamps_its_writes_with_its_clock,
-            notifications_are_stored_with_their_write_and_not_with_a_refused_one,
-            claimed_deliveries_are_held_until_their_lease_runs_out,
-            finished_attempts_are_counted_and_only_retries_come_back,
-            of_concurrent_senders_each_delivery_goes_to_exactly_one,
             a_run_on_a_thread_creates_it_and_appends_its_own_messages_after_its_context,
             a_step_retried_after_a_lost_write_appends_once,
             runs_appending_to_one_thread_at_once_never_collide,
@@ -243,6 +242,22 @@ macro_rules! store_conformance_tests {
             runs_are_listed_by_their_thread_and_by_resource,
             runs_walled_to_resources_are_listed_paged_and_counted_within_the_wall,
             deleting_a_thread_deletes_its_messages_and_runs_unless_one_is_unfinished
+        );
+    };
+}
+
+/// Generates a `#[tokio::test]` per case of a store's outbox
+/// ([`askloop::DeliveryStore`]), for a subject expression as
+/// [`store_conformance_tests!`] takes. (The change feed's cases are
+/// `change_feed_conformance_tests!`.)
+#[macro_export]
+macro_rules! delivery_store_conformance_tests {
+    ($subject:expr) => {
+        $crate::__conformance_cases!($subject;
+            notifications_are_stored_with_their_write_and_not_with_a_refused_one,
+            claimed_deliveries_are_held_until_their_lease_runs_out,
+            finished_attempts_are_counted_and_only_retries_come_back,
+            of_concurrent_senders_each_delivery_goes_to_exactly_one
         );
     };
 }

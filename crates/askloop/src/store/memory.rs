@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{
-    ChangeBroadcast, Delivery, DeliveryOutcome, DeliveryState, Lease, Resolution, RunChange, RunChanges, RunCursor,
-    RunMemory, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError, Thread, ThreadDeletion, ThreadEdit,
-    ThreadKey, ThreadMessage, ThreadQuery, ThreadStore,
+    ChangeBroadcast, ChangeFeed, Delivery, DeliveryOutcome, DeliveryState, DeliveryStore, Lease, Resolution, RunChange,
+    RunChanges, RunCursor, RunMemory, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError, Thread,
+    ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore,
 };
 use crate::clock::{Clock, system_clock};
 use crate::message::Message;
@@ -174,11 +174,6 @@ impl MemoryStore {
 
 #[async_trait]
 impl RunStore for MemoryStore {
-    /// Every write of this store (of any clone), as it happens.
-    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
-        Ok(Some(self.changes.subscribe()))
-    }
-
     fn thread_store(&self) -> Option<&dyn ThreadStore> {
         Some(self)
     }
@@ -356,6 +351,35 @@ impl RunStore for MemoryStore {
         Ok(version)
     }
 
+    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
+        let runs = self.lock();
+        let mut found: Vec<RunRecord> = runs
+            .values()
+            .map(|run| &run.record)
+            .filter(|r| matches(query, r))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.run_id.cmp(&a.run_id)));
+        let limit = query.limit.map_or(usize::MAX, |l| l as usize);
+        Ok(found.into_iter().skip(query.offset as usize).take(limit).collect())
+    }
+
+    async fn count(&self, query: &RunQuery) -> Result<u64, StoreError> {
+        let matching = self.lock().values().filter(|run| matches(query, &run.record)).count();
+        let limit = query.limit.map_or(usize::MAX, |l| l as usize);
+        Ok(matching.saturating_sub(query.offset as usize).min(limit) as u64)
+    }
+
+    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut runs = self.lock();
+        let old = runs.len();
+        runs.retain(|_, run| !(run.record.status.is_finished() && run.record.updated_at < before));
+        Ok((old - runs.len()) as u64)
+    }
+}
+
+#[async_trait]
+impl DeliveryStore for MemoryStore {
     async fn claim_deliveries(
         &self,
         now: DateTime<Utc>,
@@ -419,31 +443,13 @@ impl RunStore for MemoryStore {
             .cloned()
             .collect())
     }
+}
 
-    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        let runs = self.lock();
-        let mut found: Vec<RunRecord> = runs
-            .values()
-            .map(|run| &run.record)
-            .filter(|r| matches(query, r))
-            .cloned()
-            .collect();
-        found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.run_id.cmp(&a.run_id)));
-        let limit = query.limit.map_or(usize::MAX, |l| l as usize);
-        Ok(found.into_iter().skip(query.offset as usize).take(limit).collect())
-    }
-
-    async fn count(&self, query: &RunQuery) -> Result<u64, StoreError> {
-        let matching = self.lock().values().filter(|run| matches(query, &run.record)).count();
-        let limit = query.limit.map_or(usize::MAX, |l| l as usize);
-        Ok(matching.saturating_sub(query.offset as usize).min(limit) as u64)
-    }
-
-    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let mut runs = self.lock();
-        let old = runs.len();
-        runs.retain(|_, run| !(run.record.status.is_finished() && run.record.updated_at < before));
-        Ok((old - runs.len()) as u64)
+#[async_trait]
+impl ChangeFeed for MemoryStore {
+    /// Every write of this store (of any clone), as it happens.
+    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
+        Ok(Some(self.changes.subscribe()))
     }
 }
 

@@ -792,21 +792,53 @@ impl fmt::Display for DatabaseFault {
     }
 }
 
-/// Durable (or in-memory) storage of runs.
-///
-/// Implementations must make [`RunStore::claim`] and [`RunStore::update`]
-/// atomic compare-and-sets: of many concurrent callers with the same expected
-/// version, exactly one succeeds and the others get
-/// [`StoreError::Conflict`].
+/// The durable outbox of a store: the deliveries of webhook notifications,
+/// written with the run writes that raise them ([`RunUpdate::outbox`]) and
+/// taken from here by the senders (`askloop serve`'s webhook sender).
 #[async_trait]
-pub trait RunStore: Send + Sync + fmt::Debug + 'static {
+pub trait DeliveryStore: Send + Sync {
+    /// Takes up to `limit` deliveries to send under `lease`: pending ones
+    /// due at `now` that no sender holds (or whose sender's lease ran out at
+    /// `now`), oldest due first. Taking them is atomic: of concurrent
+    /// claimants (in any number of processes) each delivery goes to one.
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Vec<Delivery>, StoreError>;
+
+    /// Records how an attempt to send delivery `id` ended, if `owner` still
+    /// holds it (else [`StoreError::DeliveryLost`]), and releases it: it
+    /// counts one more attempt; a retry is due again at its `next_at`.
+    async fn finish_delivery(&self, id: &str, owner: &str, outcome: &DeliveryOutcome) -> Result<(), StoreError>;
+
+    /// The deliveries of a run's notifications, oldest first.
+    async fn deliveries(&self, run_id: &str) -> Result<Vec<Delivery>, StoreError>;
+}
+
+/// A live feed of changes to a store's runs (what `/api/events` and the
+/// page's live updates read).
+#[async_trait]
+pub trait ChangeFeed: Send + Sync {
     /// A live feed of changes to the store's runs, from now on, or `None`
     /// when this store cannot report them. See [`RunChange`] for what each
     /// store reports and how soon.
     async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
         Ok(None)
     }
+}
 
+/// Durable (or in-memory) storage of runs, with its outbox
+/// ([`DeliveryStore`]) and its feed of changes ([`ChangeFeed`]): a store
+/// implements all three, each with its own conformance cases.
+///
+/// Implementations must make [`RunStore::claim`] and [`RunStore::update`]
+/// atomic compare-and-sets: of many concurrent callers with the same expected
+/// version, exactly one succeeds and the others get
+/// [`StoreError::Conflict`].
+#[async_trait]
+pub trait RunStore: DeliveryStore + ChangeFeed + fmt::Debug + 'static {
     /// The store's threads, when it keeps them (the stores of askloop do).
     /// A store that does not refuses runs on a thread.
     fn thread_store(&self) -> Option<&dyn ThreadStore> {
@@ -897,25 +929,6 @@ pub trait RunStore: Send + Sync + fmt::Debug + 'static {
         due.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.run_id.cmp(&y.run_id)));
         Ok(due.into_iter().take(limit as usize).map(|(_, run)| run).collect())
     }
-
-    /// Takes up to `limit` deliveries to send under `lease`: pending ones
-    /// due at `now` that no sender holds (or whose sender's lease ran out at
-    /// `now`), oldest due first. Taking them is atomic: of concurrent
-    /// claimants (in any number of processes) each delivery goes to one.
-    async fn claim_deliveries(
-        &self,
-        now: DateTime<Utc>,
-        lease: &Lease,
-        limit: u32,
-    ) -> Result<Vec<Delivery>, StoreError>;
-
-    /// Records how an attempt to send delivery `id` ended, if `owner` still
-    /// holds it (else [`StoreError::DeliveryLost`]), and releases it: it
-    /// counts one more attempt; a retry is due again at its `next_at`.
-    async fn finish_delivery(&self, id: &str, owner: &str, outcome: &DeliveryOutcome) -> Result<(), StoreError>;
-
-    /// The deliveries of a run's notifications, oldest first.
-    async fn deliveries(&self, run_id: &str) -> Result<Vec<Delivery>, StoreError>;
 
     /// Lists runs, newest first.
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError>;

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use askloop::{
-    Agent, AskUser, Chunk, ChunkKind, Lease, MemoryStore, Message, Model, ModelError, ModelRequest, ModelStream,
-    RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, ScriptedModel, StoreError, StreamOutput,
+    Agent, AskUser, ChangeFeed, Chunk, ChunkKind, DeliveryStore, Lease, MemoryStore, Message, Model, ModelError,
+    ModelRequest, ModelStream, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, ScriptedModel, StoreError,
+    StreamOutput,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -112,7 +113,10 @@ impl RunStore for FlakyStore {
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         self.inner.prune(before).await
     }
+}
 
+#[async_trait]
+impl DeliveryStore for FlakyStore {
     async fn claim_deliveries(
         &self,
         now: DateTime<Utc>,
@@ -135,6 +139,9 @@ impl RunStore for FlakyStore {
         self.inner.deliveries(run_id).await
     }
 }
+
+#[async_trait]
+impl ChangeFeed for FlakyStore {}
 
 pub fn agent_with(model: Arc<dyn Model>, store: Arc<dyn RunStore>) -> Agent {
     Agent::builder("assistant")

@@ -730,6 +730,29 @@ mod pty {
     }
 
     #[test]
+    fn approve_edit_opens_a_real_editor_at_the_terminal_and_the_call_runs_with_what_was_saved() {
+        let env = Env::new();
+        let script = env.script("write.json", WRITE);
+        env.run(&["run", "--script", script.to_str().unwrap(), "write"]);
+        let run_id = env.only_run_id();
+        let mut cmd = env.cmd();
+        cmd.args(["approve", &run_id, "--edit"])
+            .env("TERM", "xterm-256color")
+            .env_remove("VISUAL")
+            .env("EDITOR", "vi");
+        let mut p = rexpect::session::spawn_command(cmd, Some(20_000)).unwrap();
+        p.exp_string("ship it").unwrap();
+        press(&mut p, ":%s/ship it/ship it from vi/\r");
+        press(&mut p, ":wq\r");
+        p.exp_eof().unwrap();
+        assert_eq!(exit_code(&mut p), 0);
+        let written = env.dir.path().join("notes/plan.txt");
+        assert_eq!(std::fs::read_to_string(written).unwrap(), "ship it from vi");
+        let shown = env.show(&run_id);
+        assert_eq!(shown["resolutions"][0]["edit"]["edited"]["content"], "ship it from vi");
+    }
+
+    #[test]
     fn arrow_keys_space_and_enter_answer_all_three_demo_questions() {
         let env = Env::new();
         let mut p = spawn(&env, &["chat", "Plan my project"]);

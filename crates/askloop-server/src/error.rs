@@ -258,6 +258,16 @@ struct ErrorDetail<'a> {
 }
 
 impl ApiError {
+    /// One body field refused, and why (400 `refused_field`).
+    pub(crate) fn refused(field: &str, reason: impl Into<String>) -> ApiError {
+        ApiError::RefusedFields {
+            refused: vec![RefusedField {
+                field: field.to_owned(),
+                reason: reason.into(),
+            }],
+        }
+    }
+
     /// The status and the stable, machine-readable code of this error.
     pub fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {

@@ -12,7 +12,7 @@ use askloop::{Message, ToolCall, ToolContent, ToolResult};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::{ApiError, RefusedField};
+use crate::error::ApiError;
 
 /// One `UIMessage`, as the AI SDK sends it.
 #[derive(Debug, Clone, Deserialize)]
@@ -264,12 +264,7 @@ pub(crate) fn approval_responses(
 }
 
 pub(crate) fn refused(field: &str, reason: String) -> ApiError {
-    ApiError::RefusedFields {
-        refused: vec![RefusedField {
-            field: field.to_owned(),
-            reason,
-        }],
-    }
+    ApiError::refused(field, reason)
 }
 
 #[cfg(test)]

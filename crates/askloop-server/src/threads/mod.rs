@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, RefusedField};
+use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 
 pub(crate) use shape::{MessagePage, ThreadBody, ThreadPage};
@@ -370,10 +370,5 @@ fn metadata_field(body: &mut Map<String, Value>) -> Result<Option<Value>, ApiErr
 }
 
 fn refused(field: &str, reason: &str) -> ApiError {
-    ApiError::RefusedFields {
-        refused: vec![RefusedField {
-            field: field.to_owned(),
-            reason: reason.to_owned(),
-        }],
-    }
+    ApiError::refused(field, reason)
 }

@@ -8,7 +8,7 @@ use askloop::ThreadOptions;
 use serde_json::{Map, Value};
 
 use crate::auth::Caller;
-use crate::error::{ApiError, RefusedField};
+use crate::error::ApiError;
 
 /// The thread a stream or generate request asks its run to be on, taken out
 /// of the body's other fields (`fields`), with the caller's right to its
@@ -137,10 +137,5 @@ fn from_memory(memory: Value) -> Result<ThreadOptions, ApiError> {
 }
 
 fn refused(field: &str, reason: &str) -> ApiError {
-    ApiError::RefusedFields {
-        refused: vec![RefusedField {
-            field: field.to_owned(),
-            reason: reason.to_owned(),
-        }],
-    }
+    ApiError::refused(field, reason)
 }

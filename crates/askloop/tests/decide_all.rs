@@ -156,8 +156,9 @@ async fn deciding_some_calls_at_once_leaves_the_run_waiting_on_the_others() {
 async fn one_decision_that_does_not_fit_refuses_them_all_and_nothing_runs() {
     let w = three_waiting_calls().await;
     let version = w.store.get(&w.run_id).await.unwrap().unwrap().version;
-    type Decisions = Vec<(String, CallDecision)>;
-    let cases: Vec<(Decisions, fn(&RunError) -> bool)> = vec![
+    // The decisions, and what their refusal must be.
+    type Case = (Vec<(String, CallDecision)>, fn(&RunError) -> bool);
+    let cases: Vec<Case> = vec![
         (
             vec![
                 ("staging".to_owned(), CallDecision::Approve),

@@ -129,11 +129,12 @@ impl SseDecoder {
     }
 
     /// Whether the bytes pushed so far stop inside an event: a line not
-    /// ended, or field lines that no blank line has closed. After
-    /// [`Self::end`] and a last [`Self::next_event`], this tells a body cut
-    /// short (whose last event the decoder dropped) from a whole one.
+    /// ended, or field lines that no blank line has closed. Asked once
+    /// [`Self::next_event`] has returned `None`, at the end of a body, it
+    /// tells a body cut short (whose last event the decoder drops) from a
+    /// whole one.
     pub fn is_inside_event(&self) -> bool {
-        self.pos < self.buf.len() || (!self.dispatched && !(self.data.is_empty() && self.event.is_empty()))
+        self.pos < self.buf.len() || (!self.dispatched && (!self.data.is_empty() || !self.event.is_empty()))
     }
 
     /// The next complete event in what was pushed, if any.

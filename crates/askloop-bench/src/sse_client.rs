@@ -1,6 +1,7 @@
 //! The client half of the `http` modes: a run streamed over HTTP from
 //! `askloop serve` until it suspends, and resumed until it finishes, read as
-//! a Mastra client reads it (SSE frames `data: <chunk>`, then `data: [DONE]`).
+//! a Mastra client reads it (SSE events `data: <chunk>`, then `data: [DONE]`),
+//! with askloop's SSE reader.
 //!
 //! Only the chunks the checks need are parsed (the question, the final
 //! text, an error): the client shares the machine with the server it
@@ -9,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use askloop::sse::{SseDecoder, SseEvent};
 use askloop_testkit::workload;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -95,27 +97,45 @@ async fn stream(client: &reqwest::Client, url: &str, body: &Value) -> anyhow::Re
         let text = response.text().await.unwrap_or_default();
         bail!("POST {url}: {status}: {text}");
     }
-    let mut streamed = HttpStreamed::default();
+    let mut reader = StreamReader::default();
     let mut body = response.bytes_stream();
-    let mut buffer: Vec<u8> = Vec::new();
     while let Some(bytes) = body.next().await {
-        buffer.extend_from_slice(&bytes.with_context(|| format!("reading the stream of {url}"))?);
-        let mut consumed = 0;
-        while let Some(end) = find_frame_end(&buffer[consumed..]) {
-            read_frame(&buffer[consumed..consumed + end], &mut streamed)?;
-            consumed += end + 2;
-        }
-        buffer.drain(..consumed);
+        reader
+            .push(&bytes.with_context(|| format!("reading the stream of {url}"))?)
+            .with_context(|| format!("the stream of {url}"))?;
     }
-    if !buffer.iter().all(u8::is_ascii_whitespace) {
-        bail!("the stream of {url} ended inside a frame");
-    }
+    let mut streamed = reader.finish().with_context(|| format!("the stream of {url}"))?;
     streamed.elapsed = started.elapsed();
     Ok(streamed)
 }
 
-fn find_frame_end(bytes: &[u8]) -> Option<usize> {
-    bytes.windows(2).position(|w| w == b"\n\n")
+/// Reads a stream's body as its chunks arrive: the events are cut by
+/// [`SseDecoder`], which looks at each byte once, and only the chunks the
+/// checks need are parsed.
+#[derive(Debug, Default)]
+struct StreamReader {
+    decoder: SseDecoder,
+    streamed: HttpStreamed,
+}
+
+impl StreamReader {
+    /// Reads the events `bytes` completes.
+    fn push(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        self.decoder.push(bytes);
+        while let Some(event) = self.decoder.next_event()? {
+            read_event(&event, &mut self.streamed)?;
+        }
+        Ok(())
+    }
+
+    /// The body ended: what it showed, unless it stopped inside an event.
+    fn finish(mut self) -> anyhow::Result<HttpStreamed> {
+        self.decoder.end();
+        if self.decoder.is_inside_event() {
+            bail!("the body ended inside an event");
+        }
+        Ok(self.streamed)
+    }
 }
 
 /// The chunk types the checks read; every chunk begins with its type
@@ -126,21 +146,25 @@ const READ: [&str; 3] = [
     r#"{"type":"error""#,
 ];
 
-fn read_frame(frame: &[u8], streamed: &mut HttpStreamed) -> anyhow::Result<()> {
-    let Some(data) = frame.strip_prefix(b"data: ") else {
-        bail!("an SSE frame without `data: `: {}", String::from_utf8_lossy(frame));
-    };
-    if data == b"[DONE]" {
+fn read_event(event: &SseEvent<'_>, streamed: &mut HttpStreamed) -> anyhow::Result<()> {
+    if event.event != "message" {
+        bail!(
+            "an `event: {}` event: askloop's streams are `data:` events only",
+            event.event
+        );
+    }
+    let data = event.data;
+    if data == "[DONE]" {
         streamed.done = true;
         return Ok(());
     }
     if streamed.done {
-        bail!("a frame after `data: [DONE]`");
+        bail!("an event after `data: [DONE]`");
     }
-    if !READ.iter().any(|prefix| data.starts_with(prefix.as_bytes())) && streamed.run_id.is_some() {
+    if !READ.iter().any(|prefix| data.starts_with(prefix)) && streamed.run_id.is_some() {
         return Ok(());
     }
-    let chunk: Value = serde_json::from_slice(data).context("a chunk that is not JSON")?;
+    let chunk: Value = serde_json::from_str(data).context("a chunk that is not JSON")?;
     if streamed.run_id.is_none() {
         streamed.run_id = chunk["runId"].as_str().map(str::to_owned);
     }
@@ -162,21 +186,43 @@ fn read_frame(frame: &[u8], streamed: &mut HttpStreamed) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn frames_give_the_run_the_question_and_the_end() {
-        let mut streamed = HttpStreamed::default();
-        let frames = [
-            r#"data: {"type":"start","runId":"r1","from":"AGENT","payload":{}}"#,
-            r#"data: {"type":"text-delta","runId":"r1","from":"AGENT","payload":{"text":"x"}}"#,
-            r#"data: {"type":"tool-call-suspended","runId":"r1","from":"AGENT","payload":{"toolCallId":"c1","suspendPayload":{"question":"Which environment should I deploy to?"}}}"#,
-            "data: [DONE]",
-        ];
-        for frame in frames {
-            read_frame(frame.as_bytes(), &mut streamed).unwrap();
+    const STREAM: &str = concat!(
+        r#"data: {"type":"start","runId":"r1","from":"AGENT","payload":{}}"#,
+        "\n\n",
+        r#"data: {"type":"text-delta","runId":"r1","from":"AGENT","payload":{"text":"x"}}"#,
+        "\n\n",
+        r#"data: {"type":"tool-call-suspended","runId":"r1","from":"AGENT","payload":{"toolCallId":"c1","suspendPayload":{"question":"Which environment should I deploy to?"}}}"#,
+        "\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    fn read(chunks: &[&[u8]]) -> anyhow::Result<HttpStreamed> {
+        let mut reader = StreamReader::default();
+        for chunk in chunks {
+            reader.push(chunk)?;
         }
-        assert_eq!(expect_question(&streamed).unwrap(), ("r1".to_owned(), "c1".to_owned()));
-        assert!(expect_finish(&streamed).is_err());
-        assert!(read_frame(b"data: {}", &mut streamed).is_err(), "nothing after [DONE]");
-        assert!(read_frame(b"event: x", &mut HttpStreamed::default()).is_err());
+        reader.finish()
+    }
+
+    #[test]
+    fn events_give_the_run_the_question_and_the_end_however_the_body_is_cut() {
+        for size in [1, 7, STREAM.len()] {
+            let chunks: Vec<&[u8]> = STREAM.as_bytes().chunks(size).collect();
+            let streamed = read(&chunks).unwrap();
+            assert_eq!(expect_question(&streamed).unwrap(), ("r1".to_owned(), "c1".to_owned()));
+            assert!(expect_finish(&streamed).is_err());
+        }
+    }
+
+    #[test]
+    fn an_event_after_done_a_typed_event_and_a_cut_body_are_errors() {
+        let after_done = format!("{STREAM}data: {{}}\n\n");
+        let err = read(&[after_done.as_bytes()]).unwrap_err();
+        assert!(err.to_string().contains("after `data: [DONE]`"), "{err}");
+        let typed = read(&[&b"event: x\ndata: {}\n\n"[..]]).unwrap_err();
+        assert!(typed.to_string().contains("`event: x`"), "{typed}");
+        let cut = read(&[STREAM.as_bytes(), &b"data: {\"type\""[..]]).unwrap_err();
+        assert!(cut.to_string().contains("ended inside an event"), "{cut}");
+        assert!(read(&[&b"data: not json\n\n"[..]]).is_err());
     }
 }

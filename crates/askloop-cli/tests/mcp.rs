@@ -96,11 +96,9 @@ fn serve(dir: &Path, config: &Path) -> Serving {
     Serving::start(cmd)
 }
 
+/// The chunks of a stream body, its framing held to Mastra's.
 fn frames(body: &str) -> Vec<Value> {
-    body.split_terminator("\n\n")
-        .filter(|f| *f != "data: [DONE]")
-        .map(|f| serde_json::from_str(f.strip_prefix("data: ").unwrap()).unwrap())
-        .collect()
+    askloop_testkit::mastra::framed_chunks(body)
 }
 
 async fn post(client: &reqwest::Client, url: String, body: Value) -> Vec<Value> {

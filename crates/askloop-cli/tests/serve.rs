@@ -43,11 +43,9 @@ fn start(dir: &Path, args: &[&str]) -> Serving {
     Serving::start(serve_command(dir, &all))
 }
 
+/// The chunks of a stream body, its framing held to Mastra's.
 fn frames(body: &str) -> Vec<Value> {
-    body.split_terminator("\n\n")
-        .filter(|f| *f != "data: [DONE]")
-        .map(|f| serde_json::from_str(f.strip_prefix("data: ").unwrap()).unwrap())
-        .collect()
+    askloop_testkit::mastra::framed_chunks(body)
 }
 
 fn script(dir: &Path) -> PathBuf {

@@ -105,9 +105,10 @@ fn askloop_env(dir: &Path, openai_url: &str, anthropic_url: &str) -> Command {
 
 /// What one stream showed: the call it suspended on, if any.
 fn suspended_call(body: &str) -> Option<String> {
-    body.split_terminator("\n\n")
-        .filter_map(|frame| frame.strip_prefix("data: "))
-        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+    askloop::sse::events(body.as_bytes())
+        .unwrap_or_else(|err| panic!("{err}: {body}"))
+        .iter()
+        .filter_map(|event| serde_json::from_str::<Value>(&event.data).ok())
         .find(|chunk| chunk["type"] == "tool-call-suspended")
         .and_then(|chunk| chunk["payload"]["toolCallId"].as_str().map(str::to_owned))
 }

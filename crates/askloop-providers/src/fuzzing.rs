@@ -6,8 +6,10 @@ use askloop::{ModelError, ModelEvent};
 
 use crate::anthropic::stream::MessagesStreamParser;
 use crate::openai::stream::ChatStreamParser;
-pub use crate::sse::SseError;
-use crate::sse::{SseDecoder, parse_sse_chunks};
+use askloop::sse::SseDecoder;
+pub use askloop::sse::SseError;
+
+use crate::sse::parse_sse_chunks;
 
 /// A provider whose stream format is parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use askloop::RunStore;
+use askloop::sse::SseDecoder;
 use askloop_server::{ApiToken, ServerOptions};
 use askloop_testkit::{FakeResponse, FakeServer, workload};
 use common::*;
@@ -52,18 +53,18 @@ fn chat_request(chat_id: &str) -> Value {
 /// Reads `response` until its body holds a whole first frame, and returns
 /// that frame's chunk (the response is still open).
 async fn first_frame(response: &mut reqwest::Response) -> Value {
-    let mut body = Vec::new();
+    let mut decoder = SseDecoder::new();
     loop {
+        if let Some(event) = decoder.next_event().unwrap() {
+            assert_eq!(event.event, "message", "a chunk is a plain `data:` event");
+            return serde_json::from_str(event.data).unwrap();
+        }
         let bytes = response
             .chunk()
             .await
             .unwrap()
             .expect("the stream ended before a frame");
-        body.extend_from_slice(&bytes);
-        let text = String::from_utf8_lossy(&body);
-        if let Some(frame) = text.split("\n\n").next().filter(|_| text.contains("\n\n")) {
-            return serde_json::from_str(frame.strip_prefix("data: ").unwrap()).unwrap();
-        }
+        decoder.push(&bytes);
     }
 }
 

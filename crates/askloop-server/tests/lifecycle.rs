@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use askloop::sse::SseDecoder;
 use askloop::{Agent, AskUser, Model, RunStore};
 use askloop_providers::{HttpConfig, from_spec_with};
 use askloop_server::ServerOptions;
@@ -143,10 +144,14 @@ async fn a_client_that_hangs_up_mid_stream_leaves_the_run_suspended_and_resumabl
             json!({"messages": workload::DEPLOY_PROMPT}),
         )
         .await;
-    let first = response.chunk().await.unwrap().unwrap();
-    let first = String::from_utf8(first.to_vec()).unwrap();
-    let start: Value =
-        serde_json::from_str(first.split("\n\n").next().unwrap().strip_prefix("data: ").unwrap()).unwrap();
+    let mut decoder = SseDecoder::new();
+    decoder.push(&response.chunk().await.unwrap().unwrap());
+    let first = decoder
+        .next_event()
+        .unwrap()
+        .expect("a whole first event in the first chunk");
+    assert_eq!(first.event, "message", "a chunk is a plain `data:` event");
+    let start: Value = serde_json::from_str(first.data).unwrap();
     let run_id = start["runId"].as_str().unwrap().to_owned();
     drop(response);
 
@@ -188,7 +193,7 @@ async fn a_shutdown_lets_an_open_stream_finish_then_stops_serving() {
     while let Some(bytes) = response.chunk().await.unwrap() {
         body.push_str(std::str::from_utf8(&bytes).unwrap());
     }
-    let chunks = parse_frames(&body);
+    let chunks = framed_chunks(&body);
     assert_eq!(chunks.last().unwrap()["type"], "tool-call-suspended");
     stopping.await.unwrap().unwrap();
     assert!(

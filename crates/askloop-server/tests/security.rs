@@ -12,6 +12,7 @@ mod common;
 use std::sync::Arc;
 
 use askloop::RunStore;
+use askloop::sse::SseDecoder;
 use askloop_server::{ApiToken, ServerOptions};
 use common::*;
 use serde_json::{Value, json};
@@ -532,18 +533,15 @@ async fn events(server: &TestServer, token: &str) -> reqwest::Response {
 
 /// The run id of the next `run` event of a stream.
 async fn next_run(stream: &mut reqwest::Response) -> String {
-    let mut text = String::new();
+    let mut decoder = SseDecoder::new();
     loop {
-        let chunk = stream.chunk().await.unwrap().unwrap();
-        text.push_str(&String::from_utf8_lossy(&chunk));
-        if let Some(data) = text
-            .split("\n\n")
-            .filter(|frame| frame.contains("event: run"))
-            .find_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
-        {
-            let change: Value = serde_json::from_str(data).unwrap();
-            return change["runId"].as_str().unwrap().to_owned();
+        while let Some(event) = decoder.next_event().unwrap() {
+            if event.event == "run" {
+                let change: Value = serde_json::from_str(event.data).unwrap();
+                return change["runId"].as_str().unwrap().to_owned();
+            }
         }
+        decoder.push(&stream.chunk().await.unwrap().unwrap());
     }
 }
 

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use askloop::sse::SseDecoder;
 use askloop_server::ServerOptions;
 use common::{TestServer, assistant, memory_store};
 use reqwest::StatusCode;
@@ -77,24 +78,21 @@ async fn with_a_token_the_page_files_are_open_and_the_event_stream_is_not() {
 }
 
 /// Reads the event stream until a frame of `event` arrives; returns its data.
-async fn next_event(response: &mut reqwest::Response, buffer: &mut String, event: &str) -> String {
-    let wanted = format!("event: {event}\n");
+async fn next_event(response: &mut reqwest::Response, decoder: &mut SseDecoder, event: &str) -> String {
+    let mut skipped = Vec::new();
     loop {
-        if let Some(start) = buffer.find(&wanted) {
-            let rest = &buffer[start..];
-            if let Some(end) = rest.find("\n\n") {
-                let frame = rest[..end].to_owned();
-                buffer.replace_range(..start + end + 2, "");
-                let data = frame.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or_default();
-                return data.to_owned();
+        while let Some(next) = decoder.next_event().unwrap() {
+            if next.event == event {
+                return next.data.to_owned();
             }
+            skipped.push(next.to_owned_event());
         }
         let chunk = tokio::time::timeout(PATIENCE, response.chunk())
             .await
-            .unwrap_or_else(|_| panic!("no `{event}` event within {PATIENCE:?}; got {buffer:?}"))
+            .unwrap_or_else(|_| panic!("no `{event}` event within {PATIENCE:?}; got {skipped:?}"))
             .unwrap()
             .expect("the event stream ended");
-        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        decoder.push(&chunk);
     }
 }
 
@@ -105,8 +103,8 @@ async fn the_event_stream_says_ready_then_names_a_run_that_raised_a_question() {
     let mut events = server.get("/api/events").await;
     assert_eq!(events.status(), StatusCode::OK);
     assert_eq!(events.headers()[CONTENT_TYPE], "text/event-stream");
-    let mut buffer = String::new();
-    next_event(&mut events, &mut buffer, "ready").await;
+    let mut decoder = SseDecoder::new();
+    next_event(&mut events, &mut decoder, "ready").await;
 
     let asked = server
         .post_sse(
@@ -115,6 +113,6 @@ async fn the_event_stream_says_ready_then_names_a_run_that_raised_a_question() {
         )
         .await;
     assert!(asked.types().contains(&"tool-call-suspended".to_owned()));
-    let change: Value = serde_json::from_str(&next_event(&mut events, &mut buffer, "run").await).unwrap();
+    let change: Value = serde_json::from_str(&next_event(&mut events, &mut decoder, "run").await).unwrap();
     assert_eq!(change, json!({"runId": "run-events"}));
 }

@@ -24,7 +24,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
+use askloop::sse;
 use serde_json::Value;
+
+/// The data of the event that ends a Mastra stream.
+const DONE: &str = "[DONE]";
 
 /// Payload keys whose contents are free-form (the model's arguments, a
 /// tool's value) or provider-internal (metadata askloop does not keep):
@@ -127,17 +131,20 @@ fn exchange(record: &Value) -> Result<Exchange, BadRecord> {
         .and_then(|(_, rest)| rest.find('/').map(|at| rest[at..].to_owned()))
         .unwrap_or(url);
     let body = record["response_body"].as_str().unwrap_or_default();
+    let is_stream = record["response_headers"]["content-type"]
+        .as_str()
+        .is_some_and(|kind| kind.starts_with("text/event-stream"));
     let mut chunks = Vec::new();
     let mut chunk_texts = Vec::new();
-    for frame in body.split("\n\n") {
-        let Some(data) = frame.strip_prefix("data: ") else {
-            continue;
-        };
-        if data == "[DONE]" {
-            continue;
+    if is_stream {
+        let events = sse::events(body.as_bytes()).map_err(|err| BadRecord(format!("the SSE body: {err}")))?;
+        for event in events.into_iter().filter(|e| e.data != DONE) {
+            chunks.push(
+                serde_json::from_str(&event.data)
+                    .map_err(|err| BadRecord(format!("an SSE event is not JSON: {err}")))?,
+            );
+            chunk_texts.push(event.data);
         }
-        chunks.push(serde_json::from_str(data).map_err(|err| BadRecord(format!("an SSE frame is not JSON: {err}")))?);
-        chunk_texts.push(data.to_owned());
     }
     Ok(Exchange {
         method: text("method")?,
@@ -150,6 +157,57 @@ fn exchange(record: &Value) -> Result<Exchange, BadRecord> {
         chunks,
         chunk_texts,
     })
+}
+
+/// Asserts that an SSE body is framed exactly as Mastra frames a stream,
+/// byte for byte: every event one `data: <json>` line closed by a blank
+/// line (no `event:`, `id:` or comment lines, no `data:` without its
+/// space, no event over two lines), and `data: [DONE]` last. Clients
+/// written against Mastra may split on exactly this, so askloop's streams
+/// are held to it; reading the events is [`framed_chunks`]'s job.
+///
+/// # Panics
+///
+/// With the first way the body departs from that framing.
+#[track_caller]
+pub fn assert_framing(body: &str) {
+    assert!(
+        body.ends_with("data: [DONE]\n\n"),
+        "the body must end with data: [DONE]: {body:?}"
+    );
+    let frames: Vec<&str> = body.split_terminator("\n\n").collect();
+    let Some((done, chunks)) = frames.split_last() else {
+        panic!("no frames in {body:?}");
+    };
+    assert_eq!(*done, "data: [DONE]");
+    for frame in chunks {
+        let Some(json) = frame.strip_prefix("data: ") else {
+            panic!("a frame without `data: `: {frame:?}");
+        };
+        assert!(!json.contains(['\n', '\r']), "one line per frame: {frame:?}");
+    }
+}
+
+/// The chunks of a stream body framed as Mastra frames it
+/// ([`assert_framing`]), read with [`askloop::sse`]: each event's JSON,
+/// `[DONE]` left out.
+///
+/// # Panics
+///
+/// When the framing is not Mastra's or a chunk is not JSON.
+#[track_caller]
+pub fn framed_chunks(body: &str) -> Vec<Value> {
+    assert_framing(body);
+    let events = sse::events(body.as_bytes()).unwrap_or_else(|err| panic!("{err}: {body:?}"));
+    events
+        .iter()
+        .filter(|event| event.data != DONE)
+        .map(|event| {
+            assert_eq!(event.event, "message", "{event:?}");
+            serde_json::from_str(&event.data)
+                .unwrap_or_else(|err| panic!("a chunk that is not JSON ({err}): {event:?}"))
+        })
+        .collect()
 }
 
 /// Every way `actual` differs from `expected` in shape, one line each; empty
@@ -298,5 +356,42 @@ mod tests {
         );
         let fewer = shape_problems(&recorded, &ours[..1]);
         assert!(fewer[0].contains("chunk types differ"), "{fewer:#?}");
+    }
+
+    #[test]
+    fn mastras_own_recorded_streams_pass_the_framing_check_and_read_as_recorded() {
+        let mut streams = 0;
+        for scenario in SCENARIOS {
+            let text = std::fs::read_to_string(fixtures_dir().join(format!("{scenario}.trace.jsonl"))).unwrap();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let record: Value = serde_json::from_str(line).unwrap();
+                let recorded = exchange(&record).unwrap();
+                if recorded.chunks.is_empty() {
+                    continue;
+                }
+                streams += 1;
+                let body = record["response_body"].as_str().unwrap();
+                assert_eq!(framed_chunks(body), recorded.chunks, "{scenario} {}", recorded.path);
+            }
+        }
+        assert_eq!(streams, 6, "two streams a scenario");
+    }
+
+    #[test]
+    #[should_panic(expected = "one line per frame")]
+    fn a_chunk_over_two_data_lines_is_not_mastras_framing() {
+        framed_chunks("data: {\"type\":\ndata: \"start\"}\n\ndata: [DONE]\n\n");
+    }
+
+    #[test]
+    #[should_panic(expected = "a frame without `data: `")]
+    fn an_event_line_is_not_mastras_framing() {
+        framed_chunks("event: chunk\ndata: {}\n\ndata: [DONE]\n\n");
+    }
+
+    #[test]
+    #[should_panic(expected = "must end with data: [DONE]")]
+    fn a_stream_without_done_is_not_mastras_framing() {
+        framed_chunks("data: {}\n\n");
     }
 }

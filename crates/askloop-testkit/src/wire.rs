@@ -517,6 +517,7 @@ fn anthropic_frames(turn: &FakeTurn, info: &RequestInfo) -> Vec<Bytes> {
 mod tests {
     use super::*;
     use crate::response::FakeToolCall;
+    use askloop::sse::{self, OwnedSseEvent};
 
     fn info() -> RequestInfo {
         RequestInfo {
@@ -526,14 +527,25 @@ mod tests {
         }
     }
 
-    fn datas(frames: &[Bytes]) -> Vec<Value> {
+    /// The event of each frame, read with askloop's SSE reader: a frame is
+    /// exactly one whole event.
+    fn frame_events(frames: &[Bytes]) -> Vec<OwnedSseEvent> {
         frames
             .iter()
-            .filter_map(|f| {
-                let text = std::str::from_utf8(f).unwrap();
-                let data = text.lines().find_map(|l| l.strip_prefix("data: "))?;
-                serde_json::from_str(data).ok()
+            .map(|frame| {
+                let mut events = sse::events(frame).unwrap();
+                assert_eq!(events.len(), 1, "one event a frame: {frame:?}");
+                events.remove(0)
             })
+            .collect()
+    }
+
+    /// The JSON of each frame, `[DONE]` left out.
+    fn datas(frames: &[Bytes]) -> Vec<Value> {
+        frame_events(frames)
+            .iter()
+            .filter(|event| event.data != "[DONE]")
+            .map(|event| serde_json::from_str(&event.data).unwrap())
             .collect()
     }
 
@@ -590,10 +602,7 @@ mod tests {
     fn anthropic_turn_has_the_recorded_event_sequence() {
         let turn = FakeTurn::text_in("Hello there", 2).call(FakeToolCall::new("t", &json!({}), 1));
         let frames = anthropic_frames(&turn, &info());
-        let events: Vec<String> = frames
-            .iter()
-            .map(|f| std::str::from_utf8(f).unwrap().lines().next().unwrap().to_owned())
-            .collect();
+        let events: Vec<String> = frame_events(&frames).into_iter().map(|event| event.event).collect();
         assert_eq!(
             events,
             [
@@ -610,9 +619,6 @@ mod tests {
                 "message_delta",
                 "message_stop"
             ]
-            .iter()
-            .map(|e| format!("event: {e}"))
-            .collect::<Vec<_>>()
         );
         let values = datas(&frames);
         assert_eq!(values[10]["delta"]["stop_reason"], "tool_use");

@@ -18,8 +18,13 @@ async fn post(url: &str, body: &Value) -> reqwest::Response {
         .unwrap()
 }
 
-fn data_lines(body: &str) -> Vec<&str> {
-    body.lines().filter_map(|l| l.strip_prefix("data: ")).collect()
+/// The data of every event of a whole SSE body.
+fn data_lines(body: &str) -> Vec<String> {
+    askloop::sse::events(body.as_bytes())
+        .unwrap()
+        .into_iter()
+        .map(|event| event.data)
+        .collect()
 }
 
 #[tokio::test]

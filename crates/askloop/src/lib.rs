@@ -12,6 +12,8 @@
 //!   PostgreSQL in `askloop-store`).
 //! - [`Model`] is what a language model provides; [`ScriptedModel`] replays a
 //!   script for tests and demos, real providers are in `askloop-providers`.
+//! - [`sse`] reads server-sent events, as the providers' streams and
+//!   askloop's own arrive.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -28,6 +30,7 @@ pub mod message;
 pub mod model;
 mod rules;
 pub mod scripted;
+pub mod sse;
 pub mod store;
 pub mod tool;
 

@@ -144,13 +144,14 @@ pub struct Asked {
     pub body: String,
 }
 
-/// The chunks of an SSE body as Mastra frames it (`data: <json>` frames,
-/// then `data: [DONE]`).
+/// The chunks of an SSE body (`data: <json>` events, then `data: [DONE]`,
+/// left out), read with askloop's SSE reader.
 pub fn chunks(body: &str) -> Vec<serde_json::Value> {
-    body.split_terminator("\n\n")
-        .filter_map(|f| f.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
+    let events = askloop::sse::events(body.as_bytes()).unwrap_or_else(|err| panic!("{err}: {body}"));
+    events
+        .iter()
+        .filter(|event| event.data != "[DONE]")
+        .map(|event| serde_json::from_str(&event.data).unwrap())
         .collect()
 }
 

@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::sse::SseEvent;
+use askloop::sse::SseEvent;
 use askloop::{FinishReason, ModelError, ModelEvent, ToolCallIds, Usage};
 use serde::Deserialize;
 use serde_json::Value;

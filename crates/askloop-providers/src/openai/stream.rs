@@ -27,7 +27,7 @@
 
 use std::collections::VecDeque;
 
-use crate::sse::SseEvent;
+use askloop::sse::SseEvent;
 use askloop::{FinishReason, ModelError, ModelEvent, ToolCallIds, Usage};
 use serde::Deserialize;
 

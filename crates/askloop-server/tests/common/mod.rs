@@ -1,5 +1,5 @@
 //! Helpers for the HTTP tests: a real server on a free loopback port, a
-//! client, SSE parsing, the recorded Mastra traces, and the agents of the
+//! client, SSE reading, the recorded Mastra traces, and the agents of the
 //! recorded scenario.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use askloop::{Agent, AskUser, FunctionTool, MemoryStore, RunStore, ScriptedModel, ToolOutput};
 use askloop_server::{Server, ServerOptions};
+/// Reads an SSE body after asserting it is framed byte for byte as Mastra
+/// frames a stream.
+pub use askloop_testkit::mastra::framed_chunks;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -177,7 +180,11 @@ impl Sse {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.text().await.unwrap();
-        let chunks = if status == 200 { parse_frames(&body) } else { Vec::new() };
+        let chunks = if status == 200 {
+            framed_chunks(&body)
+        } else {
+            Vec::new()
+        };
         Sse {
             status,
             headers,
@@ -209,28 +216,6 @@ impl Sse {
     }
 }
 
-/// Parses an SSE body framed as Mastra frames it, asserting the framing:
-/// only `data: ` lines, each frame ended by a blank line, `[DONE]` last.
-pub fn parse_frames(body: &str) -> Vec<Value> {
-    assert!(
-        body.ends_with("data: [DONE]\n\n"),
-        "the body must end with data: [DONE]: {body:?}"
-    );
-    let frames: Vec<&str> = body.split_terminator("\n\n").collect();
-    let (done, chunks) = frames.split_last().unwrap();
-    assert_eq!(*done, "data: [DONE]");
-    chunks
-        .iter()
-        .map(|frame| {
-            let json = frame
-                .strip_prefix("data: ")
-                .unwrap_or_else(|| panic!("a frame without `data: `: {frame:?}"));
-            assert!(!json.contains('\n'), "one line per frame: {frame:?}");
-            serde_json::from_str(json).unwrap()
-        })
-        .collect()
-}
-
 /// One recorded exchange of the real Mastra server.
 #[derive(Debug, Clone)]
 pub struct Exchange {
@@ -245,7 +230,7 @@ pub struct Exchange {
 impl Exchange {
     /// The chunks of an SSE response.
     pub fn chunks(&self) -> Vec<Value> {
-        parse_frames(&self.response_body)
+        framed_chunks(&self.response_body)
     }
 
     pub fn json(&self) -> Value {

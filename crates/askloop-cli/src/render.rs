@@ -42,10 +42,10 @@ pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutp
             ChunkKind::ReasoningStart(_) => {
                 spinner.stop();
                 end_line(&mut stdout, &mut at_line_start);
-                eprint!("  thinking: ");
+                err!("  thinking: ");
             }
-            ChunkKind::ReasoningDelta(delta) => eprint!("{}", escape::lines(&delta.text)),
-            ChunkKind::ReasoningEnd(_) => eprintln!(),
+            ChunkKind::ReasoningDelta(delta) => err!("{}", escape::lines(&delta.text)),
+            ChunkKind::ReasoningEnd(_) => errln!(),
             ChunkKind::ToolCallInputStreamingStart(_) | ChunkKind::ToolCall(_) => spinner.stop(),
             ChunkKind::ToolResult(result) => {
                 spinner.stop();

@@ -2,7 +2,7 @@
 //! pages that show runs as they change (the web page's Inbox and its count
 //! of waiting questions).
 //!
-//! The server reads the store's change feed ([`askloop::RunStore::changes`])
+//! The server reads the store's change feed ([`askloop::ChangeFeed::changes`])
 //! once, from the first listener on, and hands each change to every open
 //! stream. A stream starts with `event: ready` (from then on no change is
 //! missed, so a client reads what it shows after it), then one

@@ -1,4 +1,4 @@
-//! The change feed of every store (`RunStore::changes`), and what it hears
+//! The change feed of every store (`ChangeFeed::changes`), and what it hears
 //! from other handles of the same database: another SQLite connection (as
 //! another process would be), another PostgreSQL instance.
 #![allow(clippy::unwrap_used)]

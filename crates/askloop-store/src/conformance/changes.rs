@@ -1,4 +1,4 @@
-//! Conformance cases of the change feed ([`RunStore::changes`]): every
+//! Conformance cases of the change feed ([`ChangeFeed::changes`]): every
 //! store that has a feed reports each write once it is stored; a store that
 //! can say which run changed says the right one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

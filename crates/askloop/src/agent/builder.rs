@@ -184,8 +184,9 @@ impl AgentBuilder {
     /// answered, declined, approved, expired) of this agent's runs: each
     /// notification is written to the store's outbox in the same write as
     /// the change it announces, for a delivery worker to send (the server's
-    /// webhooks; see [`RunStore::claim_deliveries`]). Without any, nothing
-    /// is written and a step costs what it did.
+    /// webhooks; see
+    /// [`DeliveryStore::claim_deliveries`](crate::DeliveryStore::claim_deliveries)).
+    /// Without any, nothing is written and a step costs what it did.
     pub fn notify(mut self, subscription: Subscription) -> Self {
         self.subscriptions.push(subscription);
         self

@@ -41,7 +41,7 @@ impl RunChange {
 }
 
 /// The changes of a store, from the moment it was asked for, for as long
-/// as it is read (see [`crate::RunStore::changes`]).
+/// as it is read (see [`crate::ChangeFeed::changes`]).
 pub type RunChanges = Pin<Box<dyn Stream<Item = RunChange> + Send>>;
 
 /// Hands each change of an in-process store to every reader of its feed.

@@ -195,13 +195,13 @@ pub struct Delivery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
     /// Who is sending it now and until when (see
-    /// [`RunStore::claim_deliveries`](super::RunStore::claim_deliveries)).
+    /// [`DeliveryStore::claim_deliveries`](super::DeliveryStore::claim_deliveries)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
 }
 
 /// How an attempt ended (see
-/// [`RunStore::finish_delivery`](super::RunStore::finish_delivery)).
+/// [`DeliveryStore::finish_delivery`](super::DeliveryStore::finish_delivery)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DeliveryOutcome {

@@ -467,6 +467,24 @@ const PUBLISH_SCRIPT: &str = r##"{"turns": [
   {"text": "Published: {{toolResults}}"}
 ]}"##;
 
+/// `askloop mcp` in `dir` serving `publisher`, an agent with `write_file`
+/// (writing in `site/`) that plays `script`.
+fn publisher_mcp(dir: &Path, script: &str) -> TokioChildProcess {
+    std::fs::write(dir.join("publish.json"), script).unwrap();
+    std::fs::write(
+        dir.join("askloop.toml"),
+        "[agents.publisher]\nname = \"Publisher\"\nscript = \"publish.json\"\ntools = [\"write_file\"]\nwrite_dir = \"site\"\n",
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .arg("mcp");
+    TokioChildProcess::new(cmd).unwrap()
+}
+
 /// A person who ticks only the first box of the forms they are shown.
 #[derive(Clone, Default)]
 struct FirstOnly {
@@ -501,22 +519,10 @@ impl ClientHandler for FirstOnly {
 #[tokio::test]
 async fn several_calls_waiting_for_approval_are_one_form_with_a_box_each_decided_as_one() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("publish.json"), PUBLISH_SCRIPT).unwrap();
-    std::fs::write(
-        dir.path().join("askloop.toml"),
-        "[agents.publisher]\nname = \"Publisher\"\nscript = \"publish.json\"\ntools = [\"write_file\"]\nwrite_dir = \"site\"\n",
-    )
-    .unwrap();
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("ASKLOOP_DB", dir.path().join("runs.db"))
-        .current_dir(dir.path())
-        .arg("mcp");
     let person = FirstOnly::default();
     let client = person
         .clone()
-        .serve(TokioChildProcess::new(cmd).unwrap())
+        .serve(publisher_mcp(dir.path(), PUBLISH_SCRIPT))
         .await
         .unwrap();
     let mut params = CallToolRequestParams::new("ask_publisher");
@@ -599,24 +605,8 @@ async fn an_approval_asked_over_mcp_lets_a_top_level_argument_be_changed_before_
       {"toolCalls": [{"id": "call_about", "name": "write_file", "args": {"path": "about.md", "content": "about"}}]},
       {"text": "Published: {{toolResults}}"}
     ]}"#;
-    std::fs::write(dir.path().join("publish.json"), one).unwrap();
-    std::fs::write(
-        dir.path().join("askloop.toml"),
-        "[agents.publisher]\nname = \"Publisher\"\nscript = \"publish.json\"\ntools = [\"write_file\"]\nwrite_dir = \"site\"\n",
-    )
-    .unwrap();
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("ASKLOOP_DB", dir.path().join("runs.db"))
-        .current_dir(dir.path())
-        .arg("mcp");
     let person = Renamer::default();
-    let client = person
-        .clone()
-        .serve(TokioChildProcess::new(cmd).unwrap())
-        .await
-        .unwrap();
+    let client = person.clone().serve(publisher_mcp(dir.path(), one)).await.unwrap();
     let mut params = CallToolRequestParams::new("ask_publisher");
     params.arguments = json!({"message": "Publish the about page"}).as_object().cloned();
     let result = client.peer().call_tool(params).await.unwrap();

@@ -6,7 +6,6 @@ use askloop::{ModelError, ModelEvent};
 
 use crate::anthropic::stream::MessagesStreamParser;
 use crate::openai::stream::ChatStreamParser;
-use askloop::sse::SseDecoder;
 pub use askloop::sse::SseError;
 
 use crate::sse::parse_sse_chunks;
@@ -23,19 +22,8 @@ pub enum Format {
 /// The SSE events (type, data) of a body cut into `chunks`, or the
 /// decoder's error.
 pub fn decode_sse<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<(String, String)>, SseError> {
-    let mut decoder = SseDecoder::new();
-    let mut events = Vec::new();
-    for chunk in chunks {
-        decoder.push(chunk);
-        while let Some(event) = decoder.next_event()? {
-            events.push((event.event.to_owned(), event.data.to_owned()));
-        }
-    }
-    decoder.end();
-    while let Some(event) = decoder.next_event()? {
-        events.push((event.event.to_owned(), event.data.to_owned()));
-    }
-    Ok(events)
+    let events = askloop::sse::decode_chunks(chunks)?;
+    Ok(events.into_iter().map(|e| (e.event, e.data)).collect())
 }
 
 /// The model events a response body cut into `chunks` turns into, as the

@@ -201,26 +201,16 @@ pub(crate) fn parse_sse_chunks<'a, P: StreamParser>(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use askloop::sse::SseError;
 
     type Events = Vec<(String, String)>;
 
-    /// The events of a body cut into `chunks`.
+    /// The events of a body cut into `chunks`, as (type, data).
     fn decode<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Result<Events, SseError> {
-        let mut decoder = SseDecoder::new();
-        let mut events = Vec::new();
-        for chunk in chunks {
-            decoder.push(chunk);
-            while let Some(event) = decoder.next_event()? {
-                events.push((event.event.to_owned(), event.data.to_owned()));
-            }
-        }
-        decoder.end();
-        while let Some(event) = decoder.next_event()? {
-            events.push((event.event.to_owned(), event.data.to_owned()));
-        }
-        Ok(events)
+        Ok(askloop::sse::decode_chunks(chunks)?
+            .into_iter()
+            .map(|e| (e.event, e.data))
+            .collect())
     }
 
     fn decode_text(text: &str) -> Events {

@@ -269,27 +269,34 @@ pub fn events(body: &[u8]) -> Result<Vec<OwnedSseEvent>, SseError> {
     Ok(events)
 }
 
+/// Every event of a body that arrives cut into `chunks`, as a browser
+/// reads it: an event the body stops inside of is dropped (unlike
+/// [`events`], which calls that an error).
+pub fn decode_chunks<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<OwnedSseEvent>, SseError> {
+    let mut decoder = SseDecoder::new();
+    let mut events = Vec::new();
+    for chunk in chunks {
+        decoder.push(chunk);
+        while let Some(event) = decoder.next_event()? {
+            events.push(event.to_owned_event());
+        }
+    }
+    decoder.end();
+    while let Some(event) = decoder.next_event()? {
+        events.push(event.to_owned_event());
+    }
+    Ok(events)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     type Events = Vec<(String, String)>;
 
-    /// The events of a body cut into `chunks`.
+    /// The events of a body cut into `chunks`, as (type, data).
     fn decode<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Result<Events, SseError> {
-        let mut decoder = SseDecoder::new();
-        let mut events = Vec::new();
-        for chunk in chunks {
-            decoder.push(chunk);
-            while let Some(event) = decoder.next_event()? {
-                events.push((event.event.to_owned(), event.data.to_owned()));
-            }
-        }
-        decoder.end();
-        while let Some(event) = decoder.next_event()? {
-            events.push((event.event.to_owned(), event.data.to_owned()));
-        }
-        Ok(events)
+        Ok(decode_chunks(chunks)?.into_iter().map(|e| (e.event, e.data)).collect())
     }
 
     fn decode_text(text: &str) -> Events {

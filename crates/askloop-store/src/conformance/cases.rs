@@ -999,3 +999,59 @@ pub async fn a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse(
     assert_eq!(raw(s).schema_version("on-thread").await, 3, "kept by its writes");
     assert_eq!(s.store.get("on-thread").await.unwrap().unwrap().memory, run.memory);
 }
+
+/// A write that records an approval with edited arguments, or a decision
+/// by an approval rule, raises the row to the layout that holds them, so
+/// an older build refuses the run instead of misreading it; no later write
+/// lowers it, and other writes leave a run's layout as it was.
+pub async fn an_edited_or_ruled_decision_raises_the_row_to_the_layout_older_builds_refuse(s: &Subject) {
+    let edited = {
+        let mut r = askloop::Resolution::new(
+            Some("c1"),
+            askloop::ResolutionKind::Approved,
+            base_time(),
+            askloop::Author::named(askloop::Interface::Page, "dana"),
+        );
+        r.edit = Some(askloop::ArgumentsEdit {
+            original: json!({"path": "a.txt"}),
+            edited: json!({"path": "b.txt"}),
+        });
+        r
+    };
+    let ruled = askloop::Resolution::new(
+        Some("c1"),
+        askloop::ResolutionKind::Denied,
+        base_time(),
+        askloop::Author::named(askloop::Interface::Rule, "no-secrets"),
+    );
+    for (run_id, decision) in [("edited", edited), ("ruled", ruled)] {
+        s.store
+            .create(&new_run(run_id, "agent", base_time(), 0), &[])
+            .await
+            .unwrap();
+        let v = s
+            .store
+            .update(step(run_id, 0, RunStatus::Running, &[], &[]))
+            .await
+            .unwrap();
+        assert_eq!(
+            raw(s).schema_version(run_id).await,
+            1,
+            "{run_id}: a plain write keeps layout 1"
+        );
+        let mut decided = step(run_id, v, RunStatus::Running, &[], &[]);
+        decided.resolutions = std::slice::from_ref(&decision);
+        let v = s.store.update(decided).await.unwrap();
+        assert_eq!(raw(s).schema_version(run_id).await, RUN_SCHEMA_VERSION, "{run_id}");
+        s.store
+            .update(step(run_id, v, RunStatus::Completed, &[], &[]))
+            .await
+            .unwrap();
+        assert_eq!(
+            raw(s).schema_version(run_id).await,
+            RUN_SCHEMA_VERSION,
+            "{run_id}: never lowered again"
+        );
+        assert_eq!(s.store.get(run_id).await.unwrap().unwrap().resolutions, [decision]);
+    }
+}

@@ -272,7 +272,8 @@ macro_rules! raw_row_conformance_tests {
             a_corrupt_message_is_reported_for_that_run_only,
             a_row_from_a_newer_askloop_is_refused_and_left_unchanged,
             only_a_run_with_settings_is_stored_at_the_layout_that_older_builds_refuse,
-            a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse
+            a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse,
+            an_edited_or_ruled_decision_raises_the_row_to_the_layout_older_builds_refuse
         );
     };
 }

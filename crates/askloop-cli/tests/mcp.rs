@@ -382,14 +382,23 @@ fn write_deployer(dir: &Path) {
     .unwrap();
 }
 
-fn askloop_mcp(dir: &Path) -> TokioChildProcess {
-    write_deployer(dir);
+/// `askloop mcp` in `dir`, on the database there, with no model keys or
+/// resource from this environment; the caller adds its flags.
+fn mcp_command(dir: &Path) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_RESOURCE")
         .env("ASKLOOP_DB", dir.join("runs.db"))
         .current_dir(dir)
-        .args(["mcp", "--page-url", "http://127.0.0.1:4111"]);
+        .arg("mcp");
+    cmd
+}
+
+fn askloop_mcp(dir: &Path) -> TokioChildProcess {
+    write_deployer(dir);
+    let mut cmd = mcp_command(dir);
+    cmd.args(["--page-url", "http://127.0.0.1:4111"]);
     TokioChildProcess::new(cmd).unwrap()
 }
 
@@ -476,13 +485,7 @@ fn publisher_mcp(dir: &Path, script: &str) -> TokioChildProcess {
         "[agents.publisher]\nname = \"Publisher\"\nscript = \"publish.json\"\ntools = [\"write_file\"]\nwrite_dir = \"site\"\n",
     )
     .unwrap();
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("ASKLOOP_DB", dir.join("runs.db"))
-        .current_dir(dir)
-        .arg("mcp");
-    TokioChildProcess::new(cmd).unwrap()
+    TokioChildProcess::new(mcp_command(dir)).unwrap()
 }
 
 /// A person who ticks only the first box of the forms they are shown.
@@ -667,13 +670,7 @@ const CHAT_SCRIPT: &str = r#"{"turns": [
 fn chatter_mcp(dir: &Path, flag: Option<&str>, env: Option<&str>) -> TokioChildProcess {
     std::fs::write(dir.join("chat.json"), CHAT_SCRIPT).unwrap();
     std::fs::write(dir.join("askloop.toml"), "[agents.chatter]\nscript = \"chat.json\"\n").unwrap();
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_RESOURCE")
-        .env("ASKLOOP_DB", dir.join("runs.db"))
-        .current_dir(dir)
-        .arg("mcp");
+    let mut cmd = mcp_command(dir);
     if let Some(resource) = flag {
         cmd.args(["--resource", resource]);
     }

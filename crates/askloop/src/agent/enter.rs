@@ -36,6 +36,10 @@ impl ToolBook for AgentInner {
     fn rules(&self, name: &str) -> Option<ToolRules> {
         self.rules_of(name)
     }
+
+    fn input_problem(&self, name: &str, args: &serde_json::Value) -> Option<String> {
+        AgentInner::input_problem(self, name, args)
+    }
 }
 
 impl Agent {

@@ -71,6 +71,16 @@ pub(crate) struct RegisteredTool {
 }
 
 impl AgentInner {
+    /// Why `args` do not fit the input schema of the agent's tool `name`,
+    /// if they do not, checked with the validator compiled when the agent
+    /// was built (nothing for a tool the agent does not have).
+    pub(crate) fn input_problem(&self, name: &str, args: &serde_json::Value) -> Option<String> {
+        let registered = self.tools.get(name)?;
+        crate::tool::describe_errors(&registered.validator, args)
+            .err()
+            .map(|err| err.to_string())
+    }
+
     /// What the agent's approval rules decide about `call` of the run
     /// `record` (the first rule with a verdict, and its name), judged on
     /// the arguments as the call's tool will act on them.

@@ -20,7 +20,7 @@ use crate::store::{
     EventRun, Lease, OutboxMessage, PendingKind, PendingToolCall, Resolution, ResolutionKind, RunRecord, RunStatus,
     Subscription, messages_for,
 };
-use crate::tool::{InvalidResume, Tool, ToolOutput, check_against_schema};
+use crate::tool::{InvalidResume, ToolOutput};
 
 mod entry;
 mod run;
@@ -673,16 +673,17 @@ impl FittedDecision {
 /// Which decision fits which pending call: checks `decision` against
 /// `pending` (of `run`), with its tool when the agent has it. An answer to
 /// a question is checked by the tool; a decline and an expiry fit any call;
-/// an approval only a call that waits for one. A decline's reason may be
+/// an approval only a call that waits for one, and edited arguments only
+/// when they fit the tool's input schema. A decline's reason may be
 /// at most [`MAX_REASON_BYTES`] long.
 pub(crate) fn fit_decision(
     run: &RunRecord,
     pending: &PendingToolCall,
     decision: &Decision,
-    tool: Option<&dyn Tool>,
+    tools: &dyn ToolBook,
     agent_id: &str,
 ) -> Result<FittedDecision, RunError> {
-    let action = fit(run, pending, decision, tool, agent_id)?;
+    let action = fit(run, pending, decision, tools, agent_id)?;
     if let FittedDecision::DeclineQuestion {
         tool_call_id,
         reason: Some(reason),
@@ -707,9 +708,10 @@ fn fit(
     run: &RunRecord,
     pending: &PendingToolCall,
     decision: &Decision,
-    tool: Option<&dyn Tool>,
+    tools: &dyn ToolBook,
     agent_id: &str,
 ) -> Result<FittedDecision, RunError> {
+    let tool = tools.tool(&pending.tool_name);
     let tool_call_id = pending.tool_call_id.clone();
     let has_tool = || {
         tool.ok_or_else(|| RunError::UnknownTool {
@@ -752,7 +754,7 @@ fn fit(
             })
         }
         (PendingKind::Approval, Decision::ApproveWith(args)) => {
-            let tool = has_tool()?;
+            has_tool()?;
             let invalid = |reason: String| RunError::InvalidArguments {
                 run_id: run.run_id.clone(),
                 tool_call_id: tool_call_id.clone(),
@@ -761,7 +763,9 @@ fn fit(
             if !args.is_object() {
                 return Err(invalid(format!("the arguments must be a JSON object, got {args}")));
             }
-            check_against_schema(tool.input_schema(), args).map_err(|err| invalid(err.to_string()))?;
+            if let Some(problem) = tools.input_problem(&pending.tool_name, args) {
+                return Err(invalid(problem));
+            }
             Ok(FittedDecision::Approve {
                 tool_call_id,
                 args: Some(args.clone()),

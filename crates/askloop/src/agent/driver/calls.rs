@@ -13,17 +13,14 @@ use crate::agent::machine::{CallOutcome, ToolRun, done_result, error_result};
 use crate::cause::ErrorChain;
 use crate::message::ToolCall;
 use crate::store::{PendingKind, PendingToolCall};
-use crate::tool::{ToolContext, ToolOutcome, describe_errors};
+use crate::tool::{ToolContext, ToolOutcome};
 
 impl Driver {
     /// Why `call`'s input does not fit its tool's schema, if it does not
     /// (nothing for a tool the agent does not have: the machine refuses
     /// that call anyway).
     pub(super) fn invalid_input(&self, call: &ToolCall) -> Option<String> {
-        let registered = self.agent.tools.get(&call.name)?;
-        describe_errors(&registered.validator, &call.args)
-            .err()
-            .map(|err| err.to_string())
+        self.agent.input_problem(&call.name, &call.args)
     }
 
     /// Carries out a step's calls, running the tools concurrently; the

@@ -41,6 +41,15 @@ pub(crate) trait ToolBook {
     fn tool(&self, name: &str) -> Option<&dyn Tool>;
     /// Its rules, if the agent has it.
     fn rules(&self, name: &str) -> Option<ToolRules>;
+    /// Why `args` do not fit the input schema of the tool called `name`,
+    /// if they do not (nothing for a tool the agent does not have). The
+    /// agent answers from the validator it compiled once per tool.
+    fn input_problem(&self, name: &str, args: &serde_json::Value) -> Option<String> {
+        let tool = self.tool(name)?;
+        crate::tool::check_against_schema(tool.input_schema(), args)
+            .err()
+            .map(|err| err.to_string())
+    }
 }
 
 /// What someone asks of a stored run.
@@ -424,8 +433,7 @@ impl Entry {
             if late && let Some(expired_at) = target.expires_at.filter(|at| *at <= now) {
                 return Err(self.expired(target.tool_call_id.clone(), expired_at));
             }
-            let tool = tools.tool(&target.tool_name);
-            let action = fit_decision(run, target, decision, tool, &self.agent_id)?;
+            let action = fit_decision(run, target, decision, tools, &self.agent_id)?;
             if fitted
                 .iter()
                 .any(|(_, a): &(_, FittedDecision)| a.tool_call_id() == action.tool_call_id())

@@ -144,6 +144,7 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
             lease: None,
             resolutions: &[],
             outbox: &[],
+            grants: &[],
         })
         .await
         .unwrap();
@@ -190,6 +191,7 @@ impl Fixture {
                     lease: None,
                     resolutions: &[],
                     outbox: &[],
+                    grants: &[],
                 })
                 .await
                 .unwrap();

@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 
 mod columns;
+mod grants;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod location;

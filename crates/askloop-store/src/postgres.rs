@@ -16,6 +16,7 @@
 mod changes;
 mod errors;
 mod nul;
+mod grants;
 mod outbox;
 mod schema;
 mod settings;
@@ -425,6 +426,10 @@ impl RunStore for PostgresStore {
         Some(self)
     }
 
+    fn grant_store(&self) -> Option<&dyn askloop::GrantStore> {
+        Some(self)
+    }
+
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
         let run_id = run.run_id.as_str();
         let json = PgJson::of(JsonColumns::of_record(run)?);
@@ -722,6 +727,7 @@ impl RunStore for PostgresStore {
             self.append_to_thread(&mut tx, append).await?;
         }
         self.insert_outbox(&mut tx, update.outbox).await?;
+        self.insert_grants(&mut tx, update.grants).await?;
         self.announce(&mut tx, run_id).await?;
         tx.commit().await.map_err(self.failed(writing))?;
         Ok(version)

@@ -580,6 +580,7 @@ fn page_filter(
 mod changes;
 mod connection;
 mod fault;
+mod grants;
 mod outbox;
 mod threads;
 mod writes;
@@ -636,6 +637,10 @@ impl RunStore for SqliteStore {
     /// Notices, within half a second, that any process committed to the
     /// file (see `sqlite/changes.rs`).
     fn thread_store(&self) -> Option<&dyn askloop::ThreadStore> {
+        Some(self)
+    }
+
+    fn grant_store(&self) -> Option<&dyn askloop::GrantStore> {
         Some(self)
     }
 
@@ -807,6 +812,11 @@ impl RunStore for SqliteStore {
                 .outbox
                 .iter()
                 .map(outbox::NewDelivery::of)
+                .collect::<Result<_, _>>()?,
+            grants: update
+                .grants
+                .iter()
+                .map(crate::grants::GrantRow::of)
                 .collect::<Result<_, _>>()?,
         };
         self.write(Write::Update { step, bodies }).await

@@ -34,6 +34,7 @@ fn step_to<'a>(run_id: &'a str, expected_version: i64, status: RunStatus, append
         lease: None,
         resolutions: &[],
         outbox: &[],
+        grants: &[],
     }
 }
 

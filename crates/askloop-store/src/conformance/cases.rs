@@ -123,6 +123,7 @@ pub(crate) fn step<'a>(
         lease: None,
         resolutions: &[],
         outbox: &[],
+        grants: &[],
     }
 }
 
@@ -1000,11 +1001,12 @@ pub async fn a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse(
     assert_eq!(s.store.get("on-thread").await.unwrap().unwrap().memory, run.memory);
 }
 
-/// A write that records an approval with edited arguments, or a decision
-/// by an approval rule, raises the row to the layout that holds them, so
-/// an older build refuses the run instead of misreading it; no later write
-/// lowers it, and other writes leave a run's layout as it was.
-pub async fn an_edited_or_ruled_decision_raises_the_row_to_the_layout_older_builds_refuse(s: &Subject) {
+/// A write that records an approval with edited arguments, a decision by
+/// an approval rule (layout 4), or an approval that sticks or one it made
+/// (layout 5), raises the row to the layout that holds them, so an older
+/// build refuses the run instead of misreading it; no later write lowers
+/// it, and other writes leave a run's layout as it was.
+pub async fn a_decision_older_builds_cannot_read_raises_the_row_to_the_layout_they_refuse(s: &Subject) {
     let edited = {
         let mut r = askloop::Resolution::new(
             Some("c1"),
@@ -1024,7 +1026,22 @@ pub async fn an_edited_or_ruled_decision_raises_the_row_to_the_layout_older_buil
         base_time(),
         askloop::Author::named(askloop::Interface::Rule, "no-secrets"),
     );
-    for (run_id, decision) in [("edited", edited), ("ruled", ruled)] {
+    let granted = {
+        let mut r = askloop::Resolution::new(
+            Some("c1"),
+            askloop::ResolutionKind::Approved,
+            base_time(),
+            askloop::Author::named(askloop::Interface::Grant, "dana"),
+        );
+        r.grant = Some(askloop::GrantNote {
+            id: "earlier:c0".into(),
+            scope: askloop::GrantScope::Thread,
+            granted_at: base_time(),
+            granted_via: askloop::Interface::Page,
+        });
+        r
+    };
+    for (run_id, decision, layout) in [("edited", edited, 4), ("ruled", ruled, 4), ("granted", granted, 5)] {
         s.store
             .create(&new_run(run_id, "agent", base_time(), 0), &[])
             .await
@@ -1042,14 +1059,15 @@ pub async fn an_edited_or_ruled_decision_raises_the_row_to_the_layout_older_buil
         let mut decided = step(run_id, v, RunStatus::Running, &[], &[]);
         decided.resolutions = std::slice::from_ref(&decision);
         let v = s.store.update(decided).await.unwrap();
-        assert_eq!(raw(s).schema_version(run_id).await, RUN_SCHEMA_VERSION, "{run_id}");
+        assert_eq!(raw(s).schema_version(run_id).await, layout, "{run_id}");
+        assert!(layout <= RUN_SCHEMA_VERSION, "this build reads what it writes");
         s.store
             .update(step(run_id, v, RunStatus::Completed, &[], &[]))
             .await
             .unwrap();
         assert_eq!(
             raw(s).schema_version(run_id).await,
-            RUN_SCHEMA_VERSION,
+            layout,
             "{run_id}: never lowered again"
         );
         assert_eq!(s.store.get(run_id).await.unwrap().unwrap().resolutions, [decision]);

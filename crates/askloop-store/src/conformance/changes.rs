@@ -58,6 +58,7 @@ fn write<'a>(run_id: &'a str, version: i64, status: RunStatus, pending: &'a [Pen
         lease: None,
         resolutions: &[],
         outbox: &[],
+        grants: &[],
     }
 }
 

@@ -113,6 +113,7 @@ pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
         at: at(SystemClock.now()),
         author: Author::named(Interface::Http, "ops"),
         edit: None,
+        grant: None,
     };
     let mut first = step("run-r", v, RunStatus::Suspended, &[], &[]);
     let still = [question("c2", None)];
@@ -130,6 +131,7 @@ pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
         at: at(SystemClock.now()),
         author: Author::via(Interface::Server),
         edit: None,
+        grant: None,
     };
     // Two in one write: a late decision for c1 and the expiry of c2.
     let redecided = Resolution {
@@ -138,6 +140,7 @@ pub async fn resolutions_are_appended_by_writes_and_kept_in_order(s: &Subject) {
         at: at(SystemClock.now()),
         author: Author::named(Interface::Cli, "lead"),
         edit: None,
+        grant: None,
     };
     let both = [redecided.clone(), expired.clone()];
     let mut last = step("run-r", v, RunStatus::Completed, &[], &[]);

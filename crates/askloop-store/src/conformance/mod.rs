@@ -21,6 +21,7 @@ mod cases;
 mod changes;
 mod clock;
 mod expiry;
+mod grants;
 mod leases;
 mod outbox;
 mod raw;
@@ -39,6 +40,7 @@ pub use cases::*;
 pub use changes::*;
 pub use clock::*;
 pub use expiry::*;
+pub use grants::*;
 pub use leases::*;
 pub use outbox::*;
 pub use raw::RawRows;
@@ -241,7 +243,10 @@ macro_rules! store_conformance_tests {
             a_threads_messages_are_read_from_any_place_by_sequence,
             runs_are_listed_by_their_thread_and_by_resource,
             runs_walled_to_resources_are_listed_paged_and_counted_within_the_wall,
-            deleting_a_thread_deletes_its_messages_and_runs_unless_one_is_unfinished
+            deleting_a_thread_deletes_its_messages_and_runs_unless_one_is_unfinished,
+            grants_are_stored_with_their_write_and_not_with_a_refused_one,
+            live_grants_leave_out_other_agents_resources_revoked_and_expired_ones,
+            grants_are_listed_newest_first_filtered_and_paged
         );
     };
 }
@@ -273,7 +278,7 @@ macro_rules! raw_row_conformance_tests {
             a_row_from_a_newer_askloop_is_refused_and_left_unchanged,
             only_a_run_with_settings_is_stored_at_the_layout_that_older_builds_refuse,
             a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse,
-            an_edited_or_ruled_decision_raises_the_row_to_the_layout_older_builds_refuse
+            a_decision_older_builds_cannot_read_raises_the_row_to_the_layout_they_refuse
         );
     };
 }

@@ -85,6 +85,7 @@ pub async fn notifications_are_stored_with_their_write_and_not_with_a_refused_on
         .store
         .update(RunUpdate {
             outbox: &refused,
+            grants: &[],
             ..step("run-a", 0, RunStatus::Completed, &[], &[])
         })
         .await

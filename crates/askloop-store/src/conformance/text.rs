@@ -51,6 +51,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             lease: None,
             resolutions: &[],
             outbox: &[],
+            grants: &[],
         })
         .await
         .unwrap();
@@ -79,6 +80,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
             lease: None,
             resolutions: &[],
             outbox: &[],
+            grants: &[],
         })
         .await
         .unwrap();

@@ -62,7 +62,7 @@ use crate::row::{RowState, explain_missed_write, finished_condition};
 
 use super::SqliteSync;
 use super::outbox::{self, NewDelivery, Outcome};
-use super::threads;
+use super::{grants, threads};
 
 /// The most writes committed together.
 pub(crate) const MAX_BATCH: usize = 128;
@@ -132,6 +132,8 @@ pub(crate) struct Step {
     pub(crate) expires_at: Option<i64>,
     /// Notifications the step raises, inserted in its transaction.
     pub(crate) outbox: Vec<NewDelivery>,
+    /// Approvals that stick its approvals make, inserted in its transaction.
+    pub(crate) grants: Vec<crate::grants::GrantRow>,
 }
 
 /// One write, with everything it writes already serialised (by the caller,
@@ -190,6 +192,9 @@ pub(crate) enum Write {
     UpdateThread(threads::ThreadChange),
     /// `delete_thread`. Result: see [`threads::delete`].
     DeleteThread { resource_id: String, thread_id: String },
+    /// `revoke_grant`. Result: rows changed (0: no such grant, or revoked
+    /// already).
+    RevokeGrant(grants::Revocation),
 }
 
 /// `SQLITE_CONSTRAINT_PRIMARYKEY` and `SQLITE_CONSTRAINT_UNIQUE`.
@@ -216,9 +221,9 @@ impl Write {
     fn needs_transaction(&self) -> bool {
         match self {
             Write::Create { run, bodies } => !bodies.is_empty() || run.memory_thread_id.is_some(),
-            Write::Update { step, bodies } => !bodies.is_empty() || !step.outbox.is_empty(),
+            Write::Update { step, bodies } => !bodies.is_empty() || !step.outbox.is_empty() || !step.grants.is_empty(),
             Write::DeleteThread { .. } => true,
-            Write::CreateThread(_) | Write::UpdateThread(_) => false,
+            Write::CreateThread(_) | Write::UpdateThread(_) | Write::RevokeGrant(_) => false,
             Write::Claim { .. }
             | Write::Renew { .. }
             | Write::Reclaim { .. }
@@ -373,6 +378,7 @@ impl Write {
                     threads::append(conn, &append, bodies)?;
                 }
                 outbox::insert(conn, &step.outbox)?;
+                grants::insert(conn, &step.grants)?;
                 Ok(version)
             }
             Write::Claim {
@@ -503,6 +509,7 @@ impl Write {
             Write::CreateThread(thread) => threads::create(conn, thread),
             Write::UpdateThread(change) => threads::update(conn, change),
             Write::DeleteThread { resource_id, thread_id } => threads::delete(conn, resource_id, thread_id),
+            Write::RevokeGrant(revocation) => grants::revoke(conn, revocation),
         }
     }
 }
@@ -863,6 +870,7 @@ mod tests {
                 layout: 1,
                 expires_at: None,
                 outbox: Vec::new(),
+                grants: Vec::new(),
             },
             bodies: bodies(texts),
         }
@@ -926,6 +934,7 @@ mod tests {
                 lease: None,
                 resolutions: &[],
                 outbox: &[],
+                grants: &[],
             })
             .await
             .unwrap();

@@ -82,6 +82,10 @@ pub(crate) struct Driver {
     /// owner of the lease the run was claimed or created with, else a new
     /// one (taken by the first write that keeps the run running).
     lease_owner: String,
+    /// The live approvals that stick of the run's resource, read before
+    /// each model call (a grant revoked meanwhile covers nothing from the
+    /// next call on).
+    grants: Vec<crate::Grant>,
 }
 
 impl Driver {
@@ -114,6 +118,7 @@ impl Driver {
             message_id,
             text: String::new(),
             lease_owner,
+            grants: Vec::new(),
         }
     }
 
@@ -132,7 +137,10 @@ impl Driver {
                 Begin::Fresh => Some(Event::Started),
                 Begin::Resume(decisions) => Some(Event::Decided(self.resume(decisions, true))),
                 Begin::Applied => None,
-                Begin::Recovered => Some(self.recovered()),
+                Begin::Recovered => {
+                    self.read_grants().await;
+                    Some(self.recovered())
+                }
             };
             self.drive(first).await
         };
@@ -238,8 +246,34 @@ impl Driver {
         self.chunks.lock().unwrap_or_else(|p| p.into_inner()).push_back(chunk);
     }
 
+    /// Reads the live grants of the run's resource into
+    /// [`Driver::grants`]: none for a run on no thread, an agent none of
+    /// whose calls can wait for approval, or a store without grants. A
+    /// store that fails leaves none: calls then wait for a person.
+    async fn read_grants(&mut self) {
+        self.grants.clear();
+        let (Some(memory), Some(store)) = (&self.state.record.memory, self.agent.store.grant_store()) else {
+            return;
+        };
+        if !self.agent.asks_approval() {
+            return;
+        }
+        let now = self.agent.clock.now();
+        match store
+            .live_grants(&self.agent.id, &memory.key.resource_id, now)
+            .await
+        {
+            Ok(grants) => self.grants = grants,
+            Err(err) => {
+                let run_id = &self.state.record.run_id;
+                tracing::warn!(run_id = %run_id, error = %ErrorChain(&err), "reading the approvals that stick failed; calls wait for a person");
+            }
+        }
+    }
+
     /// Calls the model: `step-start`, then the turn as it streams.
     async fn call_model(&mut self, step: u32) -> Event {
+        self.read_grants().await;
         let started_at = self.agent.clock.now();
         self.emit(ChunkKind::StepStart(StepStart {
             message_id: self.message_id.clone(),
@@ -277,7 +311,7 @@ impl Driver {
                     }
                     let invalid = self.invalid_input(&call);
                     let ruling = match invalid {
-                        None => self.agent.ruling(&call, &self.state.record),
+                        None => self.agent.ruling(&call, &self.state.record, &self.grants),
                         Some(_) => None,
                     };
                     CheckedCall {
@@ -493,6 +527,7 @@ impl StoreUpdate<'_> {
             lease: self.lease,
             resolutions: &write.resolutions,
             outbox: &self.outbox,
+            grants: &write.grants,
         }
     }
 }

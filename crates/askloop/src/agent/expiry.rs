@@ -117,6 +117,7 @@ pub(crate) fn resolution(
         at,
         author,
         edit,
+        grant: None,
     }
 }
 

@@ -81,11 +81,17 @@ impl AgentInner {
             .map(|err| err.to_string())
     }
 
-    /// What the agent's approval rules decide about `call` of the run
-    /// `record` (the first rule with a verdict, and its name), judged on
-    /// the arguments as the call's tool will act on them.
-    pub(crate) fn ruling(&self, call: &crate::message::ToolCall, record: &RunRecord) -> Option<machine::Ruling> {
-        if self.rules.is_empty() {
+    /// What the agent's approval rules and `grants` decide about `call` of
+    /// the run `record`, judged on the arguments as the call's tool will
+    /// act on them: a rule that denies the call wins; else a grant that
+    /// covers it allows it; else the first rule with a verdict.
+    pub(crate) fn ruling(
+        &self,
+        call: &crate::message::ToolCall,
+        record: &RunRecord,
+        grants: &[crate::Grant],
+    ) -> Option<machine::Ruling> {
+        if self.rules.is_empty() && grants.is_empty() {
             return None;
         }
         let tool = self.tools.get(&call.name).map(|t| t.tool.as_ref());
@@ -100,16 +106,38 @@ impl AgentInner {
             thread_id: memory.map(|m| m.key.thread_id.as_str()),
             resource_id: memory.map(|m| m.key.resource_id.as_str()),
         };
-        let (rule, verdict) = crate::rules::first_verdict(&self.rules, &proposed)?;
-        let recorded = record
-            .resolution_of(&call.id)
-            .is_some_and(|r| r.author.via == crate::store::Interface::Rule);
+        let now = self.clock.now();
+        let ruled = crate::rules::first_verdict(&self.rules, &proposed);
+        let granted = grants.iter().find(|g| g.covers(&proposed, now));
+        let recorded = record.resolution_of(&call.id).is_some_and(|r| {
+            matches!(
+                r.author.via,
+                crate::store::Interface::Rule | crate::store::Interface::Grant
+            )
+        });
+        let (rule, verdict, grant) = match (ruled, granted) {
+            (Some((rule, verdict @ crate::Verdict::Deny(_))), _) | (Some((rule, verdict)), None) => {
+                (rule, verdict, None)
+            }
+            (_, Some(grant)) => (grant.id.clone(), crate::Verdict::Allow, Some(grant.clone())),
+            (None, None) => return None,
+        };
         Some(machine::Ruling {
             rule,
             verdict,
-            at: self.clock.now(),
+            at: now,
             recorded,
+            grant,
         })
+    }
+
+    /// Whether a call of the agent can wait for approval at all (then a
+    /// grant can matter to it).
+    pub(crate) fn asks_approval(&self) -> bool {
+        self.tools
+            .values()
+            .any(|t| t.needs_approval || t.tool.requires_approval())
+            || !self.rules.is_empty()
     }
 }
 

@@ -199,6 +199,10 @@ pub(crate) struct Ruling {
     /// The run already records it (a recovered run's call, ruled on before
     /// its process stopped): it is not recorded a second time.
     pub(crate) recorded: bool,
+    /// The approval that sticks that allows the call (`rule` is its id):
+    /// a person's standing decision, which may lift even a tool's own
+    /// policy.
+    pub(crate) grant: Option<crate::Grant>,
 }
 
 /// Whether a call runs, errors or waits.
@@ -250,7 +254,9 @@ pub(crate) fn plan_call(call: &ToolCall, facts: CallFacts<'_>) -> CallPlan {
     let mut needs_approval = rules.needs_approval;
     let mut allowed_by = None;
     if !facts.started
-        && let Some(Ruling { rule, verdict, .. }) = facts.ruling
+        && let Some(Ruling {
+            rule, verdict, grant, ..
+        }) = facts.ruling
     {
         match verdict {
             Verdict::Deny(reason) => {
@@ -261,8 +267,8 @@ pub(crate) fn plan_call(call: &ToolCall, facts: CallFacts<'_>) -> CallPlan {
             }
             Verdict::Ask => needs_approval = true,
             // A rule may lift what the agent's configuration asks, never the
-            // tool's own policy.
-            Verdict::Allow if needs_approval && !rules.own_approval => {
+            // tool's own policy; a person's grant may lift both.
+            Verdict::Allow if needs_approval && (!rules.own_approval || grant.is_some()) => {
                 needs_approval = false;
                 allowed_by = Some(rule.clone());
             }
@@ -617,6 +623,8 @@ pub(crate) enum Decision {
     Approve,
     /// Run the call with these arguments instead of the model's.
     ApproveWith(Value),
+    /// Run the call, and let later calls of its tool run in this scope.
+    ApproveAlways(crate::Always),
     /// Do not run the call or answer the question, for this reason.
     Decline(Option<String>),
     /// The call's time limit passed unanswered (see `expiry.rs`).
@@ -635,8 +643,13 @@ pub(crate) enum FittedDecision {
     },
     /// Run the call that waited for approval: with the model's arguments,
     /// or with `args` a person edited (checked against the tool's input
-    /// schema).
-    Approve { tool_call_id: String, args: Option<Value> },
+    /// schema); `always`: and let later calls of its tool run in that
+    /// scope (the run is on a thread).
+    Approve {
+        tool_call_id: String,
+        args: Option<Value>,
+        always: Option<crate::Always>,
+    },
     /// Never run the call that waited for approval; the model is told.
     DeclineApproval {
         tool_call_id: String,
@@ -751,6 +764,7 @@ fn fit(
             Ok(FittedDecision::Approve {
                 tool_call_id,
                 args: None,
+                always: None,
             })
         }
         (PendingKind::Approval, Decision::ApproveWith(args)) => {
@@ -769,9 +783,26 @@ fn fit(
             Ok(FittedDecision::Approve {
                 tool_call_id,
                 args: Some(args.clone()),
+                always: None,
             })
         }
-        (PendingKind::Suspended, Decision::ApproveWith(_)) => Err(RunError::WrongPendingKind {
+        (PendingKind::Approval, Decision::ApproveAlways(always)) => {
+            has_tool()?;
+            if run.memory.is_none() {
+                return Err(RunError::InvalidInput(format!(
+                    "run {} is on no thread, so an approval cannot stick to its thread or resource; approve \
+                     this call alone, or start runs on a thread (a resource and a thread id) to let approvals \
+                     stick",
+                    run.run_id
+                )));
+            }
+            Ok(FittedDecision::Approve {
+                tool_call_id,
+                args: None,
+                always: Some(always.clone()),
+            })
+        }
+        (PendingKind::Suspended, Decision::ApproveWith(_) | Decision::ApproveAlways(_)) => Err(RunError::WrongPendingKind {
             run_id: run.run_id.clone(),
             tool_call_id,
             detail: "is a question waiting for an answer, not a call waiting for approval; answer it instead".into(),
@@ -793,6 +824,7 @@ fn fit(
                     Ok(FittedDecision::Approve {
                         tool_call_id,
                         args: None,
+                        always: None,
                     })
                 }
                 Some(false) => Ok(FittedDecision::DeclineApproval { tool_call_id, reason }),
@@ -956,6 +988,7 @@ mod tests {
         let approve = FittedDecision::Approve {
             tool_call_id: "a".into(),
             args: None,
+            always: None,
         };
         let answer = FittedDecision::Answer {
             tool_call_id: "a".into(),

@@ -480,6 +480,7 @@ impl World {
                     at: chrono::DateTime::UNIX_EPOCH,
                     author: Author::default(),
                     edit: None,
+                    grant: None,
                 }),
                 action,
                 decline_answer: None,
@@ -674,6 +675,7 @@ fn ruling_for(id: &str, recorded: bool) -> Option<Ruling> {
         verdict,
         at: chrono::DateTime::UNIX_EPOCH,
         recorded,
+        grant: None,
     })
 }
 

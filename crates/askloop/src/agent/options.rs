@@ -165,6 +165,12 @@ pub enum CallDecision {
     ///
     /// [`Agent::approve_tool_call_with`]: crate::Agent::approve_tool_call_with
     ApproveWith(Value),
+    /// Run a call that waits for approval, and let later calls of its tool
+    /// run without waiting in this scope (see
+    /// [`Agent::approve_tool_call_always`]).
+    ///
+    /// [`Agent::approve_tool_call_always`]: crate::Agent::approve_tool_call_always
+    ApproveAlways(crate::Always),
     /// Decline the call (an approval is denied, a question left
     /// unanswered), with the reason the model is told.
     Decline(Option<String>),

@@ -62,6 +62,27 @@ impl Agent {
         self.decide(options, Decision::ApproveWith(args)).await
     }
 
+    /// Approves a call that waits for approval, and lets later calls of the
+    /// same tool run without waiting in `always`'s scope: the run's thread,
+    /// or every thread of its resource (see [`Grant`](crate::Grant)). The
+    /// grant is stored in the same write as the approval, so an approval
+    /// that loses to another decision grants nothing; later calls it
+    /// covers are recorded as approved by it
+    /// ([`Interface::Grant`](crate::Interface::Grant)), with who made it.
+    /// A run on no thread cannot make one: [`RunError::InvalidInput`].
+    pub async fn approve_tool_call_always(
+        &self,
+        options: ResumeOptions,
+        always: crate::Always,
+    ) -> Result<AgentStream, RunError> {
+        if options.reason.is_some() {
+            return Err(RunError::InvalidInput(
+                "an approval takes no `reason`: a reason goes with a decline, and is told to the model".into(),
+            ));
+        }
+        self.decide(options, Decision::ApproveAlways(always)).await
+    }
+
     /// Declines a pending call. A call waiting on approval never runs (the
     /// stream shows `tool-output-denied`); a question is left unanswered. The
     /// model is told, with `options.reason` when given, and the run goes on.
@@ -148,6 +169,7 @@ impl Agent {
                     CallDecision::Answer(data) => Decision::Answer { data, reason: None },
                     CallDecision::Approve => Decision::Approve,
                     CallDecision::ApproveWith(args) => Decision::ApproveWith(args),
+                    CallDecision::ApproveAlways(always) => Decision::ApproveAlways(always),
                     CallDecision::Decline(reason) => Decision::Decline(reason),
                 };
                 (tool_call_id, decision)
@@ -177,9 +199,9 @@ impl Agent {
         decision: CallDecision,
         author: Author,
     ) -> Result<AgentStream, RunError> {
-        if let CallDecision::Answer(_) | CallDecision::ApproveWith(_) = decision {
+        if let CallDecision::Answer(_) | CallDecision::ApproveWith(_) | CallDecision::ApproveAlways(_) = decision {
             return Err(RunError::InvalidInput(
-                "every call waiting for approval is approved or declined as it is, not answered or edited".into(),
+                "every call waiting for approval is approved or declined as it is, not answered, edited or made to stick".into(),
             ));
         }
         let run = self.load_named(run_id).await?;

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{
-    ChangeBroadcast, ChangeFeed, Delivery, DeliveryOutcome, DeliveryState, DeliveryStore, Lease, Resolution, RunChange,
+    Author, ChangeBroadcast, ChangeFeed, Delivery, DeliveryOutcome, DeliveryState, DeliveryStore, Grant, GrantQuery,
+    GrantStore, Lease, Resolution, RunChange,
     RunChanges, RunCursor, RunMemory, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError, Thread,
     ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore,
 };
@@ -27,12 +28,14 @@ struct StoredThread {
     messages: Vec<ThreadMessage>,
 }
 
-/// What the store holds. Threads sit beside the runs under one lock, since
-/// a run's write and its thread's messages are one write.
+/// What the store holds. Threads and grants sit beside the runs under one
+/// lock, since a run's write, its thread's messages and the grants of its
+/// approvals are one write.
 #[derive(Debug, Default)]
 struct Stored {
     runs: HashMap<String, StoredRun>,
     threads: HashMap<ThreadKey, StoredThread>,
+    grants: Vec<Grant>,
 }
 
 impl std::ops::Deref for Stored {
@@ -175,6 +178,10 @@ impl MemoryStore {
 #[async_trait]
 impl RunStore for MemoryStore {
     fn thread_store(&self) -> Option<&dyn ThreadStore> {
+        Some(self)
+    }
+
+    fn grant_store(&self) -> Option<&dyn GrantStore> {
         Some(self)
     }
 
@@ -337,6 +344,11 @@ impl RunStore for MemoryStore {
             let (agent_id, now) = (record.agent_id.clone(), record.updated_at);
             runs.append_to_thread(&memory, &agent_id, update.run_id, first, update.append, now);
         }
+        for grant in update.grants {
+            if !runs.grants.iter().any(|g| g.id == grant.id) {
+                runs.grants.push(grant.clone());
+            }
+        }
         if !update.outbox.is_empty() {
             self.lock_outbox().extend(update.outbox.iter().map(|message| Delivery {
                 message: message.clone(),
@@ -450,6 +462,48 @@ impl ChangeFeed for MemoryStore {
     /// Every write of this store (of any clone), as it happens.
     async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
         Ok(Some(self.changes.subscribe()))
+    }
+}
+
+#[async_trait]
+impl GrantStore for MemoryStore {
+    async fn live_grants(
+        &self,
+        agent_id: &str,
+        resource_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Grant>, StoreError> {
+        Ok(self
+            .lock()
+            .grants
+            .iter()
+            .filter(|g| g.agent_id == agent_id && g.resource_id == resource_id && g.is_live(now))
+            .cloned()
+            .collect())
+    }
+
+    async fn grant(&self, id: &str) -> Result<Option<Grant>, StoreError> {
+        Ok(self.lock().grants.iter().find(|g| g.id == id).cloned())
+    }
+
+    async fn grants(&self, query: &GrantQuery) -> Result<Vec<Grant>, StoreError> {
+        let stored = self.lock();
+        let mut found: Vec<Grant> = stored.grants.iter().filter(|g| query.admits(g)).cloned().collect();
+        found.sort_by(|a, b| b.granted_at.cmp(&a.granted_at).then_with(|| b.id.cmp(&a.id)));
+        found.truncate(query.page_size() as usize);
+        Ok(found)
+    }
+
+    async fn revoke_grant(&self, id: &str, by: &Author, at: DateTime<Utc>) -> Result<Option<Grant>, StoreError> {
+        let mut stored = self.lock();
+        let Some(grant) = stored.grants.iter_mut().find(|g| g.id == id) else {
+            return Ok(None);
+        };
+        if grant.revoked_at.is_none() {
+            grant.revoked_at = Some(at);
+            grant.revoked_by = Some(by.clone());
+        }
+        Ok(Some(grant.clone()))
     }
 }
 

@@ -8,6 +8,7 @@
 //! in the `askloop-store` crate and pass the same conformance suite.
 
 mod changes;
+mod grant;
 mod memory;
 mod outbox;
 mod resolution;
@@ -24,6 +25,7 @@ use serde_json::Value;
 use crate::message::{Message, ToolResult, Usage};
 
 pub use changes::{ChangeBroadcast, RunChange, RunChanges};
+pub use grant::{Always, Grant, GrantNote, GrantQuery, GrantScope, GrantStore};
 pub use memory::MemoryStore;
 pub use outbox::{Delivery, DeliveryOutcome, DeliveryState, EventType, OutboxMessage, Subscription};
 pub(crate) use outbox::{EventRun, messages_for};
@@ -52,7 +54,10 @@ pub use thread::{
 ///   the call again with them; one that does not know rules could not read
 ///   the run's record at all. A write that records either raises the row's
 ///   layout to 4 ([`RunUpdate::needs_layout`]).
-pub const RUN_SCHEMA_VERSION: i32 = 4;
+/// - 5: a run with an approval that sticks ([`Resolution::grant`]): one
+///   that made a grant, or a call approved by one ([`Interface::Grant`]).
+///   A build that does not know grants could not read the run's record.
+pub const RUN_SCHEMA_VERSION: i32 = 5;
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -231,15 +236,17 @@ impl RunRecord {
     /// The layout the run is stored with: the oldest that holds it (see
     /// [`RUN_SCHEMA_VERSION`]).
     pub fn schema_version(&self) -> i32 {
-        if self.resolutions.iter().any(Resolution::needs_layout_4) {
-            4
-        } else if self.memory.is_some() {
+        let own = if self.memory.is_some() {
             3
         } else if self.settings.is_default() {
             1
         } else {
             2
-        }
+        };
+        self.resolutions
+            .iter()
+            .map(Resolution::needs_layout)
+            .fold(own, i32::max)
     }
 
     /// The earliest time limit of the pending calls, if any has one.
@@ -428,6 +435,10 @@ pub struct RunUpdate<'a> {
     /// resolved), stored in the same write: see [`OutboxMessage`]. Empty
     /// for an agent with no subscriptions.
     pub outbox: &'a [OutboxMessage],
+    /// Approvals that stick, made by the approvals this write records,
+    /// stored in the same write (see [`Grant`]): a write that fails stores
+    /// none of them. Empty but for such an approval.
+    pub grants: &'a [Grant],
 }
 
 impl RunUpdate<'_> {
@@ -436,11 +447,11 @@ impl RunUpdate<'_> {
     /// (never lowers it), so that an older build refuses the run from then
     /// on instead of misreading it.
     pub fn needs_layout(&self) -> i32 {
-        if self.resolutions.iter().any(Resolution::needs_layout_4) {
-            4
-        } else {
-            1
-        }
+        self.resolutions
+            .iter()
+            .map(Resolution::needs_layout)
+            .max()
+            .unwrap_or(1)
     }
 }
 
@@ -700,6 +711,14 @@ pub enum StoreError {
         /// The thread.
         thread_id: String,
     },
+    /// A stored approval that sticks could not be read.
+    #[error("grant {id} is stored corrupt: {detail}")]
+    GrantCorrupt {
+        /// The grant.
+        id: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A stored thread row could not be read.
     #[error("thread {thread_id} of resource {resource_id} is stored corrupt: {detail}")]
     ThreadCorrupt {
@@ -842,6 +861,12 @@ pub trait RunStore: DeliveryStore + ChangeFeed + fmt::Debug + 'static {
     /// The store's threads, when it keeps them (the stores of askloop do).
     /// A store that does not refuses runs on a thread.
     fn thread_store(&self) -> Option<&dyn ThreadStore> {
+        None
+    }
+
+    /// The store's approvals that stick, when it keeps them (the stores of
+    /// askloop do). With a store that does not, an approval cannot stick.
+    fn grant_store(&self) -> Option<&dyn GrantStore> {
         None
     }
 

@@ -74,6 +74,9 @@ pub enum Interface {
     /// One of the agent's approval rules (its name is the author's `by`),
     /// deciding a call instead of a person.
     Rule,
+    /// An earlier approval that sticks ([`Resolution::grant`] names it; the
+    /// author's `by` is whoever made it), approving a call in its scope.
+    Grant,
 }
 
 impl Interface {
@@ -87,6 +90,7 @@ impl Interface {
             Interface::Server => "server",
             Interface::Mcp => "mcp",
             Interface::Rule => "rule",
+            Interface::Grant => "grant",
         }
     }
 }
@@ -148,6 +152,10 @@ pub struct Resolution {
     /// and the ones the call ran with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edit: Option<ArgumentsEdit>,
+    /// An approval that sticks: the grant this approval made or, through
+    /// [`Interface::Grant`], the one that approved this call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<super::GrantNote>,
 }
 
 /// Arguments a person changed before approving a call: the call ran with
@@ -161,11 +169,17 @@ pub struct ArgumentsEdit {
 }
 
 impl Resolution {
-    /// Whether only the layout of stored runs 4 on holds this resolution
-    /// (see [`RUN_SCHEMA_VERSION`](crate::RUN_SCHEMA_VERSION)): an edit, or a
-    /// decision by a rule.
-    pub(crate) fn needs_layout_4(&self) -> bool {
-        self.edit.is_some() || self.author.via == Interface::Rule
+    /// The oldest layout of stored runs that holds this resolution (see
+    /// [`RUN_SCHEMA_VERSION`](crate::RUN_SCHEMA_VERSION)): 5 for a grant, 4
+    /// for an edit or a decision by a rule, else 1.
+    pub(crate) fn needs_layout(&self) -> i32 {
+        if self.grant.is_some() || self.author.via == Interface::Grant {
+            5
+        } else if self.edit.is_some() || self.author.via == Interface::Rule {
+            4
+        } else {
+            1
+        }
     }
 
     /// A resolution made at `at` (read from the [`Clock`](crate::Clock) of
@@ -178,6 +192,7 @@ impl Resolution {
             at: crate::clock::to_micros(at),
             author,
             edit: None,
+            grant: None,
         }
     }
 }
@@ -196,6 +211,7 @@ mod tests {
             at,
             author: Author::named(Interface::Http, "ops-bot"),
             edit: None,
+            grant: None,
         };
         let wire = serde_json::to_value(&resolution).unwrap();
         assert_eq!(

@@ -192,7 +192,7 @@ impl Driver {
         };
         // The agent's approval rules judge a call whose input is sound.
         let ruling = if malformed.is_none() && invalid.is_none() {
-            self.agent.ruling(&call, &self.state.record)
+            self.agent.ruling(&call, &self.state.record, &self.grants)
         } else {
             None
         };

@@ -474,12 +474,20 @@ impl Entry {
         // that recovery never runs (or asks) a second time.
         let mut pending = run.pending.clone();
         let mut resolutions = Vec::new();
+        let mut grants = Vec::new();
         let mut start = Vec::with_capacity(fitted.len());
         for ((target, action), marked) in fitted.into_iter().zip(marked) {
             if marked {
                 let id = action.tool_call_id();
                 pending = mark_started(&pending, id, now);
-                resolutions.push(expiry::resolution(Some(target), &action, author.clone(), now));
+                let mut resolution = expiry::resolution(Some(target), &action, author.clone(), now);
+                // An approval that sticks is stored with the approval, in
+                // the claim's write: a lost claim grants nothing.
+                if let Some(grant) = grant_of(run, target, &action, tools, &self.agent_id, &author, now) {
+                    resolution.grant = Some(grant.note());
+                    grants.push(grant);
+                }
+                resolutions.push(resolution);
                 start.push((action, None));
             } else {
                 start.push((action, Some(author.clone())));
@@ -495,6 +503,7 @@ impl Entry {
             failure: None,
             resolutions,
             hold: true,
+            grants,
         };
         self.writing = Some(Writing::Claim {
             write: Some(write.clone()),
@@ -530,6 +539,7 @@ impl Entry {
             at: now,
             author,
             edit: None,
+        grant: None,
         };
         self.end_cancelled(run, Vec::new(), resolution);
         Ok(())
@@ -556,6 +566,7 @@ impl Entry {
             at: now,
             author,
             edit: None,
+        grant: None,
         };
         self.end_cancelled(run, append, resolution);
     }
@@ -573,6 +584,7 @@ impl Entry {
             failure: None,
             resolutions: vec![resolution],
             hold: false,
+            grants: Vec::new(),
         };
         self.phase = Phase::Writing;
         self.writing = Some(Writing::Cancel);
@@ -618,6 +630,7 @@ impl Entry {
             at: now,
             author,
             edit: None,
+        grant: None,
         };
         self.phase = Phase::Writing;
         self.writing = Some(Writing::Reclaim {
@@ -731,6 +744,55 @@ pub(crate) const UNANSWERED: &str =
 /// a decline as an answer ([`Tool::decline_as_answer`]); expiries always;
 /// answers when the tool says so; never an approval, which runs the tool for
 /// real.
+/// The grant an approval that sticks makes: for the call's tool (and its
+/// MCP server) of agent `agent_id`, in the run's thread or resource, with
+/// the arguments as the tool acts on them when it covers only those, made
+/// by `author` at `now`. `None` for any other decision (and for a run on
+/// no thread, which the decision's check refused already).
+fn grant_of(
+    run: &RunRecord,
+    call: &crate::store::PendingToolCall,
+    action: &FittedDecision,
+    tools: &dyn ToolBook,
+    agent_id: &str,
+    author: &Author,
+    now: DateTime<Utc>,
+) -> Option<crate::Grant> {
+    let FittedDecision::Approve {
+        always: Some(always), ..
+    } = action
+    else {
+        return None;
+    };
+    let memory = run.memory.as_ref()?;
+    let tool = tools.tool(&call.tool_name);
+    let args = always
+        .same_arguments
+        .then(|| tool.map_or_else(|| call.args.clone(), |t| t.acts_on(&call.args)));
+    let granted_at = crate::clock::to_micros(now);
+    let expires_at = always
+        .lasts
+        .and_then(|lasts| chrono::TimeDelta::from_std(lasts).ok())
+        .and_then(|lasts| granted_at.checked_add_signed(lasts));
+    Some(crate::Grant {
+        id: crate::Grant::id_for(&run.run_id, &call.tool_call_id),
+        agent_id: agent_id.to_owned(),
+        tool: call.tool_name.clone(),
+        mcp_server: tool.and_then(|t| t.mcp_server()).map(str::to_owned),
+        scope: always.scope,
+        resource_id: memory.key.resource_id.clone(),
+        thread_id: memory.key.thread_id.clone(),
+        args,
+        granted_by: author.clone(),
+        granted_at,
+        expires_at,
+        run_id: run.run_id.clone(),
+        tool_call_id: call.tool_call_id.clone(),
+        revoked_at: None,
+        revoked_by: None,
+    })
+}
+
 fn applies_without_effects(action: &FittedDecision, tool_name: &str, tools: &dyn ToolBook) -> bool {
     let tool = tools.tool(tool_name);
     match action {

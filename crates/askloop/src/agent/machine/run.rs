@@ -181,6 +181,8 @@ pub(crate) struct RunWrite {
     pub(crate) resolutions: Vec<Resolution>,
     /// The run stays held by its driver (a lease from the write's time on).
     pub(crate) hold: bool,
+    /// Approvals that stick, made by the approvals this write records.
+    pub(crate) grants: Vec<crate::Grant>,
 }
 
 impl RunWrite {
@@ -197,6 +199,7 @@ impl RunWrite {
             failure: None,
             resolutions: Vec::new(),
             hold: true,
+            grants: Vec::new(),
         }
     }
 }
@@ -588,6 +591,7 @@ impl RunMachine {
             resolutions: std::mem::take(&mut self.resolutions),
             // A run that stays running stays held by this stream.
             hold: write.status == RunStatus::Running,
+            grants: Vec::new(),
         }));
         self.phase = Phase::Saving { next };
     }
@@ -955,9 +959,10 @@ fn runs(calls: &[CheckedCall], plans: &[(CallPlan, ToolRules)]) -> Vec<ToolRun> 
         .collect()
 }
 
-/// The record of what the approval rules decided in `plans` (a call
-/// refused, or allowed to run where it would have waited): made by the
-/// rule, recorded with the step's next write, before any tool runs.
+/// The record of what the approval rules and grants decided in `plans` (a
+/// call refused, or allowed to run where it would have waited): made by
+/// the rule or the grant, recorded with the step's next write, before any
+/// tool runs.
 fn rulings(calls: &[CheckedCall], plans: &[(CallPlan, ToolRules)]) -> Vec<Resolution> {
     calls
         .iter()
@@ -970,12 +975,18 @@ fn rulings(calls: &[CheckedCall], plans: &[(CallPlan, ToolRules)]) -> Vec<Resolu
             };
             let ruling = checked.ruling.as_ref().filter(|r| !r.recorded)?;
             let at = ruling.at;
-            Some(Resolution::new(
-                Some(&checked.call.id),
-                kind,
-                at,
-                Author::named(Interface::Rule, rule.clone()),
-            ))
+            // A call a grant allows is approved by the person who made it,
+            // through the grant.
+            let author = match &ruling.grant {
+                Some(grant) => Author {
+                    via: Interface::Grant,
+                    by: grant.granted_by.by.clone(),
+                },
+                None => Author::named(Interface::Rule, rule.clone()),
+            };
+            let mut resolution = Resolution::new(Some(&checked.call.id), kind, at, author);
+            resolution.grant = ruling.grant.as_ref().map(crate::Grant::note);
+            Some(resolution)
         })
         .collect()
 }

@@ -190,6 +190,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
             failure: None,
             resolutions: Vec::new(),
             hold: false,
+            grants: Vec::new(),
         }
     );
 
@@ -420,6 +421,7 @@ fn a_decision_for_a_call_no_longer_pending_is_refused_unwritten_when_nothing_was
             action: FittedDecision::Approve {
                 tool_call_id: "gone".into(),
                 args: None,
+                always: None,
             },
             resolution: None,
             decline_answer: None,
@@ -533,6 +535,7 @@ fn decisions_for_every_call_of_a_step_run_together_and_are_written_once_before_o
         at: at(),
         author: crate::store::Author::default(),
         edit: None,
+        grant: None,
     };
     let answer = |id: &str, data: &str| Decided {
         action: FittedDecision::Answer {

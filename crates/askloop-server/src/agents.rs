@@ -223,16 +223,25 @@ fn approval(
 ) -> Result<(String, Option<String>, Decision), ApiError> {
     let mut fields = request.fields;
     crate::threads::request::decision_memory(&mut fields, caller)?;
+    const APPROVAL: &str = "runId, toolCallId, args, always, alwaysSameArguments, alwaysFor";
     let (accepted, decision) = if approved {
-        match fields.remove("args") {
-            None | Some(Value::Null) => ("runId, toolCallId, args", Decision::Approve(request.reason)),
-            Some(args) => {
-                if request.reason.is_some() {
-                    return Err(ApiError::BadRequest(
-                        "an approval takes no `reason`: a reason goes with a decline".into(),
-                    ));
-                }
-                ("runId, toolCallId, args", Decision::ApproveWith(args))
+        let always = always(&mut fields)?;
+        match (fields.remove("args"), always) {
+            (None | Some(Value::Null), None) => (APPROVAL, Decision::Approve(request.reason)),
+            (None | Some(Value::Null), Some(always)) => {
+                no_reason(request.reason.as_ref())?;
+                (APPROVAL, Decision::ApproveAlways(always))
+            }
+            (Some(args), None) => {
+                no_reason(request.reason.as_ref())?;
+                (APPROVAL, Decision::ApproveWith(args))
+            }
+            (Some(_), Some(_)) => {
+                return Err(ApiError::BadRequest(
+                    "an approval with edited `args` cannot also stick (`always`): approve the edited call alone, \
+                     or let the model's call stick"
+                        .into(),
+                ));
             }
         }
     } else {
@@ -240,6 +249,68 @@ fn approval(
     };
     request_fields::decision_fields(fields, accepted)?;
     Ok((request.run_id, request.tool_call_id, decision))
+}
+
+fn no_reason(reason: Option<&String>) -> Result<(), ApiError> {
+    match reason {
+        Some(_) => Err(ApiError::BadRequest(
+            "an approval takes no `reason`: a reason goes with a decline".into(),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// askloop's extension of Mastra's approval body for an approval that
+/// sticks: `always` (`"thread"` or `"resource"`), and optionally
+/// `alwaysSameArguments` (only later calls with the same arguments) and
+/// `alwaysFor` (how long, e.g. `"8h"`; until revoked without it). The two
+/// options without `always` are refused.
+pub(crate) fn always(fields: &mut serde_json::Map<String, Value>) -> Result<Option<askloop::Always>, ApiError> {
+    let scope = fields.remove("always");
+    let same = fields.remove("alwaysSameArguments");
+    let lasts = fields.remove("alwaysFor");
+    let scope = match scope {
+        None | Some(Value::Null) => {
+            if same.is_some() || lasts.is_some() {
+                return Err(ApiError::BadRequest(
+                    "`alwaysSameArguments` and `alwaysFor` go with `always` (\"thread\" or \"resource\")".into(),
+                ));
+            }
+            return Ok(None);
+        }
+        Some(Value::String(scope)) => scope
+            .parse::<askloop::GrantScope>()
+            .map_err(|e| ApiError::BadRequest(format!("`always`: {e}")))?,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "`always` must be \"thread\" or \"resource\", got {other}"
+            )));
+        }
+    };
+    let mut always = askloop::Always::in_scope(scope);
+    match same {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => always = always.same_arguments(),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "`alwaysSameArguments` must be true or false, got {other}"
+            )));
+        }
+    }
+    match lasts {
+        None | Some(Value::Null) => {}
+        Some(Value::String(text)) => {
+            let lasts =
+                askloop::parse_duration(&text).map_err(|e| ApiError::BadRequest(format!("`alwaysFor`: {e}")))?;
+            always = always.lasting(lasts);
+        }
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "`alwaysFor` must be a duration such as \"8h\" or \"30m\", got {other}"
+            )));
+        }
+    }
+    Ok(Some(always))
 }
 
 /// What a person sent about a pending call, through one of the routes
@@ -250,6 +321,8 @@ pub(crate) enum Decision {
     Approve(Option<String>),
     /// Approve, running the call with these edited arguments.
     ApproveWith(Value),
+    /// Approve, and let later calls of the tool run in this scope.
+    ApproveAlways(askloop::Always),
     Decline(Option<String>),
 }
 
@@ -290,6 +363,7 @@ pub(crate) async fn decision_stream(
         Decision::Answer(data) => agent.resume_stream(data, options).await,
         Decision::Approve(reason) => agent.approve_tool_call(options.with_reason(reason)).await,
         Decision::ApproveWith(args) => agent.approve_tool_call_with(options, args).await,
+        Decision::ApproveAlways(always) => agent.approve_tool_call_always(options, always).await,
         Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await,
     }
     .map_err(|err| on_agent_route(err, agent_id))

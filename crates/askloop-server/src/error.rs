@@ -67,6 +67,12 @@ pub enum ApiError {
         /// The thread asked for.
         thread_id: String,
     },
+    /// No approval that sticks with this id, among those the caller may see.
+    #[error("grant {} not found", quoted_excerpt(id))]
+    UnknownGrant {
+        /// The grant asked for.
+        id: String,
+    },
     /// A thread id names threads of several resources and the request did
     /// not say which.
     #[error(
@@ -277,6 +283,7 @@ impl ApiError {
             ApiError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::ForeignResource { .. } => (StatusCode::FORBIDDEN, "forbidden_resource"),
             ApiError::UnknownThread { .. } => (StatusCode::NOT_FOUND, "unknown_thread"),
+            ApiError::UnknownGrant { .. } => (StatusCode::NOT_FOUND, "unknown_grant"),
             ApiError::AmbiguousThread { .. } => (StatusCode::CONFLICT, "ambiguous_thread"),
             ApiError::ThreadBusy { .. } => (StatusCode::CONFLICT, "thread_busy"),
             ApiError::HostNotAllowed { .. } => (StatusCode::FORBIDDEN, "host_not_allowed"),
@@ -336,6 +343,7 @@ fn store_status(err: &StoreError) -> (StatusCode, &'static str) {
         StoreError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
         StoreError::ThreadExists { .. } => (StatusCode::CONFLICT, "thread_exists"),
         StoreError::ThreadCorrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "thread_unreadable"),
+        StoreError::GrantCorrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "grant_unreadable"),
         StoreError::NoThreads => (StatusCode::NOT_IMPLEMENTED, "no_threads"),
         StoreError::Corrupt { .. } | StoreError::NewerSchema { .. } => {
             (StatusCode::INTERNAL_SERVER_ERROR, "run_unreadable")

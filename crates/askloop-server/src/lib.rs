@@ -65,6 +65,7 @@ mod decisions;
 mod error;
 mod events;
 mod extract;
+mod grants;
 mod guard;
 mod mcp;
 mod me;
@@ -559,6 +560,8 @@ impl Server {
             .route("/runs/{run_id}/cancel", post(runs::cancel))
             .route("/runs/{run_id}/retry", post(runs::retry))
             .route("/runs/{run_id}/decisions", post(decisions::decide))
+            .route("/grants", get(grants::list))
+            .route("/grants/{grant_id}/revoke", post(grants::revoke))
             .route("/events", get(events::stream))
             // Unknown routes under /api need the token too: without it,
             // nothing says which routes exist.

@@ -80,10 +80,7 @@ impl GrantRow {
 
     pub(crate) fn into_grant(self) -> Result<Grant, StoreError> {
         let id = self.id;
-        let bad = |detail: String| StoreError::GrantCorrupt {
-            id: id.clone(),
-            detail,
-        };
+        let bad = |detail: String| StoreError::GrantCorrupt { id: id.clone(), detail };
         let scope: GrantScope = self.scope.parse().map_err(|e: String| bad(format!("scope: {e}")))?;
         let args = self
             .args

@@ -39,9 +39,9 @@
 #![warn(missing_docs)]
 
 mod columns;
-mod grants;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod grants;
 mod location;
 mod postgres;
 mod row;

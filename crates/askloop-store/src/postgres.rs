@@ -15,8 +15,8 @@
 
 mod changes;
 mod errors;
-mod nul;
 mod grants;
+mod nul;
 mod outbox;
 mod schema;
 mod settings;

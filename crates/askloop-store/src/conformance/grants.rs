@@ -71,7 +71,11 @@ pub async fn grants_are_stored_with_their_write_and_not_with_a_refused_one(s: &S
     stale.grants = std::slice::from_ref(&refused);
     let err = s.store.update(stale).await.unwrap_err();
     assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
-    assert_eq!(grants(s).grant("r:c2").await.unwrap(), None, "a refused write grants nothing");
+    assert_eq!(
+        grants(s).grant("r:c2").await.unwrap(),
+        None,
+        "a refused write grants nothing"
+    );
 }
 
 /// The live grants of an agent and resource leave out other agents' and
@@ -94,10 +98,21 @@ pub async fn live_grants_leave_out_other_agents_resources_revoked_and_expired_on
 
     let ops = Author::named(Interface::Http, "ops");
     let revoked_at = base_time() + Duration::minutes(5);
-    let revoked = grants(s).revoke_grant("r:revoked", &ops, revoked_at).await.unwrap().unwrap();
-    assert_eq!((revoked.revoked_at, revoked.revoked_by.clone()), (Some(revoked_at), Some(ops.clone())));
+    let revoked = grants(s)
+        .revoke_grant("r:revoked", &ops, revoked_at)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (revoked.revoked_at, revoked.revoked_by.clone()),
+        (Some(revoked_at), Some(ops.clone()))
+    );
     let again = grants(s)
-        .revoke_grant("r:revoked", &Author::named(Interface::Cli, "late"), revoked_at + Duration::minutes(1))
+        .revoke_grant(
+            "r:revoked",
+            &Author::named(Interface::Cli, "late"),
+            revoked_at + Duration::minutes(1),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -115,7 +130,11 @@ pub async fn live_grants_leave_out_other_agents_resources_revoked_and_expired_on
         ["r:expiring", "r:live"]
     );
     let late = base_time() + Duration::minutes(30);
-    assert_eq!(ids(grants(s).live_grants("agent", "alice", late).await.unwrap()), ["r:live"], "expired at its time");
+    assert_eq!(
+        ids(grants(s).live_grants("agent", "alice", late).await.unwrap()),
+        ["r:live"],
+        "expired at its time"
+    );
 }
 
 /// Grants are listed newest first, by agent, resource and thread, live
@@ -123,14 +142,27 @@ pub async fn live_grants_leave_out_other_agents_resources_revoked_and_expired_on
 pub async fn grants_are_listed_newest_first_filtered_and_paged(s: &Subject) {
     let v = run_on_thread(s, "r").await;
     let all: Vec<Grant> = (0..5)
-        .map(|i| grant(&format!("r:g{i}"), "agent", "t", "alice", if i % 2 == 0 { "t1" } else { "t2" }, i))
+        .map(|i| {
+            grant(
+                &format!("r:g{i}"),
+                "agent",
+                "t",
+                "alice",
+                if i % 2 == 0 { "t1" } else { "t2" },
+                i,
+            )
+        })
         .chain([grant("r:bob", "agent", "t", "bob", "t1", 9)])
         .collect();
     let mut write = step("r", v, RunStatus::Running, &[], &[]);
     write.grants = &all;
     s.store.update(write).await.unwrap();
     grants(s)
-        .revoke_grant("r:g4", &Author::via(Interface::Cli), base_time() + Duration::minutes(20))
+        .revoke_grant(
+            "r:g4",
+            &Author::via(Interface::Cli),
+            base_time() + Duration::minutes(20),
+        )
         .await
         .unwrap();
     let list = |query: GrantQuery| async move {

@@ -33,26 +33,26 @@ impl PostgresStore {
         for grant in grants {
             let row = GrantRow::of(grant)?;
             sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
-            .bind(nul::encode_text(&row.id).as_ref())
-            .bind(nul::encode_text(&row.agent_id).as_ref())
-            .bind(nul::encode_text(&row.tool).as_ref())
-            .bind(row.mcp_server.as_deref().map(nul::encode_text).as_deref())
-            .bind(&row.scope)
-            .bind(nul::encode_text(&row.resource_id).as_ref())
-            .bind(nul::encode_text(&row.thread_id).as_ref())
-            .bind(row.args.as_deref().map(nul::encode_json).as_deref())
-            .bind(&row.granted_via)
-            .bind(row.granted_by.as_deref().map(nul::encode_text).as_deref())
-            .bind(row.granted_at)
-            .bind(row.expires_at)
-            .bind(nul::encode_text(&row.run_id).as_ref())
-            .bind(nul::encode_text(&row.tool_call_id).as_ref())
-            .bind(row.revoked_at)
-            .bind(&row.revoked_via)
-            .bind(row.revoked_by.as_deref().map(nul::encode_text).as_deref())
-            .execute(&mut *tx)
-            .await
-            .map_err(self.failed(|| format!("writing the grant {}", grant.id)))?;
+                .bind(nul::encode_text(&row.id).as_ref())
+                .bind(nul::encode_text(&row.agent_id).as_ref())
+                .bind(nul::encode_text(&row.tool).as_ref())
+                .bind(row.mcp_server.as_deref().map(nul::encode_text).as_deref())
+                .bind(&row.scope)
+                .bind(nul::encode_text(&row.resource_id).as_ref())
+                .bind(nul::encode_text(&row.thread_id).as_ref())
+                .bind(row.args.as_deref().map(nul::encode_json).as_deref())
+                .bind(&row.granted_via)
+                .bind(row.granted_by.as_deref().map(nul::encode_text).as_deref())
+                .bind(row.granted_at)
+                .bind(row.expires_at)
+                .bind(nul::encode_text(&row.run_id).as_ref())
+                .bind(nul::encode_text(&row.tool_call_id).as_ref())
+                .bind(row.revoked_at)
+                .bind(&row.revoked_via)
+                .bind(row.revoked_by.as_deref().map(nul::encode_text).as_deref())
+                .execute(&mut *tx)
+                .await
+                .map_err(self.failed(|| format!("writing the grant {}", grant.id)))?;
         }
         Ok(())
     }

@@ -66,14 +66,7 @@ pub(crate) fn revoke(conn: &Connection, revocation: &Revocation) -> Result<i64, 
         .prepare_cached(
             "UPDATE grants SET revoked_at = ?, revoked_via = ?, revoked_by = ? WHERE id = ? AND revoked_at IS NULL",
         )
-        .and_then(|mut update| {
-            update.execute(params![
-                revocation.at,
-                revocation.via,
-                revocation.by,
-                revocation.id
-            ])
-        })
+        .and_then(|mut update| update.execute(params![revocation.at, revocation.via, revocation.by, revocation.id]))
         .map_err(StoreError::backend)?;
     Ok(changed as i64)
 }
@@ -157,9 +150,7 @@ impl GrantStore for SqliteStore {
 
     async fn grant(&self, id: &str) -> Result<Option<Grant>, StoreError> {
         let sql = format!("SELECT {} FROM grants WHERE id = ?", COLUMNS.join(", "));
-        Ok(self
-            .select_grants(&sql, vec![Value::Text(id.to_owned())])?
-            .pop())
+        Ok(self.select_grants(&sql, vec![Value::Text(id.to_owned())])?.pop())
     }
 
     async fn grants(&self, query: &GrantQuery) -> Result<Vec<Grant>, StoreError> {

@@ -259,10 +259,7 @@ impl Driver {
             return;
         }
         let now = self.agent.clock.now();
-        match store
-            .live_grants(&self.agent.id, &memory.key.resource_id, now)
-            .await
-        {
+        match store.live_grants(&self.agent.id, &memory.key.resource_id, now).await {
             Ok(grants) => self.grants = grants,
             Err(err) => {
                 let run_id = &self.state.record.run_id;

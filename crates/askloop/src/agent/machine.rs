@@ -802,11 +802,14 @@ fn fit(
                 always: Some(always.clone()),
             })
         }
-        (PendingKind::Suspended, Decision::ApproveWith(_) | Decision::ApproveAlways(_)) => Err(RunError::WrongPendingKind {
-            run_id: run.run_id.clone(),
-            tool_call_id,
-            detail: "is a question waiting for an answer, not a call waiting for approval; answer it instead".into(),
-        }),
+        (PendingKind::Suspended, Decision::ApproveWith(_) | Decision::ApproveAlways(_)) => {
+            Err(RunError::WrongPendingKind {
+                run_id: run.run_id.clone(),
+                tool_call_id,
+                detail: "is a question waiting for an answer, not a call waiting for approval; answer it instead"
+                    .into(),
+            })
+        }
         (PendingKind::Approval, Decision::Decline(reason)) => Ok(FittedDecision::DeclineApproval {
             tool_call_id,
             reason: reason.clone(),

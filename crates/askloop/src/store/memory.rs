@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 
 use super::{
     Author, ChangeBroadcast, ChangeFeed, Delivery, DeliveryOutcome, DeliveryState, DeliveryStore, Grant, GrantQuery,
-    GrantStore, Lease, Resolution, RunChange,
-    RunChanges, RunCursor, RunMemory, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError, Thread,
-    ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore,
+    GrantStore, Lease, Resolution, RunChange, RunChanges, RunCursor, RunMemory, RunQuery, RunRecord, RunStatus,
+    RunStore, RunUpdate, StoreError, Thread, ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery,
+    ThreadStore,
 };
 use crate::clock::{Clock, system_clock};
 use crate::message::Message;

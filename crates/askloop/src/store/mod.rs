@@ -447,11 +447,7 @@ impl RunUpdate<'_> {
     /// (never lowers it), so that an older build refuses the run from then
     /// on instead of misreading it.
     pub fn needs_layout(&self) -> i32 {
-        self.resolutions
-            .iter()
-            .map(Resolution::needs_layout)
-            .max()
-            .unwrap_or(1)
+        self.resolutions.iter().map(Resolution::needs_layout).max().unwrap_or(1)
     }
 }
 

@@ -539,7 +539,7 @@ impl Entry {
             at: now,
             author,
             edit: None,
-        grant: None,
+            grant: None,
         };
         self.end_cancelled(run, Vec::new(), resolution);
         Ok(())
@@ -566,7 +566,7 @@ impl Entry {
             at: now,
             author,
             edit: None,
-        grant: None,
+            grant: None,
         };
         self.end_cancelled(run, append, resolution);
     }
@@ -630,7 +630,7 @@ impl Entry {
             at: now,
             author,
             edit: None,
-        grant: None,
+            grant: None,
         };
         self.phase = Phase::Writing;
         self.writing = Some(Writing::Reclaim {

@@ -1,0 +1,129 @@
+//! Approvals that stick, listed and revoked:
+//!
+//! - `GET /api/grants?agentId=&resourceId=&threadId=&all=&limit=`: the
+//!   grants the caller may see, newest first; live ones only unless
+//!   `all=true` (revoked and expired ones too). A caller walled to
+//!   resources lists its own (the one it has when it names none).
+//! - `POST /api/grants/{grantId}/revoke`: the grant covers no call from the
+//!   next model call on; recorded with who revoked it and when. Revoking a
+//!   revoked grant keeps its first revocation.
+//!
+//! A grant the caller may not see (another agent's, another resource's) is
+//! answered as one that does not exist.
+
+use std::sync::Arc;
+
+use askloop::{Grant, GrantQuery, GrantStore, StoreError};
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{ApiPath, ApiQuery};
+
+type AppStateRef = State<Arc<AppState>>;
+
+/// `?agentId=&resourceId=&threadId=&all=&limit=`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct GrantParams {
+    #[serde(default)]
+    agent_id: Option<String>,
+    #[serde(default)]
+    resource_id: Option<String>,
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    all: bool,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+/// `GET /api/grants`.
+#[derive(Debug, Serialize)]
+pub(crate) struct GrantList {
+    grants: Vec<Grant>,
+}
+
+fn store(state: &AppState) -> Result<&dyn GrantStore, ApiError> {
+    state.store.grant_store().ok_or(ApiError::Store(StoreError::NoThreads))
+}
+
+/// Whether the caller may see `grant`: of an agent it may act for, for a
+/// resource it may use.
+fn may_see(caller: &Caller, grant: &Grant) -> bool {
+    caller.may_act_for(&grant.agent_id) && caller.check_resource(&grant.resource_id).is_ok()
+}
+
+/// `GET /api/grants`.
+pub(crate) async fn list(
+    State(state): AppStateRef,
+    caller: Caller,
+    ApiQuery(params): ApiQuery<GrantParams>,
+) -> Result<Json<GrantList>, ApiError> {
+    if let Some(agent_id) = &params.agent_id {
+        caller.check(agent_id)?;
+        state.agent(agent_id)?;
+    }
+    let resource_id = match (&params.resource_id, caller.resources()) {
+        (Some(resource), _) => {
+            caller.check_resource(resource)?;
+            Some(resource.clone())
+        }
+        (None, Some([only])) => Some(only.clone()),
+        (None, Some(_)) => {
+            return Err(ApiError::BadRequest(
+                "name the resource whose grants to list with ?resourceId=".into(),
+            ));
+        }
+        (None, None) => None,
+    };
+    if params.thread_id.is_some() && resource_id.is_none() {
+        return Err(ApiError::BadRequest(
+            "?threadId= names a thread of a resource: send ?resourceId= with it".into(),
+        ));
+    }
+    if params.limit.is_some_and(|limit| limit > GrantQuery::MAX_LIMIT) {
+        return Err(ApiError::BadRequest(format!(
+            "?limit= is at most {}",
+            GrantQuery::MAX_LIMIT
+        )));
+    }
+    let query = GrantQuery {
+        agent_id: params.agent_id,
+        resource_id,
+        thread_id: params.thread_id,
+        live_at: (!params.all).then(|| state.now()),
+        limit: params.limit.unwrap_or(0),
+    };
+    let grants = store(&state)?
+        .grants(&query)
+        .await?
+        .into_iter()
+        // A token limited to some agents sees only theirs.
+        .filter(|grant| may_see(&caller, grant))
+        .collect();
+    Ok(Json(GrantList { grants }))
+}
+
+/// `POST /api/grants/{grantId}/revoke`.
+pub(crate) async fn revoke(
+    State(state): AppStateRef,
+    ApiPath(id): ApiPath<String>,
+    caller: Caller,
+) -> Result<Json<Grant>, ApiError> {
+    let grants = store(&state)?;
+    let unknown = || ApiError::UnknownGrant { id: id.clone() };
+    let grant = grants.grant(&id).await?.ok_or_else(unknown)?;
+    if !may_see(&caller, &grant) {
+        return Err(unknown());
+    }
+    let revoked = grants
+        .revoke_grant(&id, &caller.author(), state.now())
+        .await?
+        .ok_or_else(unknown)?;
+    tracing::info!(grant = %id, by = ?caller.author().by, "an approval that sticks was revoked");
+    Ok(Json(revoked))
+}

@@ -110,6 +110,17 @@ pub enum Command {
         /// leaving them unchanged approves them as they are.
         #[arg(long, conflicts_with = "all")]
         edit: bool,
+        /// Let later calls of the same tool run without asking: in this run's thread
+        /// (`thread`) or in every thread of its resource (`resource`). Only for a run on a
+        /// thread; `askloop grants` lists them, `askloop grants revoke ID` ends one.
+        #[arg(long, value_name = "SCOPE", conflicts_with_all = ["all", "args", "edit"])]
+        always: Option<askloop::GrantScope>,
+        /// With --always: only later calls with the same arguments.
+        #[arg(long, requires = "always")]
+        same_args: bool,
+        /// With --always: for this long (e.g. 8h, 30m); without it, until revoked.
+        #[arg(long = "for", value_name = "DURATION", requires = "always", value_parser = duration)]
+        lasting: Option<Duration>,
         /// Continue with this model instead of the run's own, resolved from
         /// the environment now (e.g. openai/gpt-4o-mini with a new
         /// OPENAI_BASE_URL). Without it, a run goes on where it started.
@@ -119,6 +130,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the approvals that stick (made with `approve --always`) of your resource;
+    /// `grants revoke ID` ends one: the next call it covered waits for approval again.
+    Grants(GrantsArgs),
     /// Decline a tool call (or a question); the agent is told and goes on.
     Decline {
         /// The run.
@@ -348,6 +362,34 @@ pub struct ThreadsArgs {
     /// Print one JSON array.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `askloop grants`.
+#[derive(Debug, Args)]
+pub struct GrantsArgs {
+    #[command(subcommand)]
+    pub command: Option<GrantsCommand>,
+    #[command(flatten)]
+    pub resource: ResourceArg,
+    /// Only those made in this thread.
+    #[arg(long, value_name = "ID")]
+    pub thread: Option<String>,
+    /// Revoked and expired ones too.
+    #[arg(long)]
+    pub all: bool,
+    /// Print one JSON array.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GrantsCommand {
+    /// End an approval that sticks: from the next model call on, the calls it covered
+    /// wait for approval again. Recorded with you as who revoked it.
+    Revoke {
+        /// The grant (its id, as `askloop grants` lists it).
+        grant_id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -408,3 +408,96 @@ fn a_question_answered_elsewhere_while_the_chat_asks_it_is_skipped_and_the_threa
         "{thread}"
     );
 }
+
+/// Three writes, one per message of a thread (turn N is played when the
+/// request holds N assistant messages).
+const WRITES: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "write_file", "args": {"path": "a.txt", "content": "one"}}]},
+  {"text": "Result: {{toolResults}}"},
+  {"toolCalls": [{"name": "write_file", "args": {"path": "b.txt", "content": "two"}}]},
+  {"text": "Again: {{toolResults}}"},
+  {"toolCalls": [{"name": "write_file", "args": {"path": "c.txt", "content": "three"}}]},
+  {"text": "Third: {{toolResults}}"}
+]}"#;
+
+#[test]
+fn approve_always_lets_the_threads_next_write_run_until_grants_revoke_ends_it() {
+    let env = Env::new();
+    let script = env.script("writes.json", WRITES).display().to_string();
+    let chat = |input: &str| {
+        env.run_with_input(
+            &["chat", "--thread", "w1", "--resource", "ana", "--script", &script],
+            input,
+        )
+    };
+    let out = chat("write\n");
+    assert_eq!(code(&out), SUSPENDED, "the write waits: {}", stderr(&out));
+    let runs = json_of(&env.run(&["runs", "--json"]));
+    let run_id = runs[0]["runId"].as_str().unwrap().to_owned();
+
+    for (args, says) in [
+        (vec!["--always", "forever"], "\"thread\""),
+        (vec!["--same-args"], "--always"),
+        (vec!["--always", "thread", "--for", "soon"], "soon"),
+    ] {
+        let mut argv = vec!["approve", run_id.as_str()];
+        argv.extend(args.iter().copied());
+        let out = env.run(&argv);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    assert!(!env.dir.path().join("a.txt").exists(), "nothing written while refused");
+
+    let out = env.run(&["approve", &run_id, "--always", "thread", "--for", "8h"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(env.dir.path().join("a.txt")).unwrap(), "one");
+
+    let out = chat("again\n");
+    assert_eq!(code(&out), 0, "no question this time: {}", stderr(&out));
+    assert!(!stderr(&out).contains("Allow write_file"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(env.dir.path().join("b.txt")).unwrap(), "two");
+
+    let grants = json_of(&env.run(&["grants", "--resource", "ana", "--json"]));
+    let grant = &grants[0];
+    assert_eq!(
+        grant["id"],
+        json!(format!(
+            "{run_id}:{}",
+            runs[0]["pending"][0]["toolCallId"].as_str().unwrap()
+        ))
+    );
+    assert_eq!(
+        (&grant["tool"], &grant["scope"], &grant["threadId"]),
+        (&json!("write_file"), &json!("thread"), &json!("w1"))
+    );
+    assert!(grant["expiresAt"].is_string(), "{grant}");
+    let listed = env.run(&["grants", "--resource", "ana"]);
+    assert!(stdout(&listed).contains("in thread w1"), "{}", stdout(&listed));
+    let other = json_of(&env.run(&["grants", "--resource", "bo", "--json"]));
+    assert_eq!(other, json!([]), "another resource's grants are not listed");
+    let id = grant["id"].as_str().unwrap();
+    let out = env.run(&["grants", "revoke", id, "--resource", "bo"]);
+    assert_eq!(code(&out), 1, "another resource cannot revoke it: {}", stderr(&out));
+
+    let out = env.run(&["grants", "revoke", id, "--resource", "ana"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stderr(&out).contains("Revoked: write_file"), "{}", stderr(&out));
+    let out = chat("third\n");
+    assert_eq!(
+        code(&out),
+        SUSPENDED,
+        "revoked: the write waits again: {}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("Allow write_file"), "{}", stderr(&out));
+    assert!(!env.dir.path().join("c.txt").exists());
+    let all = json_of(&env.run(&["grants", "--resource", "ana", "--all", "--json"]));
+    assert!(all[0]["revokedAt"].is_string(), "{all}");
+
+    // The second run's record: approved through the grant.
+    let thread = shown(&env, "w1", "ana");
+    let call = &thread["messages"][4]["toolCalls"][0];
+    assert_eq!(call["args"]["path"], "b.txt", "{thread}");
+    assert_eq!(call["resolution"]["via"], "grant", "{thread}");
+    assert_eq!(call["resolution"]["grant"]["id"], json!(id), "{thread}");
+}

@@ -201,6 +201,9 @@ pub enum Args {
     Given(String),
     /// The model's, edited in the person's editor first (`--edit`).
     Edit,
+    /// The model's, and later calls of the tool run without asking in
+    /// this scope (`--always`).
+    Always(askloop::Always),
 }
 
 pub async fn approve(ctx: &Context, call: Call<'_>, args: Args, json: bool) -> Result<Done, CliError> {
@@ -208,6 +211,10 @@ pub async fn approve(ctx: &Context, call: Call<'_>, args: Args, json: bool) -> R
     let pending = target(&run, call.tool_call_id)?;
     let options = ResumeOptions::call(&run.run_id, &pending.tool_call_id).by(cli_author());
     let edited = match args {
+        Args::Always(always) => {
+            let stream = agent.approve_tool_call_always(options, always).await?;
+            return Ok(finish(ctx, stream, json).await);
+        }
         Args::Model => None,
         Args::Given(text) => Some(
             serde_json::from_str::<Value>(&text)

@@ -3,6 +3,7 @@
 
 mod chat;
 mod decide;
+mod grants;
 mod mcp;
 mod run;
 mod runs;
@@ -11,7 +12,7 @@ mod threads;
 
 use askloop::{AgentStream, CallDecision, StreamOutput};
 
-use crate::cli::{Cli, Command, RunsCommand, ThreadsCommand};
+use crate::cli::{Cli, Command, GrantsCommand, RunsCommand, ThreadsCommand};
 use crate::exit::{CliError, Done};
 use crate::render::{self, Format};
 use crate::setup::{self, ModelChoice};
@@ -62,6 +63,9 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
             all,
             args,
             edit,
+            always,
+            same_args,
+            lasting,
             model,
             json,
         } => {
@@ -69,12 +73,29 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
             if all {
                 decide::every_approval(&ctx, call, CallDecision::Approve, json).await
             } else {
-                let args = match (args, edit) {
-                    (Some(args), _) => decide::Args::Given(args),
-                    (None, true) => decide::Args::Edit,
-                    (None, false) => decide::Args::Model,
+                let args = match (args, edit, always) {
+                    (Some(args), _, _) => decide::Args::Given(args),
+                    (None, true, _) => decide::Args::Edit,
+                    (None, false, Some(scope)) => {
+                        let mut always = askloop::Always::in_scope(scope);
+                        if same_args {
+                            always = always.same_arguments();
+                        }
+                        if let Some(lasting) = lasting {
+                            always = always.lasting(lasting);
+                        }
+                        decide::Args::Always(always)
+                    }
+                    (None, false, None) => decide::Args::Model,
                 };
                 decide::approve(&ctx, call, args, json).await
+            }
+        }
+        Command::Grants(args) => {
+            let resource = threads::resource(args.resource.resource.as_deref())?;
+            match args.command {
+                Some(GrantsCommand::Revoke { grant_id }) => grants::revoke(&ctx, &resource, &grant_id, args.json).await,
+                None => grants::list(&ctx, resource, args.thread.as_deref(), args.all, args.json).await,
             }
         }
         Command::Decline {

@@ -389,9 +389,12 @@ impl World {
                     }
                     // As the driver does: a ruling the run records already
                     // is not recorded again.
-                    let recorded = record
-                        .resolution_of(&call.id)
-                        .is_some_and(|r| r.author.via == crate::store::Interface::Rule);
+                    let recorded = record.resolution_of(&call.id).is_some_and(|r| {
+                        matches!(
+                            r.author.via,
+                            crate::store::Interface::Rule | crate::store::Interface::Grant
+                        )
+                    });
                     CheckedCall {
                         ruling: ruling_for(&call.id, recorded),
                         ..CheckedCall::sound(call)
@@ -661,22 +664,45 @@ impl Tool for AskOnce {
     }
 }
 
-/// What the simulated agent's approval rules decide about call `id`, the
-/// same each time it is asked (as a rule of the agent's code is): some
-/// calls refused, some allowed, the rest left to their tool.
+/// What the simulated agent's approval rules and grants decide about call
+/// `id`, the same each time it is asked (as a rule of the agent's code is,
+/// and a grant not revoked meanwhile): some calls refused, some allowed by
+/// a rule, some by an earlier person's grant, the rest left to their tool.
 fn ruling_for(id: &str, recorded: bool) -> Option<Ruling> {
-    let verdict = match id.bytes().map(usize::from).sum::<usize>() % 5 {
-        4 => Verdict::Deny(format!("{id} ruled out")),
-        2 => Verdict::Allow,
+    let (verdict, grant) = match id.bytes().map(usize::from).sum::<usize>() % 5 {
+        4 => (Verdict::Deny(format!("{id} ruled out")), None),
+        2 => (Verdict::Allow, None),
+        3 => (Verdict::Allow, Some(simulated_grant())),
         _ => return None,
     };
     Some(Ruling {
-        rule: "simulated".into(),
+        rule: grant.as_ref().map_or_else(|| "simulated".into(), |g| g.id.clone()),
         verdict,
         at: chrono::DateTime::UNIX_EPOCH,
         recorded,
-        grant: None,
+        grant,
     })
+}
+
+/// The grant the simulation's person made earlier, for every tool.
+fn simulated_grant() -> crate::Grant {
+    crate::Grant {
+        id: "earlier:c0".into(),
+        agent_id: "agent".into(),
+        tool: "any".into(),
+        mcp_server: None,
+        scope: crate::GrantScope::Thread,
+        resource_id: "r".into(),
+        thread_id: "t".into(),
+        args: None,
+        granted_by: Author::named(crate::Interface::Page, "dana"),
+        granted_at: chrono::DateTime::UNIX_EPOCH,
+        expires_at: None,
+        run_id: "earlier".into(),
+        tool_call_id: "c0".into(),
+        revoked_at: None,
+        revoked_by: None,
+    }
 }
 
 fn call_id(turn: usize, call: usize) -> String {
@@ -826,9 +852,23 @@ proptest! {
             for call in tool_calls {
                 let ruled = world.store.record.resolutions.iter()
                     .filter(|r| r.tool_call_id.as_deref() == Some(call.id.as_str())
-                        && r.author.via == crate::store::Interface::Rule)
+                        && matches!(r.author.via, crate::store::Interface::Rule | crate::store::Interface::Grant))
                     .count();
-                match ruling_for(&call.id, false).map(|r| r.verdict) {
+                let ruling = ruling_for(&call.id, false);
+                if ruling.as_ref().is_some_and(|r| r.grant.is_some()) {
+                    // A person's grant lifts even the tool's own policy: the
+                    // call never waits, and is recorded once as approved
+                    // through the grant, by its maker.
+                    if matches!(call.name.as_str(), "checked" | "guarded") && status == RunStatus::Completed {
+                        prop_assert_eq!(ruled, 1, "{} allowed by the grant, recorded once", call.id);
+                        let by_grant = world.store.record.resolution_of(&call.id);
+                        prop_assert!(by_grant.is_some_and(|r| r.author.via == crate::store::Interface::Grant
+                            && r.author.by.as_deref() == Some("dana")
+                            && r.grant.as_ref().is_some_and(|g| g.id == "earlier:c0")), "{:?}", by_grant);
+                    }
+                    continue;
+                }
+                match ruling.map(|r| r.verdict) {
                     Some(Verdict::Deny(reason)) if status == RunStatus::Completed => {
                         prop_assert!(!world.executions.contains_key(&call.id), "{} ran though refused", call.id);
                         let told = messages.iter().any(|m| matches!(m, Message::Tool(t)

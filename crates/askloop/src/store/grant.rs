@@ -263,3 +263,79 @@ pub trait GrantStore: Send + Sync {
     /// its first revocation.
     async fn revoke_grant(&self, id: &str, by: &Author, at: DateTime<Utc>) -> Result<Option<Grant>, StoreError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Author, Interface};
+    use serde_json::json;
+
+    fn grant() -> Grant {
+        let at = DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z").unwrap().to_utc();
+        Grant {
+            id: "r1:c1".into(),
+            agent_id: "ops".into(),
+            tool: "search".into(),
+            mcp_server: Some("docs".into()),
+            scope: GrantScope::Thread,
+            resource_id: "alice".into(),
+            thread_id: "t1".into(),
+            args: None,
+            granted_by: Author::named(Interface::Page, "dana"),
+            granted_at: at,
+            expires_at: Some(at + chrono::TimeDelta::hours(1)),
+            run_id: "r1".into(),
+            tool_call_id: "c1".into(),
+            revoked_at: None,
+            revoked_by: None,
+        }
+    }
+
+    fn call<'a>(tool: &'a str, server: &'a str, args: &'a Value, thread: &'a str) -> ProposedCall<'a> {
+        ProposedCall {
+            agent_id: "ops",
+            resource_id: Some("alice"),
+            thread_id: Some(thread),
+            ..ProposedCall::new(tool, args).from_server(server)
+        }
+    }
+
+    #[test]
+    fn a_grant_covers_only_its_agent_tool_server_scope_arguments_and_time() {
+        let g = grant();
+        let now = g.granted_at + chrono::TimeDelta::minutes(5);
+        let args = json!({"q": "x"});
+        assert!(g.covers(&call("search", "docs", &args, "t1"), now));
+        assert!(!g.covers(&call("search", "web", &args, "t1"), now), "another server's tool of the same name");
+        assert!(!g.covers(&call("fetch", "docs", &args, "t1"), now), "another tool");
+        assert!(!g.covers(&call("search", "docs", &args, "t2"), now), "another thread");
+        let other_agent = ProposedCall {
+            agent_id: "helper",
+            ..call("search", "docs", &args, "t1")
+        };
+        assert!(!g.covers(&other_agent, now), "another agent");
+        assert!(!g.covers(&call("search", "docs", &args, "t1"), g.expires_at.unwrap()), "expired at its time");
+
+        let resource = Grant {
+            scope: GrantScope::Resource,
+            args: Some(json!({"q": "x"})),
+            ..grant()
+        };
+        assert!(resource.covers(&call("search", "docs", &args, "t2"), now), "any thread of the resource");
+        let other_args = json!({"q": "y"});
+        assert!(!resource.covers(&call("search", "docs", &other_args, "t2"), now), "only its arguments");
+        let revoked = Grant {
+            revoked_at: Some(now),
+            ..grant()
+        };
+        assert!(!revoked.covers(&call("search", "docs", &args, "t1"), now));
+    }
+
+    #[test]
+    fn a_scope_reads_from_its_name_and_says_what_it_accepts() {
+        assert_eq!("thread".parse::<GrantScope>(), Ok(GrantScope::Thread));
+        assert_eq!("resource".parse::<GrantScope>(), Ok(GrantScope::Resource));
+        let err = "always".parse::<GrantScope>().unwrap_err();
+        assert!(err.contains("\"thread\"") && err.contains("\"resource\""), "{err}");
+    }
+}

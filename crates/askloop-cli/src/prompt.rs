@@ -20,13 +20,26 @@ pub enum Reply {
     Left,
 }
 
+/// What the person said about a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approval {
+    /// Run it.
+    Yes,
+    /// Do not.
+    No,
+    /// Run it, and later calls of the same tool in this chat without asking.
+    Always,
+}
+
 /// Asks questions.
 pub trait Prompter {
     /// Asks one `ask_user` question.
     fn ask(&mut self, question: &Question) -> Result<Reply, CliError>;
     /// Asks whether a tool call may run; `what` says what it would do
-    /// (`tools::describe_call`). `None` when the person left.
-    fn approve(&mut self, what: &str) -> Result<Option<bool>, CliError>;
+    /// (`tools::describe_call`); `may_stick`: the run is on a thread, so
+    /// the person may also let the tool run without asking in it from now
+    /// on. `None` when the person left.
+    fn approve(&mut self, what: &str, may_stick: bool) -> Result<Option<Approval>, CliError>;
     /// Reads a line of chat input. `None` when the person left.
     fn message(&mut self, prompt: &str) -> Result<Option<String>, CliError>;
 }
@@ -102,12 +115,22 @@ impl Prompter for TerminalPrompter {
         Ok(reply.map_or(Reply::Left, Reply::Answer))
     }
 
-    fn approve(&mut self, what: &str) -> Result<Option<bool>, CliError> {
-        left_or_error(
-            inquire::Confirm::new(&format!("Allow {what}?"))
-                .with_default(false)
-                .prompt(),
-        )
+    fn approve(&mut self, what: &str, may_stick: bool) -> Result<Option<Approval>, CliError> {
+        if !may_stick {
+            let approved = left_or_error(
+                inquire::Confirm::new(&format!("Allow {what}?"))
+                    .with_default(false)
+                    .prompt(),
+            )?;
+            return Ok(approved.map(|yes| if yes { Approval::Yes } else { Approval::No }));
+        }
+        const CHOICES: [&str; 3] = ["No", "Yes, this once", "Yes, and always in this chat"];
+        let picked = left_or_error(inquire::Select::new(&format!("Allow {what}?"), CHOICES.to_vec()).prompt())?;
+        Ok(picked.map(|picked| match picked {
+            "Yes, this once" => Approval::Yes,
+            "Yes, and always in this chat" => Approval::Always,
+            _ => Approval::No,
+        }))
     }
 
     fn message(&mut self, prompt: &str) -> Result<Option<String>, CliError> {
@@ -285,13 +308,16 @@ impl<R: BufRead> Prompter for LinePrompter<R> {
         }
     }
 
-    fn approve(&mut self, what: &str) -> Result<Option<bool>, CliError> {
+    fn approve(&mut self, what: &str, may_stick: bool) -> Result<Option<Approval>, CliError> {
+        let choices = if may_stick { "y/n/a" } else { "y/n" };
         loop {
-            say(&format!("Allow {what}? [y/n]: "));
+            say(&format!("Allow {what}? [{choices}]: "));
             let Some(line) = self.read_line()? else { return Ok(None) };
             match line.trim().to_ascii_lowercase().as_str() {
-                "y" | "yes" => return Ok(Some(true)),
-                "n" | "no" => return Ok(Some(false)),
+                "y" | "yes" => return Ok(Some(Approval::Yes)),
+                "n" | "no" => return Ok(Some(Approval::No)),
+                "a" | "always" if may_stick => return Ok(Some(Approval::Always)),
+                _ if may_stick => say("Type y, n, or a to allow it without asking in this chat from now on.\n"),
                 _ => say("Type y or n.\n"),
             }
         }

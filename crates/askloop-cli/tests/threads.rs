@@ -501,3 +501,35 @@ fn approve_always_lets_the_threads_next_write_run_until_grants_revoke_ends_it() 
     assert_eq!(call["resolution"]["via"], "grant", "{thread}");
     assert_eq!(call["resolution"]["grant"]["id"], json!(id), "{thread}");
 }
+
+#[test]
+fn a_in_the_chat_lets_the_tool_run_without_asking_for_the_rest_of_the_thread() {
+    let env = Env::new();
+    let script = env.script("writes.json", WRITES).display().to_string();
+    let out = env.run_with_input(
+        &["chat", "--thread", "w2", "--resource", "ana", "--script", &script],
+        "write\nmaybe\na\nagain\n",
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let said = stderr(&out);
+    assert_eq!(
+        said.matches("Allow write_file").count(),
+        2,
+        "asked once, re-asked after `maybe`: {said}"
+    );
+    assert!(
+        said.contains("[y/n/a]") && said.contains("or a to allow it without asking"),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("b.txt")).unwrap(),
+        "two",
+        "the second write ran unasked"
+    );
+    let grants = json_of(&env.run(&["grants", "--resource", "ana", "--json"]));
+    assert_eq!(
+        (&grants[0]["scope"], &grants[0]["threadId"]),
+        (&json!("thread"), &json!("w2")),
+        "{grants}"
+    );
+}

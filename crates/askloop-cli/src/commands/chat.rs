@@ -16,7 +16,7 @@ use super::threads;
 use super::{Access, Context, announce};
 use crate::cli::ModelArgs;
 use crate::exit::{CliError, Done};
-use crate::prompt::{self, Prompter, Reply};
+use crate::prompt::{self, Approval, Prompter, Reply};
 use crate::render::{self, Format};
 use crate::setup::{self, ModelChoice, RunOrigin};
 use crate::tools;
@@ -40,6 +40,7 @@ pub async fn chat(ctx: &Context, first: Option<String>, model: &ModelArgs) -> Re
         origin: &origin,
         choice: &choice,
         author: Author::default(),
+        on_thread: false,
     };
     loop {
         let Some(text) = next_message(prompter.as_mut(), &mut next)? else {
@@ -103,6 +104,8 @@ struct Turn<'a> {
     choice: &'a ModelChoice,
     /// Who the chat's answers are recorded as coming from.
     author: Author,
+    /// The chat is on a thread: an approval may stick to it.
+    on_thread: bool,
 }
 
 impl Turn<'_> {
@@ -116,7 +119,17 @@ impl Turn<'_> {
     ) -> Result<Result<StreamOutput, Done>, CliError> {
         let output = render::print_stream(stream, Format::Human).await;
         let root = self.origin.root();
-        let Some(output) = answer_until_done(self.ctx, self.agent, prompter, &root, &self.author, output).await? else {
+        let Some(output) = answer_until_done(
+            self.ctx,
+            self.agent,
+            prompter,
+            &root,
+            &self.author,
+            output,
+            self.on_thread,
+        )
+        .await?
+        else {
             return Ok(Err(Done::Suspended));
         };
         if output.status != RunStatus::Completed {
@@ -164,6 +177,7 @@ pub async fn chat_on_thread(
         origin: &origin,
         choice: &choice,
         author: cli_author(),
+        on_thread: true,
     };
     loop {
         let Some(text) = next_message(prompter.as_mut(), &mut next)? else {
@@ -245,7 +259,17 @@ async fn answer_waiting(
         return Ok(Done::Ok);
     };
     let stream = loop {
-        match answer_one(&agent, prompter, &root, &cli_author(), &run.run_id, &call).await? {
+        match answer_one(
+            &agent,
+            prompter,
+            &root,
+            &cli_author(),
+            &run.run_id,
+            &call,
+            run.memory.is_some(),
+        )
+        .await?
+        {
             Answered::Stream(stream) => break stream,
             Answered::Again => continue,
             Answered::Gone(err) => {
@@ -259,7 +283,17 @@ async fn answer_waiting(
         }
     };
     let output = render::print_stream(stream, Format::Human).await;
-    match answer_until_done(ctx, &agent, prompter, &root, &cli_author(), output).await? {
+    match answer_until_done(
+        ctx,
+        &agent,
+        prompter,
+        &root,
+        &cli_author(),
+        output,
+        run.memory.is_some(),
+    )
+    .await?
+    {
         Some(output) => Ok(Done::from_status(output.status)),
         None => Ok(Done::Suspended),
     }
@@ -288,14 +322,22 @@ async fn answer_one(
     author: &Author,
     run_id: &str,
     call: &PendingToolCall,
+    on_thread: bool,
 ) -> Result<Answered, CliError> {
     let options = ResumeOptions::call(run_id, &call.tool_call_id).by(author.clone());
     let decided = match call.kind {
-        PendingKind::Approval => match prompter.approve(&tools::describe_call(root, &call.tool_name, &call.args))? {
-            Some(true) => agent.approve_tool_call(options).await,
-            Some(false) => agent.decline_tool_call(options).await,
-            None => return Ok(Answered::Left),
-        },
+        PendingKind::Approval => {
+            let what = tools::describe_call(root, &call.tool_name, &call.args);
+            match prompter.approve(&what, on_thread)? {
+                Some(Approval::Yes) => agent.approve_tool_call(options).await,
+                Some(Approval::Always) => {
+                    let always = askloop::Always::in_scope(askloop::GrantScope::Thread);
+                    agent.approve_tool_call_always(options, always).await
+                }
+                Some(Approval::No) => agent.decline_tool_call(options).await,
+                None => return Ok(Answered::Left),
+            }
+        }
         PendingKind::Suspended => {
             let Some(question) = call.suspend_payload.as_ref().and_then(Question::from_payload) else {
                 return Ok(Answered::Left);
@@ -334,12 +376,13 @@ async fn answer_until_done(
     root: &std::path::Path,
     author: &Author,
     mut output: StreamOutput,
+    on_thread: bool,
 ) -> Result<Option<StreamOutput>, CliError> {
     while output.status == RunStatus::Suspended {
         let Some(call) = output.pending.first().cloned() else {
             break;
         };
-        let stream = match answer_one(agent, prompter, root, author, &output.run_id, &call).await? {
+        let stream = match answer_one(agent, prompter, root, author, &output.run_id, &call, on_thread).await? {
             Answered::Stream(stream) => stream,
             Answered::Again => continue,
             Answered::Gone(err) => return Err(err.into()),

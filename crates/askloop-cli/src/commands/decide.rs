@@ -14,7 +14,7 @@ use super::serve::configured_agent;
 use super::{Access, Context, finish};
 use crate::cli::{ModelArgs, ResumeArgs};
 use crate::exit::{CliError, Done};
-use crate::prompt::{self, Reply};
+use crate::prompt::{self, Approval, Reply};
 use crate::render;
 use crate::tools;
 
@@ -171,8 +171,8 @@ fn shape_answers(run: &RunRecord, call: &PendingToolCall, answers: &[String]) ->
 fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<Value>, CliError> {
     let mut prompter = prompt::for_stdin();
     let reply = match call.kind {
-        PendingKind::Approval => match prompter.approve(&describe_call(&run_root(run)?, call))? {
-            Some(approved) => Reply::Answer(serde_json::json!({ "approved": approved })),
+        PendingKind::Approval => match prompter.approve(&describe_call(&run_root(run)?, call), false)? {
+            Some(approval) => Reply::Answer(serde_json::json!({ "approved": approval != Approval::No })),
             None => Reply::Left,
         },
         PendingKind::Suspended => match call.suspend_payload.as_ref().and_then(Question::from_payload) {

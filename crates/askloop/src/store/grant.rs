@@ -306,7 +306,10 @@ mod tests {
         let now = g.granted_at + chrono::TimeDelta::minutes(5);
         let args = json!({"q": "x"});
         assert!(g.covers(&call("search", "docs", &args, "t1"), now));
-        assert!(!g.covers(&call("search", "web", &args, "t1"), now), "another server's tool of the same name");
+        assert!(
+            !g.covers(&call("search", "web", &args, "t1"), now),
+            "another server's tool of the same name"
+        );
         assert!(!g.covers(&call("fetch", "docs", &args, "t1"), now), "another tool");
         assert!(!g.covers(&call("search", "docs", &args, "t2"), now), "another thread");
         let other_agent = ProposedCall {
@@ -314,16 +317,25 @@ mod tests {
             ..call("search", "docs", &args, "t1")
         };
         assert!(!g.covers(&other_agent, now), "another agent");
-        assert!(!g.covers(&call("search", "docs", &args, "t1"), g.expires_at.unwrap()), "expired at its time");
+        assert!(
+            !g.covers(&call("search", "docs", &args, "t1"), g.expires_at.unwrap()),
+            "expired at its time"
+        );
 
         let resource = Grant {
             scope: GrantScope::Resource,
             args: Some(json!({"q": "x"})),
             ..grant()
         };
-        assert!(resource.covers(&call("search", "docs", &args, "t2"), now), "any thread of the resource");
+        assert!(
+            resource.covers(&call("search", "docs", &args, "t2"), now),
+            "any thread of the resource"
+        );
         let other_args = json!({"q": "y"});
-        assert!(!resource.covers(&call("search", "docs", &other_args, "t2"), now), "only its arguments");
+        assert!(
+            !resource.covers(&call("search", "docs", &other_args, "t2"), now),
+            "only its arguments"
+        );
         let revoked = Grant {
             revoked_at: Some(now),
             ..grant()

@@ -915,3 +915,64 @@ fn askloop_serve_refuses_an_approval_name_no_tool_has_and_starts_without_a_serve
     );
     assert!(banner.contains(r#""ask_approval" could not be checked"#), "{banner}");
 }
+
+/// A person who allows every call, always in the conversation.
+#[derive(Clone, Default)]
+struct AlwaysAllows {
+    asked: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ClientHandler for AlwaysAllows {
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        self.asked.lock().unwrap().push(serde_json::to_value(&request).unwrap());
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(json!({"approve": true, "alwaysInThisConversation": true})))
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        Person::default().get_info()
+    }
+}
+
+#[tokio::test]
+async fn an_approval_allowed_always_over_mcp_lets_the_threads_next_call_run_without_a_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let two = r#"{"turns": [
+      {"toolCalls": [{"id": "call_a", "name": "write_file", "args": {"path": "a.md", "content": "a"}}]},
+      {"text": "Published: {{toolResults}}"},
+      {"toolCalls": [{"id": "call_b", "name": "write_file", "args": {"path": "b.md", "content": "b"}}]},
+      {"text": "Published again: {{toolResults}}"}
+    ]}"#;
+    let person = AlwaysAllows::default();
+    let client = person.clone().serve(publisher_mcp(dir.path(), two)).await.unwrap();
+    let on_thread = |message: &str| {
+        let mut params = CallToolRequestParams::new("ask_publisher");
+        params.arguments = json!({"message": message, "thread": "site"}).as_object().cloned();
+        params
+    };
+    let first = client.peer().call_tool(on_thread("Publish a")).await.unwrap();
+    assert_eq!(first.structured_content.unwrap()["status"], "completed");
+    let asked = person.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    let field = &asked[0]["requestedSchema"]["properties"]["alwaysInThisConversation"];
+    assert_eq!(field["type"], "boolean", "{asked:?}");
+
+    let second = client.peer().call_tool(on_thread("Publish b")).await.unwrap();
+    let structured = second.structured_content.unwrap();
+    assert_eq!(structured["status"], "completed", "{structured}");
+    assert_eq!(person.asked.lock().unwrap().len(), 1, "no form the second time");
+    assert!(dir.path().join("site/b.md").is_file());
+    let _ = client.cancel().await;
+    let shown = Command::new(BIN)
+        .env("ASKLOOP_DB", dir.path().join("runs.db"))
+        .args(["runs", "show", structured["runId"].as_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["resolutions"][0]["via"], "grant", "{shown}");
+    assert_eq!(shown["resolutions"][0]["grant"]["grantedVia"], "mcp", "{shown}");
+}

@@ -218,6 +218,7 @@ impl AgentTools {
         let caller = Caller::of(context);
         let author = caller.author(context);
         let mut options = StreamOptions::default();
+        let on_thread = thread.is_some();
         if let Some(thread) = thread {
             if let Err(err) = IdKind::Thread.check(&thread) {
                 return failed(err.to_string());
@@ -267,7 +268,7 @@ impl AgentTools {
             let Some(pending) = output.pending.first().cloned() else {
                 return self.waiting(context, &output, None);
             };
-            let Some(form) = Form::of(&pending) else {
+            let Some(form) = Form::of(&pending, on_thread) else {
                 return self.waiting(context, &output, Some("this question cannot be shown as an MCP form"));
             };
             let params = ElicitRequestParams::FormElicitationParams {
@@ -286,9 +287,18 @@ impl AgentTools {
                     let content = answer.content.unwrap_or(Value::Null);
                     let options =
                         ResumeOptions::call(output.run_id.clone(), pending.tool_call_id.clone()).by(author.clone());
-                    match form.edited_args(&content) {
-                        Some(args) => agent.approve_tool_call_with(options, args).await,
-                        None => agent.resume_stream(form.resume_data(&content), options).await,
+                    match (form.edited_args(&content), form.always(&content)) {
+                        (Some(_), true) => {
+                            let why = "an approval with changed arguments cannot also be allowed always; approve \
+                                       the changed call alone, or allow the call as the agent made it always";
+                            return self.waiting(context, &output, Some(why));
+                        }
+                        (Some(args), false) => agent.approve_tool_call_with(options, args).await,
+                        (None, true) => {
+                            let always = askloop::Always::in_scope(askloop::GrantScope::Thread);
+                            agent.approve_tool_call_always(options, always).await
+                        }
+                        (None, false) => agent.resume_stream(form.resume_data(&content), options).await,
                     }
                 }
                 ElicitationAction::Decline => match form.kind {
@@ -404,7 +414,7 @@ impl AgentTools {
                     "toolCallId": p.tool_call_id,
                     "toolName": p.tool_name,
                     "kind": match p.kind { PendingKind::Approval => "approval", _ => "question" },
-                    "question": Form::of(p).map(|f| f.message),
+                    "question": Form::of(p, false).map(|f| f.message),
                     "suspendPayload": p.suspend_payload,
                     "resumeSchema": p.resume_schema,
                 })
@@ -480,19 +490,31 @@ enum FormKind {
     /// A call waiting on approval: one boolean, `approve`, and a field for
     /// each argument the form can hold (a top-level string, number or
     /// boolean), holding the model's value: a changed one approves the call
-    /// with the edited arguments.
+    /// with the edited arguments. On a thread, a boolean
+    /// [`ALWAYS_FIELD`] too: allow the tool in the thread from now on.
     Approval { args: Value },
     /// An MCP server's own elicitation (an agent's MCP tool asked): passed
     /// on as it came.
     Elicitation,
 }
 
+/// The approval form's field that makes the approval stick to the thread.
+const ALWAYS_FIELD: &str = "alwaysInThisConversation";
+
 impl Form {
-    fn of(pending: &PendingToolCall) -> Option<Form> {
+    /// `on_thread`: the call's run is on a thread, so an approval may stick
+    /// to it.
+    fn of(pending: &PendingToolCall, on_thread: bool) -> Option<Form> {
         let (kind, message, schema) = match pending.kind {
             PendingKind::Approval => {
                 let mut fields = Map::new();
                 fields.insert("approve".into(), json!({"type": "boolean", "title": "Allow"}));
+                if on_thread {
+                    fields.insert(
+                        ALWAYS_FIELD.into(),
+                        json!({"type": "boolean", "title": "Always allow this tool in this conversation", "default": false}),
+                    );
+                }
                 // MCP forms are flat: only top-level primitive arguments can
                 // be edited here; the others run as the model gave them.
                 for (name, value) in pending.args.as_object().into_iter().flatten() {
@@ -503,7 +525,7 @@ impl Form {
                         Value::Number(_) => "number",
                         _ => continue,
                     };
-                    if name != "approve" {
+                    if name != "approve" && name != ALWAYS_FIELD {
                         fields.insert(name.clone(), json!({"type": kind, "title": name, "default": value}));
                     }
                 }
@@ -557,11 +579,21 @@ impl Form {
         let mut edited = args.clone();
         let fields = edited.as_object_mut()?;
         for (name, value) in fields.iter_mut() {
-            if let Some(new) = content.get(name).filter(|new| *new != value && name != "approve") {
+            if let Some(new) = content
+                .get(name)
+                .filter(|new| *new != value && name != "approve" && name != ALWAYS_FIELD)
+            {
                 *value = new.clone();
             }
         }
         (edited != *args).then_some(edited)
+    }
+
+    /// Whether the person allowed the call and ticked [`ALWAYS_FIELD`].
+    fn always(&self, content: &Value) -> bool {
+        matches!(self.kind, FormKind::Approval { .. })
+            && content.get("approve").and_then(Value::as_bool) == Some(true)
+            && content.get(ALWAYS_FIELD).and_then(Value::as_bool) == Some(true)
     }
 
     fn resume_data(&self, content: &Value) -> Value {

@@ -202,12 +202,13 @@ async fn a_run_on_no_thread_cannot_make_an_approval_stick_and_its_call_still_wai
     let setup = setup();
     let out = setup.agent.stream("Send it").await.unwrap().output().await;
     assert_eq!(out.status, RunStatus::Suspended);
-    let err = setup
+    let Err(err) = setup
         .agent
         .approve_tool_call_always(ResumeOptions::run(&out.run_id), Always::in_scope(GrantScope::Thread))
         .await
-        .err()
-        .expect("refused");
+    else {
+        panic!("an approval on no thread cannot stick")
+    };
     assert!(
         matches!(&err, RunError::InvalidInput(message) if message.contains("on no thread")),
         "{err}"

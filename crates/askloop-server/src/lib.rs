@@ -59,7 +59,6 @@ mod agents;
 mod auth;
 mod body;
 mod chat;
-pub mod config;
 mod connections;
 mod decisions;
 mod error;
@@ -76,7 +75,6 @@ mod request_fields;
 mod runs;
 mod sse;
 mod threads;
-pub mod tools;
 mod web;
 mod webhooks;
 mod wire;
@@ -99,17 +97,18 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 pub use auth::{ApiToken, DEFAULT_TOKEN_NAME, MIN_SECRET_CHARS, TokenError};
-pub use config::{
-    AgentConfig, ApprovalNames, BuiltAgents, ConfigError, DefaultModel, ModelSource, ServerConfig, ToolKind,
-};
 pub use error::{ApiError, RefusedField};
+pub use guard::is_host_name;
 pub use me::PAGE_RESOURCE;
 pub use options::{
     DEFAULT_BODY_LIMIT, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CHAT_REPLAY_BYTES, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_RECOVER_EVERY, DEFAULT_SHUTDOWN_GRACE, ServerError, ServerOptions,
 };
 pub use request_fields::RequestOverride;
-pub use webhooks::{DEFAULT_WEBHOOK_POLL, Webhooks, webhook_signature};
+pub use webhooks::{
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_POLL, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret,
+    Webhooks, webhook_signature,
+};
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -213,8 +212,8 @@ impl Server {
 
     /// Sends the notifications of the store's outbox to `webhooks` while
     /// serving (see [`Webhooks`]). The agents must have been built with
-    /// the matching subscriptions (`ServerConfig::build_agents` adds them)
-    /// for notifications to be written at all.
+    /// the matching subscriptions (`askloop_config::ServerConfig` adds
+    /// them) for notifications to be written at all.
     pub fn webhooks(mut self, webhooks: Webhooks) -> Self {
         self.webhooks = webhooks;
         self

@@ -1,6 +1,6 @@
-//! Tools of the default agent besides `ask_user`: `write_file`, shared with
-//! the configured agents (`askloop_config::tools`), and what approving one of
-//! its calls would do, for the approval prompt.
+//! What approving a call of the default agent's tools besides `ask_user`
+//! would do, for the approval prompt. The tool itself, `write_file`, is the
+//! configured agents' (`askloop_config::tools`).
 //!
 //! `write_file` writes inside the folder the run started in (its root,
 //! stored with the run), so approving from another folder, tomorrow, still
@@ -8,7 +8,6 @@
 
 use std::path::Path;
 
-pub use askloop_config::tools::write_file;
 use serde_json::Value;
 
 /// What approving a call would do, for the approval prompt: for

@@ -53,6 +53,8 @@
 //! agents = ["deployer"]              # optional: only these agents (others: 403)
 //! ```
 
+#![warn(missing_docs)]
+
 mod access;
 mod approvals;
 mod duration;

@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, AskUser, DatabaseFault, IdKind, Model, RunRecord, RunStore, ScriptedModel, StoreError};
+use askloop::{Agent, DatabaseFault, IdKind, Model, RunRecord, RunStore, ScriptedModel, StoreError};
+use askloop_config::{ServerConfig, ToolKind};
 use askloop_providers::HttpConfig;
 use askloop_store::Access;
 use serde::{Deserialize, Serialize};
@@ -18,8 +19,8 @@ use crate::cli::ModelArgs;
 use crate::demo;
 use crate::exit::CliError;
 
-/// The default agent's id.
-pub const AGENT_ID: &str = "assistant";
+/// The default agent's id: the one of the configuration without a file.
+pub use askloop_config::DEFAULT_AGENT_ID as AGENT_ID;
 
 /// The default agent's instructions.
 pub const INSTRUCTIONS: &str = "You are a helpful assistant working with a person in a terminal. When a request is \
@@ -252,17 +253,22 @@ pub fn make_model(choice: &ModelChoice, stored: bool) -> Result<Arc<dyn Model>, 
 }
 
 /// The agent for an origin, driven by `model` (from [`start_model`] or
-/// [`resume_model`]).
+/// [`resume_model`]): the default agent of a configuration without a file,
+/// with the origin's instructions and `write_file` writing in the run's
+/// folder, assembled as `askloop serve` assembles its agents.
 pub fn agent(origin: &RunOrigin, model: Arc<dyn Model>, store: Arc<dyn RunStore>) -> Result<Agent, CliError> {
-    Agent::builder(origin.agent_id.clone())
-        .name("Assistant")
-        .instructions(origin.instructions.clone())
-        .model(model)
-        .tool(AskUser::new())
-        .tool(crate::tools::write_file(origin.root()))
-        .store(store)
-        .build()
-        .map_err(|err| CliError::failure(err.to_string()))
+    let mut config = ServerConfig::default_agent();
+    for agent in &mut config.agents {
+        agent.id.clone_from(&origin.agent_id);
+        agent.instructions.clone_from(&origin.instructions);
+        agent.tools.push(ToolKind::WriteFile);
+        agent.write_dir = origin.root();
+    }
+    config
+        .build_agents(&store, &|| Ok(Arc::clone(&model)))
+        .map_err(|err| CliError::failure(err.to_string()))?
+        .pop()
+        .ok_or_else(|| CliError::failure("the default configuration has no agent"))
 }
 
 /// Where runs are stored when `--db` is not given.

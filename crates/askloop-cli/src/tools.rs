@@ -1,6 +1,6 @@
-//! Tools of the default agent besides `ask_user`: `write_file`, shared with
-//! the server's agents (`askloop_server::tools`), and what approving one of
-//! its calls would do, for the approval prompt.
+//! What approving a call of the default agent's tools besides `ask_user`
+//! would do, for the approval prompt. The tool itself, `write_file`, is the
+//! configured agents' (`askloop_config::tools`).
 //!
 //! `write_file` writes inside the folder the run started in (its root,
 //! stored with the run), so approving from another folder, tomorrow, still
@@ -8,7 +8,6 @@
 
 use std::path::Path;
 
-pub use askloop_server::tools::write_file;
 use serde_json::Value;
 
 /// What approving a call would do, for the approval prompt: for
@@ -18,7 +17,7 @@ pub fn describe_call(root: &Path, tool: &str, args: &Value) -> String {
     match (tool, path) {
         ("write_file", Some(path)) => {
             let bytes = args.get("content").and_then(Value::as_str).map_or(0, str::len);
-            let target = askloop_server::tools::write_target(root, path);
+            let target = askloop_config::tools::write_target(root, path);
             format!(
                 "write_file to write {bytes} bytes to {}",
                 crate::escape::one_line(&target.display().to_string())

@@ -8,7 +8,7 @@ use askloop::scripted::{ScriptToolCall, ScriptTurn};
 use askloop::{
     Agent, AskUser, MemoryStore, Model, Question, RunStatus, RunStore, Script, ScriptedModel, SelectionMode, Tool,
 };
-use askloop_server::ServerConfig;
+use askloop_config::ServerConfig;
 use serde_json::Value;
 
 /// `ask_user` arguments as a model sends them (JSON text). Through a real

@@ -206,7 +206,7 @@ fn check_body_type(headers: &HeaderMap) -> Result<(), ApiError> {
 
 /// Whether `text` is a host name (letters, digits, `-` and `.`) or an IP
 /// address, as an operator may list it.
-pub(crate) fn is_host_name(text: &str) -> bool {
+pub fn is_host_name(text: &str) -> bool {
     let name_like = !text.is_empty()
         && text.len() <= 253
         && text

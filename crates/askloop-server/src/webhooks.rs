@@ -28,7 +28,9 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use tokio::sync::watch;
 
-use crate::config::WebhookConfig;
+mod receiver;
+
+pub use receiver::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret};
 
 /// How many deliveries one claim takes, sent at once.
 const BATCH: u32 = 8;
@@ -176,7 +178,7 @@ impl Sender {
             },
             None => failed(
                 &delivery,
-                crate::config::DEFAULT_MAX_ATTEMPTS,
+                DEFAULT_MAX_ATTEMPTS,
                 &AttemptError::Unconfigured {
                     destination: delivery.message.destination.clone(),
                 },

@@ -479,35 +479,3 @@ async fn instructions_replace_the_agents_where_its_operator_allows_it_also_after
     .await;
     assert_eq!((status, error["fields"].clone()), (400, json!(["instructions"])));
 }
-
-#[test]
-fn request_overrides_in_askloop_toml_name_fields_a_request_may_override_and_nothing_else() {
-    let file = std::path::Path::new("/srv/askloop.toml");
-    let config = askloop_server::ServerConfig::from_toml(
-        file,
-        "[agents.open]\nrequest_overrides = [\"instructions\"]\n[agents.closed]\n",
-    )
-    .unwrap();
-    let overrides: Vec<_> = config
-        .agents
-        .iter()
-        .map(|a| (a.id.as_str(), a.request_overrides.clone()))
-        .collect();
-    assert_eq!(
-        overrides,
-        [("closed", vec![]), ("open", vec![RequestOverride::Instructions])]
-    );
-
-    for (list, problem) in [
-        (
-            "[\"tools\"]",
-            "\"tools\" is not a field a request may override; these may be: instructions",
-        ),
-        ("[\"instructions\", \"instructions\"]", "instructions is listed twice"),
-    ] {
-        let text = format!("[agents.open]\nrequest_overrides = {list}\n");
-        let err = askloop_server::ServerConfig::from_toml(file, &text).unwrap_err();
-        assert!(err.key.starts_with("agents.open.request_overrides["), "{err}");
-        assert_eq!(err.problem, problem);
-    }
-}

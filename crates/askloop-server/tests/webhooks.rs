@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use askloop::{Agent, AskUser, Clock, DeliveryState, EventType, ManualClock, MemoryStore, RunStore, Subscription};
-use askloop_server::{ServerConfig, ServerOptions, Webhooks};
+use askloop_server::{ServerOptions, WebhookConfig, WebhookSecret, Webhooks};
 use axum::http::{HeaderMap, StatusCode};
 use tokio::net::TcpListener;
 
@@ -75,12 +75,13 @@ async fn a_refused_notification_is_sent_again_once_the_agents_clock_passes_its_r
         .notify(Subscription::new(url.clone(), [EventType::QuestionRaised]))
         .build()
         .unwrap();
-    // The webhook as `askloop.toml` gives it.
-    let toml = format!(
-        "[[webhooks]]\nurl = \"{url}\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nevents = [\"question.raised\"]\n[agents.assistant]\n"
+    // The receiver of the agent's subscription.
+    let mut hook = WebhookConfig::new(
+        url,
+        WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
     );
-    let config = ServerConfig::from_toml(std::path::Path::new("askloop.toml"), &toml).unwrap();
-    let mut webhooks = Webhooks::new(config.webhooks, None);
+    hook.events = vec![EventType::QuestionRaised];
+    let mut webhooks = Webhooks::new(vec![hook], None);
     webhooks.poll_every = Duration::from_millis(10);
     let server = askloop_server::Server::new(vec![agent.clone()], Arc::clone(&store))
         .unwrap()

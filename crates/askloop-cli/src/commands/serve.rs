@@ -11,7 +11,8 @@ use askloop::{Agent, RunStore};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 
-use askloop_server::{ApprovalNames, Server, ServerConfig, ServerOptions, Webhooks};
+use askloop_config::{ApprovalNames, ServerConfig};
+use askloop_server::{Server, ServerOptions, Webhooks};
 
 use super::{Context, announce};
 use crate::cli::{ModelArgs, ServeArgs};
@@ -183,7 +184,7 @@ async fn build_agents(
     let uses_default = config
         .agents
         .iter()
-        .any(|a| a.model == askloop_server::ModelSource::Default);
+        .any(|a| a.model == askloop_config::ModelSource::Default);
     let names = match starting {
         Starting::Server => ApprovalNames::Check,
         Starting::Continuation => ApprovalNames::Trust,

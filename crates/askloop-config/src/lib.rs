@@ -1,7 +1,13 @@
-//! `askloop.toml`: the agents a server serves.
+//! `askloop.toml`: the agents a server serves, and their assembly.
+//!
+//! This crate turns a configuration into working parts: agents with their
+//! models, built-in tools ([`tools`]), MCP servers' tools and approval
+//! rules, and the tokens, hosts and webhooks the server is given.
+//! `askloop serve`, `askloop mcp` and the `askloop` command all build their
+//! agents here; the HTTP server (`askloop-server`) only serves them.
 //!
 //! The file is read in two passes, as ripgrep reads its flags: serde reads
-//! it into raw values (`config/raw.rs`), then [`ServerConfig::from_toml`] checks them
+//! it into raw values (`raw.rs`), then [`ServerConfig::from_toml`] checks them
 //! and resolves them into one [`ServerConfig`]; nothing else sees the raw
 //! values. Every problem is one [`ConfigError`] naming the file, the key and
 //! what is wrong.
@@ -25,7 +31,7 @@
 //! # tools = ["echo"]                 # only these of its tools
 //! # require_approval = true          # every call of its tools waits for approval
 //!
-//! [[agents.deployer.rules]]          # approval rules, first match decides (see `config/rules.rs`)
+//! [[agents.deployer.rules]]          # approval rules, first match decides (see `rules.rs`)
 //! name = "no-secrets"
 //! tool = "write_file"                # a glob over tool names; server = "..." for one MCP server's
 //! arg = "/path"                      # the value at this JSON pointer, as the tool acts on it...
@@ -35,7 +41,7 @@
 //! ```
 //!
 //! API tokens, the author header and the hosts answered to are top-level
-//! keys (see `config/access.rs`):
+//! keys (see `access.rs`):
 //!
 //! ```toml
 //! author_header = "X-Forwarded-User"  # set by a trusted proxy; it must strip it from clients
@@ -47,11 +53,14 @@
 //! agents = ["deployer"]              # optional: only these agents (others: 403)
 //! ```
 
+#![warn(missing_docs)]
+
 mod access;
 mod approvals;
 mod duration;
 mod raw;
 mod rules;
+pub mod tools;
 mod webhooks;
 
 use std::fmt;
@@ -60,14 +69,13 @@ use std::sync::Arc;
 
 use askloop::{Agent, AskUser, AskUserLimits, Model, RunStore, ScriptedModel, Subscription, Tool};
 use askloop_mcp::{McpError, McpServerSpec};
+use askloop_server::{ApiToken, RequestOverride};
 
-use crate::auth::ApiToken;
-use crate::request_fields::RequestOverride;
 use crate::tools::{WRITE_FILE_TOOL_ID, write_file};
 
 pub use approvals::ApprovalNames;
+pub use askloop_server::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret};
 pub use rules::RuleConfig;
-pub use webhooks::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret};
 
 /// The default agent's id, when there is no configuration file.
 pub const DEFAULT_AGENT_ID: &str = "assistant";

@@ -2,13 +2,17 @@
 //! bad one is one error naming the file, the key and the problem.
 #![allow(clippy::unwrap_used)]
 
+// The server's test helpers (a server on a free port, a client, SSE
+// reading): configured agents are proven by serving them.
+#[path = "../../askloop-server/tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use askloop::{Model, RunStore};
-use askloop_server::{ApprovalNames, ConfigError, ModelSource, ServerConfig, ToolKind};
+use askloop_config::{ApprovalNames, ConfigError, ModelSource, ServerConfig, ToolKind};
+use askloop_server::RequestOverride;
 use common::*;
 use serde_json::{Value, json};
 
@@ -584,8 +588,8 @@ fn webhook_tables_resolve_with_defaults_and_their_own_events_agents_and_limits()
     };
     assert_eq!(one.events, askloop::EventType::ALL.to_vec(), "every event by default");
     assert!(one.covers("a") && one.covers("b"), "every agent by default");
-    assert_eq!(one.max_attempts, askloop_server::config::DEFAULT_MAX_ATTEMPTS);
-    assert_eq!(one.timeout, askloop_server::config::DEFAULT_WEBHOOK_TIMEOUT);
+    assert_eq!(one.max_attempts, askloop_config::DEFAULT_MAX_ATTEMPTS);
+    assert_eq!(one.timeout, askloop_config::DEFAULT_WEBHOOK_TIMEOUT);
     assert_eq!(one.secret.bytes().len(), 24);
     assert_eq!(one.secret, two.secret);
     assert!(
@@ -1009,4 +1013,36 @@ async fn a_configured_deny_rule_refuses_a_write_the_model_spelled_to_look_harmle
     assert_eq!(run.resolutions[0].author.by.as_deref(), Some("no-secrets"));
     assert_eq!(run.resolutions[0].author.via, askloop::Interface::Rule);
     assert!(!dir.path().join("files").exists(), "nothing written");
+}
+
+#[test]
+fn request_overrides_in_askloop_toml_name_fields_a_request_may_override_and_nothing_else() {
+    let file = std::path::Path::new("/srv/askloop.toml");
+    let config = ServerConfig::from_toml(
+        file,
+        "[agents.open]\nrequest_overrides = [\"instructions\"]\n[agents.closed]\n",
+    )
+    .unwrap();
+    let overrides: Vec<_> = config
+        .agents
+        .iter()
+        .map(|a| (a.id.as_str(), a.request_overrides.clone()))
+        .collect();
+    assert_eq!(
+        overrides,
+        [("closed", vec![]), ("open", vec![RequestOverride::Instructions])]
+    );
+
+    for (list, problem) in [
+        (
+            "[\"tools\"]",
+            "\"tools\" is not a field a request may override; these may be: instructions",
+        ),
+        ("[\"instructions\", \"instructions\"]", "instructions is listed twice"),
+    ] {
+        let text = format!("[agents.open]\nrequest_overrides = {list}\n");
+        let err = ServerConfig::from_toml(file, &text).unwrap_err();
+        assert!(err.key.starts_with("agents.open.request_overrides["), "{err}");
+        assert_eq!(err.problem, problem);
+    }
 }

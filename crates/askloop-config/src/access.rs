@@ -18,7 +18,7 @@
 
 use std::path::Path;
 
-use crate::auth::{ApiToken, DEFAULT_TOKEN_NAME};
+use askloop_server::{ApiToken, DEFAULT_TOKEN_NAME};
 
 use super::ConfigError;
 use super::raw::RawToken;
@@ -33,6 +33,8 @@ pub(super) fn resolve_tokens(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Vec<ApiToken>, Vec<String>), ConfigError> {
     let mut tokens: Vec<ApiToken> = Vec::with_capacity(raw.len());
+    // The secrets of `tokens`, in order: a token keeps its own to itself.
+    let mut secrets: Vec<String> = Vec::with_capacity(raw.len());
     let mut warnings = Vec::new();
     for (i, token) in raw.into_iter().enumerate() {
         let key = |field: &str| format!("tokens[{i}].{field}");
@@ -95,7 +97,7 @@ pub(super) fn resolve_tokens(
                 "the secret is empty; give the secret the token's clients send",
             ));
         }
-        if tokens.iter().any(|t| t.secret() == secret) {
+        if secrets.contains(&secret) {
             return Err(ConfigError::new(
                 file,
                 format!("tokens[{i}]"),
@@ -126,6 +128,7 @@ pub(super) fn resolve_tokens(
                 resources.push(resource);
             }
         }
+        secrets.push(secret.clone());
         let mut resolved = ApiToken::new(name, secret).only_resources(resources);
         if let Some(agents) = token.agents {
             if agents.is_empty() {
@@ -155,7 +158,7 @@ pub(super) fn resolve_tokens(
 pub(super) fn resolve_allowed_hosts(file: &Path, raw: Option<Vec<String>>) -> Result<Vec<String>, ConfigError> {
     let hosts = raw.unwrap_or_default();
     for (i, host) in hosts.iter().enumerate() {
-        if !crate::guard::is_host_name(host) {
+        if !askloop_server::is_host_name(host) {
             return Err(ConfigError::new(
                 file,
                 format!("allowed_hosts[{i}]"),
@@ -172,7 +175,7 @@ pub(super) fn resolve_author_header(file: &Path, raw: Option<String>) -> Result<
         return Ok(None);
     };
     let header = header.trim().to_owned();
-    if header.is_empty() || axum::http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+    if header.is_empty() || http::HeaderName::from_bytes(header.as_bytes()).is_err() {
         return Err(ConfigError::new(
             file,
             "author_header",

@@ -200,3 +200,26 @@ pub async fn grants_are_listed_newest_first_filtered_and_paged(s: &Subject) {
     };
     assert!(list(other_agent).await.is_empty());
 }
+
+/// Deleting a thread deletes the grants made for it alone (a new thread of
+/// the same id is another conversation); grants for the whole resource made
+/// in it, and other threads' grants, stay.
+pub async fn deleting_a_thread_deletes_its_own_grants_and_keeps_the_resources(s: &Subject) {
+    let v = run_on_thread(s, "r").await;
+    let mut for_resource = grant("r:resource", "agent", "t", "alice", "t1", 0);
+    for_resource.scope = GrantScope::Resource;
+    let all = [
+        grant("r:thread", "agent", "t", "alice", "t1", 0),
+        for_resource,
+        grant("r:other-thread", "agent", "t", "alice", "t2", 0),
+    ];
+    let mut write = step("r", v, RunStatus::Completed, &[], &[]);
+    write.grants = &all;
+    s.store.update(write).await.unwrap();
+    let threads = s.store.thread_store().unwrap();
+    let deleted = threads.delete_thread(&ThreadKey::new("alice", "t1")).await.unwrap();
+    assert_eq!(deleted, askloop::ThreadDeletion::Deleted);
+    assert_eq!(grants(s).grant("r:thread").await.unwrap(), None, "the thread's own grant is gone");
+    assert!(grants(s).grant("r:resource").await.unwrap().is_some());
+    assert!(grants(s).grant("r:other-thread").await.unwrap().is_some());
+}

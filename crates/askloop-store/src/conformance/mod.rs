@@ -246,7 +246,8 @@ macro_rules! store_conformance_tests {
             deleting_a_thread_deletes_its_messages_and_runs_unless_one_is_unfinished,
             grants_are_stored_with_their_write_and_not_with_a_refused_one,
             live_grants_leave_out_other_agents_resources_revoked_and_expired_ones,
-            grants_are_listed_newest_first_filtered_and_paged
+            grants_are_listed_newest_first_filtered_and_paged,
+            deleting_a_thread_deletes_its_own_grants_and_keeps_the_resources
         );
     };
 }

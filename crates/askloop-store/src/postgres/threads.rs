@@ -334,6 +334,14 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(self.failed(deleting))?;
+        // Its approvals that stick go with it: a new thread of the same id
+        // is another conversation.
+        sqlx::query("DELETE FROM grants WHERE resource_id = $1 AND thread_id = $2 AND scope = 'thread'")
+            .bind(&key.resource_id)
+            .bind(&key.thread_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.failed(deleting))?;
         // The change feed hears of each deleted run, as of any write.
         let payloads = locked
             .iter()

@@ -184,6 +184,11 @@ pub(crate) fn delete(conn: &Connection, resource_id: &str, thread_id: &str) -> R
     conn.prepare_cached("DELETE FROM threads WHERE resource_id = ? AND thread_id = ?")
         .and_then(|mut delete| delete.execute(params![resource_id, thread_id]))
         .map_err(StoreError::backend)?;
+    // Its approvals that stick go with it: a new thread of the same id is
+    // another conversation.
+    conn.prepare_cached("DELETE FROM grants WHERE resource_id = ? AND thread_id = ? AND scope = 'thread'")
+        .and_then(|mut delete| delete.execute(params![resource_id, thread_id]))
+        .map_err(StoreError::backend)?;
     Ok(runs as i64)
 }
 

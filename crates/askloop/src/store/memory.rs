@@ -618,6 +618,11 @@ impl ThreadStore for MemoryStore {
             self.changes.send(RunChange::of(run_id.as_str()));
         }
         stored.threads.remove(key);
+        // Its approvals that stick go with it: a new thread of the same id
+        // is another conversation.
+        stored.grants.retain(|g| {
+            !(g.scope == super::GrantScope::Thread && g.resource_id == key.resource_id && g.thread_id == key.thread_id)
+        });
         Ok(ThreadDeletion::Deleted)
     }
 }

@@ -216,6 +216,10 @@ pub struct ServeArgs {
     /// ran out); such runs are taken over and continued. 0: never.
     #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = duration)]
     pub recover_every: Duration,
+    /// How often the store-wide figures of GET /metrics (runs and questions
+    /// waiting, runs running) are read from the store. 0: never.
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = duration)]
+    pub metrics_every: Duration,
     /// How long a client may take to send a request's headers; a slower
     /// client's connection is closed (more than zero).
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = positive_duration)]

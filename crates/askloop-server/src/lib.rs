@@ -12,7 +12,8 @@
 //!   it), behind the same tokens.
 //! - askloop's own routes: `GET /api/runs`, `GET /api/runs/{runId}`,
 //!   `POST /api/runs/{runId}/cancel`, `GET /api/events` (run changes as
-//!   server-sent events), and `GET /healthz`.
+//!   server-sent events), `GET /healthz`, and `GET /metrics` (Prometheus'
+//!   text format, behind the token: see [`Metrics`]).
 //! - The web page (Chat with its conversations, Inbox, Run view) at `/`,
 //!   `/threads/{threadId}`, `/inbox` and `/runs/{runId}`, its files built
 //!   into the binary; `GET /api/me` tells it who it acts as.
@@ -69,6 +70,7 @@ mod guard;
 mod mcp;
 mod me;
 mod memory;
+mod metrics;
 mod recovery;
 mod refusals;
 mod request_fields;
@@ -104,8 +106,13 @@ pub use config::{
 };
 pub use error::{ApiError, RefusedField};
 pub use me::PAGE_RESOURCE;
+pub use metrics::Metrics;
 pub use request_fields::RequestOverride;
 pub use webhooks::{DEFAULT_WEBHOOK_POLL, Webhooks, webhook_signature};
+
+/// How often the store-wide figures of `GET /metrics` are read from the
+/// store, by default.
+pub const DEFAULT_METRICS_EVERY: Duration = Duration::from_secs(15);
 
 /// The default limit on request bodies: 1 MiB, far above any answer or
 /// prompt a person types, far below what would hurt the server.
@@ -179,6 +186,9 @@ pub struct ServerOptions {
     /// (`GET /chat/{agentId}/{chatId}/stream`); past it, a re-attach gets
     /// an `error` part instead of the replay.
     pub chat_replay_bytes: usize,
+    /// How often the store-wide figures of `GET /metrics` (runs and calls
+    /// waiting, runs running) are read from the store; zero: never.
+    pub metrics_every: Duration,
 }
 
 impl Default for ServerOptions {
@@ -197,6 +207,7 @@ impl Default for ServerOptions {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             chat_replay_bytes: DEFAULT_CHAT_REPLAY_BYTES,
+            metrics_every: DEFAULT_METRICS_EVERY,
         }
     }
 }
@@ -217,6 +228,7 @@ impl fmt::Debug for ServerOptions {
             .field("header_read_timeout", &self.header_read_timeout)
             .field("body_read_timeout", &self.body_read_timeout)
             .field("chat_replay_bytes", &self.chat_replay_bytes)
+            .field("metrics_every", &self.metrics_every)
             .finish()
     }
 }
@@ -315,6 +327,13 @@ impl ServerOptions {
         self.chat_replay_bytes = bytes;
         self
     }
+
+    /// Sets how often the store-wide figures of `GET /metrics` are read
+    /// (zero: never).
+    pub fn metrics_every(mut self, every: Duration) -> Self {
+        self.metrics_every = every;
+        self
+    }
 }
 
 /// Why the server could not be set up or could not serve.
@@ -400,6 +419,8 @@ pub(crate) struct AppState {
     pub(crate) chats: Arc<chat::replay::ActiveChats>,
     /// Per agent, the fields a request may replace its settings with.
     pub(crate) overrides: HashMap<String, Vec<RequestOverride>>,
+    /// The figures `GET /metrics` reports.
+    pub(crate) metrics: Metrics,
 }
 
 impl AppState {
@@ -439,6 +460,7 @@ pub struct Server {
     runs: TaskTracker,
     webhooks: Webhooks,
     overrides: HashMap<String, Vec<RequestOverride>>,
+    metrics: Metrics,
     /// Turns true when a shutdown begins: event streams end, and the
     /// background tasks (recovery, webhooks) stop.
     stopping: watch::Sender<bool>,
@@ -466,6 +488,7 @@ impl Server {
             runs: TaskTracker::new(),
             webhooks: Webhooks::default(),
             overrides: HashMap::new(),
+            metrics: Metrics::new(),
             stopping: watch::Sender::new(false),
         })
     }
@@ -482,6 +505,16 @@ impl Server {
     /// for notifications to be written at all.
     pub fn webhooks(mut self, webhooks: Webhooks) -> Self {
         self.webhooks = webhooks;
+        self
+    }
+
+    /// Reports `metrics` at `GET /metrics`. For the figures of runs and
+    /// resolutions to move, build the agents on the store that
+    /// [`Metrics::observe_store`] returns and give that store to
+    /// [`Server::new`]; without this, the server reports figures of its
+    /// own that only its store-wide reads move.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
         self
     }
 
@@ -529,6 +562,7 @@ impl Server {
             streams: Arc::default(),
             chats: Arc::new(chat::replay::ActiveChats::new(self.options.chat_replay_bytes)),
             overrides: self.overrides.clone(),
+            metrics: self.metrics.clone(),
         });
         let api = Router::new()
             .route("/me", get(me::get))
@@ -581,9 +615,17 @@ impl Server {
                 Arc::clone(&state),
                 auth::require_token,
             ));
+        // Prometheus' scrape, behind the same token as the API.
+        let scrape = Router::new()
+            .route("/metrics", get(metrics::scrape))
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&state),
+                auth::require_token,
+            ));
         let mut router = Router::new()
             .nest("/api", api)
             .merge(chat)
+            .merge(scrape)
             .merge(mcp)
             .route("/healthz", get(runs::health))
             .merge(web::routes())
@@ -648,6 +690,15 @@ impl Server {
                 Arc::clone(&self.clock),
                 self.runs.clone(),
                 self.options.recover_every,
+                self.stopping.subscribe(),
+            ));
+        }
+        if !self.options.metrics_every.is_zero() {
+            tokio::spawn(metrics::sample_store(
+                self.metrics.clone(),
+                Arc::clone(&self.store),
+                self.agents.iter().map(|a| a.id().to_owned()).collect(),
+                self.options.metrics_every,
                 self.stopping.subscribe(),
             ));
         }

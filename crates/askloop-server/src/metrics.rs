@@ -48,8 +48,19 @@ const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset
 /// Upper bounds of the wait histogram, in seconds: from a person answering
 /// at once to a question left for a week.
 const WAIT_BUCKETS: [f64; 13] = [
-    1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4.0 * 3600.0, 12.0 * 3600.0, 86400.0, 3.0 * 86400.0,
-    7.0 * 86400.0, 30.0 * 86400.0,
+    1.0,
+    5.0,
+    15.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+    4.0 * 3600.0,
+    12.0 * 3600.0,
+    86400.0,
+    3.0 * 86400.0,
+    7.0 * 86400.0,
+    30.0 * 86400.0,
 ];
 
 /// How many suspended runs' last write times are kept to measure their
@@ -189,7 +200,10 @@ impl Metrics {
     }
 
     fn store_error(&self, operation: &'static str) {
-        self.figures.store_errors.get_or_create(&[("operation", operation)]).inc();
+        self.figures
+            .store_errors
+            .get_or_create(&[("operation", operation)])
+            .inc();
     }
 
     fn run_started(&self) {
@@ -212,7 +226,11 @@ impl Metrics {
     /// Remembers when a suspended run was last written, to measure the wait
     /// that a write at this version will end.
     fn waiting_since(&self, run_id: &str, version: i64, written: DateTime<Utc>) {
-        let mut waiting = self.figures.waiting_since.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut waiting = self
+            .figures
+            .waiting_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if waiting.len() >= REMEMBERED_WAITS {
             waiting.clear();
         }

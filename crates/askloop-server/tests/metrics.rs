@@ -108,7 +108,11 @@ async fn the_figures_move_as_a_run_suspends_is_answered_and_another_is_declined(
     .await;
     assert_eq!(sample(&before, "askloop_runs_started_total", &[]), Some(0.0));
     for agent in ["agent=\"assistant\"", "agent=\"approver\""] {
-        assert_eq!(sample(&before, "askloop_store_calls_waiting", &[agent]), Some(0.0), "{before}");
+        assert_eq!(
+            sample(&before, "askloop_store_calls_waiting", &[agent]),
+            Some(0.0),
+            "{before}"
+        );
     }
     assert_eq!(sample(&before, "askloop_resolutions_total", &[]), None);
 
@@ -179,7 +183,11 @@ async fn the_figures_move_as_a_run_suspends_is_answered_and_another_is_declined(
     let answered = ["kind=\"answered\"", "via=\"http\"", "edited=\"false\""];
     assert_eq!(sample(&after, "askloop_resolutions_total", &answered), Some(1.0));
     assert_eq!(
-        sample(&after, "askloop_resolutions_total", &["kind=\"denied\"", "via=\"http\""]),
+        sample(
+            &after,
+            "askloop_resolutions_total",
+            &["kind=\"denied\"", "via=\"http\""]
+        ),
         Some(1.0)
     );
     assert_eq!(sample(&after, "askloop_resolutions_total", &[]), Some(2.0));
@@ -223,8 +231,7 @@ async fn two_servers_on_one_database_report_one_store_and_count_each_write_once(
     use askloop_store::conformance::{drop_schema, postgres_test_url, unique_schema_name};
     use askloop_store::{PostgresOptions, PostgresStore};
 
-    let Some(url) = postgres_test_url("two_servers_on_one_database_report_one_store_and_count_each_write_once")
-    else {
+    let Some(url) = postgres_test_url("two_servers_on_one_database_report_one_store_and_count_each_write_once") else {
         return;
     };
     let schema = unique_schema_name();

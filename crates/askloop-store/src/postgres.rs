@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use askloop::{
-    AgentWaiting, ChangeFeed, Clock, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message, RUN_SCHEMA_VERSION, Resolution,
-    RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError, ThreadKey, ThreadStore,
+    AgentWaiting, ChangeFeed, Clock, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message, RUN_SCHEMA_VERSION,
+    Resolution, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError, ThreadKey, ThreadStore,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

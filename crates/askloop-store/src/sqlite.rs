@@ -36,8 +36,8 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use askloop::{
-    AgentWaiting, ChangeFeed, Clock, DatabaseFault, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message, Resolution, RunChanges,
-    RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
+    AgentWaiting, ChangeFeed, Clock, DatabaseFault, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message,
+    Resolution, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

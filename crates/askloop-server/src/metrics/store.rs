@@ -157,15 +157,22 @@ impl RunStore for ObservedStore {
             .reclaim(run_id, expected_version, lease, now, resolution)
             .await;
         if result.is_ok() {
-            self.metrics
-                .resolved(run_id, expected_version, resolution.map(std::slice::from_ref).unwrap_or_default());
+            self.metrics.resolved(
+                run_id,
+                expected_version,
+                resolution.map(std::slice::from_ref).unwrap_or_default(),
+            );
         }
         self.counted("reclaim", result)
     }
 
     async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
-        let (run_id, version, status, resolutions) =
-            (update.run_id, update.expected_version, update.status, update.resolutions);
+        let (run_id, version, status, resolutions) = (
+            update.run_id,
+            update.expected_version,
+            update.status,
+            update.resolutions,
+        );
         let result = self.inner.update(update).await;
         if result.is_ok() {
             self.metrics.run_written(status);

@@ -751,7 +751,10 @@ pub async fn count_is_the_length_of_the_listing_for_the_same_query(s: &Subject) 
 /// left out; a run that is answered leaves the count.
 pub async fn waiting_counts_suspended_runs_and_their_calls_by_agent(s: &Subject) {
     let t0 = base_time() - Duration::hours(1);
-    assert!(s.store.waiting().await.unwrap().is_empty(), "an empty store has nothing waiting");
+    assert!(
+        s.store.waiting().await.unwrap().is_empty(),
+        "an empty store has nothing waiting"
+    );
     suspended_run(s.store.as_ref(), "a-1", "agent-1", t0).await;
     suspended_run(s.store.as_ref(), "b-1", "agent-2", t0 + Duration::seconds(1)).await;
     // Two questions at once on one run of agent-1.
@@ -759,7 +762,10 @@ pub async fn waiting_counts_suspended_runs_and_their_calls_by_agent(s: &Subject)
         .create(&new_run("a-2", "agent-1", t0 + Duration::seconds(2), 1), &[user("x")])
         .await
         .unwrap();
-    let pending = [pending_question("call_1", "Which city?"), pending_question("call_2", "When?")];
+    let pending = [
+        pending_question("call_1", "Which city?"),
+        pending_question("call_2", "When?"),
+    ];
     let assistant = [Message::assistant(
         "",
         vec![ask_call("call_1", "Which city?"), ask_call("call_2", "When?")],
@@ -794,7 +800,11 @@ pub async fn waiting_counts_suspended_runs_and_their_calls_by_agent(s: &Subject)
 
     let b1 = s.store.get("b-1").await.unwrap().unwrap();
     s.store.claim("b-1", b1.version, &super::test_lease()).await.unwrap();
-    assert_eq!(s.store.waiting().await.unwrap(), [waiting("agent-1", 2, 3)], "b-1 was answered");
+    assert_eq!(
+        s.store.waiting().await.unwrap(),
+        [waiting("agent-1", 2, 3)],
+        "b-1 was answered"
+    );
 }
 
 /// `prune` deletes completed, failed and cancelled runs last written before

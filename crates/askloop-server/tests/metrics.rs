@@ -96,6 +96,11 @@ fn post(server: &TestServer, path: &str, body: serde_json::Value) -> reqwest::Re
     server.client.post(server.url(path)).bearer_auth(TOKEN).json(&body)
 }
 
+/// POSTs `body` to `path` with the token and reads the whole stream.
+async fn post_sse(server: &TestServer, path: &str, body: serde_json::Value) -> Sse {
+    Sse::read(post(server, path, body).send().await.unwrap()).await
+}
+
 #[tokio::test]
 async fn the_figures_move_as_a_run_suspends_is_answered_and_another_is_declined() {
     let dir = tempfile::tempdir().unwrap();
@@ -117,13 +122,7 @@ async fn the_figures_move_as_a_run_suspends_is_answered_and_another_is_declined(
     assert_eq!(sample(&before, "askloop_resolutions_total", &[]), None);
 
     // A question is raised: the store-wide figures show it waiting.
-    let started = Sse::read(
-        post(&server, "/api/agents/assistant/stream", json!({"messages": PROMPT}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let started = post_sse(&server, "/api/agents/assistant/stream", json!({"messages": PROMPT})).await;
     let suspended = started.first("tool-call-suspended");
     let run_id = suspended["runId"].as_str().unwrap().to_owned();
     let waiting = scrape_until(&server, "one question waiting", |t| {
@@ -137,24 +136,16 @@ async fn the_figures_move_as_a_run_suspends_is_answered_and_another_is_declined(
     assert_eq!(sample(&waiting, "askloop_runs_started_total", &[]), Some(1.0));
 
     // Answered over HTTP: one resolution, one measured wait, the run done.
-    let resumed = post(
+    let resumed = post_sse(
         &server,
         "/api/agents/assistant/resume-stream",
         json!({"runId": run_id, "toolCallId": suspended["payload"]["toolCallId"], "resumeData": "staging"}),
     )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(Sse::read(resumed).await.text(), "Deploying to User answered: staging.");
+    .await;
+    assert_eq!(resumed.text(), "Deploying to User answered: staging.");
 
     // An approval, declined.
-    let started = Sse::read(
-        post(&server, "/api/agents/approver/stream", json!({"messages": PROMPT}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let started = post_sse(&server, "/api/agents/approver/stream", json!({"messages": PROMPT})).await;
     let approval = started.first("tool-call-approval");
     let declined = post(
         &server,
@@ -241,13 +232,7 @@ async fn two_servers_on_one_database_report_one_store_and_count_each_write_once(
     let b = observed_server(Arc::new(second.clone()), options()).await;
 
     // Raised through one server...
-    let started = Sse::read(
-        post(&a, "/api/agents/assistant/stream", json!({"messages": PROMPT}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let started = post_sse(&a, "/api/agents/assistant/stream", json!({"messages": PROMPT})).await;
     let suspended = started.first("tool-call-suspended");
     // ...shown waiting by both, as one store's figure.
     for server in [&a, &b] {
@@ -258,15 +243,13 @@ async fn two_servers_on_one_database_report_one_store_and_count_each_write_once(
     }
     // Answered through the other: each write counted by the server that
     // made it, once in all.
-    let resumed = post(
+    let resumed = post_sse(
         &b,
         "/api/agents/assistant/resume-stream",
         json!({"runId": suspended["runId"], "toolCallId": suspended["payload"]["toolCallId"], "resumeData": "staging"}),
     )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(Sse::read(resumed).await.text(), "Deploying to User answered: staging.");
+    .await;
+    assert_eq!(resumed.text(), "Deploying to User answered: staging.");
     let mut started_total = 0.0;
     let mut answered_total = 0.0;
     for server in [&a, &b] {

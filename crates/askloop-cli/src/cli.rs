@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 const EXIT_CODES: &str = "\
 Exit status:
@@ -43,8 +43,22 @@ pub struct Cli {
     /// environment.
     #[arg(long, env = "ASKLOOP_CONFIG", global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// How log lines are written to stderr: text, for people, or json, one JSON object a
+    /// line with the spans it was logged in (a run's lines carry its run_id). Which lines:
+    /// ASKLOOP_LOG (e.g. info, or askloop=debug; default warn).
+    #[arg(long, env = "ASKLOOP_LOG_FORMAT", global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Lines for people.
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -230,6 +244,10 @@ pub struct ServeArgs {
     /// ran out); such runs are taken over and continued. 0: never.
     #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = duration)]
     pub recover_every: Duration,
+    /// How often the store-wide figures of GET /metrics (runs and questions
+    /// waiting, runs running) are read from the store. 0: never.
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = duration)]
+    pub metrics_every: Duration,
     /// How long a client may take to send a request's headers; a slower
     /// client's connection is closed (more than zero).
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = positive_duration)]

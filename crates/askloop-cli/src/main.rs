@@ -24,13 +24,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ASKLOOP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logs(cli.log_format);
     let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -44,6 +38,28 @@ fn main() -> ExitCode {
             errln!("askloop: {err}");
             err.code()
         }
+    }
+}
+
+/// Logs to stderr, the lines ASKLOOP_LOG picks (warnings and errors by
+/// default), as text or as JSON lines. A JSON line holds its event's fields
+/// at the top level and the spans it was logged in (`spans`, outermost
+/// first), so a line logged while a run is served or driven carries its
+/// `run_id`.
+fn init_logs(format: cli::LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ASKLOOP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        cli::LogFormat::Text => logs.init(),
+        cli::LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(true)
+            .init(),
     }
 }
 

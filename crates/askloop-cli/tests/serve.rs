@@ -1,7 +1,9 @@
 //! `askloop serve` as a real process: start-up errors, a kill -9 between a
 //! question and its answer (the restarted server resumes the run from the
 //! SQLite file), a SIGTERM that stops it cleanly (at once when only event
-//! streams are open), and a second SIGTERM that stops it without waiting.
+//! streams are open), a second SIGTERM that stops it without waiting, and
+//! what an operator sees: `GET /metrics` after a run asked and was
+//! answered, and `--log-format json` lines, a run's lines naming it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
@@ -393,4 +395,113 @@ async fn a_second_sigterm_during_the_grace_period_stops_at_once_leaving_the_run_
     // Started and stored; the step the model was in never finished, so the
     // run waits for its lease to run out and another server to take it over.
     assert_eq!(run["status"], "running", "{run}");
+}
+
+/// The value of the one sample `series` (name and labels exactly as
+/// printed) in a scrape, if it is there.
+fn metrics_sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|line| line.rsplit_once(' '))
+        .find(|(name, _)| *name == series)
+        .map(|(_, value)| value.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_served_run_moves_the_figures_and_every_log_line_of_it_is_json_with_its_run_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path());
+    let mut cmd = serve_command(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-every",
+            "10ms",
+            "--script",
+            script.to_str().unwrap(),
+        ],
+    );
+    cmd.env("ASKLOOP_LOG", "info").env("ASKLOOP_LOG_FORMAT", "json");
+    let serving = Serving::start(cmd);
+    let client = reqwest::Client::new();
+    let asked = serving.ask(&client, "assistant", None).await;
+    let answered = serving.answer(&client, "assistant", &asked).await;
+    assert!(answered.contains("Deploying to"), "{answered}");
+
+    // The store-wide figures are read in the background: scrape until the
+    // question no longer shows as waiting (a hang guard bounds it, no
+    // timing is asserted).
+    let mut scraped = String::new();
+    for _ in 0..500 {
+        let response = client.get(serving.url("/metrics")).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        scraped = response.text().await.unwrap();
+        if metrics_sample(&scraped, "askloop_store_calls_waiting{agent=\"assistant\"}") == Some(0.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metrics_sample(&scraped, "askloop_store_calls_waiting{agent=\"assistant\"}"),
+        Some(0.0),
+        "{scraped}"
+    );
+    assert_eq!(
+        metrics_sample(&scraped, "askloop_runs_started_total"),
+        Some(1.0),
+        "{scraped}"
+    );
+    assert_eq!(
+        metrics_sample(&scraped, "askloop_runs_finished_total{status=\"completed\"}"),
+        Some(1.0),
+        "{scraped}"
+    );
+    assert_eq!(
+        metrics_sample(
+            &scraped,
+            "askloop_resolutions_total{kind=\"answered\",via=\"http\",edited=\"false\"}"
+        ),
+        Some(1.0),
+        "{scraped}"
+    );
+    assert_eq!(
+        metrics_sample(&scraped, "askloop_wait_seconds_count{kind=\"answered\"}"),
+        Some(1.0),
+        "{scraped}"
+    );
+    assert!(!scraped.contains(&asked.run_id), "a run id in the figures");
+
+    serving.terminate();
+    let lines = serving.rest_of_stderr();
+    // The start-up banner is for people; the log lines after it are JSON.
+    let logs: Vec<Value> = lines
+        .iter()
+        .filter(|line| line.starts_with('{'))
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}")))
+        .collect();
+    // Every line logged in a run's span (the server's `run`, the driver's
+    // `drive`) names the run.
+    for log in &logs {
+        for span in log_spans(log).filter(|span| in_a_run(span)) {
+            assert_eq!(span["run_id"], asked.run_id.as_str(), "{log}");
+            assert_eq!(span["agent_id"], "assistant", "{log}");
+        }
+    }
+    // Both of its streams (to the question, then after the answer) ended
+    // with a line of the run.
+    let ended: Vec<&Value> = logs
+        .iter()
+        .filter(|log| log["message"] == "stream ended" && log_spans(log).any(in_a_run))
+        .map(|log| &log["status"])
+        .collect();
+    assert_eq!(ended, ["suspended", "completed"], "{logs:#?}");
+}
+
+/// Whether `span` is one of a run: the server's `run`, the driver's `drive`.
+fn in_a_run(span: &Value) -> bool {
+    span["name"] == "run" || span["name"] == "drive"
+}
+
+fn log_spans(log: &Value) -> impl Iterator<Item = &Value> {
+    log["spans"].as_array().into_iter().flatten()
 }

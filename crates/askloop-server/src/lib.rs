@@ -12,7 +12,8 @@
 //!   it), behind the same tokens.
 //! - askloop's own routes: `GET /api/runs`, `GET /api/runs/{runId}`,
 //!   `POST /api/runs/{runId}/cancel`, `GET /api/events` (run changes as
-//!   server-sent events), and `GET /healthz`.
+//!   server-sent events), `GET /healthz`, and `GET /metrics` (Prometheus'
+//!   text format, behind the token: see [`Metrics`]).
 //! - The web page (Chat with its conversations, Inbox, Run view) at `/`,
 //!   `/threads/{threadId}`, `/inbox` and `/runs/{runId}`, its files built
 //!   into the binary; `GET /api/me` tells it who it acts as.
@@ -69,6 +70,7 @@ mod guard;
 mod mcp;
 mod me;
 mod memory;
+mod metrics;
 mod options;
 mod recovery;
 mod refusals;
@@ -103,8 +105,9 @@ pub use guard::is_host_name;
 pub use me::PAGE_RESOURCE;
 pub use options::{
     DEFAULT_BODY_LIMIT, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CHAT_REPLAY_BYTES, DEFAULT_HEADER_READ_TIMEOUT,
-    DEFAULT_RECOVER_EVERY, DEFAULT_SHUTDOWN_GRACE, ServerError, ServerOptions,
+    DEFAULT_METRICS_EVERY, DEFAULT_RECOVER_EVERY, DEFAULT_SHUTDOWN_GRACE, ServerError, ServerOptions,
 };
+pub use metrics::Metrics;
 pub use request_fields::RequestOverride;
 pub use webhooks::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_POLL, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret,
@@ -135,6 +138,8 @@ pub(crate) struct AppState {
     pub(crate) chats: Arc<chat::replay::ActiveChats>,
     /// Per agent, the fields a request may replace its settings with.
     pub(crate) overrides: HashMap<String, Vec<RequestOverride>>,
+    /// The figures `GET /metrics` reports.
+    pub(crate) metrics: Metrics,
 }
 
 impl AppState {
@@ -174,6 +179,7 @@ pub struct Server {
     runs: TaskTracker,
     webhooks: Webhooks,
     overrides: HashMap<String, Vec<RequestOverride>>,
+    metrics: Metrics,
     /// Turns true when a shutdown begins: event streams end, and the
     /// background tasks (recovery, webhooks) stop.
     stopping: watch::Sender<bool>,
@@ -201,6 +207,7 @@ impl Server {
             runs: TaskTracker::new(),
             webhooks: Webhooks::default(),
             overrides: HashMap::new(),
+            metrics: Metrics::new(),
             stopping: watch::Sender::new(false),
         })
     }
@@ -217,6 +224,16 @@ impl Server {
     /// them) for notifications to be written at all.
     pub fn webhooks(mut self, webhooks: Webhooks) -> Self {
         self.webhooks = webhooks;
+        self
+    }
+
+    /// Reports `metrics` at `GET /metrics`. For the figures of runs and
+    /// resolutions to move, build the agents on the store that
+    /// [`Metrics::observe_store`] returns and give that store to
+    /// [`Server::new`]; without this, the server reports figures of its
+    /// own that only its store-wide reads move.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
         self
     }
 
@@ -264,6 +281,7 @@ impl Server {
             streams: Arc::default(),
             chats: Arc::new(chat::replay::ActiveChats::new(self.options.chat_replay_bytes)),
             overrides: self.overrides.clone(),
+            metrics: self.metrics.clone(),
         });
         let api = Router::new()
             .route("/me", get(me::get))
@@ -318,9 +336,17 @@ impl Server {
                 Arc::clone(&state),
                 auth::require_token,
             ));
+        // Prometheus' scrape, behind the same token as the API.
+        let scrape = Router::new()
+            .route("/metrics", get(metrics::scrape))
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&state),
+                auth::require_token,
+            ));
         let mut router = Router::new()
             .nest("/api", api)
             .merge(chat)
+            .merge(scrape)
             .merge(mcp)
             .route("/healthz", get(runs::health))
             .merge(web::routes())
@@ -385,6 +411,15 @@ impl Server {
                 Arc::clone(&self.clock),
                 self.runs.clone(),
                 self.options.recover_every,
+                self.stopping.subscribe(),
+            ));
+        }
+        if !self.options.metrics_every.is_zero() {
+            tokio::spawn(metrics::sample_store(
+                self.metrics.clone(),
+                Arc::clone(&self.store),
+                self.agents.iter().map(|a| a.id().to_owned()).collect(),
+                self.options.metrics_every,
                 self.stopping.subscribe(),
             ));
         }

@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use crate::auth::{ApiToken, TokenError};
 
+/// How often the store-wide figures of `GET /metrics` are read from the
+/// store, by default.
+pub const DEFAULT_METRICS_EVERY: Duration = Duration::from_secs(15);
+
 /// The default limit on request bodies: 1 MiB, far above any answer or
 /// prompt a person types, far below what would hurt the server.
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
@@ -80,6 +84,9 @@ pub struct ServerOptions {
     /// (`GET /chat/{agentId}/{chatId}/stream`); past it, a re-attach gets
     /// an `error` part instead of the replay.
     pub chat_replay_bytes: usize,
+    /// How often the store-wide figures of `GET /metrics` (runs and calls
+    /// waiting, runs running) are read from the store; zero: never.
+    pub metrics_every: Duration,
 }
 
 impl Default for ServerOptions {
@@ -98,6 +105,7 @@ impl Default for ServerOptions {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             chat_replay_bytes: DEFAULT_CHAT_REPLAY_BYTES,
+            metrics_every: DEFAULT_METRICS_EVERY,
         }
     }
 }
@@ -118,6 +126,7 @@ impl fmt::Debug for ServerOptions {
             .field("header_read_timeout", &self.header_read_timeout)
             .field("body_read_timeout", &self.body_read_timeout)
             .field("chat_replay_bytes", &self.chat_replay_bytes)
+            .field("metrics_every", &self.metrics_every)
             .finish()
     }
 }
@@ -214,6 +223,13 @@ impl ServerOptions {
     /// Sets the most bytes of a chat's stream kept for re-attaching.
     pub fn chat_replay_bytes(mut self, bytes: usize) -> Self {
         self.chat_replay_bytes = bytes;
+        self
+    }
+
+    /// Sets how often the store-wide figures of `GET /metrics` are read
+    /// (zero: never).
+    pub fn metrics_every(mut self, every: Duration) -> Self {
+        self.metrics_every = every;
         self
     }
 }

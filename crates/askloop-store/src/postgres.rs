@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use askloop::{
-    ChangeFeed, Clock, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message, RUN_SCHEMA_VERSION, Resolution,
-    RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError, ThreadKey, ThreadStore,
+    AgentWaiting, ChangeFeed, Clock, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message, RUN_SCHEMA_VERSION,
+    Resolution, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError, ThreadKey, ThreadStore,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -764,6 +764,29 @@ impl RunStore for PostgresStore {
             .and_then(|row| row.try_get(0))
             .map_err(self.failed(|| "counting runs".to_owned()))?;
         Ok(u64::try_from(counted).unwrap_or_default())
+    }
+
+    async fn waiting(&self) -> Result<Vec<AgentWaiting>, StoreError> {
+        // A row whose pending calls are not a list counts as a run waiting
+        // on none.
+        let rows = sqlx::query(
+            "SELECT agent_id, COUNT(*), \
+             COALESCE(SUM(CASE WHEN jsonb_typeof(pending) = 'array' THEN jsonb_array_length(pending) ELSE 0 END), 0)::BIGINT \
+             FROM runs WHERE status = 'suspended' GROUP BY agent_id ORDER BY agent_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.failed(|| "counting the runs waiting".to_owned()))?;
+        rows.iter()
+            .map(|row| {
+                Ok(AgentWaiting {
+                    agent_id: row.try_get(0)?,
+                    runs: u64::try_from(row.try_get::<i64, _>(1)?).unwrap_or_default(),
+                    calls: u64::try_from(row.try_get::<i64, _>(2)?).unwrap_or_default(),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(self.failed(|| "reading the runs waiting".to_owned()))
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {

@@ -36,8 +36,8 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use askloop::{
-    ChangeFeed, Clock, DatabaseFault, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message, Resolution, RunChanges,
-    RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
+    AgentWaiting, ChangeFeed, Clock, DatabaseFault, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message,
+    Resolution, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -835,6 +835,28 @@ impl RunStore for SqliteStore {
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         let deleted = self.write(Write::Prune { before: micros(before) }).await?;
         Ok(u64::try_from(deleted).unwrap_or_default())
+    }
+
+    async fn waiting(&self) -> Result<Vec<AgentWaiting>, StoreError> {
+        // `INDEXED BY`: left to itself, SQLite may read the agent index and
+        // every run of an agent, finished ones included. A row whose pending
+        // calls cannot be read counts as a run waiting on none.
+        const WAITING: &str = "SELECT agent_id, COUNT(*), \
+             SUM(CASE WHEN json_valid(pending) THEN json_array_length(pending) ELSE 0 END) \
+             FROM runs INDEXED BY runs_by_status WHERE status = 'suspended' GROUP BY agent_id ORDER BY agent_id";
+        self.read(|conn| {
+            let mut select = conn.prepare_cached(WAITING).map_err(StoreError::backend)?;
+            let rows = select
+                .query_map([], |row| {
+                    Ok(AgentWaiting {
+                        agent_id: row.get(0)?,
+                        runs: u64::try_from(row.get::<_, i64>(1)?).unwrap_or_default(),
+                        calls: u64::try_from(row.get::<_, Option<i64>>(2)?.unwrap_or_default()).unwrap_or_default(),
+                    })
+                })
+                .map_err(StoreError::backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(StoreError::backend)
+        })
     }
 }
 

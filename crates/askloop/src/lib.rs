@@ -51,7 +51,7 @@ pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolCa
 pub use rules::{ApprovalRule, ProposedCall, Verdict};
 pub use scripted::{Script, ScriptError, ScriptedModel};
 pub use store::{
-    Always, ArgumentsEdit, Author, ChangeBroadcast, ChangeFeed, DatabaseFault, Delivery, DeliveryOutcome,
+    AgentWaiting, Always, ArgumentsEdit, Author, ChangeBroadcast, ChangeFeed, DatabaseFault, Delivery, DeliveryOutcome,
     DeliveryState, DeliveryStore, EventType, ExpiredRuns, Grant, GrantNote, GrantQuery, GrantScope, GrantStore,
     Interface, Lease, MemoryStore, OutboxMessage, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, Resolution,
     ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure, RunMemory, RunQuery, RunRecord, RunSettings,

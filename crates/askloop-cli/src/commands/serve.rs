@@ -12,7 +12,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 
 use askloop_config::{ApprovalNames, ServerConfig};
-use askloop_server::{Server, ServerOptions, Webhooks};
+use askloop_server::{Metrics, Server, ServerOptions, Webhooks};
 
 use super::{Context, announce};
 use crate::cli::{ModelArgs, ServeArgs};
@@ -30,7 +30,11 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         ))
     })?;
     let threads = args.request_threads();
-    let Configured { config, agents, store } = configured_agents(ctx, &args.model).await?;
+    // The agents are built on the store as the metrics observe it, so that
+    // their runs and resolutions are counted for `GET /metrics`.
+    let metrics = Metrics::new();
+    let Configured { config, agents, store } =
+        configured_agents(ctx, &args.model, |store| metrics.observe_store(store)).await?;
     let token = std::env::var("ASKLOOP_API_TOKEN").ok().filter(|t| !t.is_empty());
     let protected = token.is_some() || !config.tokens.is_empty();
     let options = ServerOptions::default()
@@ -45,12 +49,14 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .shutdown_grace(args.shutdown_grace)
         .recover_every(args.recover_every)
         .header_read_timeout(args.header_timeout)
-        .body_read_timeout(args.body_timeout);
+        .body_read_timeout(args.body_timeout)
+        .metrics_every(args.metrics_every);
     let ids: Vec<String> = agents.iter().map(|a| a.id().to_owned()).collect();
     let webhooks = Webhooks::new(config.webhooks.clone(), config.public_url.clone());
     let server = Server::new(agents, store)
         .map_err(|err| CliError::usage(err.to_string()))?
         .options(options)
+        .metrics(metrics)
         .webhooks(webhooks);
     let server = config.agents.iter().fold(server, |server, agent| {
         server.allow_overrides(agent.id.clone(), agent.request_overrides.iter().copied())
@@ -114,10 +120,15 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
 /// it exists, else the default agent), with their MCP servers' tools, on the
 /// store of `--db`; announces the model when an agent uses the default one,
 /// and checks the names of `require_approval` against the tools the MCP
-/// servers list. `askloop serve` and `askloop mcp` start the same way.
-pub(super) async fn configured_agents(ctx: &Context, model: &ModelArgs) -> Result<Configured, CliError> {
+/// servers list. `askloop serve` and `askloop mcp` start the same way;
+/// `observe` wraps the store before the agents are built on it.
+pub(super) async fn configured_agents(
+    ctx: &Context,
+    model: &ModelArgs,
+    observe: impl FnOnce(Arc<dyn RunStore>) -> Arc<dyn RunStore>,
+) -> Result<Configured, CliError> {
     let config = load_config(ctx)?;
-    let store = setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?;
+    let store = observe(setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?);
     let agents = build_agents(config.clone(), model, &store, Starting::Server).await?;
     Ok(Configured { config, agents, store })
 }

@@ -747,6 +747,67 @@ pub async fn count_is_the_length_of_the_listing_for_the_same_query(s: &Subject) 
     assert_eq!(s.store.count(&suspended).await.unwrap(), 6);
 }
 
+/// `waiting` counts the suspended runs of each agent and the calls they
+/// wait on; running and finished runs, and agents with nothing waiting, are
+/// left out; a run that is answered leaves the count.
+pub async fn waiting_counts_suspended_runs_and_their_calls_by_agent(s: &Subject) {
+    let t0 = base_time() - Duration::hours(1);
+    assert!(
+        s.store.waiting().await.unwrap().is_empty(),
+        "an empty store has nothing waiting"
+    );
+    suspended_run(s.store.as_ref(), "a-1", "agent-1", t0).await;
+    suspended_run(s.store.as_ref(), "b-1", "agent-2", t0 + Duration::seconds(1)).await;
+    // Two questions at once on one run of agent-1.
+    s.store
+        .create(&new_run("a-2", "agent-1", t0 + Duration::seconds(2), 1), &[user("x")])
+        .await
+        .unwrap();
+    let pending = [
+        pending_question("call_1", "Which city?"),
+        pending_question("call_2", "When?"),
+    ];
+    let assistant = [Message::assistant(
+        "",
+        vec![ask_call("call_1", "Which city?"), ask_call("call_2", "When?")],
+    )];
+    s.store
+        .update(step("a-2", 0, RunStatus::Suspended, &pending, &assistant))
+        .await
+        .unwrap();
+    // Running and completed runs wait on nothing.
+    s.store
+        .create(&new_run("c-1", "agent-3", t0 + Duration::seconds(3), 1), &[user("x")])
+        .await
+        .unwrap();
+    s.store
+        .update(step("c-1", 0, RunStatus::Completed, &[], &[]))
+        .await
+        .unwrap();
+    s.store
+        .create(&new_run("c-2", "agent-3", t0 + Duration::seconds(4), 1), &[user("x")])
+        .await
+        .unwrap();
+
+    let waiting = |agent: &str, runs: u64, calls: u64| askloop::AgentWaiting {
+        agent_id: agent.to_owned(),
+        runs,
+        calls,
+    };
+    assert_eq!(
+        s.store.waiting().await.unwrap(),
+        [waiting("agent-1", 2, 3), waiting("agent-2", 1, 1)]
+    );
+
+    let b1 = s.store.get("b-1").await.unwrap().unwrap();
+    s.store.claim("b-1", b1.version, &super::test_lease()).await.unwrap();
+    assert_eq!(
+        s.store.waiting().await.unwrap(),
+        [waiting("agent-1", 2, 3)],
+        "b-1 was answered"
+    );
+}
+
 /// `prune` deletes completed, failed and cancelled runs last written before
 /// the cutoff, with their messages, and nothing else.
 pub async fn prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages(s: &Subject) {

@@ -221,6 +221,7 @@ macro_rules! store_conformance_tests {
             list_pages_with_limit_and_offset,
             list_pages_after_the_last_run_of_the_page_before,
             count_is_the_length_of_the_listing_for_the_same_query,
+            waiting_counts_suspended_runs_and_their_calls_by_agent,
             prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_messages,
             text_with_nul_characters_round_trips_exactly,
             a_listing_by_an_agent_id_holding_nul_finds_nothing,

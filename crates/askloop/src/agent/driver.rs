@@ -124,7 +124,15 @@ impl Driver {
 
     /// Drives the run until it completes, suspends or fails, renewing its
     /// lease meanwhile (see [`super::lease::heartbeat`]).
-    pub(crate) async fn run(mut self, start: Begin) -> StreamOutput {
+    pub(crate) async fn run(self, start: Begin) -> StreamOutput {
+        // Every line logged while the run is driven (its model calls, its
+        // tools, its writes) carries the run's id and agent, also when no
+        // request drives it (a recovery, a client gone away, the CLI).
+        let span = tracing::info_span!("drive", run_id = %self.state.record.run_id, agent_id = %self.agent.id);
+        self.run_in_span(start).instrument(span).await
+    }
+
+    async fn run_in_span(mut self, start: Begin) -> StreamOutput {
         let heartbeat = super::lease::heartbeat(
             Arc::clone(&self.agent.store),
             Arc::clone(&self.agent.clock),

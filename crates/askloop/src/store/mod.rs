@@ -969,6 +969,57 @@ pub trait RunStore: DeliveryStore + ChangeFeed + fmt::Debug + 'static {
     /// Deletes finished runs (completed, failed, cancelled) last written
     /// before `before`, with their messages. Returns how many were deleted.
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+
+    /// How many runs wait for people (are suspended), and on how many tool
+    /// calls, for each agent that has any: the figures a server reports as
+    /// questions waiting. Agents with none are left out; the order is by
+    /// agent id.
+    ///
+    /// The default reads the suspended runs page by page; the SQL stores
+    /// read only the suspended runs' entries of their status index, so the
+    /// cost follows how many runs wait, not how many the store holds.
+    async fn waiting(&self) -> Result<Vec<AgentWaiting>, StoreError> {
+        waiting_by_listing(self).await
+    }
+}
+
+/// What one agent's runs wait on (see [`RunStore::waiting`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentWaiting {
+    /// The agent.
+    pub agent_id: String,
+    /// Its suspended runs.
+    pub runs: u64,
+    /// The tool calls those runs wait on (questions and approvals).
+    pub calls: u64,
+}
+
+/// [`RunStore::waiting`] for a store that can only list: the suspended runs
+/// a page at a time, counted by agent.
+async fn waiting_by_listing<S: RunStore + ?Sized>(store: &S) -> Result<Vec<AgentWaiting>, StoreError> {
+    const PAGE: u32 = 500;
+    let mut by_agent: std::collections::BTreeMap<String, AgentWaiting> = std::collections::BTreeMap::new();
+    let mut page = RunQuery {
+        status: Some(RunStatus::Suspended),
+        limit: Some(PAGE),
+        ..RunQuery::default()
+    };
+    loop {
+        let runs = store.list(&page).await?;
+        let Some(last) = runs.last() else {
+            return Ok(by_agent.into_values().collect());
+        };
+        page.after = Some(RunCursor::after_created(last));
+        for run in &runs {
+            let waiting = by_agent.entry(run.agent_id.clone()).or_insert_with(|| AgentWaiting {
+                agent_id: run.agent_id.clone(),
+                runs: 0,
+                calls: 0,
+            });
+            waiting.runs += 1;
+            waiting.calls += run.pending.len() as u64;
+        }
+    }
 }
 
 /// [`RunStore::count`] for a store that can only list: reads the listing a

@@ -1,0 +1,348 @@
+//! What `GET /metrics` reports, in the Prometheus (OpenMetrics) text format.
+//!
+//! Two kinds of figures, named apart so that several servers on one
+//! database never add up to double:
+//!
+//! - **This server's**: what passed through its store (runs started and
+//!   finished, resolutions and how long they waited, store errors, webhook
+//!   deliveries). Each write is made by exactly one server, so summing these
+//!   over servers is right. They are seen by wrapping the store the agents
+//!   are built on ([`Metrics::observe_store`]): the library's decisions need
+//!   no hook of their own.
+//! - **The store's** (`askloop_store_*`): runs and calls waiting by agent,
+//!   runs running. Every server on one database reports the same figures:
+//!   aggregate them with `max`, never `sum`. They are read from the store's
+//!   status index ([`RunStore::waiting`], [`RunStore::count`]) every
+//!   [`ServerOptions::metrics_every`](crate::ServerOptions::metrics_every),
+//!   on a blocking thread, never per scrape and never on a request thread; a
+//!   scrape only formats figures already in memory.
+//!
+//! No figure is labelled with a run, thread or resource id.
+
+mod store;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use askloop::{Resolution, RunQuery, RunStatus, RunStore};
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use chrono::{DateTime, Utc};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use crate::AppState;
+
+pub(crate) use store::ObservedStore;
+
+/// The content type of the OpenMetrics text format.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds of the wait histogram, in seconds: from a person answering
+/// at once to a question left for a week.
+const WAIT_BUCKETS: [f64; 13] = [
+    1.0,
+    5.0,
+    15.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+    4.0 * 3600.0,
+    12.0 * 3600.0,
+    86400.0,
+    3.0 * 86400.0,
+    7.0 * 86400.0,
+    30.0 * 86400.0,
+];
+
+/// How many suspended runs' last write times are kept to measure their
+/// waits: more than are answered between two reads of one run in any
+/// ordinary load; past it the memory is cleared (a few waits go unmeasured).
+const REMEMBERED_WAITS: usize = 4096;
+
+type Labels1 = [(&'static str, &'static str); 1];
+type AgentLabel = [(&'static str, String); 1];
+
+/// The figures of one server, shared by its store wrapper, its sampler and
+/// its `/metrics` route. Cheap to clone.
+#[derive(Clone)]
+pub struct Metrics {
+    figures: Arc<Figures>,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+struct Figures {
+    registry: Registry,
+    runs_started: Counter,
+    runs_finished: Family<Labels1, Counter>,
+    resolutions: Family<[(&'static str, &'static str); 3], Counter>,
+    waits: Family<Labels1, Histogram, fn() -> Histogram>,
+    store_errors: Family<Labels1, Counter>,
+    deliveries: Family<Labels1, Counter>,
+    runs_waiting: Family<AgentLabel, Gauge>,
+    calls_waiting: Family<AgentLabel, Gauge>,
+    runs_running: Gauge,
+    /// When each suspended run read lately was last written, by (run id,
+    /// version): the start of the wait that the write resolving it ends.
+    waiting_since: Mutex<HashMap<(String, i64), DateTime<Utc>>>,
+}
+
+fn wait_histogram() -> Histogram {
+    Histogram::new(WAIT_BUCKETS)
+}
+
+impl Metrics {
+    /// Figures at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("askloop");
+        let runs_started = Counter::default();
+        registry.register(
+            "runs_started",
+            "Runs started through this server's store",
+            runs_started.clone(),
+        );
+        let runs_finished = Family::<Labels1, Counter>::default();
+        registry.register(
+            "runs_finished",
+            "Runs this server's store wrote finished, by status (completed, failed, cancelled)",
+            runs_finished.clone(),
+        );
+        let resolutions = Family::default();
+        registry.register(
+            "resolutions",
+            "Resolutions written through this server's store, by kind (answered, declined, approved, denied, expired, cancelled, recovered, superseded), by the interface they came through (via: http, page, mcp, server, rule, ...) and whether the arguments were edited",
+            resolutions.clone(),
+        );
+        let waits = Family::<Labels1, Histogram, fn() -> Histogram>::new_with_constructor(wait_histogram);
+        registry.register(
+            "wait_seconds",
+            "How long a question or approval waited before its resolution, by kind: from the run's last write while it waited to the resolution",
+            waits.clone(),
+        );
+        let store_errors = Family::<Labels1, Counter>::default();
+        registry.register(
+            "store_errors",
+            "Store calls of this server that failed, by operation (conflicts and other lost races are not errors)",
+            store_errors.clone(),
+        );
+        let deliveries = Family::<Labels1, Counter>::default();
+        registry.register(
+            "webhook_deliveries",
+            "Webhook delivery attempts this server finished, by outcome (delivered, retry, dead)",
+            deliveries.clone(),
+        );
+        let runs_waiting = Family::<AgentLabel, Gauge>::default();
+        registry.register(
+            "store_runs_waiting",
+            "Suspended runs in the store, by agent (store-wide: every server on one database reports the same; aggregate with max)",
+            runs_waiting.clone(),
+        );
+        let calls_waiting = Family::<AgentLabel, Gauge>::default();
+        registry.register(
+            "store_calls_waiting",
+            "Questions and approvals waiting in the store, by agent (store-wide: aggregate with max)",
+            calls_waiting.clone(),
+        );
+        let runs_running = Gauge::default();
+        registry.register(
+            "store_runs_running",
+            "Runs running in the store (store-wide: aggregate with max)",
+            runs_running.clone(),
+        );
+        Metrics {
+            figures: Arc::new(Figures {
+                registry,
+                runs_started,
+                runs_finished,
+                resolutions,
+                waits,
+                store_errors,
+                deliveries,
+                runs_waiting,
+                calls_waiting,
+                runs_running,
+                waiting_since: Mutex::default(),
+            }),
+        }
+    }
+
+    /// `store`, with what passes through it counted in these figures. Build
+    /// the agents on the store this returns, and give it to the server.
+    pub fn observe_store(&self, store: Arc<dyn RunStore>) -> Arc<dyn RunStore> {
+        Arc::new(ObservedStore::new(store, self.clone()))
+    }
+
+    /// The figures in the OpenMetrics text format.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.figures.registry);
+        text
+    }
+
+    fn store_error(&self, operation: &'static str) {
+        self.figures
+            .store_errors
+            .get_or_create(&[("operation", operation)])
+            .inc();
+    }
+
+    fn run_started(&self) {
+        self.figures.runs_started.inc();
+    }
+
+    fn run_written(&self, status: RunStatus) {
+        if status.is_finished() {
+            self.figures
+                .runs_finished
+                .get_or_create(&[("status", status.as_str())])
+                .inc();
+        }
+    }
+
+    fn delivery(&self, outcome: &'static str) {
+        self.figures.deliveries.get_or_create(&[("outcome", outcome)]).inc();
+    }
+
+    /// Remembers when a suspended run was last written, to measure the wait
+    /// that a write at this version will end.
+    fn waiting_since(&self, run_id: &str, version: i64, written: DateTime<Utc>) {
+        let mut waiting = self
+            .figures
+            .waiting_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if waiting.len() >= REMEMBERED_WAITS {
+            waiting.clear();
+        }
+        waiting.insert((run_id.to_owned(), version), written);
+    }
+
+    /// Counts `resolutions`, written on `run_id` over `version`, and the
+    /// waits they ended when the run was read while it waited.
+    fn resolved(&self, run_id: &str, version: i64, resolutions: &[Resolution]) {
+        let since = self
+            .figures
+            .waiting_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(run_id.to_owned(), version));
+        for resolution in resolutions {
+            let edited = if resolution.edit.is_some() { "true" } else { "false" };
+            self.figures
+                .resolutions
+                .get_or_create(&[
+                    ("kind", resolution.kind.as_str()),
+                    ("via", resolution.author.via.as_str()),
+                    ("edited", edited),
+                ])
+                .inc();
+            if let (Some(since), Some(_)) = (since, &resolution.tool_call_id) {
+                let waited = (resolution.at - since).to_std().unwrap_or_default();
+                self.figures
+                    .waits
+                    .get_or_create(&[("kind", resolution.kind.as_str())])
+                    .observe(waited.as_secs_f64());
+            }
+        }
+    }
+
+    /// Sets the store-wide figures from one read of the store.
+    fn store_figures(&self, read: &StoreFigures, shown: &mut BTreeSet<String>) {
+        let figures = &self.figures;
+        // A served agent with nothing waiting, or one whose last run
+        // stopped waiting, shows 0, not its last figure or none.
+        for agent in shown.iter() {
+            if !read.waiting.iter().any(|w| &w.agent_id == agent) {
+                figures.runs_waiting.get_or_create(&[("agent", agent.clone())]).set(0);
+                figures.calls_waiting.get_or_create(&[("agent", agent.clone())]).set(0);
+            }
+        }
+        for waiting in &read.waiting {
+            let agent = [("agent", waiting.agent_id.clone())];
+            figures.runs_waiting.get_or_create(&agent).set(gauge(waiting.runs));
+            figures.calls_waiting.get_or_create(&agent).set(gauge(waiting.calls));
+            shown.insert(waiting.agent_id.clone());
+        }
+        figures.runs_running.set(gauge(read.running));
+    }
+}
+
+fn gauge(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// One read of the store-wide figures.
+struct StoreFigures {
+    waiting: Vec<askloop::AgentWaiting>,
+    running: u64,
+}
+
+/// Reads the store-wide figures into `metrics` now and every `every` until
+/// the server stops; `agents` (those served) show 0 when nothing of theirs
+/// waits, rather than no figure. The reads run on a blocking thread (the SQLite store
+/// reads on its caller's thread), so a one-thread server never serves a
+/// request late for them; a read that fails leaves the last figures (and
+/// counts as a store error when the store is observed).
+pub(crate) async fn sample_store(
+    metrics: Metrics,
+    store: Arc<dyn RunStore>,
+    agents: Vec<String>,
+    every: Duration,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut shown: BTreeSet<String> = agents.into_iter().collect();
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        let handle = tokio::runtime::Handle::current();
+        let store = Arc::clone(&store);
+        let read = tokio::task::spawn_blocking(move || {
+            handle.block_on(async {
+                let waiting = store.waiting().await?;
+                let running = store
+                    .count(&RunQuery {
+                        status: Some(RunStatus::Running),
+                        ..RunQuery::default()
+                    })
+                    .await?;
+                Ok::<_, askloop::StoreError>(StoreFigures { waiting, running })
+            })
+        })
+        .await;
+        match read {
+            Ok(Ok(read)) => metrics.store_figures(&read, &mut shown),
+            Ok(Err(err)) => tracing::warn!(error = %err, "could not read the store's figures for /metrics"),
+            Err(err) => tracing::warn!(error = %err, "the read of the store's figures for /metrics stopped"),
+        }
+    }
+}
+
+/// `GET /metrics`: the figures as they are (behind the token on a server
+/// with tokens, like the API).
+pub(crate) async fn scrape(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], state.metrics.render())
+}

@@ -8,6 +8,7 @@
 //! in the `askloop-store` crate and pass the same conformance suite.
 
 mod changes;
+mod link;
 mod memory;
 mod outbox;
 mod resolution;
@@ -24,6 +25,7 @@ use serde_json::Value;
 use crate::message::{Message, ToolResult, Usage};
 
 pub use changes::{ChangeBroadcast, RunChange, RunChanges};
+pub use link::{AnswerLink, LinkState, LinkStore};
 pub use memory::MemoryStore;
 pub use outbox::{Delivery, DeliveryOutcome, DeliveryState, EventType, OutboxMessage, Subscription};
 pub(crate) use outbox::{EventRun, messages_for};
@@ -52,7 +54,11 @@ pub use thread::{
 ///   the call again with them; one that does not know rules could not read
 ///   the run's record at all. A write that records either raises the row's
 ///   layout to 4 ([`RunUpdate::needs_layout`]).
-pub const RUN_SCHEMA_VERSION: i32 = 4;
+/// - 5: a run with a call resolved through an answer link
+///   ([`Interface::Link`]). A build that does not know links could not read
+///   the run's record. A write that records one raises the row's layout to
+///   5, as for 4.
+pub const RUN_SCHEMA_VERSION: i32 = 5;
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -231,8 +237,9 @@ impl RunRecord {
     /// The layout the run is stored with: the oldest that holds it (see
     /// [`RUN_SCHEMA_VERSION`]).
     pub fn schema_version(&self) -> i32 {
-        if self.resolutions.iter().any(Resolution::needs_layout_4) {
-            4
+        let resolved = self.resolutions.iter().map(Resolution::layout).max().unwrap_or(1);
+        if resolved > 1 {
+            resolved
         } else if self.memory.is_some() {
             3
         } else if self.settings.is_default() {
@@ -436,11 +443,7 @@ impl RunUpdate<'_> {
     /// (never lowers it), so that an older build refuses the run from then
     /// on instead of misreading it.
     pub fn needs_layout(&self) -> i32 {
-        if self.resolutions.iter().any(Resolution::needs_layout_4) {
-            4
-        } else {
-            1
-        }
+        self.resolutions.iter().map(Resolution::layout).max().unwrap_or(1)
     }
 }
 
@@ -839,6 +842,12 @@ pub trait ChangeFeed: Send + Sync {
 /// [`StoreError::Conflict`].
 #[async_trait]
 pub trait RunStore: DeliveryStore + ChangeFeed + fmt::Debug + 'static {
+    /// The store's answer links, when it keeps them (the stores of askloop
+    /// do). Without them, a server makes no links.
+    fn link_store(&self) -> Option<&dyn LinkStore> {
+        None
+    }
+
     /// The store's threads, when it keeps them (the stores of askloop do).
     /// A store that does not refuses runs on a thread.
     fn thread_store(&self) -> Option<&dyn ThreadStore> {

@@ -74,6 +74,9 @@ pub enum Interface {
     /// One of the agent's approval rules (its name is the author's `by`),
     /// deciding a call instead of a person.
     Rule,
+    /// A signed answer link, opened by the person it was made out to (the
+    /// author's `by`: the link's recipient, whoever followed it).
+    Link,
 }
 
 impl Interface {
@@ -87,6 +90,7 @@ impl Interface {
             Interface::Server => "server",
             Interface::Mcp => "mcp",
             Interface::Rule => "rule",
+            Interface::Link => "link",
         }
     }
 }
@@ -166,6 +170,23 @@ impl Resolution {
     /// decision by a rule.
     pub(crate) fn needs_layout_4(&self) -> bool {
         self.edit.is_some() || self.author.via == Interface::Rule
+    }
+
+    /// Whether only the layout of stored runs 5 on holds this resolution:
+    /// one given through an answer link ([`Interface::Link`]).
+    pub(crate) fn needs_layout_5(&self) -> bool {
+        self.author.via == Interface::Link
+    }
+
+    /// The oldest layout of stored runs that holds this resolution.
+    pub(crate) fn layout(&self) -> i32 {
+        if self.needs_layout_5() {
+            5
+        } else if self.needs_layout_4() {
+            4
+        } else {
+            1
+        }
     }
 
     /// A resolution made at `at` (read from the [`Clock`](crate::Clock) of

@@ -15,6 +15,7 @@
 
 mod changes;
 mod errors;
+mod links;
 mod nul;
 mod outbox;
 mod schema;
@@ -422,6 +423,11 @@ impl RunStore for PostgresStore {
     /// The threads, in the same database as the runs: a run's write and
     /// its thread's messages commit together (see `postgres/threads.rs`).
     fn thread_store(&self) -> Option<&dyn ThreadStore> {
+        Some(self)
+    }
+
+    /// The answer links, in the same database as the runs.
+    fn link_store(&self) -> Option<&dyn askloop::LinkStore> {
         Some(self)
     }
 

@@ -580,6 +580,7 @@ fn page_filter(
 mod changes;
 mod connection;
 mod fault;
+mod links;
 mod outbox;
 mod threads;
 mod writes;
@@ -636,6 +637,11 @@ impl RunStore for SqliteStore {
     /// Notices, within half a second, that any process committed to the
     /// file (see `sqlite/changes.rs`).
     fn thread_store(&self) -> Option<&dyn askloop::ThreadStore> {
+        Some(self)
+    }
+
+    /// The answer links, in the same file as the runs.
+    fn link_store(&self) -> Option<&dyn askloop::LinkStore> {
         Some(self)
     }
 

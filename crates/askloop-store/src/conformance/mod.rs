@@ -22,6 +22,7 @@ mod changes;
 mod clock;
 mod expiry;
 mod leases;
+mod links;
 mod outbox;
 mod raw;
 mod text;
@@ -40,6 +41,7 @@ pub use changes::*;
 pub use clock::*;
 pub use expiry::*;
 pub use leases::*;
+pub use links::*;
 pub use outbox::*;
 pub use raw::RawRows;
 pub use text::*;
@@ -241,7 +243,10 @@ macro_rules! store_conformance_tests {
             a_threads_messages_are_read_from_any_place_by_sequence,
             runs_are_listed_by_their_thread_and_by_resource,
             runs_walled_to_resources_are_listed_paged_and_counted_within_the_wall,
-            deleting_a_thread_deletes_its_messages_and_runs_unless_one_is_unfinished
+            deleting_a_thread_deletes_its_messages_and_runs_unless_one_is_unfinished,
+            a_link_is_stored_once_and_of_twenty_takers_exactly_one_wins,
+            revoked_and_expired_links_cannot_be_taken_and_used_ones_cannot_be_revoked,
+            a_runs_links_are_listed_oldest_first_and_pruned_with_it
         );
     };
 }
@@ -273,7 +278,8 @@ macro_rules! raw_row_conformance_tests {
             a_row_from_a_newer_askloop_is_refused_and_left_unchanged,
             only_a_run_with_settings_is_stored_at_the_layout_that_older_builds_refuse,
             a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse,
-            an_edited_or_ruled_decision_raises_the_row_to_the_layout_older_builds_refuse
+            an_edited_or_ruled_decision_raises_the_row_to_the_layout_older_builds_refuse,
+            an_answer_by_link_raises_the_row_to_the_layout_older_builds_refuse
         );
     };
 }

@@ -66,6 +66,7 @@ mod error;
 mod events;
 mod extract;
 mod guard;
+pub mod links;
 mod mcp;
 mod me;
 mod memory;
@@ -400,6 +401,8 @@ pub(crate) struct AppState {
     pub(crate) chats: Arc<chat::replay::ActiveChats>,
     /// Per agent, the fields a request may replace its settings with.
     pub(crate) overrides: HashMap<String, Vec<RequestOverride>>,
+    /// Answer links, when the server makes them.
+    pub(crate) links: Option<Arc<links::AnswerLinks>>,
 }
 
 impl AppState {
@@ -439,6 +442,7 @@ pub struct Server {
     runs: TaskTracker,
     webhooks: Webhooks,
     overrides: HashMap<String, Vec<RequestOverride>>,
+    links: Option<Arc<links::AnswerLinks>>,
     /// Turns true when a shutdown begins: event streams end, and the
     /// background tasks (recovery, webhooks) stop.
     stopping: watch::Sender<bool>,
@@ -466,6 +470,7 @@ impl Server {
             runs: TaskTracker::new(),
             webhooks: Webhooks::default(),
             overrides: HashMap::new(),
+            links: None,
             stopping: watch::Sender::new(false),
         })
     }
@@ -482,6 +487,15 @@ impl Server {
     /// for notifications to be written at all.
     pub fn webhooks(mut self, webhooks: Webhooks) -> Self {
         self.webhooks = webhooks;
+        self
+    }
+
+    /// Makes answer links ([`links`]): `POST /api/runs/{runId}/links` mints
+    /// them, `/links/{token}` answers through them, and the notifications
+    /// of raised questions carry one (made out to
+    /// [`LinkSettings::webhook_recipient`](links::LinkSettings::webhook_recipient)).
+    pub fn links(mut self, links: links::AnswerLinks) -> Self {
+        self.links = Some(Arc::new(links));
         self
     }
 
@@ -529,6 +543,7 @@ impl Server {
             streams: Arc::default(),
             chats: Arc::new(chat::replay::ActiveChats::new(self.options.chat_replay_bytes)),
             overrides: self.overrides.clone(),
+            links: self.links.clone(),
         });
         let api = Router::new()
             .route("/me", get(me::get))
@@ -559,6 +574,8 @@ impl Server {
             .route("/runs/{run_id}/cancel", post(runs::cancel))
             .route("/runs/{run_id}/retry", post(runs::retry))
             .route("/runs/{run_id}/decisions", post(decisions::decide))
+            .route("/runs/{run_id}/links", get(links::list_route).post(links::mint_route))
+            .route("/links/{link_id}/revoke", post(links::revoke_route))
             .route("/events", get(events::stream))
             // Unknown routes under /api need the token too: without it,
             // nothing says which routes exist.
@@ -587,6 +604,7 @@ impl Server {
             .merge(mcp)
             .route("/healthz", get(runs::health))
             .merge(web::routes())
+            .merge(links::page_routes())
             .fallback(unknown_route)
             .method_not_allowed_fallback(wrong_method)
             .layer(DefaultBodyLimit::max(self.options.body_limit))
@@ -652,8 +670,13 @@ impl Server {
             ));
         }
         if !self.webhooks.hooks.is_empty() {
-            let sender = webhooks::Sender::new(Arc::clone(&self.store), Arc::clone(&self.clock), self.webhooks.clone())
-                .map_err(|err| std::io::Error::other(format!("cannot make the webhooks' HTTP client: {err}")))?;
+            let sender = webhooks::Sender::new(
+                Arc::clone(&self.store),
+                Arc::clone(&self.clock),
+                self.webhooks.clone(),
+                self.links.clone(),
+            )
+            .map_err(|err| std::io::Error::other(format!("cannot make the webhooks' HTTP client: {err}")))?;
             tokio::spawn(sender.run(self.stopping.subscribe()));
         }
         let connections = connections::serve(listener, router, self.options.header_read_timeout, async {

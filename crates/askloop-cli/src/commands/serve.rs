@@ -11,6 +11,7 @@ use askloop::{Agent, RunStore};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 
+use askloop_server::links::AnswerLinks;
 use askloop_server::{ApprovalNames, Server, ServerConfig, ServerOptions, Webhooks};
 
 use super::{Context, announce};
@@ -47,10 +48,15 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .body_read_timeout(args.body_timeout);
     let ids: Vec<String> = agents.iter().map(|a| a.id().to_owned()).collect();
     let webhooks = Webhooks::new(config.webhooks.clone(), config.public_url.clone());
-    let server = Server::new(agents, store)
+    let mut server = Server::new(agents, store)
         .map_err(|err| CliError::usage(err.to_string()))?
         .options(options)
         .webhooks(webhooks);
+    match AnswerLinks::configured(config.links.as_ref(), config.public_url.as_deref()) {
+        Ok(Some(links)) => server = server.links(links),
+        Ok(None) => {}
+        Err(off) => errln!("askloop: warning: {off}"),
+    }
     let server = config.agents.iter().fold(server, |server, agent| {
         server.allow_overrides(agent.id.clone(), agent.request_overrides.iter().copied())
     });
@@ -99,6 +105,9 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             config.webhooks.len(),
             if config.webhooks.len() == 1 { "" } else { "s" }
         );
+    }
+    if let (Some(_), Some(url)) = (&config.links, &config.public_url) {
+        errln!("askloop: answer links are on: {url}/links/...");
     }
     let (shutdown, stop) = shutdown_signals();
     server
@@ -149,7 +158,7 @@ pub(super) async fn configured_agent(
 
 /// The configuration file of `--config` (else `./askloop.toml` if it
 /// exists, else the default agent), checked.
-fn load_config(ctx: &Context) -> Result<ServerConfig, CliError> {
+pub(super) fn load_config(ctx: &Context) -> Result<ServerConfig, CliError> {
     let config = match config_path(ctx.config.as_deref()) {
         Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
         None => ServerConfig::default_agent(),

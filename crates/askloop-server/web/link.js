@@ -14,13 +14,15 @@ const main = document.getElementById('main');
 const token = decodeURIComponent(location.pathname.split('/')[2] || '');
 const linkPath = `/links/${encodeURIComponent(token)}`;
 
-const TITLES = {
-  link_used: 'This link was already used',
-  link_revoked: 'This link was revoked',
-  link_expired: 'This link has expired',
-  question_closed: 'This question is closed',
-  link_invalid: 'This link is not valid',
-  links_off: 'Answer links are off',
+// What a person reads when a link no longer answers; the server's own
+// words (with the time, and who answered a closed question) follow.
+const CLOSED = {
+  link_used: ['This link was already used', 'An answer was sent through it already: a link answers once.'],
+  link_revoked: ['This link was revoked', 'Whoever sent it took it back.'],
+  link_expired: ['This link has expired', 'It worked only for a limited time.'],
+  question_closed: ['This question is closed', 'It no longer waits for an answer.'],
+  link_invalid: ['This link is not valid', 'It may have been cut short when it was copied.'],
+  links_off: ['Answer links are off', 'This server does not answer through links.'],
 };
 
 async function readJson(response) {
@@ -31,7 +33,7 @@ async function readJson(response) {
   }
 }
 
-/** "in 2 h", "in 5 min", or the date, for a time ahead. */
+/** "in 2 h", "in 5 min", "in 3 days", for a time ahead. */
 function until(iso) {
   const at = Date.parse(iso);
   if (Number.isNaN(at)) return '';
@@ -40,24 +42,24 @@ function until(iso) {
   if (minutes < 60) return `in ${minutes} min`;
   const hours = Math.round(minutes / 60);
   if (hours < 48) return `in ${hours} h`;
-  return `on ${new Date(at).toLocaleDateString(undefined, { month: 'short', day: 'numeric' })}`;
+  return `in ${Math.round(hours / 24)} days`;
 }
 
 function panel(kind, title, ...body) {
   return h('section', { class: `link-card link-${kind}`, 'aria-labelledby': 'link-title' },
-    h('h1', { id: 'link-title' }, title),
+    h('h1', { id: 'link-title', tabindex: -1 }, title),
     ...body);
 }
 
 function showClosed(error) {
-  const code = error?.code || 'error';
-  const title = TITLES[code] || 'This link cannot be used';
+  const [title, reason] = CLOSED[error?.code] || ['This link cannot be used', 'The server could not show its question.'];
   main.replaceChildren(
     panel('closed', title,
-      h('p', { class: 'link-reason' }, error?.message || 'The server did not say why.'),
-      h('p', { class: 'hint' }, 'Nothing was changed. If the question still needs you, ask for a new link.')),
+      h('p', { class: 'link-reason', role: 'alert' }, reason),
+      error?.message ? h('p', { class: 'link-detail' }, `The server says: ${error.message}.`) : null,
+      h('p', { class: 'link-meta' }, 'Nothing was changed. If the question still needs you, ask for a new link.')),
   );
-  main.focus();
+  document.getElementById('link-title').focus();
 }
 
 /** The link's POST, in place of the agent's routes. */

@@ -86,6 +86,9 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         if threads == 1 { "" } else { "s" },
         if threads == 1 { "s" } else { "" }
     );
+    if let (Some(_), Some(url)) = (&config.links, &config.public_url) {
+        errln!("askloop: answer links are on: {url}/links/...");
+    }
     let source = config
         .path
         .as_ref()
@@ -105,9 +108,6 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             config.webhooks.len(),
             if config.webhooks.len() == 1 { "" } else { "s" }
         );
-    }
-    if let (Some(_), Some(url)) = (&config.links, &config.public_url) {
-        errln!("askloop: answer links are on: {url}/links/...");
     }
     let (shutdown, stop) = shutdown_signals();
     server

@@ -18,13 +18,9 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { launchWithProfile } from './browser.mjs';
+import { launchWithProfile, openPage, requiredEnv } from './browser.mjs';
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set; run this through the Rust test link_page`);
-  return value;
-};
+const env = (name) => requiredEnv(name, 'link_page');
 const BASE = env('ASKLOOP_WEB_URL');
 const PUBLIC = env('ASKLOOP_LINK_PUBLIC');
 const BIN = env('ASKLOOP_BIN');
@@ -34,6 +30,9 @@ const SHOTS = env('ASKLOOP_WEB_SCREENSHOTS');
 mkdirSync(SHOTS, { recursive: true });
 
 const PATIENCE = 20_000;
+
+// A refused link answers 410 or 403, which the page shows.
+const REFUSALS_SHOWN = { allow: /410|403/ };
 
 let browser;
 let context;
@@ -47,21 +46,6 @@ before(async () => {
 after(async () => {
   await browser?.close();
 });
-
-async function openPage(url, { dark = false, width, height } = {}) {
-  const page = await context.newPage();
-  const problems = [];
-  page.on('pageerror', (err) => problems.push(err.message));
-  page.on('console', (msg) => {
-    // A refused link answers 410 or 403, which the page shows.
-    if (msg.type() === 'error' && !/410|403/.test(msg.text())) problems.push(msg.text());
-  });
-  if (dark) await page.emulateMedia({ colorScheme: 'dark' });
-  if (width) await page.setViewportSize({ width, height: height || 844 });
-  await page.goto(url);
-  page.problems = problems;
-  return page;
-}
 
 /** Starts a run of `agent` and returns its id once it waits. */
 async function startRun(agent, prompt) {
@@ -109,7 +93,7 @@ test('a link opens its question, answers it once as its recipient, then says it 
   const runId = await startRun('assistant', 'Launch the new pricing page');
   const made = link(runId, 'Priya Raman');
 
-  const page = await openPage(made.local);
+  const page = await openPage(context, made.local, REFUSALS_SHOWN);
   await page.getByRole('heading', { name: 'A question for you' }).waitFor();
   await page.getByText('Which region should we launch in?').waitFor();
   await page.getByText('You answer as').waitFor();
@@ -118,10 +102,10 @@ test('a link opens its question, answers it once as its recipient, then says it 
   assert.equal((await run(runId)).status, 'suspended', 'opening the link answers nothing');
   await page.screenshot({ path: join(SHOTS, 'link-question.png') });
 
-  const dark = await openPage(made.local, { dark: true });
+  const dark = await openPage(context, made.local, { ...REFUSALS_SHOWN, dark: true });
   await dark.getByText('Which region should we launch in?').waitFor();
   await dark.screenshot({ path: join(SHOTS, 'link-question-dark.png') });
-  const phone = await openPage(made.local, { width: 390 });
+  const phone = await openPage(context, made.local, { ...REFUSALS_SHOWN, width: 390 });
   await phone.getByText('Which region should we launch in?').waitFor();
   await phone.screenshot({ path: join(SHOTS, 'link-phone.png'), fullPage: true });
   assert.equal((await run(runId)).status, 'suspended', 'three openings answered nothing');
@@ -141,7 +125,7 @@ test('a link opens its question, answers it once as its recipient, then says it 
   await dark.getByRole('button', { name: 'Send answer' }).click();
   await dark.getByRole('heading', { name: 'This link was already used' }).waitFor();
 
-  const again = await openPage(made.local);
+  const again = await openPage(context, made.local, REFUSALS_SHOWN);
   await again.getByRole('heading', { name: 'This link was already used' }).waitFor();
   await again.getByText('Nothing was changed').waitFor();
   await again.screenshot({ path: join(SHOTS, 'link-used.png') });
@@ -152,7 +136,7 @@ test('a link opens its question, answers it once as its recipient, then says it 
 test('an approval is declined through a link with a reason', async () => {
   const runId = await startRun('deployer', 'Write the release notes');
   const made = link(runId, 'Sam Okafor');
-  const page = await openPage(made.local);
+  const page = await openPage(context, made.local, REFUSALS_SHOWN);
   await page.getByRole('heading', { name: 'Your approval is needed' }).waitFor();
   await page.getByText('NOTES.md').first().waitFor();
   assert.equal(await page.getByRole('button', { name: 'Edit arguments' }).count(), 0, 'a link approves the call as it stands');
@@ -170,7 +154,7 @@ test('a revoked link says so and offers nothing to answer', async () => {
   const runId = await startRun('assistant', 'Launch the docs site');
   const made = link(runId, 'Priya Raman');
   askloop(['link', '--revoke', made.linkId]);
-  const page = await openPage(made.local);
+  const page = await openPage(context, made.local, REFUSALS_SHOWN);
   await page.getByRole('heading', { name: 'This link was revoked' }).waitFor();
   assert.equal(await page.locator('form').count(), 0);
   await page.screenshot({ path: join(SHOTS, 'link-revoked.png') });

@@ -8,12 +8,12 @@
 //! CI (`CI=true`) and is skipped with the reason otherwise.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{BIN, Serving, missing_browser, skipped_for_lack_of};
+use common::{BIN, DEPLOYER_SCRIPT, Serving, missing_browser, screenshots_dir, skipped_for_lack_of};
 
 /// Links name this address; the test opens them on the server's own.
 const PUBLIC: &str = "https://askloop.example.com";
@@ -48,21 +48,6 @@ const LAUNCHER_SCRIPT: &str = r#"{"turns": [
   {"text": "Launching in {{toolResults}}."}
 ]}"#;
 
-const DEPLOYER_SCRIPT: &str = r##"{"turns": [
-  {"text": "I will write the notes.", "toolCalls": [
-    {"name": "write_file", "args": {"path": "NOTES.md", "content": "# Release notes\n\n- Faster resumes\n"}}]},
-  {"text": "Done: {{toolResults}}"}
-]}"##;
-
-fn target_dir() -> PathBuf {
-    // target/debug/askloop -> target
-    Path::new(BIN)
-        .ancestors()
-        .nth(2)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("target"))
-}
-
 #[test]
 fn the_answer_link_page_passes_its_browser_test_against_the_real_server() {
     let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/web");
@@ -89,7 +74,7 @@ fn the_answer_link_page_passes_its_browser_test_against_the_real_server() {
         "{:?}",
         serving.banner
     );
-    let screenshots = target_dir().join("web-screenshots");
+    let screenshots = screenshots_dir();
 
     let status = Command::new("node")
         .args(["--test", "--test-concurrency=1", "link.test.mjs"])

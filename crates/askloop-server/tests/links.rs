@@ -2,6 +2,7 @@
 //! waiting call as its recipient, without an API token; a GET never
 //! answers; a used, expired, revoked or changed link says so and changes
 //! nothing; a page of another site cannot answer through it; keys rotate.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -82,6 +83,15 @@ async fn until_status(store: &Arc<dyn RunStore>, run_id: &str, status: RunStatus
     panic!("run {run_id} never became {status}");
 }
 
+/// A run of `assistant` waiting on its question, a link for it made out
+/// to Alice, and the link's form token: `(run_id, path, form_token)`.
+async fn question_for_alice(server: &TestServer) -> (String, String, String) {
+    let (run_id, _) = suspended_run(server).await;
+    let path = path_of(&mint(server, &run_id, json!({"to": "Alice"})).await);
+    let token = form_token(server, &path).await;
+    (run_id, path, token)
+}
+
 fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or_default()
 }
@@ -154,9 +164,7 @@ async fn a_link_answers_its_question_once_as_its_recipient_and_a_get_answers_not
 async fn a_changed_link_is_refused_and_changes_nothing() {
     let store = memory_store();
     let server = server_on(&store, &["k1"]).await;
-    let (run_id, _) = suspended_run(&server).await;
-    let path = path_of(&mint(&server, &run_id, json!({"to": "Alice"})).await);
-    let token = form_token(&server, &path).await;
+    let (run_id, path, token) = question_for_alice(&server).await;
     let (prefix, signed) = path.rsplit_once('/').unwrap();
     let (claims, tag) = signed.split_once('.').unwrap();
 
@@ -258,9 +266,7 @@ async fn a_revoked_link_says_so_and_is_revoked_once() {
 async fn an_answer_from_another_site_or_without_the_pages_form_token_is_refused() {
     let store = memory_store();
     let server = server_on(&store, &["k1"]).await;
-    let (run_id, _) = suspended_run(&server).await;
-    let path = path_of(&mint(&server, &run_id, json!({"to": "Alice"})).await);
-    let token = form_token(&server, &path).await;
+    let (run_id, path, token) = question_for_alice(&server).await;
     let body = json!({"formToken": token, "resumeData": "staging"});
 
     let from_elsewhere = server
@@ -316,9 +322,7 @@ async fn an_answer_from_another_site_or_without_the_pages_form_token_is_refused(
 async fn a_refused_answer_gives_the_link_back_and_a_decline_keeps_its_reason() {
     let store = memory_store();
     let server = server_on(&store, &["k1"]).await;
-    let (run_id, _) = suspended_run(&server).await;
-    let path = path_of(&mint(&server, &run_id, json!({"to": "Alice"})).await);
-    let token = form_token(&server, &path).await;
+    let (_, path, token) = question_for_alice(&server).await;
     let (status, refused) = answer(&server, &path, json!({"formToken": token, "resumeData": "the moon"})).await;
     assert_eq!((status, code(&refused)), (422, "invalid_answer"), "{refused}");
     let (status, _) = answer(&server, &path, json!({"formToken": token, "resumeData": "staging"})).await;

@@ -44,3 +44,29 @@ export async function launchWithProfile({ args = [], ...options } = {}) {
 export function launch() {
   return chromium.launch({ executablePath: executablePath(), headless: true, args: ARGS });
 }
+
+/// The value of environment variable `name`, set by the Rust test `test`
+/// that runs the browser test; a clear error when it is run alone.
+export function requiredEnv(name, test) {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set; run this through the Rust test ${test}`);
+  return value;
+}
+
+/// A new page of `context` at `url` (`dark`: dark colours; `width`: a
+/// narrow viewport), collecting its uncaught errors and console errors in
+/// `page.problems`, except those whose text matches `allow` (statuses the
+/// page shows on purpose).
+export async function openPage(context, url, { dark = false, width, height, allow = /401|422|409/ } = {}) {
+  const page = await context.newPage();
+  const problems = [];
+  page.on('pageerror', (err) => problems.push(err.message));
+  page.on('console', (msg) => {
+    if (msg.type() === 'error' && !allow.test(msg.text())) problems.push(msg.text());
+  });
+  if (dark) await page.emulateMedia({ colorScheme: 'dark' });
+  if (width) await page.setViewportSize({ width, height: height || 844 });
+  await page.goto(url);
+  page.problems = problems;
+  return page;
+}

@@ -12,13 +12,9 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
-import { launchWithProfile } from './browser.mjs';
+import { launchWithProfile, requiredEnv } from './browser.mjs';
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set; run this through the Rust test cross_site`);
-  return value;
-};
+const env = (name) => requiredEnv(name, 'cross_site');
 const BASE = env('ASKLOOP_WEB_URL');
 const RUN = env('ASKLOOP_RUN_ID');
 const PORT = new URL(BASE).port;

@@ -19,13 +19,9 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { launchWithProfile } from './browser.mjs';
+import { launchWithProfile, openPage, requiredEnv } from './browser.mjs';
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set; run this through the Rust test web_page`);
-  return value;
-};
+const env = (name) => requiredEnv(name, 'web_page');
 const BASE = env('ASKLOOP_WEB_URL');
 const TOKEN_BASE = env('ASKLOOP_WEB_TOKEN_URL');
 const TOKEN = env('ASKLOOP_WEB_TOKEN');
@@ -53,20 +49,6 @@ after(async () => {
   await browser?.close();
 });
 
-async function openPage(url, { dark = false, width, height } = {}) {
-  const page = await context.newPage();
-  const problems = [];
-  page.on('pageerror', (err) => problems.push(err.message));
-  page.on('console', (msg) => {
-    if (msg.type() === 'error' && !/401|422|409/.test(msg.text())) problems.push(msg.text());
-  });
-  if (dark) await page.emulateMedia({ colorScheme: 'dark' });
-  if (width) await page.setViewportSize({ width, height: height || 844 });
-  await page.goto(url);
-  page.problems = problems;
-  return page;
-}
-
 /** Sends a chat message to an agent and returns the reply's turn. */
 async function chat(page, agent, text) {
   await page.getByLabel('Agent').selectOption({ label: agent });
@@ -92,7 +74,7 @@ function askloopRun(prompt) {
 }
 
 test('chat: the reply streams in and three questions of one step are answered in any order', async () => {
-  const page = await openPage(BASE);
+  const page = await openPage(context, BASE);
   const turn = await chat(page, 'Assistant', 'Plan the launch');
   await turn.getByText('Let me ask a few things first.').waitFor();
   const region = page.getByRole('form', { name: 'Which region should we launch in?' });
@@ -128,7 +110,7 @@ test('chat: the reply streams in and three questions of one step are answered in
 });
 
 test('a rejected answer shows the server reason beside the form, which keeps what was entered', async () => {
-  const page = await openPage(BASE);
+  const page = await openPage(context, BASE);
   await chat(page, 'Assistant', 'Plan another launch');
   const channels = page.getByRole('form', { name: 'Which channels should announce it?' });
   const name = page.getByRole('form', { name: 'What should the launch be called?' });
@@ -155,7 +137,7 @@ test('a rejected answer shows the server reason beside the form, which keeps wha
 });
 
 test('inbox: a question raised by askloop run in another process appears without reloading and is answered there', async () => {
-  const page = await openPage(`${BASE}/inbox`);
+  const page = await openPage(context, `${BASE}/inbox`);
   await page.getByRole('heading', { name: 'Inbox' }).waitFor();
   await page.locator('body[data-live="on"]').waitFor();
   const before = await page.getByRole('form', { name: 'Which environment should I deploy to?' }).count();
@@ -205,7 +187,7 @@ test('inbox: with more runs waiting than a page holds, the heading counts them a
     await Promise.all(batch);
   }
 
-  const page = await openPage(`${BUSY}/inbox`);
+  const page = await openPage(context, `${BUSY}/inbox`);
   const heading = page.getByRole('heading', { name: 'Inbox' });
   await heading.getByText('527 waiting', { exact: true }).waitFor();
   await page.getByRole('navigation', { name: 'Main' }).locator('#inbox-count', { hasText: /^527$/ }).waitFor();
@@ -266,7 +248,7 @@ test('inbox: with more runs waiting than a page holds, the heading counts them a
 });
 
 test('approve and decline a tool call', async () => {
-  let page = await openPage(BASE);
+  let page = await openPage(context, BASE);
   let turn = await chat(page, 'Deployer', 'Write the release notes');
   let approval = page.getByRole('form', { name: 'Approve write_file?' });
   await approval.waitFor();
@@ -277,7 +259,7 @@ test('approve and decline a tool call', async () => {
   await turn.getByText(/^Done: /).waitFor();
   await page.close();
 
-  page = await openPage(BASE);
+  page = await openPage(context, BASE);
   turn = await chat(page, 'Deployer', 'Write the release notes again');
   approval = page.getByRole('form', { name: 'Approve write_file?' });
   await approval.getByLabel('Reason (optional)').fill('Not before the review');
@@ -288,7 +270,7 @@ test('approve and decline a tool call', async () => {
 });
 
 test('run view: two calls waiting for approval are approved at once, each run once, the reply after both', async () => {
-  const page = await openPage(BASE);
+  const page = await openPage(context, BASE);
   const turn = await chat(page, 'Publisher', 'Publish the about and pricing pages');
   await page.getByRole('form', { name: 'Approve write_file?' }).nth(1).waitFor();
   const link = turn.getByRole('link', { name: /^Run / });
@@ -316,7 +298,7 @@ test('run view: two calls waiting for approval are approved at once, each run on
 });
 
 test('an approval with edited arguments: refused while not JSON or not fitting the tool, then the file has the edited content', async () => {
-  const page = await openPage(BASE);
+  const page = await openPage(context, BASE);
   const turn = await chat(page, 'Deployer', 'Write the release notes, edited');
   const approval = page.getByRole('form', { name: 'Approve write_file?' });
   await approval.waitFor();
@@ -340,7 +322,7 @@ test('an approval with edited arguments: refused while not JSON or not fitting t
 });
 
 test("the model's reasoning shows folded above its reply, and opens to be read", async () => {
-  const page = await openPage(BASE);
+  const page = await openPage(context, BASE);
   const turn = await chat(page, 'Thinker', 'Where should we launch?');
   await turn.getByText('Launch in the Americas.').waitFor();
   const reasoning = turn.locator('details.reasoning');
@@ -355,7 +337,7 @@ test("the model's reasoning shows folded above its reply, and opens to be read",
 
 test("an MCP server's form (elicitation) is filled in, refused while incomplete, then sent from the chat", async () => {
   // Tall enough for the whole form in its screenshot.
-  const page = await openPage(BASE, { width: 1100, height: 1700 });
+  const page = await openPage(context, BASE, { width: 1100, height: 1700 });
   const turn = await chat(page, 'Clerk', 'Sign me up');
   const form = page.getByRole('form', { name: 'Please provide inputs for the following fields:' });
   await form.waitFor();
@@ -387,7 +369,7 @@ test("an MCP server's form (elicitation) is filled in, refused while incomplete,
 });
 
 test('run view: a run opens by its link, with its status, questions and answers', async () => {
-  const page = await openPage(BASE);
+  const page = await openPage(context, BASE);
   const turn = await chat(page, 'Assistant', 'Plan a small launch');
   const region = page.getByRole('form', { name: 'Which region should we launch in?' });
   await region.waitFor();
@@ -407,7 +389,7 @@ test('run view: a run opens by its link, with its status, questions and answers'
   await page.getByRole('heading', { name: 'Waiting on 2 answers' }).waitFor();
 
   // The link itself, pasted into a new tab, opens the same run.
-  const pasted = await openPage(`${BASE}${href}`, { dark: true });
+  const pasted = await openPage(context, `${BASE}${href}`, { dark: true });
   await pasted.getByRole('heading', { name: /^Run / }).waitFor();
   await pasted.getByRole('textbox', { name: 'What should the launch be called?' }).fill('Dawn');
   await pasted.getByRole('form', { name: 'What should the launch be called?' }).getByRole('button', { name: 'Send answer' }).click();
@@ -425,11 +407,11 @@ test('run view: a run opens by its link, with its status, questions and answers'
 
 test('screenshots: the inbox in dark mode and at phone width', async () => {
   await askloopRun('Deploy the docs');
-  const dark = await openPage(`${BASE}/inbox`, { dark: true });
+  const dark = await openPage(context, `${BASE}/inbox`, { dark: true });
   await dark.getByRole('form', { name: 'Which environment should I deploy to?' }).first().waitFor();
   await dark.screenshot({ path: join(SHOTS, 'inbox-dark.png') });
   await dark.close();
-  const phone = await openPage(BASE, { width: 390, height: 844 });
+  const phone = await openPage(context, BASE, { width: 390, height: 844 });
   await chat(phone, 'Assistant', 'Plan the launch on a phone');
   await phone.getByRole('form', { name: 'Which region should we launch in?' }).waitFor();
   await phone.screenshot({ path: join(SHOTS, 'chat-phone.png') });
@@ -446,7 +428,7 @@ test('token: the page is refused without it, says when it is wrong, and lets in 
   assert.equal(asset.status, 200, 'the page files need no token');
   assert.match(asset.headers.get('content-security-policy'), /script-src 'self'/);
 
-  const page = await openPage(TOKEN_BASE);
+  const page = await openPage(context, TOKEN_BASE);
   await page.getByRole('heading', { name: 'This server needs a token' }).waitFor();
   await page.getByLabel('API token').fill('not-the-token');
   await page.getByRole('button', { name: 'Continue' }).click();
@@ -476,7 +458,7 @@ test('run view: a run whose id holds spaces, a slash and URL marks opens by its 
   assert.equal(started.status, 200);
   await started.text();
 
-  const page = await openPage(`${BASE}/runs/${encodeURIComponent(runId)}`);
+  const page = await openPage(context, `${BASE}/runs/${encodeURIComponent(runId)}`);
   await page.getByRole('heading', { name: /^Run / }).waitFor();
   await page.getByRole('heading', { name: 'Waiting on 3 answers' }).waitFor();
   const name = page.getByRole('form', { name: 'What should the launch be called?' });

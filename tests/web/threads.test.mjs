@@ -18,13 +18,9 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { launchWithProfile } from './browser.mjs';
+import { launchWithProfile, openPage, requiredEnv } from './browser.mjs';
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set; run this through the Rust test web_page`);
-  return value;
-};
+const env = (name) => requiredEnv(name, 'web_page');
 const BASE = env('ASKLOOP_WEB_URL');
 const WALLED = env('ASKLOOP_WEB_WALLED_URL');
 const ANA = env('ASKLOOP_WEB_ANA_TOKEN');
@@ -52,20 +48,6 @@ before(async () => {
 after(async () => {
   await browser?.close();
 });
-
-async function openPage(url, { dark = false, width, height, allow = /401|422|409/ } = {}) {
-  const page = await context.newPage();
-  const problems = [];
-  page.on('pageerror', (err) => problems.push(err.message));
-  page.on('console', (msg) => {
-    if (msg.type() === 'error' && !allow.test(msg.text())) problems.push(msg.text());
-  });
-  if (dark) await page.emulateMedia({ colorScheme: 'dark' });
-  if (width) await page.setViewportSize({ width, height: height || 844 });
-  await page.goto(url);
-  page.problems = problems;
-  return page;
-}
 
 /** Sends a chat message (to `agent`, when the chat lets one be chosen). */
 async function say(page, text, agent) {
@@ -100,7 +82,7 @@ async function calls(base, threadId, resource, token) {
 let deployThread;
 
 test('a conversation comes back whole after a reload, its open question is answered there and the run completes', async () => {
-  const page = await openPage(BASE);
+  const page = await openPage(context, BASE);
   // Without tokens the page keeps its conversations under the shared resource.
   await conversations(page).getByText('Acting as page').waitFor();
   const sent = [];
@@ -152,7 +134,7 @@ test('a conversation comes back whole after a reload, its open question is answe
 });
 
 test('a second conversation is listed first; one is renamed and another deleted from the list', async () => {
-  const page = await openPage(BASE);
+  const page = await openPage(context, BASE);
   await conversations(page).getByRole('link', { name: new RegExp(DEPLOY) }).waitFor();
   await say(page, 'Write the quarterly report for the board', 'Assistant');
   await page.waitForURL(/\/threads\//);
@@ -195,7 +177,7 @@ test('a second conversation is listed first; one is renamed and another deleted 
 });
 
 test('inbox: a card names its conversation, quotes the message that led to it, links to it, and filters narrow the list', async () => {
-  const page = await openPage(BASE);
+  const page = await openPage(context, BASE);
   await say(page, 'Migrate the orders database tonight', 'Assistant');
   await page.getByRole('form', { name: ENVIRONMENT }).waitFor();
   await page.waitForURL(/\/threads\//);
@@ -256,7 +238,7 @@ async function signIn(page, token) {
 }
 
 test("walls: with named tokens each keeps its own conversations, and another's are not found", async () => {
-  const ana = await openPage(WALLED);
+  const ana = await openPage(context, WALLED);
   await signIn(ana, ANA);
   // ana may use two resources (her own and team): the page starts with her own.
   const actingAs = conversations(ana).getByLabel('Acting as');
@@ -269,7 +251,7 @@ test("walls: with named tokens each keeps its own conversations, and another's a
   await conversations(ana).getByRole('link', { name: /Plan the offsite/ }).waitFor();
   assert.equal((await api(WALLED, `/api/memory/threads/${offsite}?resourceId=ana`, { token: ANA })).status, 200);
 
-  const bo = await openPage(WALLED, { allow: /401|404/ });
+  const bo = await openPage(context, WALLED, { allow: /401|404/ });
   await signIn(bo, BO);
   await conversations(bo).getByText('Acting as bo').waitFor();
   await conversations(bo).getByText('No conversations yet').waitFor();
@@ -302,7 +284,7 @@ test("walls: with named tokens each keeps its own conversations, and another's a
 
 test('screenshots: the conversations in light, dark and at phone width', async () => {
   // One more conversation, of the other agent, so the list shows a few.
-  const setup = await openPage(BASE);
+  const setup = await openPage(context, BASE);
   await say(setup, 'Why did the night job fail?', 'Helper');
   await setup.getByRole('form', { name: 'Which log should I read first?' }).waitFor();
   await setup.close();
@@ -313,7 +295,7 @@ test('screenshots: the conversations in light, dark and at phone width', async (
     ['threads-dark.png', { dark: true }],
     ['threads-phone.png', { width: 390, height: 844 }],
   ]) {
-    const page = await openPage(url, options);
+    const page = await openPage(context, url, options);
     await page.getByRole('form', { name: MIGRATIONS }).waitFor();
     await page.waitForFunction(() => document.querySelectorAll('a.thread-link').length >= 3);
     await page.locator('body[data-live="on"]').waitFor();

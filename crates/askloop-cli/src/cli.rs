@@ -188,11 +188,37 @@ pub enum Command {
         /// The run.
         run_id: String,
     },
+    /// Make a signed link that answers a waiting call as a named person, without a token
+    /// (needs [links] and public_url in askloop.toml); --revoke LINK_ID takes one back.
+    Link(LinkArgs),
     /// Serve the HTTP API (Mastra-compatible agent routes, /api/runs) for the agents of askloop.toml.
     Serve(ServeArgs),
     /// Serve the agents of askloop.toml as MCP tools (ask_<agent>) on stdin/stdout, for an
     /// MCP client such as Claude Desktop, Claude Code, Cursor or VS Code.
     Mcp(McpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LinkArgs {
+    /// The run whose waiting call the link answers.
+    #[arg(required_unless_present = "revoke", conflicts_with = "revoke")]
+    pub run_id: Option<String>,
+    /// Which call, when several wait.
+    #[arg(long, value_name = "ID")]
+    pub call: Option<String>,
+    /// Whom the link is for: its answer is recorded as theirs, whoever follows it.
+    #[arg(long, value_name = "NAME", required_unless_present = "revoke")]
+    pub to: Option<String>,
+    /// How long the link works, if less than [links] max_age (never past the call's own
+    /// time limit).
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub expires_in: Option<Duration>,
+    /// Revoke the link with this id instead: it answers nothing from then on.
+    #[arg(long, value_name = "LINK_ID")]
+    pub revoke: Option<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

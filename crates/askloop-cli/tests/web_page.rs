@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{BIN, Serving, missing_browser, skipped_for_lack_of};
+use common::{BIN, DEPLOYER_SCRIPT, Serving, missing_browser, screenshots_dir, skipped_for_lack_of};
 const TOKEN: &str = "web-page-test-token";
 
 const ASSISTANT_SCRIPT: &str = r#"{"turns": [
@@ -42,12 +42,6 @@ const CLI_SCRIPT: &str = r#"{"turns": [
     {"label": "production", "description": "Real customers"}]}}]},
   {"text": "All set: {{toolResults}}"}
 ]}"#;
-
-const DEPLOYER_SCRIPT: &str = r##"{"turns": [
-  {"text": "I will write the notes.", "toolCalls": [
-    {"name": "write_file", "args": {"path": "NOTES.md", "content": "# Release notes\n\n- Faster resumes\n"}}]},
-  {"text": "Done: {{toolResults}}"}
-]}"##;
 
 /// A model that reasons before it answers.
 const THINKER_SCRIPT: &str = r#"{"turns": [
@@ -173,15 +167,6 @@ fn serve(dir: &Path, token: Option<&str>) -> Serving {
     Serving::start(cmd)
 }
 
-fn target_dir() -> PathBuf {
-    // target/debug/askloop -> target
-    Path::new(BIN)
-        .ancestors()
-        .nth(2)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("target"))
-}
-
 #[test]
 fn the_web_page_passes_its_browser_test_against_the_real_server() {
     let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/web");
@@ -201,7 +186,7 @@ fn the_web_page_passes_its_browser_test_against_the_real_server() {
     let guarded = serve(dir.path(), Some(TOKEN));
     let busy_dir = busy_dir();
     let busy = serve(busy_dir.path(), None);
-    let screenshots = target_dir().join("web-screenshots");
+    let screenshots = screenshots_dir();
 
     let status = Command::new("node")
         .args(["--test", "--test-concurrency=1", "page.test.mjs"])
@@ -319,7 +304,7 @@ fn conversations_on_the_page_pass_their_browser_test_against_the_real_server() {
     let walled_dir = threads_dir(true);
     let open = serve_threads(open_dir.path());
     let walled = serve_threads(walled_dir.path());
-    let screenshots = target_dir().join("web-screenshots");
+    let screenshots = screenshots_dir();
 
     let status = Command::new("node")
         .args(["--test", "--test-concurrency=1", "threads.test.mjs"])

@@ -58,6 +58,7 @@
 mod access;
 mod approvals;
 mod duration;
+mod links;
 mod raw;
 mod rules;
 pub mod tools;
@@ -111,6 +112,8 @@ pub struct ServerConfig {
     pub public_url: Option<String>,
     /// Where notifications of questions go (`[[webhooks]]`).
     pub webhooks: Vec<WebhookConfig>,
+    /// Signed answer links (`[links]`), when on.
+    pub links: Option<askloop_server::links::LinkSettings>,
 }
 
 /// One agent, checked.
@@ -249,6 +252,7 @@ impl ServerConfig {
             warnings: Vec::new(),
             public_url: None,
             webhooks: Vec::new(),
+            links: None,
         }
     }
 
@@ -298,6 +302,7 @@ impl ServerConfig {
         let (tokens, warnings) = access::resolve_tokens(path, raw.tokens, &ids, env)?;
         let author_header = access::resolve_author_header(path, raw.author_header)?;
         let allowed_hosts = access::resolve_allowed_hosts(path, raw.allowed_hosts)?;
+        let links = links::resolve_links(path, raw.links, env)?;
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
@@ -308,6 +313,7 @@ impl ServerConfig {
             warnings,
             public_url,
             webhooks: hooks,
+            links,
         })
     }
 

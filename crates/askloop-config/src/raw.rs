@@ -27,6 +27,8 @@ pub(super) struct RawConfig {
     pub(super) public_url: Option<String>,
     #[serde(default)]
     pub(super) webhooks: Vec<RawWebhook>,
+    /// `[links]`: signed answer links.
+    pub(super) links: Option<super::links::RawLinks>,
 }
 
 /// One `[[tokens]]` table: an API token's name, its secret (from the

@@ -15,6 +15,8 @@ use serde::Serialize;
 
 use askloop::{InvalidId, RunError, StoreError, quoted_excerpt};
 
+use crate::links::{LinkError, LinkRefusal};
+
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -212,6 +214,15 @@ pub enum ApiError {
     /// The server itself failed (a run's driver panicked).
     #[error("internal error: {0}")]
     Internal(String),
+    /// The server makes no answer links (no `[links]`, or no `public_url`).
+    #[error("this server makes no answer links: configure [links] with a signing key, and public_url")]
+    LinksOff,
+    /// An answer link's page refuses to answer (see [`LinkRefusal`]).
+    #[error(transparent)]
+    LinkRefused(#[from] LinkRefusal),
+    /// A link could not be made or revoked.
+    #[error(transparent)]
+    Link(#[from] LinkError),
     /// The run refused the operation.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -301,6 +312,15 @@ impl ApiError {
             ApiError::HeadersTooLarge { .. } => (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
             ApiError::NoChangeFeed => (StatusCode::NOT_IMPLEMENTED, "no_change_feed"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::LinksOff => (StatusCode::NOT_FOUND, "links_off"),
+            ApiError::LinkRefused(refusal) => (
+                match refusal {
+                    LinkRefusal::Invalid | LinkRefusal::FormToken => StatusCode::FORBIDDEN,
+                    _ => StatusCode::GONE,
+                },
+                refusal.code(),
+            ),
+            ApiError::Link(err) => link_status(err),
             ApiError::Run(err) => run_status(err),
             ApiError::Store(err) => store_status(err),
         }
@@ -333,6 +353,21 @@ fn run_status(err: &RunError) -> (StatusCode, &'static str) {
         }
         RunError::Store(err) => store_status(err),
         _ => (StatusCode::CONFLICT, "run_state"),
+    }
+}
+
+fn link_status(err: &LinkError) -> (StatusCode, &'static str) {
+    match err {
+        LinkError::NoLinkStore => (StatusCode::NOT_IMPLEMENTED, "no_link_store"),
+        LinkError::UnknownRun { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
+        LinkError::NotWaiting { .. } => (StatusCode::CONFLICT, "run_not_suspended"),
+        LinkError::Ambiguous { .. } => (StatusCode::BAD_REQUEST, "ambiguous_resume"),
+        LinkError::CallNotWaiting { .. } => (StatusCode::CONFLICT, "tool_call_not_pending"),
+        LinkError::CallExpired { .. } => (StatusCode::CONFLICT, "expired"),
+        LinkError::BadRecipient(_) | LinkError::NoTime => (StatusCode::BAD_REQUEST, "bad_request"),
+        LinkError::UnknownLink { .. } => (StatusCode::NOT_FOUND, "unknown_link"),
+        LinkError::NotRevocable { .. } => (StatusCode::CONFLICT, "link_not_revocable"),
+        LinkError::Store(err) => store_status(err),
     }
 }
 

@@ -67,6 +67,7 @@ mod events;
 mod extract;
 mod grants;
 mod guard;
+pub mod links;
 mod mcp;
 mod me;
 mod memory;
@@ -103,11 +104,11 @@ pub use auth::{ApiToken, DEFAULT_TOKEN_NAME, MIN_SECRET_CHARS, TokenError};
 pub use error::{ApiError, RefusedField};
 pub use guard::is_host_name;
 pub use me::PAGE_RESOURCE;
+pub use metrics::Metrics;
 pub use options::{
     DEFAULT_BODY_LIMIT, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CHAT_REPLAY_BYTES, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_METRICS_EVERY, DEFAULT_RECOVER_EVERY, DEFAULT_SHUTDOWN_GRACE, ServerError, ServerOptions,
 };
-pub use metrics::Metrics;
 pub use request_fields::RequestOverride;
 pub use webhooks::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_POLL, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret,
@@ -140,6 +141,8 @@ pub(crate) struct AppState {
     pub(crate) overrides: HashMap<String, Vec<RequestOverride>>,
     /// The figures `GET /metrics` reports.
     pub(crate) metrics: Metrics,
+    /// Answer links, when the server makes them.
+    pub(crate) links: Option<Arc<links::AnswerLinks>>,
 }
 
 impl AppState {
@@ -180,6 +183,7 @@ pub struct Server {
     webhooks: Webhooks,
     overrides: HashMap<String, Vec<RequestOverride>>,
     metrics: Metrics,
+    links: Option<Arc<links::AnswerLinks>>,
     /// Turns true when a shutdown begins: event streams end, and the
     /// background tasks (recovery, webhooks) stop.
     stopping: watch::Sender<bool>,
@@ -208,6 +212,7 @@ impl Server {
             webhooks: Webhooks::default(),
             overrides: HashMap::new(),
             metrics: Metrics::new(),
+            links: None,
             stopping: watch::Sender::new(false),
         })
     }
@@ -234,6 +239,15 @@ impl Server {
     /// own that only its store-wide reads move.
     pub fn metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// Makes answer links ([`links`]): `POST /api/runs/{runId}/links` mints
+    /// them, `/links/{token}` answers through them, and the notifications
+    /// of raised questions carry one (made out to
+    /// [`LinkSettings::webhook_recipient`](links::LinkSettings::webhook_recipient)).
+    pub fn links(mut self, links: links::AnswerLinks) -> Self {
+        self.links = Some(Arc::new(links));
         self
     }
 
@@ -282,6 +296,7 @@ impl Server {
             chats: Arc::new(chat::replay::ActiveChats::new(self.options.chat_replay_bytes)),
             overrides: self.overrides.clone(),
             metrics: self.metrics.clone(),
+            links: self.links.clone(),
         });
         let api = Router::new()
             .route("/me", get(me::get))
@@ -314,6 +329,8 @@ impl Server {
             .route("/runs/{run_id}/decisions", post(decisions::decide))
             .route("/grants", get(grants::list))
             .route("/grants/{grant_id}/revoke", post(grants::revoke))
+            .route("/runs/{run_id}/links", get(links::list_route).post(links::mint_route))
+            .route("/links/{link_id}/revoke", post(links::revoke_route))
             .route("/events", get(events::stream))
             // Unknown routes under /api need the token too: without it,
             // nothing says which routes exist.
@@ -350,6 +367,7 @@ impl Server {
             .merge(mcp)
             .route("/healthz", get(runs::health))
             .merge(web::routes())
+            .merge(links::page_routes())
             .fallback(unknown_route)
             .method_not_allowed_fallback(wrong_method)
             .layer(DefaultBodyLimit::max(self.options.body_limit))
@@ -424,8 +442,13 @@ impl Server {
             ));
         }
         if !self.webhooks.hooks.is_empty() {
-            let sender = webhooks::Sender::new(Arc::clone(&self.store), Arc::clone(&self.clock), self.webhooks.clone())
-                .map_err(|err| std::io::Error::other(format!("cannot make the webhooks' HTTP client: {err}")))?;
+            let sender = webhooks::Sender::new(
+                Arc::clone(&self.store),
+                Arc::clone(&self.clock),
+                self.webhooks.clone(),
+                self.links.clone(),
+            )
+            .map_err(|err| std::io::Error::other(format!("cannot make the webhooks' HTTP client: {err}")))?;
             tokio::spawn(sender.run(self.stopping.subscribe()));
         }
         let connections = connections::serve(listener, router, self.options.header_read_timeout, async {

@@ -76,6 +76,7 @@ const JS: &str = "text/javascript; charset=utf-8";
 /// Every file of the page.
 static ASSETS: &[Asset] = &[
     asset!("index.html", "text/html; charset=utf-8"),
+    asset!("link.html", "text/html; charset=utf-8"),
     asset!("style.css", "text/css; charset=utf-8"),
     asset!("favicon.svg", "image/svg+xml"),
     asset!("app.js", JS),
@@ -89,6 +90,7 @@ static ASSETS: &[Asset] = &[
     asset!("run.js", JS),
     asset!("threads.js", JS),
     asset!("transcript.js", JS),
+    asset!("link.js", JS),
 ];
 
 /// Only this origin's files and API; no inline code, no frames.
@@ -115,13 +117,13 @@ async fn page(headers: HeaderMap) -> Response {
 }
 
 async fn asset(Path(name): Path<String>, headers: HeaderMap) -> Response {
-    if name == "index.html" {
+    if name.ends_with(".html") {
         return file_missing(&name);
     }
     file(&name, &headers)
 }
 
-fn file(name: &str, request: &HeaderMap) -> Response {
+pub(crate) fn file(name: &str, request: &HeaderMap) -> Response {
     let Some(asset) = ASSETS.iter().find(|a| a.name == name) else {
         return file_missing(name);
     };

@@ -32,6 +32,8 @@ mod receiver;
 
 pub use receiver::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret};
 
+use crate::links::AnswerLinks;
+
 /// How many deliveries one claim takes, sent at once.
 const BATCH: u32 = 8;
 
@@ -103,6 +105,9 @@ pub(crate) struct Sender {
     client: reqwest::Client,
     owner: String,
     lease: Duration,
+    /// Answer links, when the server makes them: a raised question's
+    /// notification carries one.
+    links: Option<Arc<AnswerLinks>>,
 }
 
 impl fmt::Debug for Sender {
@@ -118,6 +123,7 @@ impl Sender {
         store: Arc<dyn RunStore>,
         clock: Arc<dyn Clock>,
         webhooks: Webhooks,
+        links: Option<Arc<AnswerLinks>>,
     ) -> Result<Self, reqwest::Error> {
         // A receiver's redirect is not followed: the signature is for the
         // configured URL, and a 3xx counts as a failed attempt.
@@ -135,6 +141,7 @@ impl Sender {
             owner: format!("webhooks-{}-{}", std::process::id(), uuid::Uuid::now_v7()),
             // Long enough for every attempt of a batch (they run at once).
             lease: longest + Duration::from_secs(30),
+            links,
         })
     }
 
@@ -211,6 +218,11 @@ impl Sender {
                 serde_json::Value::String(askloop::run_page_url(base, &message.run_id)),
             );
         }
+        if let Some(link) = self.answer_link(message).await
+            && let Some(data) = payload.get_mut("data").and_then(|d| d.as_object_mut())
+        {
+            data.insert("answerLink".to_owned(), serde_json::Value::String(link));
+        }
         let body = serde_json::to_string(&payload).map_err(AttemptError::Body)?;
         let timestamp = self.clock.now().timestamp();
         let signature = webhook_signature(hook.secret.bytes(), &message.id, timestamp, &body);
@@ -237,6 +249,36 @@ impl Sender {
                 url: hook.url.clone(),
                 status,
             })
+        }
+    }
+}
+
+impl Sender {
+    /// The answer link of a raised question's notification, when the
+    /// server makes links and the question still waits: the same link on
+    /// every attempt (its id comes from the notification's). A link that
+    /// cannot be made leaves the notification without one.
+    async fn answer_link(&self, message: &askloop::OutboxMessage) -> Option<String> {
+        let links = self.links.as_deref()?;
+        if message.event != askloop::EventType::QuestionRaised {
+            return None;
+        }
+        let call = message.payload.get("data")?.get("toolCallId")?.as_str()?;
+        let made = links
+            .mint_for_notification(
+                self.store.as_ref(),
+                &message.id,
+                &message.run_id,
+                call,
+                message.created_at,
+            )
+            .await;
+        match made {
+            Ok(link) => Some(link.url),
+            Err(err) => {
+                tracing::info!(id = %message.id, run_id = %message.run_id, error = %err, "notification sent without an answer link");
+                None
+            }
         }
     }
 }

@@ -7,7 +7,6 @@
 // answer with that action alone. The server checks the content against the
 // schema again; a refusal shows beside the form, which keeps what was filled in.
 
-import { agentPath, postStream } from './api.js';
 import { h, uid } from './dom.js';
 import { answered, errorBox, setBusy, showError } from './forms.js';
 
@@ -100,7 +99,7 @@ function field(key, schema, required) {
   return { el: h('div', { class: 'field' }, label, desc, input), read: () => (input.value === '' ? undefined : input.value) };
 }
 
-export function elicitationForm({ runId, agentId, call, onContinue }) {
+export function elicitationForm({ runId, call, onContinue, send }) {
   const payload = call.suspendPayload;
   const schema = payload.requestedSchema || {};
   const required = new Set(Array.isArray(schema.required) ? schema.required : []);
@@ -140,7 +139,7 @@ export function elicitationForm({ runId, agentId, call, onContinue }) {
     error.hidden = true;
     setBusy(form, true);
     try {
-      const chunks = await postStream(agentPath(agentId, 'resume-stream'), { runId, toolCallId: call.toolCallId, resumeData });
+      const chunks = await send('resume-stream', { runId, toolCallId: call.toolCallId, resumeData });
       answered(form, action === 'accept' ? 'Sent' : action === 'decline' ? 'Declined' : 'Cancelled');
       onContinue?.(chunks, action === 'accept' ? 'answer' : 'decline');
     } catch (err) {

@@ -5,6 +5,10 @@
 //
 // A refused answer (e.g. 422: not one of the options) shows the server's
 // reason beside the form, which keeps what was typed or chosen.
+//
+// By default a form sends its decision to the agent's routes and hands the
+// rest of the run's stream to `onContinue`. The answer link's page passes
+// `send(route, body)` instead, which posts to the link.
 
 import { agentPath, postStream } from './api.js';
 import { h, uid } from './dom.js';
@@ -12,15 +16,18 @@ import { answered, errorBox, setBusy, showError } from './forms.js';
 import { elicitationForm, isElicitation } from './elicitation.js';
 
 /**
- * @param {{runId: string, agentId: string, call: object, onContinue: (chunks: AsyncIterable<object>, what: string) => void}} options
+ * @param {{runId: string, agentId: string, call: object, onContinue?: (chunks: AsyncIterable<object>, what: string) => void, send?: (route: string, body: object) => Promise<any>}} options
  */
-export function pendingCallForm({ runId, agentId, call, onContinue }) {
-  if (call.kind === 'approval' || call.requiresApproval) return approvalForm({ runId, agentId, call, onContinue });
-  if (isElicitation(call)) return elicitationForm({ runId, agentId, call, onContinue });
-  return questionForm({ runId, agentId, call, onContinue });
+export function pendingCallForm(options) {
+  const { agentId, call } = options;
+  const send = options.send || ((route, body) => postStream(agentPath(agentId, route), body));
+  const all = { ...options, send, editable: !options.send };
+  if (call.kind === 'approval' || call.requiresApproval) return approvalForm(all);
+  if (isElicitation(call)) return elicitationForm(all);
+  return questionForm(all);
 }
 
-function questionForm({ runId, agentId, call, onContinue }) {
+function questionForm({ runId, call, onContinue, send }) {
   const payload = call.suspendPayload || call.args || {};
   const question = payload.question || `${call.toolName} is waiting for input`;
   const options = Array.isArray(payload.options) ? payload.options : null;
@@ -89,7 +96,7 @@ function questionForm({ runId, agentId, call, onContinue }) {
     error.hidden = true;
     setBusy(form, true);
     try {
-      const chunks = await postStream(agentPath(agentId, 'resume-stream'), {
+      const chunks = await send('resume-stream', {
         runId,
         toolCallId: call.toolCallId,
         resumeData: read(),
@@ -105,7 +112,7 @@ function questionForm({ runId, agentId, call, onContinue }) {
   return form;
 }
 
-function approvalForm({ runId, agentId, call, onContinue }) {
+function approvalForm({ runId, call, onContinue, send, editable }) {
   const error = errorBox();
   const reasonId = uid('reason');
   const argsId = uid('args');
@@ -128,8 +135,10 @@ function approvalForm({ runId, agentId, call, onContinue }) {
     editor,
   );
   const args = h('pre', { class: 'args', tabindex: 0, 'aria-label': `Arguments of ${call.toolName}` }, shown);
-  const editButton = h('button', { type: 'button', class: 'quiet' }, 'Edit arguments');
-  editButton.addEventListener('click', () => {
+  // Arguments are edited only where the person acts with their own token:
+  // an answer link approves or declines the call as it stands.
+  const editButton = editable ? h('button', { type: 'button', class: 'quiet' }, 'Edit arguments') : null;
+  editButton?.addEventListener('click', () => {
     editing.hidden = false;
     args.hidden = true;
     editButton.hidden = true;
@@ -183,7 +192,7 @@ function approvalForm({ runId, agentId, call, onContinue }) {
     if (reason && !approve) body.reason = reason;
     setBusy(form, true);
     try {
-      const chunks = await postStream(agentPath(agentId, approve ? 'approve-tool-call' : 'decline-tool-call'), body);
+      const chunks = await send(approve ? 'approve-tool-call' : 'decline-tool-call', body);
       const note = approve ? (edited ? 'Approved with edited arguments' : 'Approved') : `Declined${reason ? `: ${reason}` : ''}`;
       answered(form, note);
       onContinue?.(chunks, approve ? 'approve' : 'decline');

@@ -16,6 +16,7 @@
 mod changes;
 mod errors;
 mod grants;
+mod links;
 mod nul;
 mod outbox;
 mod schema;
@@ -427,6 +428,11 @@ impl RunStore for PostgresStore {
     }
 
     fn grant_store(&self) -> Option<&dyn askloop::GrantStore> {
+        Some(self)
+    }
+
+    /// The answer links, in the same database as the runs.
+    fn link_store(&self) -> Option<&dyn askloop::LinkStore> {
         Some(self)
     }
 

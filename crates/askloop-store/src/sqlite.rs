@@ -581,6 +581,7 @@ mod changes;
 mod connection;
 mod fault;
 mod grants;
+mod links;
 mod outbox;
 mod threads;
 mod writes;
@@ -641,6 +642,11 @@ impl RunStore for SqliteStore {
     }
 
     fn grant_store(&self) -> Option<&dyn askloop::GrantStore> {
+        Some(self)
+    }
+
+    /// The answer links, in the same file as the runs.
+    fn link_store(&self) -> Option<&dyn askloop::LinkStore> {
         Some(self)
     }
 

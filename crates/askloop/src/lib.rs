@@ -51,11 +51,11 @@ pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolCa
 pub use rules::{ApprovalRule, ProposedCall, Verdict};
 pub use scripted::{Script, ScriptError, ScriptedModel};
 pub use store::{
-    AgentWaiting, Always, ArgumentsEdit, Author, ChangeBroadcast, ChangeFeed, DatabaseFault, Delivery, DeliveryOutcome,
-    DeliveryState, DeliveryStore, EventType, ExpiredRuns, Grant, GrantNote, GrantQuery, GrantScope, GrantStore,
-    Interface, Lease, MemoryStore, OutboxMessage, PendingKind, PendingToolCall, RUN_SCHEMA_VERSION, Resolution,
-    ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure, RunMemory, RunQuery, RunRecord, RunSettings,
-    RunStatus, RunStore, RunUpdate, StoreError, Subscription, Thread, ThreadDeletion, ThreadEdit, ThreadKey,
-    ThreadMessage, ThreadQuery, ThreadStore, call_results, context_messages,
+    AgentWaiting, Always, AnswerLink, ArgumentsEdit, Author, ChangeBroadcast, ChangeFeed, DatabaseFault, Delivery,
+    DeliveryOutcome, DeliveryState, DeliveryStore, EventType, ExpiredRuns, Grant, GrantNote, GrantQuery, GrantScope,
+    GrantStore, Interface, Lease, LinkState, LinkStore, MemoryStore, OutboxMessage, PendingKind, PendingToolCall,
+    RUN_SCHEMA_VERSION, Resolution, ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure, RunMemory, RunQuery,
+    RunRecord, RunSettings, RunStatus, RunStore, RunUpdate, StoreError, Subscription, Thread, ThreadDeletion,
+    ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, call_results, context_messages,
 };
 pub use tool::{FunctionTool, InvalidResume, SchemaError, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};

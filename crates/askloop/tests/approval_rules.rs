@@ -77,7 +77,7 @@ async fn a_denied_call_never_runs_the_model_is_told_why_and_the_rule_is_recorded
         ),
         (Some("c1"), ResolutionKind::Denied, Interface::Rule, Some("no-deletes"))
     );
-    assert_eq!(stored.schema_version(), 4, "older builds refuse it");
+    assert_eq!(stored.schema_version(), 4, "builds before rules refuse it");
 }
 
 #[tokio::test]

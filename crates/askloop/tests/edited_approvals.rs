@@ -107,7 +107,7 @@ async fn an_approval_with_edited_arguments_runs_the_tool_with_exactly_them_and_t
         }),
         "the record keeps both, with who edited"
     );
-    assert_eq!(stored.schema_version(), 4, "older builds refuse it");
+    assert_eq!(stored.schema_version(), 4, "builds before edits refuse it");
     // The model's own call is stored as it made it: messages are never
     // rewritten.
     let messages = w.agent.store().messages(&w.run_id).await.unwrap();

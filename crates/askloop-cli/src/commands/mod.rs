@@ -4,6 +4,7 @@
 mod chat;
 mod decide;
 mod grants;
+mod link;
 mod mcp;
 mod run;
 mod runs;
@@ -121,6 +122,7 @@ pub async fn dispatch(cli: Cli) -> Result<Done, CliError> {
         },
         Command::Retry { run_id, model, json } => decide::retry(&ctx, &run_id, model.as_deref(), json).await,
         Command::Cancel { run_id } => decide::cancel(&ctx, &run_id).await,
+        Command::Link(args) => link::link(&ctx, args).await,
         Command::Serve(args) => serve::serve(&ctx, args).await,
         Command::Mcp(args) => mcp::mcp(&ctx, args).await,
     }

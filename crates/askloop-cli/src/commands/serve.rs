@@ -12,6 +12,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 
 use askloop_config::{ApprovalNames, ServerConfig};
+use askloop_server::links::AnswerLinks;
 use askloop_server::{Metrics, Server, ServerOptions, Webhooks};
 
 use super::{Context, announce};
@@ -53,11 +54,16 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .metrics_every(args.metrics_every);
     let ids: Vec<String> = agents.iter().map(|a| a.id().to_owned()).collect();
     let webhooks = Webhooks::new(config.webhooks.clone(), config.public_url.clone());
-    let server = Server::new(agents, store)
+    let mut server = Server::new(agents, store)
         .map_err(|err| CliError::usage(err.to_string()))?
         .options(options)
         .metrics(metrics)
         .webhooks(webhooks);
+    match AnswerLinks::configured(config.links.as_ref(), config.public_url.as_deref()) {
+        Ok(Some(links)) => server = server.links(links),
+        Ok(None) => {}
+        Err(off) => errln!("askloop: warning: {off}"),
+    }
     let server = config.agents.iter().fold(server, |server, agent| {
         server.allow_overrides(agent.id.clone(), agent.request_overrides.iter().copied())
     });
@@ -87,6 +93,9 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         if threads == 1 { "" } else { "s" },
         if threads == 1 { "s" } else { "" }
     );
+    if let (Some(_), Some(url)) = (&config.links, &config.public_url) {
+        errln!("askloop: answer links are on: {url}/links/...");
+    }
     let source = config
         .path
         .as_ref()
@@ -161,7 +170,7 @@ pub(super) async fn configured_agent(
 
 /// The configuration file of `--config` (else `./askloop.toml` if it
 /// exists, else the default agent), checked.
-fn load_config(ctx: &Context) -> Result<ServerConfig, CliError> {
+pub(super) fn load_config(ctx: &Context) -> Result<ServerConfig, CliError> {
     let config = match config_path(ctx.config.as_deref()) {
         Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
         None => ServerConfig::default_agent(),

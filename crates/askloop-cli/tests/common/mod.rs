@@ -12,9 +12,17 @@ pub mod pty;
 pub mod raw;
 mod serving;
 #[allow(unused_imports)] // not every test file starts a server
-pub use serving::{Asked, Serving, chunks, missing_browser, skipped_for_lack_of};
+pub use serving::{Asked, Serving, chunks, missing_browser, screenshots_dir, skipped_for_lack_of};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_askloop");
+
+/// A scripted model that writes release notes with `write_file` (a call
+/// that waits for approval where `require_approval` names it), then ends.
+pub const DEPLOYER_SCRIPT: &str = r##"{"turns": [
+  {"text": "I will write the notes.", "toolCalls": [
+    {"name": "write_file", "args": {"path": "NOTES.md", "content": "# Release notes\n\n- Faster resumes\n"}}]},
+  {"text": "Done: {{toolResults}}"}
+]}"##;
 
 pub struct Env {
     pub dir: tempfile::TempDir,

@@ -196,3 +196,14 @@ pub fn missing_browser(web: &std::path::Path) -> Option<String> {
     }
     None
 }
+
+/// Where the browser tests save their screenshots: `target/web-screenshots`.
+pub fn screenshots_dir() -> std::path::PathBuf {
+    // target/debug/askloop -> target
+    std::path::Path::new(super::BIN)
+        .ancestors()
+        .nth(2)
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| std::path::PathBuf::from("target"))
+        .join("web-screenshots")
+}

@@ -1134,3 +1134,42 @@ pub async fn a_decision_older_builds_cannot_read_raises_the_row_to_the_layout_th
         assert_eq!(s.store.get(run_id).await.unwrap().unwrap().resolutions, [decision]);
     }
 }
+
+/// A write that records an answer given through an answer link raises the
+/// row to layout 5 (a build before links cannot read its record), also
+/// from layout 4, and no later write lowers it.
+pub async fn an_answer_by_link_raises_the_row_to_the_layout_older_builds_refuse(s: &Subject) {
+    let ruled = askloop::Resolution::new(
+        Some("c1"),
+        askloop::ResolutionKind::Approved,
+        base_time(),
+        askloop::Author::named(askloop::Interface::Rule, "reads"),
+    );
+    let by_link = askloop::Resolution::new(
+        Some("c2"),
+        askloop::ResolutionKind::Answered,
+        base_time(),
+        askloop::Author::named(askloop::Interface::Link, "Alice"),
+    );
+    s.store
+        .create(&new_run("linked", "agent", base_time(), 0), &[])
+        .await
+        .unwrap();
+    let mut first = step("linked", 0, RunStatus::Running, &[], &[]);
+    first.resolutions = std::slice::from_ref(&ruled);
+    let v = s.store.update(first).await.unwrap();
+    assert_eq!(raw(s).schema_version("linked").await, 4);
+    let mut answered = step("linked", v, RunStatus::Running, &[], &[]);
+    answered.resolutions = std::slice::from_ref(&by_link);
+    let v = s.store.update(answered).await.unwrap();
+    assert_eq!(raw(s).schema_version("linked").await, 5);
+    assert_eq!(RUN_SCHEMA_VERSION, 5, "this build reads what it writes");
+    s.store
+        .update(step("linked", v, RunStatus::Completed, &[], &[]))
+        .await
+        .unwrap();
+    assert_eq!(raw(s).schema_version("linked").await, 5, "never lowered again");
+    let stored = s.store.get("linked").await.unwrap().unwrap();
+    assert_eq!(stored.resolutions, [ruled, by_link]);
+    assert_eq!(stored.schema_version(), 5);
+}

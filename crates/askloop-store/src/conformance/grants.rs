@@ -219,7 +219,11 @@ pub async fn deleting_a_thread_deletes_its_own_grants_and_keeps_the_resources(s:
     let threads = s.store.thread_store().unwrap();
     let deleted = threads.delete_thread(&ThreadKey::new("alice", "t1")).await.unwrap();
     assert_eq!(deleted, askloop::ThreadDeletion::Deleted);
-    assert_eq!(grants(s).grant("r:thread").await.unwrap(), None, "the thread's own grant is gone");
+    assert_eq!(
+        grants(s).grant("r:thread").await.unwrap(),
+        None,
+        "the thread's own grant is gone"
+    );
     assert!(grants(s).grant("r:resource").await.unwrap().is_some());
     assert!(grants(s).grant("r:other-thread").await.unwrap().is_some());
 }

@@ -23,6 +23,7 @@ mod clock;
 mod expiry;
 mod grants;
 mod leases;
+mod links;
 mod outbox;
 mod raw;
 mod text;
@@ -42,6 +43,7 @@ pub use clock::*;
 pub use expiry::*;
 pub use grants::*;
 pub use leases::*;
+pub use links::*;
 pub use outbox::*;
 pub use raw::RawRows;
 pub use text::*;
@@ -248,7 +250,10 @@ macro_rules! store_conformance_tests {
             grants_are_stored_with_their_write_and_not_with_a_refused_one,
             live_grants_leave_out_other_agents_resources_revoked_and_expired_ones,
             grants_are_listed_newest_first_filtered_and_paged,
-            deleting_a_thread_deletes_its_own_grants_and_keeps_the_resources
+            deleting_a_thread_deletes_its_own_grants_and_keeps_the_resources,
+            a_link_is_stored_once_and_of_twenty_takers_exactly_one_wins,
+            revoked_and_expired_links_cannot_be_taken_and_used_ones_cannot_be_revoked,
+            a_runs_links_are_listed_oldest_first_and_pruned_with_it
         );
     };
 }
@@ -280,7 +285,8 @@ macro_rules! raw_row_conformance_tests {
             a_row_from_a_newer_askloop_is_refused_and_left_unchanged,
             only_a_run_with_settings_is_stored_at_the_layout_that_older_builds_refuse,
             a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse,
-            a_decision_older_builds_cannot_read_raises_the_row_to_the_layout_they_refuse
+            a_decision_older_builds_cannot_read_raises_the_row_to_the_layout_they_refuse,
+            an_answer_by_link_raises_the_row_to_the_layout_older_builds_refuse
         );
     };
 }

@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("../../migrations/sqlite/0006_run_settings.sql")),
     (7, include_str!("../../migrations/sqlite/0007_threads.sql")),
     (8, include_str!("../../migrations/sqlite/0008_grants.sql")),
+    (9, include_str!("../../migrations/sqlite/0009_answer_links.sql")),
 ];
 
 /// How many prepared statements a connection keeps (the write connection

@@ -61,6 +61,7 @@ use tokio::sync::oneshot;
 use crate::row::{RowState, explain_missed_write, finished_condition};
 
 use super::SqliteSync;
+use super::links;
 use super::outbox::{self, NewDelivery, Outcome};
 use super::{grants, threads};
 
@@ -195,6 +196,10 @@ pub(crate) enum Write {
     /// `revoke_grant`. Result: rows changed (0: no such grant, or revoked
     /// already).
     RevokeGrant(grants::Revocation),
+    /// `create_link`. Result: rows inserted (0: the id was taken).
+    CreateLink(links::NewLink),
+    /// `take_link`, `release_link`, `revoke_link`. Result: rows changed.
+    ChangeLink(links::LinkChange),
 }
 
 /// `SQLITE_CONSTRAINT_PRIMARYKEY` and `SQLITE_CONSTRAINT_UNIQUE`.
@@ -223,7 +228,11 @@ impl Write {
             Write::Create { run, bodies } => !bodies.is_empty() || run.memory_thread_id.is_some(),
             Write::Update { step, bodies } => !bodies.is_empty() || !step.outbox.is_empty() || !step.grants.is_empty(),
             Write::DeleteThread { .. } => true,
-            Write::CreateThread(_) | Write::UpdateThread(_) | Write::RevokeGrant(_) => false,
+            Write::CreateThread(_)
+            | Write::UpdateThread(_)
+            | Write::RevokeGrant(_)
+            | Write::CreateLink(_)
+            | Write::ChangeLink(_) => false,
             Write::Claim { .. }
             | Write::Renew { .. }
             | Write::Reclaim { .. }
@@ -510,6 +519,8 @@ impl Write {
             Write::UpdateThread(change) => threads::update(conn, change),
             Write::DeleteThread { resource_id, thread_id } => threads::delete(conn, resource_id, thread_id),
             Write::RevokeGrant(revocation) => grants::revoke(conn, revocation),
+            Write::CreateLink(link) => links::create(conn, link),
+            Write::ChangeLink(change) => links::change(conn, change),
         }
     }
 }

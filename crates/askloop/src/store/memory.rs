@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use super::{AnswerLink, LinkState, LinkStore};
 use super::{
     Author, ChangeBroadcast, ChangeFeed, Delivery, DeliveryOutcome, DeliveryState, DeliveryStore, Grant, GrantQuery,
     GrantStore, Lease, Resolution, RunChange, RunChanges, RunCursor, RunMemory, RunQuery, RunRecord, RunStatus,
@@ -36,6 +37,7 @@ struct Stored {
     runs: HashMap<String, StoredRun>,
     threads: HashMap<ThreadKey, StoredThread>,
     grants: Vec<Grant>,
+    links: HashMap<String, AnswerLink>,
 }
 
 impl std::ops::Deref for Stored {
@@ -177,6 +179,10 @@ impl MemoryStore {
 
 #[async_trait]
 impl RunStore for MemoryStore {
+    fn link_store(&self) -> Option<&dyn LinkStore> {
+        Some(self)
+    }
+
     fn thread_store(&self) -> Option<&dyn ThreadStore> {
         Some(self)
     }
@@ -386,7 +392,11 @@ impl RunStore for MemoryStore {
         let mut runs = self.lock();
         let old = runs.len();
         runs.retain(|_, run| !(run.record.status.is_finished() && run.record.updated_at < before));
-        Ok((old - runs.len()) as u64)
+        // A run's links go with it, as the SQL stores' foreign keys take them.
+        let stored = &mut *runs;
+        let kept = &stored.runs;
+        stored.links.retain(|_, link| kept.contains_key(&link.run_id));
+        Ok((old - stored.runs.len()) as u64)
     }
 }
 
@@ -504,6 +514,63 @@ impl GrantStore for MemoryStore {
             grant.revoked_by = Some(by.clone());
         }
         Ok(Some(grant.clone()))
+    }
+}
+
+#[async_trait]
+impl LinkStore for MemoryStore {
+    async fn create_link(&self, link: &AnswerLink) -> Result<AnswerLink, StoreError> {
+        let mut stored = self.lock();
+        let mut link = link.clone();
+        link.created_at = crate::clock::to_micros(link.created_at);
+        link.expires_at = crate::clock::to_micros(link.expires_at);
+        Ok(stored.links.entry(link.link_id.clone()).or_insert(link).clone())
+    }
+
+    async fn link(&self, link_id: &str) -> Result<Option<AnswerLink>, StoreError> {
+        Ok(self.lock().links.get(link_id).cloned())
+    }
+
+    async fn take_link(&self, link_id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
+        let mut stored = self.lock();
+        match stored.links.get_mut(link_id) {
+            Some(link) if link.state(at) == LinkState::Open => {
+                link.used_at = Some(crate::clock::to_micros(at));
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn release_link(&self, link_id: &str, taken_at: DateTime<Utc>) -> Result<(), StoreError> {
+        if let Some(link) = self.lock().links.get_mut(link_id)
+            && link.used_at == Some(crate::clock::to_micros(taken_at))
+        {
+            link.used_at = None;
+        }
+        Ok(())
+    }
+
+    async fn revoke_link(&self, link_id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
+        match self.lock().links.get_mut(link_id) {
+            Some(link) if link.used_at.is_none() && link.revoked_at.is_none() => {
+                link.revoked_at = Some(crate::clock::to_micros(at));
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn links(&self, run_id: &str) -> Result<Vec<AnswerLink>, StoreError> {
+        let mut links: Vec<AnswerLink> = self
+            .lock()
+            .links
+            .values()
+            .filter(|l| l.run_id == run_id)
+            .cloned()
+            .collect();
+        links.sort_by(|a, b| (a.created_at, &a.link_id).cmp(&(b.created_at, &b.link_id)));
+        Ok(links)
     }
 }
 

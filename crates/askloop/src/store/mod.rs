@@ -9,6 +9,7 @@
 
 mod changes;
 mod grant;
+mod link;
 mod memory;
 mod outbox;
 mod resolution;
@@ -26,6 +27,7 @@ use crate::message::{Message, ToolResult, Usage};
 
 pub use changes::{ChangeBroadcast, RunChange, RunChanges};
 pub use grant::{Always, Grant, GrantNote, GrantQuery, GrantScope, GrantStore};
+pub use link::{AnswerLink, LinkState, LinkStore};
 pub use memory::MemoryStore;
 pub use outbox::{Delivery, DeliveryOutcome, DeliveryState, EventType, OutboxMessage, Subscription};
 pub(crate) use outbox::{EventRun, messages_for};
@@ -57,6 +59,8 @@ pub use thread::{
 /// - 5: a run with an approval that sticks ([`Resolution::grant`]): one
 ///   that made a grant, or a call approved by one ([`Interface::Grant`]).
 ///   A build that does not know grants could not read the run's record.
+///   So is a run with a call resolved through an answer link
+///   ([`Interface::Link`]).
 pub const RUN_SCHEMA_VERSION: i32 = 5;
 
 /// Where a run is in its life.
@@ -243,10 +247,7 @@ impl RunRecord {
         } else {
             2
         };
-        self.resolutions
-            .iter()
-            .map(Resolution::needs_layout)
-            .fold(own, i32::max)
+        self.resolutions.iter().map(Resolution::layout).fold(own, i32::max)
     }
 
     /// The earliest time limit of the pending calls, if any has one.
@@ -447,7 +448,7 @@ impl RunUpdate<'_> {
     /// (never lowers it), so that an older build refuses the run from then
     /// on instead of misreading it.
     pub fn needs_layout(&self) -> i32 {
-        self.resolutions.iter().map(Resolution::needs_layout).max().unwrap_or(1)
+        self.resolutions.iter().map(Resolution::layout).max().unwrap_or(1)
     }
 }
 
@@ -854,6 +855,12 @@ pub trait ChangeFeed: Send + Sync {
 /// [`StoreError::Conflict`].
 #[async_trait]
 pub trait RunStore: DeliveryStore + ChangeFeed + fmt::Debug + 'static {
+    /// The store's answer links, when it keeps them (the stores of askloop
+    /// do). Without them, a server makes no links.
+    fn link_store(&self) -> Option<&dyn LinkStore> {
+        None
+    }
+
     /// The store's threads, when it keeps them (the stores of askloop do).
     /// A store that does not refuses runs on a thread.
     fn thread_store(&self) -> Option<&dyn ThreadStore> {

@@ -77,6 +77,9 @@ pub enum Interface {
     /// An earlier approval that sticks ([`Resolution::grant`] names it; the
     /// author's `by` is whoever made it), approving a call in its scope.
     Grant,
+    /// A signed answer link, opened by the person it was made out to (the
+    /// author's `by`: the link's recipient, whoever followed it).
+    Link,
 }
 
 impl Interface {
@@ -91,6 +94,7 @@ impl Interface {
             Interface::Mcp => "mcp",
             Interface::Rule => "rule",
             Interface::Grant => "grant",
+            Interface::Link => "link",
         }
     }
 }
@@ -170,10 +174,11 @@ pub struct ArgumentsEdit {
 
 impl Resolution {
     /// The oldest layout of stored runs that holds this resolution (see
-    /// [`RUN_SCHEMA_VERSION`](crate::RUN_SCHEMA_VERSION)): 5 for a grant, 4
-    /// for an edit or a decision by a rule, else 1.
-    pub(crate) fn needs_layout(&self) -> i32 {
-        if self.grant.is_some() || self.author.via == Interface::Grant {
+    /// [`RUN_SCHEMA_VERSION`](crate::RUN_SCHEMA_VERSION)): 5 for a grant or
+    /// an answer through a link, 4 for an edit or a decision by a rule,
+    /// else 1.
+    pub(crate) fn layout(&self) -> i32 {
+        if self.grant.is_some() || matches!(self.author.via, Interface::Grant | Interface::Link) {
             5
         } else if self.edit.is_some() || self.author.via == Interface::Rule {
             4

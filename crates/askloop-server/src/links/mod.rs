@@ -1,0 +1,604 @@
+//! Answer links: a signed, single-use link that answers one waiting call
+//! as the person it was made out to, without an API token.
+//!
+//! - **Made** for a waiting call and a named recipient ([`AnswerLinks::mint`]):
+//!   by `POST /api/runs/{runId}/links` (behind the API token, for runs the
+//!   token may see), by `askloop link`, and for each question a webhook
+//!   announces. A link works until the earliest of the configured longest
+//!   age, the time asked for, and the question's own time limit.
+//! - **Signed** (`token.rs`): the token names its row, run, call, recipient
+//!   and expiry, under HMAC-SHA256 with the first configured key; every
+//!   configured key verifies.
+//! - **Kept** in the store ([`askloop::LinkStore`]): the row says whether
+//!   the link was used or revoked, which no signature can. Answering first
+//!   takes the row in one compare-and-set, so a link answers once; an
+//!   answer the question refuses gives the row back.
+//! - **Opened** at `/links/{token}` (`page.rs`): a GET shows the question
+//!   and never answers (mail scanners and link previews follow links); the
+//!   answer is a POST from that page carrying the link's form token, under
+//!   the server's Host and cross-site rules. It goes through the same
+//!   exactly-once resume as every answer, recorded as by the recipient
+//!   through [`Interface::Link`]. Whoever holds a forwarded link answers as
+//!   its recipient.
+
+mod api;
+mod page;
+mod token;
+
+use std::fmt;
+use std::time::Duration;
+
+use askloop::{
+    AnswerLink, Interface, LinkState, PendingToolCall, Resolution, RunRecord, RunStatus, RunStore, StoreError,
+};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+pub(crate) use api::{list as list_route, mint as mint_route, revoke as revoke_route};
+pub(crate) use page::routes as page_routes;
+use token::{BadToken, Claims};
+
+/// How long a link works at most, unless `[links] max_age` says otherwise.
+pub const DEFAULT_LINK_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Whom links in webhook notifications are made out to, unless
+/// `[links] webhook_recipient` says otherwise.
+pub const DEFAULT_WEBHOOK_RECIPIENT: &str = "webhook";
+
+/// The fewest characters of a link signing key.
+pub const MIN_LINK_KEY_CHARS: usize = 32;
+
+/// The longest recipient name, in characters.
+const MAX_RECIPIENT_CHARS: usize = 200;
+
+/// A link signing key: its id (named in the links it signs) and its
+/// secret. Its `Debug` does not show the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LinkKey {
+    id: String,
+    secret: Vec<u8>,
+}
+
+impl LinkKey {
+    /// A key `id` with these secret bytes.
+    pub fn new(id: impl Into<String>, secret: Vec<u8>) -> Self {
+        LinkKey { id: id.into(), secret }
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn secret(&self) -> &[u8] {
+        &self.secret
+    }
+}
+
+impl fmt::Debug for LinkKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinkKey").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+/// `[links]`, checked: the keys (the first signs), the longest a link
+/// works, and whom webhook links are made out to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LinkSettings {
+    /// The keys; the first signs, all verify. Never empty.
+    pub keys: Vec<LinkKey>,
+    /// The longest a link works.
+    pub max_age: Duration,
+    /// Whom links in webhook notifications are made out to.
+    pub webhook_recipient: String,
+}
+
+impl LinkSettings {
+    /// Settings with these keys (the first signs) and the defaults.
+    pub fn new(signing: LinkKey, verifying: impl IntoIterator<Item = LinkKey>) -> Self {
+        LinkSettings {
+            keys: std::iter::once(signing).chain(verifying).collect(),
+            max_age: DEFAULT_LINK_MAX_AGE,
+            webhook_recipient: DEFAULT_WEBHOOK_RECIPIENT.to_owned(),
+        }
+    }
+
+    /// Sets the longest a link works.
+    pub fn max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
+    }
+}
+
+/// Links need the address people open them at.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "answer links are configured ([links]) but public_url is not: a link needs the address people open it at. Set public_url = \"https://...\" in askloop.toml; until then no links are made"
+)]
+pub struct LinksNeedPublicUrl;
+
+/// The answer links of a server: its settings and its public address.
+#[derive(Debug, Clone)]
+pub struct AnswerLinks {
+    settings: LinkSettings,
+    public_url: String,
+}
+
+/// What to make a link for.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkRequest<'a> {
+    /// The run.
+    pub run_id: &'a str,
+    /// The waiting call; `None`: the run's only waiting call.
+    pub tool_call_id: Option<&'a str>,
+    /// Whom it is made out to (recorded as the author of its answer).
+    pub recipient: &'a str,
+    /// How long it should work, if less than the longest allowed.
+    pub valid_for: Option<Duration>,
+}
+
+/// A link made: where to send the person, and what it answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MintedLink {
+    /// The link's id (to revoke it).
+    pub link_id: String,
+    /// The link: `<public_url>/links/<token>`.
+    pub url: String,
+    /// The run.
+    pub run_id: String,
+    /// The call it answers.
+    pub tool_call_id: String,
+    /// Whom it is made out to.
+    pub recipient: String,
+    /// When it stops working.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Why a link could not be made or revoked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// The store keeps no links.
+    #[error("this server's store keeps no answer links")]
+    NoLinkStore,
+    /// No such run.
+    #[error("no run with id {run_id}")]
+    UnknownRun {
+        /// The run.
+        run_id: String,
+    },
+    /// The run waits on nothing.
+    #[error("run {run_id} is {status} and waits on no answer; links are made for waiting calls")]
+    NotWaiting {
+        /// The run.
+        run_id: String,
+        /// Its status.
+        status: RunStatus,
+    },
+    /// Several calls wait and none was named.
+    #[error("run {run_id} waits on several calls; name one (--call or toolCallId): {}", pending.join(", "))]
+    Ambiguous {
+        /// The run.
+        run_id: String,
+        /// The calls waiting.
+        pending: Vec<String>,
+    },
+    /// The call named does not wait.
+    #[error("call {tool_call_id} of run {run_id} does not wait for an answer; waiting: {}", pending.join(", "))]
+    CallNotWaiting {
+        /// The run.
+        run_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// The calls waiting.
+        pending: Vec<String>,
+    },
+    /// The call's own time limit has passed.
+    #[error("call {tool_call_id} of run {run_id} stopped waiting at {at}")]
+    CallExpired {
+        /// The run.
+        run_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// When.
+        at: DateTime<Utc>,
+    },
+    /// The recipient's name is not usable.
+    #[error("recipient: {0}")]
+    BadRecipient(String),
+    /// The time asked for is no time at all.
+    #[error("a link must work for some time; ask for at least one second")]
+    NoTime,
+    /// No such link.
+    #[error("no answer link with id {link_id}")]
+    UnknownLink {
+        /// The link.
+        link_id: String,
+    },
+    /// The link was used or revoked already.
+    #[error("answer link {link_id} is {state} and cannot be revoked")]
+    NotRevocable {
+        /// The link.
+        link_id: String,
+        /// Where it is.
+        state: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why a link's page does not answer: the link is not one of this
+/// server's, or it no longer works, or its question was resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkRefusal {
+    /// Not a link of this server, or changed since it was made.
+    #[error("this link is not valid: it was changed, cut short, or signed with a key this server no longer holds")]
+    Invalid,
+    /// Used already.
+    #[error("this link was already used, at {at}; a link answers once")]
+    Used {
+        /// When.
+        at: String,
+    },
+    /// Revoked.
+    #[error("this link was revoked at {at}")]
+    Revoked {
+        /// When.
+        at: String,
+    },
+    /// Ran out.
+    #[error("this link expired at {at}")]
+    Expired {
+        /// When.
+        at: String,
+    },
+    /// Its question no longer waits.
+    #[error("this question is closed: {how}")]
+    Closed {
+        /// What happened to it.
+        how: String,
+    },
+    /// The form's token is missing or not this link's.
+    #[error("the form was not sent from this link's page; open the link again and answer there")]
+    FormToken,
+}
+
+impl LinkRefusal {
+    /// The error code on the wire.
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            LinkRefusal::Invalid => "link_invalid",
+            LinkRefusal::Used { .. } => "link_used",
+            LinkRefusal::Revoked { .. } => "link_revoked",
+            LinkRefusal::Expired { .. } => "link_expired",
+            LinkRefusal::Closed { .. } => "question_closed",
+            LinkRefusal::FormToken => "link_form_token",
+        }
+    }
+
+    fn of_state(state: LinkState) -> Option<LinkRefusal> {
+        let at = askloop::rfc3339;
+        match state {
+            LinkState::Open => None,
+            LinkState::Used(when) => Some(LinkRefusal::Used { at: at(when) }),
+            LinkState::Revoked(when) => Some(LinkRefusal::Revoked { at: at(when) }),
+            LinkState::Expired(when) => Some(LinkRefusal::Expired { at: at(when) }),
+            _ => Some(LinkRefusal::Invalid),
+        }
+    }
+}
+
+impl From<BadToken> for LinkRefusal {
+    fn from(_: BadToken) -> Self {
+        LinkRefusal::Invalid
+    }
+}
+
+/// Checks a recipient's name: some text, no control characters, not too
+/// long. Returns it trimmed, or what is wrong with it.
+pub fn check_recipient(name: &str) -> Result<String, String> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err("give the name of the person the link is for (e.g. \"Alice\")".to_owned());
+    }
+    if name.chars().any(char::is_control) {
+        return Err("a name cannot hold control characters".to_owned());
+    }
+    if name.chars().count() > MAX_RECIPIENT_CHARS {
+        return Err(format!("a name has at most {MAX_RECIPIENT_CHARS} characters"));
+    }
+    Ok(name.to_owned())
+}
+
+/// A link opened: its verified claims, its row, and the run it answers.
+#[derive(Debug)]
+pub(crate) struct OpenedLink {
+    pub(crate) claims: Claims,
+    pub(crate) row: AnswerLink,
+    pub(crate) run: RunRecord,
+    pub(crate) call: PendingToolCall,
+}
+
+impl AnswerLinks {
+    /// The links of a server reached at `public_url` (kept without a
+    /// trailing slash).
+    pub fn new(settings: LinkSettings, public_url: impl Into<String>) -> Self {
+        AnswerLinks {
+            settings,
+            public_url: public_url.into().trim_end_matches('/').to_owned(),
+        }
+    }
+
+    /// The links a configuration asks for: none without `[links]`; an
+    /// error when `[links]` is there without `public_url`.
+    pub fn configured(
+        settings: Option<&LinkSettings>,
+        public_url: Option<&str>,
+    ) -> Result<Option<AnswerLinks>, LinksNeedPublicUrl> {
+        match (settings, public_url) {
+            (None, _) => Ok(None),
+            (Some(_), None) => Err(LinksNeedPublicUrl),
+            (Some(settings), Some(url)) => Ok(Some(AnswerLinks::new(settings.clone(), url))),
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &LinkSettings {
+        &self.settings
+    }
+
+    fn signing_key(&self) -> &LinkKey {
+        // `LinkSettings::new` and the configuration always give one key.
+        &self.settings.keys[0]
+    }
+
+    /// Makes a link for a waiting call of a run in `store`, at `now`.
+    pub async fn mint(
+        &self,
+        store: &dyn RunStore,
+        request: LinkRequest<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<MintedLink, LinkError> {
+        let link_id = format!("lnk_{}", uuid::Uuid::now_v7().simple());
+        self.mint_with_id(store, request, now, link_id).await
+    }
+
+    /// Makes the link of a webhook notification (its id derived from the
+    /// notification's, so each attempt of one delivery carries one link).
+    pub(crate) async fn mint_for_notification(
+        &self,
+        store: &dyn RunStore,
+        notification_id: &str,
+        run_id: &str,
+        tool_call_id: &str,
+        written_at: DateTime<Utc>,
+    ) -> Result<MintedLink, LinkError> {
+        let digest = Sha256::digest(format!("notification:{notification_id}").as_bytes());
+        let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        let request = LinkRequest {
+            run_id,
+            tool_call_id: Some(tool_call_id),
+            recipient: &self.settings.webhook_recipient,
+            valid_for: None,
+        };
+        self.mint_with_id(store, request, written_at, format!("lnk_{hex}"))
+            .await
+    }
+
+    async fn mint_with_id(
+        &self,
+        store: &dyn RunStore,
+        request: LinkRequest<'_>,
+        now: DateTime<Utc>,
+        link_id: String,
+    ) -> Result<MintedLink, LinkError> {
+        let links = store.link_store().ok_or(LinkError::NoLinkStore)?;
+        let recipient = check_recipient(request.recipient).map_err(LinkError::BadRecipient)?;
+        let run_id = request.run_id;
+        let run = store.get(run_id).await?.ok_or_else(|| LinkError::UnknownRun {
+            run_id: run_id.to_owned(),
+        })?;
+        let call = waiting_call(&run, request.tool_call_id)?.clone();
+        let mut expires_at = now + chrono_duration(self.settings.max_age);
+        if let Some(wanted) = request.valid_for {
+            if wanted.is_zero() {
+                return Err(LinkError::NoTime);
+            }
+            expires_at = expires_at.min(now + chrono_duration(wanted));
+        }
+        if let Some(limit) = call.expires_at {
+            if limit <= now {
+                return Err(LinkError::CallExpired {
+                    run_id: run_id.to_owned(),
+                    tool_call_id: call.tool_call_id,
+                    at: limit,
+                });
+            }
+            expires_at = expires_at.min(limit);
+        }
+        // Whole seconds, rounded down: the token carries seconds, and a
+        // link never outlives what it says.
+        let expires_at = DateTime::from_timestamp(expires_at.timestamp(), 0).unwrap_or(expires_at);
+        let stored = links
+            .create_link(&AnswerLink {
+                link_id,
+                run_id: run_id.to_owned(),
+                tool_call_id: call.tool_call_id.clone(),
+                recipient,
+                created_at: now,
+                expires_at,
+                used_at: None,
+                revoked_at: None,
+            })
+            .await?;
+        Ok(self.minted(&stored))
+    }
+
+    /// The link of a stored row, signed with the current key.
+    fn minted(&self, row: &AnswerLink) -> MintedLink {
+        let key = self.signing_key();
+        let claims = Claims {
+            key: key.id().to_owned(),
+            link: row.link_id.clone(),
+            run: row.run_id.clone(),
+            call: row.tool_call_id.clone(),
+            to: row.recipient.clone(),
+            exp: row.expires_at.timestamp(),
+        };
+        let token = token::sign(&claims, key);
+        MintedLink {
+            link_id: row.link_id.clone(),
+            url: format!("{}/links/{token}", self.public_url),
+            run_id: row.run_id.clone(),
+            tool_call_id: row.tool_call_id.clone(),
+            recipient: row.recipient.clone(),
+            expires_at: row.expires_at,
+        }
+    }
+
+    /// Verifies a token and reads what it answers, at `now`: refused unless
+    /// the signature holds, the row matches it, the link is open and its
+    /// call still waits.
+    pub(crate) async fn open(
+        &self,
+        store: &dyn RunStore,
+        token: &str,
+        now: DateTime<Utc>,
+    ) -> Result<OpenedLink, OpenError> {
+        let claims = token::verify(token, &self.settings.keys).map_err(LinkRefusal::from)?;
+        let links = store.link_store().ok_or(LinkRefusal::Invalid)?;
+        let row = links.link(&claims.link).await?.ok_or(LinkRefusal::Invalid)?;
+        let matches = row.run_id == claims.run
+            && row.tool_call_id == claims.call
+            && row.recipient == claims.to
+            && row.expires_at.timestamp() == claims.exp;
+        if !matches {
+            return Err(LinkRefusal::Invalid.into());
+        }
+        if let Some(refusal) = LinkRefusal::of_state(row.state(now)) {
+            return Err(refusal.into());
+        }
+        let run = store.get(&row.run_id).await?.ok_or(LinkRefusal::Invalid)?;
+        let waiting = run.status == RunStatus::Suspended;
+        let call = run
+            .pending
+            .iter()
+            .find(|p| waiting && p.tool_call_id == row.tool_call_id && !p.is_expired(now))
+            .cloned();
+        let Some(call) = call else {
+            return Err(LinkRefusal::Closed {
+                how: closed_how(&run, &row.tool_call_id),
+            }
+            .into());
+        };
+        Ok(OpenedLink { claims, row, run, call })
+    }
+
+    /// The form token of an opened link's page.
+    pub(crate) fn form_token(&self, opened: &OpenedLink) -> String {
+        let key = self
+            .settings
+            .keys
+            .iter()
+            .find(|k| k.id() == opened.claims.key)
+            .unwrap_or_else(|| self.signing_key());
+        token::form_token(&opened.claims, key)
+    }
+
+    /// Whether `sent` is the form token of the opened link.
+    pub(crate) fn form_token_matches(&self, sent: &str, opened: &OpenedLink) -> bool {
+        token::form_token_matches(sent, &opened.claims, &self.settings.keys)
+    }
+}
+
+/// Why opening a link failed: a refusal to show, or a store that failed.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    Refused(LinkRefusal),
+    Store(StoreError),
+}
+
+impl From<LinkRefusal> for OpenError {
+    fn from(refusal: LinkRefusal) -> Self {
+        OpenError::Refused(refusal)
+    }
+}
+
+impl From<StoreError> for OpenError {
+    fn from(err: StoreError) -> Self {
+        OpenError::Store(err)
+    }
+}
+
+/// Revokes a link of `store` at `now`: it answers nothing from then on.
+/// Needs no key, so a link can be revoked after its key was removed.
+pub async fn revoke(store: &dyn RunStore, link_id: &str, now: DateTime<Utc>) -> Result<AnswerLink, LinkError> {
+    let links = store.link_store().ok_or(LinkError::NoLinkStore)?;
+    let unknown = || LinkError::UnknownLink {
+        link_id: link_id.to_owned(),
+    };
+    if !links.revoke_link(link_id, now).await? {
+        let row = links.link(link_id).await?.ok_or_else(unknown)?;
+        return Err(LinkError::NotRevocable {
+            link_id: link_id.to_owned(),
+            state: row.state(now).to_string(),
+        });
+    }
+    links.link(link_id).await?.ok_or_else(unknown)
+}
+
+/// The call of `run` a link would answer: the one named, else the only one.
+fn waiting_call<'a>(run: &'a RunRecord, tool_call_id: Option<&str>) -> Result<&'a PendingToolCall, LinkError> {
+    if run.status != RunStatus::Suspended || run.pending.is_empty() {
+        return Err(LinkError::NotWaiting {
+            run_id: run.run_id.clone(),
+            status: run.status,
+        });
+    }
+    match tool_call_id {
+        Some(id) => run
+            .pending
+            .iter()
+            .find(|p| p.tool_call_id == id)
+            .ok_or_else(|| LinkError::CallNotWaiting {
+                run_id: run.run_id.clone(),
+                tool_call_id: id.to_owned(),
+                pending: run.pending_ids(),
+            }),
+        None => match run.pending.as_slice() {
+            [only] => Ok(only),
+            _ => Err(LinkError::Ambiguous {
+                run_id: run.run_id.clone(),
+                pending: run.pending_ids(),
+            }),
+        },
+    }
+}
+
+/// What became of a call that no longer waits, for the link's page.
+fn closed_how(run: &RunRecord, tool_call_id: &str) -> String {
+    match run.call_resolution(tool_call_id) {
+        Some(resolution) => describe(resolution),
+        None if run.status.is_finished() => format!("the run is {}", run.status),
+        None => "it no longer waits for an answer".to_owned(),
+    }
+}
+
+/// "answered by Bob through the page at ...".
+fn describe(resolution: &Resolution) -> String {
+    let by = match (&resolution.author.by, resolution.author.via) {
+        (Some(name), Interface::Link) => format!(" by {name} through a link"),
+        (Some(name), via) => format!(" by {name} ({via})"),
+        (None, via) => format!(" through {via}"),
+    };
+    format!("{}{by} at {}", resolution.kind, askloop::rfc3339(resolution.at))
+}
+
+fn chrono_duration(duration: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::days(365 * 100))
+}

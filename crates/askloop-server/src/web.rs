@@ -89,6 +89,7 @@ static ASSETS: &[Asset] = &[
     asset!("run.js", JS),
     asset!("threads.js", JS),
     asset!("transcript.js", JS),
+    asset!("grants.js", JS),
 ];
 
 /// Only this origin's files and API; no inline code, no frames.

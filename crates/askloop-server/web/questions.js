@@ -12,10 +12,14 @@ import { answered, errorBox, setBusy, showError } from './forms.js';
 import { elicitationForm, isElicitation } from './elicitation.js';
 
 /**
- * @param {{runId: string, agentId: string, call: object, onContinue: (chunks: AsyncIterable<object>, what: string) => void}} options
+ * `thread` is where the run is ({resourceId}), when it is on a thread:
+ * only then can an approval stick (always allow in this chat, or for the
+ * whole resource).
+ *
+ * @param {{runId: string, agentId: string, call: object, thread?: {resourceId: string} | null, onContinue: (chunks: AsyncIterable<object>, what: string) => void}} options
  */
-export function pendingCallForm({ runId, agentId, call, onContinue }) {
-  if (call.kind === 'approval' || call.requiresApproval) return approvalForm({ runId, agentId, call, onContinue });
+export function pendingCallForm({ runId, agentId, call, thread = null, onContinue }) {
+  if (call.kind === 'approval' || call.requiresApproval) return approvalForm({ runId, agentId, call, thread, onContinue });
   if (isElicitation(call)) return elicitationForm({ runId, agentId, call, onContinue });
   return questionForm({ runId, agentId, call, onContinue });
 }
@@ -105,7 +109,7 @@ function questionForm({ runId, agentId, call, onContinue }) {
   return form;
 }
 
-function approvalForm({ runId, agentId, call, onContinue }) {
+function approvalForm({ runId, agentId, call, thread, onContinue }) {
   const error = errorBox();
   const reasonId = uid('reason');
   const argsId = uid('args');
@@ -155,18 +159,30 @@ function approvalForm({ runId, agentId, call, onContinue }) {
       'div',
       { class: 'actions' },
       h('button', { type: 'submit', class: 'primary', value: 'approve' }, 'Approve'),
+      thread ? h('button', { type: 'submit', value: 'thread', title: `Approve, and run ${call.toolName} without asking for the rest of this chat` }, 'Always allow in this chat') : null,
       h('button', { type: 'submit', class: 'danger', value: 'decline' }, 'Decline'),
       editButton,
     ),
+    thread
+      ? h(
+          'p',
+          { class: 'hint always-wider' },
+          h('button', { type: 'submit', class: 'link', value: 'resource' }, `Always allow for everything of ${thread.resourceId}`),
+        )
+      : null,
   );
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
-    const approve = event.submitter?.value !== 'decline';
+    const choice = event.submitter?.value || 'approve';
+    const approve = choice !== 'decline';
+    // An approval that sticks runs the call as the model asked it.
+    const always = choice === 'thread' || choice === 'resource' ? choice : null;
     const reason = form.querySelector(`#${reasonId}`).value.trim();
     error.hidden = true;
     const body = { runId, toolCallId: call.toolCallId };
     let edited = false;
-    if (approve && !editing.hidden) {
+    if (always) body.always = always;
+    else if (approve && !editing.hidden) {
       let value;
       try {
         value = JSON.parse(editor.value);
@@ -184,7 +200,15 @@ function approvalForm({ runId, agentId, call, onContinue }) {
     setBusy(form, true);
     try {
       const chunks = await postStream(agentPath(agentId, approve ? 'approve-tool-call' : 'decline-tool-call'), body);
-      const note = approve ? (edited ? 'Approved with edited arguments' : 'Approved') : `Declined${reason ? `: ${reason}` : ''}`;
+      const note = always
+        ? always === 'thread'
+          ? `Approved; ${call.toolName} runs without asking in this chat`
+          : `Approved; ${call.toolName} runs without asking for ${thread.resourceId}`
+        : approve
+          ? edited
+            ? 'Approved with edited arguments'
+            : 'Approved'
+          : `Declined${reason ? `: ${reason}` : ''}`;
       answered(form, note);
       onContinue?.(chunks, approve ? 'approve' : 'decline');
     } catch (err) {

@@ -7,6 +7,7 @@
 //! A second test runs `tests/web/threads.test.mjs`, the conversations on
 //! the page, against a server without tokens and one with named tokens
 //! (whose threads are walled by resource).
+//! A third runs `tests/web/grants.test.mjs`, approvals that stick.
 //! Screenshots land in `target/web-screenshots/`.
 //!
 //! Without chromium, node or `tests/web/node_modules`, the test fails under
@@ -341,6 +342,61 @@ fn conversations_on_the_page_pass_their_browser_test_against_the_real_server() {
         "threads-dark.png",
         "threads-phone.png",
         "inbox-threads.png",
+    ] {
+        assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
+    }
+}
+
+/// A note written at each message, for approvals that stick: the first
+/// waits, the second runs by the grant the first made, the third (after
+/// the grant is revoked) waits again.
+const NOTES_SCRIPT: &str = r##"{"turns": [
+  {"toolCalls": [{"name": "write_file", "args": {"path": "first.md", "content": "one"}}]},
+  {"text": "Wrote: {{toolResults}}"},
+  {"toolCalls": [{"name": "write_file", "args": {"path": "second.md", "content": "two"}}]},
+  {"text": "Wrote: {{toolResults}}"},
+  {"toolCalls": [{"name": "write_file", "args": {"path": "third.md", "content": "three"}}]},
+  {"text": "Wrote: {{toolResults}}"}
+]}"##;
+
+const NOTES_CONFIG: &str = r#"
+[agents.notes]
+name = "Notes"
+script = "notes.json"
+tools = ["write_file"]
+write_dir = "written"
+"#;
+
+#[test]
+fn always_allowing_a_tool_in_a_chat_passes_its_browser_test_against_the_real_server() {
+    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/web");
+    if skipped_for_lack_of("the grants browser test", missing_browser(&web)) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("askloop.toml"), NOTES_CONFIG).unwrap();
+    std::fs::write(dir.path().join("notes.json"), NOTES_SCRIPT).unwrap();
+    let server = serve_threads(dir.path());
+    let screenshots = target_dir().join("web-screenshots");
+
+    let status = Command::new("node")
+        .args(["--test", "--test-concurrency=1", "grants.test.mjs"])
+        .current_dir(&web)
+        .env("ASKLOOP_WEB_URL", &server.base)
+        .env("ASKLOOP_WEB_WRITTEN", dir.path().join("written"))
+        .env("ASKLOOP_WEB_SCREENSHOTS", &screenshots)
+        .stdin(Stdio::null())
+        .status()
+        .expect("running node");
+    assert!(
+        status.success(),
+        "the grants browser test failed ({status}); its output is above"
+    );
+    for shot in [
+        "grants-form.png",
+        "grants-chat.png",
+        "grants-run.png",
+        "grants-inbox.png",
     ] {
         assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
     }

@@ -14,7 +14,7 @@
 // can be narrowed to one agent and one conversation (`/inbox?agent=&thread=`):
 // the server filters, so the count and the pages are the narrowed list's.
 
-import { getJson } from './api.js';
+import { getJson, whoAmI } from './api.js';
 import { ago, h, shortId } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { grantList } from './grants.js';
@@ -57,10 +57,13 @@ export async function inboxView(main) {
     view.waitingPath += `&threadId=${encodeURIComponent(view.filter.thread)}&resourceId=${encodeURIComponent(resource)}`;
   }
   const filters = filterForm(main, view, Object.values(agents), threads);
-  // Every approval that sticks this token can see (narrowed as the list is).
+  // Every approval that sticks this token can see, narrowed as the list
+  // is (a token of several resources names the one the page acts as).
+  const me = await whoAmI();
+  const oneResource = view.filter.thread || me.resources?.length > 1;
   view.grants = grantList({
     title: 'Allowed without asking',
-    query: () => ({ agentId: view.filter.agent, threadId: view.filter.thread, resourceId: view.filter.thread ? resource : '' }),
+    query: () => ({ agentId: view.filter.agent, threadId: view.filter.thread, resourceId: oneResource ? resource : '' }),
   });
   main.replaceChildren(
     h(

@@ -98,14 +98,17 @@ test('always allowing a tool in a chat runs its next call there without a form, 
   const run = runs.body.runs.find((r) => r.resolutions.some((x) => x.via === 'grant'));
   const runPage = await browser.context.newPage();
   await runPage.goto(`${BASE}/runs/${run.runId}`);
-  await runPage.getByText(`standing approval (grant ${grant.id})`).waitFor();
+  await runPage.getByText('by a standing approval, made through the page').waitFor();
+  assert.equal(await runPage.locator(`.resolutions code[title="${grant.id}"]`).count(), 1);
   await runPage.screenshot({ path: join(SHOTS, 'grants-run.png') });
   await runPage.close();
 
   // The Inbox lists every live grant, revocable there too.
   const inbox = await browser.context.newPage();
   await inbox.goto(`${BASE}/inbox`);
-  await inbox.getByRole('region', { name: 'Allowed without asking' }).getByText('write_file').waitFor();
+  const everywhere = inbox.getByRole('region', { name: 'Allowed without asking' });
+  await everywhere.getByText('write_file').waitFor();
+  await everywhere.getByRole('link', { name: 'one conversation' }).waitFor();
   await inbox.screenshot({ path: join(SHOTS, 'grants-inbox.png'), fullPage: true });
   await inbox.close();
 
@@ -119,7 +122,7 @@ test('always allowing a tool in a chat runs its next call there without a form, 
 
   // ...and the next call asks again.
   await say(page, 'Write the third note');
-  await page.getByRole('form', { name: 'Approve write_file?' }).last().waitFor();
+  await approvalForms(page).getByText('third.md').waitFor();
   assert.equal(await approvalForms(page).count(), 1);
   assert.ok(!existsSync(join(WRITTEN, 'third.md')), 'the third call waits');
   assert.deepEqual(problems, []);

@@ -297,7 +297,11 @@ export async function chatView(main, threadId = null) {
   });
 
   // What this chat runs without asking (approvals that stick), each revocable.
-  view.grants = grantList({ title: 'Allowed without asking', query: () => ({ threadId: view.threadId, resourceId: view.resource }) });
+  view.grants = grantList({
+    title: 'Allowed without asking',
+    query: () => ({ threadId: view.threadId, resourceId: view.resource }),
+    here: () => view.threadId,
+  });
   if (view.thread) {
     const title = shownTitle(view.thread);
     view.title.textContent = title;
@@ -322,8 +326,8 @@ export async function chatView(main, threadId = null) {
           view.title,
           h('div', { class: 'field-inline' }, h('label', { for: 'agent' }, 'Agent'), select),
         ),
-        view.log,
         view.grants.section,
+        view.log,
         composer,
       ),
     ),

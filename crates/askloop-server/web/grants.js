@@ -15,7 +15,7 @@ async function liveGrants(query) {
 }
 
 /** One grant as a row: what, how far, who and when, and a Revoke button. */
-function grantRow(grant, redraw, error) {
+function grantRow(grant, here, redraw, error) {
   const revoke = h('button', { type: 'button', class: 'quiet danger', 'aria-label': `Revoke always allowing ${grant.tool}` }, 'Revoke');
   revoke.addEventListener('click', async () => {
     revoke.disabled = true;
@@ -27,7 +27,12 @@ function grantRow(grant, redraw, error) {
     }
     await redraw();
   });
-  const where = grant.scope === 'thread' ? 'in this chat' : `for everything of ${grant.resourceId}`;
+  const where =
+    grant.scope !== 'thread'
+      ? `for everything of ${grant.resourceId}`
+      : grant.threadId === here
+        ? 'in this chat'
+        : ['in ', h('a', { href: `/threads/${encodeURIComponent(grant.threadId)}`, 'data-route': true }, 'one conversation')];
   return h(
     'li',
     { class: 'grant', 'data-grant-id': grant.id },
@@ -54,9 +59,10 @@ function grantRow(grant, redraw, error) {
  * A section listing the live grants matching `query()` (read at each draw:
  * a new chat has its thread only after its first message), drawn again by
  * `draw()` (after a run, or a change elsewhere). Hidden while there are none
- * unless `empty` (what to say then) is given.
+ * unless `empty` (what to say then) is given. `here()` is the thread on
+ * screen, whose grants say "in this chat".
  */
-export function grantList({ title, query, empty = null }) {
+export function grantList({ title, query, here = () => null, empty = null }) {
   const list = h('ul', { class: 'grant-list' });
   const error = errorBox();
   const titleId = uid('grants');
@@ -71,7 +77,7 @@ export function grantList({ title, query, empty = null }) {
       showError(error, err);
       return;
     }
-    list.replaceChildren(...grants.map((g) => grantRow(g, draw, error)));
+    list.replaceChildren(...grants.map((g) => grantRow(g, here(), draw, error)));
     if (note) note.hidden = grants.length > 0;
     section.hidden = !empty && grants.length === 0;
   }

@@ -7,6 +7,7 @@
 //! A second test runs `tests/web/threads.test.mjs`, the conversations on
 //! the page, against a server without tokens and one with named tokens
 //! (whose threads are walled by resource).
+//! A third runs `tests/web/grants.test.mjs`, approvals that stick.
 //! Screenshots land in `target/web-screenshots/`.
 //!
 //! Without chromium, node or `tests/web/node_modules`, the test fails under
@@ -186,37 +187,28 @@ fn the_web_page_passes_its_browser_test_against_the_real_server() {
     let guarded = serve(dir.path(), Some(TOKEN));
     let busy_dir = busy_dir();
     let busy = serve(busy_dir.path(), None);
-    let screenshots = screenshots_dir();
-
-    let status = Command::new("node")
-        .args(["--test", "--test-concurrency=1", "page.test.mjs"])
-        .current_dir(&web)
-        .env("ASKLOOP_WEB_URL", &open.base)
+    let mut node = Command::new("node");
+    node.env("ASKLOOP_WEB_URL", &open.base)
         .env("ASKLOOP_WEB_TOKEN_URL", &guarded.base)
         .env("ASKLOOP_WEB_TOKEN", TOKEN)
         .env("ASKLOOP_WEB_BUSY_URL", &busy.base)
         .env("ASKLOOP_BIN", BIN)
         .env("ASKLOOP_WEB_DB", dir.path().join("runs.db"))
-        .env("ASKLOOP_WEB_CLI_SCRIPT", dir.path().join("cli.json"))
-        .env("ASKLOOP_WEB_SCREENSHOTS", &screenshots)
-        .stdin(Stdio::null())
-        .status()
-        .expect("running node");
-    assert!(
-        status.success(),
-        "the browser test failed ({status}); its output is above"
+        .env("ASKLOOP_WEB_CLI_SCRIPT", dir.path().join("cli.json"));
+    run_browser_test(
+        node,
+        &web,
+        "page.test.mjs",
+        &[
+            "chat-question.png",
+            "inbox.png",
+            "inbox-dark.png",
+            "inbox-busy.png",
+            "inbox-busy-end.png",
+            "chat-phone.png",
+            "mcp-form.png",
+        ],
     );
-    for shot in [
-        "chat-question.png",
-        "inbox.png",
-        "inbox-dark.png",
-        "inbox-busy.png",
-        "inbox-busy-end.png",
-        "chat-phone.png",
-        "mcp-form.png",
-    ] {
-        assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
-    }
 }
 
 /// The agent of the conversations test: a question, its answer, then on
@@ -304,29 +296,88 @@ fn conversations_on_the_page_pass_their_browser_test_against_the_real_server() {
     let walled_dir = threads_dir(true);
     let open = serve_threads(open_dir.path());
     let walled = serve_threads(walled_dir.path());
-    let screenshots = screenshots_dir();
 
-    let status = Command::new("node")
-        .args(["--test", "--test-concurrency=1", "threads.test.mjs"])
-        .current_dir(&web)
-        .env("ASKLOOP_WEB_URL", &open.base)
+    let mut node = Command::new("node");
+    node.env("ASKLOOP_WEB_URL", &open.base)
         .env("ASKLOOP_WEB_WALLED_URL", &walled.base)
         .env("ASKLOOP_WEB_ANA_TOKEN", ANA_TOKEN)
-        .env("ASKLOOP_WEB_BO_TOKEN", BO_TOKEN)
+        .env("ASKLOOP_WEB_BO_TOKEN", BO_TOKEN);
+    run_browser_test(
+        node,
+        &web,
+        "threads.test.mjs",
+        &[
+            "threads.png",
+            "threads-dark.png",
+            "threads-phone.png",
+            "inbox-threads.png",
+        ],
+    );
+}
+
+/// Runs `file` of `tests/web` with `node` (its environment set by the
+/// caller, the screenshots' directory added), asserting that it passed and
+/// saved `shots`.
+fn run_browser_test(mut node: Command, web: &Path, file: &str, shots: &[&str]) {
+    let screenshots = screenshots_dir();
+    let status = node
+        .args(["--test", "--test-concurrency=1", file])
+        .current_dir(web)
         .env("ASKLOOP_WEB_SCREENSHOTS", &screenshots)
         .stdin(Stdio::null())
         .status()
         .expect("running node");
     assert!(
         status.success(),
-        "the conversations browser test failed ({status}); its output is above"
+        "the browser test {file} failed ({status}); its output is above"
     );
-    for shot in [
-        "threads.png",
-        "threads-dark.png",
-        "threads-phone.png",
-        "inbox-threads.png",
-    ] {
+    for shot in shots {
         assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
     }
+}
+
+/// A note written at each message, for approvals that stick: the first
+/// waits, the second runs by the grant the first made, the third (after
+/// the grant is revoked) waits again.
+const NOTES_SCRIPT: &str = r##"{"turns": [
+  {"toolCalls": [{"name": "write_file", "args": {"path": "first.md", "content": "one"}}]},
+  {"text": "Wrote: {{toolResults}}"},
+  {"toolCalls": [{"name": "write_file", "args": {"path": "second.md", "content": "two"}}]},
+  {"text": "Wrote: {{toolResults}}"},
+  {"toolCalls": [{"name": "write_file", "args": {"path": "third.md", "content": "three"}}]},
+  {"text": "Wrote: {{toolResults}}"}
+]}"##;
+
+const NOTES_CONFIG: &str = r#"
+[agents.notes]
+name = "Notes"
+script = "notes.json"
+tools = ["write_file"]
+write_dir = "written"
+"#;
+
+#[test]
+fn always_allowing_a_tool_in_a_chat_passes_its_browser_test_against_the_real_server() {
+    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/web");
+    if skipped_for_lack_of("the grants browser test", missing_browser(&web)) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("askloop.toml"), NOTES_CONFIG).unwrap();
+    std::fs::write(dir.path().join("notes.json"), NOTES_SCRIPT).unwrap();
+    let server = serve_threads(dir.path());
+    let mut node = Command::new("node");
+    node.env("ASKLOOP_WEB_URL", &server.base)
+        .env("ASKLOOP_WEB_WRITTEN", dir.path().join("written"));
+    run_browser_test(
+        node,
+        &web,
+        "grants.test.mjs",
+        &[
+            "grants-form.png",
+            "grants-chat.png",
+            "grants-run.png",
+            "grants-inbox.png",
+        ],
+    );
 }

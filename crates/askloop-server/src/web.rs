@@ -91,6 +91,7 @@ static ASSETS: &[Asset] = &[
     asset!("threads.js", JS),
     asset!("transcript.js", JS),
     asset!("link.js", JS),
+    asset!("grants.js", JS),
 ];
 
 /// Only this origin's files and API; no inline code, no frames.

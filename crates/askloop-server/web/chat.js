@@ -8,15 +8,17 @@
 import { Unauthorized, agentPath, getJson, postStream } from './api.js';
 import { h, shortId } from './dom.js';
 import { pendingCallForm } from './questions.js';
+import { grantList } from './grants.js';
 import { conversationList, currentResource, newThreadId, shownTitle, threadPath, titleFrom } from './threads.js';
 import { threadMessages, transcript } from './transcript.js';
 
 /**
  * Reads a run's chunks into `turn` (an element of the conversation): text
  * as it streams, each waiting call as a form (answering it streams the
- * continuation into the same turn), errors as alerts.
+ * continuation into the same turn), errors as alerts. `thread`
+ * ({resourceId}) when the run is on a thread: its approvals can stick.
  */
-export async function streamInto(turn, chunks, agentId) {
+export async function streamInto(turn, chunks, agentId, thread = null) {
   let text = null;
   // The model's reasoning, as it streams: folded away under its summary,
   // for whoever wants to read how the reply came about.
@@ -71,7 +73,7 @@ export async function streamInto(turn, chunks, agentId) {
           break;
         case 'tool-call-suspended':
         case 'tool-call-approval':
-          addPending(turn, chunk.runId, agentId, {
+          addPending(turn, chunk.runId, agentId, thread, {
             toolCallId: p.toolCallId,
             toolName: p.toolName,
             args: p.args,
@@ -111,7 +113,7 @@ function setRun(turn, runId) {
   }
 }
 
-function addPending(turn, runId, agentId, call) {
+function addPending(turn, runId, agentId, thread, call) {
   const body = turn.querySelector('.turn-body');
   // In the Inbox and the Run view the run's open calls are already shown
   // beside the turn; a continuation that suspends again repeats them.
@@ -126,9 +128,10 @@ function addPending(turn, runId, agentId, call) {
     runId,
     agentId,
     call,
+    thread,
     // Into the turn that shows the form then: a conversation drawn again
     // moves its forms into new turns.
-    onContinue: (chunks) => streamInto(form.closest('.turn') || turn, chunks, agentId),
+    onContinue: (chunks) => streamInto(form.closest('.turn') || turn, chunks, agentId, thread),
   });
   group.append(form);
   const first = group.querySelector('input, textarea');
@@ -277,7 +280,7 @@ export async function chatView(main, threadId = null) {
         list.setCurrent(view.threadId);
         list.draw().catch(() => {});
       }
-      await streamInto(turn, chunks, view.agentId);
+      await streamInto(turn, chunks, view.agentId, { resourceId: view.resource });
       // Its forms are kept when the conversation is drawn again from the server.
       for (const form of turn.querySelectorAll('form.pending[data-tool-call-id]')) view.forms.set(form.dataset.toolCallId, form);
     } catch (err) {
@@ -293,11 +296,18 @@ export async function chatView(main, threadId = null) {
     }
   });
 
+  // What this chat runs without asking (approvals that stick), each revocable.
+  view.grants = grantList({
+    title: 'Allowed without asking',
+    query: () => ({ threadId: view.threadId, resourceId: view.resource }),
+    here: () => view.threadId,
+  });
   if (view.thread) {
     const title = shownTitle(view.thread);
     view.title.textContent = title;
     document.title = `${title} · askloop`;
     draw(view, await threadMessages(view.threadId, view.resource));
+    view.grants.draw();
   } else {
     view.log.append(emptyChat());
   }
@@ -316,6 +326,7 @@ export async function chatView(main, threadId = null) {
           view.title,
           h('div', { class: 'field-inline' }, h('label', { for: 'agent' }, 'Agent'), select),
         ),
+        view.grants.section,
         view.log,
         composer,
       ),
@@ -323,6 +334,7 @@ export async function chatView(main, threadId = null) {
   );
   // A run continued from here (an answer, an approval) stopped streaming.
   view.log.addEventListener('settled', () => {
+    if (view.thread) view.grants.draw();
     if (!view.busy) caughtUp(view).catch(() => {});
   });
   await list.draw();
@@ -346,7 +358,7 @@ function signature(messages) {
 /** Draws the conversation's messages. */
 function draw(view, messages) {
   const agent = view.agents.find((a) => a.id === view.agentId) || { id: view.agentId };
-  const turns = transcript(messages, agent, view.forms);
+  const turns = transcript(messages, agent, view.forms, { resourceId: view.resource });
   view.signature = signature(messages);
   // A redraw moves the kept forms; keep the focus where the person was.
   const focused = view.log.contains(document.activeElement) ? document.activeElement : null;
@@ -380,6 +392,7 @@ export async function refreshConversation() {
   if (!view || !view.main.isConnected || !view.log.isConnected) return;
   await view.list?.draw();
   if (!view.thread || settling(view)) return;
+  view.grants.draw();
   const generation = view.generation;
   const messages = await threadMessages(view.threadId, view.resource);
   if (generation !== view.generation || settling(view) || signature(messages) === view.signature) return;

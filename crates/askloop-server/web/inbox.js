@@ -14,9 +14,10 @@
 // can be narrowed to one agent and one conversation (`/inbox?agent=&thread=`):
 // the server filters, so the count and the pages are the narrowed list's.
 
-import { getJson } from './api.js';
+import { getJson, whoAmI } from './api.js';
 import { ago, h, shortId } from './dom.js';
 import { pendingCallForm } from './questions.js';
+import { grantList } from './grants.js';
 import { assistantTurn, streamInto } from './chat.js';
 import { currentResource, listThreads, shownTitle, threadPath } from './threads.js';
 
@@ -56,6 +57,14 @@ export async function inboxView(main) {
     view.waitingPath += `&threadId=${encodeURIComponent(view.filter.thread)}&resourceId=${encodeURIComponent(resource)}`;
   }
   const filters = filterForm(main, view, Object.values(agents), threads);
+  // Every approval that sticks this token can see, narrowed as the list
+  // is (a token of several resources names the one the page acts as).
+  const me = await whoAmI();
+  const oneResource = view.filter.thread || me.resources?.length > 1;
+  view.grants = grantList({
+    title: 'Allowed without asking',
+    query: () => ({ agentId: view.filter.agent, threadId: view.filter.thread, resourceId: oneResource ? resource : '' }),
+  });
   main.replaceChildren(
     h(
       'section',
@@ -69,8 +78,10 @@ export async function inboxView(main) {
       filters,
       view.list,
       view.foot,
+      view.grants.section,
     ),
   );
+  view.grants.draw();
   await queued(view, loadFirstPage);
   if (inbox !== view) return;
   view.observer = new IntersectionObserver((entries) => {
@@ -82,6 +93,7 @@ export async function inboxView(main) {
 /** Brings the loaded pages up to date: new questions added, questions answered elsewhere removed. */
 export async function refreshInbox() {
   if (!inbox || !inbox.list.isConnected) return;
+  inbox.grants?.draw();
   await queued(inbox, readAgain);
 }
 
@@ -313,10 +325,11 @@ function questionIn(card, run, call) {
     runId: run.runId,
     agentId: run.agentId,
     call,
+    thread: run.resourceId ? { resourceId: run.resourceId } : null,
     onContinue: (chunks) => {
       answered.add(run.runId);
       card.classList.add('continuing');
-      streamInto(turn, chunks, run.agentId);
+      streamInto(turn, chunks, run.agentId, run.resourceId ? { resourceId: run.resourceId } : null);
     },
   });
 }

@@ -16,12 +16,17 @@ import { answered, errorBox, setBusy, showError } from './forms.js';
 import { elicitationForm, isElicitation } from './elicitation.js';
 
 /**
- * @param {{runId: string, agentId: string, call: object, onContinue?: (chunks: AsyncIterable<object>, what: string) => void, send?: (route: string, body: object) => Promise<any>}} options
+ * `thread` is where the run is ({resourceId}), when it is on a thread:
+ * only then can an approval stick (always allow in this chat, or for the
+ * whole resource). `send` replaces the agent routes (the answer link page
+ * posts to its link instead).
+ *
+ * @param {{runId: string, agentId: string, call: object, thread?: {resourceId: string} | null, onContinue?: (chunks: AsyncIterable<object>, what: string) => void, send?: (route: string, body: object) => Promise<any>}} options
  */
 export function pendingCallForm(options) {
   const { agentId, call } = options;
   const send = options.send || ((route, body) => postStream(agentPath(agentId, route), body));
-  const all = { ...options, send, editable: !options.send };
+  const all = { ...options, thread: options.thread || null, send, editable: !options.send };
   if (call.kind === 'approval' || call.requiresApproval) return approvalForm(all);
   if (isElicitation(call)) return elicitationForm(all);
   return questionForm(all);
@@ -112,7 +117,7 @@ function questionForm({ runId, call, onContinue, send }) {
   return form;
 }
 
-function approvalForm({ runId, call, onContinue, send, editable }) {
+function approvalForm({ runId, call, thread, onContinue, send, editable }) {
   const error = errorBox();
   const reasonId = uid('reason');
   const argsId = uid('args');
@@ -164,18 +169,30 @@ function approvalForm({ runId, call, onContinue, send, editable }) {
       'div',
       { class: 'actions' },
       h('button', { type: 'submit', class: 'primary', value: 'approve' }, 'Approve'),
+      thread ? h('button', { type: 'submit', value: 'thread', title: `Approve, and run ${call.toolName} without asking for the rest of this chat` }, 'Always allow in this chat') : null,
       h('button', { type: 'submit', class: 'danger', value: 'decline' }, 'Decline'),
       editButton,
     ),
+    thread
+      ? h(
+          'p',
+          { class: 'hint always-wider' },
+          h('button', { type: 'submit', class: 'link', value: 'resource' }, `Always allow for everything of ${thread.resourceId}`),
+        )
+      : null,
   );
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
-    const approve = event.submitter?.value !== 'decline';
+    const choice = event.submitter?.value || 'approve';
+    const approve = choice !== 'decline';
+    // An approval that sticks runs the call as the model asked it.
+    const always = choice === 'thread' || choice === 'resource' ? choice : null;
     const reason = form.querySelector(`#${reasonId}`).value.trim();
     error.hidden = true;
     const body = { runId, toolCallId: call.toolCallId };
     let edited = false;
-    if (approve && !editing.hidden) {
+    if (always) body.always = always;
+    else if (approve && !editing.hidden) {
       let value;
       try {
         value = JSON.parse(editor.value);
@@ -193,7 +210,15 @@ function approvalForm({ runId, call, onContinue, send, editable }) {
     setBusy(form, true);
     try {
       const chunks = await send(approve ? 'approve-tool-call' : 'decline-tool-call', body);
-      const note = approve ? (edited ? 'Approved with edited arguments' : 'Approved') : `Declined${reason ? `: ${reason}` : ''}`;
+      const note = always
+        ? always === 'thread'
+          ? `Approved; ${call.toolName} runs without asking in this chat`
+          : `Approved; ${call.toolName} runs without asking for ${thread.resourceId}`
+        : approve
+          ? edited
+            ? 'Approved with edited arguments'
+            : 'Approved'
+          : `Declined${reason ? `: ${reason}` : ''}`;
       answered(form, note);
       onContinue?.(chunks, approve ? 'approve' : 'decline');
     } catch (err) {

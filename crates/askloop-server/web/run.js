@@ -2,7 +2,7 @@
 // answers, its status, and what it waits on, answerable here.
 
 import { postJson, getJson, postStream } from './api.js';
-import { ago, h, statusBadge } from './dom.js';
+import { ago, h, shortId, statusBadge } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { answered, errorBox, showError } from './forms.js';
 import { assistantTurn, streamInto } from './chat.js';
@@ -128,8 +128,8 @@ function render(run) {
               {},
               r.kind,
               r.toolCallId ? [' ', h('code', {}, r.toolCallId)] : null,
-              ` via ${r.via}`,
-              r.by ? ` by ${r.by}` : '',
+              r.via === 'grant' ? [' by ', grantWho(r)] : [` via ${r.via}`, r.by ? ` by ${r.by}` : ''],
+              r.grant && r.via !== 'grant' ? ` (made a standing approval for this ${r.grant.scope === 'thread' ? 'chat' : 'resource'})` : '',
               ' ',
               h('time', { datetime: r.at, title: r.at }, ago(r.at)),
             ),
@@ -221,10 +221,11 @@ function formFor(run, call, turn) {
     runId: run.runId,
     agentId: run.agentId,
     call,
+    thread: run.resourceId ? { resourceId: run.resourceId } : null,
     onContinue: async (chunks) => {
       current.busy = true;
       // The continuation streams into the turn shown with the form now.
-      await streamInto(form.closest('section.waiting')?.querySelector('.turn') || turn, chunks, run.agentId);
+      await streamInto(form.closest('section.waiting')?.querySelector('.turn') || turn, chunks, run.agentId, run.resourceId ? { resourceId: run.resourceId } : null);
       current.busy = false;
       refreshRun(run.runId);
     },
@@ -239,6 +240,12 @@ async function cancelRun(runId) {
   } finally {
     refreshRun(runId);
   }
+}
+
+/** Who stands behind a call approved by an earlier approval that sticks (a grant). */
+function grantWho(r) {
+  const made = r.grant ? [', made through the ', r.grant.grantedVia, ' ', h('time', { datetime: r.grant.grantedAt, title: r.grant.grantedAt }, ago(r.grant.grantedAt))] : [];
+  return [r.by ? `${r.by}'s standing approval` : 'a standing approval', ...made, r.grant ? [' (grant ', h('code', { title: r.grant.id }, shortId(r.grant.id)), ')'] : null];
 }
 
 /** How long until an RFC 3339 time, for a countdown ("in 4 min", or "now"). */

@@ -42,9 +42,10 @@ function resolutionText(resolution) {
 /**
  * The turns of `messages`, for agent `agent` ({id, name}). `forms` keeps
  * the forms of waiting calls by tool call id across redraws, so what a
- * person typed survives a change elsewhere.
+ * person typed survives a change elsewhere. `thread` ({resourceId}) is the
+ * conversation's, where an approval can stick.
  */
-export function transcript(messages, agent, forms) {
+export function transcript(messages, agent, forms, thread) {
   const turns = [];
   for (const message of messages) {
     if (message.role === 'user') {
@@ -64,7 +65,7 @@ export function transcript(messages, agent, forms) {
         const open = waiting[call.toolCallId];
         if (open) {
           group ??= body.appendChild(h('div', { class: 'pending-group' }));
-          group.append(formFor(open, call, agent, turn, forms));
+          group.append(formFor(open, call, agent, turn, forms, thread));
         } else {
           body.append(settledCall(call));
         }
@@ -112,7 +113,7 @@ function settledCall(call) {
 }
 
 /** The form of a waiting call: the one already shown, or a new one. */
-function formFor(open, call, agent, turn, forms) {
+function formFor(open, call, agent, turn, forms, thread) {
   const kept = forms.get(call.toolCallId);
   if (kept && !kept.classList.contains('answered')) return kept;
   const form = pendingCallForm({
@@ -125,7 +126,8 @@ function formFor(open, call, agent, turn, forms) {
       kind: open.type === 'approval' ? 'approval' : 'suspended',
       suspendPayload: open.suspendPayload,
     },
-    onContinue: (chunks) => streamInto(form.closest('.turn') || turn, chunks, agent.id),
+    thread,
+    onContinue: (chunks) => streamInto(form.closest('.turn') || turn, chunks, agent.id, thread),
   });
   forms.set(call.toolCallId, form);
   return form;

@@ -225,6 +225,24 @@ impl Caller {
         }
     }
 
+    /// The resource a listing of `what` (e.g. "threads") is limited to:
+    /// the one named (`?resourceId=`), if the caller may use it; the
+    /// caller's own when it is walled to one and names none; `None` (all)
+    /// for a caller walled to none. A caller walled to several must name one.
+    pub(crate) fn listing_resource(&self, named: Option<&str>, what: &str) -> Result<Option<String>, ApiError> {
+        match (named, self.resources()) {
+            (Some(resource), _) => {
+                self.check_resource(resource)?;
+                Ok(Some(resource.to_owned()))
+            }
+            (None, Some([only])) => Ok(Some(only.clone())),
+            (None, Some(_)) => Err(ApiError::BadRequest(format!(
+                "name the resource whose {what} to list with ?resourceId="
+            ))),
+            (None, None) => Ok(None),
+        }
+    }
+
     /// Who to record as the author of what this request resolves.
     pub(crate) fn author(&self) -> Author {
         self.author.clone()

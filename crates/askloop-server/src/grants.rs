@@ -67,19 +67,7 @@ pub(crate) async fn list(
         caller.check(agent_id)?;
         state.agent(agent_id)?;
     }
-    let resource_id = match (&params.resource_id, caller.resources()) {
-        (Some(resource), _) => {
-            caller.check_resource(resource)?;
-            Some(resource.clone())
-        }
-        (None, Some([only])) => Some(only.clone()),
-        (None, Some(_)) => {
-            return Err(ApiError::BadRequest(
-                "name the resource whose grants to list with ?resourceId=".into(),
-            ));
-        }
-        (None, None) => None,
-    };
+    let resource_id = caller.listing_resource(params.resource_id.as_deref(), "grants")?;
     if params.thread_id.is_some() && resource_id.is_none() {
         return Err(ApiError::BadRequest(
             "?threadId= names a thread of a resource: send ?resourceId= with it".into(),

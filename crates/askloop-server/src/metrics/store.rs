@@ -106,6 +106,10 @@ impl RunStore for ObservedStore {
         self.inner.grant_store()
     }
 
+    fn link_store(&self) -> Option<&dyn askloop::LinkStore> {
+        self.inner.link_store()
+    }
+
     async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
         let result = self.inner.create(run, messages).await;
         if result.is_ok() {
@@ -218,5 +222,25 @@ impl RunStore for ObservedStore {
     async fn waiting(&self) -> Result<Vec<AgentWaiting>, StoreError> {
         let result = self.inner.waiting().await;
         self.counted("waiting", result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use askloop::{MemoryStore, RunStore};
+
+    use crate::Metrics;
+
+    /// What the server's routes reach through the store they are given:
+    /// a wrapper that hid one of these would turn threads, approvals that
+    /// stick or answer links off without a word.
+    #[test]
+    fn the_observed_store_passes_threads_grants_and_links_through() {
+        let observed = Metrics::new().observe_store(Arc::new(MemoryStore::new()) as Arc<dyn RunStore>);
+        assert!(observed.thread_store().is_some(), "threads");
+        assert!(observed.grant_store().is_some(), "grants");
+        assert!(observed.link_store().is_some(), "answer links");
     }
 }

@@ -79,20 +79,7 @@ pub(crate) async fn list(
     ApiQuery(params): ApiQuery<ThreadParams>,
 ) -> Result<Json<ThreadPage>, ApiError> {
     check_agent(&state, &caller, params.agent_id.as_deref())?;
-    let resource = match (&params.resource_id, caller.resources()) {
-        (Some(resource), _) => {
-            caller.check_resource(resource)?;
-            Some(resource.clone())
-        }
-        // A walled caller lists its own resource when it names none.
-        (None, Some([only])) => Some(only.clone()),
-        (None, Some(_)) => {
-            return Err(ApiError::BadRequest(
-                "name the resource whose threads to list with ?resourceId=".into(),
-            ));
-        }
-        (None, None) => None,
-    };
+    let resource = caller.listing_resource(params.resource_id.as_deref(), "threads")?;
     let (page, per_page) = params.paging(100);
     let query = ThreadQuery {
         resource_id: resource,

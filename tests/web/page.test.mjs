@@ -387,6 +387,11 @@ test('run view: a run opens by its link, with its status, questions and answers'
   await page.getByText('Which region should we launch in?').first().waitFor();
   // The two questions still open are answerable here.
   await page.getByRole('heading', { name: 'Waiting on 2 answers' }).waitFor();
+  // The first tab goes on to the Inbox, where the run waits too.
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: /^Inbox/ }).click();
+  await page.getByRole('heading', { name: /^Inbox/ }).waitFor();
+  const card = page.locator(`li.card[data-run-id="${decodeURIComponent(href.slice('/runs/'.length))}"]`);
+  await card.waitFor();
 
   // The link itself, pasted into a new tab, opens the same run.
   const pasted = await openPage(context, `${BASE}${href}`, { dark: true });
@@ -400,6 +405,11 @@ test('run view: a run opens by its link, with its status, questions and answers'
   await pasted.getByText('Americas', { exact: true }).waitFor();
   await pasted.getByText('Dawn', { exact: true }).waitFor();
   await pasted.screenshot({ path: join(SHOTS, 'run-dark.png'), fullPage: true });
+  // The answers reach the first tab's Inbox live; the run view it left is
+  // never drawn over it.
+  await card.waitFor({ state: 'detached' });
+  await page.getByRole('heading', { name: /^Inbox/ }).waitFor();
+  assert.equal(await page.getByRole('heading', { name: /^Run / }).count(), 0);
   assert.deepEqual(pasted.problems, []);
   await pasted.close();
   await page.close();

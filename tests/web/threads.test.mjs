@@ -211,15 +211,21 @@ test('inbox: a card names its conversation, quotes the message that led to it, l
   await page.getByLabel('Agent').selectOption({ label: 'Helper' });
   await page.waitForURL(`${BASE}/inbox?agent=helper`);
   await other.waitFor();
-  await page.waitForFunction(() => [...document.querySelectorAll('li.card .agent')].every((a) => a.textContent === 'helper'));
+  await page.waitForFunction(() => {
+    const agents = [...document.querySelectorAll('li.card .agent')];
+    return agents.length > 0 && agents.every((a) => a.textContent === 'helper');
+  });
   assert.equal(await card.count(), 0);
   // By conversation: only the migration's card.
   await page.getByLabel('Agent').selectOption({ label: 'All agents' });
   await page.getByLabel('Conversation').selectOption({ label: 'Migrate the orders database tonight' });
   await page.waitForURL(`${BASE}/inbox?thread=${migrate}`);
+  // The list (drawn with its count) holds the migration's card alone.
+  await page.waitForFunction(() => {
+    const cards = document.querySelectorAll('li.card');
+    return cards.length === 1 && cards[0].textContent.includes('Migrate the orders database tonight');
+  });
   await page.getByRole('heading', { name: /^Inbox/ }).getByText('1 waiting', { exact: true }).waitFor();
-  assert.equal(await page.locator('li.card').count(), 1);
-  await card.waitFor();
 
   // The card's link opens the conversation, with its question there.
   await card.getByRole('link', { name: 'Migrate the orders database tonight' }).click();

@@ -6,7 +6,7 @@
 // device shows the whole conversation, its open questions answerable.
 
 import { Unauthorized, agentPath, getJson, postStream } from './api.js';
-import { h, shortId } from './dom.js';
+import { claim, h, shortId } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { grantList } from './grants.js';
 import { conversationList, currentResource, newThreadId, shownTitle, threadPath, titleFrom } from './threads.js';
@@ -166,6 +166,7 @@ let current = null;
  * at `/threads/{threadId}` (one that exists, read from the server).
  */
 export async function chatView(main, threadId = null) {
+  const mine = claim(main);
   const [agents, resource] = await Promise.all([getJson('/api/agents'), currentResource()]);
   const view = {
     main,
@@ -187,6 +188,7 @@ export async function chatView(main, threadId = null) {
       view.thread = await getJson(threadPath(threadId, resource));
     } catch (err) {
       if (err.status !== 404 && err.status !== 403) throw err;
+      if (!mine()) return;
       current = null;
       const list = conversationList({ current: null });
       main.replaceChildren(
@@ -201,6 +203,7 @@ export async function chatView(main, threadId = null) {
       return;
     }
   }
+  if (!mine()) return;
   current = view;
   const remembered = sessionStorage.getItem('askloop.agent');
   view.agentId = view.thread?.agentId ?? (view.agents.some((a) => a.id === remembered) ? remembered : view.agents[0]?.id);
@@ -312,6 +315,7 @@ export async function chatView(main, threadId = null) {
     view.log.append(emptyChat());
   }
 
+  if (!mine()) return;
   main.replaceChildren(
     h(
       'div',

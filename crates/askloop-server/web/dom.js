@@ -47,6 +47,19 @@ export function ago(iso) {
   return new Date(then).toLocaleDateString();
 }
 
+/**
+ * Makes the caller the view that owns `main`, and returns a check that
+ * stays true until another view claims it. A view that reads the server
+ * before it draws draws only while it still owns the page, so the slow
+ * answer of an earlier navigation (or an earlier filter) never covers a
+ * later one.
+ */
+export function claim(main) {
+  const owner = {};
+  main.owner = owner;
+  return () => main.owner === owner;
+}
+
 export function shortId(id) {
   return id.length > 12 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id;
 }

@@ -15,7 +15,7 @@
 // the server filters, so the count and the pages are the narrowed list's.
 
 import { getJson, whoAmI } from './api.js';
-import { ago, h, shortId } from './dom.js';
+import { ago, claim, h, shortId } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { grantList } from './grants.js';
 import { assistantTurn, streamInto } from './chat.js';
@@ -44,6 +44,7 @@ let inbox = null;
 
 export async function inboxView(main) {
   inbox?.observer?.disconnect();
+  const mine = claim(main);
   const view = newView();
   inbox = view;
   const params = new URLSearchParams(location.search);
@@ -65,6 +66,11 @@ export async function inboxView(main) {
     title: 'Allowed without asking',
     query: () => ({ agentId: view.filter.agent, threadId: view.filter.thread, resourceId: oneResource ? resource : '' }),
   });
+  // The first page is read before the view is drawn: a filter changes the
+  // list and its count at once, never through an empty list. A view claimed
+  // by a later navigation or filter meanwhile draws nothing.
+  await queued(view, loadFirstPage);
+  if (!mine()) return;
   main.replaceChildren(
     h(
       'section',
@@ -82,8 +88,6 @@ export async function inboxView(main) {
     ),
   );
   view.grants.draw();
-  await queued(view, loadFirstPage);
-  if (inbox !== view) return;
   view.observer = new IntersectionObserver((entries) => {
     if (entries.some((entry) => entry.isIntersecting)) showMore(view, { focus: false });
   }, { rootMargin: `0px 0px ${AHEAD} 0px` });

@@ -2,7 +2,7 @@
 // answers, its status, and what it waits on, answerable here.
 
 import { postJson, getJson, postStream } from './api.js';
-import { ago, h, shortId, statusBadge } from './dom.js';
+import { ago, claim, h, shortId, statusBadge } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { answered, errorBox, showError } from './forms.js';
 import { assistantTurn, streamInto } from './chat.js';
@@ -12,21 +12,25 @@ let current = null;
 export async function runView(main, runId) {
   // forms: the open questions' forms by tool call id, kept across redraws
   // so that what a person has typed or chosen survives a change elsewhere.
-  current = { runId, main, busy: false, forms: new Map() };
+  current = { runId, main, mine: claim(main), busy: false, forms: new Map() };
   main.replaceChildren(h('p', { class: 'loading' }, 'Loading the run…'));
   await refreshRun();
 }
 
 /** Redraws the run view if it shows `runId` (or any run, when unknown). */
 export async function refreshRun(runId) {
-  if (!current || !current.main.isConnected || current.busy) return;
-  if (runId && runId !== current.runId) return;
+  const view = current;
+  if (!view || !view.mine() || view.busy) return;
+  if (runId && runId !== view.runId) return;
   let run;
   try {
-    run = await getJson(`/api/runs/${encodeURIComponent(current.runId)}`);
+    run = await getJson(`/api/runs/${encodeURIComponent(view.runId)}`);
+    // Another run or view was opened while this one was read.
+    if (current !== view || !view.mine()) return;
   } catch (err) {
+    if (current !== view || !view.mine()) return;
     if (err.status === 404) {
-      current.main.replaceChildren(
+      view.main.replaceChildren(
         h('section', { class: 'run' }, h('h1', {}, 'Run not found'), h('p', { class: 'notice' }, err.message)),
       );
       return;

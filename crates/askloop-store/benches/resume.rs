@@ -126,6 +126,7 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
         lease: None,
         failure: None,
         resolutions: Vec::new(),
+        trace_parent: None,
     };
     store.create(&run, &messages).await.unwrap();
     let pending = pending();

@@ -39,6 +39,7 @@ pub(crate) const TABLES: &[(&str, &[&str])] = &[
             "memory_resource_id",
             "memory_thread_id",
             "memory_context",
+            "trace_parent",
         ],
     ),
     ("messages", &["run_id", "seq", "body"]),

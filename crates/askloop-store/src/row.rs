@@ -44,6 +44,8 @@ pub(crate) struct StoredRun {
     pub(crate) memory_resource_id: Option<String>,
     pub(crate) memory_thread_id: Option<String>,
     pub(crate) memory_context: Option<i64>,
+    /// The run's trace context (`trace_parent`), NULL for none.
+    pub(crate) trace_parent: Option<String>,
 }
 
 impl StoredRun {
@@ -113,6 +115,7 @@ impl StoredRun {
             lease,
             failure,
             resolutions,
+            trace_parent: self.trace_parent,
         })
     }
 }

@@ -460,7 +460,7 @@ macro_rules! run_columns {
     () => {
         "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, step_results, \
          message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure, \
-         resolutions, expires_at, settings, memory_resource_id, memory_thread_id, memory_context"
+         resolutions, expires_at, settings, memory_resource_id, memory_thread_id, memory_context, trace_parent"
     };
 }
 
@@ -629,6 +629,7 @@ fn stored_run(row: &rusqlite::Row<'_>) -> Result<StoredRun, StoreError> {
         memory_resource_id: row.get(21).map_err(column)?,
         memory_thread_id: row.get(22).map_err(column)?,
         memory_context: row.get(23).map_err(column)?,
+        trace_parent: row.get(24).map_err(column)?,
         run_id: run_id.clone(),
     })
 }
@@ -679,6 +680,7 @@ impl RunStore for SqliteStore {
             memory_resource_id: run.memory.as_ref().map(|m| m.key.resource_id.clone()),
             memory_thread_id: run.memory.as_ref().map(|m| m.key.thread_id.clone()),
             memory_context: run.memory.as_ref().map(|m| m.context),
+            trace_parent: run.trace_parent.clone(),
             written_at: self.now(),
         };
         self.write(Write::Create { run, bodies }).await?;

@@ -32,6 +32,7 @@ mod rules;
 pub mod scripted;
 pub mod sse;
 pub mod store;
+pub mod telemetry;
 pub mod tool;
 
 pub use agent::{

@@ -437,6 +437,7 @@ mod tests {
             lease: None,
             failure: None,
             resolutions: Vec::new(),
+            trace_parent: None,
         }
     }
 

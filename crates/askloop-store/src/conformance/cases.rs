@@ -46,6 +46,7 @@ pub fn new_run(run_id: &str, agent_id: &str, created_at: DateTime<Utc>, messages
         lease: None,
         failure: None,
         resolutions: Vec::new(),
+        trace_parent: None,
     }
 }
 
@@ -177,6 +178,37 @@ pub async fn create_then_get_returns_the_run_and_its_messages(s: &Subject) {
 
     assert_eq!(s.store.get("run-a").await.unwrap(), Some(run));
     assert_eq!(s.store.messages("run-a").await.unwrap(), messages);
+}
+
+/// A run's trace context is stored with it and read back as written,
+/// through every later write (none of which touches it).
+pub async fn a_runs_trace_context_is_stored_with_it_and_kept_by_later_writes(s: &Subject) {
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut run = new_run("run-traced", "agent-1", base_time(), 1);
+    run.trace_parent = Some(traceparent.into());
+    s.store.create(&run, &[user("hello")]).await.unwrap();
+    let stored = s.store.get("run-traced").await.unwrap().unwrap();
+    assert_eq!(stored.trace_parent.as_deref(), Some(traceparent));
+    s.store
+        .create(&new_run("run-untraced", "agent-1", base_time(), 0), &[])
+        .await
+        .unwrap();
+    let untraced = s.store.get("run-untraced").await.unwrap().unwrap();
+    assert_eq!(untraced.trace_parent, None, "a run stored without one has none");
+
+    let pending = [pending_question("call_1", "Which city?")];
+    let version = s
+        .store
+        .update(step("run-traced", 0, RunStatus::Suspended, &pending, &[]))
+        .await
+        .unwrap();
+    s.store
+        .update(step("run-traced", version, RunStatus::Completed, &[], &[]))
+        .await
+        .unwrap();
+    let after = s.store.get("run-traced").await.unwrap().unwrap();
+    assert_eq!(after.status, RunStatus::Completed);
+    assert_eq!(after.trace_parent.as_deref(), Some(traceparent));
 }
 
 /// Creating an existing id fails and keeps the first run.

@@ -209,6 +209,7 @@ macro_rules! store_conformance_tests {
     ($subject:expr) => {
         $crate::__conformance_cases!($subject;
             create_then_get_returns_the_run_and_its_messages,
+            a_runs_trace_context_is_stored_with_it_and_kept_by_later_writes,
             creating_an_existing_run_is_refused_and_keeps_the_first,
             an_unknown_run_is_absent_and_cannot_be_claimed_or_written,
             updates_append_only_new_messages_in_order,

@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("../../migrations/sqlite/0007_threads.sql")),
     (8, include_str!("../../migrations/sqlite/0008_grants.sql")),
     (9, include_str!("../../migrations/sqlite/0009_answer_links.sql")),
+    (10, include_str!("../../migrations/sqlite/0010_trace_parent.sql")),
 ];
 
 /// How many prepared statements a connection keeps (the write connection

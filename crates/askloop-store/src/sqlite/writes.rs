@@ -105,6 +105,7 @@ pub(crate) struct NewRun {
     pub(crate) memory_resource_id: Option<String>,
     pub(crate) memory_thread_id: Option<String>,
     pub(crate) memory_context: Option<i64>,
+    pub(crate) trace_parent: Option<String>,
     /// When the write is made (microseconds), from the store's clock: the
     /// time of the messages it appends to its thread.
     pub(crate) written_at: i64,
@@ -252,7 +253,7 @@ impl Write {
                     .prepare_cached(concat!(
                         "INSERT INTO runs (",
                         run_columns!(),
-                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     ))
                     .map_err(StoreError::backend)?;
                 let inserted = insert.execute(params![
@@ -280,6 +281,7 @@ impl Write {
                     run.memory_resource_id,
                     run.memory_thread_id,
                     run.memory_context,
+                    run.trace_parent,
                 ]);
                 match inserted {
                     Ok(_) => {}
@@ -856,6 +858,7 @@ mod tests {
                 memory_resource_id: None,
                 memory_thread_id: None,
                 memory_context: None,
+                trace_parent: None,
                 written_at: now,
             },
             bodies: bodies(texts),

@@ -26,6 +26,7 @@ use super::machine::{
 };
 use super::stream::{ChunkQueue, StreamOutput};
 use crate::cause::ErrorChain;
+use crate::telemetry::{self, DriveKind};
 use crate::chunk::finish::StepReport;
 use crate::chunk::*;
 use crate::message::{FinishReason, Message, Usage};
@@ -124,12 +125,24 @@ impl Driver {
 
     /// Drives the run until it completes, suspends or fails, renewing its
     /// lease meanwhile (see [`super::lease::heartbeat`]).
-    pub(crate) async fn run(self, start: Begin) -> StreamOutput {
+    ///
+    /// The drive's span is `span` when given (a new run's, made before the
+    /// run was stored: its trace context is stored with it), else made
+    /// here, now, in the run's stored trace (see [`crate::telemetry`]).
+    pub(crate) fn run(self, start: Begin, span: Option<tracing::Span>) -> impl Future<Output = StreamOutput> + use<> {
         // Every line logged while the run is driven (its model calls, its
         // tools, its writes) carries the run's id and agent, also when no
         // request drives it (a recovery, a client gone away, the CLI).
-        let span = tracing::info_span!("drive", run_id = %self.state.record.run_id, agent_id = %self.agent.id);
-        self.run_in_span(start).instrument(span).await
+        let span = span.unwrap_or_else(|| {
+            let kind = match start {
+                Begin::Fresh => DriveKind::Start,
+                Begin::Recovered => DriveKind::Recover,
+                Begin::Resume(_) | Begin::Applied => DriveKind::Resume,
+            };
+            let record = &self.state.record;
+            telemetry::drive_span(&record.run_id, &self.agent.id, record.trace_parent.as_deref(), kind)
+        });
+        self.run_in_span(start).instrument(span)
     }
 
     async fn run_in_span(mut self, start: Begin) -> StreamOutput {
@@ -250,6 +263,11 @@ impl Driver {
     /// Leaves a chunk for the stream. It never waits: the stream polls the
     /// driver only once it has handed out what was left.
     fn emit(&self, kind: ChunkKind) {
+        match &kind {
+            ChunkKind::ToolCallSuspended(p) => telemetry::question_raised(&p.tool_name, &p.tool_call_id, "question"),
+            ChunkKind::ToolCallApproval(p) => telemetry::question_raised(&p.tool_name, &p.tool_call_id, "approval"),
+            _ => {}
+        }
         let chunk = Chunk::new(&self.state.record.run_id, kind);
         self.chunks.lock().unwrap_or_else(|p| p.into_inner()).push_back(chunk);
     }
@@ -286,9 +304,12 @@ impl Driver {
             warnings: Vec::new(),
             request: serde_json::Map::new(),
         }));
-        let span = tracing::info_span!("model_step", run_id = %self.state.record.run_id, step);
-        match self.model_turn(started_at).instrument(span).await {
-            Ok(turn) => Event::ModelFinished(turn),
+        let span = telemetry::model_span(&self.state.record.run_id, step, self.agent.model.name());
+        match self.model_turn(started_at).instrument(span.clone()).await {
+            Ok(turn) => {
+                telemetry::model_call_ended(&span, turn.usage, &turn.reason, &turn.text);
+                Event::ModelFinished(turn)
+            }
             Err(err) => {
                 let run_id = &self.state.record.run_id;
                 tracing::warn!(run_id = %run_id, error = %ErrorChain(&err), "the model call failed");
@@ -345,6 +366,13 @@ impl Driver {
             .map(|(action, author)| {
                 let id = action.tool_call_id();
                 let call = self.machine.pending().iter().find(|p| p.tool_call_id == id);
+                if let Some(call) = call {
+                    // The wait ends: its span, from the run's last stored
+                    // write (the suspension) to now, in the run's trace.
+                    let record = &self.state.record;
+                    let decided_by = author.as_ref().or_else(|| record.resolution_of(id).map(|r| &r.author));
+                    telemetry::wait_ended(record, call, action.resolution_kind(), decided_by, record.updated_at, now);
+                }
                 let resolution = author.map(|author| expiry::resolution(call, &action, author, now));
                 let decline_answer = match (&action, call) {
                     (FittedDecision::DeclineQuestion { reason, .. }, Some(call)) => {

@@ -177,7 +177,7 @@ impl Agent {
                 Ok(Outcome::Stream(AgentStream::new(
                     run_id,
                     queue,
-                    driver.run(Begin::Applied),
+                    driver.run(Begin::Applied, None),
                 )))
             }
             Entered::Drive { start, settle } => {

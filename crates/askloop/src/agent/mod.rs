@@ -25,6 +25,7 @@ use crate::error::RunError;
 use crate::id::IdKind;
 use crate::model::{Model, ToolSpec};
 use crate::store::{Author, RunRecord, RunStatus, RunStore};
+use crate::telemetry;
 
 pub use builder::{AgentBuilder, BuildError};
 pub use lease::DEFAULT_LEASE;
@@ -179,6 +180,9 @@ impl Agent {
             None => (messages, None),
         };
         let now = self.inner.clock.now();
+        // The drive's span is made before the run is stored, so that its
+        // trace context is stored with the run (see `telemetry`).
+        let span = telemetry::drive_span(&run_id, &self.inner.id, None, telemetry::DriveKind::Start);
         let record = RunRecord {
             run_id: run_id.clone(),
             agent_id: self.inner.id.clone(),
@@ -198,10 +202,11 @@ impl Agent {
             lease: Some(self.inner.new_lease()),
             failure: None,
             resolutions: Vec::new(),
+            trace_parent: telemetry::stored_context(&span),
         };
         self.inner.store.create(&record, &messages).await?;
         let state = RunState { record, messages };
-        Ok(self.spawn(state, Begin::Fresh))
+        Ok(self.spawn_in(state, Begin::Fresh, Some(span)))
     }
 
     /// Runs to the end (or to a suspension) and returns the outcome. A run
@@ -272,9 +277,14 @@ impl Agent {
     }
 
     fn spawn(&self, state: RunState, start: Begin) -> AgentStream {
+        self.spawn_in(state, start, None)
+    }
+
+    /// A stream of the run driven from `start`, in `span` when given.
+    fn spawn_in(&self, state: RunState, start: Begin, span: Option<tracing::Span>) -> AgentStream {
         let queue = stream::ChunkQueue::default();
         let run_id = state.record.run_id.clone();
         let driver = Driver::new(Arc::clone(&self.inner), state, Arc::clone(&queue));
-        AgentStream::new(run_id, queue, driver.run(start))
+        AgentStream::new(run_id, queue, driver.run(start, span))
     }
 }

@@ -125,6 +125,7 @@ impl Default for RunRecord {
             lease: None,
             failure: None,
             resolutions: Vec::new(),
+            trace_parent: None,
         }
     }
 }

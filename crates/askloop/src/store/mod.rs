@@ -227,6 +227,13 @@ pub struct RunRecord {
     /// run, oldest first, with who made it and through which interface.
     #[serde(default)]
     pub resolutions: Vec<Resolution>,
+    /// The run's trace context, as a W3C `traceparent`: its first drive's
+    /// span, stored when the run starts with trace export on, so that every
+    /// later drive (from any process) continues the same trace (see
+    /// [`crate::telemetry`]). Advisory: a build that does not read it only
+    /// starts a new trace, so it raises no layout version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
 }
 
 impl RunRecord {
@@ -1084,6 +1091,7 @@ mod tests {
             failure: None,
             resolutions: Vec::new(),
             settings: Default::default(),
+            trace_parent: None,
         }
     }
 

@@ -11,6 +11,7 @@ use tracing::Instrument;
 use super::Driver;
 use crate::agent::machine::{CallOutcome, ToolRun, done_result, error_result};
 use crate::cause::ErrorChain;
+use crate::chunk::ChunkKind;
 use crate::message::ToolCall;
 use crate::store::{PendingKind, PendingToolCall};
 use crate::tool::{ToolContext, ToolOutcome};
@@ -37,8 +38,15 @@ impl Driver {
                         Some(resumed) => ctx.resumed(resumed.payload, Some(resumed.data)),
                         None => ctx,
                     };
-                    let span = tracing::info_span!("tool_call", tool_call_id = %call.id, tool = %call.name);
-                    self.execute(&call, ctx).instrument(span).await
+                    let span = crate::telemetry::tool_span(run_id, &call.id, &call.name, &call.args);
+                    let outcome = self.execute(&call, ctx).instrument(span.clone()).await;
+                    let ended = match &outcome {
+                        CallOutcome::Done(_, ChunkKind::ToolError(_)) => "error",
+                        CallOutcome::Done(..) => "result",
+                        CallOutcome::Pending(_) => "suspended",
+                    };
+                    span.record("askloop.tool.outcome", ended);
+                    outcome
                 }
             }
         }))

@@ -16,6 +16,7 @@ mod exit;
 mod prompt;
 mod render;
 mod setup;
+mod telemetry;
 mod tools;
 
 use std::process::ExitCode;
@@ -24,7 +25,8 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    init_logs(cli.log_format);
+    let export = start_export(&cli);
+    init_logs(cli.log_format, export.as_ref());
     let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -32,11 +34,40 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILURE);
         }
     };
-    match runtime.block_on(commands::dispatch(cli)) {
+    let code = match runtime.block_on(commands::dispatch(cli)) {
         Ok(done) => done.code(),
         Err(err) => {
             errln!("askloop: {err}");
             err.code()
+        }
+    };
+    drop(runtime);
+    // The spans still queued are sent before the process ends.
+    if let Some(export) = export {
+        export.shutdown();
+    }
+    code
+}
+
+/// Trace export, when the environment or `[telemetry]` of the
+/// configuration file turns it on (see `telemetry.rs`); a `[telemetry]`
+/// table that cannot be read, or an exporter that cannot start, is a
+/// warning, and nothing is exported.
+fn start_export(cli: &cli::Cli) -> Option<telemetry::Export> {
+    let config = commands::config_path(cli.config.as_deref());
+    let env = |name: &str| std::env::var(name).ok();
+    let plan = match telemetry::plan(config.as_deref(), &env) {
+        Ok(plan) => plan?,
+        Err(err) => {
+            errln!("askloop: warning: {err}; traces are not exported");
+            return None;
+        }
+    };
+    match telemetry::Export::start(&plan) {
+        Ok(export) => Some(export),
+        Err(err) => {
+            errln!("askloop: warning: {err}; traces are not exported");
+            None
         }
     }
 }
@@ -45,22 +76,28 @@ fn main() -> ExitCode {
 /// default), as text or as JSON lines. A JSON line holds its event's fields
 /// at the top level and the spans it was logged in (`spans`, outermost
 /// first), so a line logged while a run is served or driven carries its
-/// `run_id`.
-fn init_logs(format: cli::LogFormat) {
+/// `run_id`, and while a run is driven with trace export on, the run's
+/// `trace_id`. With export on, the spans of runs also go to the
+/// OpenTelemetry layer, whatever ASKLOOP_LOG picks.
+fn init_logs(format: cli::LogFormat, export: Option<&telemetry::Export>) {
+    use tracing_subscriber::prelude::*;
+
     let filter = tracing_subscriber::EnvFilter::try_from_env("ASKLOOP_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        cli::LogFormat::Text => logs.init(),
-        cli::LogFormat::Json => logs
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match format {
+        cli::LogFormat::Text => lines.boxed(),
+        cli::LogFormat::Json => lines
             .json()
             .flatten_event(true)
             .with_current_span(false)
             .with_span_list(true)
-            .init(),
-    }
+            .boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(lines.with_filter(filter))
+        .with(export.map(telemetry::Export::layer))
+        .init();
 }
 
 /// The runtime a command runs on. `serve` runs on `--threads` threads: on

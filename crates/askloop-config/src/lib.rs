@@ -61,6 +61,7 @@ mod duration;
 mod links;
 mod raw;
 mod rules;
+mod telemetry;
 pub mod tools;
 mod webhooks;
 
@@ -77,6 +78,7 @@ use crate::tools::{WRITE_FILE_TOOL_ID, write_file};
 pub use approvals::ApprovalNames;
 pub use askloop_server::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret};
 pub use rules::RuleConfig;
+pub use telemetry::{TelemetryConfig, read_telemetry};
 
 /// The default agent's id, when there is no configuration file.
 pub const DEFAULT_AGENT_ID: &str = "assistant";
@@ -114,6 +116,9 @@ pub struct ServerConfig {
     pub webhooks: Vec<WebhookConfig>,
     /// Signed answer links (`[links]`), when on.
     pub links: Option<askloop_server::links::LinkSettings>,
+    /// OpenTelemetry trace export (`[telemetry]`), when the file has the
+    /// table.
+    pub telemetry: Option<TelemetryConfig>,
 }
 
 /// One agent, checked.
@@ -253,6 +258,7 @@ impl ServerConfig {
             public_url: None,
             webhooks: Vec::new(),
             links: None,
+            telemetry: None,
         }
     }
 
@@ -303,6 +309,7 @@ impl ServerConfig {
         let author_header = access::resolve_author_header(path, raw.author_header)?;
         let allowed_hosts = access::resolve_allowed_hosts(path, raw.allowed_hosts)?;
         let links = links::resolve_links(path, raw.links, env)?;
+        let telemetry = telemetry::resolve_telemetry(path, raw.telemetry)?;
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
@@ -314,6 +321,7 @@ impl ServerConfig {
             public_url,
             webhooks: hooks,
             links,
+            telemetry,
         })
     }
 

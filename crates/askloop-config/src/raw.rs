@@ -29,6 +29,8 @@ pub(super) struct RawConfig {
     pub(super) webhooks: Vec<RawWebhook>,
     /// `[links]`: signed answer links.
     pub(super) links: Option<super::links::RawLinks>,
+    /// `[telemetry]`: OpenTelemetry trace export.
+    pub(super) telemetry: Option<super::telemetry::RawTelemetry>,
 }
 
 /// One `[[tokens]]` table: an API token's name, its secret (from the

@@ -374,9 +374,7 @@ impl Server {
             .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), body::bound))
             .layer(
                 TraceLayer::new_for_http()
-                    .make_span_with(|request: &Request<_>| {
-                        tracing::info_span!("request", method = %request.method(), path = %request.uri().path())
-                    })
+                    .make_span_with(request_span)
                     .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
             )
             .with_state(state)
@@ -569,6 +567,31 @@ impl Server {
             .transpose()?;
         Ok(auth::Access { tokens, author_header })
     }
+}
+
+/// The span of one request: every line logged while it is served carries
+/// its method and path. Exported as an OpenTelemetry server span named by
+/// its route (`POST /api/agents/{agent_id}/generate`), a child of the
+/// caller's trace when the request has a W3C `traceparent` header: a run
+/// it starts is then part of the caller's trace (see `askloop::telemetry`).
+fn request_span<B>(request: &Request<B>) -> tracing::Span {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched route", axum::extract::MatchedPath::as_str);
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        otel.name = %format_args!("{} {route}", request.method()),
+        otel.kind = "server",
+        http.request.method = %request.method(),
+        http.route = %route,
+    );
+    if let Some(traceparent) = request.headers().get("traceparent").and_then(|v| v.to_str().ok()) {
+        askloop::telemetry::continue_caller_trace(&span, traceparent);
+    }
+    span
 }
 
 fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {

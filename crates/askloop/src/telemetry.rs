@@ -229,6 +229,18 @@ pub(crate) fn wait_ended(
     span.end_with_timestamp(std::time::SystemTime::from(resolved_at.max(raised_at)));
 }
 
+/// Makes `span` (a server's span of one request, not yet entered) a
+/// child of the caller's trace, named by its W3C `traceparent` header: a
+/// run started by the request is then part of the caller's trace, and a
+/// later drive of a run links it. A value outside the W3C form is ignored,
+/// as the W3C Trace Context rules ask.
+pub fn continue_caller_trace(span: &tracing::Span, traceparent: &str) {
+    if let Some(caller) = parse_traceparent(traceparent) {
+        // Ignored when no OpenTelemetry layer is installed.
+        let _ = span.set_parent(Context::new().with_remote_span_context(caller));
+    }
+}
+
 /// A span context as a W3C `traceparent` header value
 /// (`00-<trace id>-<span id>-<flags>`); `None` for an invalid context.
 pub fn format_traceparent(context: &SpanContext) -> Option<String> {
@@ -254,7 +266,12 @@ pub fn parse_traceparent(value: &str) -> Option<SpanContext> {
     let flags = parts.next()?;
     let rest = parts.next();
     let lower_hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    if !lower_hex(version, 2) || version == "ff" || !lower_hex(trace_id, 32) || !lower_hex(span_id, 16) || !lower_hex(flags, 2) {
+    if !lower_hex(version, 2)
+        || version == "ff"
+        || !lower_hex(trace_id, 32)
+        || !lower_hex(span_id, 16)
+        || !lower_hex(flags, 2)
+    {
         return None;
     }
     // Version 00 has exactly four fields; later versions may add more.

@@ -231,7 +231,7 @@ pub(super) struct Configured {
 }
 
 /// `--config` as given, else `./askloop.toml` when it exists.
-pub(super) fn config_path(given: Option<&Path>) -> Option<PathBuf> {
+pub(crate) fn config_path(given: Option<&Path>) -> Option<PathBuf> {
     match given {
         Some(path) => Some(path.to_path_buf()),
         None => Some(PathBuf::from(DEFAULT_CONFIG)).filter(|p| p.is_file()),

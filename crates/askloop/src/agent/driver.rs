@@ -26,7 +26,6 @@ use super::machine::{
 };
 use super::stream::{ChunkQueue, StreamOutput};
 use crate::cause::ErrorChain;
-use crate::telemetry::{self, DriveKind};
 use crate::chunk::finish::StepReport;
 use crate::chunk::*;
 use crate::message::{FinishReason, Message, Usage};
@@ -34,6 +33,7 @@ use crate::model::ToolSpec;
 use crate::store::{
     Author, Lease, OutboxMessage, PendingToolCall, RunFailure, RunRecord, RunStatus, RunUpdate, StoreError,
 };
+use crate::telemetry::{self, DriveKind};
 
 /// A run as the driver holds it: the stored row (with its current version)
 /// and the whole conversation.
@@ -87,6 +87,9 @@ pub(crate) struct Driver {
     /// each model call (a grant revoked meanwhile covers nothing from the
     /// next call on).
     grants: Vec<crate::Grant>,
+    /// The span of this drive, once made (see [`Driver::run`]): a decision
+    /// applied before the stream runs (`apply`) is part of the drive.
+    span: Option<tracing::Span>,
 }
 
 impl Driver {
@@ -120,7 +123,19 @@ impl Driver {
             text: String::new(),
             lease_owner,
             grants: Vec::new(),
+            span: None,
         }
+    }
+
+    /// This drive's span, made now, in the run's stored trace, if not made
+    /// yet.
+    fn drive_span(&mut self, kind: DriveKind) -> tracing::Span {
+        let record = &self.state.record;
+        self.span
+            .get_or_insert_with(|| {
+                telemetry::drive_span(&record.run_id, &self.agent.id, record.trace_parent.as_deref(), kind)
+            })
+            .clone()
     }
 
     /// Drives the run until it completes, suspends or fails, renewing its
@@ -129,19 +144,20 @@ impl Driver {
     /// The drive's span is `span` when given (a new run's, made before the
     /// run was stored: its trace context is stored with it), else made
     /// here, now, in the run's stored trace (see [`crate::telemetry`]).
-    pub(crate) fn run(self, start: Begin, span: Option<tracing::Span>) -> impl Future<Output = StreamOutput> + use<> {
+    pub(crate) fn run(
+        mut self,
+        start: Begin,
+        span: Option<tracing::Span>,
+    ) -> impl Future<Output = StreamOutput> + use<> {
         // Every line logged while the run is driven (its model calls, its
         // tools, its writes) carries the run's id and agent, also when no
         // request drives it (a recovery, a client gone away, the CLI).
-        let span = span.unwrap_or_else(|| {
-            let kind = match start {
-                Begin::Fresh => DriveKind::Start,
-                Begin::Recovered => DriveKind::Recover,
-                Begin::Resume(_) | Begin::Applied => DriveKind::Resume,
-            };
-            let record = &self.state.record;
-            telemetry::drive_span(&record.run_id, &self.agent.id, record.trace_parent.as_deref(), kind)
-        });
+        let kind = match start {
+            Begin::Fresh => DriveKind::Start,
+            Begin::Recovered => DriveKind::Recover,
+            Begin::Resume(_) | Begin::Applied => DriveKind::Resume,
+        };
+        let span = span.unwrap_or_else(|| self.drive_span(kind));
         self.run_in_span(start).instrument(span)
     }
 
@@ -371,7 +387,14 @@ impl Driver {
                     // write (the suspension) to now, in the run's trace.
                     let record = &self.state.record;
                     let decided_by = author.as_ref().or_else(|| record.resolution_of(id).map(|r| &r.author));
-                    telemetry::wait_ended(record, call, action.resolution_kind(), decided_by, record.updated_at, now);
+                    telemetry::wait_ended(
+                        record,
+                        call,
+                        action.resolution_kind(),
+                        decided_by,
+                        record.updated_at,
+                        now,
+                    );
                 }
                 let resolution = author.map(|author| expiry::resolution(call, &action, author, now));
                 let decline_answer = match (&action, call) {
@@ -401,6 +424,11 @@ impl Driver {
     /// (`Begin::Applied`). The same write records who decided, among the
     /// run's resolutions.
     pub(crate) async fn apply(&mut self, actions: Vec<FittedDecision>, author: Author) -> Result<(), ApplyFailure> {
+        let span = self.drive_span(DriveKind::Resume);
+        self.apply_in_span(actions, author).instrument(span).await
+    }
+
+    async fn apply_in_span(&mut self, actions: Vec<FittedDecision>, author: Author) -> Result<(), ApplyFailure> {
         let decisions = actions
             .into_iter()
             .map(|action| (action, Some(author.clone())))

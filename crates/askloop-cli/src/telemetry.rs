@@ -1,0 +1,226 @@
+//! Trace export: the spans of runs (see `askloop::telemetry`) sent to an
+//! OpenTelemetry receiver over OTLP/HTTP (protobuf).
+//!
+//! Off unless `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, or the configuration file has a
+//! `[telemetry]` table with an `endpoint`; the variables win over the file
+//! (and `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none` turn it
+//! off). `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
+//! `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TIMEOUT` and the
+//! batch processor's `OTEL_BSP_*` are read by the OpenTelemetry SDK itself.
+//!
+//! Spans are handed to a batch processor, which exports them from a thread
+//! of its own: a run never waits for the receiver, and a receiver that is
+//! down only costs the spans the processor's queue cannot hold (the SDK
+//! logs the failed exports as warnings).
+
+use std::path::Path;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
+use tracing::{Level, Metadata};
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::FilterFn;
+use tracing_subscriber::registry::LookupSpan;
+
+/// The service name when neither the environment nor the file names one.
+const DEFAULT_SERVICE_NAME: &str = "askloop";
+
+/// The spans exported: a server's requests, a run's drives, its model and
+/// tool calls (each run's wait is written apart, with its stored times).
+/// Other spans (a request's `run` wrapper, sweeps) only group log lines.
+const EXPORTED_SPANS: &[&str] = &["request", "drive", "model_step", "tool_call"];
+
+/// Where spans go, as the environment and `[telemetry]` decide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportPlan {
+    /// The traces URL from the file's `endpoint` (`<endpoint>/v1/traces`);
+    /// `None`: the exporter reads the `OTEL_EXPORTER_OTLP_*` variables.
+    file_endpoint: Option<String>,
+    /// The service name from the file, used when the environment names none.
+    service_name: Option<String>,
+    /// Whether spans carry message contents.
+    capture_content: bool,
+}
+
+/// Whether and where to export, from the environment (`env`) and the
+/// configuration file at `config` (its `[telemetry]` table only). A
+/// `[telemetry]` table that cannot be read is the error, naming its key.
+pub fn plan(config: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<ExportPlan>, String> {
+    let file = match config {
+        Some(path) => askloop_config::read_telemetry(path).map_err(|err| err.to_string())?,
+        None => None,
+    };
+    let set = |name: &str| env(name).filter(|value| !value.trim().is_empty());
+    let disabled = set("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        || set("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
+    if disabled {
+        return Ok(None);
+    }
+    let from_env = set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some() || set("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+    let file_endpoint = file.as_ref().and_then(|f| f.endpoint.clone());
+    if !from_env && file_endpoint.is_none() {
+        return Ok(None);
+    }
+    let capture_env =
+        set("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT").map(|v| v.trim().eq_ignore_ascii_case("true"));
+    Ok(Some(ExportPlan {
+        file_endpoint: if from_env {
+            None
+        } else {
+            file_endpoint.map(|endpoint| format!("{endpoint}/v1/traces"))
+        },
+        service_name: service_name_from(file.as_ref().and_then(|f| f.service_name.clone()), &set),
+        capture_content: capture_env.unwrap_or_else(|| file.as_ref().is_some_and(|f| f.capture_content)),
+    }))
+}
+
+/// The service name to set: `None` when the environment names one (the
+/// SDK reads it), else the file's, else [`DEFAULT_SERVICE_NAME`].
+fn service_name_from(file: Option<String>, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    let named_by_env = env("OTEL_SERVICE_NAME").is_some()
+        || env("OTEL_RESOURCE_ATTRIBUTES")
+            .is_some_and(|attributes| attributes.split(',').any(|kv| kv.trim().starts_with("service.name=")));
+    (!named_by_env).then(|| file.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned()))
+}
+
+/// Export running: flush and stop it with [`Export::shutdown`].
+#[derive(Debug)]
+pub struct Export {
+    provider: SdkTracerProvider,
+}
+
+impl Export {
+    /// Starts the exporter and its batch processor. Call outside the async
+    /// runtime (the blocking HTTP client has a runtime of its own).
+    pub fn start(plan: &ExportPlan) -> Result<Export, String> {
+        let mut exporter = SpanExporter::builder().with_http().with_protocol(Protocol::HttpBinary);
+        if let Some(endpoint) = &plan.file_endpoint {
+            exporter = exporter.with_endpoint(endpoint.clone());
+        }
+        let exporter = exporter
+            .build()
+            .map_err(|err| format!("cannot start trace export: {err}"))?;
+        let mut resource = Resource::builder();
+        if let Some(name) = &plan.service_name {
+            resource = resource.with_service_name(name.clone());
+        }
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(BatchSpanProcessor::builder(exporter).build())
+            .with_resource(resource.build())
+            .build();
+        opentelemetry::global::set_tracer_provider(provider.clone());
+        askloop::telemetry::capture_message_content(plan.capture_content);
+        Ok(Export { provider })
+    }
+
+    /// The `tracing` layer that turns the exported spans into OpenTelemetry
+    /// spans (see [`EXPORTED_SPANS`]), with the `askloop` crates' events
+    /// at info and above as span events.
+    pub fn layer<S>(&self) -> impl Layer<S> + use<S>
+    where
+        S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+    {
+        tracing_opentelemetry::layer()
+            .with_tracer(self.provider.tracer("askloop"))
+            .with_filter(FilterFn::new(exported))
+    }
+
+    /// Exports what is queued and stops. A receiver that does not answer
+    /// holds this up to the export timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`,
+    /// 10 s by default), once.
+    pub fn shutdown(self) {
+        if let Err(err) = self.provider.shutdown() {
+            tracing::warn!(error = %err, "trace export did not finish cleanly");
+        }
+    }
+}
+
+/// Whether the OpenTelemetry layer takes `meta`: the askloop crates' spans
+/// of [`EXPORTED_SPANS`] and their events at info and above; never the
+/// SDK's own (an export failure logged as a span event would be exported).
+fn exported(meta: &Metadata<'_>) -> bool {
+    if !meta.target().starts_with("askloop") {
+        return false;
+    }
+    if meta.is_span() {
+        EXPORTED_SPANS.contains(&meta.name())
+    } else {
+        *meta.level() <= Level::INFO
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env_of(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        move |name| vars.get(name).cloned()
+    }
+
+    fn config(text: &str) -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        file
+    }
+
+    #[test]
+    fn export_is_off_without_an_endpoint_anywhere() {
+        assert_eq!(plan(None, &env_of(&[])).unwrap(), None);
+        let file = config("[telemetry]\nservice_name = \"a\"\n");
+        assert_eq!(plan(Some(file.path()), &env_of(&[])).unwrap(), None);
+    }
+
+    #[test]
+    fn the_standard_variables_turn_export_on_and_win_over_the_file() {
+        let file = config("[telemetry]\nendpoint = \"http://file:4318\"\nservice_name = \"from-file\"\n");
+        let env = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318")]);
+        let plan = plan(Some(file.path()), &env).unwrap().unwrap();
+        assert_eq!(plan.file_endpoint, None, "the exporter reads the variable itself");
+        assert_eq!(plan.service_name.as_deref(), Some("from-file"));
+        let traces_only = env_of(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://env:4318/v1/traces")]);
+        assert!(super::plan(None, &traces_only).unwrap().is_some());
+    }
+
+    #[test]
+    fn the_file_endpoint_is_the_base_of_the_traces_url() {
+        let file = config("[telemetry]\nendpoint = \"http://127.0.0.1:4318\"\ncapture_content = true\n");
+        let plan = plan(Some(file.path()), &env_of(&[])).unwrap().unwrap();
+        assert_eq!(plan.file_endpoint.as_deref(), Some("http://127.0.0.1:4318/v1/traces"));
+        assert_eq!(plan.service_name.as_deref(), Some(DEFAULT_SERVICE_NAME));
+        assert!(plan.capture_content);
+    }
+
+    #[test]
+    fn a_service_name_from_the_environment_is_left_to_the_sdk() {
+        let on = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318");
+        for named in [
+            ("OTEL_SERVICE_NAME", "x"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "team=a, service.name=x"),
+        ] {
+            let plan = plan(None, &env_of(&[on, named])).unwrap().unwrap();
+            assert_eq!(plan.service_name, None, "{named:?}");
+        }
+    }
+
+    #[test]
+    fn export_can_be_turned_off_by_the_standard_switches() {
+        let on = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318");
+        for off in [("OTEL_SDK_DISABLED", "true"), ("OTEL_TRACES_EXPORTER", "none")] {
+            assert_eq!(plan(None, &env_of(&[on, off])).unwrap(), None, "{off:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_telemetry_table_is_an_error_naming_the_key() {
+        let file = config("[telemetry]\nendpoint = \"collector:4318\"\n");
+        let err = plan(Some(file.path()), &env_of(&[])).unwrap_err();
+        assert!(err.contains("telemetry.endpoint"), "{err}");
+    }
+}

@@ -333,6 +333,7 @@ mod tests {
             memory_resource_id: None,
             memory_thread_id: None,
             memory_context: None,
+            trace_parent: None,
         }
     }
 

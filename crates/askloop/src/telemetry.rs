@@ -146,7 +146,9 @@ pub(crate) fn model_call_ended(span: &tracing::Span, usage: Usage, finish_reason
         span.record("gen_ai.response.finish_reasons", reason);
     }
     if captures_content() {
-        span.record("gen_ai.output.messages", text);
+        // The GenAI conventions' shape: the output messages as JSON.
+        let messages = serde_json::json!([{"role": "assistant", "parts": [{"type": "text", "content": text}]}]);
+        span.record("gen_ai.output.messages", tracing::field::display(messages));
     }
 }
 

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use askloop::{Agent, AskUser, Author, Interface, ManualClock, MemoryStore, RunStatus, RunStore, ScriptedModel};
+use askloop::{Agent, AskUser, Author, Clock, Interface, ManualClock, MemoryStore, RunStatus, RunStore, ScriptedModel};
 use opentelemetry::trace::{SpanId, TraceContextExt, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -137,4 +137,62 @@ async fn an_expired_question_continues_the_runs_trace_with_a_wait_span_at_the_st
             .iter()
             .all(|c| attr(c, "gen_ai.provider.name").as_deref() == Some("scripted"))
     );
+}
+
+#[tokio::test]
+async fn a_recovered_run_continues_its_stored_trace() {
+    // No global provider here (the wait spans use it; the other test sets
+    // it): the drive's spans go through the layer alone.
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let subscriber =
+        tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    // A run whose driver died: running, its lease long run out, with the
+    // trace context its first drive stored.
+    let clock = ManualClock::starting_at("2026-12-04T10:00:00Z".parse().unwrap());
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let stored = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let now = clock.now();
+    let run = askloop::RunRecord {
+        run_id: "stranded".into(),
+        agent_id: "asker".into(),
+        status: RunStatus::Running,
+        created_at: now,
+        updated_at: now,
+        message_count: 1,
+        lease: Some(askloop::Lease::new("dead", now - chrono::Duration::minutes(5))),
+        trace_parent: Some(stored.into()),
+        ..askloop::RunRecord::default()
+    };
+    store.create(&run, &[askloop::Message::user("plan")]).await.unwrap();
+    let agent = Agent::builder("asker")
+        .model(Arc::new(ScriptedModel::from_json("scripted/script", ASK).unwrap()))
+        .tool(AskUser::new())
+        .store(store.clone())
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .unwrap();
+
+    let recovered = agent.recover_runs_by(Author::via(Interface::Server)).await.unwrap();
+    assert_eq!(recovered.len(), 1);
+    for stream in recovered {
+        assert_eq!(stream.output().await.status, RunStatus::Suspended);
+    }
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let drive = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent asker")
+        .unwrap_or_else(|| panic!("no drive in {spans:#?}"));
+    assert_eq!(attr(drive, "askloop.drive").as_deref(), Some("recover"));
+    let parent = askloop::telemetry::parse_traceparent(stored).unwrap();
+    assert_eq!(drive.span_context.trace_id(), parent.trace_id());
+    assert_eq!(drive.parent_span_id, parent.span_id());
+    assert!(drive.links.is_empty(), "no request drove it: {drive:#?}");
+    let chat = spans.iter().find(|s| s.name == "chat script").expect("the model call");
+    assert_eq!(chat.parent_span_id, drive.span_context.span_id());
 }

@@ -89,6 +89,9 @@ pub(crate) fn drive_span(run_id: &str, agent_id: &str, trace_parent: Option<&str
         askloop.run.id = %run_id,
         askloop.drive = kind.as_str(),
     );
+    if span.is_disabled() {
+        return span;
+    }
     if kind != DriveKind::Start
         && let Some(stored) = trace_parent.and_then(parse_traceparent)
     {
@@ -140,6 +143,10 @@ pub(crate) fn model_span(run_id: &str, step: u32, model_name: &str) -> tracing::
 /// Records what a model call used and why it stopped (and its text, when
 /// contents are captured) on its span.
 pub(crate) fn model_call_ended(span: &tracing::Span, usage: Usage, finish_reason: &FinishReason, text: &str) {
+    if span.is_disabled() {
+        // Nothing records it (export off, logs below info): no work.
+        return;
+    }
     span.record("gen_ai.usage.input_tokens", usage.input_tokens);
     span.record("gen_ai.usage.output_tokens", usage.output_tokens);
     if let Ok(serde_json::Value::String(reason)) = serde_json::to_value(finish_reason) {
@@ -166,7 +173,7 @@ pub(crate) fn tool_span(run_id: &str, tool_call_id: &str, tool_name: &str, args:
         askloop.tool.outcome = tracing::field::Empty,
         askloop.run.id = %run_id,
     );
-    if captures_content() {
+    if captures_content() && !span.is_disabled() {
         span.record("gen_ai.tool.call.arguments", tracing::field::display(args));
     }
     span

@@ -61,6 +61,11 @@ pub use thread::{
 ///   A build that does not know grants could not read the run's record.
 ///   So is a run with a call resolved through an answer link
 ///   ([`Interface::Link`]).
+///
+/// A run's trace context ([`RunRecord::trace_parent`]) raises no layout:
+/// it is advisory. A build that does not know it reads and drives the run
+/// exactly as stored; only its drives of the run start traces of their own
+/// instead of continuing the run's.
 pub const RUN_SCHEMA_VERSION: i32 = 5;
 
 /// Where a run is in its life.

@@ -42,6 +42,28 @@ pub(crate) struct RunState {
     pub(crate) messages: Vec<Message>,
 }
 
+/// A call's wait that a decision ended, for its span.
+struct EndedWait {
+    call: PendingToolCall,
+    how: crate::store::ResolutionKind,
+    author: Option<Author>,
+    raised_at: chrono::DateTime<chrono::Utc>,
+    resolved_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl EndedWait {
+    fn write(&self, record: &RunRecord) {
+        telemetry::wait_ended(
+            record,
+            &self.call,
+            self.how,
+            self.author.as_ref(),
+            self.raised_at,
+            self.resolved_at,
+        );
+    }
+}
+
 /// Where a driver starts.
 pub(crate) enum Begin {
     /// A new run.
@@ -172,7 +194,14 @@ impl Driver {
         let work = async {
             let first = match start {
                 Begin::Fresh => Some(Event::Started),
-                Begin::Resume(decisions) => Some(Event::Decided(self.resume(decisions, true))),
+                Begin::Resume(decisions) => {
+                    // The claim that holds the run stored the decisions:
+                    // their waits have ended.
+                    for wait in self.ended_waits(&decisions) {
+                        wait.write(&self.state.record);
+                    }
+                    Some(Event::Decided(self.resume(decisions, true)))
+                }
                 Begin::Applied => None,
                 Begin::Recovered => {
                     self.read_grants().await;
@@ -372,6 +401,32 @@ impl Driver {
         }
     }
 
+    /// The waits `decisions` end, for their spans (see
+    /// [`telemetry::wait_ended`]): each decided call as it waited, from the
+    /// run's last stored write before the decisions to now; who decided, as
+    /// given or as the claim recorded it.
+    fn ended_waits(&self, decisions: &[(FittedDecision, Option<Author>)]) -> Vec<EndedWait> {
+        let now = self.agent.clock.now();
+        let record = &self.state.record;
+        decisions
+            .iter()
+            .filter_map(|(action, author)| {
+                let id = action.tool_call_id();
+                let call = self.machine.pending().iter().find(|p| p.tool_call_id == id)?;
+                // A decision the claim stored has its time and author in
+                // the run's audit record; the others are stored from now.
+                let stored = author.is_none().then(|| record.resolution_of(id)).flatten();
+                Some(EndedWait {
+                    call: call.clone(),
+                    how: action.resolution_kind(),
+                    author: author.clone().or_else(|| stored.map(|r| r.author.clone())),
+                    raised_at: record.updated_at,
+                    resolved_at: stored.map_or(now, |r| r.at),
+                })
+            })
+            .collect()
+    }
+
     /// Decisions as the machine takes them, with what the driver knows of
     /// their calls: who decided each (`None` when the claim recorded it),
     /// what a tool takes a decline as, and the stored turn.
@@ -382,20 +437,6 @@ impl Driver {
             .map(|(action, author)| {
                 let id = action.tool_call_id();
                 let call = self.machine.pending().iter().find(|p| p.tool_call_id == id);
-                if let Some(call) = call {
-                    // The wait ends: its span, from the run's last stored
-                    // write (the suspension) to now, in the run's trace.
-                    let record = &self.state.record;
-                    let decided_by = author.as_ref().or_else(|| record.resolution_of(id).map(|r| &r.author));
-                    telemetry::wait_ended(
-                        record,
-                        call,
-                        action.resolution_kind(),
-                        decided_by,
-                        record.updated_at,
-                        now,
-                    );
-                }
                 let resolution = author.map(|author| expiry::resolution(call, &action, author, now));
                 let decline_answer = match (&action, call) {
                     (FittedDecision::DeclineQuestion { reason, .. }, Some(call)) => {
@@ -432,7 +473,8 @@ impl Driver {
         let decisions = actions
             .into_iter()
             .map(|action| (action, Some(author.clone())))
-            .collect();
+            .collect::<Vec<_>>();
+        let waits = self.ended_waits(&decisions);
         let resume = self.resume(decisions, false);
         self.machine.handle(Event::Decided(resume));
         loop {
@@ -441,6 +483,10 @@ impl Driver {
                 Some(Effect::Save(write)) => {
                     let write = self.save(write).await.map_err(ApplyFailure::Store)?;
                     self.machine.handle(Event::Saved(write));
+                    // Only a decision that was stored ends a wait.
+                    for wait in waits {
+                        wait.write(&self.state.record);
+                    }
                     return Ok(());
                 }
                 Some(Effect::Refused(message)) => return Err(self.refused(message)),

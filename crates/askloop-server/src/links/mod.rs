@@ -52,6 +52,11 @@ pub const MIN_LINK_KEY_CHARS: usize = 32;
 /// The longest recipient name, in characters.
 const MAX_RECIPIENT_CHARS: usize = 200;
 
+/// How soon after a link is taken its answer is stored (in milliseconds, in
+/// practice). A link taken longer ago than this whose call still waits lost
+/// its answer (the process died between the two writes) and opens again.
+const TAKEN_AND_LOST: chrono::Duration = chrono::Duration::seconds(60);
+
 /// A link signing key: its id (named in the links it signs) and its
 /// secret. Its `Debug` does not show the secret.
 #[derive(Clone, PartialEq, Eq)]
@@ -480,9 +485,17 @@ impl AnswerLinks {
         if !matches {
             return Err(LinkRefusal::Invalid.into());
         }
-        if let Some(refusal) = LinkRefusal::of_state(row.state(now)) {
-            return Err(refusal.into());
-        }
+        let mut row = row;
+        let state = row.state(now);
+        let stale_take = match state {
+            LinkState::Used(taken) if now - taken >= TAKEN_AND_LOST => Some(taken),
+            other => {
+                if let Some(refusal) = LinkRefusal::of_state(other) {
+                    return Err(refusal.into());
+                }
+                None
+            }
+        };
         let run = store.get(&row.run_id).await?.ok_or(LinkRefusal::Invalid)?;
         let waiting = run.status == RunStatus::Suspended;
         let call = run
@@ -490,6 +503,18 @@ impl AnswerLinks {
             .iter()
             .find(|p| waiting && p.tool_call_id == row.tool_call_id && !p.is_expired(now))
             .cloned();
+        if let Some(taken) = stale_take {
+            // Taken long ago, and its call still waits: the answer of that
+            // take was never stored (the process died between the two
+            // writes, or could not give the link back). The link is given
+            // back, once, by a compare-and-set on the time it was taken.
+            if call.is_none() || row.revoked_at.is_some() || row.expires_at <= now {
+                return Err(LinkRefusal::of_state(state).unwrap_or(LinkRefusal::Invalid).into());
+            }
+            links.release_link(&row.link_id, taken).await?;
+            row.used_at = None;
+            tracing::warn!(link_id = %row.link_id, taken_at = %taken, "an answer link taken without its answer being stored is open again");
+        }
         let Some(call) = call else {
             return Err(LinkRefusal::Closed {
                 how: closed_how(&run, &row.tool_call_id),

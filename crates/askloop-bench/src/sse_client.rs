@@ -77,7 +77,9 @@ const MASTRA_EXPECTED: &str = r#"Deploying to {"content":"User answered: staging
 pub fn expect_finish(streamed: &HttpStreamed) -> anyhow::Result<()> {
     match &streamed.finished {
         Some(text)
-            if (text == DEPLOY_EXPECTED || text == MASTRA_EXPECTED) && streamed.done && streamed.suspended.is_none() =>
+            if (text == DEPLOY_EXPECTED || text == MASTRA_EXPECTED)
+                && streamed.done
+                && streamed.suspended.is_none() =>
         {
             Ok(())
         }

@@ -284,7 +284,10 @@ fn mastra_missing() -> bool {
         "{} is missing: `npm ci` in bench/mastra",
         dir.display()
     );
-    eprintln!("compare: skipped: {} is missing (npm ci in bench/mastra)", dir.display());
+    eprintln!(
+        "compare: skipped: {} is missing (npm ci in bench/mastra)",
+        dir.display()
+    );
     true
 }
 
@@ -340,5 +343,8 @@ fn compare_without_mastra_installed_says_where_to_install_it() {
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("no Mastra installed in") && stderr.contains("npm ci"), "{stderr}");
+    assert!(
+        stderr.contains("no Mastra installed in") && stderr.contains("npm ci"),
+        "{stderr}"
+    );
 }

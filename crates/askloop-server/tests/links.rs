@@ -257,13 +257,20 @@ async fn a_link_taken_by_a_process_that_died_before_storing_its_answer_opens_aga
 
     clock.advance(Duration::from_secs(30));
     let (status, shown) = question(&server, &path).await;
-    assert_eq!((status, code(&shown)), (410, "link_used"), "within the minute, the take may still be storing: {shown}");
+    assert_eq!(
+        (status, code(&shown)),
+        (410, "link_used"),
+        "within the minute, the take may still be storing: {shown}"
+    );
     let (status, _) = answer(&server, &path, json!({"formToken": token, "resumeData": "staging"})).await;
     assert_eq!(status, 410);
 
     clock.advance(Duration::from_secs(31));
     let (status, shown) = question(&server, &path).await;
-    assert_eq!(status, 200, "its call still waits, so the lost take is given back: {shown}");
+    assert_eq!(
+        status, 200,
+        "its call still waits, so the lost take is given back: {shown}"
+    );
     let (status, answered) = answer(&server, &path, json!({"formToken": token, "resumeData": "staging"})).await;
     assert_eq!(status, 200, "{answered}");
     let run = until_status(&store, &run_id, RunStatus::Completed).await;

@@ -70,7 +70,9 @@ fn mastra_dir(target: &Target) -> anyhow::Result<PathBuf> {
 
 pub async fn compare(target: &Target, n: usize) -> anyhow::Result<Report> {
     if target.db.as_deref().is_some_and(|db| db.contains("://")) {
-        bail!("compare runs on SQLite files only (Mastra's server keeps its runs in LibSQL beside them): leave out --db or give a path");
+        bail!(
+            "compare runs on SQLite files only (Mastra's server keeps its runs in LibSQL beside them): leave out --db or give a path"
+        );
     }
     let dir = mastra_dir(target)?;
     let load_before = loadavg();
@@ -91,8 +93,18 @@ pub async fn compare(target: &Target, n: usize) -> anyhow::Result<Report> {
         n,
         load_before,
         load_after: loadavg(),
-        roundtrip: side(&askloop_roundtrip, &mastra_roundtrip, "cpu_ms_per_roundtrip", "peak_rss_mb")?,
-        http: side(&askloop_http, &mastra_http, "server_cpu_ms_per_roundtrip", "server_peak_rss_mb")?,
+        roundtrip: side(
+            &askloop_roundtrip,
+            &mastra_roundtrip,
+            "cpu_ms_per_roundtrip",
+            "peak_rss_mb",
+        )?,
+        http: side(
+            &askloop_http,
+            &mastra_http,
+            "server_cpu_ms_per_roundtrip",
+            "server_peak_rss_mb",
+        )?,
     };
     Report::new(&comparison, Failures::default())
 }
@@ -137,11 +149,7 @@ fn figures(report: Report) -> anyhow::Result<Value> {
 }
 
 fn side(askloop: &Value, mastra: &Value, cpu: &str, rss: &str) -> anyhow::Result<Side> {
-    let number = |figures: &Value, key: &str| {
-        figures[key]
-            .as_f64()
-            .ok_or_else(|| anyhow!("no `{key}` in {figures}"))
-    };
+    let number = |figures: &Value, key: &str| figures[key].as_f64().ok_or_else(|| anyhow!("no `{key}` in {figures}"));
     let askloop_cpu = number(askloop, cpu)?;
     let mastra_cpu = number(mastra, cpu)?;
     Ok(Side {

@@ -244,22 +244,61 @@ mod tests {
         assert!(!format!("{email:?}").contains("hunter2"), "Debug hides the password");
         let alice: Vec<_> = email.recipients_of("deployer").collect();
         assert_eq!(alice.len(), 1);
-        assert_eq!((alice[0].name.as_str(), alice[0].tools.as_slice()), ("Alice", &["ask_user".to_owned()][..]));
+        assert_eq!(
+            (alice[0].name.as_str(), alice[0].tools.as_slice()),
+            ("Alice", &["ask_user".to_owned()][..])
+        );
     }
 
     #[test]
     fn bad_email_settings_name_the_file_the_key_and_the_problem() {
         let email = "[email]\nhost = \"smtp.example.com\"\nfrom = \"askloop@example.com\"\n";
         let cases = [
-            (format!("{BASE}{email}tls = \"ssl\"\n"), "email.tls", "\"none\", \"starttls\" or \"tls\""),
-            (format!("{BASE}[email]\nfrom = \"a@example.com\"\n"), "email.host", "missing"),
-            (format!("{BASE}[email]\nhost = \"h\"\nfrom = \"not an address\"\n"), "email.from", "not a mail address"),
-            (format!("{BASE}{email}username = \"u\"\npassword_env = \"NOPE\"\n"), "email.password_env", "NOPE is not set"),
-            (format!("{BASE}{email}username = \"u\"\n"), "email.password_env", "without password_env"),
-            (format!("{BASE}{email}[[agents.deployer.email]]\nname = \"A\"\naddress = \"alice\"\n"), "agents.deployer.email[0].address", "not a mail address"),
-            (format!("{BASE}{email}[[agents.deployer.email]]\naddress = \"a@example.com\"\n"), "agents.deployer.email[0].name", "give the name"),
-            (format!("{BASE}[[agents.deployer.email]]\nname = \"A\"\naddress = \"a@example.com\"\n"), "agents.deployer.email", "add an [email] table"),
-            (format!("[agents.deployer]\ninstructions = \"x\"\n{email}"), "email", "[links]"),
+            (
+                format!("{BASE}{email}tls = \"ssl\"\n"),
+                "email.tls",
+                "\"none\", \"starttls\" or \"tls\"",
+            ),
+            (
+                format!("{BASE}[email]\nfrom = \"a@example.com\"\n"),
+                "email.host",
+                "missing",
+            ),
+            (
+                format!("{BASE}[email]\nhost = \"h\"\nfrom = \"not an address\"\n"),
+                "email.from",
+                "not a mail address",
+            ),
+            (
+                format!("{BASE}{email}username = \"u\"\npassword_env = \"NOPE\"\n"),
+                "email.password_env",
+                "NOPE is not set",
+            ),
+            (
+                format!("{BASE}{email}username = \"u\"\n"),
+                "email.password_env",
+                "without password_env",
+            ),
+            (
+                format!("{BASE}{email}[[agents.deployer.email]]\nname = \"A\"\naddress = \"alice\"\n"),
+                "agents.deployer.email[0].address",
+                "not a mail address",
+            ),
+            (
+                format!("{BASE}{email}[[agents.deployer.email]]\naddress = \"a@example.com\"\n"),
+                "agents.deployer.email[0].name",
+                "give the name",
+            ),
+            (
+                format!("{BASE}[[agents.deployer.email]]\nname = \"A\"\naddress = \"a@example.com\"\n"),
+                "agents.deployer.email",
+                "add an [email] table",
+            ),
+            (
+                format!("[agents.deployer]\ninstructions = \"x\"\n{email}"),
+                "email",
+                "[links]",
+            ),
         ];
         for (text, key, problem) in cases {
             let err = load(&text).unwrap_err();
@@ -267,7 +306,10 @@ mod tests {
             assert!(err.problem.contains(problem), "{key}: {err}");
             assert!(err.to_string().starts_with("/etc/askloop.toml: "), "{err}");
         }
-        let no_url = format!("{}{email}", BASE.replace("public_url = \"https://askloop.example.com\"\n", ""));
+        let no_url = format!(
+            "{}{email}",
+            BASE.replace("public_url = \"https://askloop.example.com\"\n", "")
+        );
         let err = load(&no_url).unwrap_err();
         assert!(err.key == "email" && err.problem.contains("public_url"), "{err}");
     }

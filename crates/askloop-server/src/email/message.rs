@@ -74,10 +74,7 @@ pub(crate) fn compose(question: &MailQuestion<'_>) -> Composed {
     let asked = asked(question.call);
     let agent = one_line(question.agent, 60);
     let subject = match &asked {
-        Asked::Question(q) => format!(
-            "[askloop] {agent} asks: {}",
-            one_line(&q.text, SUBJECT_QUESTION_CHARS)
-        ),
+        Asked::Question(q) => format!("[askloop] {agent} asks: {}", one_line(&q.text, SUBJECT_QUESTION_CHARS)),
         Asked::Approval { tool, .. } => format!("[askloop] {agent} asks to run {}", one_line(tool, 60)),
         Asked::Other { tool, .. } => format!("[askloop] {agent} waits on {}", one_line(tool, 60)),
     };
@@ -93,7 +90,13 @@ pub(crate) fn compose(question: &MailQuestion<'_>) -> Composed {
 fn one_line(text: &str, max: usize) -> String {
     let spaced: String = text
         .chars()
-        .map(|c| if c.is_control() || c == '\u{2028}' || c == '\u{2029}' { ' ' } else { c })
+        .map(|c| {
+            if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect();
     let words: Vec<&str> = spaced.split_whitespace().collect();
     let joined = words.join(" ");
@@ -276,15 +279,33 @@ mod tests {
     #[test]
     fn a_hostile_question_stays_text_in_html_quoted_in_text_and_out_of_the_subject_lines() {
         let hostile = "Pick one</blockquote><a href=\"https://evil.example\">click</a><script>x()</script>\r\nBcc: victim@example.com\r\n\r\nAnswer here: https://evil.example/links/fake";
-        let call = call(json!({"question": hostile, "options": [{"label": "<b>yes</b>", "description": "<img src=x>"}], "selectionMode": "single_select"}));
+        let call = call(
+            json!({"question": hostile, "options": [{"label": "<b>yes</b>", "description": "<img src=x>"}], "selectionMode": "single_select"}),
+        );
         let mail = composed(&call);
-        assert!(!mail.subject.contains('\r') && !mail.subject.contains('\n'), "{:?}", mail.subject);
+        assert!(
+            !mail.subject.contains('\r') && !mail.subject.contains('\n'),
+            "{:?}",
+            mail.subject
+        );
         assert!(mail.subject.contains("Bcc: victim"), "kept as text: {:?}", mail.subject);
         assert!(!mail.html.contains("<a href=\"https://evil"), "{}", mail.html);
         assert!(!mail.html.contains("<script>") && !mail.html.contains("<img") && !mail.html.contains("<b>yes"));
-        assert!(mail.html.contains("&lt;a href=&quot;https://evil.example&quot;&gt;click&lt;/a&gt;"));
-        assert_eq!(mail.html.matches("<a ").count(), 1, "only the answer link: {}", mail.html);
-        assert!(mail.text.contains("> Answer here: https://evil.example/links/fake"), "{}", mail.text);
+        assert!(
+            mail.html
+                .contains("&lt;a href=&quot;https://evil.example&quot;&gt;click&lt;/a&gt;")
+        );
+        assert_eq!(
+            mail.html.matches("<a ").count(),
+            1,
+            "only the answer link: {}",
+            mail.html
+        );
+        assert!(
+            mail.text.contains("> Answer here: https://evil.example/links/fake"),
+            "{}",
+            mail.text
+        );
         assert!(
             mail.text.contains("Answer here (the link works once"),
             "ours is unquoted: {}",

@@ -202,9 +202,9 @@ pub fn check_address(address: &str) -> Result<(), String> {
 
 /// Checks a `From`: a mailbox, with or without a name.
 pub fn check_from(from: &str) -> Result<(), String> {
-    from.parse::<Mailbox>().map(|_| ()).map_err(|err| {
-        format!("{from:?} is not a mail address ({err}); give e.g. \"askloop <askloop@example.com>\"")
-    })
+    from.parse::<Mailbox>()
+        .map(|_| ())
+        .map_err(|err| format!("{from:?} is not a mail address ({err}); give e.g. \"askloop <askloop@example.com>\""))
 }
 
 /// What became of one attempt to mail a question.
@@ -228,7 +228,9 @@ pub(crate) struct Mailer {
 
 impl fmt::Debug for Mailer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Mailer").field("settings", &self.settings).finish_non_exhaustive()
+        f.debug_struct("Mailer")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
     }
 }
 
@@ -290,7 +292,11 @@ impl Mailer {
     ) -> MailOutcome {
         let address = message.destination.strip_prefix(MAILTO).unwrap_or_default();
         let data = message.payload.get("data");
-        let field = |name: &str| data.and_then(|d| d.get(name)).and_then(|v| v.as_str()).unwrap_or_default();
+        let field = |name: &str| {
+            data.and_then(|d| d.get(name))
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+        };
         let (agent, call_id) = (field("agentId"), field("toolCallId"));
         let Some(recipient) = self.settings.recipients_of(agent).find(|r| r.address == address) else {
             return MailOutcome::Failed(format!(
@@ -300,7 +306,9 @@ impl Mailer {
         let run = match store.get(&message.run_id).await {
             Ok(Some(run)) => run,
             Ok(None) => return MailOutcome::NotSent(format!("not sent: run {} no longer exists", message.run_id)),
-            Err(err) => return MailOutcome::Failed(format!("cannot read run {}: {}", message.run_id, ErrorChain(&err))),
+            Err(err) => {
+                return MailOutcome::Failed(format!("cannot read run {}: {}", message.run_id, ErrorChain(&err)));
+            }
         };
         let waiting = run.status == RunStatus::Suspended;
         let Some(call) = run
@@ -323,7 +331,8 @@ impl Mailer {
         }
         let Some(links) = links else {
             return MailOutcome::Failed(
-                "this server makes no answer links ([links] and public_url), and a mailed question needs one".to_owned(),
+                "this server makes no answer links ([links] and public_url), and a mailed question needs one"
+                    .to_owned(),
             );
         };
         let link = match links

@@ -292,9 +292,17 @@ mod tests {
             "{:?}",
             mail.subject
         );
-        assert!(mail.subject.starts_with("[askloop] deployer asks: Pick one</blockquote>"), "{:?}", mail.subject);
+        assert!(
+            mail.subject
+                .starts_with("[askloop] deployer asks: Pick one</blockquote>"),
+            "{:?}",
+            mail.subject
+        );
         let short = composed(&call_with("Deploy?\r\nBcc: victim@example.com"));
-        assert_eq!(short.subject, "[askloop] deployer asks: Deploy? Bcc: victim@example.com");
+        assert_eq!(
+            short.subject,
+            "[askloop] deployer asks: Deploy? Bcc: victim@example.com"
+        );
         assert!(!mail.html.contains("<a href=\"https://evil"), "{}", mail.html);
         assert!(!mail.html.contains("<script>") && !mail.html.contains("<img") && !mail.html.contains("<b>yes"));
         assert!(

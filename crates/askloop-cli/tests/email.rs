@@ -66,17 +66,20 @@ struct Smtp {
 
 impl Smtp {
     fn start(port: u16, maildir: &Path) -> Smtp {
-        let child = Command::new(PYTHON)
-            .args(["-m", "aiosmtpd", "-n", "-c", "aiosmtpd.handlers.Mailbox", "-l"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg(maildir)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Ready once it accepts connections (60 s at most: a hang guard).
+        let smtp = Smtp {
+            child: Command::new(PYTHON)
+                .args(["-m", "aiosmtpd", "-n", "-c", "aiosmtpd.handlers.Mailbox", "-l"])
+                .arg(format!("127.0.0.1:{port}"))
+                .arg(maildir)
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap(),
+        };
+        // Ready once it accepts connections (60 s at most: a hang guard;
+        // dropping `smtp` on the panic ends the process).
         for _ in 0..600 {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Smtp { child };
+                return smtp;
             }
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -238,12 +238,12 @@ impl Sender {
     /// One attempt of a webhook delivery.
     async fn post(&self, delivery: &Delivery) -> DeliveryOutcome {
         match self.hooks.get(&delivery.message.destination) {
-            Some(hook) => match self.attempt(hook, &delivery).await {
+            Some(hook) => match self.attempt(hook, delivery).await {
                 Ok(()) => DeliveryOutcome::Delivered,
-                Err(error) => failed(&delivery, hook.max_attempts, &error, self.clock.now()),
+                Err(error) => failed(delivery, hook.max_attempts, &error, self.clock.now()),
             },
             None => failed(
-                &delivery,
+                delivery,
                 DEFAULT_MAX_ATTEMPTS,
                 &AttemptError::Unconfigured {
                     destination: delivery.message.destination.clone(),

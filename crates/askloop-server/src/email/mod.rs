@@ -2,7 +2,7 @@
 //! a question (or waits for an approval), the agent writes one notification
 //! per recipient into the store's outbox, in the same write, with the
 //! destination `mailto:<address>` (see `askloop_config`). The server's
-//! outbox sender (`webhooks.rs`) hands those to [`Mailer`], which
+//! outbox sender (`webhooks.rs`) hands those to its `Mailer`, which
 //!
 //! 1. reads the run again: a question resolved meanwhile is not mailed
 //!    (the delivery is recorded as not sent, with the reason);

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{BIN, Serving, screenshots_dir, skipped_for_lack_of};
+use common::{BIN, DEPLOYER_SCRIPT, Serving, chunks, screenshots_dir, skipped_for_lack_of};
 
 /// The Python with Debian's aiosmtpd (a pyenv `python3` earlier on PATH
 /// may lack it).
@@ -182,6 +182,7 @@ fn serve() -> Setup {
     let maildir = dir.path().join("maildir");
     let (smtp_port, http_port) = (free_port(), free_port());
     std::fs::write(dir.path().join("launcher.json"), script()).unwrap();
+    std::fs::write(dir.path().join("writer.json"), DEPLOYER_SCRIPT).unwrap();
     std::fs::write(
         dir.path().join("free.json"),
         r#"{"turns": [{"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?"}}]}, {"text": "Deploying to {{toolResults}}"}]}"#,
@@ -196,7 +197,9 @@ fn serve() -> Setup {
              [agents.launcher]\nscript = \"launcher.json\"\n\n\
              [[agents.launcher.email]]\nname = \"Alice\"\naddress = \"alice@example.com\"\n\n\
              [agents.deployer]\nscript = \"free.json\"\n\n\
-             [[agents.deployer.email]]\nname = \"Bob\"\naddress = \"bob@example.com\"\n"
+             [[agents.deployer.email]]\nname = \"Bob\"\naddress = \"bob@example.com\"\n\n\
+             [agents.writer]\nscript = \"writer.json\"\ntools = [\"write_file\"]\nrequire_approval = [\"write_file\"]\nwrite_dir = \"out\"\n\n\
+             [[agents.writer.email]]\nname = \"Carol\"\naddress = \"carol@example.com\"\ntools = [\"write_file\"]\n"
         ),
     )
     .unwrap();
@@ -212,7 +215,7 @@ fn serve() -> Setup {
         .arg(dir.path().join("askloop.toml"));
     let mut server = Serving::start(cmd);
     server.wait_for_line(&format!(
-        "mailing questions through 127.0.0.1:{smtp_port} to 2 recipients"
+        "mailing questions through 127.0.0.1:{smtp_port} to 3 recipients"
     ));
     // The banner's first address is the links' (public_url), the same here.
     server.base = format!("http://127.0.0.1:{http_port}");
@@ -408,4 +411,62 @@ async fn a_question_answered_before_its_mail_went_out_is_not_mailed() {
         "the reason is recorded: {reason}"
     );
     assert!(messages(&setup.maildir).is_empty(), "no mail for a closed question");
+}
+
+#[tokio::test]
+async fn a_call_waiting_for_approval_is_mailed_with_its_tool_and_arguments_and_approved_through_the_link() {
+    if skipped_for_lack_of("the email tests", missing_smtp()) {
+        return;
+    }
+    let setup = serve();
+    let _smtp = Smtp::start(setup.smtp_port, &setup.maildir);
+    let client = reqwest::Client::new();
+    let body = client
+        .post(setup.server.url("/api/agents/writer/stream"))
+        .json(&json!({"messages": "Write the release notes."}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let waiting = chunks(&body)
+        .into_iter()
+        .find(|c| c["type"] == "tool-call-approval")
+        .unwrap_or_else(|| panic!("no approval asked: {body}"));
+    let run_id = waiting["runId"].as_str().unwrap().to_owned();
+
+    let mails = wait_for_mail(&setup.maildir);
+    assert_eq!(mails.len(), 1);
+    let mail = parse(&mails[0]);
+    assert!(mail["to"].as_str().unwrap().contains("carol@example.com"), "{mail}");
+    assert_eq!(mail["subject"], "[askloop] writer asks to run write_file");
+    let text = mail["text"].as_str().unwrap();
+    assert!(
+        text.contains("write_file") && text.contains("\"path\": \"NOTES.md\""),
+        "{text}"
+    );
+    let link = link_of(&mail, &setup.server.base);
+
+    let page = client.get(&link).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let question: Value = client
+        .get(format!("{link}/question"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(question["recipient"], "Carol");
+    let approved = client
+        .post(&link)
+        .json(&json!({"formToken": question["formToken"], "approved": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 200, "{:?}", approved.text().await);
+    completed(&client, &setup.server, &run_id).await;
+    let written = std::fs::read_to_string(setup.dir.path().join("out/NOTES.md")).unwrap();
+    assert!(written.starts_with("# Release notes"), "{written}");
 }

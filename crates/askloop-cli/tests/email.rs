@@ -199,7 +199,8 @@ fn serve() -> Setup {
              [agents.deployer]\nscript = \"free.json\"\n\n\
              [[agents.deployer.email]]\nname = \"Bob\"\naddress = \"bob@example.com\"\n\n\
              [agents.writer]\nscript = \"writer.json\"\ntools = [\"write_file\"]\nrequire_approval = [\"write_file\"]\nwrite_dir = \"out\"\n\n\
-             [[agents.writer.email]]\nname = \"Carol\"\naddress = \"carol@example.com\"\ntools = [\"write_file\"]\n"
+             [[agents.writer.email]]\nname = \"Carol\"\naddress = \"carol@example.com\"\ntools = [\"write_file\"]\n\n\
+             [[agents.writer.email]]\nname = \"Dave\"\naddress = \"dave@example.com\"\ntools = [\"ask_user\"]\n"
         ),
     )
     .unwrap();
@@ -215,7 +216,7 @@ fn serve() -> Setup {
         .arg(dir.path().join("askloop.toml"));
     let mut server = Serving::start(cmd);
     server.wait_for_line(&format!(
-        "mailing questions through 127.0.0.1:{smtp_port} to 3 recipients"
+        "mailing questions through 127.0.0.1:{smtp_port} to 4 recipients"
     ));
     // The banner's first address is the links' (public_url), the same here.
     server.base = format!("http://127.0.0.1:{http_port}");
@@ -469,4 +470,17 @@ async fn a_call_waiting_for_approval_is_mailed_with_its_tool_and_arguments_and_a
     completed(&client, &setup.server, &run_id).await;
     let written = std::fs::read_to_string(setup.dir.path().join("out/NOTES.md")).unwrap();
     assert!(written.starts_with("# Release notes"), "{written}");
+    // Dave is mailed ask_user's questions only: his delivery of this call
+    // was recorded as not sent, and Carol's was the one message.
+    wait_for_rows(&setup.db(), "both deliveries finished", |rows| {
+        rows.len() == 2 && rows.iter().all(|r| r.1 != "pending")
+    });
+    let rows = mail_rows(&setup.db());
+    let dave = rows.iter().find(|r| r.0 == "mailto:dave@example.com").unwrap();
+    assert_eq!(dave.1, "dead");
+    assert!(
+        dave.3.as_deref().unwrap_or_default().contains("calls of ask_user only"),
+        "{rows:?}"
+    );
+    assert_eq!(messages(&setup.maildir).len(), 1);
 }

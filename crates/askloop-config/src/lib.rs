@@ -58,6 +58,7 @@
 mod access;
 mod approvals;
 mod duration;
+mod email;
 mod links;
 mod raw;
 mod rules;
@@ -114,6 +115,9 @@ pub struct ServerConfig {
     pub webhooks: Vec<WebhookConfig>,
     /// Signed answer links (`[links]`), when on.
     pub links: Option<askloop_server::links::LinkSettings>,
+    /// Questions mailed to each agent's recipients (`[email]` and
+    /// `[[agents.<id>.email]]`), when on.
+    pub email: Option<askloop_server::email::EmailSettings>,
 }
 
 /// One agent, checked.
@@ -253,6 +257,7 @@ impl ServerConfig {
             public_url: None,
             webhooks: Vec::new(),
             links: None,
+            email: None,
         }
     }
 
@@ -279,7 +284,7 @@ impl ServerConfig {
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let raw = raw::parse(path, text)?;
+        let mut raw = raw::parse(path, text)?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let base = std::path::absolute(&base).unwrap_or(base);
         if raw.agents.is_empty() {
@@ -292,6 +297,11 @@ impl ServerConfig {
         let limits = resolve_limits(path, raw.limits)?;
         let public_url = webhooks::resolve_public_url(path, raw.public_url)?;
         let ids: Vec<String> = raw.agents.keys().cloned().collect();
+        let recipients = raw
+            .agents
+            .iter_mut()
+            .filter_map(|(id, agent)| agent.email.take().map(|list| (id.clone(), list)))
+            .collect();
         let hooks = webhooks::resolve_webhooks(path, raw.webhooks, &ids)?;
         let agents = raw
             .agents
@@ -303,6 +313,11 @@ impl ServerConfig {
         let author_header = access::resolve_author_header(path, raw.author_header)?;
         let allowed_hosts = access::resolve_allowed_hosts(path, raw.allowed_hosts)?;
         let links = links::resolve_links(path, raw.links, env)?;
+        let needs = email::Needs {
+            links: links.is_some(),
+            public_url: public_url.as_deref(),
+        };
+        let email = email::resolve_email(path, raw.email, recipients, needs, env)?;
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
@@ -314,6 +329,7 @@ impl ServerConfig {
             public_url,
             webhooks: hooks,
             links,
+            email,
         })
     }
 
@@ -481,6 +497,15 @@ impl AgentConfig {
         // write that raises them, for the server's sender.
         for hook in server.webhooks.iter().filter(|h| h.covers(&self.id)) {
             builder = builder.notify(Subscription::new(hook.url.clone(), hook.events.iter().copied()));
+        }
+        // Each person its questions are mailed to is a subscription too,
+        // to questions raised only: one mail per recipient, written with
+        // the suspension.
+        for recipient in server.email.iter().flat_map(|email| email.recipients_of(&self.id)) {
+            builder = builder.notify(Subscription::new(
+                recipient.destination(),
+                [askloop::EventType::QuestionRaised],
+            ));
         }
         builder
             .build()

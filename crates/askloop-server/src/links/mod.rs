@@ -373,14 +373,17 @@ impl AnswerLinks {
         self.mint_with_id(store, request, now, link_id).await
     }
 
-    /// Makes the link of a webhook notification (its id derived from the
-    /// notification's, so each attempt of one delivery carries one link).
+    /// Makes the link of a notification, made out to `recipient` (its id
+    /// derived from the notification's, so each attempt of one delivery
+    /// carries one link: a webhook retried, or a mail sent again after a
+    /// failed attempt).
     pub(crate) async fn mint_for_notification(
         &self,
         store: &dyn RunStore,
         notification_id: &str,
         run_id: &str,
         tool_call_id: &str,
+        recipient: &str,
         written_at: DateTime<Utc>,
     ) -> Result<MintedLink, LinkError> {
         let digest = Sha256::digest(format!("notification:{notification_id}").as_bytes());
@@ -388,7 +391,7 @@ impl AnswerLinks {
         let request = LinkRequest {
             run_id,
             tool_call_id: Some(tool_call_id),
-            recipient: &self.settings.webhook_recipient,
+            recipient,
             valid_for: None,
         };
         self.mint_with_id(store, request, written_at, format!("lnk_{hex}"))
@@ -606,7 +609,7 @@ fn waiting_call<'a>(run: &'a RunRecord, tool_call_id: Option<&str>) -> Result<&'
 }
 
 /// What became of a call that no longer waits, for the link's page.
-fn closed_how(run: &RunRecord, tool_call_id: &str) -> String {
+pub(crate) fn closed_how(run: &RunRecord, tool_call_id: &str) -> String {
     match run.call_resolution(tool_call_id) {
         Some(resolution) => describe(resolution),
         None if run.status.is_finished() => format!("the run is {}", run.status),

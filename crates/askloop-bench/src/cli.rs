@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 /// Usage, printed with every argument error.
 pub const USAGE: &str = "usage: askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] [--detail] \
-[--runtime multi|current] [--server-bin PATH] [--hold SECS] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M \
-| http N | http-concurrent K | inbox M | thread M";
+[--runtime multi|current] [--server-bin PATH] [--hold SECS] [--mastra DIR] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M \
+| http N | http-concurrent K | inbox M | thread M | compare N";
 
 /// Which Tokio runtime drives the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +46,9 @@ pub enum Mode {
     /// A stored thread grown to M messages, then runs started on it and
     /// answered, in this process and in fresh ones.
     Thread(usize),
+    /// `roundtrip N` and `http N` in askloop and in Mastra (`bench/mastra`),
+    /// with the ratios.
+    Compare(usize),
     /// Hidden: the suspending half of `restart`, in a child process.
     RestartSuspend,
     /// Hidden: the resuming half of `restart`, in a child process.
@@ -78,6 +81,9 @@ pub struct Target {
     /// pid and wait this long before resuming them, so the server can be
     /// looked at (a heap profile, gdb) with K runs waiting.
     pub hold: Option<std::time::Duration>,
+    /// `compare`: the folder of the Mastra program (`bench/mastra`, with its
+    /// `npm ci` done); `None`: the repository's.
+    pub mastra_dir: Option<PathBuf>,
 }
 
 /// The resolved configuration.
@@ -113,6 +119,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
         detail: false,
         server_bin: None,
         hold: None,
+        mastra_dir: None,
     };
     let mut runtime = RuntimeKind::Multi;
     let mut positional = Vec::new();
@@ -146,6 +153,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
             "--model" => target.model = value,
             "--api-key" => target.api_key = value,
             "--server-bin" => target.server_bin = Some(PathBuf::from(value)),
+            "--mastra" => target.mastra_dir = Some(PathBuf::from(value)),
             "--hold" => {
                 let secs: u64 = value
                     .parse()
@@ -178,6 +186,7 @@ fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
         ["http-concurrent", k] => Mode::HttpConcurrent(count("http-concurrent", k)?),
         ["inbox", m] => Mode::Inbox(count("inbox", m)?),
         ["thread", m] => Mode::Thread(count("thread", m)?),
+        ["compare", n] => Mode::Compare(count("compare", n)?),
         ["__restart-suspend"] => Mode::RestartSuspend,
         ["__restart-resume", run_id] => Mode::RestartResume((*run_id).to_owned()),
         ["__thread-start", thread_id] => Mode::ThreadStart((*thread_id).to_owned()),
@@ -204,7 +213,7 @@ fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
 }
 
 /// The modes that take one count.
-const COUNTED_MODES: [&str; 8] = [
+const COUNTED_MODES: [&str; 9] = [
     "roundtrip",
     "concurrent",
     "long",
@@ -213,6 +222,7 @@ const COUNTED_MODES: [&str; 8] = [
     "http-concurrent",
     "inbox",
     "thread",
+    "compare",
 ];
 
 /// The most runs or turns a mode accepts: beyond it a typo, not a benchmark.

@@ -6,6 +6,7 @@
 //!   | http N | http-concurrent K      (with [--server-bin PATH])
 //!   | inbox M                         (the web page, in headless chromium)
 //!   | thread M                        (runs on a stored thread of M messages)
+//!   | compare N                       (askloop and Mastra side by side, [--mastra DIR])
 //! ```
 //!
 //! Each mode prints one JSON line (`"impl":"askloop"`). Without
@@ -92,6 +93,7 @@ async fn run(config: Config) -> anyhow::Result<Report> {
     let target = &config.target;
     match config.mode {
         Mode::Roundtrip(n) => modes::roundtrip(target, n).await,
+        Mode::Compare(n) => modes::compare(target, n).await,
         Mode::Concurrent(k) => modes::concurrent(target, k).await,
         Mode::Restart => modes::restart(target).await,
         Mode::Long(t) => modes::long(target, t).await,

@@ -28,6 +28,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Served {
     /// The API's base URL, `http://127.0.0.1:PORT/api`.
     pub api: String,
+    /// Which server listens: `askloop`, or `mastra` (`bench/mastra/serve`).
+    pub implementation: &'static str,
     pid: u32,
     child: Child,
     _config_dir: TempDir,
@@ -78,7 +80,7 @@ impl Served {
             Ok::<_, std::io::Error>(None)
         })
         .await;
-        let api = match api {
+        let (implementation, api) = match api {
             Ok(Ok(Some(api))) => api,
             Ok(Ok(None)) => bail!("{} serve stopped before listening: {}", bin.display(), said.join(" | ")),
             Ok(Err(err)) => bail!("cannot read the server's stderr: {err}"),
@@ -92,6 +94,7 @@ impl Served {
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Ok(Served {
             api,
+            implementation,
             pid,
             child,
             _config_dir: config_dir,
@@ -170,14 +173,15 @@ fn agent_config() -> String {
     format!("[agents.{AGENT_ID}]\ninstructions = {instructions}\ntools = [\"ask_user\"]\n")
 }
 
-/// The API's URL in the line `askloop serve` prints when it listens:
-/// `askloop: serving 1 agent (...) from ... on http://127.0.0.1:PORT/api`.
-fn listening_at(line: &str) -> Option<String> {
-    if !line.starts_with("askloop: serving") {
-        return None;
-    }
+/// Which server listens, and the API's URL, from the line it prints when it
+/// listens: `askloop: serving 1 agent (...) from ... on http://127.0.0.1:PORT/api`
+/// (or Mastra's server of `bench/mastra`: `mastra: serving ...`).
+fn listening_at(line: &str) -> Option<(&'static str, String)> {
+    let implementation = ["askloop", "mastra"]
+        .into_iter()
+        .find(|name| line.starts_with(&format!("{name}: serving")))?;
     let url = line.rsplit(" on ").next()?.trim();
-    (url.starts_with("http://") && url.ends_with("/api")).then(|| url.to_owned())
+    (url.starts_with("http://") && url.ends_with("/api")).then(|| (implementation, url.to_owned()))
 }
 
 /// utime + stime, in clock ticks, from a `/proc/PID/stat` line. The
@@ -222,7 +226,11 @@ mod tests {
             listening_at(
                 "askloop: serving 1 agent (deployment-assistant) from /tmp/x/askloop.toml on http://127.0.0.1:40123/api"
             ),
-            Some("http://127.0.0.1:40123/api".to_owned())
+            Some(("askloop", "http://127.0.0.1:40123/api".to_owned()))
+        );
+        assert_eq!(
+            listening_at("mastra: serving 1 agent (deployment-assistant) on http://127.0.0.1:40124/api"),
+            Some(("mastra", "http://127.0.0.1:40124/api".to_owned()))
         );
         assert_eq!(
             listening_at("askloop: no ASKLOOP_API_TOKEN set: the API needs no token"),

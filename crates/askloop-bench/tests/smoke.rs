@@ -270,3 +270,81 @@ fn bad_input_is_one_line_on_stderr_and_a_failure() {
         assert!(stderr.starts_with("askloop-bench: "), "{args:?}: {stderr}");
     }
 }
+
+/// `compare` needs Mastra installed in `bench/mastra` (`npm ci` there,
+/// which `.ci/run` does): without it the test says why and passes, except
+/// in CI (`CI=true`), where a missing install is a failure.
+fn mastra_missing() -> bool {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/mastra/node_modules/@mastra/core");
+    if dir.is_dir() {
+        return false;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{} is missing: `npm ci` in bench/mastra",
+        dir.display()
+    );
+    eprintln!(
+        "compare: skipped: {} is missing (npm ci in bench/mastra)",
+        dir.display()
+    );
+    true
+}
+
+#[test]
+fn compare_runs_the_round_trip_in_askloop_and_mastra_in_process_and_over_http() {
+    if mastra_missing() {
+        return;
+    }
+    let bin = askloop_bin();
+    let output = Command::new(BENCH)
+        .args(["--server-bin", &bin, "compare", "2"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "compare failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_keys(
+        &report,
+        &["impl", "mode", "n", "load_before", "load_after", "roundtrip", "http"],
+    );
+    assert_eq!(report["impl"], "askloop-vs-mastra");
+    for surface in ["roundtrip", "http"] {
+        let side = &report[surface];
+        assert_keys(
+            side,
+            &[
+                "askloop_cpu_ms",
+                "mastra_cpu_ms",
+                "mastra_over_askloop",
+                "askloop_peak_rss_mb",
+                "mastra_peak_rss_mb",
+                "askloop_p50_resume_ms",
+                "mastra_p50_resume_ms",
+            ],
+        );
+        // Both sides ran (and were checked by the bench: a wrong round trip fails it).
+        assert!(side["askloop_cpu_ms"].as_f64().unwrap() > 0.0, "{report}");
+        assert!(side["mastra_cpu_ms"].as_f64().unwrap() > 0.0, "{report}");
+        assert!(side["mastra_peak_rss_mb"].as_f64().unwrap() > 0.0, "{report}");
+    }
+}
+
+#[test]
+fn compare_without_mastra_installed_says_where_to_install_it() {
+    let empty = tempfile::tempdir().unwrap();
+    let output = Command::new(BENCH)
+        .args(["--mastra", empty.path().to_str().unwrap(), "compare", "1"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no Mastra installed in") && stderr.contains("npm ci"),
+        "{stderr}"
+    );
+}

@@ -58,6 +58,7 @@
 mod access;
 mod approvals;
 mod duration;
+mod email;
 mod links;
 mod raw;
 mod rules;
@@ -119,6 +120,9 @@ pub struct ServerConfig {
     /// OpenTelemetry trace export (`[telemetry]`), when the file has the
     /// table.
     pub telemetry: Option<TelemetryConfig>,
+    /// Questions mailed to each agent's recipients (`[email]` and
+    /// `[[agents.<id>.email]]`), when on.
+    pub email: Option<askloop_server::email::EmailSettings>,
 }
 
 /// One agent, checked.
@@ -259,6 +263,7 @@ impl ServerConfig {
             webhooks: Vec::new(),
             links: None,
             telemetry: None,
+            email: None,
         }
     }
 
@@ -285,7 +290,7 @@ impl ServerConfig {
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let raw = raw::parse(path, text)?;
+        let mut raw = raw::parse(path, text)?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let base = std::path::absolute(&base).unwrap_or(base);
         if raw.agents.is_empty() {
@@ -298,6 +303,11 @@ impl ServerConfig {
         let limits = resolve_limits(path, raw.limits)?;
         let public_url = webhooks::resolve_public_url(path, raw.public_url)?;
         let ids: Vec<String> = raw.agents.keys().cloned().collect();
+        let recipients = raw
+            .agents
+            .iter_mut()
+            .filter_map(|(id, agent)| agent.email.take().map(|list| (id.clone(), list)))
+            .collect();
         let hooks = webhooks::resolve_webhooks(path, raw.webhooks, &ids)?;
         let agents = raw
             .agents
@@ -310,6 +320,11 @@ impl ServerConfig {
         let allowed_hosts = access::resolve_allowed_hosts(path, raw.allowed_hosts)?;
         let links = links::resolve_links(path, raw.links, env)?;
         let telemetry = telemetry::resolve_telemetry(path, raw.telemetry)?;
+        let needs = email::Needs {
+            links: links.is_some(),
+            public_url: public_url.as_deref(),
+        };
+        let email = email::resolve_email(path, raw.email, recipients, needs, env)?;
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
@@ -322,6 +337,7 @@ impl ServerConfig {
             webhooks: hooks,
             links,
             telemetry,
+            email,
         })
     }
 
@@ -489,6 +505,15 @@ impl AgentConfig {
         // write that raises them, for the server's sender.
         for hook in server.webhooks.iter().filter(|h| h.covers(&self.id)) {
             builder = builder.notify(Subscription::new(hook.url.clone(), hook.events.iter().copied()));
+        }
+        // Each person its questions are mailed to is a subscription too,
+        // to questions raised only: one mail per recipient, written with
+        // the suspension.
+        for recipient in server.email.iter().flat_map(|email| email.recipients_of(&self.id)) {
+            builder = builder.notify(Subscription::new(
+                recipient.destination(),
+                [askloop::EventType::QuestionRaised],
+            ));
         }
         builder
             .build()

@@ -31,6 +31,8 @@ pub(super) struct RawConfig {
     pub(super) links: Option<super::links::RawLinks>,
     /// `[telemetry]`: OpenTelemetry trace export.
     pub(super) telemetry: Option<super::telemetry::RawTelemetry>,
+    /// `[email]`: the SMTP server questions are mailed through.
+    pub(super) email: Option<super::email::RawEmail>,
 }
 
 /// One `[[tokens]]` table: an API token's name, its secret (from the
@@ -87,6 +89,8 @@ pub(super) struct RawAgent {
     pub(super) mcp: Option<Vec<RawMcpServer>>,
     /// `[[agents.<id>.rules]]`: approval rules, in order.
     pub(super) rules: Option<Vec<super::rules::RawRule>>,
+    /// `[[agents.<id>.email]]`: whom its questions are mailed to.
+    pub(super) email: Option<Vec<super::email::RawRecipient>>,
 }
 
 /// One `[[agents.<id>.mcp]]` table: an MCP server whose tools the agent

@@ -380,6 +380,7 @@ fn store_status(err: &StoreError) -> (StatusCode, &'static str) {
         StoreError::ThreadCorrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "thread_unreadable"),
         StoreError::GrantCorrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "grant_unreadable"),
         StoreError::NoThreads => (StatusCode::NOT_IMPLEMENTED, "no_threads"),
+        StoreError::NoGrants => (StatusCode::NOT_IMPLEMENTED, "no_grants"),
         StoreError::Corrupt { .. } | StoreError::NewerSchema { .. } => {
             (StatusCode::INTERNAL_SERVER_ERROR, "run_unreadable")
         }

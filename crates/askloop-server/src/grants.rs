@@ -48,7 +48,7 @@ pub(crate) struct GrantList {
 }
 
 fn store(state: &AppState) -> Result<&dyn GrantStore, ApiError> {
-    state.store.grant_store().ok_or(ApiError::Store(StoreError::NoThreads))
+    state.store.grant_store().ok_or(ApiError::Store(StoreError::NoGrants))
 }
 
 /// Whether the caller may see `grant`: of an agent it may act for, for a

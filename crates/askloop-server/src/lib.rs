@@ -62,6 +62,7 @@ mod body;
 mod chat;
 mod connections;
 mod decisions;
+pub mod email;
 mod error;
 mod events;
 mod extract;
@@ -184,6 +185,8 @@ pub struct Server {
     overrides: HashMap<String, Vec<RequestOverride>>,
     metrics: Metrics,
     links: Option<Arc<links::AnswerLinks>>,
+    /// Mails questions to the agents' recipients, when set.
+    mailer: Option<Arc<email::Mailer>>,
     /// Turns true when a shutdown begins: event streams end, and the
     /// background tasks (recovery, webhooks) stop.
     stopping: watch::Sender<bool>,
@@ -213,6 +216,7 @@ impl Server {
             overrides: HashMap::new(),
             metrics: Metrics::new(),
             links: None,
+            mailer: None,
             stopping: watch::Sender::new(false),
         })
     }
@@ -249,6 +253,17 @@ impl Server {
     pub fn links(mut self, links: links::AnswerLinks) -> Self {
         self.links = Some(Arc::new(links));
         self
+    }
+
+    /// Mails questions (see [`email`]): the outbox's deliveries to
+    /// `mailto:` destinations are sent over SMTP as `settings` say, each
+    /// with an answer link made out to its recipient, which needs
+    /// [`Server::links`]. The agents must have been built with a
+    /// subscription per recipient (`askloop_config::ServerConfig` adds
+    /// them). An unusable `from` or recipient address is an error here.
+    pub fn email(mut self, settings: email::EmailSettings) -> Result<Self, email::EmailError> {
+        self.mailer = Some(Arc::new(email::Mailer::new(settings)?));
+        Ok(self)
     }
 
     /// Lets a stream or generate request for agent `agent_id` replace these
@@ -439,12 +454,13 @@ impl Server {
                 self.stopping.subscribe(),
             ));
         }
-        if !self.webhooks.hooks.is_empty() {
+        if !self.webhooks.hooks.is_empty() || self.mailer.is_some() {
             let sender = webhooks::Sender::new(
                 Arc::clone(&self.store),
                 Arc::clone(&self.clock),
                 self.webhooks.clone(),
                 self.links.clone(),
+                self.mailer.clone(),
             )
             .map_err(|err| std::io::Error::other(format!("cannot make the webhooks' HTTP client: {err}")))?;
             tokio::spawn(sender.run(self.stopping.subscribe()));

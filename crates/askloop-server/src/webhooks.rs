@@ -32,6 +32,7 @@ mod receiver;
 
 pub use receiver::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret};
 
+use crate::email::{MAILTO, MailOutcome, Mailer};
 use crate::links::AnswerLinks;
 
 /// How many deliveries one claim takes, sent at once.
@@ -108,6 +109,9 @@ pub(crate) struct Sender {
     /// Answer links, when the server makes them: a raised question's
     /// notification carries one.
     links: Option<Arc<AnswerLinks>>,
+    /// Sends the deliveries whose destination is `mailto:...`, when the
+    /// server mails questions.
+    mailer: Option<Arc<Mailer>>,
 }
 
 impl fmt::Debug for Sender {
@@ -124,13 +128,20 @@ impl Sender {
         clock: Arc<dyn Clock>,
         webhooks: Webhooks,
         links: Option<Arc<AnswerLinks>>,
+        mailer: Option<Arc<Mailer>>,
     ) -> Result<Self, reqwest::Error> {
         // A receiver's redirect is not followed: the signature is for the
         // configured URL, and a 3xx counts as a failed attempt.
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()?;
-        let longest = webhooks.hooks.iter().map(|h| h.timeout).max().unwrap_or_default();
+        let longest = webhooks
+            .hooks
+            .iter()
+            .map(|h| h.timeout)
+            .chain(mailer.as_ref().map(|m| m.timeout()))
+            .max()
+            .unwrap_or_default();
         Ok(Sender {
             store,
             clock,
@@ -142,6 +153,7 @@ impl Sender {
             // Long enough for every attempt of a batch (they run at once).
             lease: longest + Duration::from_secs(30),
             links,
+            mailer,
         })
     }
 
@@ -178,23 +190,14 @@ impl Sender {
 
     async fn deliver(&self, delivery: Delivery) {
         let id = delivery.message.id.clone();
-        let outcome = match self.hooks.get(&delivery.message.destination) {
-            Some(hook) => match self.attempt(hook, &delivery).await {
-                Ok(()) => DeliveryOutcome::Delivered,
-                Err(error) => failed(&delivery, hook.max_attempts, &error, self.clock.now()),
-            },
-            None => failed(
-                &delivery,
-                DEFAULT_MAX_ATTEMPTS,
-                &AttemptError::Unconfigured {
-                    destination: delivery.message.destination.clone(),
-                },
-                self.clock.now(),
-            ),
+        let outcome = if delivery.message.destination.starts_with(MAILTO) {
+            self.mail(&delivery).await
+        } else {
+            self.post(&delivery).await
         };
         match &outcome {
             DeliveryOutcome::Delivered => {
-                tracing::info!(id = %id, run_id = %delivery.message.run_id, event = %delivery.message.event, "notification delivered")
+                tracing::info!(id = %id, run_id = %delivery.message.run_id, event = %delivery.message.event, destination = %delivery.message.destination, "notification delivered")
             }
             DeliveryOutcome::Dead { error } => tracing::warn!(id = %id, error = %error, "notification given up on"),
             other => tracing::info!(id = %id, outcome = ?other, "notification not delivered yet"),
@@ -203,6 +206,50 @@ impl Sender {
             // Lost: another sender took it (this attempt outlasted the
             // lease) and sends it again; the receiver dedupes on the id.
             tracing::warn!(id = %id, error = %err, "cannot record a delivery attempt");
+        }
+    }
+
+    /// One attempt of a mail delivery. A question closed before its mail
+    /// went out is not mailed: the delivery ends as given up on, its error
+    /// saying why it was not sent.
+    async fn mail(&self, delivery: &Delivery) -> DeliveryOutcome {
+        let Some(mailer) = &self.mailer else {
+            let error = AttemptError::Unconfigured {
+                destination: delivery.message.destination.clone(),
+            };
+            return failed(delivery, DEFAULT_MAX_ATTEMPTS, &error, self.clock.now());
+        };
+        let now = self.clock.now();
+        match mailer
+            .deliver(self.store.as_ref(), self.links.as_deref(), &delivery.message, now)
+            .await
+        {
+            MailOutcome::Sent => DeliveryOutcome::Delivered,
+            MailOutcome::NotSent(reason) => DeliveryOutcome::Dead { error: reason },
+            MailOutcome::Failed(error) => failed(
+                delivery,
+                mailer.max_attempts(),
+                &AttemptError::Mail(error),
+                self.clock.now(),
+            ),
+        }
+    }
+
+    /// One attempt of a webhook delivery.
+    async fn post(&self, delivery: &Delivery) -> DeliveryOutcome {
+        match self.hooks.get(&delivery.message.destination) {
+            Some(hook) => match self.attempt(hook, delivery).await {
+                Ok(()) => DeliveryOutcome::Delivered,
+                Err(error) => failed(delivery, hook.max_attempts, &error, self.clock.now()),
+            },
+            None => failed(
+                delivery,
+                DEFAULT_MAX_ATTEMPTS,
+                &AttemptError::Unconfigured {
+                    destination: delivery.message.destination.clone(),
+                },
+                self.clock.now(),
+            ),
         }
     }
 
@@ -270,6 +317,7 @@ impl Sender {
                 &message.id,
                 &message.run_id,
                 call,
+                &links.settings().webhook_recipient,
                 message.created_at,
             )
             .await;
@@ -290,6 +338,9 @@ enum AttemptError {
     /// The delivery names a webhook this server has no `[[webhooks]]` table
     /// for.
     Unconfigured { destination: String },
+    /// The mail was not sent this time (the SMTP server could not be
+    /// reached, or refused it).
+    Mail(String),
     /// The body could not be written as JSON.
     Body(serde_json::Error),
     /// No answer: the receiver could not be reached, or did not answer
@@ -302,6 +353,11 @@ enum AttemptError {
 impl fmt::Display for AttemptError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            AttemptError::Unconfigured { destination } if destination.starts_with(MAILTO) => write!(
+                f,
+                "this server mails no questions ([email] in its configuration), and this delivery is to {destination}"
+            ),
+            AttemptError::Mail(error) => f.write_str(error),
             AttemptError::Unconfigured { destination } => write!(
                 f,
                 "no [[webhooks]] table with url {destination:?} in this server's configuration"
@@ -318,7 +374,7 @@ impl std::error::Error for AttemptError {
         match self {
             AttemptError::Body(err) => Some(err),
             AttemptError::Unreachable { error, .. } => Some(error),
-            AttemptError::Unconfigured { .. } | AttemptError::Refused { .. } => None,
+            AttemptError::Unconfigured { .. } | AttemptError::Refused { .. } | AttemptError::Mail(_) => None,
         }
     }
 }

@@ -92,6 +92,25 @@ async fn question_for_alice(server: &TestServer) -> (String, String, String) {
     (run_id, path, token)
 }
 
+/// A server of `assistant` whose clock (and its store's) the test holds,
+/// from 2030-01-01, making links with `settings`.
+async fn held_clock_server(settings: LinkSettings) -> (ManualClock, Arc<dyn RunStore>, TestServer) {
+    let clock = ManualClock::starting_at("2030-01-01T00:00:00Z".parse().unwrap());
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let agent = Agent::builder("assistant")
+        .model(scripted(DEPLOY_SCRIPT))
+        .tool(AskUser::new())
+        .store(Arc::clone(&store))
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .unwrap();
+    let server = Server::new(vec![agent], Arc::clone(&store))
+        .unwrap()
+        .options(ServerOptions::default().recover_every(Duration::ZERO))
+        .links(AnswerLinks::new(settings, PUBLIC));
+    (clock, store, TestServer::serve(server).await)
+}
+
 fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or_default()
 }
@@ -191,21 +210,8 @@ async fn a_changed_link_is_refused_and_changes_nothing() {
 
 #[tokio::test]
 async fn an_expired_link_says_so_and_a_link_never_outlives_the_configured_age() {
-    let clock = ManualClock::starting_at("2030-01-01T00:00:00Z".parse().unwrap());
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
-    let agent = Agent::builder("assistant")
-        .model(scripted(DEPLOY_SCRIPT))
-        .tool(AskUser::new())
-        .store(Arc::clone(&store))
-        .clock(Arc::new(clock.clone()))
-        .build()
-        .unwrap();
     let settings = LinkSettings::new(key("k1"), []).max_age(Duration::from_secs(3600));
-    let server = Server::new(vec![agent], Arc::clone(&store))
-        .unwrap()
-        .options(ServerOptions::default().recover_every(Duration::ZERO))
-        .links(AnswerLinks::new(settings, PUBLIC));
-    let server = TestServer::serve(server).await;
+    let (clock, store, server) = held_clock_server(settings).await;
     let (run_id, _) = suspended_run(&server).await;
 
     let long = mint(&server, &run_id, json!({"to": "Alice", "expiresIn": "3d"})).await;
@@ -227,6 +233,52 @@ async fn an_expired_link_says_so_and_a_link_never_outlives_the_configured_age() 
         200,
         "the longer link still works"
     );
+}
+
+#[tokio::test]
+async fn a_link_taken_by_a_process_that_died_before_storing_its_answer_opens_again_a_minute_later() {
+    let (clock, store, server) = held_clock_server(LinkSettings::new(key("k1"), [])).await;
+    let (run_id, _) = suspended_run(&server).await;
+    let link = mint(&server, &run_id, json!({"to": "Alice"})).await;
+    let path = path_of(&link);
+    let token = form_token(&server, &path).await;
+    // What a process that died between the two writes leaves: the link
+    // taken, no answer stored.
+    let links = store.link_store().unwrap();
+    let link_id = link["linkId"].as_str().unwrap();
+    assert!(links.take_link(link_id, askloop::Clock::now(&clock)).await.unwrap());
+
+    clock.advance(Duration::from_secs(30));
+    let (status, shown) = question(&server, &path).await;
+    assert_eq!(
+        (status, code(&shown)),
+        (410, "link_used"),
+        "within the minute, the take may still be storing: {shown}"
+    );
+    let (status, _) = answer(&server, &path, json!({"formToken": token, "resumeData": "staging"})).await;
+    assert_eq!(status, 410);
+
+    clock.advance(Duration::from_secs(31));
+    let (status, shown) = question(&server, &path).await;
+    assert_eq!(
+        status, 200,
+        "its call still waits, so the lost take is given back: {shown}"
+    );
+    let (status, answered) = answer(&server, &path, json!({"formToken": token, "resumeData": "staging"})).await;
+    assert_eq!(status, 200, "{answered}");
+    let run = until_status(&store, &run_id, RunStatus::Completed).await;
+    let [resolution] = &run.resolutions[..] else {
+        panic!("{:?}", run.resolutions)
+    };
+    assert_eq!(
+        (resolution.author.via, resolution.author.by.as_deref()),
+        (Interface::Link, Some("Alice"))
+    );
+
+    // Now the link was used and its call answered: a minute later it stays used.
+    clock.advance(Duration::from_secs(120));
+    let (status, shown) = question(&server, &path).await;
+    assert_eq!((status, code(&shown)), (410, "link_used"), "{shown}");
 }
 
 #[tokio::test]

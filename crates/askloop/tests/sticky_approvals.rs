@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use askloop::{
-    Agent, Always, Author, Clock, FunctionTool, GrantQuery, GrantScope, GrantStore, Interface, ManualClock,
-    MemoryStore, ResolutionKind, ResumeOptions, RunError, RunStatus, StreamOptions, StreamOutput, ThreadOptions,
-    ToolOutput,
+    Agent, Always, Author, CallDecision, Clock, FunctionTool, GrantQuery, GrantScope, GrantStore, Interface,
+    ManualClock, MemoryStore, ResolutionKind, ResumeOptions, RunError, RunStatus, StoreError, StreamOptions,
+    StreamOutput, ThreadOptions, ToolOutput,
 };
-use common::CountingModel;
+use common::{CountingModel, FlakyStore};
 use serde_json::{Value, json};
 
 /// Turn N is played when the request holds N assistant messages: a run on a
@@ -33,11 +33,10 @@ struct Setup {
     store: Arc<MemoryStore>,
 }
 
-/// An agent whose `send` tool asks for approval by its own policy.
-fn setup() -> Setup {
-    let sent = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&sent);
-    let send = FunctionTool::builder("send")
+/// A `send` tool that asks for approval by its own policy, counting its sends in `sent`.
+fn send_tool(sent: &Arc<AtomicUsize>) -> FunctionTool {
+    let counter = Arc::clone(sent);
+    FunctionTool::builder("send")
         .input_schema(json!({"type": "object", "properties": {"to": {"type": "string"}}}))
         .requires_approval(true)
         .execute(move |args: Value, _ctx| {
@@ -46,7 +45,13 @@ fn setup() -> Setup {
                 counter.fetch_add(1, Ordering::SeqCst);
                 Ok(ToolOutput::text(format!("sent to {}", args["to"])).into())
             }
-        });
+        })
+}
+
+/// An agent whose `send` tool asks for approval by its own policy.
+fn setup() -> Setup {
+    let sent = Arc::new(AtomicUsize::new(0));
+    let send = send_tool(&sent);
     let clock = Arc::new(ManualClock::starting_now());
     let store = Arc::new(MemoryStore::with_clock(clock.clone()));
     let agent = Agent::builder("mailer")
@@ -195,6 +200,41 @@ async fn setup_with_expiry() -> Setup {
     )
     .await;
     setup
+}
+
+#[tokio::test]
+async fn a_store_that_keeps_no_grants_refuses_an_approval_that_sticks_and_its_call_still_waits() {
+    let sent = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(FlakyStore::default());
+    let agent = Agent::builder("mailer")
+        .model(CountingModel::new(SCRIPT))
+        .tool(send_tool(&sent))
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let out = agent.stream("Send it").await.unwrap().output().await;
+    assert_eq!(out.status, RunStatus::Suspended);
+    let call = out.pending[0].tool_call_id.clone();
+    let always = Always::in_scope(GrantScope::Thread);
+    let alone = agent
+        .approve_tool_call_always(ResumeOptions::run(&out.run_id), always.clone())
+        .await;
+    assert!(
+        matches!(alone, Err(RunError::Store(StoreError::NoGrants))),
+        "{:?}",
+        alone.err()
+    );
+    let together = agent
+        .decide_all(&out.run_id, vec![(call, CallDecision::ApproveAlways(always))], dana())
+        .await;
+    assert!(
+        matches!(together, Err(RunError::Store(StoreError::NoGrants))),
+        "{:?}",
+        together.err()
+    );
+    let run = agent.get_run(&out.run_id).await.unwrap();
+    assert_eq!((run.status, run.pending.len()), (RunStatus::Suspended, 1));
+    assert_eq!(sent.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]

@@ -56,9 +56,10 @@ pub async fn http(target: &Target, n: usize) -> anyhow::Result<Report> {
     let total = started.elapsed();
     let cpu = served.cpu_time()?.saturating_sub(cpu_before);
     let memory = served.memory_mb()?;
+    let implementation = served.implementation;
     served.stop().await?;
     let figures = RoundTrips {
-        implementation: IMPL,
+        implementation,
         mode: "http",
         n,
         total_s: measure::secs(total),

@@ -1,5 +1,6 @@
 //! The benchmark modes, each producing one JSON line.
 
+mod compare;
 mod concurrent;
 mod http;
 mod inbox;
@@ -11,6 +12,7 @@ mod waiting;
 
 use serde::Serialize;
 
+pub use compare::compare;
 pub use concurrent::concurrent;
 pub use http::{http, http_concurrent};
 pub use inbox::inbox;

@@ -13,7 +13,7 @@ use crate::escape;
 use crate::exit::{CliError, Done};
 
 fn grant_store(store: &Arc<dyn RunStore>) -> Result<&dyn GrantStore, CliError> {
-    store.grant_store().ok_or_else(|| CliError::from(StoreError::NoThreads))
+    store.grant_store().ok_or_else(|| CliError::from(StoreError::NoGrants))
 }
 
 /// `askloop grants`: the resource's grants, newest first; live ones unless

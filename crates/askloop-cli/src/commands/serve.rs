@@ -64,6 +64,11 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         Ok(None) => {}
         Err(off) => errln!("askloop: warning: {off}"),
     }
+    if let Some(email) = &config.email {
+        server = server
+            .email(email.clone())
+            .map_err(|err| CliError::usage(format!("{}: email: {err}", config_name(&config))))?;
+    }
     let server = config.agents.iter().fold(server, |server, agent| {
         server.allow_overrides(agent.id.clone(), agent.request_overrides.iter().copied())
     });
@@ -114,6 +119,15 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             "askloop: sending notifications to {} webhook{}",
             config.webhooks.len(),
             if config.webhooks.len() == 1 { "" } else { "s" }
+        );
+    }
+    if let Some(email) = &config.email {
+        let people = email.recipients.len();
+        errln!(
+            "askloop: mailing questions through {}:{} to {people} recipient{}",
+            email.host,
+            email.port,
+            if people == 1 { "" } else { "s" }
         );
     }
     let (shutdown, stop) = shutdown_signals();
@@ -323,4 +337,12 @@ impl Signals {
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// The configuration file's name, for messages.
+fn config_name(config: &ServerConfig) -> String {
+    config
+        .path
+        .as_ref()
+        .map_or_else(|| "(built-in configuration)".to_owned(), |p| p.display().to_string())
 }

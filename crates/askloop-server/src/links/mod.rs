@@ -52,6 +52,11 @@ pub const MIN_LINK_KEY_CHARS: usize = 32;
 /// The longest recipient name, in characters.
 const MAX_RECIPIENT_CHARS: usize = 200;
 
+/// How soon after a link is taken its answer is stored (in milliseconds, in
+/// practice). A link taken longer ago than this whose call still waits lost
+/// its answer (the process died between the two writes) and opens again.
+const TAKEN_AND_LOST: chrono::Duration = chrono::Duration::seconds(60);
+
 /// A link signing key: its id (named in the links it signs) and its
 /// secret. Its `Debug` does not show the secret.
 #[derive(Clone, PartialEq, Eq)]
@@ -368,14 +373,17 @@ impl AnswerLinks {
         self.mint_with_id(store, request, now, link_id).await
     }
 
-    /// Makes the link of a webhook notification (its id derived from the
-    /// notification's, so each attempt of one delivery carries one link).
+    /// Makes the link of a notification, made out to `recipient` (its id
+    /// derived from the notification's, so each attempt of one delivery
+    /// carries one link: a webhook retried, or a mail sent again after a
+    /// failed attempt).
     pub(crate) async fn mint_for_notification(
         &self,
         store: &dyn RunStore,
         notification_id: &str,
         run_id: &str,
         tool_call_id: &str,
+        recipient: &str,
         written_at: DateTime<Utc>,
     ) -> Result<MintedLink, LinkError> {
         let digest = Sha256::digest(format!("notification:{notification_id}").as_bytes());
@@ -383,7 +391,7 @@ impl AnswerLinks {
         let request = LinkRequest {
             run_id,
             tool_call_id: Some(tool_call_id),
-            recipient: &self.settings.webhook_recipient,
+            recipient,
             valid_for: None,
         };
         self.mint_with_id(store, request, written_at, format!("lnk_{hex}"))
@@ -480,9 +488,17 @@ impl AnswerLinks {
         if !matches {
             return Err(LinkRefusal::Invalid.into());
         }
-        if let Some(refusal) = LinkRefusal::of_state(row.state(now)) {
-            return Err(refusal.into());
-        }
+        let mut row = row;
+        let state = row.state(now);
+        let stale_take = match state {
+            LinkState::Used(taken) if now - taken >= TAKEN_AND_LOST => Some(taken),
+            other => {
+                if let Some(refusal) = LinkRefusal::of_state(other) {
+                    return Err(refusal.into());
+                }
+                None
+            }
+        };
         let run = store.get(&row.run_id).await?.ok_or(LinkRefusal::Invalid)?;
         let waiting = run.status == RunStatus::Suspended;
         let call = run
@@ -490,6 +506,18 @@ impl AnswerLinks {
             .iter()
             .find(|p| waiting && p.tool_call_id == row.tool_call_id && !p.is_expired(now))
             .cloned();
+        if let Some(taken) = stale_take {
+            // Taken long ago, and its call still waits: the answer of that
+            // take was never stored (the process died between the two
+            // writes, or could not give the link back). The link is given
+            // back, once, by a compare-and-set on the time it was taken.
+            if call.is_none() || row.revoked_at.is_some() || row.expires_at <= now {
+                return Err(LinkRefusal::of_state(state).unwrap_or(LinkRefusal::Invalid).into());
+            }
+            links.release_link(&row.link_id, taken).await?;
+            row.used_at = None;
+            tracing::warn!(link_id = %row.link_id, taken_at = %taken, "an answer link taken without its answer being stored is open again");
+        }
         let Some(call) = call else {
             return Err(LinkRefusal::Closed {
                 how: closed_how(&run, &row.tool_call_id),
@@ -581,7 +609,7 @@ fn waiting_call<'a>(run: &'a RunRecord, tool_call_id: Option<&str>) -> Result<&'
 }
 
 /// What became of a call that no longer waits, for the link's page.
-fn closed_how(run: &RunRecord, tool_call_id: &str) -> String {
+pub(crate) fn closed_how(run: &RunRecord, tool_call_id: &str) -> String {
     match run.call_resolution(tool_call_id) {
         Some(resolution) => describe(resolution),
         None if run.status.is_finished() => format!("the run is {}", run.status),

@@ -10,7 +10,9 @@
 //!   guard refuses other bodies and other sites' pages). The link is taken
 //!   in the store first, so it answers once; then the answer goes through
 //!   the agent's one exactly-once resume, recorded as by the recipient
-//!   through the link. An answer the question refuses gives the link back.
+//!   through the link. An answer the question refuses gives the link back;
+//!   a link taken a minute ago or more whose call still waits (the process
+//!   died before the answer was stored) opens again.
 
 use std::sync::Arc;
 

@@ -80,7 +80,17 @@ impl Agent {
                 "an approval takes no `reason`: a reason goes with a decline, and is told to the model".into(),
             ));
         }
+        self.can_keep_grants()?;
         self.decide(options, Decision::ApproveAlways(always)).await
+    }
+
+    /// A store that keeps no grants cannot make an approval stick: refused
+    /// before anything is decided, rather than approved without its grant.
+    fn can_keep_grants(&self) -> Result<(), RunError> {
+        match self.inner.store.grant_store() {
+            Some(_) => Ok(()),
+            None => Err(RunError::Store(crate::StoreError::NoGrants)),
+        }
     }
 
     /// Declines a pending call. A call waiting on approval never runs (the
@@ -174,7 +184,10 @@ impl Agent {
                 };
                 (tool_call_id, decision)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        if decisions.iter().any(|(_, d)| matches!(d, Decision::ApproveAlways(_))) {
+            self.can_keep_grants()?;
+        }
         match self
             .enter(run_id, Request::DecideAll { decisions, author }, None)
             .await?

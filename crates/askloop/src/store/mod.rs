@@ -741,6 +741,9 @@ pub enum StoreError {
     /// The store keeps no threads (see [`RunStore::thread_store`]).
     #[error("this store keeps no threads")]
     NoThreads,
+    /// The store keeps no standing approvals (see [`RunStore::grant_store`]).
+    #[error("this store keeps no standing approvals (grants)")]
+    NoGrants,
     /// The store was closed; nothing more can be read or written through it.
     #[error("the store is closed")]
     Closed,

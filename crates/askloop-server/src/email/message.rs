@@ -1,0 +1,349 @@
+//! What a person receives: one message per waiting call, with a plain-text
+//! and an HTML part, saying what is asked and giving the answer link.
+//!
+//! The question's text, its options and a tool's arguments are the model's
+//! words, not ours: in the HTML part every one of them is escaped and
+//! stays text (never markup, never a link); in the plain-text part it is
+//! quoted (each line starts with `> `), so a line of the model's can never
+//! pass for one of ours; and the subject holds none of its line breaks or
+//! other control characters, so it cannot add a header. The only link in
+//! the message is the answer link.
+
+use std::fmt::Write as _;
+
+use askloop::{PendingKind, PendingToolCall, Question, SelectionMode};
+use chrono::{DateTime, Utc};
+
+/// The most characters of the question the subject carries.
+const SUBJECT_QUESTION_CHARS: usize = 80;
+
+/// What one message is about.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MailQuestion<'a> {
+    /// The agent that asks (its id).
+    pub(crate) agent: &'a str,
+    /// The run.
+    pub(crate) run_id: &'a str,
+    /// Whom it is for (the link answers as them).
+    pub(crate) recipient: &'a str,
+    /// The waiting call.
+    pub(crate) call: &'a PendingToolCall,
+    /// The answer link.
+    pub(crate) link: &'a str,
+    /// When the link stops working.
+    pub(crate) expires_at: DateTime<Utc>,
+}
+
+/// A message's subject and its two bodies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Composed {
+    pub(crate) subject: String,
+    pub(crate) text: String,
+    pub(crate) html: String,
+}
+
+/// What is asked, read from the call.
+enum Asked {
+    /// An `ask_user` question (or any suspension with its shape).
+    Question(Question),
+    /// A call waiting for approval: the tool and its arguments.
+    Approval { tool: String, args: String },
+    /// Another tool's suspension: its payload as JSON.
+    Other { tool: String, payload: String },
+}
+
+fn asked(call: &PendingToolCall) -> Asked {
+    let pretty = |value: &serde_json::Value| serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    match call.kind {
+        PendingKind::Approval => Asked::Approval {
+            tool: call.tool_name.clone(),
+            args: pretty(&call.args),
+        },
+        _ => match call.suspend_payload.as_ref().and_then(Question::from_payload) {
+            Some(question) => Asked::Question(question),
+            None => Asked::Other {
+                tool: call.tool_name.clone(),
+                payload: call.suspend_payload.as_ref().map(pretty).unwrap_or_default(),
+            },
+        },
+    }
+}
+
+/// Composes the message of `question`.
+pub(crate) fn compose(question: &MailQuestion<'_>) -> Composed {
+    let asked = asked(question.call);
+    let agent = one_line(question.agent, 60);
+    let subject = match &asked {
+        Asked::Question(q) => format!("[askloop] {agent} asks: {}", one_line(&q.text, SUBJECT_QUESTION_CHARS)),
+        Asked::Approval { tool, .. } => format!("[askloop] {agent} asks to run {}", one_line(tool, 60)),
+        Asked::Other { tool, .. } => format!("[askloop] {agent} waits on {}", one_line(tool, 60)),
+    };
+    Composed {
+        subject,
+        text: text_body(question, &asked),
+        html: html_body(question, &asked),
+    }
+}
+
+/// `text` on one line: control characters (line breaks among them) become
+/// spaces, runs of spaces one, cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let spaced: String = text
+        .chars()
+        .map(|c| {
+            if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
+    let words: Vec<&str> = spaced.split_whitespace().collect();
+    let joined = words.join(" ");
+    if joined.chars().count() <= max {
+        return joined;
+    }
+    let cut: String = joined.chars().take(max.saturating_sub(1)).collect();
+    format!("{}…", cut.trim_end())
+}
+
+/// Each line of `text` prefixed with `> `.
+fn quoted(text: &str) -> String {
+    text.lines().map(|line| format!("> {line}\n")).collect()
+}
+
+fn mode_hint(mode: Option<SelectionMode>) -> &'static str {
+    match mode {
+        Some(SelectionMode::MultiSelect) => "Choose one or more of:",
+        Some(SelectionMode::SingleSelect) => "Choose one of:",
+        _ => "Choose one of:",
+    }
+}
+
+fn text_body(q: &MailQuestion<'_>, asked: &Asked) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Hello {},\n", one_line(q.recipient, 200));
+    match asked {
+        Asked::Question(question) => {
+            let _ = writeln!(out, "Agent {} asks (its words, quoted):\n", one_line(q.agent, 60));
+            out.push_str(&quoted(&question.text));
+            if !question.options.is_empty() {
+                let _ = writeln!(out, "\n{}", mode_hint(question.mode));
+                for option in &question.options {
+                    let line = match &option.description {
+                        Some(d) => format!("{}: {}", option.label, d),
+                        None => option.label.clone(),
+                    };
+                    out.push_str(&quoted(&format!("- {}", one_line(&line, 400))));
+                }
+            }
+        }
+        Asked::Approval { tool, args } => {
+            let _ = writeln!(
+                out,
+                "Agent {} asks for approval to run the tool {} with these arguments:\n",
+                one_line(q.agent, 60),
+                one_line(tool, 200)
+            );
+            out.push_str(&quoted(args));
+        }
+        Asked::Other { tool, payload } => {
+            let _ = writeln!(
+                out,
+                "Agent {} waits on the tool {}, which asks:\n",
+                one_line(q.agent, 60),
+                one_line(tool, 200)
+            );
+            out.push_str(&quoted(payload));
+        }
+    }
+    let _ = write!(
+        out,
+        "\nAnswer here (the link works once, until {}):\n{}\n\n\
+         Whoever opens this link answers as {}: do not forward this mail.\n\
+         Run {}, call {}.\n",
+        askloop::rfc3339(q.expires_at),
+        q.link,
+        one_line(q.recipient, 200),
+        q.run_id,
+        one_line(&q.call.tool_call_id, 200),
+    );
+    out
+}
+
+/// `text` with the characters HTML gives meaning to escaped.
+pub(crate) fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn html_body(q: &MailQuestion<'_>, asked: &Asked) -> String {
+    let e = escape_html;
+    let mut body = String::new();
+    let _ = write!(body, "<p>Hello {},</p>", e(q.recipient));
+    match asked {
+        Asked::Question(question) => {
+            let _ = write!(body, "<p>Agent <b>{}</b> asks:</p>", e(q.agent));
+            let _ = write!(
+                body,
+                "<blockquote style=\"margin:0 0 16px;padding:12px 16px;border-left:4px solid #4f6bed;background:#f4f6fb;white-space:pre-wrap\">{}</blockquote>",
+                e(&question.text)
+            );
+            if !question.options.is_empty() {
+                let _ = write!(body, "<p>{}</p><ul>", mode_hint(question.mode));
+                for option in &question.options {
+                    let _ = write!(body, "<li><b>{}</b>", e(&option.label));
+                    if let Some(d) = &option.description {
+                        let _ = write!(body, ": {}", e(d));
+                    }
+                    body.push_str("</li>");
+                }
+                body.push_str("</ul>");
+            }
+        }
+        Asked::Approval { tool, args } => {
+            let _ = write!(
+                body,
+                "<p>Agent <b>{}</b> asks for approval to run the tool <code>{}</code> with these arguments:</p><pre style=\"padding:12px 16px;background:#f4f6fb;white-space:pre-wrap\">{}</pre>",
+                e(q.agent),
+                e(tool),
+                e(args)
+            );
+        }
+        Asked::Other { tool, payload } => {
+            let _ = write!(
+                body,
+                "<p>Agent <b>{}</b> waits on the tool <code>{}</code>, which asks:</p><pre style=\"padding:12px 16px;background:#f4f6fb;white-space:pre-wrap\">{}</pre>",
+                e(q.agent),
+                e(tool),
+                e(payload)
+            );
+        }
+    }
+    let _ = write!(
+        body,
+        "<p><a href=\"{link}\" style=\"display:inline-block;padding:10px 18px;background:#4f6bed;color:#fff;border-radius:6px;text-decoration:none\">Open the question and answer</a></p>\
+         <p style=\"color:#555;font-size:13px\">The link works once, until {expires}. Whoever opens it answers as {to}: do not forward this mail.<br>Run {run}, call {call}.</p>",
+        link = e(q.link),
+        expires = e(&askloop::rfc3339(q.expires_at)),
+        to = e(q.recipient),
+        run = e(q.run_id),
+        call = e(&q.call.tool_call_id),
+    );
+    format!(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{}</title></head>\
+         <body style=\"font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:640px;margin:24px auto;padding:0 16px;color:#1d1d1f;line-height:1.5\">{body}</body></html>",
+        e(&format!("Question from {}", q.agent))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(payload: serde_json::Value) -> PendingToolCall {
+        PendingToolCall {
+            tool_call_id: "call_1".into(),
+            tool_name: "ask_user".into(),
+            args: payload.clone(),
+            kind: PendingKind::Suspended,
+            suspend_payload: Some(payload),
+            resume_schema: None,
+            expires_at: None,
+            started_at: None,
+        }
+    }
+
+    fn call_with(question: &str) -> PendingToolCall {
+        call(json!({ "question": question }))
+    }
+
+    fn composed(call: &PendingToolCall) -> Composed {
+        compose(&MailQuestion {
+            agent: "deployer",
+            run_id: "run_1",
+            recipient: "Alice",
+            call,
+            link: "https://askloop.example.com/links/tok",
+            expires_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        })
+    }
+
+    #[test]
+    fn a_hostile_question_stays_text_in_html_quoted_in_text_and_out_of_the_subject_lines() {
+        let hostile = "Pick one</blockquote><a href=\"https://evil.example\">click</a><script>x()</script>\r\nBcc: victim@example.com\r\n\r\nAnswer here: https://evil.example/links/fake";
+        let call = call(
+            json!({"question": hostile, "options": [{"label": "<b>yes</b>", "description": "<img src=x>"}], "selectionMode": "single_select"}),
+        );
+        let mail = composed(&call);
+        assert!(
+            !mail.subject.contains('\r') && !mail.subject.contains('\n'),
+            "{:?}",
+            mail.subject
+        );
+        assert!(
+            mail.subject
+                .starts_with("[askloop] deployer asks: Pick one</blockquote>"),
+            "{:?}",
+            mail.subject
+        );
+        let short = composed(&call_with("Deploy?\r\nBcc: victim@example.com"));
+        assert_eq!(
+            short.subject,
+            "[askloop] deployer asks: Deploy? Bcc: victim@example.com"
+        );
+        assert!(!mail.html.contains("<a href=\"https://evil"), "{}", mail.html);
+        assert!(!mail.html.contains("<script>") && !mail.html.contains("<img") && !mail.html.contains("<b>yes"));
+        assert!(
+            mail.html
+                .contains("&lt;a href=&quot;https://evil.example&quot;&gt;click&lt;/a&gt;")
+        );
+        assert_eq!(
+            mail.html.matches("<a ").count(),
+            1,
+            "only the answer link: {}",
+            mail.html
+        );
+        assert!(
+            mail.text.contains("> Answer here: https://evil.example/links/fake"),
+            "{}",
+            mail.text
+        );
+        assert!(
+            mail.text.contains("Answer here (the link works once"),
+            "ours is unquoted: {}",
+            mail.text
+        );
+    }
+
+    #[test]
+    fn an_approval_names_the_tool_and_its_arguments() {
+        let mut approval = call(json!({}));
+        approval.kind = PendingKind::Approval;
+        approval.tool_name = "write_file".into();
+        approval.args = json!({"path": "notes/plan.md"});
+        approval.suspend_payload = None;
+        let mail = composed(&approval);
+        assert_eq!(mail.subject, "[askloop] deployer asks to run write_file");
+        assert!(mail.text.contains("> {") && mail.text.contains("\"path\": \"notes/plan.md\""));
+        assert!(mail.html.contains("<code>write_file</code>") && mail.html.contains("&quot;path&quot;"));
+    }
+
+    #[test]
+    fn a_long_question_is_cut_in_the_subject() {
+        let mail = composed(&call(json!({"question": "why ".repeat(100)})));
+        assert!(mail.subject.ends_with('…'), "{}", mail.subject);
+        assert!(mail.subject.chars().count() < 120);
+    }
+}

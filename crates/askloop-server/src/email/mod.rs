@@ -1,0 +1,392 @@
+//! Questions by email: when a run of an agent with email recipients raises
+//! a question (or waits for an approval), the agent writes one notification
+//! per recipient into the store's outbox, in the same write, with the
+//! destination `mailto:<address>` (see `askloop_config`). The server's
+//! outbox sender (`webhooks.rs`) hands those to its `Mailer`, which
+//!
+//! 1. reads the run again: a question resolved meanwhile is not mailed
+//!    (the delivery is recorded as not sent, with the reason);
+//! 2. makes an answer link made out to the recipient, as `askloop link`
+//!    does, its id derived from the delivery's so a mail sent again after a
+//!    failed attempt carries the same link;
+//! 3. sends a plain-text and HTML message (`message.rs`) over SMTP.
+//!
+//! A mail server that cannot be reached or refuses the message fails the
+//! attempt: the outbox tries again with its backoff, up to `max_attempts`,
+//! and records each attempt. Delivery is at least once: a server that dies
+//! between the SMTP server's acceptance and recording it sends again, with
+//! the same `Message-ID`.
+
+mod message;
+
+use std::fmt;
+use std::time::Duration;
+
+use askloop::{ErrorChain, OutboxMessage, RunStatus, RunStore};
+use chrono::{DateTime, Utc};
+use lettre::message::{Mailbox, MultiPart};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+
+use crate::links::{AnswerLinks, LinkError, closed_how};
+
+/// The destinations of mail notifications start with this.
+pub const MAILTO: &str = "mailto:";
+
+/// How many attempts a mail gets, unless `[email] max_attempts` says
+/// otherwise.
+pub const DEFAULT_MAIL_ATTEMPTS: u32 = 20;
+
+/// How long one SMTP attempt may take, unless `[email] timeout` says
+/// otherwise.
+pub const DEFAULT_SMTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How the connection to the SMTP server is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SmtpTls {
+    /// Plain text (a relay on this machine or a test server only).
+    None,
+    /// A plain connection upgraded with STARTTLS, which must succeed
+    /// (port 587).
+    StartTls,
+    /// TLS from the first byte (port 465).
+    Tls,
+}
+
+impl SmtpTls {
+    /// The names accepted in `[email] tls`.
+    pub const NAMES: &'static str = "\"none\", \"starttls\" or \"tls\"";
+
+    /// Reads a `tls` value.
+    pub fn parse(name: &str) -> Option<SmtpTls> {
+        match name {
+            "none" => Some(SmtpTls::None),
+            "starttls" => Some(SmtpTls::StartTls),
+            "tls" => Some(SmtpTls::Tls),
+            _ => None,
+        }
+    }
+
+    /// The port used when none is given.
+    pub fn default_port(self) -> u16 {
+        match self {
+            SmtpTls::None => 25,
+            SmtpTls::StartTls => 587,
+            SmtpTls::Tls => 465,
+        }
+    }
+}
+
+/// A person questions are mailed to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailRecipient {
+    /// Their name: answer links are made out to it, and answers recorded
+    /// as by it.
+    pub name: String,
+    /// Their address.
+    pub address: String,
+    /// Only calls of these tools are mailed to them; empty: every call.
+    pub tools: Vec<String>,
+}
+
+impl MailRecipient {
+    /// The outbox destination of their mail.
+    pub fn destination(&self) -> String {
+        format!("{MAILTO}{}", self.address)
+    }
+}
+
+/// `[email]`, checked: the SMTP server, the sender, and each agent's
+/// recipients. Its `Debug` does not show the password.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EmailSettings {
+    /// The SMTP server's host name.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// How the connection is secured.
+    pub tls: SmtpTls,
+    /// The user to log in as, if the server wants a login.
+    pub username: Option<String>,
+    /// Their password (read from the environment variable the
+    /// configuration names).
+    pub password: Option<String>,
+    /// The `From` of every message, e.g. `askloop <askloop@example.com>`.
+    pub from: String,
+    /// Attempts per message before it is given up on.
+    pub max_attempts: u32,
+    /// How long one attempt may take.
+    pub timeout: Duration,
+    /// Each agent's recipients: (agent id, recipient).
+    pub recipients: Vec<(String, MailRecipient)>,
+}
+
+impl fmt::Debug for EmailSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmailSettings")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("from", &self.from)
+            .field("max_attempts", &self.max_attempts)
+            .field("timeout", &self.timeout)
+            .field("recipients", &self.recipients)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EmailSettings {
+    /// Settings for the SMTP server `host` (port, TLS and attempts at
+    /// their defaults for `tls`), sending as `from`, with no recipients.
+    pub fn new(host: impl Into<String>, tls: SmtpTls, from: impl Into<String>) -> Self {
+        EmailSettings {
+            host: host.into(),
+            port: tls.default_port(),
+            tls,
+            username: None,
+            password: None,
+            from: from.into(),
+            max_attempts: DEFAULT_MAIL_ATTEMPTS,
+            timeout: DEFAULT_SMTP_TIMEOUT,
+            recipients: Vec::new(),
+        }
+    }
+
+    /// The recipients of `agent`.
+    pub fn recipients_of<'a>(&'a self, agent: &'a str) -> impl Iterator<Item = &'a MailRecipient> + 'a {
+        self.recipients.iter().filter(move |(a, _)| a == agent).map(|(_, r)| r)
+    }
+}
+
+/// Why the mail settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmailError {
+    /// `from` is not a mailbox.
+    #[error("from: {from:?} is not a mail address (give e.g. \"askloop <askloop@example.com>\"): {error}")]
+    From {
+        /// As given.
+        from: String,
+        /// Why.
+        error: lettre::address::AddressError,
+    },
+    /// A recipient's address or name cannot be used.
+    #[error("recipient {address:?}: {problem}")]
+    Recipient {
+        /// As given.
+        address: String,
+        /// Why.
+        problem: String,
+    },
+    /// The SMTP connection cannot be set up (a TLS host name that is not
+    /// one).
+    #[error("cannot set up SMTP to {host}: {error}")]
+    Transport {
+        /// The host.
+        host: String,
+        /// Why.
+        error: lettre::transport::smtp::Error,
+    },
+}
+
+/// Checks a recipient's address: a mailbox lettre can send to.
+pub fn check_address(address: &str) -> Result<(), String> {
+    address
+        .parse::<lettre::Address>()
+        .map(|_| ())
+        .map_err(|err| format!("{address:?} is not a mail address ({err}); give e.g. \"alice@example.com\""))
+}
+
+/// Checks a `From`: a mailbox, with or without a name.
+pub fn check_from(from: &str) -> Result<(), String> {
+    from.parse::<Mailbox>()
+        .map(|_| ())
+        .map_err(|err| format!("{from:?} is not a mail address ({err}); give e.g. \"askloop <askloop@example.com>\""))
+}
+
+/// What became of one attempt to mail a question.
+#[derive(Debug)]
+pub(crate) enum MailOutcome {
+    /// The SMTP server accepted it.
+    Sent,
+    /// Not sent, and never will be (the question was resolved first); the
+    /// reason is recorded.
+    NotSent(String),
+    /// Not sent this time; try again later.
+    Failed(String),
+}
+
+/// Sends questions by email.
+pub(crate) struct Mailer {
+    settings: EmailSettings,
+    from: Mailbox,
+    transport: AsyncSmtpTransport<Tokio1Executor>,
+}
+
+impl fmt::Debug for Mailer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mailer")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Mailer {
+    /// A mailer for `settings`, checked.
+    pub(crate) fn new(settings: EmailSettings) -> Result<Mailer, EmailError> {
+        let from: Mailbox = settings.from.parse().map_err(|error| EmailError::From {
+            from: settings.from.clone(),
+            error,
+        })?;
+        for (_, recipient) in &settings.recipients {
+            check_address(&recipient.address).map_err(|problem| EmailError::Recipient {
+                address: recipient.address.clone(),
+                problem,
+            })?;
+        }
+        let transport_error = |error| EmailError::Transport {
+            host: settings.host.clone(),
+            error,
+        };
+        let builder = match settings.tls {
+            SmtpTls::None => AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&settings.host),
+            SmtpTls::StartTls => {
+                AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&settings.host).map_err(transport_error)?
+            }
+            SmtpTls::Tls => AsyncSmtpTransport::<Tokio1Executor>::relay(&settings.host).map_err(transport_error)?,
+        };
+        let mut builder = builder.port(settings.port).timeout(Some(settings.timeout));
+        if let Some(user) = &settings.username {
+            builder = builder.credentials(Credentials::new(
+                user.clone(),
+                settings.password.clone().unwrap_or_default(),
+            ));
+        }
+        Ok(Mailer {
+            from,
+            transport: builder.build(),
+            settings,
+        })
+    }
+
+    /// Attempts per message.
+    pub(crate) fn max_attempts(&self) -> u32 {
+        self.settings.max_attempts
+    }
+
+    /// How long one attempt may take.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.settings.timeout
+    }
+
+    /// One attempt to mail the question `message` announces, at `now`.
+    pub(crate) async fn deliver(
+        &self,
+        store: &dyn RunStore,
+        links: Option<&AnswerLinks>,
+        message: &OutboxMessage,
+        now: DateTime<Utc>,
+    ) -> MailOutcome {
+        let address = message.destination.strip_prefix(MAILTO).unwrap_or_default();
+        let data = message.payload.get("data");
+        let field = |name: &str| {
+            data.and_then(|d| d.get(name))
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+        };
+        let (agent, call_id) = (field("agentId"), field("toolCallId"));
+        let Some(recipient) = self.settings.recipients_of(agent).find(|r| r.address == address) else {
+            return MailOutcome::Failed(format!(
+                "no recipient {address:?} of agent {agent:?} in this server's configuration ([agents.{agent}] email)"
+            ));
+        };
+        let run = match store.get(&message.run_id).await {
+            Ok(Some(run)) => run,
+            Ok(None) => return MailOutcome::NotSent(format!("not sent: run {} no longer exists", message.run_id)),
+            Err(err) => {
+                return MailOutcome::Failed(format!("cannot read run {}: {}", message.run_id, ErrorChain(&err)));
+            }
+        };
+        let waiting = run.status == RunStatus::Suspended;
+        let Some(call) = run
+            .pending
+            .iter()
+            .find(|p| waiting && p.tool_call_id == call_id && !p.is_expired(now))
+        else {
+            return MailOutcome::NotSent(format!(
+                "not sent: the question was closed before the mail went out ({})",
+                closed_how(&run, call_id)
+            ));
+        };
+        if !recipient.tools.is_empty() && !recipient.tools.contains(&call.tool_name) {
+            return MailOutcome::NotSent(format!(
+                "not sent: {} is mailed calls of {} only, not of {}",
+                recipient.address,
+                recipient.tools.join(", "),
+                call.tool_name
+            ));
+        }
+        let Some(links) = links else {
+            return MailOutcome::Failed(
+                "this server makes no answer links ([links] and public_url), and a mailed question needs one"
+                    .to_owned(),
+            );
+        };
+        let link = match links
+            .mint_for_notification(
+                store,
+                &message.id,
+                &message.run_id,
+                call_id,
+                &recipient.name,
+                message.created_at,
+            )
+            .await
+        {
+            Ok(link) => link,
+            Err(
+                err @ (LinkError::NotWaiting { .. }
+                | LinkError::CallNotWaiting { .. }
+                | LinkError::CallExpired { .. }
+                | LinkError::UnknownRun { .. }),
+            ) => return MailOutcome::NotSent(format!("not sent: {err}")),
+            Err(err) => return MailOutcome::Failed(format!("cannot make the answer link: {}", ErrorChain(&err))),
+        };
+        let composed = message::compose(&message::MailQuestion {
+            agent,
+            run_id: &message.run_id,
+            recipient: &recipient.name,
+            call,
+            link: &link.url,
+            expires_at: link.expires_at,
+        });
+        let to: Mailbox = match recipient.address.parse() {
+            Ok(address) => Mailbox::new(Some(recipient.name.clone()), address),
+            Err(err) => return MailOutcome::Failed(format!("recipient {:?}: {err}", recipient.address)),
+        };
+        let built = lettre::Message::builder()
+            .from(self.from.clone())
+            .to(to)
+            .subject(composed.subject)
+            // The same on every attempt, so a mail sent twice (a server
+            // that died before recording the first) can be told apart.
+            .message_id(Some(format!("<{}@askloop>", message.id)))
+            .multipart(MultiPart::alternative_plain_html(composed.text, composed.html));
+        let mail = match built {
+            Ok(mail) => mail,
+            Err(err) => return MailOutcome::Failed(format!("cannot build the message: {err}")),
+        };
+        match self.transport.send(mail).await {
+            Ok(_) => MailOutcome::Sent,
+            Err(err) => MailOutcome::Failed(format!(
+                "SMTP {}:{}: {}",
+                self.settings.host,
+                self.settings.port,
+                ErrorChain(&err)
+            )),
+        }
+    }
+}

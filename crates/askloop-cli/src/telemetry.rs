@@ -49,9 +49,13 @@ pub struct ExportPlan {
 /// configuration file at `config` (its `[telemetry]` table only). A
 /// `[telemetry]` table that cannot be read is the error, naming its key.
 pub fn plan(config: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<ExportPlan>, String> {
-    let file = match config {
-        Some(path) => askloop_config::read_telemetry(path).map_err(|err| err.to_string())?,
-        None => None,
+    let file = match config.map(askloop_config::read_telemetry) {
+        None | Some(Ok(None)) => None,
+        Some(Ok(Some(file))) => Some(file),
+        Some(Err(err)) if err.key.starts_with("telemetry") => return Err(err.to_string()),
+        // A file that is no TOML at all is reported by the command that
+        // reads it whole; a command that does not read it never did.
+        Some(Err(_)) => None,
     };
     let set = |name: &str| env(name).filter(|value| !value.trim().is_empty());
     let disabled = set("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
@@ -222,5 +226,19 @@ mod tests {
         let file = config("[telemetry]\nendpoint = \"collector:4318\"\n");
         let err = plan(Some(file.path()), &env_of(&[])).unwrap_err();
         assert!(err.contains("telemetry.endpoint"), "{err}");
+        let file = config("[telemetry]\nendpoint = 4318\n");
+        let err = plan(Some(file.path()), &env_of(&[])).unwrap_err();
+        assert!(err.contains("telemetry"), "{err}");
+    }
+
+    #[test]
+    fn a_file_that_is_no_toml_is_left_to_the_command_that_reads_it() {
+        let file = config("[agents.a\n");
+        assert_eq!(plan(Some(file.path()), &env_of(&[])).unwrap(), None);
+        let on = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318")]);
+        assert!(
+            plan(Some(file.path()), &on).unwrap().is_some(),
+            "the variables still turn export on"
+        );
     }
 }

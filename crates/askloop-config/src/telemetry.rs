@@ -87,17 +87,23 @@ pub(super) fn resolve_telemetry(
 
 /// Only `[telemetry]` of a configuration file, read before anything else
 /// (logging starts before the rest of the file is checked); other keys are
-/// not looked at here. `Ok(None)`: the file has no such table.
+/// not looked at here. `Ok(None)`: the file has no such table. A problem
+/// of the table names a key under `telemetry`; one of the file as a whole
+/// (unreadable, not TOML) names none.
 pub fn read_telemetry(path: &Path) -> Result<Option<TelemetryConfig>, ConfigError> {
-    #[derive(Deserialize)]
-    struct OnlyTelemetry {
-        telemetry: Option<RawTelemetry>,
-    }
     let text = std::fs::read_to_string(path)
         .map_err(|err| ConfigError::new(path, "", format!("cannot read the file: {err}")))?;
-    let only: OnlyTelemetry =
-        toml::from_str(&text).map_err(|err| ConfigError::new(path, "telemetry", err.message().trim().to_owned()))?;
-    resolve_telemetry(path, only.telemetry)
+    let table: toml::Table = text
+        .parse()
+        .map_err(|err: toml::de::Error| ConfigError::new(path, "", err.message().trim().to_owned()))?;
+    let raw = match table.get("telemetry") {
+        None => None,
+        Some(value) => Some(
+            RawTelemetry::deserialize(value.clone())
+                .map_err(|err| ConfigError::new(path, "telemetry", err.message().trim().to_owned()))?,
+        ),
+    };
+    resolve_telemetry(path, raw)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use askloop::{
 use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -18,8 +19,8 @@ use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::request_fields::{self, RequestOverride};
 use crate::sse;
 use crate::wire::{
-    AgentInfo, DecisionRequest, GenerateResponse, Keyed, PendingCall, ResumeRequest, StreamRequest, SuspendedRun,
-    SuspendedRuns, ToolInfo,
+    AgentInfo, DecisionRequest, GenerateResponse, Keyed, PageOf, PendingCall, ResumeRequest, StreamRequest,
+    SuspendedRun, SuspendedRuns, ToolInfo,
 };
 
 type AppStateRef = State<Arc<AppState>>;
@@ -389,25 +390,69 @@ pub(crate) async fn decisions_stream(
         .map_err(|err| on_agent_route(err, agent_id))
 }
 
-/// `GET /api/agents/{agentId}/suspended-runs`: the agent's runs waiting on
-/// a person, newest first; to a caller walled to resources, those on no
-/// thread or on their threads.
+/// Waiting runs a page of `suspended-runs` holds when `perPage` is not given.
+const SUSPENDED_PER_PAGE: u32 = 100;
+/// The most a page of `suspended-runs` holds.
+const MOST_SUSPENDED_PER_PAGE: u32 = 1000;
+
+/// `suspended-runs` paging, as Mastra pages its listings: `page` counts
+/// from 0, `perPage` runs to a page.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SuspendedPage {
+    #[serde(default)]
+    page: Option<u32>,
+    #[serde(default)]
+    per_page: Option<u32>,
+}
+
+impl SuspendedPage {
+    /// `(page, perPage, offset)`, or why the values cannot be used.
+    fn resolve(&self) -> Result<(u32, u32, u32), ApiError> {
+        let per_page = match self.per_page {
+            None => SUSPENDED_PER_PAGE,
+            Some(n) if (1..=MOST_SUSPENDED_PER_PAGE).contains(&n) => n,
+            Some(n) => {
+                return Err(ApiError::BadRequest(format!(
+                    "perPage {n} is out of range; give 1 to {MOST_SUSPENDED_PER_PAGE} (default {SUSPENDED_PER_PAGE})"
+                )));
+            }
+        };
+        let page = self.page.unwrap_or(0);
+        let offset = page.checked_mul(per_page).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "page {page} of {per_page} runs is past any listing; pages count from 0"
+            ))
+        })?;
+        Ok((page, per_page, offset))
+    }
+}
+
+/// `GET /api/agents/{agentId}/suspended-runs?page=&perPage=`: the agent's
+/// runs waiting on a person, newest first, a page at a time (`total`
+/// counts them all); to a caller walled to resources, those on no thread or
+/// on their threads.
 pub(crate) async fn suspended_runs(
     State(state): AppStateRef,
     caller: Caller,
     ApiPath(agent_id): ApiPath<String>,
     ApiQuery(filter): ApiQuery<crate::threads::ThreadFilter>,
+    ApiQuery(paging): ApiQuery<SuspendedPage>,
 ) -> Result<Json<SuspendedRuns>, ApiError> {
     caller.check(&agent_id)?;
     let agent = state.agent(&agent_id)?;
+    let (page, per_page, offset) = paging.resolve()?;
     let thread = filter.resolve(&state, &caller).await?;
-    let query = RunQuery {
+    let mut query = RunQuery {
         status: Some(RunStatus::Suspended),
         agent_id: Some(agent.id().to_owned()),
         thread,
         resources: caller.resources().map(<[String]>::to_vec),
         ..Default::default()
     };
+    let total = state.store.count(&query).await?;
+    query.limit = Some(per_page);
+    query.offset = offset;
     let runs: Vec<SuspendedRun> = state
         .store
         .list(&query)
@@ -415,10 +460,13 @@ pub(crate) async fn suspended_runs(
         .into_iter()
         .map(SuspendedRun::of)
         .collect();
-    Ok(Json(SuspendedRuns {
-        total: runs.len(),
-        runs,
-    }))
+    let named = paging.page.is_some() || paging.per_page.is_some();
+    let paging = named.then(|| PageOf {
+        page,
+        per_page,
+        has_more: u64::from(offset) + (runs.len() as u64) < total,
+    });
+    Ok(Json(SuspendedRuns { runs, total, paging }))
 }
 
 pub(crate) fn run_span(agent_id: &str, run_id: &str, tool_call_id: Option<&str>) -> tracing::Span {

@@ -97,11 +97,26 @@ pub(crate) struct ToolInfo {
     pub(crate) require_approval: bool,
 }
 
-/// `GET /api/agents/{agentId}/suspended-runs`.
+/// `GET /api/agents/{agentId}/suspended-runs`: Mastra's `runs` and `total`
+/// (every waiting run the listing holds, also those past the page), and,
+/// when the request named a page, the page's place as Mastra's paged
+/// listings say it (without one, the body is Mastra's, byte for byte).
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct SuspendedRuns {
     pub(crate) runs: Vec<SuspendedRun>,
-    pub(crate) total: usize,
+    pub(crate) total: u64,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) paging: Option<PageOf>,
+}
+
+/// Where a page sits in a paged listing.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PageOf {
+    pub(crate) page: u32,
+    pub(crate) per_page: u32,
+    pub(crate) has_more: bool,
 }
 
 #[derive(Debug, Serialize)]

@@ -173,6 +173,70 @@ async fn suspended_runs_lists_the_question_as_mastra_does_and_empties_after_the_
 }
 
 #[tokio::test]
+async fn suspended_runs_come_a_page_at_a_time_newest_first_with_the_total_and_bad_pages_refused() {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store)], store).await;
+    let mut started = Vec::new();
+    for _ in 0..5 {
+        let run = server
+            .post_sse("/api/agents/assistant/stream", json!({"messages": PROMPT}))
+            .await;
+        started.push(run.chunks[0]["runId"].as_str().unwrap().to_owned());
+    }
+    let newest_first: Vec<String> = started.iter().rev().cloned().collect();
+    let page = |query: &'static str| {
+        let server = &server;
+        async move {
+            let response = server
+                .get(&format!("/api/agents/assistant/suspended-runs{query}"))
+                .await;
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let ids = |body: &Value| -> Vec<String> {
+        body["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["runId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    let (status, first) = page("?perPage=2").await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(ids(&first), newest_first[..2]);
+    assert_eq!(
+        (&first["total"], &first["page"], &first["perPage"], &first["hasMore"]),
+        (&json!(5), &json!(0), &json!(2), &json!(true))
+    );
+    let (_, last) = page("?page=2&perPage=2").await;
+    assert_eq!(ids(&last), newest_first[4..]);
+    assert_eq!((&last["total"], &last["hasMore"]), (&json!(5), &json!(false)));
+    let (status, beyond) = page("?page=9&perPage=2").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (ids(&beyond).len(), &beyond["total"], &beyond["hasMore"]),
+        (0, &json!(5), &json!(false))
+    );
+    // No page named: Mastra's body (runs and total), at most the default page.
+    let (_, plain) = page("").await;
+    assert_eq!(ids(&plain), newest_first);
+    assert_eq!(keys(&plain), vec!["runs", "total"]);
+
+    for (query, says) in [
+        ("?perPage=0", "perPage 0 is out of range; give 1 to 1000"),
+        ("?perPage=1001", "perPage 1001 is out of range"),
+        ("?page=-1", "page"),
+        ("?page=4294967295&perPage=2", "pages count from 0"),
+    ] {
+        let (status, body) = page(query).await;
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(body.to_string().contains(says), "{query}: {body}");
+    }
+}
+
+#[tokio::test]
 async fn approve_tool_call_runs_the_tool_and_matches_the_recorded_exchange() {
     let recorded = trace("approve");
     let store = memory_store();

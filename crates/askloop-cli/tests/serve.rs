@@ -469,6 +469,25 @@ async fn a_served_run_moves_the_figures_and_every_log_line_of_it_is_json_with_it
         Some(1.0),
         "{scraped}"
     );
+    // Two model calls (to the question, after the answer), by provider.
+    assert_eq!(
+        metrics_sample(
+            &scraped,
+            "askloop_model_calls_total{provider=\"script\",outcome=\"ok\"}"
+        ),
+        Some(2.0),
+        "{scraped}"
+    );
+    for histogram in [
+        "askloop_model_call_seconds_count",
+        "askloop_model_first_event_seconds_count",
+    ] {
+        assert_eq!(
+            metrics_sample(&scraped, &format!("{histogram}{{provider=\"script\"}}")),
+            Some(2.0),
+            "{scraped}"
+        );
+    }
     assert!(!scraped.contains(&asked.run_id), "a run id in the figures");
 
     serving.terminate();

@@ -362,7 +362,8 @@ impl ServerConfig {
                         "MCP servers' tools are listed before the agent is built: use build_agents_with_mcp",
                     ));
                 }
-                agent.build(&file, store, default_model, Vec::new(), &agent.require_approval, self)
+                let model = agent.model(&file, default_model)?;
+                agent.build(&file, store, model, Vec::new(), &agent.require_approval, self)
             })
             .collect()
     }
@@ -378,6 +379,20 @@ impl ServerConfig {
         store: &Arc<dyn RunStore>,
         default_model: &DefaultModel<'_>,
         names: ApprovalNames,
+    ) -> Result<BuiltAgents, ConfigError> {
+        self.build_agents_observed(store, default_model, names, &unobserved)
+            .await
+    }
+
+    /// Builds the agents as [`ServerConfig::build_agents_with_mcp`] does,
+    /// each on the model `observe` returns for the one it would have had
+    /// (`askloop serve` times and counts model calls for `/metrics` so).
+    pub async fn build_agents_observed(
+        &self,
+        store: &Arc<dyn RunStore>,
+        default_model: &DefaultModel<'_>,
+        names: ApprovalNames,
+        observe: &ObserveModel<'_>,
     ) -> Result<BuiltAgents, ConfigError> {
         let file = self.file();
         let mut built = BuiltAgents::default();
@@ -409,9 +424,14 @@ impl ServerConfig {
                 .chain(tools.iter().map(|t| t.id()))
                 .collect();
             let approve = approvals::applicable(&file, agent, &have, &unreachable, names, &mut built.warnings)?;
-            built
-                .agents
-                .push(agent.build(&file, store, default_model, tools, &approve, self)?);
+            built.agents.push(agent.build(
+                &file,
+                store,
+                observe(agent.model(&file, default_model)?),
+                tools,
+                &approve,
+                self,
+            )?);
         }
         Ok(built)
     }
@@ -427,6 +447,14 @@ impl ServerConfig {
 /// --model`'s choice), or says why it cannot.
 pub type DefaultModel<'a> = dyn Fn() -> Result<Arc<dyn Model>, Box<dyn std::error::Error + Send + Sync>> + 'a;
 
+/// Wraps the model an agent is built on (to measure it, say), or returns it.
+pub type ObserveModel<'a> = dyn Fn(Arc<dyn Model>) -> Arc<dyn Model> + Send + Sync + 'a;
+
+/// The model as it is.
+fn unobserved(model: Arc<dyn Model>) -> Arc<dyn Model> {
+    model
+}
+
 /// The agents [`ServerConfig::build_agents_with_mcp`] built, and what it
 /// found wrong but not fatal (an MCP server that could not be reached), for
 /// the program to show.
@@ -440,20 +468,10 @@ pub struct BuiltAgents {
 }
 
 impl AgentConfig {
-    /// Builds the agent with its MCP servers' tools; `approve`: the tools
-    /// whose calls wait for approval (each one it has).
-    fn build(
-        &self,
-        file: &Path,
-        store: &Arc<dyn RunStore>,
-        default_model: &DefaultModel<'_>,
-        mcp_tools: Vec<Arc<dyn Tool>>,
-        approve: &[String],
-        server: &ServerConfig,
-    ) -> Result<Agent, ConfigError> {
-        let limits = server.limits;
+    /// The agent's model: its table's, else the default one.
+    fn model(&self, file: &Path, default_model: &DefaultModel<'_>) -> Result<Arc<dyn Model>, ConfigError> {
         let key = |field: &str| format!("agents.{}.{field}", self.id);
-        let model = match &self.model {
+        Ok(match &self.model {
             ModelSource::Default => {
                 default_model().map_err(|err| ConfigError::new(file, key("model"), err.to_string()))?
             }
@@ -463,7 +481,21 @@ impl AgentConfig {
                 ScriptedModel::from_file(script)
                     .map_err(|err| ConfigError::new(file, key("script"), err.to_string()))?,
             ),
-        };
+        })
+    }
+
+    /// Builds the agent with its MCP servers' tools; `approve`: the tools
+    /// whose calls wait for approval (each one it has).
+    fn build(
+        &self,
+        file: &Path,
+        store: &Arc<dyn RunStore>,
+        model: Arc<dyn Model>,
+        mcp_tools: Vec<Arc<dyn Tool>>,
+        approve: &[String],
+        server: &ServerConfig,
+    ) -> Result<Agent, ConfigError> {
+        let limits = server.limits;
         let mut builder = Agent::builder(self.id.clone())
             .name(self.name.clone())
             .instructions(self.instructions.clone())

@@ -5,7 +5,8 @@
 //!
 //! - **This server's**: what passed through its store (runs started and
 //!   finished, resolutions and how long they waited, store errors, webhook
-//!   deliveries). Each write is made by exactly one server, so summing these
+//!   deliveries), and its model calls (latency and outcome by provider,
+//!   seen by wrapping each agent's model: [`Metrics::observe_model`]). Each write is made by exactly one server, so summing these
 //!   over servers is right. They are seen by wrapping the store the agents
 //!   are built on ([`Metrics::observe_store`]): the library's decisions need
 //!   no hook of their own.
@@ -19,6 +20,7 @@
 //!
 //! No figure is labelled with a run, thread or resource id.
 
+mod model;
 mod store;
 
 use std::collections::{BTreeSet, HashMap};
@@ -26,7 +28,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use askloop::{Resolution, RunQuery, RunStatus, RunStore};
+use askloop::{Model, Resolution, RunQuery, RunStatus, RunStore};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -63,6 +65,10 @@ const WAIT_BUCKETS: [f64; 13] = [
     30.0 * 86400.0,
 ];
 
+/// Upper bounds of the model call histograms, in seconds: from a local
+/// model's first token to a long reply of a slow one.
+const MODEL_BUCKETS: [f64; 12] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0];
+
 /// How many suspended runs' last write times are kept to measure their
 /// waits: more than are answered between two reads of one run in any
 /// ordinary load; past it the memory is cleared (a few waits go unmeasured).
@@ -70,6 +76,9 @@ const REMEMBERED_WAITS: usize = 4096;
 
 type Labels1 = [(&'static str, &'static str); 1];
 type AgentLabel = [(&'static str, String); 1];
+type ProviderLabel = [(&'static str, String); 1];
+/// A histogram for each label set, with the buckets its constructor gives.
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// The figures of one server, shared by its store wrapper, its sampler and
 /// its `/metrics` route. Cheap to clone.
@@ -101,6 +110,9 @@ struct Figures {
     runs_waiting: Family<AgentLabel, Gauge>,
     calls_waiting: Family<AgentLabel, Gauge>,
     runs_running: Gauge,
+    model_calls: Family<[(&'static str, String); 2], Counter>,
+    model_seconds: Histograms<ProviderLabel>,
+    model_first_event_seconds: Histograms<ProviderLabel>,
     /// When each suspended run read lately was last written, by (run id,
     /// version): the start of the wait that the write resolving it ends.
     waiting_since: Mutex<HashMap<(String, i64), DateTime<Utc>>>,
@@ -108,6 +120,10 @@ struct Figures {
 
 fn wait_histogram() -> Histogram {
     Histogram::new(WAIT_BUCKETS)
+}
+
+fn model_histogram() -> Histogram {
+    Histogram::new(MODEL_BUCKETS)
 }
 
 impl Metrics {
@@ -168,6 +184,25 @@ impl Metrics {
             "Runs running in the store (store-wide: aggregate with max)",
             runs_running.clone(),
         );
+        let model_calls = Family::default();
+        registry.register(
+            "model_calls",
+            "Model calls of this server's agents, by provider and outcome (ok, or how it failed: api, transport, protocol, stream, missing_api_key, unknown_model, other); a call cut short by its run's end counts nowhere",
+            model_calls.clone(),
+        );
+        let model_seconds = Family::<_, Histogram, fn() -> Histogram>::new_with_constructor(model_histogram);
+        registry.register(
+            "model_call_seconds",
+            "How long a model call took, from the request to its last event or its error, by provider",
+            model_seconds.clone(),
+        );
+        let model_first_event_seconds =
+            Family::<_, Histogram, fn() -> Histogram>::new_with_constructor(model_histogram);
+        registry.register(
+            "model_first_event_seconds",
+            "How long a model call took to stream its first event, by provider",
+            model_first_event_seconds.clone(),
+        );
         Metrics {
             figures: Arc::new(Figures {
                 registry,
@@ -180,6 +215,9 @@ impl Metrics {
                 runs_waiting,
                 calls_waiting,
                 runs_running,
+                model_calls,
+                model_seconds,
+                model_first_event_seconds,
                 waiting_since: Mutex::default(),
             }),
         }
@@ -189,6 +227,30 @@ impl Metrics {
     /// the agents on the store this returns, and give it to the server.
     pub fn observe_store(&self, store: Arc<dyn RunStore>) -> Arc<dyn RunStore> {
         Arc::new(ObservedStore::new(store, self.clone()))
+    }
+
+    /// `model`, with its calls timed and counted in these figures, by
+    /// provider. Build the agents on the models this returns.
+    pub fn observe_model(&self, model: Arc<dyn Model>) -> Arc<dyn Model> {
+        Arc::new(model::ObservedModel::new(model, self.clone()))
+    }
+
+    fn model_call_ended(&self, provider: &str, outcome: &'static str, took: Duration) {
+        self.figures
+            .model_calls
+            .get_or_create(&[("provider", provider.to_owned()), ("outcome", outcome.to_owned())])
+            .inc();
+        self.figures
+            .model_seconds
+            .get_or_create(&[("provider", provider.to_owned())])
+            .observe(took.as_secs_f64());
+    }
+
+    fn model_first_event(&self, provider: &str, took: Duration) {
+        self.figures
+            .model_first_event_seconds
+            .get_or_create(&[("provider", provider.to_owned())])
+            .observe(took.as_secs_f64());
     }
 
     /// The figures in the OpenMetrics text format.

@@ -269,3 +269,62 @@ async fn two_servers_on_one_database_report_one_store_and_count_each_write_once(
     second.close().await;
     drop_schema(&url, &schema).await;
 }
+
+#[tokio::test]
+async fn model_calls_are_timed_and_counted_by_provider_and_how_they_ended() {
+    use askloop::{Agent, Model};
+    use askloop_providers::{OpenAiConfig, OpenAiModel};
+    use askloop_testkit::{FakeResponse, FakeServer, FakeTurn};
+
+    // The first call is refused (400: not retried), the second streams a reply.
+    let provider = FakeServer::builder()
+        .respond(FakeResponse::status(400, "the request was malformed"))
+        .respond(FakeTurn::text_in("All done.", 3))
+        .start()
+        .await
+        .unwrap();
+    let metrics = Metrics::new();
+    let store = metrics.observe_store(memory_store());
+    let config = OpenAiConfig::new("gpt-4o-mini", provider.openai_base_url()).api_key("sk-test");
+    let model: Arc<dyn Model> = Arc::new(OpenAiModel::new("openai/gpt-4o-mini", config).unwrap());
+    let agent = Agent::builder("writer")
+        .model(metrics.observe_model(model))
+        .store(Arc::clone(&store))
+        .build()
+        .unwrap();
+    let server = Server::new(vec![agent], store)
+        .unwrap()
+        .options(options())
+        .metrics(metrics);
+    let server = TestServer::serve(server).await;
+
+    for _ in 0..2 {
+        post(&server, "/api/agents/writer/generate", json!({"messages": "Write it"}))
+            .send()
+            .await
+            .unwrap();
+    }
+    let text = scrape_text(&server).await;
+    let calls = |outcome: &str| {
+        sample(
+            &text,
+            "askloop_model_calls_total",
+            &["provider=\"openai\"", &format!("outcome=\"{outcome}\"")],
+        )
+    };
+    assert_eq!((calls("api"), calls("ok")), (Some(1.0), Some(1.0)), "{text}");
+    assert_eq!(
+        sample(&text, "askloop_model_call_seconds_count", &["provider=\"openai\""]),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "askloop_model_first_event_seconds_count",
+            &["provider=\"openai\""]
+        ),
+        Some(1.0),
+        "only the call that streamed had a first event: {text}"
+    );
+}

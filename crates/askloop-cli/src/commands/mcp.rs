@@ -26,7 +26,7 @@ pub async fn mcp(ctx: &Context, args: McpArgs) -> Result<Done, CliError> {
     // The store stays open for as long as the agents serve.
     let Configured {
         agents, store: _store, ..
-    } = configured_agents(ctx, &args.model, |store| store).await?;
+    } = configured_agents(ctx, &args.model, |store| store, &|model| model).await?;
     let names: Vec<String> = agents.iter().map(|a| askloop_mcp::ask_tool_name(a.id())).collect();
     errln!(
         "askloop: serving {} as MCP tools on stdio (protocol {}); threads are of resource {resource:?}",

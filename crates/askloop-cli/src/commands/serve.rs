@@ -11,7 +11,7 @@ use askloop::{Agent, RunStore};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 
-use askloop_config::{ApprovalNames, ServerConfig};
+use askloop_config::{ApprovalNames, ObserveModel, ServerConfig};
 use askloop_server::links::AnswerLinks;
 use askloop_server::{Metrics, Server, ServerOptions, Webhooks};
 
@@ -35,7 +35,10 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
     // their runs and resolutions are counted for `GET /metrics`.
     let metrics = Metrics::new();
     let Configured { config, agents, store } =
-        configured_agents(ctx, &args.model, |store| metrics.observe_store(store)).await?;
+        configured_agents(ctx, &args.model, |store| metrics.observe_store(store), &|model| {
+            metrics.observe_model(model)
+        })
+        .await?;
     let token = std::env::var("ASKLOOP_API_TOKEN").ok().filter(|t| !t.is_empty());
     let protected = token.is_some() || !config.tokens.is_empty();
     let options = ServerOptions::default()
@@ -149,10 +152,11 @@ pub(super) async fn configured_agents(
     ctx: &Context,
     model: &ModelArgs,
     observe: impl FnOnce(Arc<dyn RunStore>) -> Arc<dyn RunStore>,
+    observe_model: &ObserveModel<'_>,
 ) -> Result<Configured, CliError> {
     let config = load_config(ctx)?;
     let store = observe(setup::open_store(ctx.db.as_deref(), askloop_store::Access::Create).await?);
-    let agents = build_agents(config.clone(), model, &store, Starting::Server).await?;
+    let agents = build_agents(config.clone(), model, &store, Starting::Server, observe_model).await?;
     Ok(Configured { config, agents, store })
 }
 
@@ -178,7 +182,7 @@ pub(super) async fn configured_agent(
             "the run belongs to agent `{agent_id}`, which {source} does not define; give --config the file that `askloop serve` or `askloop mcp` started it with, or resume it from the program that started it"
         )));
     }
-    let mut agents = build_agents(config, model, store, Starting::Continuation).await?;
+    let mut agents = build_agents(config, model, store, Starting::Continuation, &|model| model).await?;
     Ok(agents.remove(0))
 }
 
@@ -213,6 +217,7 @@ async fn build_agents(
     model: &ModelArgs,
     store: &Arc<dyn RunStore>,
     starting: Starting,
+    observe_model: &ObserveModel<'_>,
 ) -> Result<Vec<Agent>, CliError> {
     let choice = setup::choose_model(model)?;
     let uses_default = config
@@ -224,7 +229,12 @@ async fn build_agents(
         Starting::Continuation => ApprovalNames::Trust,
     };
     let built = config
-        .build_agents_with_mcp(store, &|| setup::make_model(&choice, false).map_err(Into::into), names)
+        .build_agents_observed(
+            store,
+            &|| setup::make_model(&choice, false).map_err(Into::into),
+            names,
+            observe_model,
+        )
         .await
         .map_err(|err| CliError::usage(err.to_string()))?;
     for warning in &built.warnings {

@@ -14,20 +14,16 @@
 //! with the reason otherwise.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use askloop_testkit::smtp::{Smtp, free_port, messages, missing_smtp, parse, wait_for_messages};
 use serde_json::{Value, json};
 
 mod common;
 
 use common::{BIN, DEPLOYER_SCRIPT, Serving, chunks, screenshots_dir, skipped_for_lack_of};
-
-/// The Python with Debian's aiosmtpd (a pyenv `python3` earlier on PATH
-/// may lack it).
-const PYTHON: &str = "/usr/bin/python3";
 
 const KEY: &str = "a-link-signing-key-of-the-email-tests-0123456";
 
@@ -43,99 +39,6 @@ fn script() -> String {
         {"text": "Launching in {{toolResults}}."}
     ]})
     .to_string()
-}
-
-/// Why the tests cannot run here, if they cannot.
-fn missing_smtp() -> Option<String> {
-    let ok = Command::new(PYTHON)
-        .args(["-c", "import aiosmtpd"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    (!ok).then(|| format!("{PYTHON} cannot import aiosmtpd (apt-get install -y python3-aiosmtpd)"))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A real SMTP server keeping what it receives in `maildir`; killed when
-/// dropped.
-struct Smtp {
-    child: Child,
-}
-
-impl Smtp {
-    fn start(port: u16, maildir: &Path) -> Smtp {
-        let smtp = Smtp {
-            child: Command::new(PYTHON)
-                .args(["-m", "aiosmtpd", "-n", "-c", "aiosmtpd.handlers.Mailbox", "-l"])
-                .arg(format!("127.0.0.1:{port}"))
-                .arg(maildir)
-                .stdin(Stdio::null())
-                .spawn()
-                .unwrap(),
-        };
-        // Ready once it accepts connections (60 s at most: a hang guard;
-        // dropping `smtp` on the panic ends the process).
-        for _ in 0..600 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return smtp;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("aiosmtpd did not listen on port {port}");
-    }
-}
-
-impl Drop for Smtp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The messages in a maildir, oldest first.
-fn messages(maildir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = ["new", "cur"]
-        .iter()
-        .filter_map(|sub| std::fs::read_dir(maildir.join(sub)).ok())
-        .flatten()
-        .map(|entry| entry.unwrap().path())
-        .collect();
-    found.sort();
-    found
-}
-
-/// Waits (60 s at most: a hang guard) for a message; returns them all.
-fn wait_for_mail(maildir: &Path) -> Vec<PathBuf> {
-    for _ in 0..600 {
-        let found = messages(maildir);
-        if !found.is_empty() {
-            return found;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("no mail arrived in {}", maildir.display());
-}
-
-/// A message read by Python's `email` package: its headers, text and HTML.
-fn parse(message: &Path) -> Value {
-    const READ: &str = r#"
-import email, email.policy, json, sys
-with open(sys.argv[1], 'rb') as f:
-    m = email.message_from_binary_file(f, policy=email.policy.default)
-print(json.dumps({
-    'headers': [[k, str(v)] for k, v in m.items()],
-    'subject': str(m['subject']),
-    'to': str(m['to']),
-    'messageId': str(m['message-id']),
-    'text': m.get_body(('plain',)).get_content(),
-    'html': m.get_body(('html',)).get_content(),
-}))
-"#;
-    let out = Command::new(PYTHON).args(["-c", READ]).arg(message).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The outbox rows of mail deliveries: (destination, state, attempts, last_error).
@@ -299,7 +202,7 @@ async fn a_mailed_question_arrives_inert_and_its_link_answers_it_as_the_recipien
     let client = reqwest::Client::new();
     let asked = setup.server.ask(&client, "launcher", None).await;
 
-    let mails = wait_for_mail(&setup.maildir);
+    let mails = wait_for_messages(&setup.maildir, 1);
     assert_eq!(mails.len(), 1, "one recipient, one message");
     let mail = parse(&mails[0]);
     assert!(mail["to"].as_str().unwrap().contains("alice@example.com"), "{mail}");
@@ -437,7 +340,7 @@ async fn a_call_waiting_for_approval_is_mailed_with_its_tool_and_arguments_and_a
         .unwrap_or_else(|| panic!("no approval asked: {body}"));
     let run_id = waiting["runId"].as_str().unwrap().to_owned();
 
-    let mails = wait_for_mail(&setup.maildir);
+    let mails = wait_for_messages(&setup.maildir, 1);
     assert_eq!(mails.len(), 1);
     let mail = parse(&mails[0]);
     assert!(mail["to"].as_str().unwrap().contains("carol@example.com"), "{mail}");

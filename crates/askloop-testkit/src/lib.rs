@@ -38,6 +38,7 @@ mod faults;
 pub mod mastra;
 mod response;
 mod server;
+pub mod smtp;
 mod wire;
 pub mod workload;
 
@@ -45,3 +46,20 @@ pub use faults::{Fault, FaultSchedule};
 pub use response::{FakeError, FakeResponse, FakeToolCall, FakeTurn, Finish, split_even};
 pub use server::{FakeServer, FakeServerBuilder, RecordedRequest, Responder};
 pub use wire::WireFormat;
+
+/// Whether a test must be skipped because `missing` names what the machine
+/// lacks: under CI (`CI=true`) that is a failure, since CI installs what
+/// the tests need; elsewhere the test says why and is skipped.
+///
+/// # Panics
+/// Under CI, when something is missing.
+pub fn skipped_for_lack_of(test: &str, missing: Option<String>) -> bool {
+    let Some(reason) = missing else {
+        return false;
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test} cannot run under CI: {reason}");
+    }
+    eprintln!("{test}: skipped: {reason}");
+    true
+}

@@ -12,7 +12,9 @@ pub mod pty;
 pub mod raw;
 mod serving;
 #[allow(unused_imports)] // not every test file starts a server
-pub use serving::{Asked, Serving, chunks, missing_browser, screenshots_dir, skipped_for_lack_of};
+pub use askloop_testkit::skipped_for_lack_of;
+#[allow(unused_imports)] // not every test file starts a server
+pub use serving::{Asked, Serving, chunks, missing_browser, screenshots_dir};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_askloop");
 

@@ -162,21 +162,6 @@ impl Drop for Serving {
     }
 }
 
-/// Whether a test that needs something from outside the workspace (node,
-/// npm packages, chromium) must stop here: under CI (`CI=true`), which
-/// installs all of it, a missing need fails the test; elsewhere the test is
-/// skipped, saying why.
-pub fn skipped_for_lack_of(test: &str, missing: Option<String>) -> bool {
-    let Some(reason) = missing else {
-        return false;
-    };
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test} cannot run under CI: {reason}");
-    }
-    eprintln!("{test}: skipped: {reason}");
-    true
-}
-
 /// What the browser tests need of the machine (chromium, node, and
 /// `tests/web`'s npm packages), or why they cannot run here.
 pub fn missing_browser(web: &std::path::Path) -> Option<String> {

@@ -19,10 +19,17 @@
 //! name = "Alice"                        # links are made out to her; answers recorded as hers
 //! address = "alice@example.com"
 //! tools = ["write_file"]                # optional: only calls of these tools
+//! remind_after = "2h"                   # optional: mailed again if still open 2h later
+//!
+//! [[agents.deployer.email]]
+//! name = "Bob"
+//! address = "bob@example.com"
+//! after = "8h"                          # optional: an escalation, mailed only if still open then
 //! ```
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use askloop_server::email::{
     DEFAULT_MAIL_ATTEMPTS, DEFAULT_SMTP_TIMEOUT, EmailSettings, MailRecipient, SmtpTls, check_address, check_from,
@@ -52,6 +59,8 @@ pub(super) struct RawRecipient {
     name: Option<String>,
     address: Option<String>,
     tools: Option<Vec<String>>,
+    after: Option<String>,
+    remind_after: Option<String>,
 }
 
 /// What email needs besides `[email]`.
@@ -200,7 +209,24 @@ pub(super) fn resolve_email(
                     "an empty tool name; name a tool of the agent (e.g. \"ask_user\"), or leave tools out for every call",
                 ));
             }
-            resolved.push(MailRecipient { name, address, tools });
+            // `parse_limit` refuses zero: leaving the key out means at once
+            // (`after`) or never (`remind_after`).
+            let delay = |field: &str, text: Option<String>| {
+                text.map(|text| {
+                    duration::parse_limit(&text)
+                        .map_err(|problem| ConfigError::new(file, key(field), problem.to_string()))
+                })
+                .transpose()
+            };
+            let after = delay("after", recipient.after)?.unwrap_or(Duration::ZERO);
+            let remind_after = delay("remind_after", recipient.remind_after)?;
+            resolved.push(MailRecipient {
+                name,
+                address,
+                tools,
+                after,
+                remind_after,
+            });
         }
         settings
             .recipients
@@ -248,6 +274,44 @@ mod tests {
             (alice[0].name.as_str(), alice[0].tools.as_slice()),
             ("Alice", &["ask_user".to_owned()][..])
         );
+    }
+
+    #[test]
+    fn a_reminder_and_an_escalation_read_as_delays_and_become_held_back_subscriptions() {
+        let email = "[email]\nhost = \"smtp.example.com\"\nfrom = \"askloop@example.com\"\n";
+        let config = load(&format!(
+            "{BASE}{email}[[agents.deployer.email]]\nname = \"Alice\"\naddress = \"alice@example.com\"\nremind_after = \"2h\"\n\
+             [[agents.deployer.email]]\nname = \"Bob\"\naddress = \"bob@example.com\"\nafter = \"8h\"\nremind_after = \"1d\"\n"
+        ))
+        .unwrap();
+        let settings = config.email.unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        let held: Vec<Vec<(std::time::Duration, askloop::Notice)>> = settings
+            .recipients_of("deployer")
+            .map(|r| r.subscriptions().iter().map(|s| (s.delay, s.notice)).collect())
+            .collect();
+        assert_eq!(
+            held,
+            [
+                vec![
+                    (std::time::Duration::ZERO, askloop::Notice::First),
+                    (2 * hour, askloop::Notice::Reminder)
+                ],
+                vec![
+                    (8 * hour, askloop::Notice::Escalation),
+                    (32 * hour, askloop::Notice::Reminder)
+                ],
+            ]
+        );
+
+        for (value, problem) in [("\"0s\"", "leave the key out"), ("\"soon\"", "2h, 3d")] {
+            let err = load(&format!(
+                "{BASE}{email}[[agents.deployer.email]]\nname = \"A\"\naddress = \"a@example.com\"\nafter = {value}\n"
+            ))
+            .unwrap_err();
+            assert_eq!(err.key, "agents.deployer.email[0].after", "{err}");
+            assert!(err.problem.contains(problem), "{err}");
+        }
     }
 
     #[test]

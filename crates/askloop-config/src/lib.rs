@@ -540,12 +540,12 @@ impl AgentConfig {
         }
         // Each person its questions are mailed to is a subscription too,
         // to questions raised only: one mail per recipient, written with
-        // the suspension.
+        // the suspension, and their reminder or escalation written with it,
+        // due later.
         for recipient in server.email.iter().flat_map(|email| email.recipients_of(&self.id)) {
-            builder = builder.notify(Subscription::new(
-                recipient.destination(),
-                [askloop::EventType::QuestionRaised],
-            ));
+            for subscription in recipient.subscriptions() {
+                builder = builder.notify(subscription);
+            }
         }
         builder
             .build()

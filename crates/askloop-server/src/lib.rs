@@ -341,6 +341,7 @@ impl Server {
             .route("/runs/{run_id}", get(runs::get))
             .route("/runs/{run_id}/cancel", post(runs::cancel))
             .route("/runs/{run_id}/retry", post(runs::retry))
+            .route("/runs/{run_id}/deliveries", get(runs::deliveries))
             .route("/runs/{run_id}/decisions", post(decisions::decide))
             .route("/grants", get(grants::list))
             .route("/grants/{grant_id}/revoke", post(grants::revoke))

@@ -1,5 +1,6 @@
 //! askloop's own routes: `/api/runs` (every run of the store, paged),
-//! `/api/runs/{runId}`, `/api/runs/{runId}/cancel`, and `/healthz`.
+//! `/api/runs/{runId}`, its `cancel`, `retry` and `deliveries`, and
+//! `/healthz`.
 
 use std::sync::Arc;
 
@@ -236,6 +237,27 @@ pub(crate) async fn get(
         settings: run.settings.clone(),
         summary: RunSummary::from(run),
         messages,
+    }))
+}
+
+/// `GET /api/runs/{runId}/deliveries` body.
+#[derive(Debug, Serialize)]
+pub(crate) struct DeliveryList {
+    deliveries: Vec<askloop::Delivery>,
+}
+
+/// `GET /api/runs/{runId}/deliveries`: every notification of the run (to
+/// webhooks, by email; the first notice of a question, its reminder and
+/// its escalation), when each is or was due, and how its delivery went,
+/// oldest first.
+pub(crate) async fn deliveries(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    ApiPath(run_id): ApiPath<String>,
+) -> Result<Json<DeliveryList>, ApiError> {
+    load(&state, &caller, &run_id, None).await?;
+    Ok(Json(DeliveryList {
+        deliveries: state.store.deliveries(&run_id).await?,
     }))
 }
 

@@ -54,9 +54,9 @@ pub use scripted::{Script, ScriptError, ScriptedModel};
 pub use store::{
     AgentWaiting, Always, AnswerLink, ArgumentsEdit, Author, ChangeBroadcast, ChangeFeed, DatabaseFault, Delivery,
     DeliveryOutcome, DeliveryState, DeliveryStore, EventType, ExpiredRuns, Grant, GrantNote, GrantQuery, GrantScope,
-    GrantStore, Interface, Lease, LinkState, LinkStore, MemoryStore, OutboxMessage, PendingKind, PendingToolCall,
-    RUN_SCHEMA_VERSION, Resolution, ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure, RunMemory, RunQuery,
-    RunRecord, RunSettings, RunStatus, RunStore, RunUpdate, StoreError, Subscription, Thread, ThreadDeletion,
-    ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, call_results, context_messages,
+    GrantStore, Interface, Lease, LinkState, LinkStore, MemoryStore, Notice, OutboxMessage, PendingKind,
+    PendingToolCall, RUN_SCHEMA_VERSION, Resolution, ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure,
+    RunMemory, RunQuery, RunRecord, RunSettings, RunStatus, RunStore, RunUpdate, StoreError, Subscription, Thread,
+    ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, call_results, context_messages,
 };
 pub use tool::{FunctionTool, InvalidResume, SchemaError, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};

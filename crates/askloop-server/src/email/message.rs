@@ -11,7 +11,7 @@
 
 use std::fmt::Write as _;
 
-use askloop::{PendingKind, PendingToolCall, Question, SelectionMode};
+use askloop::{Notice, PendingKind, PendingToolCall, Question, SelectionMode};
 use chrono::{DateTime, Utc};
 
 /// The most characters of the question the subject carries.
@@ -32,6 +32,10 @@ pub(crate) struct MailQuestion<'a> {
     pub(crate) link: &'a str,
     /// When the link stops working.
     pub(crate) expires_at: DateTime<Utc>,
+    /// Which notice of the question this is.
+    pub(crate) notice: Notice,
+    /// When the question was raised.
+    pub(crate) raised_at: DateTime<Utc>,
 }
 
 /// A message's subject and its two bodies.
@@ -73,15 +77,34 @@ fn asked(call: &PendingToolCall) -> Asked {
 pub(crate) fn compose(question: &MailQuestion<'_>) -> Composed {
     let asked = asked(question.call);
     let agent = one_line(question.agent, 60);
+    let tag = match question.notice {
+        Notice::Reminder => "[askloop] Reminder:",
+        Notice::Escalation => "[askloop] Still waiting:",
+        _ => "[askloop]",
+    };
     let subject = match &asked {
-        Asked::Question(q) => format!("[askloop] {agent} asks: {}", one_line(&q.text, SUBJECT_QUESTION_CHARS)),
-        Asked::Approval { tool, .. } => format!("[askloop] {agent} asks to run {}", one_line(tool, 60)),
-        Asked::Other { tool, .. } => format!("[askloop] {agent} waits on {}", one_line(tool, 60)),
+        Asked::Question(q) => format!("{tag} {agent} asks: {}", one_line(&q.text, SUBJECT_QUESTION_CHARS)),
+        Asked::Approval { tool, .. } => format!("{tag} {agent} asks to run {}", one_line(tool, 60)),
+        Asked::Other { tool, .. } => format!("{tag} {agent} waits on {}", one_line(tool, 60)),
     };
     Composed {
         subject,
         text: text_body(question, &asked),
         html: html_body(question, &asked),
+    }
+}
+
+/// What a later notice says first: why it comes now.
+fn notice_line(q: &MailQuestion<'_>) -> Option<String> {
+    let raised = askloop::rfc3339(q.raised_at);
+    match q.notice {
+        Notice::Reminder => Some(format!(
+            "A reminder: this was asked at {raised} and still waits for an answer."
+        )),
+        Notice::Escalation => Some(format!(
+            "This was asked at {raised} and has had no answer since, so it comes to you as well."
+        )),
+        _ => None,
     }
 }
 
@@ -123,6 +146,9 @@ fn mode_hint(mode: Option<SelectionMode>) -> &'static str {
 fn text_body(q: &MailQuestion<'_>, asked: &Asked) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Hello {},\n", one_line(q.recipient, 200));
+    if let Some(line) = notice_line(q) {
+        let _ = writeln!(out, "{line}\n");
+    }
     match asked {
         Asked::Question(question) => {
             let _ = writeln!(out, "Agent {} asks (its words, quoted):\n", one_line(q.agent, 60));
@@ -191,6 +217,9 @@ fn html_body(q: &MailQuestion<'_>, asked: &Asked) -> String {
     let e = escape_html;
     let mut body = String::new();
     let _ = write!(body, "<p>Hello {},</p>", e(q.recipient));
+    if let Some(line) = notice_line(q) {
+        let _ = write!(body, "<p><b>{}</b></p>", e(&line));
+    }
     match asked {
         Asked::Question(question) => {
             let _ = write!(body, "<p>Agent <b>{}</b> asks:</p>", e(q.agent));
@@ -270,6 +299,10 @@ mod tests {
     }
 
     fn composed(call: &PendingToolCall) -> Composed {
+        composed_as(call, Notice::First)
+    }
+
+    fn composed_as(call: &PendingToolCall, notice: Notice) -> Composed {
         compose(&MailQuestion {
             agent: "deployer",
             run_id: "run_1",
@@ -277,7 +310,47 @@ mod tests {
             call,
             link: "https://askloop.example.com/links/tok",
             expires_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+            notice,
+            raised_at: DateTime::from_timestamp(1_799_990_000, 0).unwrap(),
         })
+    }
+
+    #[test]
+    fn a_reminder_and_an_escalation_say_so_in_the_subject_and_first_in_both_bodies() {
+        let call = call_with("Deploy to production?");
+        let first = composed_as(&call, Notice::First);
+        assert_eq!(first.subject, "[askloop] deployer asks: Deploy to production?");
+        assert!(!first.text.contains("still waits"), "{}", first.text);
+
+        let reminder = composed_as(&call, Notice::Reminder);
+        assert_eq!(
+            reminder.subject,
+            "[askloop] Reminder: deployer asks: Deploy to production?"
+        );
+        let said = "A reminder: this was asked at 2027-01-15T05:13:20.000Z and still waits for an answer.";
+        assert!(
+            reminder.text.starts_with(&format!("Hello Alice,\n\n{said}\n")),
+            "{}",
+            reminder.text
+        );
+        assert!(
+            reminder.html.contains(&format!("<p><b>{said}</b></p>")),
+            "{}",
+            reminder.html
+        );
+
+        let escalation = composed_as(&call, Notice::Escalation);
+        assert_eq!(
+            escalation.subject,
+            "[askloop] Still waiting: deployer asks: Deploy to production?"
+        );
+        assert!(
+            escalation
+                .text
+                .contains("has had no answer since, so it comes to you as well"),
+            "{}",
+            escalation.text
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ mod message;
 use std::fmt;
 use std::time::Duration;
 
-use askloop::{ErrorChain, OutboxMessage, RunStatus, RunStore};
+use askloop::{ErrorChain, EventType, Notice, OutboxMessage, RunStatus, RunStore, Subscription};
 use chrono::{DateTime, Utc};
 use lettre::message::{Mailbox, MultiPart};
 use lettre::transport::smtp::authentication::Credentials;
@@ -88,12 +88,46 @@ pub struct MailRecipient {
     pub address: String,
     /// Only calls of these tools are mailed to them; empty: every call.
     pub tools: Vec<String>,
+    /// How long a question waits before they are mailed (zero: at once).
+    /// More than zero makes them an escalation: mailed only if the
+    /// question is still open then.
+    pub after: Duration,
+    /// How long after their first mail they are mailed again if the
+    /// question is still open; `None`: never.
+    pub remind_after: Option<Duration>,
 }
 
 impl MailRecipient {
+    /// A recipient mailed every question at once, and never reminded.
+    pub fn new(name: impl Into<String>, address: impl Into<String>) -> Self {
+        MailRecipient {
+            name: name.into(),
+            address: address.into(),
+            tools: Vec::new(),
+            after: Duration::ZERO,
+            remind_after: None,
+        }
+    }
+
     /// The outbox destination of their mail.
     pub fn destination(&self) -> String {
         format!("{MAILTO}{}", self.address)
+    }
+
+    /// The subscriptions an agent writes their mail with: the first notice
+    /// (at once, or after [`after`](Self::after) as an escalation), and a
+    /// reminder [`remind_after`](Self::remind_after) later.
+    pub fn subscriptions(&self) -> Vec<Subscription> {
+        let destination = self.destination();
+        let mut subscriptions = vec![if self.after.is_zero() {
+            Subscription::new(destination.clone(), [EventType::QuestionRaised])
+        } else {
+            Subscription::later(destination.clone(), self.after, Notice::Escalation)
+        }];
+        if let Some(remind) = self.remind_after {
+            subscriptions.push(Subscription::later(destination, self.after + remind, Notice::Reminder));
+        }
+        subscriptions
     }
 }
 
@@ -342,7 +376,9 @@ impl Mailer {
                 &message.run_id,
                 call_id,
                 &recipient.name,
-                message.created_at,
+                // A reminder's link lives from when it is due, not from
+                // when the question was raised.
+                message.due_at(),
             )
             .await
         {
@@ -362,6 +398,8 @@ impl Mailer {
             call,
             link: &link.url,
             expires_at: link.expires_at,
+            notice: message.notice(),
+            raised_at: message.created_at,
         });
         let to: Mailbox = match recipient.address.parse() {
             Ok(address) => Mailbox::new(Some(recipient.name.clone()), address),

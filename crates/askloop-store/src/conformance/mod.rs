@@ -269,6 +269,7 @@ macro_rules! delivery_store_conformance_tests {
         $crate::__conformance_cases!($subject;
             notifications_are_stored_with_their_write_and_not_with_a_refused_one,
             claimed_deliveries_are_held_until_their_lease_runs_out,
+            a_held_back_notice_is_not_claimed_before_it_is_due,
             finished_attempts_are_counted_and_only_retries_come_back,
             of_concurrent_senders_each_delivery_goes_to_exactly_one
         );

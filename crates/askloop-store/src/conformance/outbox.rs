@@ -102,6 +102,33 @@ pub async fn notifications_are_stored_with_their_write_and_not_with_a_refused_on
     assert_eq!(ids, ["msg_1"], "a refused write must not leave a notification behind");
 }
 
+/// A held-back notice (a reminder, an escalation) is stored due at its
+/// body's `dueAt`, read back as written, and not claimed before then; at
+/// that time it is.
+pub async fn a_held_back_notice_is_not_claimed_before_it_is_due(s: &Subject) {
+    let now = at(SystemClock.now());
+    let due = now + Duration::hours(2);
+    let mut reminder = message("msg_later", "run-a", now);
+    reminder.payload["notice"] = json!("reminder");
+    reminder.payload["dueAt"] = json!(due.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+    suspend_with(s, "run-a", std::slice::from_ref(&reminder)).await;
+
+    let stored = s.store.deliveries("run-a").await.unwrap();
+    assert_eq!(stored[0].message, reminder);
+    assert_eq!(stored[0].next_at, due, "due when its body says, not when written");
+    assert_eq!(stored[0].message.notice(), askloop::Notice::Reminder);
+
+    let early = s
+        .store
+        .claim_deliveries(due - Duration::seconds(1), &lease("sender-1", 60), 8)
+        .await
+        .unwrap();
+    assert!(early.is_empty(), "taken a second before it is due: {early:?}");
+    let on_time = s.store.claim_deliveries(due, &lease("sender-1", 60), 8).await.unwrap();
+    let ids: Vec<&str> = on_time.iter().map(|d| d.message.id.as_str()).collect();
+    assert_eq!(ids, ["msg_later"]);
+}
+
 /// A claim takes due, unheld deliveries (oldest due first, at most
 /// `limit`) and leases them; a second claim does not get them while the
 /// lease holds, and does once it ran out. A delivery due later is not

@@ -27,7 +27,7 @@ impl PostgresStore {
             let payload = to_json(&message.run_id, "a notification", &message.payload)?;
             sqlx::query(
                 "INSERT INTO outbox (id, run_id, destination, event, payload, created_at, next_at) \
-                 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $6)",
+                 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)",
             )
             .bind(&message.id)
             .bind(&message.run_id)
@@ -35,6 +35,7 @@ impl PostgresStore {
             .bind(message.event.as_str())
             .bind(nul::encode_json(&payload).as_ref())
             .bind(message.created_at)
+            .bind(message.due_at())
             .execute(&mut *tx)
             .await
             .map_err(self.failed(|| format!("writing the notifications of run {}", message.run_id)))?;

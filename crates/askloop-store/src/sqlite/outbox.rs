@@ -17,6 +17,7 @@ pub(crate) struct NewDelivery {
     event: &'static str,
     payload: String,
     created_at: i64,
+    due_at: i64,
 }
 
 impl NewDelivery {
@@ -28,11 +29,13 @@ impl NewDelivery {
             event: message.event.as_str(),
             payload: to_json(&message.run_id, "a notification", &message.payload)?,
             created_at: message.created_at.timestamp_micros(),
+            due_at: message.due_at().timestamp_micros(),
         })
     }
 }
 
-/// Inserts the notifications of a run write, due at once.
+/// Inserts the notifications of a run write, each due at its `due_at`
+/// (when it was written, or later for a reminder or an escalation).
 pub(crate) fn insert(conn: &Connection, rows: &[NewDelivery]) -> Result<(), StoreError> {
     let mut insert = conn
         .prepare_cached(
@@ -49,7 +52,7 @@ pub(crate) fn insert(conn: &Connection, rows: &[NewDelivery]) -> Result<(), Stor
                 row.event,
                 row.payload,
                 row.created_at,
-                row.created_at
+                row.due_at
             ])
             .map_err(StoreError::backend)?;
     }

@@ -361,7 +361,7 @@ impl RunStore for MemoryStore {
                 message: message.clone(),
                 state: DeliveryState::Pending,
                 attempts: 0,
-                next_at: message.created_at,
+                next_at: message.due_at(),
                 last_error: None,
                 lease: None,
             }));

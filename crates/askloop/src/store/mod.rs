@@ -29,7 +29,7 @@ pub use changes::{ChangeBroadcast, RunChange, RunChanges};
 pub use grant::{Always, Grant, GrantNote, GrantQuery, GrantScope, GrantStore};
 pub use link::{AnswerLink, LinkState, LinkStore};
 pub use memory::MemoryStore;
-pub use outbox::{Delivery, DeliveryOutcome, DeliveryState, EventType, OutboxMessage, Subscription};
+pub use outbox::{Delivery, DeliveryOutcome, DeliveryState, EventType, Notice, OutboxMessage, Subscription};
 pub(crate) use outbox::{EventRun, messages_for};
 pub use resolution::{ArgumentsEdit, Author, Interface, Resolution, ResolutionKind};
 pub use settings::RunSettings;

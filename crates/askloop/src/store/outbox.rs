@@ -93,6 +93,38 @@ impl std::str::FromStr for EventType {
     }
 }
 
+/// Which notice of a raised question a notification is: the first, or one
+/// held back until the question has waited a while (see
+/// [`Subscription::later`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Notice {
+    /// Sent when the question is raised.
+    First,
+    /// The same person again, the question still open.
+    Reminder,
+    /// Someone else, because the question is still open.
+    Escalation,
+}
+
+impl Notice {
+    /// The name in a held-back notification's body (`notice`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Notice::First => "first",
+            Notice::Reminder => "reminder",
+            Notice::Escalation => "escalation",
+        }
+    }
+
+    /// Reads a body's `notice`.
+    pub fn parse(name: &str) -> Option<Notice> {
+        [Notice::First, Notice::Reminder, Notice::Escalation]
+            .into_iter()
+            .find(|n| n.as_str() == name)
+    }
+}
+
 /// A destination that wants to hear of some events of an agent's runs
 /// (see `AgentBuilder::notify`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,14 +134,36 @@ pub struct Subscription {
     pub destination: String,
     /// The events it wants.
     pub events: Vec<EventType>,
+    /// How long after a question is raised its notification is due (zero:
+    /// at once). Held-back notices are for raised questions only.
+    pub delay: std::time::Duration,
+    /// Which notice it is.
+    pub notice: Notice,
 }
 
 impl Subscription {
-    /// A destination wanting `events`.
+    /// A destination wanting `events`, each at once.
     pub fn new(destination: impl Into<String>, events: impl IntoIterator<Item = EventType>) -> Self {
         Subscription {
             destination: destination.into(),
             events: events.into_iter().collect(),
+            delay: std::time::Duration::ZERO,
+            notice: Notice::First,
+        }
+    }
+
+    /// A destination to hear of a raised question only once it has waited
+    /// `delay`: a reminder or an escalation. The notification is written
+    /// with the suspension, as every other is, due `delay` later; the
+    /// delivery worker reads the question again when it is due and drops
+    /// it if the question was resolved meanwhile. None is written for a
+    /// call whose time limit comes first.
+    pub fn later(destination: impl Into<String>, delay: std::time::Duration, notice: Notice) -> Self {
+        Subscription {
+            destination: destination.into(),
+            events: vec![EventType::QuestionRaised],
+            delay,
+            notice,
         }
     }
 
@@ -137,6 +191,29 @@ pub struct OutboxMessage {
     /// When it was written. Kept to the microsecond, as every store keeps
     /// it.
     pub created_at: DateTime<Utc>,
+}
+
+impl OutboxMessage {
+    /// When it is first due: when it was written, or for a held-back notice
+    /// (a reminder, an escalation) the body's `dueAt`. Stores schedule the
+    /// first attempt here.
+    pub fn due_at(&self) -> DateTime<Utc> {
+        self.payload
+            .get("dueAt")
+            .and_then(Value::as_str)
+            .and_then(|at| DateTime::parse_from_rfc3339(at).ok())
+            .map_or(self.created_at, |at| to_micros(at.with_timezone(&Utc)))
+    }
+
+    /// Which notice of its question it is (the body's `notice`; the first
+    /// when it names none).
+    pub fn notice(&self) -> Notice {
+        self.payload
+            .get("notice")
+            .and_then(Value::as_str)
+            .and_then(Notice::parse)
+            .unwrap_or(Notice::First)
+    }
 }
 
 /// Where a delivery is.
@@ -238,10 +315,18 @@ pub(crate) fn messages_for(
     resolutions: &[(&Resolution, Option<&PendingToolCall>)],
     now: DateTime<Utc>,
 ) -> Vec<OutboxMessage> {
-    let mut events: Vec<(EventType, Value, DateTime<Utc>)> = Vec::new();
+    // Each event: what, its body's data, when it happened, and the time
+    // limit of the call it raises (none for a resolution).
+    type Event = (EventType, Value, DateTime<Utc>, Option<DateTime<Utc>>);
+    let mut events: Vec<Event> = Vec::new();
     let now = to_micros(now);
     for call in raised {
-        events.push((EventType::QuestionRaised, call_data(&run, call, None), now));
+        events.push((
+            EventType::QuestionRaised,
+            call_data(&run, call, None),
+            now,
+            call.expires_at,
+        ));
     }
     for &(resolution, call) in resolutions {
         let Some(event) = EventType::of_resolution(resolution.kind) else {
@@ -256,21 +341,40 @@ pub(crate) fn messages_for(
                 "resolution": resolution,
             }),
         };
-        events.push((event, data, resolution.at));
+        events.push((event, data, resolution.at, None));
     }
     let mut messages = Vec::new();
-    for (event, data, at) in events {
+    for (event, data, at, expires_at) in events {
         for subscription in subscriptions.iter().filter(|s| s.wants(event)) {
+            let mut payload = json!({
+                "type": event.as_str(),
+                "timestamp": at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                "data": data,
+            });
+            if !subscription.delay.is_zero() {
+                if event != EventType::QuestionRaised {
+                    continue;
+                }
+                let Some(due) = chrono::Duration::from_std(subscription.delay)
+                    .ok()
+                    .and_then(|delay| now.checked_add_signed(delay))
+                else {
+                    continue;
+                };
+                // A notice due when the question can no longer be answered
+                // would only ever be dropped.
+                if expires_at.is_some_and(|limit| due >= limit) {
+                    continue;
+                }
+                payload["notice"] = json!(subscription.notice.as_str());
+                payload["dueAt"] = json!(due.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+            }
             messages.push(OutboxMessage {
                 id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
                 run_id: run.run_id.to_owned(),
                 destination: subscription.destination.clone(),
                 event,
-                payload: json!({
-                    "type": event.as_str(),
-                    "timestamp": at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-                    "data": data,
-                }),
+                payload,
                 created_at: now,
             });
         }
@@ -307,6 +411,8 @@ fn call_data(run: &EventRun<'_>, call: &PendingToolCall, resolution: Option<&Res
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::store::{Author, Interface};
 
@@ -372,5 +478,56 @@ mod tests {
 
         let cancel = Resolution::new(None, ResolutionKind::Cancelled, now, Author::default());
         assert!(messages_for(&subscriptions, run(), &[], &[(&cancel, None)], now).is_empty());
+    }
+
+    #[test]
+    fn a_held_back_notice_is_due_after_its_delay_and_never_after_the_time_limit() {
+        let subscriptions = [
+            Subscription::new("mailto:alice@example.com", [EventType::QuestionRaised]),
+            Subscription::later("mailto:alice@example.com", Duration::from_secs(3600), Notice::Reminder),
+            Subscription::later(
+                "mailto:bob@example.com",
+                Duration::from_secs(4 * 3600),
+                Notice::Escalation,
+            ),
+        ];
+        let run = || EventRun {
+            run_id: "r1",
+            agent_id: "agent",
+        };
+        let now: DateTime<Utc> = "2026-01-02T03:04:05.123456Z".parse().unwrap();
+        let call = question("c1");
+        let raised = messages_for(&subscriptions, run(), &[&call], &[], now);
+        let notices: Vec<(&str, Notice, DateTime<Utc>)> = raised
+            .iter()
+            .map(|m| (m.destination.as_str(), m.notice(), m.due_at()))
+            .collect();
+        let hours = |h: i64| now + chrono::Duration::hours(h);
+        assert_eq!(
+            notices,
+            [
+                ("mailto:alice@example.com", Notice::First, now),
+                ("mailto:alice@example.com", Notice::Reminder, hours(1)),
+                ("mailto:bob@example.com", Notice::Escalation, hours(4)),
+            ]
+        );
+        assert!(
+            raised[0].payload.get("dueAt").is_none(),
+            "a first notice's body is as before"
+        );
+
+        // A limit two hours away leaves the reminder and drops the escalation.
+        let limited = PendingToolCall {
+            expires_at: Some(hours(2)),
+            ..question("c2")
+        };
+        let raised = messages_for(&subscriptions, run(), &[&limited], &[], now);
+        let notices: Vec<Notice> = raised.iter().map(OutboxMessage::notice).collect();
+        assert_eq!(notices, [Notice::First, Notice::Reminder]);
+
+        // A resolution is announced at once or not at all.
+        let answer = Resolution::new(Some("c1"), ResolutionKind::Answered, now, Author::default());
+        let later_only = &subscriptions[1..];
+        assert!(messages_for(later_only, run(), &[], &[(&answer, Some(&call))], now).is_empty());
     }
 }

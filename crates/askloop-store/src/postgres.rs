@@ -974,7 +974,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_expiry_sweep_the_prune_and_a_count_use_their_indexes_for_any_parameters() {
+    async fn every_sweep_the_prune_and_a_count_use_their_indexes_for_any_parameters() {
         let Some(url) = crate::conformance::postgres_test_url("postgres partial indexes") else {
             return;
         };
@@ -990,6 +990,20 @@ mod tests {
         )
         .await;
         let prune = generic_plan(&store.pool, &schema, PRUNE, "timestamptz").await;
+        let stalled = generic_plan(
+            &store.pool,
+            &schema,
+            STALLED_RUNS,
+            "timestamptz, timestamptz, text, bigint",
+        )
+        .await;
+        let claim = generic_plan(
+            &store.pool,
+            &schema,
+            outbox::CLAIM,
+            "text, timestamptz, timestamptz, bigint",
+        )
+        .await;
         let suspended = RunQuery {
             status: Some(askloop::RunStatus::Suspended),
             ..Default::default()
@@ -1052,6 +1066,13 @@ mod tests {
         );
         assert!(expiring.contains("runs_suspended_by_expiry"), "{expiring}");
         assert!(prune.contains("runs_finished_by_updated"), "{prune}");
+        // The recovery sweep reads running runs only; the outbox's sender
+        // due deliveries only.
+        assert!(stalled.contains("Index Cond: (status = 'running'::text)"), "{stalled}");
+        assert!(claim.contains("outbox_due"), "{claim}");
+        for plan in [&stalled, &claim] {
+            assert!(!plan.contains("Seq Scan"), "{plan}");
+        }
         assert!(count.contains("runs_by_status"), "{count}");
     }
 

@@ -12,6 +12,15 @@ use super::{PostgresStore, nul};
 use crate::row::to_json;
 
 /// The columns [`read_row`] reads.
+/// Leases (`$1` owner, `$2` until) up to `$4` pending deliveries due at
+/// `$3` that no sender holds, oldest due first, from the `outbox_due`
+/// index: what a claim reads grows with what is due, not with what waits
+/// (a reminder due in a day, a delivery long delivered).
+pub(super) const CLAIM: &str = "UPDATE outbox SET lease_owner = $1, lease_until = $2 WHERE id IN (\
+     SELECT id FROM outbox WHERE state = 'pending' AND next_at <= $3 \
+     AND (lease_until IS NULL OR lease_until <= $3) ORDER BY next_at, id LIMIT $4 \
+     FOR UPDATE SKIP LOCKED)";
+
 const COLUMNS: &str = "id, run_id, destination, event, payload::text AS payload, created_at, state, attempts, \
                        next_at, last_error, lease_owner, lease_until";
 
@@ -51,19 +60,14 @@ impl PostgresStore {
     ) -> Result<Vec<Delivery>, StoreError> {
         // SKIP LOCKED: a row another sender is claiming right now is left to
         // it; one it claimed and committed no longer matches the lease test.
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE outbox SET lease_owner = $1, lease_until = $2 WHERE id IN (\
-             SELECT id FROM outbox WHERE state = 'pending' AND next_at <= $3 \
-             AND (lease_until IS NULL OR lease_until <= $3) ORDER BY next_at, id LIMIT $4 \
-             FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}"
-        )))
-        .bind(&lease.owner)
-        .bind(lease.until)
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.failed(|| "claiming notifications to deliver".to_owned()))?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!("{CLAIM} RETURNING {COLUMNS}")))
+            .bind(&lease.owner)
+            .bind(lease.until)
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.failed(|| "claiming notifications to deliver".to_owned()))?;
         let mut taken = rows.iter().map(read_row).collect::<Result<Vec<_>, _>>()?;
         taken.sort_by(|a, b| a.next_at.cmp(&b.next_at).then_with(|| a.message.id.cmp(&b.message.id)));
         Ok(taken)

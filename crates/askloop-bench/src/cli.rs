@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// Usage, printed with every argument error.
 pub const USAGE: &str = "usage: askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] [--detail] \
 [--runtime multi|current] [--server-bin PATH] [--hold SECS] [--mastra DIR] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M \
-| http N | http-concurrent K | inbox M | thread M | compare N";
+| http N | http-concurrent K | inbox M | thread M | scale M | compare N";
 
 /// Which Tokio runtime drives the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +46,9 @@ pub enum Mode {
     /// A stored thread grown to M messages, then runs started on it and
     /// answered, in this process and in fresh ones.
     Thread(usize),
+    /// Round trips with no run waiting and with M waiting, on two store
+    /// handles, and the reads that M waiting runs could slow.
+    Scale(usize),
     /// `roundtrip N` and `http N` in askloop and in Mastra (`bench/mastra`),
     /// with the ratios.
     Compare(usize),
@@ -186,6 +189,7 @@ fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
         ["http-concurrent", k] => Mode::HttpConcurrent(count("http-concurrent", k)?),
         ["inbox", m] => Mode::Inbox(count("inbox", m)?),
         ["thread", m] => Mode::Thread(count("thread", m)?),
+        ["scale", m] => Mode::Scale(count("scale", m)?),
         ["compare", n] => Mode::Compare(count("compare", n)?),
         ["__restart-suspend"] => Mode::RestartSuspend,
         ["__restart-resume", run_id] => Mode::RestartResume((*run_id).to_owned()),
@@ -213,7 +217,7 @@ fn parse_mode(positional: &[String]) -> Result<Mode, ArgError> {
 }
 
 /// The modes that take one count.
-const COUNTED_MODES: [&str; 9] = [
+const COUNTED_MODES: [&str; 10] = [
     "roundtrip",
     "concurrent",
     "long",
@@ -222,6 +226,7 @@ const COUNTED_MODES: [&str; 9] = [
     "http-concurrent",
     "inbox",
     "thread",
+    "scale",
     "compare",
 ];
 
@@ -276,6 +281,7 @@ mod tests {
         assert_eq!(config.target.server_bin, Some(PathBuf::from("/opt/askloop")));
         assert_eq!(parse(args("http 5")).unwrap().unwrap().mode, Mode::Http(5));
         assert_eq!(parse(args("inbox 10000")).unwrap().unwrap().mode, Mode::Inbox(10_000));
+        assert_eq!(parse(args("scale 100000")).unwrap().unwrap().mode, Mode::Scale(100_000));
         let config = parse(args("thread 10000 --db postgres://u@h/db")).unwrap().unwrap();
         assert_eq!(config.mode, Mode::Thread(10_000));
         assert_eq!(config.target.db.as_deref(), Some("postgres://u@h/db"));

@@ -6,6 +6,7 @@
 //!   | http N | http-concurrent K      (with [--server-bin PATH])
 //!   | inbox M                         (the web page, in headless chromium)
 //!   | thread M                        (runs on a stored thread of M messages)
+//!   | scale M                         (round trips and reads with M runs waiting)
 //!   | compare N                       (askloop and Mastra side by side, [--mastra DIR])
 //! ```
 //!
@@ -104,6 +105,7 @@ async fn run(config: Config) -> anyhow::Result<Report> {
         Mode::RestartSuspend => modes::restart_suspend(target).await,
         Mode::RestartResume(run_id) => modes::restart_resume(target, &run_id).await,
         Mode::Thread(m) => modes::thread(target, m).await,
+        Mode::Scale(m) => modes::scale(target, m).await,
         Mode::ThreadStart(thread_id) => modes::thread_start(target, &thread_id).await,
         Mode::ThreadAnswer(run_id) => modes::thread_answer(target, &run_id).await,
     }

@@ -7,6 +7,7 @@ mod inbox;
 mod long;
 mod restart;
 mod roundtrip;
+mod scale;
 mod thread;
 mod waiting;
 
@@ -19,6 +20,7 @@ pub use inbox::inbox;
 pub use long::long;
 pub use restart::{restart, restart_resume, restart_suspend};
 pub use roundtrip::roundtrip;
+pub use scale::scale;
 pub use thread::{thread, thread_answer, thread_start};
 pub use waiting::waiting;
 

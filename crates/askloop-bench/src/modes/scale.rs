@@ -1,0 +1,224 @@
+//! `scale M`: what M runs waiting on people cost everything else, on the
+//! store the target names (PostgreSQL: `--db postgres://...`, as several
+//! instances share one).
+//!
+//! Two agents on two store handles (two connection pools, as two
+//! instances have) play the round trip [`ROUND_TRIPS`] times, each started
+//! on one and answered on the other, first with no run waiting, then after
+//! M runs were suspended and left waiting. Between them, with the M runs
+//! waiting, it times what reads the store while they wait: the Inbox's
+//! first page (the newest 50 waiting runs, and their count), a run's
+//! messages, and the sweeps (expiry, stalled runs, the outbox's due
+//! deliveries, the figures of questions waiting), [`PROBES`] times each.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use askloop::{Agent, Lease, RunQuery, RunStatus, RunStore};
+use serde::Serialize;
+
+use super::waiting::suspend;
+use super::{Failures, IMPL, Report};
+use crate::cli::Target;
+use crate::environment::{Environment, Workload};
+use crate::measure::{self, median_ms, percentile_ms};
+use crate::run;
+
+/// Round trips timed before and after the M runs wait.
+const ROUND_TRIPS: usize = 200;
+
+/// Times each read is timed.
+const PROBES: usize = 200;
+
+/// The Inbox's first page.
+const PAGE: u32 = 50;
+
+#[derive(Debug, Serialize)]
+struct Latency {
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+impl Latency {
+    fn of(values: &[Duration]) -> Latency {
+        Latency {
+            p50_ms: median_ms(values),
+            p99_ms: percentile_ms(values, 99.0),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct RoundTrips {
+    suspend: Latency,
+    answer: Latency,
+}
+
+#[derive(Debug, Serialize)]
+struct Figures {
+    #[serde(rename = "impl")]
+    implementation: &'static str,
+    mode: &'static str,
+    m: usize,
+    store: &'static str,
+    empty: RoundTrips,
+    all_suspended_s: f64,
+    waiting: RoundTrips,
+    suspend_ratio_p50: f64,
+    answer_ratio_p50: f64,
+    inbox_first_page: Latency,
+    inbox_count: Latency,
+    run_messages: Latency,
+    expiry_sweep: Latency,
+    stalled_sweep: Latency,
+    outbox_claim: Latency,
+    questions_waiting: Latency,
+    peak_rss_mb_empty: f64,
+    peak_rss_mb_end: f64,
+    ok: usize,
+}
+
+pub async fn scale(target: &Target, m: usize) -> anyhow::Result<Report> {
+    let environment = Environment::prepare(target, Workload::Deploy).await?;
+    let (one, two) = (environment.agent().await?, environment.agent().await?);
+    let store = askloop_store::open(&environment.db)
+        .await
+        .with_context(|| format!("cannot open the store at {}", environment.db))?;
+    let already = store.count(&waiting_query(None)).await?;
+    if already > 0 {
+        bail!(
+            "the store already holds {already} waiting runs; `scale` measures from none: give it a store of its own \
+             (for PostgreSQL, a schema of its own: ?schema=NAME)"
+        );
+    }
+    let mut failures = Failures::default();
+    let mut ok = 0;
+
+    let empty = round_trips(&one, &two, &mut failures, &mut ok).await;
+    let peak_rss_mb_empty = measure::peak_rss_mb();
+
+    let started = Instant::now();
+    let half = m / 2;
+    let mut waiting = suspend(&one, half, &mut failures).await;
+    waiting.extend(suspend(&two, m - half, &mut failures).await);
+    let all_suspended = started.elapsed();
+
+    let reads = Reads::time(store.as_ref(), &waiting).await?;
+    let full = round_trips(&one, &two, &mut failures, &mut ok).await;
+
+    let figures = Figures {
+        implementation: IMPL,
+        mode: "scale",
+        m: waiting.len(),
+        store: if environment.db_file.is_some() { "sqlite" } else { "postgres" },
+        suspend_ratio_p50: measure::round3(median_ms(&full.0) / median_ms(&empty.0)),
+        answer_ratio_p50: measure::round3(median_ms(&full.1) / median_ms(&empty.1)),
+        empty: RoundTrips {
+            suspend: Latency::of(&empty.0),
+            answer: Latency::of(&empty.1),
+        },
+        all_suspended_s: measure::secs(all_suspended),
+        waiting: RoundTrips {
+            suspend: Latency::of(&full.0),
+            answer: Latency::of(&full.1),
+        },
+        inbox_first_page: Latency::of(&reads.first_page),
+        inbox_count: Latency::of(&reads.count),
+        run_messages: Latency::of(&reads.messages),
+        expiry_sweep: Latency::of(&reads.expiry),
+        stalled_sweep: Latency::of(&reads.stalled),
+        outbox_claim: Latency::of(&reads.claim),
+        questions_waiting: Latency::of(&reads.questions),
+        peak_rss_mb_empty,
+        peak_rss_mb_end: measure::peak_rss_mb(),
+        ok,
+    };
+    Report::new(&figures, failures)
+}
+
+/// The waiting runs, newest first, a page of them when `limit` is given.
+fn waiting_query(limit: Option<u32>) -> RunQuery {
+    RunQuery {
+        status: Some(RunStatus::Suspended),
+        limit,
+        ..RunQuery::default()
+    }
+}
+
+/// [`ROUND_TRIPS`] round trips, each started on `one` and answered on
+/// `two` (then the other way round): (suspend times, answer times).
+async fn round_trips(one: &Agent, two: &Agent, failures: &mut Failures, ok: &mut usize) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut suspends, mut answers) = (Vec::new(), Vec::new());
+    for i in 0..ROUND_TRIPS {
+        let (starter, answerer) = if i % 2 == 0 { (one, two) } else { (two, one) };
+        let trip = async {
+            let suspended = run::start(starter).await?;
+            suspended.expect_question(askloop_testkit::workload::DEPLOY_QUESTION)?;
+            let resumed = run::resume(answerer, &suspended.run_id, run::DEPLOY_ANSWER).await?;
+            resumed.expect_text(run::DEPLOY_EXPECTED)?;
+            anyhow::Ok((suspended.elapsed, resumed.elapsed))
+        };
+        match trip.await {
+            Ok((suspend, answer)) => {
+                suspends.push(suspend);
+                answers.push(answer);
+                *ok += 1;
+            }
+            Err(err) => failures.push(err),
+        }
+    }
+    (suspends, answers)
+}
+
+/// What reads of the store cost with the runs waiting.
+struct Reads {
+    first_page: Vec<Duration>,
+    count: Vec<Duration>,
+    messages: Vec<Duration>,
+    expiry: Vec<Duration>,
+    stalled: Vec<Duration>,
+    claim: Vec<Duration>,
+    questions: Vec<Duration>,
+}
+
+impl Reads {
+    async fn time(store: &dyn RunStore, waiting: &[String]) -> anyhow::Result<Reads> {
+        let mut reads = Reads {
+            first_page: Vec::new(),
+            count: Vec::new(),
+            messages: Vec::new(),
+            expiry: Vec::new(),
+            stalled: Vec::new(),
+            claim: Vec::new(),
+            questions: Vec::new(),
+        };
+        let lease = Lease::new("scale-bench", chrono::Utc::now() + chrono::Duration::seconds(30));
+        for i in 0..PROBES {
+            let now = chrono::Utc::now();
+            let page = timed(&mut reads.first_page, store.list(&waiting_query(Some(PAGE)))).await?;
+            if page.len() != PAGE as usize && waiting.len() >= PAGE as usize {
+                bail!("the Inbox's first page held {} runs, not {PAGE}", page.len());
+            }
+            timed(&mut reads.count, store.count(&waiting_query(None))).await?;
+            if let Some(run_id) = waiting.get(i * waiting.len().max(1) / PROBES) {
+                timed(&mut reads.messages, store.messages(run_id)).await?;
+            }
+            timed(&mut reads.expiry, store.expiring(now, None, 100)).await?;
+            timed(&mut reads.stalled, store.expired(now, None, 100)).await?;
+            timed(&mut reads.claim, store.claim_deliveries(now, &lease, 8)).await?;
+            timed(&mut reads.questions, store.waiting()).await?;
+        }
+        Ok(reads)
+    }
+}
+
+/// Awaits `read`, adding how long it took to `times`.
+async fn timed<T, E>(times: &mut Vec<Duration>, read: impl Future<Output = Result<T, E>>) -> anyhow::Result<T>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let value = read.await?;
+    times.push(started.elapsed());
+    Ok(value)
+}

@@ -108,12 +108,16 @@ fn long_answers_every_question_and_reports_resumes_at_its_points() {
 #[test]
 fn scale_times_round_trips_before_and_after_runs_wait_and_the_reads_between() {
     let report = bench(&["scale", "60"]);
-    assert_eq!((report["mode"].as_str(), report["store"].as_str()), (Some("scale"), Some("sqlite")));
+    assert_eq!(
+        (report["mode"].as_str(), report["store"].as_str()),
+        (Some("scale"), Some("sqlite"))
+    );
     assert_eq!(report["m"], 60);
     assert_eq!(report["ok"], 400, "200 round trips with no run waiting, 200 with 60");
     for figure in [
         "inbox_first_page",
         "inbox_count",
+        "thread_messages",
         "run_messages",
         "expiry_sweep",
         "stalled_sweep",
@@ -121,7 +125,10 @@ fn scale_times_round_trips_before_and_after_runs_wait_and_the_reads_between() {
         "questions_waiting",
     ] {
         let p99 = report[figure]["p99_ms"].as_f64().unwrap();
-        assert!(p99 > 0.0 && p99 >= report[figure]["p50_ms"].as_f64().unwrap(), "{figure}: {report}");
+        assert!(
+            p99 > 0.0 && p99 >= report[figure]["p50_ms"].as_f64().unwrap(),
+            "{figure}: {report}"
+        );
     }
     assert!(report["suspend_ratio_p50"].as_f64().unwrap() > 0.0, "{report}");
 }

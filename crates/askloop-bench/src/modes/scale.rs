@@ -5,19 +5,20 @@
 //! Two agents on two store handles (two connection pools, as two
 //! instances have) play the round trip [`ROUND_TRIPS`] times, each started
 //! on one and answered on the other, first with no run waiting, then after
-//! M runs were suspended and left waiting. Between them, with the M runs
-//! waiting, it times what reads the store while they wait: the Inbox's
-//! first page (the newest 50 waiting runs, and their count), a run's
+//! M runs were suspended and left waiting, each on a thread of its own (of
+//! [`RESOURCES`] people). Between them, with the M runs waiting, it times
+//! what reads the store while they wait: the Inbox's first page (the
+//! newest 50 waiting runs, and their count), a thread's messages, a run's
 //! messages, and the sweeps (expiry, stalled runs, the outbox's due
 //! deliveries, the figures of questions waiting), [`PROBES`] times each.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use askloop::{Agent, Lease, RunQuery, RunStatus, RunStore};
+use askloop::{Agent, Lease, RunQuery, RunStatus, RunStore, StreamOptions, ThreadKey, ThreadOptions};
 use serde::Serialize;
 
-use super::waiting::suspend;
+use super::waiting::bounded;
 use super::{Failures, IMPL, Report};
 use crate::cli::Target;
 use crate::environment::{Environment, Workload};
@@ -32,6 +33,9 @@ const PROBES: usize = 200;
 
 /// The Inbox's first page.
 const PAGE: u32 = 50;
+
+/// The people whose threads the waiting runs are on.
+const RESOURCES: usize = 100;
 
 #[derive(Debug, Serialize)]
 struct Latency {
@@ -68,6 +72,7 @@ struct Figures {
     answer_ratio_p50: f64,
     inbox_first_page: Latency,
     inbox_count: Latency,
+    thread_messages: Latency,
     run_messages: Latency,
     expiry_sweep: Latency,
     stalled_sweep: Latency,
@@ -98,9 +103,7 @@ pub async fn scale(target: &Target, m: usize) -> anyhow::Result<Report> {
     let peak_rss_mb_empty = measure::peak_rss_mb();
 
     let started = Instant::now();
-    let half = m / 2;
-    let mut waiting = suspend(&one, half, &mut failures).await;
-    waiting.extend(suspend(&two, m - half, &mut failures).await);
+    let waiting = suspend_on_threads(&one, &two, m, &mut failures).await;
     let all_suspended = started.elapsed();
 
     let reads = Reads::time(store.as_ref(), &waiting).await?;
@@ -110,7 +113,11 @@ pub async fn scale(target: &Target, m: usize) -> anyhow::Result<Report> {
         implementation: IMPL,
         mode: "scale",
         m: waiting.len(),
-        store: if environment.db_file.is_some() { "sqlite" } else { "postgres" },
+        store: if environment.db_file.is_some() {
+            "sqlite"
+        } else {
+            "postgres"
+        },
         suspend_ratio_p50: measure::round3(median_ms(&full.0) / median_ms(&empty.0)),
         answer_ratio_p50: measure::round3(median_ms(&full.1) / median_ms(&empty.1)),
         empty: RoundTrips {
@@ -124,6 +131,7 @@ pub async fn scale(target: &Target, m: usize) -> anyhow::Result<Report> {
         },
         inbox_first_page: Latency::of(&reads.first_page),
         inbox_count: Latency::of(&reads.count),
+        thread_messages: Latency::of(&reads.thread),
         run_messages: Latency::of(&reads.messages),
         expiry_sweep: Latency::of(&reads.expiry),
         stalled_sweep: Latency::of(&reads.stalled),
@@ -145,9 +153,45 @@ fn waiting_query(limit: Option<u32>) -> RunQuery {
     }
 }
 
+/// The thread of the `i`th waiting run.
+fn thread_of(i: usize) -> ThreadKey {
+    ThreadKey::new(format!("person-{}", i % RESOURCES), format!("thread-{i}"))
+}
+
+/// Starts `m` runs, each on a thread of its own, half on `one` and half
+/// on `two`, at most 100 in flight, and returns the ids of those that
+/// suspended on the benchmark's question; the others are `failures`.
+async fn suspend_on_threads(one: &Agent, two: &Agent, m: usize, failures: &mut Failures) -> Vec<String> {
+    let starts = bounded((0..m).map(|i| {
+        let agent = if i % 2 == 0 { one.clone() } else { two.clone() };
+        async move {
+            let key = thread_of(i);
+            let options = StreamOptions::default().on_thread(ThreadOptions::new(&key.resource_id, &key.thread_id));
+            run::start_with(&agent, options).await
+        }
+    }))
+    .await;
+    let mut suspended = Vec::with_capacity(m);
+    for streamed in starts {
+        match streamed.and_then(|s| {
+            s.expect_question(askloop_testkit::workload::DEPLOY_QUESTION)
+                .map(|()| s)
+        }) {
+            Ok(s) => suspended.push(s.run_id),
+            Err(err) => failures.push(err),
+        }
+    }
+    suspended
+}
+
 /// [`ROUND_TRIPS`] round trips, each started on `one` and answered on
 /// `two` (then the other way round): (suspend times, answer times).
-async fn round_trips(one: &Agent, two: &Agent, failures: &mut Failures, ok: &mut usize) -> (Vec<Duration>, Vec<Duration>) {
+async fn round_trips(
+    one: &Agent,
+    two: &Agent,
+    failures: &mut Failures,
+    ok: &mut usize,
+) -> (Vec<Duration>, Vec<Duration>) {
     let (mut suspends, mut answers) = (Vec::new(), Vec::new());
     for i in 0..ROUND_TRIPS {
         let (starter, answerer) = if i % 2 == 0 { (one, two) } else { (two, one) };
@@ -173,6 +217,7 @@ async fn round_trips(one: &Agent, two: &Agent, failures: &mut Failures, ok: &mut
 /// What reads of the store cost with the runs waiting.
 struct Reads {
     first_page: Vec<Duration>,
+    thread: Vec<Duration>,
     count: Vec<Duration>,
     messages: Vec<Duration>,
     expiry: Vec<Duration>,
@@ -185,6 +230,7 @@ impl Reads {
     async fn time(store: &dyn RunStore, waiting: &[String]) -> anyhow::Result<Reads> {
         let mut reads = Reads {
             first_page: Vec::new(),
+            thread: Vec::new(),
             count: Vec::new(),
             messages: Vec::new(),
             expiry: Vec::new(),
@@ -200,8 +246,15 @@ impl Reads {
                 bail!("the Inbox's first page held {} runs, not {PAGE}", page.len());
             }
             timed(&mut reads.count, store.count(&waiting_query(None))).await?;
-            if let Some(run_id) = waiting.get(i * waiting.len().max(1) / PROBES) {
+            if let Some(run_id) = waiting.get(i * waiting.len() / PROBES) {
                 timed(&mut reads.messages, store.messages(run_id)).await?;
+            }
+            if let Some(threads) = store.thread_store() {
+                let key = thread_of(i * waiting.len().max(1) / PROBES);
+                let messages = timed(&mut reads.thread, threads.thread_messages(&key, 0, 100)).await?;
+                if messages.is_empty() && !waiting.is_empty() {
+                    bail!("thread {} of {} holds no messages", key.thread_id, key.resource_id);
+                }
             }
             timed(&mut reads.expiry, store.expiring(now, None, 100)).await?;
             timed(&mut reads.stalled, store.expired(now, None, 100)).await?;

@@ -90,7 +90,7 @@ pub(super) async fn suspend(agent: &Agent, m: usize, failures: &mut Failures) ->
 }
 
 /// Runs the futures on the runtime's workers, at most [`IN_FLIGHT`] at once.
-async fn bounded<F>(futures: impl Iterator<Item = F>) -> Vec<anyhow::Result<Streamed>>
+pub(super) async fn bounded<F>(futures: impl Iterator<Item = F>) -> Vec<anyhow::Result<Streamed>>
 where
     F: Future<Output = anyhow::Result<Streamed>> + Send + 'static,
 {

@@ -49,7 +49,7 @@ fn main() -> ExitCode {
     code
 }
 
-/// Trace export, when the environment or `[telemetry]` of the
+/// Trace and metrics export, when the environment or `[telemetry]` of the
 /// configuration file turns it on (see `telemetry.rs`); a `[telemetry]`
 /// table that cannot be read, or an exporter that cannot start, is a
 /// warning, and nothing is exported.
@@ -59,14 +59,14 @@ fn start_export(cli: &cli::Cli) -> Option<telemetry::Export> {
     let plan = match telemetry::plan(config.as_deref(), &env) {
         Ok(plan) => plan?,
         Err(err) => {
-            errln!("askloop: warning: {err}; traces are not exported");
+            errln!("askloop: warning: {err}; nothing is exported");
             return None;
         }
     };
     match telemetry::Export::start(&plan) {
         Ok(export) => Some(export),
         Err(err) => {
-            errln!("askloop: warning: {err}; traces are not exported");
+            errln!("askloop: warning: {err}; nothing is exported");
             None
         }
     }
@@ -96,7 +96,7 @@ fn init_logs(format: cli::LogFormat, export: Option<&telemetry::Export>) {
     };
     tracing_subscriber::registry()
         .with(lines.with_filter(filter))
-        .with(export.map(telemetry::Export::layer))
+        .with(export.and_then(telemetry::Export::layer))
         .init();
 }
 

@@ -1,7 +1,8 @@
-//! OpenTelemetry trace export of `askloop serve`, received by a real
-//! OTLP/HTTP receiver (a loopback HTTP server decoding the protobuf with
+//! OpenTelemetry export of `askloop serve`, received by a real OTLP/HTTP
+//! receiver (a loopback HTTP server decoding the protobuf with
 //! `opentelemetry-proto`): one trace per run across two server instances on
-//! one PostgreSQL database, the first killed while the run waits; and a
+//! one PostgreSQL database, the first killed while the run waits; the
+//! server's figures as OTLP metrics, the same as its `/metrics`; and a
 //! receiver that is down, which no run notices.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,9 +15,12 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
 use prost::Message;
 use serde_json::{Value, json};
 
@@ -64,27 +68,51 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// One data point of a metric as the receiver got it: its metric's name,
+/// its attributes, and its value (a sum or gauge's number, a histogram's
+/// count).
+#[derive(Debug, Clone)]
+struct Point {
+    metric: String,
+    attributes: HashMap<String, String>,
+    value: f64,
+}
+
+/// What the receiver got: spans, and every export's metric data points.
+#[derive(Default)]
+struct Got {
+    spans: Mutex<Vec<Received>>,
+    exports: Mutex<Vec<Vec<Point>>>,
+}
+
 /// An OTLP/HTTP receiver on a loopback port: `POST /v1/traces` with an
-/// `ExportTraceServiceRequest` in protobuf; every span is kept.
+/// `ExportTraceServiceRequest` and `POST /v1/metrics` with an
+/// `ExportMetricsServiceRequest`, in protobuf; everything is kept.
 struct Receiver {
     endpoint: String,
-    spans: Arc<Mutex<Vec<Received>>>,
+    got: Arc<Got>,
 }
 
 impl Receiver {
     async fn start() -> Receiver {
-        let spans: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let got: Arc<Got> = Arc::default();
         let app = axum::Router::new()
             .route("/v1/traces", post(receive))
-            .with_state(Arc::clone(&spans));
+            .route("/v1/metrics", post(receive_metrics))
+            .with_state(Arc::clone(&got));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Receiver { endpoint, spans }
+        Receiver { endpoint, got }
+    }
+
+    /// The data points of the last metrics export received.
+    fn last_export(&self) -> Vec<Point> {
+        self.got.exports.lock().unwrap().last().cloned().unwrap_or_default()
     }
 
     fn spans(&self) -> Vec<Received> {
-        self.spans.lock().unwrap().clone()
+        self.got.spans.lock().unwrap().clone()
     }
 
     /// Waits (up to 60 s, a hang guard) until `done` holds for the spans
@@ -102,9 +130,49 @@ impl Receiver {
     }
 }
 
-async fn receive(State(spans): State<Arc<Mutex<Vec<Received>>>>, body: Bytes) -> Vec<u8> {
+async fn receive_metrics(State(got): State<Arc<Got>>, body: Bytes) -> Vec<u8> {
+    let request = ExportMetricsServiceRequest::decode(body).expect("an OTLP protobuf metrics export");
+    let mut points = Vec::new();
+    for resource in request.resource_metrics {
+        for scope in resource.scope_metrics {
+            for metric in scope.metrics {
+                let number = |value: &Option<Number>| match value {
+                    Some(Number::AsInt(i)) => *i as f64,
+                    Some(Number::AsDouble(d)) => *d,
+                    None => f64::NAN,
+                };
+                let mut add = |attributes: &[KeyValue], value: f64| {
+                    points.push(Point {
+                        metric: metric.name.clone(),
+                        attributes: self::attributes(attributes),
+                        value,
+                    });
+                };
+                match &metric.data {
+                    Some(Data::Sum(sum)) => sum
+                        .data_points
+                        .iter()
+                        .for_each(|p| add(&p.attributes, number(&p.value))),
+                    Some(Data::Gauge(gauge)) => gauge
+                        .data_points
+                        .iter()
+                        .for_each(|p| add(&p.attributes, number(&p.value))),
+                    Some(Data::Histogram(histogram)) => histogram
+                        .data_points
+                        .iter()
+                        .for_each(|p| add(&p.attributes, p.count as f64)),
+                    other => panic!("{}: an unexpected kind of metric: {other:?}", metric.name),
+                }
+            }
+        }
+    }
+    got.exports.lock().unwrap().push(points);
+    ExportMetricsServiceResponse::default().encode_to_vec()
+}
+
+async fn receive(State(got): State<Arc<Got>>, body: Bytes) -> Vec<u8> {
     let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf trace export");
-    let mut received = spans.lock().unwrap();
+    let mut received = got.spans.lock().unwrap();
     for resource_spans in request.resource_spans {
         let resource = resource_spans
             .resource
@@ -163,6 +231,9 @@ fn serve(dir: &Path, db: &str, model_url: &str) -> Command {
         "OTEL_RESOURCE_ATTRIBUTES",
         "OTEL_SDK_DISABLED",
         "OTEL_TRACES_EXPORTER",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_METRICS_EXPORTER",
+        "OTEL_METRIC_EXPORT_INTERVAL",
     ] {
         cmd.env_remove(var);
     }
@@ -500,6 +571,121 @@ async fn a_run_completes_while_the_trace_receiver_is_down() {
         stderr.contains("BatchSpanProcessor.ExportError"),
         "the failed export is logged for the operator: {stderr}"
     );
+}
+
+/// The value of the sample `name_and_labels` (as the text writes it) in
+/// a Prometheus text exposition.
+fn sample(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| line.strip_prefix(name_and_labels)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name_and_labels} in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The value of the point of `metric` with exactly `attributes`.
+fn point(points: &[Point], metric: &str, attributes: &[(&str, &str)]) -> Option<f64> {
+    points
+        .iter()
+        .find(|p| {
+            p.metric == metric
+                && p.attributes.len() == attributes.len()
+                && attributes
+                    .iter()
+                    .all(|(k, v)| p.attributes.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|p| p.value)
+}
+
+#[tokio::test]
+async fn the_servers_figures_go_out_as_otlp_metrics_equal_to_its_metrics_page_and_without_run_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start().await;
+    let model = askloop_testkit::FakeServer::with_responder(askloop_testkit::workload::deploy_responder())
+        .await
+        .unwrap();
+    let db = dir.path().join("runs.db");
+    let mut cmd = serve(dir.path(), db.to_str().unwrap(), &model.openai_base_url());
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
+        .env("OTEL_TRACES_EXPORTER", "none")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .args(["--model", "openai/gpt-4o-mini"]);
+    let serving = Serving::start(cmd);
+    let client = reqwest::Client::new();
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let asked = serving.ask(&client, "assistant", None).await;
+        let body = serving.answer(&client, "assistant", &asked).await;
+        assert_eq!(sse_chunks(&body).last().unwrap()["type"], "finish");
+        runs.push(asked.run_id);
+    }
+
+    // Counters only grow: once the export shows both runs' last model call,
+    // nothing moves any more and the two must agree.
+    let ok_calls = [("provider", "openai"), ("outcome", "ok")];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exported = loop {
+        let points = receiver.last_export();
+        if point(&points, "askloop_model_calls", &ok_calls) == Some(4.0)
+            && point(&points, "askloop_runs_finished", &[("status", "completed")]) == Some(2.0)
+        {
+            break points;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the export never showed both runs: {points:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let page = client
+        .get(serving.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let pairs = [
+        ("askloop_runs_started_total", "askloop_runs_started", vec![]),
+        (
+            "askloop_runs_finished_total{status=\"completed\"}",
+            "askloop_runs_finished",
+            vec![("status", "completed")],
+        ),
+        (
+            "askloop_resolutions_total{kind=\"answered\",via=\"http\",edited=\"false\"}",
+            "askloop_resolutions",
+            vec![("kind", "answered"), ("via", "http"), ("edited", "false")],
+        ),
+        (
+            "askloop_model_calls_total{provider=\"openai\",outcome=\"ok\"}",
+            "askloop_model_calls",
+            ok_calls.to_vec(),
+        ),
+        (
+            "askloop_model_call_seconds_count{provider=\"openai\"}",
+            "askloop_model_call_seconds",
+            vec![("provider", "openai")],
+        ),
+    ];
+    for (in_text, name, attributes) in pairs {
+        let scraped = sample(&page, in_text);
+        assert_eq!(point(&exported, name, &attributes), Some(scraped), "{in_text}");
+    }
+    assert_eq!(sample(&page, "askloop_runs_started_total"), 2.0);
+    for p in &exported {
+        for (key, value) in &p.attributes {
+            assert!(
+                !runs.contains(value) && !key.contains("run"),
+                "{} carries a run: {key}={value}",
+                p.metric
+            );
+        }
+    }
+    assert!(receiver.spans().is_empty(), "OTEL_TRACES_EXPORTER=none exports no span");
+    serving.terminate();
 }
 
 fn unique() -> u128 {

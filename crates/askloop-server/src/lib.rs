@@ -587,19 +587,27 @@ impl Server {
 }
 
 /// The span of one request: every line logged while it is served carries
-/// its method and path. Exported as an OpenTelemetry server span named by
-/// its route (`POST /api/agents/{agent_id}/generate`), a child of the
-/// caller's trace when the request has a W3C `traceparent` header: a run
-/// it starts is then part of the caller's trace (see `askloop::telemetry`).
+/// its method and path. A request about runs (the API, `/mcp`, an answer
+/// link, the chat route) is exported as an OpenTelemetry server span named
+/// by its route (`POST /api/agents/{agent_id}/generate`), a child of the
+/// caller's trace when the request has a W3C `traceparent` header: a run it
+/// starts is then part of the caller's trace (see `askloop::telemetry`).
+/// A scrape of `/metrics`, `/healthz` and the page's own files get a span
+/// named `housekeeping`, which is not exported: they would be a trace
+/// each, every few seconds, about nothing.
 fn request_span<B>(request: &Request<B>) -> tracing::Span {
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map_or("unmatched route", axum::extract::MatchedPath::as_str);
+    let path = request.uri().path();
+    if is_housekeeping(request.method(), path) {
+        return tracing::info_span!("housekeeping", method = %request.method(), path = %path);
+    }
     let span = tracing::info_span!(
         "request",
         method = %request.method(),
-        path = %request.uri().path(),
+        path = %path,
         otel.name = %format_args!("{} {route}", request.method()),
         otel.kind = "server",
         http.request.method = %request.method(),
@@ -609,6 +617,19 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
         askloop::telemetry::continue_caller_trace(&span, traceparent);
     }
     span
+}
+
+/// Whether a request only reads the server's own state or files: a scrape,
+/// a health check, a GET of the page's files (anything but the API, `/mcp`,
+/// answer links and the chat route).
+fn is_housekeeping(method: &Method, path: &str) -> bool {
+    if path == "/metrics" || path == "/healthz" {
+        return true;
+    }
+    let about_runs = ["/api/", "/mcp", "/links/", "/chat/"]
+        .iter()
+        .any(|prefix| path.starts_with(prefix));
+    *method == Method::GET && !about_runs
 }
 
 fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {
@@ -643,5 +664,28 @@ async fn wrong_method(method: Method, axum::extract::OriginalUri(uri): axum::ext
     ApiError::MethodNotAllowed {
         method: method.to_string(),
         path: uri.path().to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod housekeeping_tests {
+    use super::*;
+
+    #[test]
+    fn scrapes_health_checks_and_the_pages_files_are_housekeeping_and_requests_about_runs_are_not() {
+        for path in ["/metrics", "/healthz", "/", "/inbox", "/app.js", "/runs/r1"] {
+            assert!(is_housekeeping(&Method::GET, path), "{path}");
+        }
+        for (method, path) in [
+            (Method::GET, "/api/runs"),
+            (Method::POST, "/api/agents/a/stream"),
+            (Method::GET, "/links/tok/question"),
+            (Method::POST, "/links/tok"),
+            (Method::POST, "/mcp"),
+            (Method::POST, "/chat/assistant"),
+            (Method::GET, "/chat/assistant/c1/stream"),
+        ] {
+            assert!(!is_housekeeping(&method, path), "{method} {path}");
+        }
     }
 }

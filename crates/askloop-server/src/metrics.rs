@@ -19,6 +19,13 @@
 //!   scrape only formats figures already in memory.
 //!
 //! No figure is labelled with a run, thread or resource id.
+//!
+//! Each figure is also recorded, under the same name and labels, on the
+//! `askloop` meter of the process's global OpenTelemetry meter provider
+//! ([`Otel`]): exported over OTLP when the process installed one (as
+//! `askloop serve` does when export is on; its reader runs on a thread of
+//! its own), a no-op otherwise. Both are written by the same calls, so the
+//! two never disagree.
 
 mod model;
 mod store;
@@ -33,6 +40,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
+use opentelemetry::KeyValue;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -113,9 +121,116 @@ struct Figures {
     model_calls: Family<[(&'static str, String); 2], Counter>,
     model_seconds: Histograms<ProviderLabel>,
     model_first_event_seconds: Histograms<ProviderLabel>,
+    /// The same figures, for OpenTelemetry.
+    otel: Otel,
     /// When each suspended run read lately was last written, by (run id,
     /// version): the start of the wait that the write resolving it ends.
     waiting_since: Mutex<HashMap<(String, i64), DateTime<Utc>>>,
+}
+
+/// What each figure means (its `# HELP` line, and its OpenTelemetry
+/// description), by name without the `askloop_` prefix.
+const HELP: [(&str, &str); 12] = [
+    ("runs_started", "Runs started through this server's store"),
+    (
+        "runs_finished",
+        "Runs this server's store wrote finished, by status (completed, failed, cancelled)",
+    ),
+    (
+        "resolutions",
+        "Resolutions written through this server's store, by kind (answered, declined, approved, denied, expired, cancelled, recovered, superseded), by the interface they came through (via: http, page, mcp, server, rule, ...) and whether the arguments were edited",
+    ),
+    (
+        "wait_seconds",
+        "How long a question or approval waited before its resolution, by kind: from the run's last write while it waited to the resolution",
+    ),
+    (
+        "store_errors",
+        "Store calls of this server that failed, by operation (conflicts and other lost races are not errors)",
+    ),
+    (
+        "webhook_deliveries",
+        "Webhook delivery attempts this server finished, by outcome (delivered, retry, dead)",
+    ),
+    (
+        "store_runs_waiting",
+        "Suspended runs in the store, by agent (store-wide: every server on one database reports the same; aggregate with max)",
+    ),
+    (
+        "store_calls_waiting",
+        "Questions and approvals waiting in the store, by agent (store-wide: aggregate with max)",
+    ),
+    (
+        "store_runs_running",
+        "Runs running in the store (store-wide: aggregate with max)",
+    ),
+    (
+        "model_calls",
+        "Model calls of this server's agents, by provider and outcome (ok, or how it failed: api, transport, protocol, stream, missing_api_key, unknown_model, other); a call cut short by its run's end counts nowhere",
+    ),
+    (
+        "model_call_seconds",
+        "How long a model call took, from the request to its last event or its error, by provider",
+    ),
+    (
+        "model_first_event_seconds",
+        "How long a model call took to stream its first event, by provider",
+    ),
+];
+
+/// The meaning of figure `name` (one of [`HELP`]).
+fn help(name: &str) -> &'static str {
+    HELP.iter().find(|(n, _)| *n == name).map_or("", |(_, help)| help)
+}
+
+/// The figures as OpenTelemetry instruments of the global meter provider's
+/// `askloop` meter, named as in the Prometheus text (counters without its
+/// `_total`).
+struct Otel {
+    runs_started: opentelemetry::metrics::Counter<u64>,
+    runs_finished: opentelemetry::metrics::Counter<u64>,
+    resolutions: opentelemetry::metrics::Counter<u64>,
+    waits: opentelemetry::metrics::Histogram<f64>,
+    store_errors: opentelemetry::metrics::Counter<u64>,
+    deliveries: opentelemetry::metrics::Counter<u64>,
+    runs_waiting: opentelemetry::metrics::Gauge<i64>,
+    calls_waiting: opentelemetry::metrics::Gauge<i64>,
+    runs_running: opentelemetry::metrics::Gauge<i64>,
+    model_calls: opentelemetry::metrics::Counter<u64>,
+    model_seconds: opentelemetry::metrics::Histogram<f64>,
+    model_first_event_seconds: opentelemetry::metrics::Histogram<f64>,
+}
+
+impl Otel {
+    /// The instruments, each described as in the Prometheus text.
+    fn new() -> Otel {
+        let meter = opentelemetry::global::meter("askloop");
+        let name = |short: &str| format!("askloop_{short}");
+        let counter = |short: &str| meter.u64_counter(name(short)).with_description(help(short)).build();
+        let gauge = |short: &str| meter.i64_gauge(name(short)).with_description(help(short)).build();
+        let histogram = |short: &str, buckets: &[f64]| {
+            meter
+                .f64_histogram(name(short))
+                .with_description(help(short))
+                .with_unit("s")
+                .with_boundaries(buckets.to_vec())
+                .build()
+        };
+        Otel {
+            runs_started: counter("runs_started"),
+            runs_finished: counter("runs_finished"),
+            resolutions: counter("resolutions"),
+            waits: histogram("wait_seconds", &WAIT_BUCKETS),
+            store_errors: counter("store_errors"),
+            deliveries: counter("webhook_deliveries"),
+            runs_waiting: gauge("store_runs_waiting"),
+            calls_waiting: gauge("store_calls_waiting"),
+            runs_running: gauge("store_runs_running"),
+            model_calls: counter("model_calls"),
+            model_seconds: histogram("model_call_seconds", &MODEL_BUCKETS),
+            model_first_event_seconds: histogram("model_first_event_seconds", &MODEL_BUCKETS),
+        }
+    }
 }
 
 fn wait_histogram() -> Histogram {
@@ -130,77 +245,38 @@ impl Metrics {
     /// Figures at zero.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("askloop");
+
         let runs_started = Counter::default();
-        registry.register(
-            "runs_started",
-            "Runs started through this server's store",
-            runs_started.clone(),
-        );
+        registry.register("runs_started", help("runs_started"), runs_started.clone());
         let runs_finished = Family::<Labels1, Counter>::default();
-        registry.register(
-            "runs_finished",
-            "Runs this server's store wrote finished, by status (completed, failed, cancelled)",
-            runs_finished.clone(),
-        );
+        registry.register("runs_finished", help("runs_finished"), runs_finished.clone());
         let resolutions = Family::default();
-        registry.register(
-            "resolutions",
-            "Resolutions written through this server's store, by kind (answered, declined, approved, denied, expired, cancelled, recovered, superseded), by the interface they came through (via: http, page, mcp, server, rule, ...) and whether the arguments were edited",
-            resolutions.clone(),
-        );
+        registry.register("resolutions", help("resolutions"), resolutions.clone());
         let waits = Family::<Labels1, Histogram, fn() -> Histogram>::new_with_constructor(wait_histogram);
-        registry.register(
-            "wait_seconds",
-            "How long a question or approval waited before its resolution, by kind: from the run's last write while it waited to the resolution",
-            waits.clone(),
-        );
+        registry.register("wait_seconds", help("wait_seconds"), waits.clone());
         let store_errors = Family::<Labels1, Counter>::default();
-        registry.register(
-            "store_errors",
-            "Store calls of this server that failed, by operation (conflicts and other lost races are not errors)",
-            store_errors.clone(),
-        );
+        registry.register("store_errors", help("store_errors"), store_errors.clone());
         let deliveries = Family::<Labels1, Counter>::default();
-        registry.register(
-            "webhook_deliveries",
-            "Webhook delivery attempts this server finished, by outcome (delivered, retry, dead)",
-            deliveries.clone(),
-        );
+        registry.register("webhook_deliveries", help("webhook_deliveries"), deliveries.clone());
         let runs_waiting = Family::<AgentLabel, Gauge>::default();
-        registry.register(
-            "store_runs_waiting",
-            "Suspended runs in the store, by agent (store-wide: every server on one database reports the same; aggregate with max)",
-            runs_waiting.clone(),
-        );
+        registry.register("store_runs_waiting", help("store_runs_waiting"), runs_waiting.clone());
         let calls_waiting = Family::<AgentLabel, Gauge>::default();
         registry.register(
             "store_calls_waiting",
-            "Questions and approvals waiting in the store, by agent (store-wide: aggregate with max)",
+            help("store_calls_waiting"),
             calls_waiting.clone(),
         );
         let runs_running = Gauge::default();
-        registry.register(
-            "store_runs_running",
-            "Runs running in the store (store-wide: aggregate with max)",
-            runs_running.clone(),
-        );
+        registry.register("store_runs_running", help("store_runs_running"), runs_running.clone());
         let model_calls = Family::default();
-        registry.register(
-            "model_calls",
-            "Model calls of this server's agents, by provider and outcome (ok, or how it failed: api, transport, protocol, stream, missing_api_key, unknown_model, other); a call cut short by its run's end counts nowhere",
-            model_calls.clone(),
-        );
+        registry.register("model_calls", help("model_calls"), model_calls.clone());
         let model_seconds = Family::<_, Histogram, fn() -> Histogram>::new_with_constructor(model_histogram);
-        registry.register(
-            "model_call_seconds",
-            "How long a model call took, from the request to its last event or its error, by provider",
-            model_seconds.clone(),
-        );
+        registry.register("model_call_seconds", help("model_call_seconds"), model_seconds.clone());
         let model_first_event_seconds =
             Family::<_, Histogram, fn() -> Histogram>::new_with_constructor(model_histogram);
         registry.register(
             "model_first_event_seconds",
-            "How long a model call took to stream its first event, by provider",
+            help("model_first_event_seconds"),
             model_first_event_seconds.clone(),
         );
         Metrics {
@@ -218,6 +294,7 @@ impl Metrics {
                 model_calls,
                 model_seconds,
                 model_first_event_seconds,
+                otel: Otel::new(),
                 waiting_since: Mutex::default(),
             }),
         }
@@ -236,14 +313,21 @@ impl Metrics {
     }
 
     fn model_call_ended(&self, provider: &str, outcome: &'static str, took: Duration) {
-        self.figures
+        let figures = &self.figures;
+        figures
             .model_calls
             .get_or_create(&[("provider", provider.to_owned()), ("outcome", outcome.to_owned())])
             .inc();
-        self.figures
+        figures
             .model_seconds
             .get_or_create(&[("provider", provider.to_owned())])
             .observe(took.as_secs_f64());
+        let by = KeyValue::new("provider", provider.to_owned());
+        figures
+            .otel
+            .model_calls
+            .add(1, &[by.clone(), KeyValue::new("outcome", outcome)]);
+        figures.otel.model_seconds.record(took.as_secs_f64(), &[by]);
     }
 
     fn model_first_event(&self, provider: &str, took: Duration) {
@@ -251,6 +335,10 @@ impl Metrics {
             .model_first_event_seconds
             .get_or_create(&[("provider", provider.to_owned())])
             .observe(took.as_secs_f64());
+        self.figures
+            .otel
+            .model_first_event_seconds
+            .record(took.as_secs_f64(), &[KeyValue::new("provider", provider.to_owned())]);
     }
 
     /// The figures in the OpenMetrics text format.
@@ -266,10 +354,15 @@ impl Metrics {
             .store_errors
             .get_or_create(&[("operation", operation)])
             .inc();
+        self.figures
+            .otel
+            .store_errors
+            .add(1, &[KeyValue::new("operation", operation)]);
     }
 
     fn run_started(&self) {
         self.figures.runs_started.inc();
+        self.figures.otel.runs_started.add(1, &[]);
     }
 
     fn run_written(&self, status: RunStatus) {
@@ -278,11 +371,19 @@ impl Metrics {
                 .runs_finished
                 .get_or_create(&[("status", status.as_str())])
                 .inc();
+            self.figures
+                .otel
+                .runs_finished
+                .add(1, &[KeyValue::new("status", status.as_str())]);
         }
     }
 
     fn delivery(&self, outcome: &'static str) {
         self.figures.deliveries.get_or_create(&[("outcome", outcome)]).inc();
+        self.figures
+            .otel
+            .deliveries
+            .add(1, &[KeyValue::new("outcome", outcome)]);
     }
 
     /// Remembers when a suspended run was last written, to measure the wait
@@ -318,12 +419,22 @@ impl Metrics {
                     ("edited", edited),
                 ])
                 .inc();
+            let kind = KeyValue::new("kind", resolution.kind.as_str());
+            self.figures.otel.resolutions.add(
+                1,
+                &[
+                    kind.clone(),
+                    KeyValue::new("via", resolution.author.via.as_str()),
+                    KeyValue::new("edited", edited),
+                ],
+            );
             if let (Some(since), Some(_)) = (since, &resolution.tool_call_id) {
                 let waited = (resolution.at - since).to_std().unwrap_or_default();
                 self.figures
                     .waits
                     .get_or_create(&[("kind", resolution.kind.as_str())])
                     .observe(waited.as_secs_f64());
+                self.figures.otel.waits.record(waited.as_secs_f64(), &[kind]);
             }
         }
     }
@@ -337,15 +448,22 @@ impl Metrics {
             if !read.waiting.iter().any(|w| &w.agent_id == agent) {
                 figures.runs_waiting.get_or_create(&[("agent", agent.clone())]).set(0);
                 figures.calls_waiting.get_or_create(&[("agent", agent.clone())]).set(0);
+                let of = [KeyValue::new("agent", agent.clone())];
+                figures.otel.runs_waiting.record(0, &of);
+                figures.otel.calls_waiting.record(0, &of);
             }
         }
         for waiting in &read.waiting {
             let agent = [("agent", waiting.agent_id.clone())];
             figures.runs_waiting.get_or_create(&agent).set(gauge(waiting.runs));
             figures.calls_waiting.get_or_create(&agent).set(gauge(waiting.calls));
+            let of = [KeyValue::new("agent", waiting.agent_id.clone())];
+            figures.otel.runs_waiting.record(gauge(waiting.runs), &of);
+            figures.otel.calls_waiting.record(gauge(waiting.calls), &of);
             shown.insert(waiting.agent_id.clone());
         }
         figures.runs_running.set(gauge(read.running));
+        figures.otel.runs_running.record(gauge(read.running), &[]);
     }
 }
 

@@ -62,6 +62,7 @@ mod email;
 mod links;
 mod raw;
 mod rules;
+mod slack;
 mod telemetry;
 pub mod tools;
 mod webhooks;
@@ -123,6 +124,9 @@ pub struct ServerConfig {
     /// Questions mailed to each agent's recipients (`[email]` and
     /// `[[agents.<id>.email]]`), when on.
     pub email: Option<askloop_server::email::EmailSettings>,
+    /// Questions posted to each agent's Slack channels (`[slack]` and
+    /// `[[agents.<id>.slack]]`), when on.
+    pub slack: Option<askloop_server::slack::SlackSettings>,
 }
 
 /// One agent, checked.
@@ -264,6 +268,7 @@ impl ServerConfig {
             links: None,
             telemetry: None,
             email: None,
+            slack: None,
         }
     }
 
@@ -308,6 +313,11 @@ impl ServerConfig {
             .iter_mut()
             .filter_map(|(id, agent)| agent.email.take().map(|list| (id.clone(), list)))
             .collect();
+        let channels = raw
+            .agents
+            .iter_mut()
+            .filter_map(|(id, agent)| agent.slack.take().map(|list| (id.clone(), list)))
+            .collect();
         let hooks = webhooks::resolve_webhooks(path, raw.webhooks, &ids)?;
         let agents = raw
             .agents
@@ -325,6 +335,7 @@ impl ServerConfig {
             public_url: public_url.as_deref(),
         };
         let email = email::resolve_email(path, raw.email, recipients, needs, env)?;
+        let slack = slack::resolve_slack(path, raw.slack, channels, env)?;
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
@@ -338,6 +349,7 @@ impl ServerConfig {
             links,
             telemetry,
             email,
+            slack,
         })
     }
 
@@ -544,6 +556,12 @@ impl AgentConfig {
         // due later.
         for recipient in server.email.iter().flat_map(|email| email.recipients_of(&self.id)) {
             for subscription in recipient.subscriptions() {
+                builder = builder.notify(subscription);
+            }
+        }
+        // And each Slack channel its questions are posted to.
+        for channel in server.slack.iter().flat_map(|slack| slack.recipients_of(&self.id)) {
+            for subscription in channel.subscriptions() {
                 builder = builder.notify(subscription);
             }
         }

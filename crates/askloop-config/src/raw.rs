@@ -33,6 +33,8 @@ pub(super) struct RawConfig {
     pub(super) telemetry: Option<super::telemetry::RawTelemetry>,
     /// `[email]`: the SMTP server questions are mailed through.
     pub(super) email: Option<super::email::RawEmail>,
+    /// `[slack]`: the Slack app questions are posted with.
+    pub(super) slack: Option<super::slack::RawSlack>,
 }
 
 /// One `[[tokens]]` table: an API token's name, its secret (from the
@@ -91,6 +93,9 @@ pub(super) struct RawAgent {
     pub(super) rules: Option<Vec<super::rules::RawRule>>,
     /// `[[agents.<id>.email]]`: whom its questions are mailed to.
     pub(super) email: Option<Vec<super::email::RawRecipient>>,
+    /// `[[agents.<id>.slack]]`: the Slack channels its questions are
+    /// posted to.
+    pub(super) slack: Option<Vec<super::slack::RawChannel>>,
 }
 
 /// One `[[agents.<id>.mcp]]` table: an MCP server whose tools the agent

@@ -78,6 +78,7 @@ mod recovery;
 mod refusals;
 mod request_fields;
 mod runs;
+pub mod slack;
 mod sse;
 mod threads;
 mod web;
@@ -144,6 +145,8 @@ pub(crate) struct AppState {
     pub(crate) metrics: Metrics,
     /// Answer links, when the server makes them.
     pub(crate) links: Option<Arc<links::AnswerLinks>>,
+    /// The Slack app questions are posted with, when set.
+    pub(crate) slack: Option<Arc<slack::Slack>>,
 }
 
 impl AppState {
@@ -187,6 +190,8 @@ pub struct Server {
     links: Option<Arc<links::AnswerLinks>>,
     /// Mails questions to the agents' recipients, when set.
     mailer: Option<Arc<email::Mailer>>,
+    /// Posts questions to the agents' Slack channels, when set.
+    slack: Option<Arc<slack::Slack>>,
     /// Turns true when a shutdown begins: event streams end, and the
     /// background tasks (recovery, webhooks) stop.
     stopping: watch::Sender<bool>,
@@ -217,6 +222,7 @@ impl Server {
             metrics: Metrics::new(),
             links: None,
             mailer: None,
+            slack: None,
             stopping: watch::Sender::new(false),
         })
     }
@@ -266,6 +272,18 @@ impl Server {
         Ok(self)
     }
 
+    /// Posts questions to Slack (see [`slack`]): the outbox's deliveries to
+    /// `slack:` destinations are posted with the app's bot token, and
+    /// `POST /slack/interactions` takes the clicks, signed with its signing
+    /// secret. The agents must have been built with each channel's
+    /// subscriptions (`askloop_config::ServerConfig` adds them).
+    pub fn slack(mut self, settings: slack::SlackSettings) -> Result<Self, ServerError> {
+        let client = slack::Slack::new(settings)
+            .map_err(|err| ServerError::Slack(format!("cannot make the Slack API's HTTP client: {err}")))?;
+        self.slack = Some(Arc::new(client));
+        Ok(self)
+    }
+
     /// Lets a stream or generate request for agent `agent_id` replace these
     /// of the agent's own settings for its run (see [`RequestOverride`]);
     /// without this, a request that tries is refused with a 400.
@@ -312,6 +330,7 @@ impl Server {
             overrides: self.overrides.clone(),
             metrics: self.metrics.clone(),
             links: self.links.clone(),
+            slack: self.slack.clone(),
         });
         let api = Router::new()
             .route("/me", get(me::get))
@@ -384,6 +403,7 @@ impl Server {
             .route("/healthz", get(runs::health))
             .merge(web::routes())
             .merge(links::page_routes())
+            .route(slack::INTERACTIONS_PATH, post(slack::interactions::interact))
             .fallback(unknown_route)
             .method_not_allowed_fallback(wrong_method)
             .layer(DefaultBodyLimit::max(self.options.body_limit))
@@ -455,13 +475,14 @@ impl Server {
                 self.stopping.subscribe(),
             ));
         }
-        if !self.webhooks.hooks.is_empty() || self.mailer.is_some() {
+        if !self.webhooks.hooks.is_empty() || self.mailer.is_some() || self.slack.is_some() {
             let sender = webhooks::Sender::new(
                 Arc::clone(&self.store),
                 Arc::clone(&self.clock),
                 self.webhooks.clone(),
                 self.links.clone(),
                 self.mailer.clone(),
+                self.slack.clone(),
             )
             .map_err(|err| std::io::Error::other(format!("cannot make the webhooks' HTTP client: {err}")))?;
             tokio::spawn(sender.run(self.stopping.subscribe()));

@@ -284,6 +284,9 @@ pub enum ServerError {
     /// An allowed host is not a host name.
     #[error("invalid allowed host {0:?}: give a host name like askloop.example.com, without scheme or port")]
     InvalidHost(String),
+    /// The Slack app cannot be set up.
+    #[error("{0}")]
+    Slack(String),
     /// A token's secret cannot work, or is too short for where the server
     /// listens.
     #[error(transparent)]

@@ -34,6 +34,7 @@ pub use receiver::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret,
 
 use crate::email::{MAILTO, MailOutcome, Mailer};
 use crate::links::AnswerLinks;
+use crate::slack::{SLACK, Slack};
 
 /// How many deliveries one claim takes, sent at once.
 const BATCH: u32 = 8;
@@ -112,6 +113,9 @@ pub(crate) struct Sender {
     /// Sends the deliveries whose destination is `mailto:...`, when the
     /// server mails questions.
     mailer: Option<Arc<Mailer>>,
+    /// Posts the deliveries whose destination is `slack:...`, when the
+    /// server posts questions to Slack.
+    slack: Option<Arc<Slack>>,
 }
 
 impl fmt::Debug for Sender {
@@ -129,6 +133,7 @@ impl Sender {
         webhooks: Webhooks,
         links: Option<Arc<AnswerLinks>>,
         mailer: Option<Arc<Mailer>>,
+        slack: Option<Arc<Slack>>,
     ) -> Result<Self, reqwest::Error> {
         // A receiver's redirect is not followed: the signature is for the
         // configured URL, and a 3xx counts as a failed attempt.
@@ -140,6 +145,7 @@ impl Sender {
             .iter()
             .map(|h| h.timeout)
             .chain(mailer.as_ref().map(|m| m.timeout()))
+            .chain(slack.as_ref().map(|s| s.timeout()))
             .max()
             .unwrap_or_default();
         Ok(Sender {
@@ -154,6 +160,7 @@ impl Sender {
             lease: longest + Duration::from_secs(30),
             links,
             mailer,
+            slack,
         })
     }
 
@@ -192,6 +199,8 @@ impl Sender {
         let id = delivery.message.id.clone();
         let outcome = if delivery.message.destination.starts_with(MAILTO) {
             self.mail(&delivery).await
+        } else if delivery.message.destination.starts_with(SLACK) {
+            self.post_to_slack(&delivery).await
         } else {
             self.post(&delivery).await
         };
@@ -229,7 +238,29 @@ impl Sender {
             MailOutcome::Failed(error) => failed(
                 delivery,
                 mailer.max_attempts(),
-                &AttemptError::Mail(error),
+                &AttemptError::Channel(error),
+                self.clock.now(),
+            ),
+        }
+    }
+
+    /// One attempt of a Slack delivery: as for mail, a question closed
+    /// before its post went out is not posted.
+    async fn post_to_slack(&self, delivery: &Delivery) -> DeliveryOutcome {
+        let Some(slack) = &self.slack else {
+            let error = AttemptError::Unconfigured {
+                destination: delivery.message.destination.clone(),
+            };
+            return failed(delivery, DEFAULT_MAX_ATTEMPTS, &error, self.clock.now());
+        };
+        let now = self.clock.now();
+        match slack.deliver(self.store.as_ref(), &delivery.message, now).await {
+            MailOutcome::Sent => DeliveryOutcome::Delivered,
+            MailOutcome::NotSent(reason) => DeliveryOutcome::Dead { error: reason },
+            MailOutcome::Failed(error) => failed(
+                delivery,
+                slack.max_attempts(),
+                &AttemptError::Channel(error),
                 self.clock.now(),
             ),
         }
@@ -338,9 +369,9 @@ enum AttemptError {
     /// The delivery names a webhook this server has no `[[webhooks]]` table
     /// for.
     Unconfigured { destination: String },
-    /// The mail was not sent this time (the SMTP server could not be
-    /// reached, or refused it).
-    Mail(String),
+    /// The mail or the Slack post was not sent this time (the SMTP server
+    /// or Slack's API could not be reached, or refused it).
+    Channel(String),
     /// The body could not be written as JSON.
     Body(serde_json::Error),
     /// No answer: the receiver could not be reached, or did not answer
@@ -357,7 +388,7 @@ impl fmt::Display for AttemptError {
                 f,
                 "this server mails no questions ([email] in its configuration), and this delivery is to {destination}"
             ),
-            AttemptError::Mail(error) => f.write_str(error),
+            AttemptError::Channel(error) => f.write_str(error),
             AttemptError::Unconfigured { destination } => write!(
                 f,
                 "no [[webhooks]] table with url {destination:?} in this server's configuration"
@@ -374,7 +405,7 @@ impl std::error::Error for AttemptError {
         match self {
             AttemptError::Body(err) => Some(err),
             AttemptError::Unreachable { error, .. } => Some(error),
-            AttemptError::Unconfigured { .. } | AttemptError::Refused { .. } | AttemptError::Mail(_) => None,
+            AttemptError::Unconfigured { .. } | AttemptError::Refused { .. } | AttemptError::Channel(_) => None,
         }
     }
 }

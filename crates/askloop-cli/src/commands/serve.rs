@@ -72,6 +72,11 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             .email(email.clone())
             .map_err(|err| CliError::usage(format!("{}: email: {err}", config_name(&config))))?;
     }
+    if let Some(slack) = &config.slack {
+        server = server
+            .slack(slack.clone())
+            .map_err(|err| CliError::usage(format!("{}: slack: {err}", config_name(&config))))?;
+    }
     let server = config.agents.iter().fold(server, |server, agent| {
         server.allow_overrides(agent.id.clone(), agent.request_overrides.iter().copied())
     });
@@ -131,6 +136,14 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
             email.host,
             email.port,
             if people == 1 { "" } else { "s" }
+        );
+    }
+    if let Some(slack) = &config.slack {
+        let channels = slack.recipients.len();
+        errln!(
+            "askloop: posting questions to {channels} Slack channel{}; interactions at {}",
+            if channels == 1 { "" } else { "s" },
+            askloop_server::slack::INTERACTIONS_PATH
         );
     }
     let (shutdown, stop) = shutdown_signals();

@@ -118,17 +118,23 @@ impl MailRecipient {
     /// (at once, or after [`after`](Self::after) as an escalation), and a
     /// reminder [`remind_after`](Self::remind_after) later.
     pub fn subscriptions(&self) -> Vec<Subscription> {
-        let destination = self.destination();
-        let mut subscriptions = vec![if self.after.is_zero() {
-            Subscription::new(destination.clone(), [EventType::QuestionRaised])
-        } else {
-            Subscription::later(destination.clone(), self.after, Notice::Escalation)
-        }];
-        if let Some(remind) = self.remind_after {
-            subscriptions.push(Subscription::later(destination, self.after + remind, Notice::Reminder));
-        }
-        subscriptions
+        notices(self.destination(), self.after, self.remind_after)
     }
+}
+
+/// The subscriptions of a person or channel to raised questions: the first
+/// notice at once, or after `after` as an escalation; and a reminder
+/// `remind_after` after that, if given.
+pub(crate) fn notices(destination: String, after: Duration, remind_after: Option<Duration>) -> Vec<Subscription> {
+    let mut subscriptions = vec![if after.is_zero() {
+        Subscription::new(destination.clone(), [EventType::QuestionRaised])
+    } else {
+        Subscription::later(destination.clone(), after, Notice::Escalation)
+    }];
+    if let Some(remind) = remind_after {
+        subscriptions.push(Subscription::later(destination, after + remind, Notice::Reminder));
+    }
+    subscriptions
 }
 
 /// `[email]`, checked: the SMTP server, the sender, and each agent's

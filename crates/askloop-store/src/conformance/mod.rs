@@ -288,6 +288,7 @@ macro_rules! raw_row_conformance_tests {
             only_a_run_with_settings_is_stored_at_the_layout_that_older_builds_refuse,
             a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse,
             a_decision_older_builds_cannot_read_raises_the_row_to_the_layout_they_refuse,
+            a_decision_in_slack_raises_the_row_to_the_layout_older_builds_refuse,
             an_answer_by_link_raises_the_row_to_the_layout_older_builds_refuse
         );
     };

@@ -61,12 +61,14 @@ pub use thread::{
 ///   A build that does not know grants could not read the run's record.
 ///   So is a run with a call resolved through an answer link
 ///   ([`Interface::Link`]).
+/// - 6: a run with a call decided in Slack ([`Interface::Slack`]). A build
+///   that does not know Slack could not read the run's record.
 ///
 /// A run's trace context ([`RunRecord::trace_parent`]) raises no layout:
 /// it is advisory. A build that does not know it reads and drives the run
 /// exactly as stored; only its drives of the run start traces of their own
 /// instead of continuing the run's.
-pub const RUN_SCHEMA_VERSION: i32 = 5;
+pub const RUN_SCHEMA_VERSION: i32 = 6;
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -80,6 +80,10 @@ pub enum Interface {
     /// A signed answer link, opened by the person it was made out to (the
     /// author's `by`: the link's recipient, whoever followed it).
     Link,
+    /// A Slack message's buttons or fields (the author's `by`: the Slack
+    /// user id of whoever clicked, checked against the question's
+    /// recipients).
+    Slack,
 }
 
 impl Interface {
@@ -95,6 +99,7 @@ impl Interface {
             Interface::Rule => "rule",
             Interface::Grant => "grant",
             Interface::Link => "link",
+            Interface::Slack => "slack",
         }
     }
 }
@@ -174,11 +179,13 @@ pub struct ArgumentsEdit {
 
 impl Resolution {
     /// The oldest layout of stored runs that holds this resolution (see
-    /// [`RUN_SCHEMA_VERSION`](crate::RUN_SCHEMA_VERSION)): 5 for a grant or
-    /// an answer through a link, 4 for an edit or a decision by a rule,
-    /// else 1.
+    /// [`RUN_SCHEMA_VERSION`](crate::RUN_SCHEMA_VERSION)): 6 for a decision
+    /// made in Slack, 5 for a grant or an answer through a link, 4 for an
+    /// edit or a decision by a rule, else 1.
     pub(crate) fn layout(&self) -> i32 {
-        if self.grant.is_some() || matches!(self.author.via, Interface::Grant | Interface::Link) {
+        if self.author.via == Interface::Slack {
+            6
+        } else if self.grant.is_some() || matches!(self.author.via, Interface::Grant | Interface::Link) {
             5
         } else if self.edit.is_some() || self.author.via == Interface::Rule {
             4

@@ -13,7 +13,7 @@ use askloop_testkit::{FakeServer, workload};
 use tempfile::TempDir;
 
 use crate::cli::Target;
-use crate::store_clock::{StoreClock, TimedStore};
+use crate::resume_clock::{ResumeClock, TimedModel, TimedStore};
 
 /// The agent's id.
 pub const AGENT_ID: &str = "deployment-assistant";
@@ -86,22 +86,29 @@ impl Environment {
         self.timed_agent(None).await
     }
 
-    /// [`Environment::agent`], its store timed by `clock` when given.
-    pub async fn timed_agent(&self, clock: Option<Arc<StoreClock>>) -> anyhow::Result<Agent> {
+    /// [`Environment::agent`], its store and model timed by `clock` when given.
+    pub async fn timed_agent(&self, clock: Option<Arc<ResumeClock>>) -> anyhow::Result<Agent> {
         let mut store = askloop_store::open(&self.db)
             .await
             .with_context(|| format!("cannot open the store at {}", self.db))?;
-        if let Some(clock) = clock {
-            store = Arc::new(TimedStore { inner: store, clock });
+        if let Some(clock) = &clock {
+            store = Arc::new(TimedStore {
+                inner: store,
+                clock: Arc::clone(clock),
+            });
         }
         let config = OpenAiConfig::new(&self.target.model, &self.base_url)
             .api_key(&self.target.api_key)
             .provider("openai-compatible");
         let name = format!("openai-compatible/{}@{}", self.target.model, self.base_url);
-        let model = OpenAiModel::new(name, config).context("cannot build the model client")?;
+        let mut model: Arc<dyn askloop::Model> =
+            Arc::new(OpenAiModel::new(name, config).context("cannot build the model client")?);
+        if let Some(clock) = clock {
+            model = Arc::new(TimedModel { inner: model, clock });
+        }
         let agent = Agent::builder(AGENT_ID)
             .instructions(workload::DEPLOY_SYSTEM)
-            .model(Arc::new(model))
+            .model(model)
             .tool(AskUser::new())
             .store(store)
             .build()?;

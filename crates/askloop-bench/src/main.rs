@@ -26,10 +26,10 @@ mod cli;
 mod environment;
 mod measure;
 mod modes;
+mod resume_clock;
 mod run;
 mod served;
 mod sse_client;
-mod store_clock;
 
 use std::process::ExitCode;
 

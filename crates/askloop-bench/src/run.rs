@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use askloop::{Agent, AgentStream, ChunkKind, ResumeOptions, RunStatus, StreamOptions};
+use askloop::{Agent, AgentStream, Chunk, ChunkKind, ResumeOptions, RunStatus, StreamOptions};
 use askloop_testkit::workload;
 use futures::StreamExt;
 use serde_json::Value;
@@ -31,6 +31,9 @@ pub struct Streamed {
     pub question: Option<String>,
     /// Why the run failed, if it did.
     pub error: Option<String>,
+    /// The stream's last `step-finish` chunk, which carries the whole
+    /// conversation (what a server sends of it is measured apart).
+    pub last_step_finish: Option<Chunk>,
 }
 
 impl Streamed {
@@ -95,13 +98,18 @@ pub async fn resume(agent: &Agent, run_id: &str, answer: &str) -> anyhow::Result
 async fn drain(mut stream: AgentStream, started: Instant) -> Streamed {
     let run_id = stream.run_id().to_owned();
     let mut question = None;
+    let mut last_step_finish = None;
     while let Some(chunk) = stream.next().await {
-        if let ChunkKind::ToolCallSuspended(suspended) = chunk.kind {
-            question = suspended
-                .suspend_payload
-                .get("question")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
+        match &chunk.kind {
+            ChunkKind::ToolCallSuspended(suspended) => {
+                question = suspended
+                    .suspend_payload
+                    .get("question")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
+            ChunkKind::StepFinish(_) => last_step_finish = Some(chunk),
+            _ => {}
         }
     }
     let output = stream.output().await;
@@ -112,6 +120,7 @@ async fn drain(mut stream: AgentStream, started: Instant) -> Streamed {
         error: output.error(),
         text: output.text,
         question,
+        last_step_finish,
     }
 }
 

@@ -83,7 +83,7 @@ fn restart_resumes_in_a_fresh_process() {
 }
 
 #[test]
-fn long_answers_every_question_and_reports_resumes_at_its_points() {
+fn long_answers_every_question_warm_and_cold_and_reports_resumes_at_its_points() {
     let report = bench(&["long", "12"]);
     assert_keys(
         &report,
@@ -92,6 +92,7 @@ fn long_answers_every_question_and_reports_resumes_at_its_points() {
             "mode",
             "t",
             "resume_ms_at",
+            "cold_resume_ms_at",
             "total_s",
             "db_bytes",
             "peak_rss_mb",
@@ -102,7 +103,54 @@ fn long_answers_every_question_and_reports_resumes_at_its_points() {
     assert_eq!(report["ok"], 1);
     let points: Vec<&String> = report["resume_ms_at"].as_object().unwrap().keys().collect();
     assert_eq!(points, ["1", "10", "12"]);
+    let cold: Vec<&String> = report["cold_resume_ms_at"].as_object().unwrap().keys().collect();
+    assert_eq!(cold, ["1", "10", "12"]);
     assert!(report["db_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn long_with_detail_splits_each_resume_into_store_model_and_the_rest_warm_and_cold() {
+    let output = Command::new(BENCH).args(["--detail", "long", "12"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let details: Vec<Value> = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line.get("detail").is_some())
+        .collect();
+    let names: Vec<&str> = details.iter().map(|d| d["detail"].as_str().unwrap()).collect();
+    assert_eq!(names, ["long", "long cold"]);
+    for detail in &details {
+        assert_keys(
+            detail,
+            &[
+                "detail",
+                "resume_ms_at",
+                "store_row_ms_at",
+                "store_messages_ms_at",
+                "model_ms_at",
+                "rest_ms_at",
+                "step_finish_json_ms_at",
+                "step_finish_kb_at",
+            ],
+        );
+        let model = detail["model_ms_at"]["12"].as_f64().unwrap();
+        assert!(model > 0.0, "every resume calls the model: {detail}");
+        let kb = &detail["step_finish_kb_at"];
+        assert!(
+            kb["12"].as_f64().unwrap() > kb["1"].as_f64().unwrap(),
+            "the step-finish carries the conversation, which grew: {detail}"
+        );
+    }
+    assert_eq!(
+        details[0]["store_messages_ms_at"]["12"], 0.0,
+        "a warm resume reads no conversation back"
+    );
+    assert!(
+        details[1]["store_messages_ms_at"]["12"].as_f64().unwrap() > 0.0,
+        "a cold resume reads it: {}",
+        details[1]
+    );
 }
 
 #[test]

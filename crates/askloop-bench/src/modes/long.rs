@@ -1,17 +1,23 @@
 //! `long T`: one run that asks T questions in a row, answered `answer-k`;
 //! the cost of a resume must stay flat as the conversation grows.
+//!
+//! Two conversations are timed: a warm one, every resume in the agent that
+//! suspended the run (its conversation kept in memory), and a cold one,
+//! resumed by two agents on two store handles in turn, as when every answer
+//! reaches another process: each resume reads the conversation back.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use askloop::Agent;
 use serde::{Serialize, Serializer};
 
 use super::{Failures, IMPL, Report};
 use crate::cli::Target;
 use crate::environment::{Environment, Workload};
 use crate::measure;
+use crate::resume_clock::{ResumeClock, Spent};
 use crate::run;
-use crate::store_clock::StoreClock;
 
 /// Resumes around a turn whose median is reported.
 const WINDOW: usize = 5;
@@ -23,6 +29,7 @@ struct Figures {
     mode: &'static str,
     t: usize,
     resume_ms_at: ResumePoints,
+    cold_resume_ms_at: ResumePoints,
     total_s: f64,
     db_bytes: Option<u64>,
     peak_rss_mb: f64,
@@ -40,13 +47,21 @@ impl Serialize for ResumePoints {
 }
 
 /// What `--detail` adds on stderr: the store's share of each resume (the
-/// run row: get, claim, update; and the read of the whole conversation).
+/// run row: get, claim, update; and the read of the whole conversation),
+/// the model call's (the request carrying the conversation, the fake model
+/// reading it, its reply streamed back), and what is left: askloop's own.
 #[derive(Debug, Serialize)]
 struct Detail {
     detail: &'static str,
     resume_ms_at: ResumePoints,
     store_row_ms_at: ResumePoints,
     store_messages_ms_at: ResumePoints,
+    model_ms_at: ResumePoints,
+    rest_ms_at: ResumePoints,
+    /// What a server adds: the resume's last `step-finish` (which carries
+    /// the conversation, as Mastra's does) written as JSON, and its size.
+    step_finish_json_ms_at: ResumePoints,
+    step_finish_kb_at: ResumePoints,
 }
 
 /// The median of the resumes around each reported turn.
@@ -82,36 +97,67 @@ fn question(k: usize, t: usize) -> String {
     format!("Question {k} of {t}?")
 }
 
-/// Stops at the first wrong step (`ok` 0), reporting what was measured.
-pub async fn long(target: &Target, t: usize) -> anyhow::Result<Report> {
-    let environment = Environment::prepare(target, Workload::Long(t)).await?;
-    let clock = target.detail.then(|| Arc::new(StoreClock::default()));
-    let agent = environment.timed_agent(clock.clone()).await?;
-    let mut failures = Failures::default();
-    let mut resumes: Vec<Duration> = Vec::with_capacity(t);
-    // Per resume, with --detail: (store row operations, conversation read).
-    let mut store_times: Vec<(Duration, Duration)> = Vec::new();
+/// Every resume of one conversation of T turns, each by the next of
+/// `agents` in turn; with a clock, the store's share of each.
+#[derive(Default)]
+struct Conversation {
+    resumes: Vec<Duration>,
+    /// Per resume, with --detail: where its time went.
+    spent: Vec<Spent>,
+    /// Per resume, with --detail: its last `step-finish` written as JSON
+    /// (untimed in the resume): how long that took, and its bytes.
+    step_finish_json: Vec<(Duration, usize)>,
+}
 
-    let started = Instant::now();
-    let result = async {
-        let first = run::start(&agent).await?;
+impl Conversation {
+    async fn run(
+        agents: &[Agent],
+        t: usize,
+        clock: Option<&ResumeClock>,
+        into: &mut Conversation,
+    ) -> anyhow::Result<()> {
+        let first = run::start(&agents[0]).await?;
         first.expect_question(&question(1, t))?;
         let run_id = first.run_id;
         for k in 1..=t {
-            let before = clock.as_ref().map(|c| c.read());
-            let resumed = run::resume(&agent, &run_id, &format!("answer-{k}")).await?;
+            let before = clock.map(ResumeClock::read);
+            let resumed = run::resume(&agents[k % agents.len()], &run_id, &format!("answer-{k}")).await?;
             if k < t {
                 resumed.expect_question(&question(k + 1, t))?;
             } else {
                 resumed.expect_text(&format!("Deploying to User answered: answer-{t}."))?;
             }
-            resumes.push(resumed.elapsed);
-            if let (Some(clock), Some((row, messages))) = (&clock, before) {
-                let (row_now, messages_now) = clock.read();
-                store_times.push((row_now - row, messages_now - messages));
+            into.resumes.push(resumed.elapsed);
+            if let (Some(clock), Some(before)) = (clock, before) {
+                into.spent.push(clock.read() - before);
+                if let Some(chunk) = &resumed.last_step_finish {
+                    let started = Instant::now();
+                    let json = serde_json::to_vec(chunk)?;
+                    into.step_finish_json.push((started.elapsed(), json.len()));
+                }
             }
         }
-        anyhow::Ok(())
+        Ok(())
+    }
+}
+
+/// Stops at the first wrong step (`ok` 0), reporting what was measured.
+pub async fn long(target: &Target, t: usize) -> anyhow::Result<Report> {
+    let environment = Environment::prepare(target, Workload::Long(t)).await?;
+    let clock = target.detail.then(|| Arc::new(ResumeClock::default()));
+    let warm_agent = environment.timed_agent(clock.clone()).await?;
+    let mut failures = Failures::default();
+    let mut warm = Conversation::default();
+    let mut cold = Conversation::default();
+
+    let started = Instant::now();
+    let result = async {
+        Conversation::run(std::slice::from_ref(&warm_agent), t, clock.as_deref(), &mut warm).await?;
+        let cold_agents = [
+            environment.timed_agent(clock.clone()).await?,
+            environment.timed_agent(clock.clone()).await?,
+        ];
+        Conversation::run(&cold_agents, t, clock.as_deref(), &mut cold).await
     }
     .await;
     let total = started.elapsed();
@@ -123,30 +169,58 @@ pub async fn long(target: &Target, t: usize) -> anyhow::Result<Report> {
         }
     };
 
-    let resume_ms_at = medians_at(t, &resumes);
+    let resume_ms_at = medians_at(t, &warm.resumes);
     if target.detail {
-        let column = |f: fn(&(Duration, Duration)) -> Duration| {
-            ResumePoints(medians_at(t, &store_times.iter().map(f).collect::<Vec<_>>()))
-        };
-        let detail = Detail {
-            detail: "long",
-            resume_ms_at: ResumePoints(resume_ms_at.clone()),
-            store_row_ms_at: column(|(row, _)| *row),
-            store_messages_ms_at: column(|(_, messages)| *messages),
-        };
-        eprintln!("{}", serde_json::to_string(&detail)?);
+        for (detail, conversation) in [("long", &warm), ("long cold", &cold)] {
+            let column = |f: &dyn Fn(&Spent) -> Duration| {
+                ResumePoints(medians_at(t, &conversation.spent.iter().map(f).collect::<Vec<_>>()))
+            };
+            let rest: Vec<Duration> = conversation
+                .resumes
+                .iter()
+                .zip(&conversation.spent)
+                .map(|(resume, spent)| resume.saturating_sub(spent.row + spent.messages + spent.model))
+                .collect();
+            let detail = Detail {
+                detail,
+                resume_ms_at: ResumePoints(medians_at(t, &conversation.resumes)),
+                store_row_ms_at: column(&|spent| spent.row),
+                store_messages_ms_at: column(&|spent| spent.messages),
+                model_ms_at: column(&|spent| spent.model),
+                rest_ms_at: ResumePoints(medians_at(t, &rest)),
+                step_finish_json_ms_at: ResumePoints(medians_at(
+                    t,
+                    &conversation
+                        .step_finish_json
+                        .iter()
+                        .map(|(took, _)| *took)
+                        .collect::<Vec<_>>(),
+                )),
+                step_finish_kb_at: ResumePoints(
+                    points(t)
+                        .into_iter()
+                        .filter_map(|point| {
+                            let (_, bytes) = conversation.step_finish_json.get(point - 1)?;
+                            Some((point, (*bytes as f64 / 102.4).round() / 10.0))
+                        })
+                        .collect(),
+                ),
+            };
+            eprintln!("{}", serde_json::to_string(&detail)?);
+        }
     }
     let figures = Figures {
         implementation: IMPL,
         mode: "long",
         t,
         resume_ms_at: ResumePoints(resume_ms_at),
+        cold_resume_ms_at: ResumePoints(medians_at(t, &cold.resumes)),
         total_s: measure::secs(total),
         db_bytes: environment.db_bytes(),
         peak_rss_mb: measure::peak_rss_mb(),
         ok,
     };
-    drop(agent);
+    drop(warm_agent);
     Report::new(&figures, failures)
 }
 

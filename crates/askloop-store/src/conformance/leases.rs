@@ -142,6 +142,39 @@ pub async fn expired_runs_are_read_page_after_page_each_once_past_five_hundred(s
     assert_eq!(sizes, [500, 500, 193]);
 }
 
+/// Resolutions are kept in the order they were written, whichever write
+/// appended them (a take-over, a step with one, a step with several) and
+/// whatever their text holds (quotes, commas, brackets, non-ASCII).
+pub async fn resolutions_of_a_take_over_and_of_later_steps_are_kept_in_order(s: &Subject) {
+    let now = SystemClock.now();
+    running_run(s, "decided", Some(lease("owner-a", -5))).await;
+    let recovered = Resolution::new(None, ResolutionKind::Recovered, now, Author::via(Interface::Server));
+    let taken = s
+        .store
+        .reclaim("decided", 0, &lease("owner-b", 60), now, Some(&recovered))
+        .await
+        .unwrap();
+    let answered = |call: &str, who: &str| {
+        Resolution::new(
+            Some(call),
+            ResolutionKind::Answered,
+            now,
+            Author::named(Interface::Cli, who),
+        )
+    };
+    let one = [answered("c1", "Zoë \"ops\", [night] 🚀")];
+    let two = [answered("c2", "Ana, {lead}"), answered("c3", "]")];
+    let mut first = step("decided", taken, RunStatus::Running, &[], &[]);
+    first.resolutions = &one;
+    let version = s.store.update(first).await.unwrap();
+    let mut second = step("decided", version, RunStatus::Completed, &[], &[]);
+    second.resolutions = &two;
+    s.store.update(second).await.unwrap();
+    let run = s.store.get("decided").await.unwrap().unwrap();
+    let expected: Vec<Resolution> = std::iter::once(recovered).chain(one).chain(two).collect();
+    assert_eq!(run.resolutions, expected);
+}
+
 /// `reclaim` takes a running run whose lease ran out (or that has none) and
 /// a failed run, at the version read; it refuses a held run, a stale
 /// version, and runs that are suspended or finished otherwise.

@@ -232,6 +232,7 @@ macro_rules! store_conformance_tests {
             runs_whose_lease_ran_out_or_that_have_none_are_expired_and_held_ones_are_not,
             expired_runs_are_read_page_after_page_each_once_past_five_hundred,
             reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_one,
+            resolutions_of_a_take_over_and_of_later_steps_are_kept_in_order,
             of_twenty_concurrent_reclaims_exactly_one_wins,
             after_a_takeover_the_old_owner_can_neither_renew_nor_write,
             an_update_sets_or_clears_the_lease_and_keeps_the_typed_failure,

@@ -318,15 +318,19 @@ impl Write {
                 // newer layout holds (an edited approval): then the row is
                 // raised to it, so an older build refuses the run from then
                 // on instead of misreading it.
+                //
+                // New resolutions are appended to the column's text: it only
+                // ever holds compact JSON arrays (written by serde_json or
+                // SQLite's own JSON functions), so a step does not parse and
+                // rebuild every earlier resolution of a long run.
                 let mut update = conn
                     .prepare_cached(
                         "UPDATE runs SET status = ?, version = version + 1, updated_at = ?, pending = ?, \
                          step_results = ?, message_count = message_count + ?, steps = ?, usage = ?, error = ?, \
                          failure = ?, lease_owner = ?, lease_until = ?, expires_at = ?, \
                          resolutions = CASE WHEN ?13 IS NULL THEN resolutions \
-                         ELSE (SELECT json_group_array(json(value) ORDER BY part, key) FROM \
-                         (SELECT 0 AS part, key, value FROM json_each(runs.resolutions) \
-                         UNION ALL SELECT 1, key, value FROM json_each(?13))) END, \
+                         WHEN resolutions = '[]' THEN ?13 \
+                         ELSE substr(resolutions, 1, length(resolutions) - 1) || ',' || substr(?13, 2) END, \
                          schema_version = MAX(schema_version, ?17) \
                          WHERE run_id = ?14 AND version = ?15 AND schema_version <= ?16 \
                          RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id",

@@ -12,6 +12,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
+use crate::chunk::finish::ConvertedConversation;
 use crate::message::Message;
 
 /// How many messages the cache holds across all runs, by default.
@@ -22,6 +23,8 @@ struct Entry {
     version: i64,
     seq: u64,
     messages: Vec<Message>,
+    /// What `step-finish` payloads converted of them.
+    converted: ConvertedConversation,
 }
 
 #[derive(Debug, Default)]
@@ -47,8 +50,9 @@ impl ConversationCache {
         }
     }
 
-    /// Keeps a suspended run's conversation, as of `version`.
-    pub(crate) fn put(&self, run_id: &str, version: i64, messages: Vec<Message>) {
+    /// Keeps a suspended run's conversation, as of `version`, with what
+    /// payloads converted of it.
+    pub(crate) fn put(&self, run_id: &str, version: i64, messages: Vec<Message>, converted: ConvertedConversation) {
         if self.capacity == 0 || messages.len() > self.capacity {
             return;
         }
@@ -56,10 +60,15 @@ impl ConversationCache {
         inner.seq += 1;
         let seq = inner.seq;
         inner.total += messages.len();
-        if let Some(old) = inner
-            .entries
-            .insert(run_id.to_owned(), Entry { version, seq, messages })
-        {
+        if let Some(old) = inner.entries.insert(
+            run_id.to_owned(),
+            Entry {
+                version,
+                seq,
+                messages,
+                converted,
+            },
+        ) {
             inner.total -= old.messages.len();
         }
         inner.order.push_back((run_id.to_owned(), seq));
@@ -80,13 +89,13 @@ impl ConversationCache {
         }
     }
 
-    /// Takes a run's conversation if it is exactly the one stored at
-    /// `version`.
-    pub(crate) fn take(&self, run_id: &str, version: i64) -> Option<Vec<Message>> {
+    /// Takes a run's conversation (and its conversion) if it is exactly
+    /// the one stored at `version`.
+    pub(crate) fn take(&self, run_id: &str, version: i64) -> Option<(Vec<Message>, ConvertedConversation)> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let entry = inner.entries.remove(run_id)?;
         inner.total -= entry.messages.len();
-        (entry.version == version).then_some(entry.messages)
+        (entry.version == version).then_some((entry.messages, entry.converted))
     }
 }
 
@@ -101,28 +110,28 @@ mod tests {
     #[test]
     fn an_entry_is_used_only_at_its_version_and_only_once() {
         let cache = ConversationCache::new(100);
-        cache.put("r", 3, msgs(2));
-        assert_eq!(cache.take("r", 4), None, "another writer bumped the version");
-        cache.put("r", 3, msgs(2));
-        assert_eq!(cache.take("r", 3).map(|m| m.len()), Some(2));
-        assert_eq!(cache.take("r", 3), None);
+        cache.put("r", 3, msgs(2), Default::default());
+        assert!(cache.take("r", 4).is_none(), "another writer bumped the version");
+        cache.put("r", 3, msgs(2), Default::default());
+        assert_eq!(cache.take("r", 3).map(|(m, _)| m.len()), Some(2));
+        assert!(cache.take("r", 3).is_none());
     }
 
     #[test]
     fn oldest_entries_are_evicted_past_the_message_budget() {
         let cache = ConversationCache::new(5);
-        cache.put("a", 1, msgs(3));
-        cache.put("b", 1, msgs(3));
-        assert_eq!(cache.take("a", 1), None);
+        cache.put("a", 1, msgs(3), Default::default());
+        cache.put("b", 1, msgs(3), Default::default());
+        assert!(cache.take("a", 1).is_none());
         assert!(cache.take("b", 1).is_some());
-        cache.put("huge", 1, msgs(6));
-        assert_eq!(cache.take("huge", 1), None);
+        cache.put("huge", 1, msgs(6), Default::default());
+        assert!(cache.take("huge", 1).is_none());
     }
 
     #[test]
     fn a_disabled_cache_keeps_nothing() {
         let cache = ConversationCache::new(0);
-        cache.put("a", 1, msgs(1));
-        assert_eq!(cache.take("a", 1), None);
+        cache.put("a", 1, msgs(1), Default::default());
+        assert!(cache.take("a", 1).is_none());
     }
 }

@@ -26,7 +26,7 @@ use super::machine::{
 };
 use super::stream::{ChunkQueue, StreamOutput};
 use crate::cause::ErrorChain;
-use crate::chunk::finish::StepReport;
+use crate::chunk::finish::{ConvertedConversation, StepReport};
 use crate::chunk::*;
 use crate::message::{FinishReason, Message, Usage};
 use crate::model::ToolSpec;
@@ -40,6 +40,19 @@ use crate::telemetry::{self, DriveKind};
 pub(crate) struct RunState {
     pub(crate) record: RunRecord,
     pub(crate) messages: Vec<Message>,
+    /// The conversation as far as `step-finish` payloads converted it.
+    pub(crate) converted: ConvertedConversation,
+}
+
+impl RunState {
+    /// A run whose conversation no payload has converted yet.
+    pub(crate) fn new(record: RunRecord, messages: Vec<Message>) -> Self {
+        RunState {
+            record,
+            messages,
+            converted: ConvertedConversation::default(),
+        }
+    }
 }
 
 /// A call's wait that a decision ended, for its span.
@@ -276,7 +289,11 @@ impl Driver {
     }
 
     fn output(self, ended: End) -> StreamOutput {
-        let RunState { mut record, messages } = self.state;
+        let RunState {
+            mut record,
+            messages,
+            converted,
+        } = self.state;
         let pending = self.machine.into_pending();
         let (status, finish_reason, failure) = match ended {
             End::Completed => (RunStatus::Completed, FinishReason::Stop, None),
@@ -288,7 +305,9 @@ impl Driver {
             }
         };
         if status == RunStatus::Suspended {
-            self.agent.conversations.put(&record.run_id, record.version, messages);
+            self.agent
+                .conversations
+                .put(&record.run_id, record.version, messages, converted);
         }
         StreamOutput {
             run_id: record.run_id,
@@ -509,16 +528,19 @@ impl Driver {
 
     /// Emits the `step-finish` of the last stored turn (and `finish`), as
     /// the machine summed it up; the payload renders the conversation.
-    fn report(&self, summary: StepSummary, finish: Option<Usage>) {
-        let step_finish = StepFinish::report(StepReport {
-            message_id: &self.message_id,
-            model_name: self.agent.model.name(),
-            started_at: summary.started_at,
-            reason: summary.reason,
-            is_continued: summary.is_continued,
-            usage: summary.usage,
-            conversation: &self.state.messages,
-        });
+    fn report(&mut self, summary: StepSummary, finish: Option<Usage>) {
+        let step_finish = StepFinish::report(
+            StepReport {
+                message_id: &self.message_id,
+                model_name: self.agent.model.name(),
+                started_at: summary.started_at,
+                reason: summary.reason,
+                is_continued: summary.is_continued,
+                usage: summary.usage,
+                conversation: &self.state.messages,
+            },
+            &mut self.state.converted,
+        );
         match finish {
             Some(usage) => {
                 self.emit(ChunkKind::StepFinish(Box::new(step_finish.clone())));

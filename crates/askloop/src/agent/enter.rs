@@ -10,6 +10,7 @@ use super::driver::{Begin, Driver, RunState, store_update};
 use super::inner::AgentInner;
 use super::machine::{ApplyFailure, DriveFrom, Entered, Entry, EntryEffect, EntryEvent, Request, ToolBook, ToolRules};
 use super::{Agent, AgentStream, stream};
+use crate::chunk::finish::ConvertedConversation;
 use crate::error::RunError;
 use crate::message::Message;
 use crate::store::{Lease, RunRecord};
@@ -130,12 +131,16 @@ impl Agent {
                 EntryEffect::Apply { actions, author, run } => {
                     match self.conversation(run_id, run.version).await {
                         Err(err) => EntryEvent::ApplyFailed(ApplyFailure::Store(err)),
-                        Ok(messages) => {
+                        Ok((messages, converted)) => {
                             let mut record = *run;
                             // The driver takes a lease of its own with its first write.
                             record.lease = None;
                             let queue = stream::ChunkQueue::default();
-                            let state = RunState { record, messages };
+                            let state = RunState {
+                                record,
+                                messages,
+                                converted,
+                            };
                             let mut driver = Driver::new(Arc::clone(inner), state, Arc::clone(&queue));
                             match driver.apply(actions, author).await {
                                 Ok(()) => {
@@ -188,23 +193,36 @@ impl Agent {
                         detail: "a request held no run".into(),
                     });
                 };
-                let messages = match &start {
+                let (messages, converted) = match &start {
                     // Another process wrote it: never this process's copy.
-                    DriveFrom::Recovered => self.inner.store.messages(&record.run_id).await?,
+                    DriveFrom::Recovered => (self.inner.store.messages(&record.run_id).await?, Default::default()),
                     DriveFrom::Resume(..) => self.conversation(&record.run_id, read_version).await?,
                 };
-                let stream = self.spawn(RunState { record, messages }, Begin::from(start));
+                let state = RunState {
+                    record,
+                    messages,
+                    converted,
+                };
+                let stream = self.spawn(state, Begin::from(start));
                 Ok(Outcome::Stream(if settle { stream.settled().await } else { stream }))
             }
         }
     }
 
-    /// The conversation of `run_id` as of `version`: this process's copy if
-    /// it has that one, else the store's.
-    async fn conversation(&self, run_id: &str, version: i64) -> Result<Vec<Message>, crate::StoreError> {
+    /// The conversation of `run_id` as of `version`, with what payloads
+    /// converted of it: this process's copy if it has that one, else the
+    /// store's (converted by none).
+    async fn conversation(
+        &self,
+        run_id: &str,
+        version: i64,
+    ) -> Result<(Vec<Message>, ConvertedConversation), crate::StoreError> {
         match self.inner.conversations.take(run_id, version) {
-            Some(messages) => Ok(messages),
-            None => self.inner.store.messages(run_id).await,
+            Some(kept) => Ok(kept),
+            None => Ok((
+                self.inner.store.messages(run_id).await?,
+                ConvertedConversation::default(),
+            )),
         }
     }
 }

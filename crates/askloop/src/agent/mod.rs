@@ -205,7 +205,7 @@ impl Agent {
             trace_parent: telemetry::stored_context(&span),
         };
         self.inner.store.create(&record, &messages).await?;
-        let state = RunState { record, messages };
+        let state = RunState::new(record, messages);
         Ok(self.spawn_in(state, Begin::Fresh, Some(span)))
     }
 

@@ -120,8 +120,13 @@ impl ModelMessage {
     /// The conversation as model messages: consecutive tool results become
     /// one `tool` message, and each result carries its call's input.
     pub fn from_conversation(messages: &[Message]) -> Vec<ModelMessage> {
+        Self::continuing(messages, &[])
+    }
+
+    /// The model messages of a conversation's later part, whose first tool
+    /// results (if it starts with some) answer `calls`.
+    pub(super) fn continuing<'a>(messages: &'a [Message], mut calls: &'a [ToolCall]) -> Vec<ModelMessage> {
         let mut out: Vec<ModelMessage> = Vec::with_capacity(messages.len());
-        let mut calls: &[ToolCall] = &[];
         for message in messages {
             match message {
                 Message::User { content } => out.push(ModelMessage {

@@ -205,19 +205,18 @@ pub(crate) struct StepReport<'a> {
 impl StepFinish {
     /// The `step-finish` payload of the step that ends `report.conversation`.
     ///
-    /// The conversation is converted once; `messages` and every step's
-    /// response share those messages, so the payload costs one pass over
-    /// the conversation, not one per place a message appears.
-    pub(crate) fn report(report: StepReport<'_>) -> StepFinish {
+    /// `converted` holds what earlier payloads of the same conversation
+    /// converted: only the messages added since are converted again, and
+    /// `messages` and every step's response share the converted messages,
+    /// so a step's payload costs what its new messages cost, plus a copy of
+    /// one pointer per message and step.
+    pub(crate) fn report(report: StepReport<'_>, converted: &mut ConvertedConversation) -> StepFinish {
         let model = ModelMetadata::from_name(report.model_name);
         let timestamp = report.started_at.map(rfc3339).unwrap_or_default();
         let usage = StepUsage::from(report.usage);
-        let all: Vec<Arc<ModelMessage>> = ModelMessage::from_conversation(report.conversation)
-            .into_iter()
-            .map(Arc::new)
-            .collect();
-        let mut steps = steps_of(&all, &model.model_id);
+        let (all, mut steps) = converted.extend_to(report.conversation, &model.model_id);
         if let Some(last) = steps.last_mut() {
+            let last = Arc::make_mut(last);
             last.usage = usage.clone();
             last.response.timestamp = timestamp.clone();
         }
@@ -240,7 +239,7 @@ impl StepFinish {
                 text,
                 tool_calls: calls.iter().map(ToolCallPayload::from).collect(),
                 usage,
-                steps: steps.into_iter().map(Arc::new).collect(),
+                steps,
             },
             messages: ConversationMessages::from_model_messages(all),
             processor_retry_count: 0,
@@ -251,6 +250,91 @@ impl StepFinish {
     pub(crate) fn into_finish(mut self, run_usage: Usage) -> StepFinish {
         self.output.usage = run_usage.into();
         self
+    }
+}
+
+/// A conversation converted for `step-finish` and `finish`, as far as
+/// messages added later cannot change it: kept with the conversation (by
+/// the driver between steps, by the agent's conversation cache between
+/// drives) so each payload converts only what is new.
+///
+/// Messages are only ever appended to a run's conversation. What they could
+/// still change is the trailing run of tool results (a later result joins
+/// their `tool` message) and the step of the last settled message (its
+/// results may follow); everything before is kept.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ConvertedConversation {
+    /// How many of the conversation's messages `messages` covers.
+    covered: usize,
+    /// The model messages of those.
+    messages: Vec<Arc<ModelMessage>>,
+    /// The conversation's index of the last assistant message among the
+    /// covered ones: the calls a tool result right after them answers.
+    last_assistant: Option<usize>,
+    /// The steps of the assistant messages among `messages[..stepped]`.
+    steps: Vec<Arc<StepRecord>>,
+    stepped: usize,
+    /// The model id the steps name.
+    model_id: String,
+}
+
+impl ConvertedConversation {
+    /// Converts what `conversation` added since the last call and returns
+    /// all of its model messages and steps. A conversation that does not
+    /// extend the converted one (shorter), or another model, starts over.
+    fn extend_to(
+        &mut self,
+        conversation: &[Message],
+        model_id: &str,
+    ) -> (Vec<Arc<ModelMessage>>, Vec<Arc<StepRecord>>) {
+        if self.covered > conversation.len() || self.model_id != model_id {
+            *self = ConvertedConversation {
+                model_id: model_id.to_owned(),
+                ..ConvertedConversation::default()
+            };
+        }
+        let calls = match self.last_assistant.and_then(|at| conversation.get(at)) {
+            Some(Message::Assistant { tool_calls, .. }) => tool_calls.as_slice(),
+            _ => &[],
+        };
+        let mut all = Vec::with_capacity(self.messages.len() + conversation.len() - self.covered);
+        all.extend(self.messages.iter().cloned());
+        all.extend(
+            ModelMessage::continuing(&conversation[self.covered..], calls)
+                .into_iter()
+                .map(Arc::new),
+        );
+
+        // Settle everything but a trailing run of tool results.
+        let open_results = conversation[self.covered..]
+            .iter()
+            .rev()
+            .take_while(|m| matches!(m, Message::Tool(_)))
+            .count();
+        let settled_to = conversation.len() - open_results;
+        if let Some(at) = conversation[self.covered..settled_to]
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant { .. }))
+        {
+            self.last_assistant = Some(self.covered + at);
+        }
+        let settled_messages = all.len() - usize::from(open_results > 0);
+        self.messages
+            .extend(all[self.messages.len()..settled_messages].iter().cloned());
+        self.covered = settled_to;
+
+        // A step is settled once the message after its assistant message is.
+        let stepped = settled_messages.saturating_sub(1).max(self.stepped);
+        self.steps.extend(
+            steps_of(&all, self.stepped..stepped, model_id)
+                .into_iter()
+                .map(Arc::new),
+        );
+        self.stepped = stepped;
+        let mut steps = Vec::with_capacity(self.steps.len() + 1);
+        steps.extend(self.steps.iter().cloned());
+        steps.extend(steps_of(&all, stepped..all.len(), model_id).into_iter().map(Arc::new));
+        (all, steps)
     }
 }
 
@@ -266,12 +350,13 @@ fn last_turn(conversation: &[Message]) -> (String, &[ToolCall]) {
         .unwrap_or_default()
 }
 
-/// Every step of the conversation, from its model messages: each assistant
-/// message with the tool message right after it, which holds the results of
-/// its calls (consecutive results are one tool message).
-fn steps_of(all: &[Arc<ModelMessage>], model_id: &str) -> Vec<StepRecord> {
+/// The steps of the assistant messages among `all[of]`: each with the tool
+/// message right after it, which holds the results of its calls
+/// (consecutive results are one tool message).
+fn steps_of(all: &[Arc<ModelMessage>], of: std::ops::Range<usize>, model_id: &str) -> Vec<StepRecord> {
     let mut steps = Vec::new();
-    for (at, message) in all.iter().enumerate() {
+    for at in of {
+        let message = &all[at];
         if message.role != ModelRole::Assistant {
             continue;
         }
@@ -340,15 +425,18 @@ mod tests {
             output_tokens: 2,
             total_tokens: 5,
         };
-        let finish = StepFinish::report(StepReport {
-            message_id: "m1",
-            model_name: "openai/gpt-4o-mini",
-            started_at: None,
-            reason: FinishReason::Stop,
-            is_continued: false,
-            usage,
-            conversation: &conversation,
-        });
+        let finish = StepFinish::report(
+            StepReport {
+                message_id: "m1",
+                model_name: "openai/gpt-4o-mini",
+                started_at: None,
+                reason: FinishReason::Stop,
+                is_continued: false,
+                usage,
+                conversation: &conversation,
+            },
+            &mut ConvertedConversation::default(),
+        );
         assert_eq!(finish.output.text, "Deploying.");
         assert!(finish.output.tool_calls.is_empty());
         assert_eq!(finish.output.steps.len(), 2);
@@ -370,5 +458,97 @@ mod tests {
             "steps share the conversation's messages"
         );
         assert_eq!(finish.metadata.model_id, "gpt-4o-mini");
+    }
+
+    /// What a report says when the conversation grows one message at a
+    /// time and every payload reuses the earlier conversion.
+    fn reports_as_it_grows(conversation: &[Message]) -> Vec<StepFinish> {
+        let mut converted = ConvertedConversation::default();
+        (1..=conversation.len())
+            .map(|len| StepFinish::report(report_of(&conversation[..len]), &mut converted))
+            .collect()
+    }
+
+    fn report_of(conversation: &[Message]) -> StepReport<'_> {
+        StepReport {
+            message_id: "m",
+            model_name: "openai/gpt-4o-mini",
+            started_at: None,
+            reason: FinishReason::ToolCalls,
+            is_continued: true,
+            usage: Usage {
+                input_tokens: 1,
+                output_tokens: 1,
+                total_tokens: 2,
+            },
+            conversation,
+        }
+    }
+
+    /// A conversation of user messages, assistant turns with 0 to 2 calls,
+    /// and results (of the last turn's calls or of none), in any order.
+    fn conversation(kinds: &[u8]) -> Vec<Message> {
+        let mut calls: Vec<ToolCall> = Vec::new();
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(at, kind)| match kind % 5 {
+                0 => Message::user(format!("u{at}")),
+                1 | 2 => {
+                    calls = (0..(kind % 3))
+                        .map(|n| ToolCall {
+                            id: format!("c{at}.{n}"),
+                            name: "t".into(),
+                            args: json!({ "at": at, "n": n }),
+                        })
+                        .collect();
+                    Message::assistant(format!("a{at}"), calls.clone())
+                }
+                _ => Message::Tool(ToolResult {
+                    tool_call_id: calls.get(at % 2).map_or_else(|| format!("none{at}"), |c| c.id.clone()),
+                    tool_name: "t".into(),
+                    content: ToolContent::Text(format!("r{at}")),
+                    is_error: at % 3 == 0,
+                }),
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_payload_built_on_earlier_ones_equals_one_built_from_the_whole_conversation(
+            kinds in proptest::collection::vec(0u8..15, 0..40)
+        ) {
+            let conversation = conversation(&kinds);
+            let grown = reports_as_it_grows(&conversation);
+            for (len, report) in (1..=conversation.len()).zip(grown) {
+                let whole = StepFinish::report(report_of(&conversation[..len]), &mut ConvertedConversation::default());
+                proptest::prop_assert_eq!(report, whole, "after {} messages", len);
+            }
+        }
+    }
+
+    #[test]
+    fn a_payload_converts_only_the_messages_added_since_the_last() {
+        let conversation = conversation(&[0, 1, 3, 4, 2, 3, 0, 1]);
+        let mut converted = ConvertedConversation::default();
+        let first = StepFinish::report(report_of(&conversation[..5]), &mut converted);
+        let second = StepFinish::report(report_of(&conversation), &mut converted);
+        assert!(
+            Arc::ptr_eq(&first.messages.all[0], &second.messages.all[0]),
+            "a settled message is converted once"
+        );
+        assert!(
+            Arc::ptr_eq(&first.output.steps[0], &second.output.steps[0]),
+            "a settled step is built once"
+        );
+        assert_eq!(first.output.steps[1].content.len(), 3, "the turn's text and two calls");
+        assert_eq!(
+            second.output.steps[1].content.len(),
+            4,
+            "the second turn's step took the result that came after the first payload"
+        );
+        let shorter = StepFinish::report(report_of(&conversation[..2]), &mut converted);
+        assert_eq!(shorter.messages.all.len(), 2, "a shorter conversation starts over");
     }
 }

@@ -527,15 +527,18 @@ mod tests {
                 error: ErrorDetail { message: "x".into() },
             }),
             ChunkKind::Abort(AbortPayload { reason: None }),
-            ChunkKind::Finish(Box::new(StepFinish::report(finish::StepReport {
-                message_id: "m",
-                model_name: "scripted",
-                started_at: None,
-                reason: crate::FinishReason::Stop,
-                is_continued: false,
-                usage: crate::Usage::default(),
-                conversation: &[],
-            }))),
+            ChunkKind::Finish(Box::new(StepFinish::report(
+                finish::StepReport {
+                    message_id: "m",
+                    model_name: "scripted",
+                    started_at: None,
+                    reason: crate::FinishReason::Stop,
+                    is_continued: false,
+                    usage: crate::Usage::default(),
+                    conversation: &[],
+                },
+                &mut finish::ConvertedConversation::default(),
+            ))),
         ];
         for kind in kinds {
             let chunk = Chunk::new("r", kind);

@@ -1,0 +1,238 @@
+//! Where the time of a resume goes, for `long --detail`: a [`RunStore`]
+//! wrapper that adds up the time spent in the store, split into the run row
+//! (create, get, claim, update) and the conversation read (`messages`), and
+//! a [`Model`] wrapper that adds up the model calls (from the request sent
+//! to the last event taken). Is askloop's own cost of a resume flat as the
+//! conversation grows, and what does carrying it to the model cost?
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use askloop::message::Message;
+use askloop::model::{ModelError, ModelEvent, ModelRequest, ModelStream};
+use askloop::{ChangeFeed, DeliveryStore, Lease, Model, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+/// Time spent in the store and the model so far.
+#[derive(Debug, Default)]
+pub struct ResumeClock {
+    row_ns: AtomicU64,
+    messages_ns: AtomicU64,
+    model_ns: AtomicU64,
+}
+
+/// What a [`ResumeClock`] read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spent {
+    /// Run row operations.
+    pub row: Duration,
+    /// Conversation reads.
+    pub messages: Duration,
+    /// Model calls.
+    pub model: Duration,
+}
+
+impl std::ops::Sub for Spent {
+    type Output = Spent;
+
+    fn sub(self, earlier: Spent) -> Spent {
+        Spent {
+            row: self.row - earlier.row,
+            messages: self.messages - earlier.messages,
+            model: self.model - earlier.model,
+        }
+    }
+}
+
+impl ResumeClock {
+    /// What was spent so far.
+    pub fn read(&self) -> Spent {
+        let read = |counter: &AtomicU64| Duration::from_nanos(counter.load(Ordering::Relaxed));
+        Spent {
+            row: read(&self.row_ns),
+            messages: read(&self.messages_ns),
+            model: read(&self.model_ns),
+        }
+    }
+
+    fn add(counter: &AtomicU64, since: Instant) {
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        counter.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+/// The store, timed.
+#[derive(Debug)]
+pub struct TimedStore {
+    pub inner: Arc<dyn RunStore>,
+    pub clock: Arc<ResumeClock>,
+}
+
+#[async_trait]
+impl RunStore for TimedStore {
+    async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let result = self.inner.create(run, messages).await;
+        ResumeClock::add(&self.clock.row_ns, started);
+        result
+    }
+
+    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let started = Instant::now();
+        let result = self.inner.get(run_id).await;
+        ResumeClock::add(&self.clock.row_ns, started);
+        result
+    }
+
+    async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {
+        let started = Instant::now();
+        let result = self.inner.messages(run_id).await;
+        ResumeClock::add(&self.clock.messages_ns, started);
+        result
+    }
+
+    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
+        let started = Instant::now();
+        let result = self.inner.claim(run_id, expected_version, lease).await;
+        ResumeClock::add(&self.clock.row_ns, started);
+        result
+    }
+
+    async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
+        let started = Instant::now();
+        let result = self.inner.update(update).await;
+        ResumeClock::add(&self.clock.row_ns, started);
+        result
+    }
+
+    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.list(query).await
+    }
+
+    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError> {
+        self.inner.renew_lease(run_id, lease).await
+    }
+
+    async fn expired(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&askloop::RunCursor>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.expired(now, after, limit).await
+    }
+
+    async fn reclaim(
+        &self,
+        run_id: &str,
+        expected_version: i64,
+        lease: &Lease,
+        now: DateTime<Utc>,
+        resolution: Option<&askloop::Resolution>,
+    ) -> Result<i64, StoreError> {
+        self.inner
+            .reclaim(run_id, expected_version, lease, now, resolution)
+            .await
+    }
+
+    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.inner.prune(before).await
+    }
+}
+
+#[async_trait]
+impl DeliveryStore for TimedStore {
+    async fn claim_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        lease: &askloop::Lease,
+        limit: u32,
+    ) -> Result<Vec<askloop::Delivery>, StoreError> {
+        self.inner.claim_deliveries(now, lease, limit).await
+    }
+
+    async fn finish_delivery(
+        &self,
+        id: &str,
+        owner: &str,
+        outcome: &askloop::DeliveryOutcome,
+    ) -> Result<(), StoreError> {
+        self.inner.finish_delivery(id, owner, outcome).await
+    }
+
+    async fn deliveries(&self, run_id: &str) -> Result<Vec<askloop::Delivery>, StoreError> {
+        self.inner.deliveries(run_id).await
+    }
+}
+
+#[async_trait]
+impl ChangeFeed for TimedStore {}
+
+/// A model, timed from the request to the end (or drop) of its stream.
+#[derive(Debug)]
+pub struct TimedModel {
+    pub inner: Arc<dyn Model>,
+    pub clock: Arc<ResumeClock>,
+}
+
+#[async_trait]
+impl Model for TimedModel {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn stream(&self, request: ModelRequest<'_>) -> Result<ModelStream, ModelError> {
+        let started = Instant::now();
+        let result = self.inner.stream(request).await;
+        match result {
+            Ok(inner) => Ok(Box::pin(TimedStream {
+                inner,
+                started,
+                clock: Some(Arc::clone(&self.clock)),
+            })),
+            Err(err) => {
+                ResumeClock::add(&self.clock.model_ns, started);
+                Err(err)
+            }
+        }
+    }
+}
+
+/// A model's stream that adds its time to the clock when it ends or is
+/// dropped, whichever comes first.
+struct TimedStream {
+    inner: ModelStream,
+    started: Instant,
+    clock: Option<Arc<ResumeClock>>,
+}
+
+impl TimedStream {
+    fn stop(&mut self) {
+        if let Some(clock) = self.clock.take() {
+            ResumeClock::add(&clock.model_ns, self.started);
+        }
+    }
+}
+
+impl futures::Stream for TimedStream {
+    type Item = Result<ModelEvent, ModelError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let polled = self.inner.as_mut().poll_next(cx);
+        if let std::task::Poll::Ready(None) = polled {
+            self.stop();
+        }
+        polled
+    }
+}
+
+impl Drop for TimedStream {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -2,8 +2,8 @@
 # The figures at the top of docs/benchmarks.md, measured on one commit in one
 # go: every surface's benchmark, askloop beside Mastra where a ratio is
 # claimed (`compare`). Writes one JSON line per benchmark to
-# bench/results/<commit>.jsonl (and `--detail` lines to <commit>.detail.jsonl)
-# and prints them. Run it on a quiet machine; it takes about 15 minutes on
+# bench/results/<commit>-<UTC time>.jsonl (and `--detail` lines to
+# ….detail.jsonl) and prints them. Run it on a quiet machine; it takes about 15 minutes on
 # the 2-core machine, plus about 10 with ASKLOOP_BENCH_POSTGRES set.
 #
 #   bench/current.sh                       # SQLite, in-process and over HTTP
@@ -17,8 +17,9 @@ cd "$(dirname "$0")/.."
 commit=$(git rev-parse --short HEAD)
 if ! git diff --quiet HEAD; then commit="$commit-dirty"; fi
 mkdir -p bench/results
-out="bench/results/$commit.jsonl"
-detail="bench/results/$commit.detail.jsonl"
+at=$(date -u +%Y%m%dT%H%M)
+out="bench/results/$commit-$at.jsonl"
+detail="bench/results/$commit-$at.detail.jsonl"
 : >"$out"
 : >"$detail"
 

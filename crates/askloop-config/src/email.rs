@@ -29,13 +29,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use askloop_server::email::{
     DEFAULT_MAIL_ATTEMPTS, DEFAULT_SMTP_TIMEOUT, EmailSettings, MailRecipient, SmtpTls, check_address, check_from,
 };
 use serde::Deserialize;
 
+use super::reach::Reach;
 use super::{ConfigError, duration};
 
 /// `[email]` as written.
@@ -201,25 +201,17 @@ pub(super) fn resolve_email(
                     format!("{address} is listed twice for agent {agent}; give each person one table"),
                 ));
             }
-            let tools = recipient.tools.unwrap_or_default();
-            if let Some(j) = tools.iter().position(|t| t.trim().is_empty()) {
-                return Err(ConfigError::new(
-                    file,
-                    format!("agents.{agent}.email[{i}].tools[{j}]"),
-                    "an empty tool name; name a tool of the agent (e.g. \"ask_user\"), or leave tools out for every call",
-                ));
-            }
-            // `parse_limit` refuses zero: leaving the key out means at once
-            // (`after`) or never (`remind_after`).
-            let delay = |field: &str, text: Option<String>| {
-                text.map(|text| {
-                    duration::parse_limit(&text)
-                        .map_err(|problem| ConfigError::new(file, key(field), problem.to_string()))
-                })
-                .transpose()
-            };
-            let after = delay("after", recipient.after)?.unwrap_or(Duration::ZERO);
-            let remind_after = delay("remind_after", recipient.remind_after)?;
+            let Reach {
+                tools,
+                after,
+                remind_after,
+            } = Reach::read(
+                file,
+                &format!("agents.{agent}.email[{i}]"),
+                recipient.tools,
+                recipient.after,
+                recipient.remind_after,
+            )?;
             resolved.push(MailRecipient {
                 name,
                 address,

@@ -61,6 +61,7 @@ mod duration;
 mod email;
 mod links;
 mod raw;
+mod reach;
 mod rules;
 mod slack;
 mod telemetry;

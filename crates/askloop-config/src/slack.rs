@@ -20,11 +20,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use askloop_server::slack::{DEFAULT_SLACK_ATTEMPTS, DEFAULT_SLACK_TIMEOUT, SlackRecipient, SlackSettings};
 use serde::Deserialize;
 
+use super::reach::Reach;
 use super::{ConfigError, duration};
 
 /// `[slack]` as written.
@@ -177,28 +177,18 @@ pub(super) fn resolve_slack(
                     "nobody may answer in this channel: give users = [\"U0123ALICE\"] or usergroup = \"S0123ONCALL\"",
                 ));
             }
-            let tools = raw.tools.unwrap_or_default();
-            if let Some(j) = tools.iter().position(|t| t.trim().is_empty()) {
-                return Err(ConfigError::new(
-                    file,
-                    format!("agents.{agent}.slack[{i}].tools[{j}]"),
-                    "an empty tool name; name a tool of the agent (e.g. \"ask_user\"), or leave tools out for every call",
-                ));
-            }
-            // `parse_limit` refuses zero: leaving the key out means at once
-            // (`after`) or never (`remind_after`).
-            let delay = |field: &str, text: Option<String>| {
-                text.map(|text| {
-                    duration::parse_limit(&text)
-                        .map_err(|problem| ConfigError::new(file, key(field), problem.to_string()))
-                })
-                .transpose()
-            };
+            let reach = Reach::read(
+                file,
+                &format!("agents.{agent}.slack[{i}]"),
+                raw.tools,
+                raw.after,
+                raw.remind_after,
+            )?;
             let mut recipient = SlackRecipient::new(channel, users);
             recipient.usergroup = usergroup;
-            recipient.tools = tools;
-            recipient.after = delay("after", raw.after)?.unwrap_or(Duration::ZERO);
-            recipient.remind_after = delay("remind_after", raw.remind_after)?;
+            recipient.tools = reach.tools;
+            recipient.after = reach.after;
+            recipient.remind_after = reach.remind_after;
             resolved.push(recipient);
         }
         settings

@@ -74,6 +74,7 @@ mod me;
 mod memory;
 mod metrics;
 mod options;
+mod reach;
 mod recovery;
 mod refusals;
 mod request_fields;

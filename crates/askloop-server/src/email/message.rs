@@ -11,8 +11,10 @@
 
 use std::fmt::Write as _;
 
-use askloop::{Notice, PendingKind, PendingToolCall, Question, SelectionMode};
+use askloop::{Notice, PendingToolCall, SelectionMode};
 use chrono::{DateTime, Utc};
+
+use crate::reach::{Asked, asked};
 
 /// The most characters of the question the subject carries.
 const SUBJECT_QUESTION_CHARS: usize = 80;
@@ -44,33 +46,6 @@ pub(crate) struct Composed {
     pub(crate) subject: String,
     pub(crate) text: String,
     pub(crate) html: String,
-}
-
-/// What is asked, read from the call.
-enum Asked {
-    /// An `ask_user` question (or any suspension with its shape).
-    Question(Question),
-    /// A call waiting for approval: the tool and its arguments.
-    Approval { tool: String, args: String },
-    /// Another tool's suspension: its payload as JSON.
-    Other { tool: String, payload: String },
-}
-
-fn asked(call: &PendingToolCall) -> Asked {
-    let pretty = |value: &serde_json::Value| serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
-    match call.kind {
-        PendingKind::Approval => Asked::Approval {
-            tool: call.tool_name.clone(),
-            args: pretty(&call.args),
-        },
-        _ => match call.suspend_payload.as_ref().and_then(Question::from_payload) {
-            Some(question) => Asked::Question(question),
-            None => Asked::Other {
-                tool: call.tool_name.clone(),
-                payload: call.suspend_payload.as_ref().map(pretty).unwrap_or_default(),
-            },
-        },
-    }
 }
 
 /// Composes the message of `question`.
@@ -279,6 +254,7 @@ fn html_body(q: &MailQuestion<'_>, asked: &Asked) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use askloop::PendingKind;
     use serde_json::json;
 
     fn call(payload: serde_json::Value) -> PendingToolCall {

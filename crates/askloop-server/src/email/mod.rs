@@ -22,13 +22,14 @@ mod message;
 use std::fmt;
 use std::time::Duration;
 
-use askloop::{ErrorChain, EventType, Notice, OutboxMessage, RunStatus, RunStore, Subscription};
+use askloop::{ErrorChain, EventType, Notice, OutboxMessage, RunStore, Subscription};
 use chrono::{DateTime, Utc};
 use lettre::message::{Mailbox, MultiPart};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
-use crate::links::{AnswerLinks, LinkError, closed_how};
+use crate::links::{AnswerLinks, LinkError};
+use crate::reach;
 
 /// The destinations of mail notifications start with this.
 pub const MAILTO: &str = "mailto:";
@@ -343,23 +344,9 @@ impl Mailer {
                 "no recipient {address:?} of agent {agent:?} in this server's configuration ([agents.{agent}] email)"
             ));
         };
-        let run = match store.get(&message.run_id).await {
-            Ok(Some(run)) => run,
-            Ok(None) => return MailOutcome::NotSent(format!("not sent: run {} no longer exists", message.run_id)),
-            Err(err) => {
-                return MailOutcome::Failed(format!("cannot read run {}: {}", message.run_id, ErrorChain(&err)));
-            }
-        };
-        let waiting = run.status == RunStatus::Suspended;
-        let Some(call) = run
-            .pending
-            .iter()
-            .find(|p| waiting && p.tool_call_id == call_id && !p.is_expired(now))
-        else {
-            return MailOutcome::NotSent(format!(
-                "not sent: the question was closed before the mail went out ({})",
-                closed_how(&run, call_id)
-            ));
+        let call = match reach::waiting_call(store, message, call_id, now, "mail").await {
+            Ok(call) => call,
+            Err(outcome) => return outcome,
         };
         if !recipient.tools.is_empty() && !recipient.tools.contains(&call.tool_name) {
             return MailOutcome::NotSent(format!(
@@ -401,7 +388,7 @@ impl Mailer {
             agent,
             run_id: &message.run_id,
             recipient: &recipient.name,
-            call,
+            call: &call,
             link: &link.url,
             expires_at: link.expires_at,
             notice: message.notice(),

@@ -11,11 +11,13 @@
 //! question in its block's id ([`QuestionRef`]) and an option by its index,
 //! never by its label, so a label cannot pass for another.
 
-use askloop::{Notice, PendingKind, PendingToolCall, Question, SelectionMode};
+use askloop::{Notice, PendingToolCall, SelectionMode};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
+
+use crate::reach::{Asked, asked};
 
 /// Slack's limit on a block id.
 const MAX_BLOCK_ID: usize = 255;
@@ -93,33 +95,6 @@ fn section_plain(text: &str) -> Value {
 
 fn section_mrkdwn(text: &str) -> Value {
     json!({"type": "section", "text": {"type": "mrkdwn", "text": cut(text, MAX_TEXT), "verbatim": true}})
-}
-
-/// What a waiting call asks.
-pub(crate) enum Asked {
-    /// An `ask_user` question (or any suspension with its shape).
-    Question(Question),
-    /// A call waiting for approval: the tool and its arguments.
-    Approval { tool: String, args: String },
-    /// Another tool's suspension: its payload as JSON, answered in text.
-    Other { tool: String, payload: String },
-}
-
-pub(crate) fn asked(call: &PendingToolCall) -> Asked {
-    let pretty = |value: &Value| serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
-    match call.kind {
-        PendingKind::Approval => Asked::Approval {
-            tool: call.tool_name.clone(),
-            args: pretty(&call.args),
-        },
-        _ => match call.suspend_payload.as_ref().and_then(Question::from_payload) {
-            Some(question) => Asked::Question(question),
-            None => Asked::Other {
-                tool: call.tool_name.clone(),
-                payload: call.suspend_payload.as_ref().map(pretty).unwrap_or_default(),
-            },
-        },
-    }
 }
 
 /// One post of a question.
@@ -281,6 +256,7 @@ pub(crate) fn asked_text(call: &PendingToolCall) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use askloop::PendingKind;
 
     fn call(payload: Value) -> PendingToolCall {
         PendingToolCall {

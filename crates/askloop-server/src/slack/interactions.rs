@@ -34,10 +34,11 @@ use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use super::blocks::{self, Asked, QuestionRef};
+use super::blocks::{self, QuestionRef};
 use super::{Slack, ephemeral};
 use crate::AppState;
 use crate::links::closed_how;
+use crate::reach::{Asked, asked};
 
 /// How old an interaction may be.
 const REPLAY_WINDOW_SECONDS: i64 = 300;
@@ -275,7 +276,7 @@ fn decision_of(
     payload: &Value,
     question: &QuestionRef,
 ) -> Result<(CallDecision, String), String> {
-    match (blocks::asked(call), clicked.action_id.as_str()) {
+    match (asked(call), clicked.action_id.as_str()) {
         (Asked::Approval { .. }, "approve") => Ok((CallDecision::Approve, "approved".to_owned())),
         (Asked::Approval { .. }, "decline") => Ok((CallDecision::Decline(None), "declined".to_owned())),
         (Asked::Question(q), "submit") if q.mode == Some(SelectionMode::MultiSelect) => {

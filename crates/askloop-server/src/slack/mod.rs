@@ -31,12 +31,12 @@ pub use interactions::slack_signature;
 use std::fmt;
 use std::time::Duration;
 
-use askloop::{ErrorChain, OutboxMessage, RunStatus, RunStore, Subscription};
+use askloop::{ErrorChain, OutboxMessage, RunStore, Subscription};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use crate::email::MailOutcome;
-use crate::links::closed_how;
+use crate::reach;
 
 /// Where Slack sends the clicks (the app's "Request URL" is the public URL
 /// and this).
@@ -290,23 +290,9 @@ impl Slack {
                 "no Slack channel {channel:?} of agent {agent:?} in this server's configuration ([agents.{agent}] slack)"
             ));
         };
-        let run = match store.get(&message.run_id).await {
-            Ok(Some(run)) => run,
-            Ok(None) => return MailOutcome::NotSent(format!("not sent: run {} no longer exists", message.run_id)),
-            Err(err) => {
-                return MailOutcome::Failed(format!("cannot read run {}: {}", message.run_id, ErrorChain(&err)));
-            }
-        };
-        let waiting = run.status == RunStatus::Suspended;
-        let Some(call) = run
-            .pending
-            .iter()
-            .find(|p| waiting && p.tool_call_id == call_id && !p.is_expired(now))
-        else {
-            return MailOutcome::NotSent(format!(
-                "not sent: the question was closed before the post went out ({})",
-                closed_how(&run, call_id)
-            ));
+        let call = match reach::waiting_call(store, message, call_id, now, "post").await {
+            Ok(call) => call,
+            Err(outcome) => return outcome,
         };
         if !recipient.tools.is_empty() && !recipient.tools.contains(&call.tool_name) {
             return MailOutcome::NotSent(format!(
@@ -325,7 +311,7 @@ impl Slack {
             channel,
             agent,
             question: &question,
-            call,
+            call: &call,
             notice: message.notice(),
             raised_at: message.created_at,
         });

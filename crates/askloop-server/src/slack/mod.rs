@@ -2,7 +2,7 @@
 //! question (or waits for an approval), the agent writes one notification
 //! per channel into the store's outbox, in the same write, with the
 //! destination `slack:<channel id>` (see `askloop_config`). The server's
-//! outbox sender (`webhooks.rs`) hands those to [`Slack`], which
+//! outbox sender (`webhooks.rs`) hands those to `Slack`, which
 //!
 //! 1. reads the run again: a question resolved meanwhile is not posted (the
 //!    delivery is recorded as not sent, with the reason);

@@ -229,19 +229,10 @@ impl Sender {
             return failed(delivery, DEFAULT_MAX_ATTEMPTS, &error, self.clock.now());
         };
         let now = self.clock.now();
-        match mailer
+        let outcome = mailer
             .deliver(self.store.as_ref(), self.links.as_deref(), &delivery.message, now)
-            .await
-        {
-            MailOutcome::Sent => DeliveryOutcome::Delivered,
-            MailOutcome::NotSent(reason) => DeliveryOutcome::Dead { error: reason },
-            MailOutcome::Failed(error) => failed(
-                delivery,
-                mailer.max_attempts(),
-                &AttemptError::Channel(error),
-                self.clock.now(),
-            ),
-        }
+            .await;
+        self.channel_outcome(delivery, outcome, mailer.max_attempts())
     }
 
     /// One attempt of a Slack delivery: as for mail, a question closed
@@ -254,15 +245,20 @@ impl Sender {
             return failed(delivery, DEFAULT_MAX_ATTEMPTS, &error, self.clock.now());
         };
         let now = self.clock.now();
-        match slack.deliver(self.store.as_ref(), &delivery.message, now).await {
+        let outcome = slack.deliver(self.store.as_ref(), &delivery.message, now).await;
+        self.channel_outcome(delivery, outcome, slack.max_attempts())
+    }
+
+    /// What one attempt through a channel (mail, Slack) comes to: sent, not
+    /// sent for good (given up on, saying why), or failed this time (tried
+    /// again until `max_attempts`).
+    fn channel_outcome(&self, delivery: &Delivery, outcome: MailOutcome, max_attempts: u32) -> DeliveryOutcome {
+        match outcome {
             MailOutcome::Sent => DeliveryOutcome::Delivered,
             MailOutcome::NotSent(reason) => DeliveryOutcome::Dead { error: reason },
-            MailOutcome::Failed(error) => failed(
-                delivery,
-                slack.max_attempts(),
-                &AttemptError::Channel(error),
-                self.clock.now(),
-            ),
+            MailOutcome::Failed(error) => {
+                failed(delivery, max_attempts, &AttemptError::Channel(error), self.clock.now())
+            }
         }
     }
 
@@ -388,6 +384,10 @@ impl fmt::Display for AttemptError {
                 f,
                 "this server mails no questions ([email] in its configuration), and this delivery is to {destination}"
             ),
+            AttemptError::Unconfigured { destination } if destination.starts_with(SLACK) => write!(
+                f,
+                "this server posts no questions to Slack ([slack] in its configuration), and this delivery is to {destination}"
+            ),
             AttemptError::Channel(error) => f.write_str(error),
             AttemptError::Unconfigured { destination } => write!(
                 f,
@@ -438,6 +438,19 @@ fn retry_wait(done: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delivery_this_server_cannot_send_names_the_table_it_lacks() {
+        let unconfigured = |destination: &str| {
+            AttemptError::Unconfigured {
+                destination: destination.to_owned(),
+            }
+            .to_string()
+        };
+        assert!(unconfigured("mailto:a@example.com").contains("[email]"));
+        assert!(unconfigured("slack:C0DEPLOY").contains("[slack]"));
+        assert!(unconfigured("https://hooks.example.com/x").contains("[[webhooks]]"));
+    }
 
     #[test]
     fn the_signature_matches_the_standard_webhooks_example() {

@@ -54,7 +54,7 @@ fn main() -> ExitCode {
 /// table that cannot be read, or an exporter that cannot start, is a
 /// warning, and nothing is exported.
 fn start_export(cli: &cli::Cli) -> Option<telemetry::Export> {
-    let config = commands::config_path(cli.config.as_deref());
+    let config = askloop_config::ServerConfig::locate(cli.config.as_deref());
     let env = |name: &str| std::env::var(name).ok();
     let plan = match telemetry::plan(config.as_deref(), &env) {
         Ok(plan) => plan?,

@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, DatabaseFault, IdKind, Model, RunRecord, RunStore, ScriptedModel, StoreError};
-use askloop_config::{ServerConfig, ToolKind};
+use askloop::{Agent, DatabaseFault, IdKind, Model, RunRecord, RunStore, StoreError};
+use askloop_config::{ModelSource, ServerConfig, ToolKind};
 use askloop_providers::HttpConfig;
 use askloop_store::Access;
 use serde::{Deserialize, Serialize};
@@ -230,26 +230,26 @@ fn resolve(spec: &str) -> Result<askloop_providers::ResolvedSpec, askloop::Model
     askloop_providers::resolve_spec(spec, |name| std::env::var(name).ok(), HttpConfig::default())
 }
 
-/// Makes the model for a choice. `stored` says whether the choice comes
-/// from a stored run (a vanished script is then a failure, not bad usage).
+/// Makes the model for a choice, as `askloop.toml` makes an agent's
+/// ([`ModelSource::make`]). `stored` says whether the choice comes from a
+/// stored run (a spec or script that no longer makes a model is then a
+/// failure, not bad usage).
 pub fn make_model(choice: &ModelChoice, stored: bool) -> Result<Arc<dyn Model>, CliError> {
-    match choice {
-        ModelChoice::Demo => Ok(Arc::new(demo::model())),
-        ModelChoice::Script { path } => match ScriptedModel::from_file(path) {
-            Ok(model) => Ok(Arc::new(model)),
-            Err(err) if stored => Err(CliError::failure(format!(
-                "the run was started with a script that can no longer be read: {err}"
-            ))),
-            Err(err) => Err(CliError::usage(err.to_string())),
-        },
-        ModelChoice::Spec { spec, .. } => askloop_providers::from_spec(spec).map_err(|err| {
-            if stored {
-                CliError::failure(err.to_string())
-            } else {
-                CliError::usage(err.to_string())
-            }
-        }),
-    }
+    let source = match choice {
+        ModelChoice::Demo => ModelSource::Default,
+        ModelChoice::Script { path } => ModelSource::Script(path.clone()),
+        ModelChoice::Spec { spec, .. } => ModelSource::Spec(spec.clone()),
+    };
+    source
+        .make(&|| Ok(Arc::new(demo::model())))
+        .map_err(|err| match (stored, err.key) {
+            (false, _) => CliError::usage(err.problem),
+            (true, "script") => CliError::failure(format!(
+                "the run was started with a script that can no longer be read: {}",
+                err.problem
+            )),
+            (true, _) => CliError::failure(err.problem),
+        })
 }
 
 /// The agent for an origin, driven by `model` (from [`start_model`] or
@@ -334,4 +334,40 @@ pub async fn load_run(store: &Arc<dyn RunStore>, run_id: &str) -> Result<RunReco
         .get(run_id)
         .await?
         .ok_or_else(|| CliError::failure(format!("no run with id {run_id}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::{FAILURE, USAGE};
+
+    #[test]
+    fn a_script_that_cannot_be_read_is_bad_usage_when_given_and_a_failure_when_a_stored_run_names_it() {
+        let path = std::env::temp_dir().join(format!("askloop-no-such-script-{}.json", std::process::id()));
+        let choice = ModelChoice::Script { path: path.clone() };
+
+        let given = make_model(&choice, false)
+            .err()
+            .expect("a missing script makes no model");
+        assert_eq!(given.status, USAGE);
+        assert!(given.message.contains(&path.display().to_string()), "{}", given.message);
+
+        let stored = make_model(&choice, true)
+            .err()
+            .expect("a missing script makes no model");
+        assert_eq!(stored.status, FAILURE);
+        assert!(
+            stored
+                .message
+                .starts_with("the run was started with a script that can no longer be read: "),
+            "{}",
+            stored.message
+        );
+    }
+
+    #[test]
+    fn the_demo_choice_makes_the_offline_demo_model() {
+        let model = make_model(&ModelChoice::Demo, true).expect("the demo needs nothing from outside");
+        assert_eq!(model.name(), demo::model().name());
+    }
 }

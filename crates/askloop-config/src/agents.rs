@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, AskUser, AskUserLimits, Model, RunStore, ScriptedModel, Subscription, Tool};
+use askloop::{Agent, AskUser, AskUserLimits, Model, RunStore, Subscription, Tool};
 use askloop_server::RequestOverride;
 
 use crate::mcp::mcp_servers;
@@ -18,18 +18,9 @@ use crate::{
 impl AgentConfig {
     /// The agent's model: its table's, else the default one.
     pub(crate) fn model(&self, file: &Path, default_model: &DefaultModel<'_>) -> Result<Arc<dyn Model>, ConfigError> {
-        let key = |field: &str| format!("agents.{}.{field}", self.id);
-        Ok(match &self.model {
-            ModelSource::Default => {
-                default_model().map_err(|err| ConfigError::new(file, key("model"), err.to_string()))?
-            }
-            ModelSource::Spec(spec) => askloop_providers::from_spec(spec)
-                .map_err(|err| ConfigError::new(file, key("model"), err.to_string()))?,
-            ModelSource::Script(script) => Arc::new(
-                ScriptedModel::from_file(script)
-                    .map_err(|err| ConfigError::new(file, key("script"), err.to_string()))?,
-            ),
-        })
+        self.model
+            .make(default_model)
+            .map_err(|err| ConfigError::new(file, format!("agents.{}.{}", self.id, err.key), err.problem))
     }
 
     /// Builds the agent with its MCP servers' tools; `approve`: the tools

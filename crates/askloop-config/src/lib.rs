@@ -74,7 +74,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use askloop::{Agent, AskUserLimits, Model, RunStore, Tool};
+use askloop::{Agent, AskUserLimits, Model, RunStore, ScriptedModel, Tool};
 use askloop_mcp::{McpError, McpServerSpec};
 use askloop_server::{ApiToken, RequestOverride};
 
@@ -88,6 +88,10 @@ pub use telemetry::{TelemetryConfig, read_telemetry};
 
 /// The default agent's id, when there is no configuration file.
 pub const DEFAULT_AGENT_ID: &str = "assistant";
+
+/// The configuration file read from the working folder when `--config` is
+/// not given.
+pub const DEFAULT_FILE: &str = "askloop.toml";
 
 /// The default agent's instructions.
 pub const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant. When a request is ambiguous, when you are \
@@ -186,6 +190,36 @@ pub enum ModelSource {
     Script(PathBuf),
 }
 
+impl ModelSource {
+    /// Makes the model: a spec's provider from the environment, a script
+    /// read from its file, or `default_model`'s. The error names the key
+    /// that chose it (`model` or `script`) and what is wrong.
+    pub fn make(&self, default_model: &DefaultModel<'_>) -> Result<Arc<dyn Model>, ModelSourceError> {
+        let failed = |key, problem: String| ModelSourceError { key, problem };
+        match self {
+            ModelSource::Default => default_model().map_err(|err| failed("model", err.to_string())),
+            ModelSource::Spec(spec) => {
+                askloop_providers::from_spec(spec).map_err(|err| failed("model", err.to_string()))
+            }
+            ModelSource::Script(path) => ScriptedModel::from_file(path)
+                .map(|model| Arc::new(model) as Arc<dyn Model>)
+                .map_err(|err| failed("script", err.to_string())),
+        }
+    }
+}
+
+/// Why [`ModelSource::make`] made no model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{problem}")]
+#[non_exhaustive]
+pub struct ModelSourceError {
+    /// The key that chose the model: `model` (a spec, or the default) or
+    /// `script`.
+    pub key: &'static str,
+    /// What is wrong, and what would be accepted.
+    pub problem: String,
+}
+
 /// A built-in tool an agent can be given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -273,6 +307,25 @@ impl ServerConfig {
             telemetry: None,
             email: None,
             slack: None,
+        }
+    }
+
+    /// The configuration file a command reads: `given` (`--config`), else
+    /// [`DEFAULT_FILE`] in the working folder when it exists; `None` when
+    /// there is none, for the built-in configuration.
+    pub fn locate(given: Option<&Path>) -> Option<PathBuf> {
+        match given {
+            Some(path) => Some(path.to_path_buf()),
+            None => Some(PathBuf::from(DEFAULT_FILE)).filter(|path| path.is_file()),
+        }
+    }
+
+    /// The configuration of the file [`ServerConfig::locate`] finds,
+    /// checked, else [`ServerConfig::default_agent`].
+    pub fn find(given: Option<&Path>) -> Result<Self, ConfigError> {
+        match Self::locate(given) {
+            Some(path) => Self::load(&path),
+            None => Ok(Self::default_agent()),
         }
     }
 

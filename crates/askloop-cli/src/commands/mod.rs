@@ -11,8 +11,6 @@ mod runs;
 mod serve;
 mod threads;
 
-pub(crate) use serve::config_path;
-
 use askloop::{AgentStream, CallDecision, StreamOutput};
 
 use crate::cli::{Cli, Command, GrantsCommand, RunsCommand, ThreadsCommand};

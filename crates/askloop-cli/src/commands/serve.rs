@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use askloop::{Agent, RunStore};
@@ -21,7 +20,6 @@ use crate::exit::{CliError, Done};
 use crate::setup;
 
 /// The configuration file read when `--config` is not given, if it exists.
-const DEFAULT_CONFIG: &str = "askloop.toml";
 
 pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
     let addr: SocketAddr = args.addr.parse().map_err(|err| {
@@ -202,10 +200,7 @@ pub(super) async fn configured_agent(
 /// The configuration file of `--config` (else `./askloop.toml` if it
 /// exists, else the default agent), checked.
 pub(super) fn load_config(ctx: &Context) -> Result<ServerConfig, CliError> {
-    let config = match config_path(ctx.config.as_deref()) {
-        Some(path) => ServerConfig::load(&path).map_err(|err| CliError::usage(err.to_string()))?,
-        None => ServerConfig::default_agent(),
-    };
+    let config = ServerConfig::find(ctx.config.as_deref()).map_err(|err| CliError::usage(err.to_string()))?;
     for warning in &config.warnings {
         errln!("askloop: warning: {warning}");
     }
@@ -265,14 +260,6 @@ pub(super) struct Configured {
     pub(super) config: ServerConfig,
     pub(super) agents: Vec<Agent>,
     pub(super) store: Arc<dyn RunStore>,
-}
-
-/// `--config` as given, else `./askloop.toml` when it exists.
-pub(crate) fn config_path(given: Option<&Path>) -> Option<PathBuf> {
-    match given {
-        Some(path) => Some(path.to_path_buf()),
-        None => Some(PathBuf::from(DEFAULT_CONFIG)).filter(|p| p.is_file()),
-    }
 }
 
 /// Two futures: the first completes on the first SIGTERM or SIGINT

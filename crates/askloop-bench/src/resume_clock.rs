@@ -19,6 +19,7 @@ use chrono::{DateTime, Utc};
 #[derive(Debug, Default)]
 pub struct ResumeClock {
     row_ns: AtomicU64,
+    row_read_ns: AtomicU64,
     messages_ns: AtomicU64,
     model_ns: AtomicU64,
 }
@@ -28,6 +29,8 @@ pub struct ResumeClock {
 pub struct Spent {
     /// Run row operations.
     pub row: Duration,
+    /// Of which reading the row (`get`): what grows with the run's history.
+    pub row_read: Duration,
     /// Conversation reads.
     pub messages: Duration,
     /// Model calls.
@@ -40,6 +43,7 @@ impl std::ops::Sub for Spent {
     fn sub(self, earlier: Spent) -> Spent {
         Spent {
             row: self.row - earlier.row,
+            row_read: self.row_read - earlier.row_read,
             messages: self.messages - earlier.messages,
             model: self.model - earlier.model,
         }
@@ -52,6 +56,7 @@ impl ResumeClock {
         let read = |counter: &AtomicU64| Duration::from_nanos(counter.load(Ordering::Relaxed));
         Spent {
             row: read(&self.row_ns),
+            row_read: read(&self.row_read_ns),
             messages: read(&self.messages_ns),
             model: read(&self.model_ns),
         }
@@ -83,6 +88,7 @@ impl RunStore for TimedStore {
         let started = Instant::now();
         let result = self.inner.get(run_id).await;
         ResumeClock::add(&self.clock.row_ns, started);
+        ResumeClock::add(&self.clock.row_read_ns, started);
         result
     }
 

@@ -127,12 +127,21 @@ fn long_with_detail_splits_each_resume_into_store_model_and_the_rest_warm_and_co
                 "detail",
                 "resume_ms_at",
                 "store_row_ms_at",
+                "store_row_read_ms_at",
                 "store_messages_ms_at",
                 "model_ms_at",
                 "rest_ms_at",
                 "step_finish_json_ms_at",
                 "step_finish_kb_at",
             ],
+        );
+        let (row, read) = (
+            detail["store_row_ms_at"]["12"].as_f64().unwrap(),
+            detail["store_row_read_ms_at"]["12"].as_f64().unwrap(),
+        );
+        assert!(
+            read > 0.0 && read < row,
+            "reading the row is a part of the row's time: {detail}"
         );
         let model = detail["model_ms_at"]["12"].as_f64().unwrap();
         assert!(model > 0.0, "every resume calls the model: {detail}");

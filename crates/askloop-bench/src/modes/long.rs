@@ -55,6 +55,9 @@ struct Detail {
     detail: &'static str,
     resume_ms_at: ResumePoints,
     store_row_ms_at: ResumePoints,
+    /// Of the run row's time, reading it (`get`); the rest is the claim and
+    /// the update, each with its commit.
+    store_row_read_ms_at: ResumePoints,
     store_messages_ms_at: ResumePoints,
     model_ms_at: ResumePoints,
     rest_ms_at: ResumePoints,
@@ -185,6 +188,7 @@ pub async fn long(target: &Target, t: usize) -> anyhow::Result<Report> {
                 detail,
                 resume_ms_at: ResumePoints(medians_at(t, &conversation.resumes)),
                 store_row_ms_at: column(&|spent| spent.row),
+                store_row_read_ms_at: column(&|spent| spent.row_read),
                 store_messages_ms_at: column(&|spent| spent.messages),
                 model_ms_at: column(&|spent| spent.model),
                 rest_ms_at: ResumePoints(medians_at(t, &rest)),

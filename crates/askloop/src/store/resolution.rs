@@ -143,28 +143,96 @@ impl Default for Author {
     }
 }
 
-/// One resolution of a run, as stored with it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// One resolution of a run, as stored with it: a JSON object of
+/// `toolCallId` (absent for none), `kind`, `at`, the author's `via` and
+/// `by` (absent for none), `edit` and `grant` (absent for none).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolution {
     /// The call it resolved (none for a cancel or a recovery of the run).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
     /// What it did.
     pub kind: ResolutionKind,
     /// When.
     pub at: DateTime<Utc>,
     /// Through which interface and by whom.
-    #[serde(flatten)]
     pub author: Author,
     /// For a call approved with arguments the person edited: the model's
     /// and the ones the call ran with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edit: Option<ArgumentsEdit>,
     /// An approval that sticks: the grant this approval made or, through
     /// [`Interface::Grant`], the one that approved this call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant: Option<super::GrantNote>,
+}
+
+/// A [`Resolution`] as written: the author's fields inline. Written out
+/// rather than derived with `#[serde(flatten)]`, which reads every field
+/// through a buffer first: every read of a run parses all its resolutions
+/// (one per answer), and this reads them several times faster (see
+/// `docs/benchmarks.md`, "A long conversation").
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredOut<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    kind: ResolutionKind,
+    at: &'a DateTime<Utc>,
+    via: Interface,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    edit: Option<&'a ArgumentsEdit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grant: Option<&'a super::GrantNote>,
+}
+
+/// A [`Resolution`] as read (fields it does not know are ignored, as
+/// before).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredIn {
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    kind: ResolutionKind,
+    at: DateTime<Utc>,
+    via: Interface,
+    #[serde(default)]
+    by: Option<String>,
+    #[serde(default)]
+    edit: Option<ArgumentsEdit>,
+    #[serde(default)]
+    grant: Option<super::GrantNote>,
+}
+
+impl Serialize for Resolution {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        StoredOut {
+            tool_call_id: self.tool_call_id.as_deref(),
+            kind: self.kind,
+            at: &self.at,
+            via: self.author.via,
+            by: self.author.by.as_deref(),
+            edit: self.edit.as_ref(),
+            grant: self.grant.as_ref(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Resolution {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let stored = StoredIn::deserialize(deserializer)?;
+        Ok(Resolution {
+            tool_call_id: stored.tool_call_id,
+            kind: stored.kind,
+            at: stored.at,
+            author: Author {
+                via: stored.via,
+                by: stored.by,
+            },
+            edit: stored.edit,
+            grant: stored.grant,
+        })
+    }
 }
 
 /// Arguments a person changed before approving a call: the call ran with
@@ -231,5 +299,58 @@ mod tests {
             json!({"toolCallId": "c1", "kind": "answered", "at": "2026-01-02T03:04:05Z", "via": "http", "by": "ops-bot"})
         );
         assert_eq!(serde_json::from_value::<Resolution>(wire).unwrap(), resolution);
+    }
+
+    #[test]
+    fn a_resolution_is_written_as_stored_rows_hold_it_key_for_key_and_read_back() {
+        let at = DateTime::parse_from_rfc3339("2026-01-02T03:04:05.123456Z")
+            .unwrap()
+            .to_utc();
+        let resolution = Resolution {
+            tool_call_id: Some("c\"1".into()),
+            kind: ResolutionKind::Approved,
+            at,
+            author: Author::named(Interface::Page, "ana"),
+            edit: Some(ArgumentsEdit {
+                original: json!({"path": "a"}),
+                edited: json!({"path": "b"}),
+            }),
+            grant: Some(super::super::GrantNote {
+                id: "g1".into(),
+                scope: super::super::GrantScope::Thread,
+                granted_at: at,
+                granted_via: Interface::Page,
+            }),
+        };
+        let text = serde_json::to_string(&resolution).unwrap();
+        assert_eq!(
+            text,
+            r#"{"toolCallId":"c\"1","kind":"approved","at":"2026-01-02T03:04:05.123456Z","via":"page","by":"ana","edit":{"original":{"path":"a"},"edited":{"path":"b"}},"grant":{"id":"g1","scope":"thread","grantedAt":"2026-01-02T03:04:05.123456Z","grantedVia":"page"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Resolution>(&text).unwrap(), resolution);
+
+        let bare = Resolution::new(None, ResolutionKind::Recovered, at, Author::via(Interface::Server));
+        let text = serde_json::to_string(&bare).unwrap();
+        assert_eq!(
+            text,
+            r#"{"kind":"recovered","at":"2026-01-02T03:04:05.123456Z","via":"server"}"#
+        );
+        assert_eq!(serde_json::from_str::<Resolution>(&text).unwrap(), bare);
+    }
+
+    #[test]
+    fn a_stored_resolution_with_fields_this_build_does_not_know_is_read_and_one_without_its_interface_is_refused() {
+        let read: Resolution = serde_json::from_str(
+            r#"{"kind":"answered","at":"2026-01-02T03:04:05Z","via":"cli","note":"later","toolCallId":"c1"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (read.tool_call_id.as_deref(), read.author.via),
+            (Some("c1"), Interface::Cli)
+        );
+
+        let err = serde_json::from_str::<Resolution>(r#"{"kind":"answered","at":"2026-01-02T03:04:05Z"}"#)
+            .expect_err("who resolved it is part of every resolution");
+        assert!(err.to_string().contains("missing field `via`"), "{err}");
     }
 }

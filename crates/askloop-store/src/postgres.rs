@@ -28,7 +28,8 @@ use std::time::Duration;
 
 use askloop::{
     AgentWaiting, ChangeFeed, Clock, Delivery, DeliveryOutcome, DeliveryStore, Lease, Message, RUN_SCHEMA_VERSION,
-    Resolution, RunChanges, RunCursor, RunQuery, RunRecord, RunStore, RunUpdate, StoreError, ThreadKey, ThreadStore,
+    Resolution, RunChanges, RunCursor, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, StoreError, ThreadKey,
+    ThreadStore,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -766,21 +767,30 @@ impl RunStore for PostgresStore {
         if finds_nothing(query) {
             return Ok(0);
         }
-        let counted: i64 = bind_listing(count_statement(query), query)
+        let counted: i64 = if counts_all_waiting(query) {
+            // Every waiting run, or an agent's: the tally the database
+            // keeps as runs change (migration 0011), a few rows.
+            sqlx::query(
+                "SELECT COALESCE(SUM(runs), 0)::BIGINT FROM waiting_tally WHERE $1::text IS NULL OR agent_id = $1",
+            )
+            .bind(query.agent_id.as_deref())
             .fetch_one(&self.pool)
             .await
-            .and_then(|row| row.try_get(0))
-            .map_err(self.failed(|| "counting runs".to_owned()))?;
+        } else {
+            bind_listing(count_statement(query), query).fetch_one(&self.pool).await
+        }
+        .and_then(|row| row.try_get(0))
+        .map_err(self.failed(|| "counting runs".to_owned()))?;
         Ok(u64::try_from(counted).unwrap_or_default())
     }
 
     async fn waiting(&self) -> Result<Vec<AgentWaiting>, StoreError> {
         // A row whose pending calls are not a list counts as a run waiting
-        // on none.
+        // on none. The database keeps these sums as runs change (migration
+        // 0011); an agent whose runs all stopped waiting keeps zeroed slots.
         let rows = sqlx::query(
-            "SELECT agent_id, COUNT(*), \
-             COALESCE(SUM(CASE WHEN jsonb_typeof(pending) = 'array' THEN jsonb_array_length(pending) ELSE 0 END), 0)::BIGINT \
-             FROM runs WHERE status = 'suspended' GROUP BY agent_id ORDER BY agent_id",
+            "SELECT agent_id, SUM(runs)::BIGINT, SUM(calls)::BIGINT FROM waiting_tally \
+             GROUP BY agent_id HAVING SUM(runs) > 0 ORDER BY agent_id",
         )
         .fetch_all(&self.pool)
         .await
@@ -902,6 +912,26 @@ fn listing_filter(query: &RunQuery) -> String {
 
 /// The statement that counts the runs `query` lists: from the index the
 /// listing reads.
+/// Whether `query` counts every waiting run, or every waiting run of one
+/// agent, with no window: what the waiting tally holds.
+fn counts_all_waiting(query: &RunQuery) -> bool {
+    let RunQuery {
+        status,
+        agent_id: _,
+        thread,
+        resources,
+        limit,
+        offset,
+        after,
+    } = query;
+    *status == Some(RunStatus::Suspended)
+        && thread.is_none()
+        && resources.is_none()
+        && limit.is_none()
+        && *offset == 0
+        && after.is_none()
+}
+
 fn count_statement(query: &RunQuery) -> String {
     format!(
         "SELECT COUNT(*) FROM (SELECT 1 FROM runs{} LIMIT $1 OFFSET $2) AS listed",

@@ -67,7 +67,8 @@ fn ask_call(id: &str, question: &str) -> ToolCall {
     }
 }
 
-fn pending_question(id: &str, question: &str) -> PendingToolCall {
+/// A pending `ask_user` question, for tests outside the conformance suite.
+pub fn pending_question(id: &str, question: &str) -> PendingToolCall {
     PendingToolCall {
         tool_call_id: id.to_owned(),
         tool_name: "ask_user".to_owned(),

@@ -346,15 +346,15 @@ mod tests {
         let path = std::env::temp_dir().join(format!("askloop-no-such-script-{}.json", std::process::id()));
         let choice = ModelChoice::Script { path: path.clone() };
 
-        let given = make_model(&choice, false)
-            .err()
-            .expect("a missing script makes no model");
+        let Err(given) = make_model(&choice, false) else {
+            panic!("a missing script makes no model")
+        };
         assert_eq!(given.status, USAGE);
         assert!(given.message.contains(&path.display().to_string()), "{}", given.message);
 
-        let stored = make_model(&choice, true)
-            .err()
-            .expect("a missing script makes no model");
+        let Err(stored) = make_model(&choice, true) else {
+            panic!("a missing script makes no model")
+        };
         assert_eq!(stored.status, FAILURE);
         assert!(
             stored

@@ -19,8 +19,6 @@ use crate::cli::{ModelArgs, ServeArgs};
 use crate::exit::{CliError, Done};
 use crate::setup;
 
-/// The configuration file read when `--config` is not given, if it exists.
-
 pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
     let addr: SocketAddr = args.addr.parse().map_err(|err| {
         CliError::usage(format!(

@@ -1,8 +1,10 @@
 //! Where askloop's tables live in a PostgreSQL database, and bringing them
 //! up to date.
 //!
-//! askloop keeps `runs`, `messages`, `threads`, `thread_messages` and its
-//! own `_sqlx_migrations` in one schema ([`DEFAULT_POSTGRES_SCHEMA`] unless
+//! askloop keeps its tables (`runs`, `messages`, `threads`,
+//! `thread_messages`, `outbox`, `grants`, `answer_links`, `waiting_tally`),
+//! the functions of `waiting_tally`'s triggers, and its own
+//! `_sqlx_migrations` in one schema ([`DEFAULT_POSTGRES_SCHEMA`] unless
 //! told otherwise), so a database shared with another application (its
 //! own `runs` table, its own sqlx migrations) is never touched outside that
 //! schema.

@@ -315,6 +315,13 @@ async fn the_count_of_waiting_runs_follows_every_change_of_a_run_whoever_makes_i
     assert_tally_agrees(&store, &pool, "every run completed").await;
     assert!(store.waiting().await.unwrap().is_empty());
 
+    // An operator empties the table, which fires no row trigger.
+    create_waiting(&store, "after-all", "agent-a", 2).await;
+    pool.execute("TRUNCATE askloop.runs CASCADE").await.unwrap();
+    assert_tally_agrees(&store, &pool, "TRUNCATE").await;
+    create_waiting(&store, "after-truncate", "agent-b", 1).await;
+    assert_tally_agrees(&store, &pool, "a run waiting after the TRUNCATE").await;
+
     store.close().await;
     pool.close().await;
     db.drop().await;
@@ -337,7 +344,9 @@ async fn runs_already_waiting_when_the_tally_is_made_are_counted() {
     pool.execute(
         "DROP TRIGGER runs_waiting_tally_rows ON askloop.runs; \
          DROP TRIGGER runs_waiting_tally_changes ON askloop.runs; \
+         DROP TRIGGER runs_waiting_tally_truncate ON askloop.runs; \
          DROP FUNCTION askloop.waiting_tally_follow(); \
+         DROP FUNCTION askloop.waiting_tally_clear(); \
          DROP FUNCTION askloop.waiting_tally_calls(jsonb); \
          DROP TABLE askloop.waiting_tally; \
          DELETE FROM askloop._sqlx_migrations WHERE version = 11;",

@@ -5,7 +5,7 @@
 --
 -- The database keeps it, not askloop: triggers on `runs` follow every
 -- insert, delete and change of `status` or `pending`, whichever build or
--- statement makes it, so a build that does not know this table keeps it
+-- statement makes it (a TRUNCATE empties it), so a build that does not know this table keeps it
 -- right too, and no run's layout changes. It is derived, like an index:
 -- only read, never written, by askloop's code.
 --
@@ -53,6 +53,20 @@ CREATE TRIGGER runs_waiting_tally_rows AFTER INSERT OR DELETE ON runs
 CREATE TRIGGER runs_waiting_tally_changes AFTER UPDATE OF status, pending, agent_id ON runs
     FOR EACH ROW WHEN (OLD.status = 'suspended' OR NEW.status = 'suspended')
     EXECUTE FUNCTION waiting_tally_follow();
+
+-- A TRUNCATE fires no row triggers: nothing waits after one.
+CREATE FUNCTION waiting_tally_clear() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS
+$$
+BEGIN
+    DELETE FROM waiting_tally;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER runs_waiting_tally_truncate AFTER TRUNCATE ON runs
+    FOR EACH STATEMENT EXECUTE FUNCTION waiting_tally_clear();
 
 -- The runs already waiting, counted while no run can change (a migration
 -- runs in one transaction; this lock holds writers until it commits).

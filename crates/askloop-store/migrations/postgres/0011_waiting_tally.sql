@@ -1,15 +1,13 @@
 -- How many runs wait, and on how many calls, kept as they change, so that
 -- the Inbox's "N waiting" and the questions-waiting figures of /metrics read
--- a handful of rows instead of every waiting run's index entry (with
--- 100,000 runs waiting, an exact count took 30 ms at the median and 60 ms
--- at p99; docs/benchmarks.md).
+-- a handful of rows instead of every waiting run's index entry (an exact
+-- count of 100,000 waiting runs took 30-60 ms even as an index-only scan).
 --
 -- The database keeps it, not askloop: triggers on `runs` follow every
--- insert, delete and change of `status`, `pending` or `agent_id` (and a
--- TRUNCATE empties it), whichever build or statement makes it, so a build
--- that does not know this table keeps it right too, and no run's layout
--- changes. It is derived, like an index: only read, never written, by
--- askloop's code.
+-- insert, delete and change of `status` or `pending`, whichever build or
+-- statement makes it (a TRUNCATE empties it), so a build that does not know this table keeps it
+-- right too, and no run's layout changes. It is derived, like an index:
+-- only read, never written, by askloop's code.
 --
 -- Each agent's tally is split into 16 slots by run id, so that runs
 -- suspending and resuming at once on several instances rarely wait on the

@@ -910,8 +910,6 @@ fn listing_filter(query: &RunQuery) -> String {
     }
 }
 
-/// The statement that counts the runs `query` lists: from the index the
-/// listing reads.
 /// Whether `query` counts every waiting run, or every waiting run of one
 /// agent, with no window: what the waiting tally holds.
 fn counts_all_waiting(query: &RunQuery) -> bool {
@@ -932,6 +930,8 @@ fn counts_all_waiting(query: &RunQuery) -> bool {
         && after.is_none()
 }
 
+/// The statement that counts the runs `query` lists: from the index the
+/// listing reads.
 fn count_statement(query: &RunQuery) -> String {
     format!(
         "SELECT COUNT(*) FROM (SELECT 1 FROM runs{} LIMIT $1 OFFSET $2) AS listed",

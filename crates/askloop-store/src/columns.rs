@@ -43,6 +43,7 @@ pub(crate) const TABLES: &[(&str, &[&str])] = &[
         ],
     ),
     ("messages", &["run_id", "seq", "body"]),
+    ("run_resolutions", &["run_id", "version", "n", "body"]),
     (
         "threads",
         &[
@@ -69,6 +70,12 @@ pub(crate) const TABLES: &[(&str, &[&str])] = &[
         ],
     ),
 ];
+
+/// The tables of [`TABLES`], by name: those whose columns a store reads
+/// from the database to check them.
+pub(crate) fn table_names() -> Vec<&'static str> {
+    TABLES.iter().map(|(table, _)| *table).collect()
+}
 
 /// The needed columns not among `present` (pairs of table and column), as
 /// `table.column`.

@@ -36,7 +36,10 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Row};
 
-use crate::row::{JsonColumns, RowState, StoredRun, explain_missed_write, finished_condition, parse_message};
+use crate::row::{
+    JsonColumns, RESOLUTION_ROWS_LAYOUT, RESOLUTIONS_IN_ROW, RowState, StoredRun, explain_missed_write,
+    finished_condition, parse_message,
+};
 use errors::{Limits, PostgresFailure};
 use schema::{Requested, quoted};
 pub use settings::{DEFAULT_LOCK_TIMEOUT, DEFAULT_POSTGRES_SCHEMA, DEFAULT_STATEMENT_TIMEOUT, PostgresOptions};
@@ -292,11 +295,25 @@ macro_rules! run_columns {
     };
 }
 
+/// What a read of runs selects: the columns of `runs` (see [`run_columns`]),
+/// then the run's resolutions past its row's as one JSON array
+/// (`resolution_rows`), NULL when it has none: only a run at layout 7
+/// (`RESOLUTION_ROWS_LAYOUT`) has any.
+macro_rules! run_select {
+    () => {
+        concat!(
+            run_columns!(),
+            ", CASE WHEN schema_version >= 7 THEN (SELECT jsonb_agg(body ORDER BY version, n)::text \
+             FROM run_resolutions WHERE run_resolutions.run_id = runs.run_id) END AS resolution_rows"
+        )
+    };
+}
+
 /// Running runs whose lease ran out (`$1`: now), after the cursor `$2, $3`
 /// (last write, run id), oldest write first.
 const STALLED_RUNS: &str = concat!(
     "SELECT ",
-    run_columns!(),
+    run_select!(),
     " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= $1) \
      AND ($2::timestamptz IS NULL OR (updated_at, run_id) > ($2, $3)) \
      ORDER BY updated_at, run_id LIMIT $4"
@@ -307,7 +324,7 @@ const STALLED_RUNS: &str = concat!(
 /// suspended runs with a time limit (`runs_suspended_by_expiry`).
 const EXPIRING_RUNS: &str = concat!(
     "SELECT ",
-    run_columns!(),
+    run_select!(),
     " FROM runs WHERE status = 'suspended' AND expires_at <= $1 \
      AND ($2::timestamptz IS NULL OR (expires_at, run_id) > ($2, $3)) \
      ORDER BY expires_at, run_id LIMIT $4"
@@ -351,6 +368,10 @@ fn stored_run(row: &PgRow) -> Result<StoredRun, StoreError> {
             .map(|f| f.map(nul::decode_json))
             .map_err(column)?,
         resolutions: json("resolutions").map_err(column)?,
+        resolution_rows: row
+            .try_get::<Option<String>, _>("resolution_rows")
+            .map(|rows| rows.map(nul::decode_json))
+            .map_err(column)?,
         settings: json("settings").map_err(column)?,
         memory_resource_id: row.try_get("memory_resource_id").map_err(column)?,
         memory_thread_id: row.try_get("memory_thread_id").map_err(column)?,
@@ -511,7 +532,7 @@ impl RunStore for PostgresStore {
     }
 
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = $1"))
+        let row = sqlx::query(concat!("SELECT ", run_select!(), " FROM runs WHERE run_id = $1"))
             .bind(run_id)
             .fetch_optional(&self.pool)
             .await
@@ -632,14 +653,24 @@ impl RunStore for PostgresStore {
         // As `claim`: a second UPDATE of the row waits for the first and
         // re-checks the version, so exactly one reclaimer wins; the lease
         // test is in the statement, so an owner that renewed keeps its run.
+        // Who took the run over is appended as a step's resolutions are
+        // (see `update`): to the row while it has room, else as a row of
+        // `run_resolutions`, in the same statement.
         let reclaimed = sqlx::query(
-            "UPDATE runs SET status = 'running', version = version + 1, updated_at = $1, \
+            "WITH written AS (UPDATE runs SET status = 'running', version = version + 1, updated_at = $1, \
              lease_owner = $5, lease_until = $6, error = NULL, failure = NULL, \
-             resolutions = CASE WHEN $10::jsonb IS NULL THEN resolutions \
-             ELSE resolutions || jsonb_build_array($10::jsonb) END \
+             resolutions = CASE WHEN $10::jsonb IS NULL OR schema_version >= $11 \
+               OR jsonb_array_length(resolutions) >= $12 THEN resolutions \
+             ELSE resolutions || jsonb_build_array($10::jsonb) END, \
+             schema_version = CASE WHEN $10::jsonb IS NULL OR (schema_version < $11 \
+               AND jsonb_array_length(resolutions) < $12) THEN schema_version \
+             ELSE GREATEST(schema_version, $11) END \
              WHERE run_id = $2 AND version = $3 AND schema_version <= $4 \
              AND (status = 'failed' OR (status = 'running' AND (lease_until IS NULL OR lease_until <= $7))) \
-             RETURNING version, pg_notify($8, $9) IS NULL AS announced",
+             RETURNING version, schema_version, pg_notify($8, $9) IS NULL AS announced), \
+             moved AS (INSERT INTO run_resolutions (run_id, version, n, body) \
+             SELECT $2, version, 0, $10::jsonb FROM written WHERE $10::jsonb IS NOT NULL AND schema_version >= $11) \
+             SELECT version, announced FROM written",
         )
         .bind(self.clock.now())
         .bind(run_id)
@@ -651,6 +682,8 @@ impl RunStore for PostgresStore {
         .bind(changes::CHANNEL)
         .bind(changes::payload(&self.schema, run_id)?)
         .bind(&resolution)
+        .bind(RESOLUTION_ROWS_LAYOUT)
+        .bind(RESOLUTIONS_IN_ROW)
         .fetch_optional(&self.pool)
         .await
         .map_err(self.failed(reclaiming))?;
@@ -678,14 +711,30 @@ impl RunStore for PostgresStore {
         // changes), unless it records what only a newer layout holds (an
         // edited approval): then the row is raised to it, so an older build
         // refuses the run from then on instead of misreading it.
+        //
+        // New resolutions are appended to the row's column while it holds
+        // fewer than `RESOLUTIONS_IN_ROW`. Past that, and for a run whose
+        // resolutions went there already, they are rows of
+        // `run_resolutions`, inserted by the same statement, and the row is
+        // raised to their layout.
         let written = sqlx::query(
-            "UPDATE runs SET status = $1, version = version + 1, updated_at = $2, pending = $3::jsonb, \
-             step_results = $4::jsonb, message_count = message_count + $5, steps = $6, usage = $7::jsonb, \
-             error = $8, failure = $12::jsonb, lease_owner = $13, lease_until = $14, \
-             expires_at = $15, resolutions = CASE WHEN $16::jsonb IS NULL THEN resolutions \
-             ELSE resolutions || $16::jsonb END, schema_version = GREATEST(schema_version, $17) \
+            "WITH written AS (UPDATE runs SET status = $1, version = version + 1, updated_at = $2, \
+             pending = $3::jsonb, step_results = $4::jsonb, message_count = message_count + $5, steps = $6, \
+             usage = $7::jsonb, error = $8, failure = $12::jsonb, lease_owner = $13, lease_until = $14, \
+             expires_at = $15, \
+             resolutions = CASE WHEN $16::jsonb IS NULL OR schema_version >= $18 OR $17 >= $18 \
+               OR jsonb_array_length(resolutions) + jsonb_array_length($16::jsonb) > $19 THEN resolutions \
+             ELSE resolutions || $16::jsonb END, \
+             schema_version = CASE WHEN $16::jsonb IS NULL OR (schema_version < $18 AND $17 < $18 \
+               AND jsonb_array_length(resolutions) + jsonb_array_length($16::jsonb) <= $19) \
+               THEN GREATEST(schema_version, $17) \
+             ELSE GREATEST(schema_version, $17, $18) END \
              WHERE run_id = $10 AND version = $11 AND schema_version <= $9 \
-             RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id",
+             RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id, schema_version), \
+             moved AS (INSERT INTO run_resolutions (run_id, version, n, body) \
+             SELECT $10, written.version, r.n - 1, r.body FROM written, \
+             jsonb_array_elements($16::jsonb) WITH ORDINALITY AS r(body, n) WHERE written.schema_version >= $18) \
+             SELECT version, message_count, agent_id, memory_resource_id, memory_thread_id FROM written",
         )
         .bind(update.status.as_str())
         .bind(now)
@@ -704,6 +753,8 @@ impl RunStore for PostgresStore {
         .bind(json.expires_at)
         .bind(&json.resolutions)
         .bind(update.needs_layout())
+        .bind(RESOLUTION_ROWS_LAYOUT)
+        .bind(RESOLUTIONS_IN_ROW)
         .fetch_optional(&mut *tx)
         .await
         .map_err(self.failed(writing))?;
@@ -751,7 +802,7 @@ impl RunStore for PostgresStore {
         let sql = format!(
             concat!(
                 "SELECT ",
-                run_columns!(),
+                run_select!(),
                 " FROM runs{} ORDER BY created_at DESC, run_id DESC LIMIT $1 OFFSET $2"
             ),
             listing_filter(query)
@@ -977,6 +1028,16 @@ fn bind_listing(sql: String, query: &RunQuery) -> sqlx::query::Query<'_, sqlx::P
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// The read of a run spells out the layout of runs with resolution rows.
+    #[test]
+    fn runs_are_read_with_their_resolution_rows_from_the_layout_that_has_them() {
+        let condition = format!(
+            "CASE WHEN schema_version >= {} THEN",
+            crate::row::RESOLUTION_ROWS_LAYOUT
+        );
+        assert!(run_select!().contains(&condition), "{}", run_select!());
+    }
 
     /// PostgreSQL's generic plan (the one that holds for every value of the
     /// parameters) for `sql`, with sequential scans made a last resort so

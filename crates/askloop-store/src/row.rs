@@ -38,6 +38,10 @@ pub(crate) struct StoredRun {
     pub(crate) lease_until: Option<DateTime<Utc>>,
     pub(crate) failure: Option<String>,
     pub(crate) resolutions: String,
+    /// The run's resolutions past its row's (`run_resolutions`, see
+    /// [`RESOLUTIONS_IN_ROW`]), as one JSON array in order; `None` when it
+    /// has none.
+    pub(crate) resolution_rows: Option<String>,
     pub(crate) settings: String,
     /// The stored thread the run is on (`memory_resource_id`,
     /// `memory_thread_id`, `memory_context`; all NULL for none).
@@ -79,8 +83,12 @@ impl StoredRun {
             .as_deref()
             .and_then(|text| parse_column(text).ok())
             .or_else(|| self.error.map(|message| RunFailure::Other { message }));
-        let resolutions: Vec<Resolution> =
+        let mut resolutions: Vec<Resolution> =
             parse_column(&self.resolutions).map_err(|e| corrupt(format!("resolutions: {e}")))?;
+        if let Some(rows) = &self.resolution_rows {
+            let later: Vec<Resolution> = parse_column(rows).map_err(|e| corrupt(format!("run_resolutions: {e}")))?;
+            resolutions.extend(later);
+        }
         if self.message_count < 0 {
             return Err(corrupt(format!("message_count: {} is negative", self.message_count)));
         }
@@ -119,6 +127,17 @@ impl StoredRun {
         })
     }
 }
+
+/// How many resolutions a run's row holds (its `resolutions` column). Each
+/// later one is a row of its own in `run_resolutions`, so a step of a long
+/// run writes only its own decisions, not every earlier one again.
+pub(crate) const RESOLUTIONS_IN_ROW: i64 = 16;
+
+/// The layout of a run with resolutions in `run_resolutions` (see
+/// [`RUN_SCHEMA_VERSION`]): a write that stores such a row raises the run to
+/// it, and a run at it or newer stores every new resolution there, never in
+/// its row, so that the rows always come after the column's.
+pub(crate) const RESOLUTION_ROWS_LAYOUT: i32 = 7;
 
 /// Refuses a row written with a newer layout than this build reads.
 pub(crate) fn check_schema_version(run_id: &str, found: i32) -> Result<(), StoreError> {
@@ -161,9 +180,12 @@ pub(crate) struct JsonColumns {
     pub(crate) step_results: String,
     pub(crate) usage: String,
     pub(crate) failure: Option<String>,
-    /// For a new run, all its resolutions; for an update, the one it
-    /// appends, if any.
+    /// For a new run, all its resolutions; for an update, those it
+    /// appends, if any, as one JSON array.
     pub(crate) resolutions: Option<String>,
+    /// For an update, each resolution it appends on its own: the rows of
+    /// `run_resolutions` when the run's row holds no more.
+    pub(crate) resolution_bodies: Vec<String>,
     /// The earliest time limit of the pending calls.
     pub(crate) expires_at: Option<DateTime<Utc>>,
 }
@@ -189,11 +211,13 @@ impl JsonColumns {
             &update.usage,
             update.failure,
         )?;
-        json.resolutions = if update.resolutions.is_empty() {
-            None
-        } else {
-            Some(to_json(update.run_id, "resolutions", update.resolutions)?)
-        };
+        json.resolution_bodies = update
+            .resolutions
+            .iter()
+            .map(|resolution| to_json(update.run_id, "a resolution", resolution))
+            .collect::<Result<_, _>>()?;
+        json.resolutions =
+            (!json.resolution_bodies.is_empty()).then(|| format!("[{}]", json.resolution_bodies.join(",")));
         Ok(json)
     }
 
@@ -215,6 +239,7 @@ impl JsonColumns {
                 .map(|f| to_json(run_id, "failure", f))
                 .transpose()?,
             resolutions: None,
+            resolution_bodies: Vec::new(),
             expires_at: pending.iter().filter_map(|p| p.expires_at).min(),
         })
     }
@@ -329,6 +354,7 @@ mod tests {
             lease_until: None,
             failure: None,
             resolutions: "[]".into(),
+            resolution_rows: None,
             settings: "{}".into(),
             memory_resource_id: None,
             memory_thread_id: None,
@@ -353,6 +379,37 @@ mod tests {
         };
         let err = partial.into_record().unwrap_err().to_string();
         assert!(err.contains("memory") && err.contains("r1"), "{err}");
+    }
+
+    #[test]
+    fn a_runs_resolutions_are_its_rows_then_its_own_rows_and_unreadable_ones_are_corrupt() {
+        let answered = |call: &str| {
+            format!(r#"{{"toolCallId":"{call}","kind":"answered","at":"2026-01-02T03:04:05Z","via":"cli"}}"#)
+        };
+        let row = StoredRun {
+            resolutions: format!("[{}]", answered("c1")),
+            resolution_rows: Some(format!("[{},{}]", answered("c2"), answered("c3"))),
+            ..stored()
+        };
+        let calls: Vec<_> = row
+            .into_record()
+            .unwrap()
+            .resolutions
+            .into_iter()
+            .map(|r| r.tool_call_id.unwrap())
+            .collect();
+        assert_eq!(calls, ["c1", "c2", "c3"]);
+        let damaged = StoredRun {
+            resolution_rows: Some(r#"[{"kind":"answered"}]"#.into()),
+            ..stored()
+        };
+        match damaged.into_record() {
+            Err(StoreError::Corrupt { run_id, detail }) => {
+                assert_eq!(run_id, "r1");
+                assert!(detail.starts_with("run_resolutions"), "{detail}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
     }
 
     #[test]

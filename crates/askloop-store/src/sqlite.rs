@@ -44,7 +44,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use crate::row::{JsonColumns, StoredRun, message_bodies, parse_message};
+use crate::row::{JsonColumns, RESOLUTION_ROWS_LAYOUT, StoredRun, message_bodies, parse_message};
 use connection::Role;
 use writes::{Job, NewRun, Queued, Step, Write, failed};
 
@@ -168,6 +168,8 @@ struct Shared {
     closed: AtomicBool,
     /// Read connections not in use.
     readers: Mutex<Vec<Connection>>,
+    /// The resolution rows of the long runs read last.
+    resolution_rows: resolutions::ResolutionRows,
 }
 
 /// How many times opening retries when another process is creating the same
@@ -296,6 +298,7 @@ impl SqliteStore {
                 jobs,
                 closed: AtomicBool::new(false),
                 readers: Mutex::new(vec![reader]),
+                resolution_rows: resolutions::ResolutionRows::default(),
             }),
         }
     }
@@ -350,8 +353,6 @@ impl SqliteStore {
         written.map_err(|err| fault::explain(&self.shared.path, err))
     }
 
-    /// Runs a `SELECT` of [`run_columns!`] and reads each row as a run; a
-    /// damaged row is an error naming its run.
     /// The count a `SELECT COUNT(*)` statement reads.
     fn count_rows(&self, sql: &str, values: Vec<rusqlite::types::Value>) -> Result<u64, StoreError> {
         let counted: i64 = self.read(|conn| {
@@ -362,6 +363,8 @@ impl SqliteStore {
         Ok(u64::try_from(counted).unwrap_or_default())
     }
 
+    /// Runs a `SELECT` of [`run_select!`] and reads each row as a run; a
+    /// damaged row is an error naming its run.
     fn select_runs(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<RunRecord>, StoreError> {
         let rows = self.read(|conn| {
             let mut select = conn.prepare_cached(sql).map_err(StoreError::backend)?;
@@ -464,12 +467,25 @@ macro_rules! run_columns {
     };
 }
 
+/// What a read of runs selects: the columns of `runs` (see [`run_columns`]),
+/// then the run's resolutions past its row's as one JSON array, NULL when
+/// it has none: only a run at layout 7 (`RESOLUTION_ROWS_LAYOUT`) has any.
+macro_rules! run_select {
+    () => {
+        concat!(
+            run_columns!(),
+            ", CASE WHEN schema_version >= 7 THEN (SELECT '[' || group_concat(body, ',' ORDER BY version, n) || ']' \
+             FROM run_resolutions WHERE run_resolutions.run_id = runs.run_id) END"
+        )
+    };
+}
+
 /// Running runs whose lease ran out (`?1`: now), after the cursor `?2, ?3`
 /// (last write, run id), oldest write first: the running runs (those in
 /// flight, a handful) are read by status and sorted.
 const STALLED_RUNS: &str = concat!(
     "SELECT ",
-    run_columns!(),
+    run_select!(),
     " FROM runs WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?1) \
      AND (?2 IS NULL OR (updated_at, run_id) > (?2, ?3)) \
      ORDER BY updated_at, run_id LIMIT ?4"
@@ -480,7 +496,7 @@ const STALLED_RUNS: &str = concat!(
 /// of suspended runs with a time limit (`runs_suspended_by_expiry`).
 const EXPIRING_RUNS: &str = concat!(
     "SELECT ",
-    run_columns!(),
+    run_select!(),
     " FROM runs WHERE status = 'suspended' AND expires_at <= ?1 \
      AND (?2 IS NULL OR (expires_at, run_id) > (?2, ?3)) \
      ORDER BY expires_at, run_id LIMIT ?4"
@@ -493,7 +509,7 @@ fn list_statement(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
     let sql = format!(
         concat!(
             "SELECT ",
-            run_columns!(),
+            run_select!(),
             " FROM runs{} ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?"
         ),
         filter
@@ -583,6 +599,7 @@ mod fault;
 mod grants;
 mod links;
 mod outbox;
+mod resolutions;
 mod threads;
 mod writes;
 
@@ -590,7 +607,7 @@ fn micros(at: DateTime<Utc>) -> i64 {
     at.timestamp_micros()
 }
 
-/// Reads a `runs` row (columns as in [`run_columns`]). A column of the wrong
+/// Reads a `runs` row (columns as in [`run_select`]). A column of the wrong
 /// type is a corrupt row.
 fn stored_run(row: &rusqlite::Row<'_>) -> Result<StoredRun, StoreError> {
     let run_id: String = row.get(0).map_err(StoreError::backend)?;
@@ -625,6 +642,7 @@ fn stored_run(row: &rusqlite::Row<'_>) -> Result<StoredRun, StoreError> {
         },
         failure: row.get(17).map_err(column)?,
         resolutions: row.get(18).map_err(column)?,
+        resolution_rows: row.get(25).map_err(column)?,
         settings: row.get(20).map_err(column)?,
         memory_resource_id: row.get(21).map_err(column)?,
         memory_thread_id: row.get(22).map_err(column)?,
@@ -687,18 +705,29 @@ impl RunStore for SqliteStore {
         Ok(())
     }
 
+    /// A run's resolutions past its row's come from the store's cache of
+    /// them (see `sqlite/resolutions.rs`): only those added since the run
+    /// was last read here are read.
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let row = self.read(|conn| {
-            let mut select = conn
-                .prepare_cached(concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = ?"))
-                .map_err(StoreError::backend)?;
-            let mut rows = select.query([run_id]).map_err(StoreError::backend)?;
-            match rows.next().map_err(StoreError::backend)? {
-                Some(row) => stored_run(row).map(Some),
-                None => Ok(None),
+        self.read(|conn| {
+            let stored = {
+                let mut select = conn
+                    .prepare_cached(concat!("SELECT ", run_columns!(), ", NULL FROM runs WHERE run_id = ?"))
+                    .map_err(StoreError::backend)?;
+                let mut rows = select.query([run_id]).map_err(StoreError::backend)?;
+                match rows.next().map_err(StoreError::backend)? {
+                    Some(row) => stored_run(row)?,
+                    None => return Ok(None),
+                }
+            };
+            let (layout, created_at, version) = (stored.schema_version, stored.created_at, stored.version);
+            let mut record = stored.into_record()?;
+            if layout >= RESOLUTION_ROWS_LAYOUT {
+                let rows = self.shared.resolution_rows.read(conn, run_id, created_at, version)?;
+                record.resolutions.extend(rows);
             }
-        })?;
-        row.map(StoredRun::into_record).transpose()
+            Ok(Some(record))
+        })
     }
 
     async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {
@@ -814,6 +843,7 @@ impl RunStore for SqliteStore {
             lease_owner: update.lease.map(|lease| lease.owner.clone()),
             lease_until: update.lease.map(|lease| micros(lease.until)),
             resolutions: json.resolutions,
+            resolution_bodies: json.resolution_bodies,
             layout: update.needs_layout(),
             expires_at: json.expires_at.map(micros),
             outbox: update
@@ -949,6 +979,16 @@ mod tests {
 
     use super::{EXPIRING_RUNS, STALLED_RUNS, SqliteStore, count_statement, list_statement};
 
+    /// The read of a run spells out the layout of runs with resolution rows.
+    #[test]
+    fn runs_are_read_with_their_resolution_rows_from_the_layout_that_has_them() {
+        let condition = format!(
+            "CASE WHEN schema_version >= {} THEN",
+            crate::row::RESOLUTION_ROWS_LAYOUT
+        );
+        assert!(run_select!().contains(&condition), "{}", run_select!());
+    }
+
     /// The claim statement spells these names out.
     #[test]
     fn statuses_in_sql_match_their_stored_names() {
@@ -964,7 +1004,13 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        details.join("; ")
+        // A run's own resolution rows are put in order for it (see
+        // `run_select`): a sort of one run's rows, not of the runs read.
+        details
+            .into_iter()
+            .filter(|detail| detail != "USE TEMP B-TREE FOR group_concat(ORDER BY)")
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     #[tokio::test]

@@ -290,7 +290,8 @@ macro_rules! raw_row_conformance_tests {
             a_run_on_a_thread_is_stored_at_the_layout_that_older_builds_refuse,
             a_decision_older_builds_cannot_read_raises_the_row_to_the_layout_they_refuse,
             a_decision_in_slack_raises_the_row_to_the_layout_older_builds_refuse,
-            an_answer_by_link_raises_the_row_to_the_layout_older_builds_refuse
+            an_answer_by_link_raises_the_row_to_the_layout_older_builds_refuse,
+            a_long_runs_later_resolutions_are_rows_of_their_own_at_a_layout_older_builds_refuse
         );
     };
 }

@@ -20,6 +20,9 @@ pub trait RawRows: Send + Sync {
     async fn schema_version(&self, run_id: &str) -> i32;
     /// How many message rows the run has.
     async fn message_rows(&self, run_id: &str) -> i64;
+    /// Where the run's resolutions are: how many its row holds, and how
+    /// many are rows of their own (`run_resolutions`).
+    async fn resolutions_stored(&self, run_id: &str) -> (i64, i64);
     /// Deletes the run's messages from `keep` on and sets its message count
     /// to `keep` (benchmarks reset a run between measured cycles with it).
     async fn truncate_messages(&self, run_id: &str, keep: i64);
@@ -52,6 +55,17 @@ impl RawRows for SqliteStore {
                 rusqlite::params![run_id, seq],
             )
             .expect("corrupting a message row");
+    }
+
+    async fn resolutions_stored(&self, run_id: &str) -> (i64, i64) {
+        sqlite_connection(self)
+            .query_row(
+                "SELECT (SELECT json_array_length(resolutions) FROM runs WHERE run_id = ?1), \
+                 (SELECT COUNT(*) FROM run_resolutions WHERE run_id = ?1)",
+                [run_id],
+                |row| Ok((row.get::<_, Option<i64>>(0)?.unwrap_or(0), row.get(1)?)),
+            )
+            .expect("reading where a run's resolutions are")
     }
 
     async fn set_schema_version(&self, run_id: &str, version: i32) {
@@ -117,6 +131,17 @@ impl RawRows for PostgresStore {
             .execute(&self.pool)
             .await
             .expect("corrupting a message row");
+    }
+
+    async fn resolutions_stored(&self, run_id: &str) -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT COALESCE((SELECT jsonb_array_length(resolutions) FROM runs WHERE run_id = $1), 0)::BIGINT, \
+             (SELECT COUNT(*) FROM run_resolutions WHERE run_id = $1)",
+        )
+        .bind(run_id)
+        .fetch_one(&self.pool)
+        .await
+        .expect("reading where a run's resolutions are")
     }
 
     async fn set_schema_version(&self, run_id: &str, version: i32) {

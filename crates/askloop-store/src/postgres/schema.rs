@@ -113,9 +113,10 @@ pub(crate) async fn place(conn: &mut PgConnection, requested: Requested) -> Resu
 pub(crate) async fn columns(conn: &mut PgConnection, schema: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
     sqlx::query_as(
         "SELECT table_name::text, column_name::text FROM information_schema.columns \
-         WHERE table_schema = $1 AND table_name IN ('runs', 'messages', 'threads', 'thread_messages')",
+         WHERE table_schema = $1 AND table_name = ANY($2)",
     )
     .bind(schema)
+    .bind(crate::columns::table_names())
     .fetch_all(conn)
     .await
 }

@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("../../migrations/sqlite/0008_grants.sql")),
     (9, include_str!("../../migrations/sqlite/0009_answer_links.sql")),
     (10, include_str!("../../migrations/sqlite/0010_trace_parent.sql")),
+    (11, include_str!("../../migrations/sqlite/0011_resolution_rows.sql")),
 ];
 
 /// How many prepared statements a connection keeps (the write connection
@@ -128,9 +129,12 @@ pub(crate) fn has_tables(conn: &Connection) -> rusqlite::Result<bool> {
 pub(crate) fn columns(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
     let mut statement = conn.prepare(
         "SELECT m.name, p.name FROM sqlite_master AS m, pragma_table_info(m.name) AS p \
-         WHERE m.type = 'table' AND m.name IN ('runs', 'messages', 'threads', 'thread_messages')",
+         WHERE m.type = 'table' AND m.name IN (SELECT value FROM json_each(?))",
     )?;
-    statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect()
+    let tables = serde_json::to_string(&crate::columns::table_names()).unwrap_or_default();
+    statement
+        .query_map([tables], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect()
 }
 
 /// Brings the tables up to date: applies, in one `BEGIN IMMEDIATE`

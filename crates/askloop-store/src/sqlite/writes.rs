@@ -58,7 +58,7 @@ use askloop::{RUN_SCHEMA_VERSION, StoreError};
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use tokio::sync::oneshot;
 
-use crate::row::{RowState, explain_missed_write, finished_condition};
+use crate::row::{RESOLUTION_ROWS_LAYOUT, RESOLUTIONS_IN_ROW, RowState, explain_missed_write, finished_condition};
 
 use super::SqliteSync;
 use super::links;
@@ -129,6 +129,9 @@ pub(crate) struct Step {
     pub(crate) lease_until: Option<i64>,
     /// Resolutions to append to the run's, as a JSON array.
     pub(crate) resolutions: Option<String>,
+    /// The same resolutions one by one: rows of `run_resolutions` when the
+    /// run's row holds no more.
+    pub(crate) resolution_bodies: Vec<String>,
     /// The layout the row is raised to, if older ([`RunUpdate::needs_layout`]).
     pub(crate) layout: i32,
     pub(crate) expires_at: Option<i64>,
@@ -227,7 +230,13 @@ impl Write {
     fn needs_transaction(&self) -> bool {
         match self {
             Write::Create { run, bodies } => !bodies.is_empty() || run.memory_thread_id.is_some(),
-            Write::Update { step, bodies } => !bodies.is_empty() || !step.outbox.is_empty() || !step.grants.is_empty(),
+            Write::Update { step, bodies } => {
+                !bodies.is_empty()
+                    || !step.resolution_bodies.is_empty()
+                    || !step.outbox.is_empty()
+                    || !step.grants.is_empty()
+            }
+            Write::Reclaim { resolution, .. } => resolution.is_some(),
             Write::DeleteThread { .. } => true,
             Write::CreateThread(_)
             | Write::UpdateThread(_)
@@ -236,7 +245,6 @@ impl Write {
             | Write::ChangeLink(_) => false,
             Write::Claim { .. }
             | Write::Renew { .. }
-            | Write::Reclaim { .. }
             | Write::Prune { .. }
             | Write::ClaimDeliveries { .. }
             | Write::FinishDelivery { .. } => false,
@@ -319,21 +327,29 @@ impl Write {
                 // raised to it, so an older build refuses the run from then
                 // on instead of misreading it.
                 //
-                // New resolutions are appended to the column's text: it only
-                // ever holds compact JSON arrays (written by serde_json or
-                // SQLite's own JSON functions), so a step does not parse and
-                // rebuild every earlier resolution of a long run.
+                // New resolutions are appended to the column's text while
+                // the row holds fewer than `RESOLUTIONS_IN_ROW` (it only ever
+                // holds compact JSON arrays, written by serde_json or
+                // SQLite's own JSON functions, so nothing is parsed and
+                // rebuilt). Past that, and for a run whose resolutions went
+                // there already, they are rows of `run_resolutions`, and the
+                // row is raised to their layout: the statement returns it,
+                // and at that layout the rows are inserted below.
                 let mut update = conn
                     .prepare_cached(
                         "UPDATE runs SET status = ?, version = version + 1, updated_at = ?, pending = ?, \
                          step_results = ?, message_count = message_count + ?, steps = ?, usage = ?, error = ?, \
                          failure = ?, lease_owner = ?, lease_until = ?, expires_at = ?, \
-                         resolutions = CASE WHEN ?13 IS NULL THEN resolutions \
+                         resolutions = CASE WHEN ?13 IS NULL OR schema_version >= ?20 OR ?17 >= ?20 \
+                           OR json_array_length(resolutions) + ?18 > ?19 THEN resolutions \
                          WHEN resolutions = '[]' THEN ?13 \
                          ELSE substr(resolutions, 1, length(resolutions) - 1) || ',' || substr(?13, 2) END, \
-                         schema_version = MAX(schema_version, ?17) \
+                         schema_version = CASE WHEN ?13 IS NULL OR (schema_version < ?20 AND ?17 < ?20 \
+                           AND json_array_length(resolutions) + ?18 <= ?19) THEN MAX(schema_version, ?17) \
+                         ELSE MAX(schema_version, ?17, ?20) END \
                          WHERE run_id = ?14 AND version = ?15 AND schema_version <= ?16 \
-                         RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id",
+                         RETURNING version, message_count, agent_id, memory_resource_id, memory_thread_id, \
+                         schema_version",
                     )
                     .map_err(StoreError::backend)?;
                 let written = update
@@ -356,6 +372,9 @@ impl Write {
                             step.expected_version,
                             RUN_SCHEMA_VERSION,
                             step.layout,
+                            step.resolution_bodies.len() as i64,
+                            RESOLUTIONS_IN_ROW,
+                            RESOLUTION_ROWS_LAYOUT,
                         ],
                         |row| {
                             Ok((
@@ -364,18 +383,22 @@ impl Write {
                                 row.get::<_, String>(2)?,
                                 row.get::<_, Option<String>>(3)?,
                                 row.get::<_, Option<String>>(4)?,
+                                row.get::<_, i32>(5)?,
                             ))
                         },
                     )
                     .optional()
                     .map_err(StoreError::backend)?;
-                let Some((version, message_count, agent_id, resource_id, thread_id)) = written else {
+                let Some((version, message_count, agent_id, resource_id, thread_id, layout)) = written else {
                     return Err(explain_missed_write(
                         &step.run_id,
                         step.expected_version,
                         row_state(conn, &step.run_id)?,
                     ));
                 };
+                if layout >= RESOLUTION_ROWS_LAYOUT {
+                    insert_resolution_rows(conn, &step.run_id, version, &step.resolution_bodies)?;
+                }
                 // Only the new messages, numbered on from what was stored.
                 let first_seq = message_count - bodies.len() as i64;
                 insert_messages(conn, &step.run_id, first_seq, bodies)?;
@@ -466,15 +489,22 @@ impl Write {
                 // As `Claim`: one statement, so of concurrent reclaimers
                 // exactly one matches the row; the lease test is in it too,
                 // so an owner that renewed meanwhile keeps its run.
+                // Who took the run over is appended as a step's resolutions
+                // are (see `Update`): to the row's column while it has room,
+                // else as a row of `run_resolutions`.
                 let reclaimed = conn
                     .prepare_cached(
-                        "UPDATE runs SET status = 'running', version = version + 1, updated_at = ?, \
-                         lease_owner = ?, lease_until = ?, error = NULL, failure = NULL, \
-                         resolutions = CASE WHEN ? IS NULL THEN resolutions \
-                         ELSE json_insert(resolutions, '$[#]', json(?)) END \
-                         WHERE run_id = ? AND version = ? AND schema_version <= ? \
-                         AND (status = 'failed' OR (status = 'running' AND (lease_until IS NULL OR lease_until <= ?))) \
-                         RETURNING version",
+                        "UPDATE runs SET status = 'running', version = version + 1, updated_at = ?1, \
+                         lease_owner = ?2, lease_until = ?3, error = NULL, failure = NULL, \
+                         resolutions = CASE WHEN ?4 IS NULL OR schema_version >= ?9 \
+                           OR json_array_length(resolutions) >= ?10 THEN resolutions \
+                         ELSE json_insert(resolutions, '$[#]', json(?4)) END, \
+                         schema_version = CASE WHEN ?4 IS NULL OR (schema_version < ?9 \
+                           AND json_array_length(resolutions) < ?10) THEN schema_version \
+                         ELSE MAX(schema_version, ?9) END \
+                         WHERE run_id = ?5 AND version = ?6 AND schema_version <= ?7 \
+                         AND (status = 'failed' OR (status = 'running' AND (lease_until IS NULL OR lease_until <= ?8))) \
+                         RETURNING version, schema_version",
                     )
                     .and_then(|mut reclaim| {
                         reclaim
@@ -484,19 +514,27 @@ impl Write {
                                     owner,
                                     until,
                                     resolution,
-                                    resolution,
                                     run_id,
                                     expected_version,
                                     RUN_SCHEMA_VERSION,
-                                    now
+                                    now,
+                                    RESOLUTION_ROWS_LAYOUT,
+                                    RESOLUTIONS_IN_ROW,
                                 ],
-                                |row| row.get::<_, i64>(0),
+                                |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i32>(1)?)),
                             )
                             .optional()
                     })
                     .map_err(StoreError::backend)?;
                 match reclaimed {
-                    Some(version) => Ok(version),
+                    Some((version, layout)) => {
+                        if layout >= RESOLUTION_ROWS_LAYOUT
+                            && let Some(resolution) = resolution
+                        {
+                            insert_resolution_rows(conn, run_id, version, std::slice::from_ref(resolution))?;
+                        }
+                        Ok(version)
+                    }
                     None => Err(explain_missed_write(
                         run_id,
                         *expected_version,
@@ -559,6 +597,20 @@ fn insert_messages(conn: &Connection, run_id: &str, first_seq: i64, bodies: &[St
             .and_then(|mut insert| insert.execute(values.as_slice()))
             .map_err(StoreError::backend)?;
         seq += chunk.len() as i64;
+    }
+    Ok(())
+}
+
+/// Stores `bodies`, resolutions of `run_id` past its row's, as rows of
+/// `run_resolutions` made by the write that left the run at `version`.
+fn insert_resolution_rows(conn: &Connection, run_id: &str, version: i64, bodies: &[String]) -> Result<(), StoreError> {
+    let mut insert = conn
+        .prepare_cached("INSERT INTO run_resolutions (run_id, version, n, body) VALUES (?, ?, ?, ?)")
+        .map_err(StoreError::backend)?;
+    for (n, body) in bodies.iter().enumerate() {
+        insert
+            .execute(params![run_id, version, n as i64, body])
+            .map_err(StoreError::backend)?;
     }
     Ok(())
 }
@@ -885,6 +937,7 @@ mod tests {
                 lease_owner: None,
                 lease_until: None,
                 resolutions: None,
+                resolution_bodies: Vec::new(),
                 layout: 1,
                 expires_at: None,
                 outbox: Vec::new(),

@@ -63,12 +63,20 @@ pub use thread::{
 ///   ([`Interface::Link`]).
 /// - 6: a run with a call decided in Slack ([`Interface::Slack`]). A build
 ///   that does not know Slack could not read the run's record.
+/// - 7: a run whose resolutions outgrew its row. The SQL stores keep a
+///   run's first resolutions in its row and each later one in a row of its
+///   own, so that a step of a long run appends one small row instead of
+///   rewriting every earlier decision. A build that does not know those
+///   rows would read only the first resolutions: it would drive a resumed
+///   call without its edit, or take a call resolved as expired for one
+///   still waiting. The write that stores a run's first such row raises
+///   the run to 7.
 ///
 /// A run's trace context ([`RunRecord::trace_parent`]) raises no layout:
 /// it is advisory. A build that does not know it reads and drives the run
 /// exactly as stored; only its drives of the run start traces of their own
 /// instead of continuing the run's.
-pub const RUN_SCHEMA_VERSION: i32 = 6;
+pub const RUN_SCHEMA_VERSION: i32 = 7;
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

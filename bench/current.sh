@@ -49,9 +49,12 @@ run thread 10000
 run scale 10000
 run inbox 10000
 if [ -n "${ASKLOOP_BENCH_POSTGRES:-}" ]; then
-  psql "$ASKLOOP_BENCH_POSTGRES" -q -c 'DROP SCHEMA IF EXISTS bench_current CASCADE'
+  # `scale` alternates its round trips with M runs waiting with those on an
+  # empty twin schema (bench_current_empty).
+  psql "$ASKLOOP_BENCH_POSTGRES" -q -c 'DROP SCHEMA IF EXISTS bench_current CASCADE' \
+    -c 'DROP SCHEMA IF EXISTS bench_current_empty CASCADE'
   run --db "$ASKLOOP_BENCH_POSTGRES?schema=bench_current" scale 100000
-  psql "$ASKLOOP_BENCH_POSTGRES" -q -c 'DROP SCHEMA bench_current CASCADE'
+  psql "$ASKLOOP_BENCH_POSTGRES" -q -c 'DROP SCHEMA bench_current CASCADE' -c 'DROP SCHEMA bench_current_empty CASCADE'
 fi
 note end
 grep '"detail"' "$detail.stderr" >"$detail" || true

@@ -170,7 +170,20 @@ fn scale_times_round_trips_before_and_after_runs_wait_and_the_reads_between() {
         (Some("scale"), Some("sqlite"))
     );
     assert_eq!(report["m"], 60);
-    assert_eq!(report["ok"], 400, "200 round trips with no run waiting, 200 with 60");
+    assert_eq!(
+        report["ok"], 600,
+        "200 round trips with no run waiting, then 200 with 60 alternating with 200 on the empty twin"
+    );
+    for figure in ["empty", "empty_before", "waiting"] {
+        assert!(
+            report[figure]["suspend"]["p50_ms"].as_f64().unwrap() > 0.0,
+            "{figure}: {report}"
+        );
+        assert!(
+            report[figure]["answer"]["p50_ms"].as_f64().unwrap() > 0.0,
+            "{figure}: {report}"
+        );
+    }
     for figure in [
         "inbox_first_page",
         "inbox_count",

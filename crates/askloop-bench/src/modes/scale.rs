@@ -6,7 +6,12 @@
 //! instances have) play the round trip [`ROUND_TRIPS`] times, each started
 //! on one and answered on the other, first with no run waiting, then after
 //! M runs were suspended and left waiting, each on a thread of its own (of
-//! [`RESOURCES`] people). Between them, with the M runs waiting, it times
+//! [`RESOURCES`] people). The round trips with M waiting alternate, in
+//! [`BLOCKS`] blocks, with as many on a twin store that holds none (a
+//! second SQLite file; a second PostgreSQL schema, `<schema>_empty`), so
+//! that the two figures a ratio divides are measured side by side, under
+//! the same load and caches; the round trips before the M runs are kept
+//! as `empty_before`. Between them, with the M runs waiting, it times
 //! what reads the store while they wait: the Inbox's first page (the
 //! newest 50 waiting runs, and their count), a thread's messages, a run's
 //! messages, and the sweeps (expiry, stalled runs, the outbox's due
@@ -27,6 +32,10 @@ use crate::run;
 
 /// Round trips timed before and after the M runs wait.
 const ROUND_TRIPS: usize = 200;
+
+/// The blocks the round trips with M runs waiting and those on the empty
+/// twin store alternate in.
+const BLOCKS: usize = 4;
 
 /// Times each read is timed.
 const PROBES: usize = 200;
@@ -65,7 +74,10 @@ struct Figures {
     mode: &'static str,
     m: usize,
     store: &'static str,
+    /// On the empty twin store, alternating with `waiting`.
     empty: RoundTrips,
+    /// On the store before the M runs, at the start.
+    empty_before: RoundTrips,
     all_suspended_s: f64,
     waiting: RoundTrips,
     suspend_ratio_p50: f64,
@@ -96,10 +108,26 @@ pub async fn scale(target: &Target, m: usize) -> anyhow::Result<Report> {
              (for PostgreSQL, a schema of its own: ?schema=NAME)"
         );
     }
+    let twin_target = Target {
+        db: empty_twin(target.db.as_deref())?,
+        ..target.clone()
+    };
+    let twin = Environment::prepare(&twin_target, Workload::Deploy).await?;
+    let (twin_one, twin_two) = (twin.agent().await?, twin.agent().await?);
+    let twin_store = askloop_store::open(&twin.db)
+        .await
+        .with_context(|| format!("cannot open the empty twin store at {}", twin.db))?;
+    let twin_holds = twin_store.count(&RunQuery::default()).await?;
+    if twin_holds > 0 {
+        bail!(
+            "the empty twin store {} already holds {twin_holds} runs; remove it, or give `scale` a store whose twin is new",
+            twin.db
+        );
+    }
     let mut failures = Failures::default();
     let mut ok = 0;
 
-    let empty = round_trips(&one, &two, &mut failures, &mut ok).await;
+    let empty_before = round_trips(&one, &two, ROUND_TRIPS, &mut failures, &mut ok).await;
     let peak_rss_mb_empty = measure::peak_rss_mb();
 
     let started = Instant::now();
@@ -107,7 +135,15 @@ pub async fn scale(target: &Target, m: usize) -> anyhow::Result<Report> {
     let all_suspended = started.elapsed();
 
     let reads = Reads::time(store.as_ref(), &waiting).await?;
-    let full = round_trips(&one, &two, &mut failures, &mut ok).await;
+    let (mut empty, mut full) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    for _ in 0..BLOCKS {
+        let block = round_trips(&twin_one, &twin_two, ROUND_TRIPS / BLOCKS, &mut failures, &mut ok).await;
+        empty.0.extend(block.0);
+        empty.1.extend(block.1);
+        let block = round_trips(&one, &two, ROUND_TRIPS / BLOCKS, &mut failures, &mut ok).await;
+        full.0.extend(block.0);
+        full.1.extend(block.1);
+    }
 
     let figures = Figures {
         implementation: IMPL,
@@ -123,6 +159,10 @@ pub async fn scale(target: &Target, m: usize) -> anyhow::Result<Report> {
         empty: RoundTrips {
             suspend: Latency::of(&empty.0),
             answer: Latency::of(&empty.1),
+        },
+        empty_before: RoundTrips {
+            suspend: Latency::of(&empty_before.0),
+            answer: Latency::of(&empty_before.1),
         },
         all_suspended_s: measure::secs(all_suspended),
         waiting: RoundTrips {
@@ -184,16 +224,45 @@ async fn suspend_on_threads(one: &Agent, two: &Agent, m: usize, failures: &mut F
     suspended
 }
 
-/// [`ROUND_TRIPS`] round trips, each started on `one` and answered on
-/// `two` (then the other way round): (suspend times, answer times).
+/// Where the empty twin of the store at `db` is: a new SQLite file for
+/// none (the bench's own), the file's path with `.empty` added, or the same
+/// PostgreSQL database with `_empty` added to the schema's name.
+fn empty_twin(db: Option<&str>) -> anyhow::Result<Option<String>> {
+    let Some(db) = db else { return Ok(None) };
+    if !(db.starts_with("postgres://") || db.starts_with("postgresql://")) {
+        return Ok(Some(format!("{db}.empty")));
+    }
+    let mut url = reqwest::Url::parse(db).with_context(|| format!("cannot read the PostgreSQL URL {db}"))?;
+    let mut schema = askloop_store::DEFAULT_POSTGRES_SCHEMA.to_owned();
+    let others: Vec<(String, String)> = url
+        .query_pairs()
+        .filter_map(|(key, value)| {
+            if key == "schema" {
+                schema = value.into_owned();
+                None
+            } else {
+                Some((key.into_owned(), value.into_owned()))
+            }
+        })
+        .collect();
+    url.query_pairs_mut()
+        .clear()
+        .extend_pairs(others)
+        .append_pair("schema", &format!("{schema}_empty"));
+    Ok(Some(url.into()))
+}
+
+/// `n` round trips, each started on `one` and answered on `two` (then the
+/// other way round): (suspend times, answer times).
 async fn round_trips(
     one: &Agent,
     two: &Agent,
+    n: usize,
     failures: &mut Failures,
     ok: &mut usize,
 ) -> (Vec<Duration>, Vec<Duration>) {
     let (mut suspends, mut answers) = (Vec::new(), Vec::new());
-    for i in 0..ROUND_TRIPS {
+    for i in 0..n {
         let (starter, answerer) = if i % 2 == 0 { (one, two) } else { (two, one) };
         let trip = async {
             let suspended = run::start(starter).await?;
@@ -274,4 +343,37 @@ where
     let value = read.await?;
     times.push(started.elapsed());
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_empty_twin_is_a_file_beside_or_a_schema_beside() {
+        assert_eq!(empty_twin(None).unwrap(), None);
+        assert_eq!(
+            empty_twin(Some("/tmp/runs.db")).unwrap().as_deref(),
+            Some("/tmp/runs.db.empty")
+        );
+        assert_eq!(
+            empty_twin(Some("sqlite:///tmp/runs.db")).unwrap().as_deref(),
+            Some("sqlite:///tmp/runs.db.empty")
+        );
+        assert_eq!(
+            empty_twin(Some("postgres://postgres@127.0.0.1:5432/test?schema=bench_current"))
+                .unwrap()
+                .as_deref(),
+            Some("postgres://postgres@127.0.0.1:5432/test?schema=bench_current_empty")
+        );
+        assert_eq!(
+            empty_twin(Some("postgres://postgres@127.0.0.1/test?sslmode=disable"))
+                .unwrap()
+                .as_deref(),
+            Some(&*format!(
+                "postgres://postgres@127.0.0.1/test?sslmode=disable&schema={}_empty",
+                askloop_store::DEFAULT_POSTGRES_SCHEMA
+            ))
+        );
+    }
 }

@@ -310,7 +310,8 @@ macro_rules! run_select {
 }
 
 /// Running runs whose lease ran out (`$1`: now), after the cursor `$2, $3`
-/// (last write, run id), oldest write first.
+/// (last write, run id), oldest write first, from the index of running runs
+/// (`runs_running_by_updated`).
 const STALLED_RUNS: &str = concat!(
     "SELECT ",
     run_select!(),
@@ -1157,9 +1158,14 @@ mod tests {
         );
         assert!(expiring.contains("runs_suspended_by_expiry"), "{expiring}");
         assert!(prune.contains("runs_finished_by_updated"), "{prune}");
-        // The recovery sweep reads running runs only; the outbox's sender
-        // due deliveries only.
-        assert!(stalled.contains("Index Cond: (status = 'running'::text)"), "{stalled}");
+        // The recovery sweep reads running runs only, in order (an index
+        // scan, which skips entries it found dead before; a bitmap scan
+        // would visit the table for each); the outbox's sender due
+        // deliveries only.
+        assert!(
+            stalled.starts_with("Limit\n  ->  Index Scan using runs_running_by_updated on runs\n"),
+            "{stalled}"
+        );
         assert!(claim.contains("outbox_due"), "{claim}");
         for plan in [&stalled, &claim] {
             assert!(!plan.contains("Seq Scan"), "{plan}");

@@ -303,6 +303,16 @@ pub(crate) fn explain_missed_write(run_id: &str, expected_version: i64, state: O
     }
 }
 
+/// The SQL condition "the run may have resolutions in rows of their own":
+/// it is at [`RESOLUTION_ROWS_LAYOUT`] or newer. Reads of runs read those
+/// rows only under it.
+macro_rules! resolution_rows_condition {
+    () => {
+        "schema_version >= 7"
+    };
+}
+pub(crate) use resolution_rows_condition;
+
 /// The finished statuses, which `prune` deletes.
 #[cfg(test)]
 const FINISHED: [RunStatus; 3] = [RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled];
@@ -379,6 +389,14 @@ mod tests {
         };
         let err = partial.into_record().unwrap_err().to_string();
         assert!(err.contains("memory") && err.contains("r1"), "{err}");
+    }
+
+    #[test]
+    fn the_resolution_rows_condition_names_their_layout() {
+        assert_eq!(
+            resolution_rows_condition!(),
+            format!("schema_version >= {RESOLUTION_ROWS_LAYOUT}")
+        );
     }
 
     #[test]

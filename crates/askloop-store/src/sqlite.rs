@@ -44,7 +44,9 @@ use chrono::{DateTime, Utc};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use crate::row::{JsonColumns, RESOLUTION_ROWS_LAYOUT, StoredRun, message_bodies, parse_message};
+use crate::row::{
+    JsonColumns, RESOLUTION_ROWS_LAYOUT, StoredRun, message_bodies, parse_message, resolution_rows_condition,
+};
 use connection::Role;
 use writes::{Job, NewRun, Queued, Step, Write, failed};
 
@@ -469,12 +471,15 @@ macro_rules! run_columns {
 
 /// What a read of runs selects: the columns of `runs` (see [`run_columns`]),
 /// then the run's resolutions past its row's as one JSON array, NULL when
-/// it has none: only a run at layout 7 (`RESOLUTION_ROWS_LAYOUT`) has any.
+/// it has none: only a run at layout 7 (`RESOLUTION_ROWS_LAYOUT`) has any
+/// (`resolution_rows_condition!`).
 macro_rules! run_select {
     () => {
         concat!(
             run_columns!(),
-            ", CASE WHEN schema_version >= 7 THEN (SELECT '[' || group_concat(body, ',' ORDER BY version, n) || ']' \
+            ", CASE WHEN ",
+            resolution_rows_condition!(),
+            " THEN (SELECT '[' || group_concat(body, ',' ORDER BY version, n) || ']' \
              FROM run_resolutions WHERE run_resolutions.run_id = runs.run_id) END"
         )
     };
@@ -978,16 +983,6 @@ mod tests {
     use askloop::RunQuery;
 
     use super::{EXPIRING_RUNS, STALLED_RUNS, SqliteStore, count_statement, list_statement};
-
-    /// The read of a run spells out the layout of runs with resolution rows.
-    #[test]
-    fn runs_are_read_with_their_resolution_rows_from_the_layout_that_has_them() {
-        let condition = format!(
-            "CASE WHEN schema_version >= {} THEN",
-            crate::row::RESOLUTION_ROWS_LAYOUT
-        );
-        assert!(run_select!().contains(&condition), "{}", run_select!());
-    }
 
     /// The claim statement spells these names out.
     #[test]

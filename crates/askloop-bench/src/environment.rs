@@ -127,7 +127,7 @@ impl Environment {
 }
 
 /// The SQLite file a location names, as `askloop_store::open` reads it.
-fn sqlite_file(location: &str) -> Option<PathBuf> {
+pub(crate) fn sqlite_file(location: &str) -> Option<PathBuf> {
     if location.starts_with("postgres://") || location.starts_with("postgresql://") {
         return None;
     }

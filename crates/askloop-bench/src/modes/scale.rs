@@ -26,7 +26,7 @@ use serde::Serialize;
 use super::waiting::bounded;
 use super::{Failures, IMPL, Report};
 use crate::cli::Target;
-use crate::environment::{Environment, Workload};
+use crate::environment::{Environment, Workload, sqlite_file};
 use crate::measure::{self, median_ms, percentile_ms};
 use crate::run;
 
@@ -229,7 +229,7 @@ async fn suspend_on_threads(one: &Agent, two: &Agent, m: usize, failures: &mut F
 /// PostgreSQL database with `_empty` added to the schema's name.
 fn empty_twin(db: Option<&str>) -> anyhow::Result<Option<String>> {
     let Some(db) = db else { return Ok(None) };
-    if !(db.starts_with("postgres://") || db.starts_with("postgresql://")) {
+    if sqlite_file(db).is_some() {
         return Ok(Some(format!("{db}.empty")));
     }
     let mut url = reqwest::Url::parse(db).with_context(|| format!("cannot read the PostgreSQL URL {db}"))?;

@@ -38,7 +38,7 @@ pub struct Environment {
     pub db_file: Option<PathBuf>,
     target: Target,
     // Dropped last: the server and the temporary directory outlive the agent.
-    _server: Option<InProcessServer>,
+    server: Option<InProcessServer>,
     _dir: Option<TempDir>,
 }
 
@@ -75,9 +75,19 @@ impl Environment {
             base_url,
             db,
             target: target.clone(),
-            _server: server,
+            server,
             _dir: dir,
         })
+    }
+
+    /// The CPU time the in-process fake model has used so far (its own
+    /// thread's CPU clock); `None` when the model is an outside server, whose
+    /// cost is not this process's.
+    pub async fn model_cpu_time(&self) -> Option<Duration> {
+        match &self.server {
+            Some(server) => server.cpu_time().await,
+            None => None,
+        }
     }
 
     /// The benchmark's agent: the benchmark scenario's instructions, `ask_user`, the store,
@@ -170,13 +180,16 @@ async fn check_reachable(base_url: &str) -> anyhow::Result<()> {
 struct InProcessServer {
     base_url: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    cpu: tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<Option<Duration>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl InProcessServer {
     fn start(workload: Workload) -> anyhow::Result<InProcessServer> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<String, String>>();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (cpu_tx, mut cpu_rx) =
+            tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<Option<Duration>>>();
         let thread = std::thread::Builder::new()
             .name("fake-openai".into())
             .spawn(move || {
@@ -196,7 +209,17 @@ impl InProcessServer {
                     match builder.start().await {
                         Ok(server) => {
                             let _ = ready_tx.send(Ok(server.openai_base_url()));
-                            let _ = stop_rx.await;
+                            // The server's every task runs on this thread: its CPU
+                            // clock is what the model costs, read here when asked.
+                            loop {
+                                tokio::select! {
+                                    _ = &mut stop_rx => break,
+                                    Some(reply) = cpu_rx.recv() => {
+                                        let spent = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID);
+                                        let _ = reply.send(spent.ok().map(Duration::from));
+                                    }
+                                }
+                            }
                             drop(server);
                         }
                         Err(err) => {
@@ -213,8 +236,16 @@ impl InProcessServer {
         Ok(InProcessServer {
             base_url,
             stop: Some(stop_tx),
+            cpu: cpu_tx,
             thread: Some(thread),
         })
+    }
+
+    /// The CPU time the server's thread has used so far.
+    async fn cpu_time(&self) -> Option<Duration> {
+        let (reply, spent) = tokio::sync::oneshot::channel();
+        self.cpu.send(reply).ok()?;
+        spent.await.ok().flatten()
     }
 }
 

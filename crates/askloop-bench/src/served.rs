@@ -1,5 +1,5 @@
 //! A real `askloop serve` process for the `http` modes, and what the kernel
-//! says it costs: CPU time (`/proc/PID/stat`) and memory (`/proc/PID/status`).
+//! says it costs: CPU time (the process's CPU clock) and memory (`/proc/PID/status`).
 //!
 //! The server serves one agent, `deployment-assistant`, with the benchmark scenario's
 //! instructions and `ask_user`, on the bench's store (SQLite with
@@ -106,13 +106,13 @@ impl Served {
         self.pid
     }
 
-    /// User plus system CPU time the server has used so far.
+    /// User plus system CPU time the server has used so far, to the
+    /// nanosecond: the kernel's CPU clock of the whole process
+    /// (`clock_getcpuclockid`), which counts every thread, those that have
+    /// exited too. `/proc/PID/stat` counts in clock ticks (10 ms here), too
+    /// coarse for a few round trips of 1-2 ms each: a short run could read 0.
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .with_context(|| format!("cannot read /proc/{}/stat", self.pid))?;
-        let ticks = cpu_ticks(&stat).ok_or_else(|| anyhow!("no utime and stime in /proc/{}/stat", self.pid))?;
-        let per_second = clock_ticks_per_second()?;
-        Ok(Duration::from_secs_f64(ticks as f64 / per_second as f64))
+        process_cpu_time(self.pid)
     }
 
     /// The server's memory now (`VmRSS`) and at its peak (`VmHWM`), in MB.
@@ -184,23 +184,14 @@ fn listening_at(line: &str) -> Option<(&'static str, String)> {
     (url.starts_with("http://") && url.ends_with("/api")).then(|| (implementation, url.to_owned()))
 }
 
-/// utime + stime, in clock ticks, from a `/proc/PID/stat` line. The
-/// command name (field 2) may hold spaces and parentheses: count fields from
-/// its closing parenthesis.
-fn cpu_ticks(stat: &str) -> Option<u64> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // Field 3 (state) is fields[0]; utime and stime are fields 14 and 15.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-fn clock_ticks_per_second() -> anyhow::Result<u64> {
-    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
-        Ok(Some(ticks)) if ticks > 0 => Ok(ticks as u64),
-        _ => bail!("cannot read the clock tick rate (sysconf CLK_TCK)"),
-    }
+/// The CPU time process `pid` has used, all its threads, to the nanosecond.
+fn process_cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let id = nix::unistd::Pid::from_raw(i32::try_from(pid).with_context(|| format!("process id {pid} out of range"))?);
+    let clock =
+        nix::time::clock_getcpuclockid(id).with_context(|| format!("cannot find the CPU clock of process {pid}"))?;
+    let spent =
+        nix::time::clock_gettime(clock).with_context(|| format!("cannot read the CPU clock of process {pid}"))?;
+    Ok(Duration::from(spent))
 }
 
 /// A `Key:   123 kB` line of `/proc/PID/status`, in KiB.
@@ -214,10 +205,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_ticks_are_read_after_the_command_name_even_with_spaces_in_it() {
-        let stat = "4242 (askloop (x) y) S 1 4242 4242 0 -1 4194560 1500 0 0 0 731 129 0 0 20 0 4 0 100 1000 200";
-        assert_eq!(cpu_ticks(stat), Some(731 + 129));
-        assert_eq!(cpu_ticks("4242 (askloop) S 1"), None);
+    fn a_process_cpu_clock_counts_less_than_a_tick_of_work() {
+        let pid = std::process::id();
+        let before = process_cpu_time(pid).unwrap();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(3) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let spent = process_cpu_time(pid).unwrap().saturating_sub(before);
+        // 3 ms of spinning: well under the 10 ms clock tick /proc/PID/stat counts in.
+        assert!(spent >= Duration::from_millis(1), "{spent:?}");
+        assert!(process_cpu_time(u32::MAX).is_err());
     }
 
     #[test]

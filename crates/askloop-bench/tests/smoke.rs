@@ -46,12 +46,21 @@ fn roundtrip_reports_its_timings_cpu_and_memory() {
             "p50_resume_ms",
             "p99_resume_ms",
             "cpu_ms_per_roundtrip",
+            "model_cpu_ms_per_roundtrip",
+            "askloop_cpu_ms_per_roundtrip",
             "peak_rss_mb",
         ],
     );
     assert_eq!(report["mode"], "roundtrip");
     assert_eq!(report["n"], 2);
     assert!(report["peak_rss_mb"].as_f64().unwrap() > 0.0);
+    // The fake model runs on a thread of the bench's own: its CPU is counted
+    // apart, and the process's is askloop's plus the model's.
+    let process = report["cpu_ms_per_roundtrip"].as_f64().unwrap();
+    let model = report["model_cpu_ms_per_roundtrip"].as_f64().unwrap();
+    let askloop = report["askloop_cpu_ms_per_roundtrip"].as_f64().unwrap();
+    assert!(model > 0.0 && askloop > 0.0, "{report}");
+    assert!((process - (model + askloop)).abs() < 0.01, "{report}");
 }
 
 #[test]

@@ -4,11 +4,12 @@
 //!
 //! - in-process: `roundtrip N` here, and Mastra's `agent.stream` /
 //!   `resumeStream` in a Node process (`bench/mastra/roundtrip.mjs`), each
-//!   measured by its own process's CPU time (askloop's includes the fake
-//!   model server, which runs in this process; Mastra's does not);
+//!   measured by its own process's CPU time, askloop's without the fake
+//!   model server's thread, which runs in this process (Mastra's process
+//!   has no model in it);
 //! - over HTTP: `http N` through `askloop serve`, and through Mastra's own
 //!   server (`bench/mastra/serve`, the Hono adapter), the server's CPU time
-//!   measured from `/proc` the same way for both.
+//!   read from the kernel's CPU clock of its process the same way for both.
 //!
 //! Prints one JSON line: each side's figures and Mastra's CPU per round trip
 //! over askloop's, with the load average before and after (a ratio measured
@@ -93,16 +94,18 @@ pub async fn compare(target: &Target, n: usize) -> anyhow::Result<Report> {
         n,
         load_before,
         load_after: loadavg(),
+        // Mastra's Node process has no model in it: askloop's CPU is
+        // counted without the fake model's thread.
         roundtrip: side(
             &askloop_roundtrip,
             &mastra_roundtrip,
-            "cpu_ms_per_roundtrip",
+            ["askloop_cpu_ms_per_roundtrip", "cpu_ms_per_roundtrip"],
             "peak_rss_mb",
         )?,
         http: side(
             &askloop_http,
             &mastra_http,
-            "server_cpu_ms_per_roundtrip",
+            ["server_cpu_ms_per_roundtrip"; 2],
             "server_peak_rss_mb",
         )?,
     };
@@ -148,10 +151,11 @@ fn figures(report: Report) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(&report.line)?)
 }
 
-fn side(askloop: &Value, mastra: &Value, cpu: &str, rss: &str) -> anyhow::Result<Side> {
+/// `cpu`: the key of askloop's CPU figure, then of Mastra's.
+fn side(askloop: &Value, mastra: &Value, cpu: [&str; 2], rss: &str) -> anyhow::Result<Side> {
     let number = |figures: &Value, key: &str| figures[key].as_f64().ok_or_else(|| anyhow!("no `{key}` in {figures}"));
-    let askloop_cpu = number(askloop, cpu)?;
-    let mastra_cpu = number(mastra, cpu)?;
+    let askloop_cpu = number(askloop, cpu[0])?;
+    let mastra_cpu = number(mastra, cpu[1])?;
     Ok(Side {
         askloop_cpu_ms: askloop_cpu,
         mastra_cpu_ms: mastra_cpu,

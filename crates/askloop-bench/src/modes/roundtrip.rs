@@ -26,7 +26,14 @@ struct Figures {
     p99_suspend_ms: f64,
     p50_resume_ms: f64,
     p99_resume_ms: f64,
+    /// This process's CPU, the in-process fake model's included.
     cpu_ms_per_roundtrip: f64,
+    /// The in-process fake model's CPU (its thread's clock); null when the
+    /// model is an outside server (`--base-url`).
+    model_cpu_ms_per_roundtrip: Option<f64>,
+    /// This process's CPU without the fake model's: askloop's own, and the
+    /// bench's driving of it.
+    askloop_cpu_ms_per_roundtrip: f64,
     peak_rss_mb: f64,
 }
 
@@ -40,6 +47,7 @@ pub async fn roundtrip(target: &Target, n: usize) -> anyhow::Result<Report> {
     let mut suspends = Vec::with_capacity(n);
     let mut resumes = Vec::with_capacity(n);
     let cpu_before = measure::cpu_time();
+    let model_before = environment.model_cpu_time().await;
     let started = Instant::now();
     for _ in 0..n {
         let (suspend, resume) = run::deploy_round_trip(&agent).await?;
@@ -47,7 +55,12 @@ pub async fn roundtrip(target: &Target, n: usize) -> anyhow::Result<Report> {
         resumes.push(resume);
     }
     let total = started.elapsed();
+    let model = match (model_before, environment.model_cpu_time().await) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
     let cpu = measure::cpu_time().saturating_sub(cpu_before);
+    let per_roundtrip = |spent: std::time::Duration| measure::ms(spent / n.max(1) as u32);
     let figures = Figures {
         implementation: IMPL,
         mode: "roundtrip",
@@ -58,7 +71,9 @@ pub async fn roundtrip(target: &Target, n: usize) -> anyhow::Result<Report> {
         p99_suspend_ms: percentile_ms(&suspends, 99.0),
         p50_resume_ms: percentile_ms(&resumes, 50.0),
         p99_resume_ms: percentile_ms(&resumes, 99.0),
-        cpu_ms_per_roundtrip: measure::ms(cpu / n.max(1) as u32),
+        cpu_ms_per_roundtrip: per_roundtrip(cpu),
+        model_cpu_ms_per_roundtrip: model.map(per_roundtrip),
+        askloop_cpu_ms_per_roundtrip: per_roundtrip(cpu.saturating_sub(model.unwrap_or_default())),
         peak_rss_mb: measure::peak_rss_mb(),
     };
     Report::new(&figures, Failures::default())

@@ -44,6 +44,7 @@ pub mod conformance;
 mod grants;
 mod location;
 mod postgres;
+mod resolution_rows;
 mod row;
 mod sqlite;
 

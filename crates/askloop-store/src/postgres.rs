@@ -36,9 +36,10 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Row};
 
+use crate::resolution_rows::ResolutionRows;
 use crate::row::{
     JsonColumns, RESOLUTION_ROWS_LAYOUT, RESOLUTIONS_IN_ROW, RowState, StoredRun, explain_missed_write,
-    finished_condition, parse_message, resolution_rows_condition,
+    finished_condition, parse_message, parse_resolution_rows, resolution_rows_condition,
 };
 use errors::{Limits, PostgresFailure};
 use schema::{Requested, quoted};
@@ -58,6 +59,8 @@ pub struct PostgresStore {
     limits: Limits,
     /// What stamps each write's `updated_at`.
     clock: Arc<dyn Clock>,
+    /// The resolution rows of the long runs read last, shared by clones.
+    resolution_rows: Arc<ResolutionRows>,
 }
 
 impl PostgresStore {
@@ -145,6 +148,7 @@ impl PostgresStore {
             schema: placed.schema,
             limits,
             clock: options.clock,
+            resolution_rows: Arc::default(),
         })
     }
 
@@ -310,6 +314,26 @@ macro_rules! run_select {
         )
     };
 }
+
+/// One run (`$1`), with its resolution rows past those this handle kept
+/// from an earlier read: `$2` and `$3` are the creation time of the run
+/// they were read of and the version they run through (NULL and -1 for
+/// none). `rows_after_kept` says whether they serve: the run is the one
+/// they were read of, at that version or a later one. Then
+/// `resolution_rows` holds the rows after `$3`; else all of them.
+const GET_RUN: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    ", CASE WHEN ",
+    resolution_rows_condition!(),
+    " THEN (SELECT jsonb_agg(body ORDER BY version, n)::text FROM run_resolutions \
+     WHERE run_resolutions.run_id = runs.run_id \
+     AND run_resolutions.version > CASE WHEN kept.serves THEN $3 ELSE -1 END) END AS resolution_rows, \
+     kept.serves AS rows_after_kept \
+     FROM runs CROSS JOIN LATERAL \
+     (SELECT COALESCE(runs.created_at = $2 AND runs.version >= $3, false) AS serves) AS kept \
+     WHERE run_id = $1"
+);
 
 /// Running runs whose lease ran out (`$1`: now), after the cursor `$2, $3`
 /// (last write, run id), oldest write first, from the index of running runs
@@ -534,13 +558,42 @@ impl RunStore for PostgresStore {
         tx.commit().await.map_err(self.failed(creating))
     }
 
+    /// A long run's resolutions past its row's come from this handle's
+    /// copy of them (see `resolution_rows.rs`) and, in the same statement,
+    /// the rows added since it was last read here.
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let row = sqlx::query(concat!("SELECT ", run_select!(), " FROM runs WHERE run_id = $1"))
+        let known = self.resolution_rows.take(run_id);
+        let (created, through) = known
+            .as_ref()
+            .map_or((None, -1), |known| (Some(known.created_at), known.through));
+        let row = sqlx::query(GET_RUN)
             .bind(run_id)
+            .bind(created)
+            .bind(through)
             .fetch_optional(&self.pool)
             .await
             .map_err(self.failed(|| format!("reading run {run_id}")))?;
-        row.map(|row| stored_run(&row)?.into_record()).transpose()
+        let Some(row) = row else { return Ok(None) };
+        let after_kept: bool = row.try_get("rows_after_kept").map_err(|e| StoreError::Corrupt {
+            run_id: run_id.to_owned(),
+            detail: format!("column rows_after_kept: {e}"),
+        })?;
+        let mut stored = stored_run(&row)?;
+        let (layout, created_at, version) = (stored.schema_version, stored.created_at, stored.version);
+        let added = stored.resolution_rows.take();
+        let mut record = stored.into_record()?;
+        if layout >= RESOLUTION_ROWS_LAYOUT {
+            let mut rows = match known {
+                Some(known) if after_kept => known.resolutions,
+                _ => Vec::new(),
+            };
+            if let Some(added) = added {
+                rows.extend(parse_resolution_rows(run_id, &added)?);
+            }
+            record.resolutions.extend(rows.iter().cloned());
+            self.resolution_rows.keep(run_id, created_at, version, rows);
+        }
+        Ok(Some(record))
     }
 
     async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {

@@ -86,8 +86,7 @@ impl StoredRun {
         let mut resolutions: Vec<Resolution> =
             parse_column(&self.resolutions).map_err(|e| corrupt(format!("resolutions: {e}")))?;
         if let Some(rows) = &self.resolution_rows {
-            let later: Vec<Resolution> = parse_column(rows).map_err(|e| corrupt(format!("run_resolutions: {e}")))?;
-            resolutions.extend(later);
+            resolutions.extend(parse_resolution_rows(&run_id, rows)?);
         }
         if self.message_count < 0 {
             return Err(corrupt(format!("message_count: {} is negative", self.message_count)));
@@ -153,6 +152,15 @@ pub(crate) fn check_schema_version(run_id: &str, found: i32) -> Result<(), Store
 
 fn parse_column<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
     serde_json::from_str(text)
+}
+
+/// Parses `run_resolutions` rows read together as one JSON array of their
+/// bodies (`resolution_rows`).
+pub(crate) fn parse_resolution_rows(run_id: &str, rows: &str) -> Result<Vec<Resolution>, StoreError> {
+    parse_column(rows).map_err(|e| StoreError::Corrupt {
+        run_id: run_id.to_owned(),
+        detail: format!("run_resolutions: {e}"),
+    })
 }
 
 /// Parses one stored message body; `seq` names it in the error.

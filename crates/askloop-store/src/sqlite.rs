@@ -171,7 +171,7 @@ struct Shared {
     /// Read connections not in use.
     readers: Mutex<Vec<Connection>>,
     /// The resolution rows of the long runs read last.
-    resolution_rows: resolutions::ResolutionRows,
+    resolution_rows: crate::resolution_rows::ResolutionRows,
 }
 
 /// How many times opening retries when another process is creating the same
@@ -300,7 +300,7 @@ impl SqliteStore {
                 jobs,
                 closed: AtomicBool::new(false),
                 readers: Mutex::new(vec![reader]),
-                resolution_rows: resolutions::ResolutionRows::default(),
+                resolution_rows: crate::resolution_rows::ResolutionRows::default(),
             }),
         }
     }
@@ -711,7 +711,7 @@ impl RunStore for SqliteStore {
     }
 
     /// A run's resolutions past its row's come from the store's cache of
-    /// them (see `sqlite/resolutions.rs`): only those added since the run
+    /// them (see `resolution_rows.rs`): only those added since the run
     /// was last read here are read.
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.read(|conn| {
@@ -728,7 +728,7 @@ impl RunStore for SqliteStore {
             let (layout, created_at, version) = (stored.schema_version, stored.created_at, stored.version);
             let mut record = stored.into_record()?;
             if layout >= RESOLUTION_ROWS_LAYOUT {
-                let rows = self.shared.resolution_rows.read(conn, run_id, created_at, version)?;
+                let rows = resolutions::read(&self.shared.resolution_rows, conn, run_id, created_at, version)?;
                 record.resolutions.extend(rows);
             }
             Ok(Some(record))

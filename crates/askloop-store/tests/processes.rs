@@ -8,9 +8,10 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use askloop::{Message, RunStatus, RunStore};
-use askloop_store::conformance::{drop_schema, postgres_test_url, unique_schema_name};
+use askloop::{Message, RunStatus, RunStore, RunUpdate};
+use askloop_store::conformance::{drop_schema, new_run, postgres_test_url, unique_schema_name};
 use askloop_store::{PostgresOptions, PostgresStore, SqliteStore};
+use chrono::Utc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -354,4 +355,124 @@ async fn postgres_fifty_concurrent_resumes_from_two_processes_all_complete() {
         return;
     };
     fifty_concurrent_resumes_from_two_processes_all_complete_without_lock_errors(target).await;
+}
+
+/// A long run read by one store handle and written by another on the same
+/// store (as by two processes): each read has every resolution, in order,
+/// though the reader keeps those it read and reads only the newer ones; a
+/// run deleted and made again under the same id reads as the new run.
+async fn a_long_runs_resolutions_read_again_after_another_process_wrote_are_all_there_in_order(target: Target) {
+    let writer = target.open().await;
+    let reader = target.open().await;
+    let answer = |k: usize| {
+        askloop::Resolution::new(
+            Some(format!("c{k}").as_str()),
+            askloop::ResolutionKind::Answered,
+            Utc::now(),
+            askloop::Author::named(askloop::Interface::Http, "ana"),
+        )
+    };
+    fn decide(made: &[askloop::Resolution], version: i64, from: usize) -> RunUpdate<'_> {
+        let mut update = step_to("long", version, RunStatus::Running);
+        update.resolutions = &made[from..];
+        update
+    }
+    let made: Vec<_> = (0..40).map(answer).collect();
+    let ids = |resolutions: Vec<askloop::Resolution>| -> Vec<String> {
+        resolutions.into_iter().map(|r| r.tool_call_id.unwrap()).collect()
+    };
+    let expected = |n: usize| -> Vec<String> { (0..n).map(|k| format!("c{k}")).collect() };
+
+    writer.create(&new_run("long", "a", Utc::now(), 0), &[]).await.unwrap();
+    let mut version = 0;
+    for k in 0..30 {
+        version = writer.update(decide(&made[..=k], version, k)).await.unwrap();
+    }
+    assert_eq!(
+        ids(reader.get("long").await.unwrap().unwrap().resolutions),
+        expected(30)
+    );
+    // Several at once, then one at a time, each read in between.
+    version = writer.update(decide(&made[..33], version, 30)).await.unwrap();
+    assert_eq!(
+        ids(reader.get("long").await.unwrap().unwrap().resolutions),
+        expected(33)
+    );
+    for k in 33..40 {
+        version = writer.update(decide(&made[..=k], version, k)).await.unwrap();
+        assert_eq!(
+            ids(reader.get("long").await.unwrap().unwrap().resolutions),
+            expected(k + 1)
+        );
+    }
+    // The writer's own reads agree, and a write with none adds nothing.
+    version = writer
+        .update(step_to("long", version, RunStatus::Running))
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(writer.get("long").await.unwrap().unwrap().resolutions),
+        expected(40)
+    );
+    assert_eq!(
+        ids(reader.get("long").await.unwrap().unwrap().resolutions),
+        expected(40)
+    );
+
+    // Deleted and made again under the same id: the new run's own only.
+    writer
+        .update(step_to("long", version, RunStatus::Completed))
+        .await
+        .unwrap();
+    writer.prune(Utc::now() + chrono::Duration::days(1)).await.unwrap();
+    writer.create(&new_run("long", "a", Utc::now(), 0), &[]).await.unwrap();
+    let again: Vec<_> = (100..120).map(answer).collect();
+    let mut version = 0;
+    for k in 0..20 {
+        version = writer.update(decide(&again[..=k], version, k)).await.unwrap();
+    }
+    // Past the version the reader last read the old run at.
+    while version < 60 {
+        version = writer
+            .update(step_to("long", version, RunStatus::Running))
+            .await
+            .unwrap();
+    }
+    let read = ids(reader.get("long").await.unwrap().unwrap().resolutions);
+    assert_eq!(read, (100..120).map(|k| format!("c{k}")).collect::<Vec<_>>());
+    target.cleanup().await;
+}
+
+#[tokio::test]
+async fn sqlite_a_long_runs_resolutions_read_again_after_another_process_wrote_are_all_there_in_order() {
+    a_long_runs_resolutions_read_again_after_another_process_wrote_are_all_there_in_order(Target::sqlite()).await;
+}
+
+#[tokio::test]
+async fn postgres_a_long_runs_resolutions_read_again_after_another_process_wrote_are_all_there_in_order() {
+    let Some(target) = Target::postgres(
+        "postgres_a_long_runs_resolutions_read_again_after_another_process_wrote_are_all_there_in_order",
+    ) else {
+        return;
+    };
+    a_long_runs_resolutions_read_again_after_another_process_wrote_are_all_there_in_order(target).await;
+}
+
+fn step_to(run_id: &str, expected_version: i64, status: RunStatus) -> RunUpdate<'_> {
+    RunUpdate {
+        run_id,
+        expected_version,
+        status,
+        pending: &[],
+        step_results: &[],
+        append: &[],
+        steps: 1,
+        usage: askloop::Usage::default(),
+        error: None,
+        failure: None,
+        lease: None,
+        resolutions: &[],
+        outbox: &[],
+        grants: &[],
+    }
 }

@@ -459,20 +459,5 @@ async fn postgres_a_long_runs_resolutions_read_again_after_another_process_wrote
 }
 
 fn step_to(run_id: &str, expected_version: i64, status: RunStatus) -> RunUpdate<'_> {
-    RunUpdate {
-        run_id,
-        expected_version,
-        status,
-        pending: &[],
-        step_results: &[],
-        append: &[],
-        steps: 1,
-        usage: askloop::Usage::default(),
-        error: None,
-        failure: None,
-        lease: None,
-        resolutions: &[],
-        outbox: &[],
-        grants: &[],
-    }
+    askloop_store::conformance::step(run_id, expected_version, status, &[], &[])
 }

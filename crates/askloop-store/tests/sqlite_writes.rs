@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use askloop::{Message, RunStatus, RunStore, RunUpdate, StoreError, Usage};
+use askloop::{Message, RunStatus, RunStore, RunUpdate, StoreError};
 use askloop_store::SqliteStore;
 use askloop_store::conformance::new_run;
 use chrono::Utc;
@@ -20,22 +20,7 @@ fn step<'a>(run_id: &'a str, expected_version: i64, append: &'a [Message]) -> Ru
 }
 
 fn step_to<'a>(run_id: &'a str, expected_version: i64, status: RunStatus, append: &'a [Message]) -> RunUpdate<'a> {
-    RunUpdate {
-        run_id,
-        expected_version,
-        status,
-        pending: &[],
-        step_results: &[],
-        append,
-        steps: 1,
-        usage: Usage::default(),
-        error: None,
-        failure: None,
-        lease: None,
-        resolutions: &[],
-        outbox: &[],
-        grants: &[],
-    }
+    askloop_store::conformance::step(run_id, expected_version, status, &[], append)
 }
 
 async fn open() -> (tempfile::TempDir, SqliteStore) {

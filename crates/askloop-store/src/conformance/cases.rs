@@ -100,7 +100,9 @@ fn tool_result(id: &str, text: &str) -> ToolResult {
     }
 }
 
-pub(crate) fn step<'a>(
+/// A step's write of a run: its new status, pending calls and messages, at
+/// `expected_version`; nothing else.
+pub fn step<'a>(
     run_id: &'a str,
     expected_version: i64,
     status: RunStatus,

@@ -35,6 +35,14 @@ pub struct HttpStreamed {
     pub done: bool,
 }
 
+/// The bench's HTTP client: straight to the loopback servers, no proxy.
+pub fn client() -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .context("cannot build the HTTP client")
+}
+
 /// Starts a run of the bench's agent and reads its stream to the end.
 pub async fn start(client: &reqwest::Client, api: &str) -> anyhow::Result<HttpStreamed> {
     let url = format!("{api}/agents/{AGENT_ID}/stream");

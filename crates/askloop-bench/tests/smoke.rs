@@ -175,7 +175,8 @@ fn long_with_detail_splits_each_resume_into_store_model_and_the_rest_warm_and_co
 
 #[test]
 fn scale_times_round_trips_before_and_after_runs_wait_and_the_reads_between() {
-    let report = bench(&["scale", "60"]);
+    let bin = askloop_bin();
+    let report = bench(&["--server-bin", &bin, "scale", "60"]);
     assert_eq!(
         (report["mode"].as_str(), report["store"].as_str()),
         (Some("scale"), Some("sqlite"))
@@ -212,6 +213,30 @@ fn scale_times_round_trips_before_and_after_runs_wait_and_the_reads_between() {
         );
     }
     assert!(report["suspend_ratio_p50"].as_f64().unwrap() > 0.0, "{report}");
+    // Two served instances on each store: round trips across them, the
+    // Inbox's page from each (checked by the bench against the 60 waiting),
+    // their CPU and each one's memory.
+    for pair in ["waiting", "empty"] {
+        let served = &report["served"][pair];
+        for latency in [
+            &served["round_trips"]["suspend"],
+            &served["round_trips"]["answer"],
+            &served["inbox_first_page"],
+        ] {
+            assert!(latency["p50_ms"].as_f64().unwrap() > 0.0, "{pair}: {report}");
+        }
+        assert!(
+            served["cpu_ms_per_roundtrip"].as_f64().unwrap() > 0.0,
+            "{pair}: {report}"
+        );
+        for server in 0..2 {
+            let rss = served["rss_mb"][server].as_f64().unwrap();
+            assert!(
+                rss > 0.0 && served["peak_rss_mb"][server].as_f64().unwrap() >= rss,
+                "{pair}: {report}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -40,7 +40,7 @@ struct RoundTrips {
 pub async fn http(target: &Target, n: usize) -> anyhow::Result<Report> {
     let environment = Environment::prepare(target, Workload::Deploy).await?;
     let served = Served::start(target, &environment).await?;
-    let client = client()?;
+    let client = sse_client::client()?;
     for _ in 0..WARM_UPS {
         sse_client::round_trip(&client, &served.api).await?;
     }
@@ -102,7 +102,7 @@ const SETTLE: Duration = Duration::from_secs(1);
 pub async fn http_concurrent(target: &Target, k: usize) -> anyhow::Result<Report> {
     let environment = Environment::prepare(target, Workload::Deploy).await?;
     let served = Served::start(target, &environment).await?;
-    let client = client()?;
+    let client = sse_client::client()?;
     sse_client::round_trip(&client, &served.api).await?;
     let mut failures = Failures::default();
 
@@ -174,13 +174,4 @@ pub async fn http_concurrent(target: &Target, k: usize) -> anyhow::Result<Report
         ok,
     };
     Report::new(&figures, failures)
-}
-
-/// One client for every request: connections are kept and reused, as a
-/// front end's would be.
-fn client() -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .context("cannot build the HTTP client")
 }

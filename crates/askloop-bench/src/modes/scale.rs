@@ -16,6 +16,10 @@
 //! newest 50 waiting runs, and their count), a thread's messages, a run's
 //! messages, and the sweeps (expiry, stalled runs, the outbox's due
 //! deliveries, the figures of questions waiting), [`PROBES`] times each.
+//! Last, the same with two `askloop serve` instances on each store, over
+//! HTTP, and each server's memory (`served.rs`).
+
+mod served;
 
 use std::time::{Duration, Instant};
 
@@ -92,6 +96,8 @@ struct Figures {
     questions_waiting: Latency,
     peak_rss_mb_empty: f64,
     peak_rss_mb_end: f64,
+    /// Two served instances on each store.
+    served: served::Served2,
     ok: usize,
 }
 
@@ -144,6 +150,8 @@ pub async fn scale(target: &Target, m: usize) -> anyhow::Result<Report> {
         full.0.extend(block.0);
         full.1.extend(block.1);
     }
+    let peak_rss_mb_end = measure::peak_rss_mb();
+    let served = served::served((target, &environment), (&twin_target, &twin), waiting.len()).await?;
 
     let figures = Figures {
         implementation: IMPL,
@@ -178,7 +186,8 @@ pub async fn scale(target: &Target, m: usize) -> anyhow::Result<Report> {
         outbox_claim: Latency::of(&reads.claim),
         questions_waiting: Latency::of(&reads.questions),
         peak_rss_mb_empty,
-        peak_rss_mb_end: measure::peak_rss_mb(),
+        peak_rss_mb_end,
+        served,
         ok,
     };
     Report::new(&figures, failures)

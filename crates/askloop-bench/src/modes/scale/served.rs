@@ -33,7 +33,7 @@ pub(super) struct Pair {
     round_trips: RoundTrips,
     /// Read from both instances in turn.
     inbox_first_page: Latency,
-    /// The two servers' CPU over the round trips and the pages, per round trip.
+    /// The two servers' CPU over the round trips, per round trip.
     cpu_ms_per_roundtrip: f64,
     /// Each server's resident memory at the end, in MB.
     rss_mb: [f64; 2],
@@ -55,7 +55,8 @@ struct Instances {
     suspends: Vec<Duration>,
     answers: Vec<Duration>,
     pages: Vec<Duration>,
-    cpu_before: Duration,
+    /// The two servers' CPU over the round trips.
+    round_trips_cpu: Duration,
 }
 
 impl Instances {
@@ -64,19 +65,19 @@ impl Instances {
             Served::start(target, environment).await?,
             Served::start(target, environment).await?,
         ];
-        let cpu_before = cpu(&servers)?;
         Ok(Instances {
             servers,
             suspends: Vec::new(),
             answers: Vec::new(),
             pages: Vec::new(),
-            cpu_before,
+            round_trips_cpu: Duration::ZERO,
         })
     }
 
     /// `n` round trips, the first started on one server and answered on
     /// the other, the next the other way round.
     async fn round_trips(&mut self, client: &reqwest::Client, n: usize) -> anyhow::Result<()> {
+        let before = cpu(&self.servers)?;
         for i in 0..n {
             let (starter, answerer) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
             let suspended = sse_client::start(client, &self.servers[starter].api).await?;
@@ -86,6 +87,7 @@ impl Instances {
             self.suspends.push(suspended.elapsed);
             self.answers.push(resumed.elapsed);
         }
+        self.round_trips_cpu += cpu(&self.servers)?.saturating_sub(before);
         Ok(())
     }
 
@@ -110,7 +112,6 @@ impl Instances {
     }
 
     async fn finish(self) -> anyhow::Result<Pair> {
-        let spent = cpu(&self.servers)?.saturating_sub(self.cpu_before);
         let memory = [self.servers[0].memory_mb()?, self.servers[1].memory_mb()?];
         let [one, two] = self.servers;
         one.stop().await?;
@@ -121,7 +122,9 @@ impl Instances {
                 answer: Latency::of(&self.answers),
             },
             inbox_first_page: Latency::of(&self.pages),
-            cpu_ms_per_roundtrip: measure::round3(spent.as_secs_f64() * 1000.0 / self.suspends.len().max(1) as f64),
+            cpu_ms_per_roundtrip: measure::round3(
+                self.round_trips_cpu.as_secs_f64() * 1000.0 / self.suspends.len().max(1) as f64,
+            ),
             rss_mb: memory.map(|m| m.rss),
             peak_rss_mb: memory.map(|m| m.peak),
         })

@@ -233,6 +233,9 @@ struct Batch {
     out: Vec<u8>,
     /// Polls in a row that found the frames waiting and brought no new chunk.
     idle_turns: u8,
+    /// No poll has happened yet: the connection has the response's head
+    /// waiting in its buffer.
+    first_poll: bool,
 }
 
 /// What a [`Batch`] hands to the connection.
@@ -252,6 +255,7 @@ impl Batch {
             wire,
             out,
             idle_turns: 0,
+            first_poll: true,
         }
     }
 
@@ -260,7 +264,15 @@ impl Batch {
     /// polls in a row brought nothing new; until then the task wakes itself
     /// and yields, so that what the run waits on can run first. With no
     /// frames waiting, the run's own waker is the only one registered.
+    ///
+    /// The first poll hands out at once what it found: hyper polls the body
+    /// right after taking the response's head, and writes the head when the
+    /// body next says it has nothing. Frames handed out then share the
+    /// head's write; frames held for another turn would go in a write of
+    /// their own, after the head's (`askloop-bench http`: 11 writes to
+    /// sockets per round trip before, 9 after).
     fn poll(&mut self, run: &mut (impl Stream<Item = Chunk> + Unpin), cx: &mut Context<'_>) -> Poll<Gathered> {
+        let first_poll = std::mem::replace(&mut self.first_poll, false);
         let mut grew = false;
         loop {
             match run.poll_next_unpin(cx) {
@@ -280,6 +292,9 @@ impl Batch {
         }
         if self.out.is_empty() {
             return Poll::Pending;
+        }
+        if first_poll {
+            return Poll::Ready(Gathered::Frames(self.take()));
         }
         self.idle_turns = if grew { 0 } else { self.idle_turns + 1 };
         if self.idle_turns >= IDLE_TURNS {
@@ -417,11 +432,13 @@ mod tests {
 
     #[test]
     fn chunks_that_come_turn_after_turn_are_written_together_after_two_idle_turns() {
-        // "a" now, "b" one turn later, then nothing for two turns.
-        let mut run = scripted(&[Some("a"), None, Some("b"), None, None, None, Some("c"), None]);
+        // Nothing on the first poll; then "a", "b" one turn later, then
+        // nothing for two turns.
+        let mut run = scripted(&[None, Some("a"), None, Some("b"), None, None, None, Some("c"), None]);
         let (wakes, waker) = waker();
         let mut cx = Context::from_waker(&waker);
         let mut batch = Batch::new(Wire::Mastra, Vec::new());
+        assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending, "nothing yet");
         assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending, "a waits for more");
         assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending, "b came: both wait");
         assert_eq!(
@@ -440,6 +457,28 @@ mod tests {
             batch.poll(&mut run, &mut cx),
             Poll::Ready(Gathered::Last(Bytes::from([frames(&["c"]), DONE.to_vec()].concat()))),
             "the end of the run writes what waits at once, then [DONE]"
+        );
+    }
+
+    #[test]
+    fn what_the_first_poll_finds_goes_at_once_with_the_response_head() {
+        let mut run = scripted(&[Some("start"), None, None, Some("a"), None, None, None]);
+        let (wakes, waker) = waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut batch = Batch::new(Wire::Mastra, Vec::new());
+        assert_eq!(
+            batch.poll(&mut run, &mut cx),
+            Poll::Ready(Gathered::Frames(Bytes::from(frames(&["start"])))),
+            "the first frames are not held for more"
+        );
+        assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending, "nothing new: the head goes");
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 0, "nothing waits, so the task does not spin");
+        assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending, "later frames wait for more");
+        assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending);
+        assert_eq!(
+            batch.poll(&mut run, &mut cx),
+            Poll::Ready(Gathered::Frames(Bytes::from(frames(&["a"])))),
+            "after two idle turns"
         );
     }
 
@@ -481,12 +520,12 @@ mod tests {
     #[test]
     fn the_idle_count_starts_again_after_each_write() {
         // After a write, a new chunk waits its own two idle turns.
-        let mut run = scripted(&[Some("a"), None, None, None, Some("b"), None, None, None]);
+        let mut run = scripted(&[None, Some("a"), None, None, None, Some("b"), None, None, None]);
         let (_, waker) = waker();
         let mut cx = Context::from_waker(&waker);
         let mut batch = Batch::new(Wire::Mastra, Vec::new());
         let mut written = Vec::new();
-        for _ in 0..6 {
+        for _ in 0..7 {
             if let Poll::Ready(Gathered::Frames(bytes)) = batch.poll(&mut run, &mut cx) {
                 written.push(bytes);
             }

@@ -57,7 +57,9 @@ impl RunState {
 
 /// A call's wait that a decision ended, for its span.
 struct EndedWait {
-    call: PendingToolCall,
+    tool_call_id: String,
+    tool_name: String,
+    kind: crate::store::PendingKind,
     how: crate::store::ResolutionKind,
     author: Option<Author>,
     raised_at: chrono::DateTime<chrono::Utc>,
@@ -68,7 +70,11 @@ impl EndedWait {
     fn write(&self, record: &RunRecord) {
         telemetry::wait_ended(
             record,
-            &self.call,
+            telemetry::WaitedCall {
+                tool_call_id: &self.tool_call_id,
+                tool_name: &self.tool_name,
+                kind: self.kind,
+            },
             self.how,
             self.author.as_ref(),
             self.raised_at,
@@ -427,6 +433,10 @@ impl Driver {
     fn ended_waits(&self, decisions: &[(FittedDecision, Option<Author>)]) -> Vec<EndedWait> {
         let now = self.agent.clock.now();
         let record = &self.state.record;
+        if record.trace_parent.is_none() {
+            // No trace to put the spans in.
+            return Vec::new();
+        }
         decisions
             .iter()
             .filter_map(|(action, author)| {
@@ -436,7 +446,9 @@ impl Driver {
                 // the run's audit record; the others are stored from now.
                 let stored = author.is_none().then(|| record.resolution_of(id)).flatten();
                 Some(EndedWait {
-                    call: call.clone(),
+                    tool_call_id: call.tool_call_id.clone(),
+                    tool_name: call.tool_name.clone(),
+                    kind: call.kind,
                     how: action.resolution_kind(),
                     author: author.clone().or_else(|| stored.map(|r| r.author.clone())),
                     raised_at: record.updated_at,

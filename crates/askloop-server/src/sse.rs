@@ -475,9 +475,21 @@ mod tests {
             Poll::Ready(Gathered::Frames(Bytes::from(frames(&["start"])))),
             "the first frames are not held for more"
         );
-        assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending, "nothing new: the head goes");
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 0, "nothing waits, so the task does not spin");
-        assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending, "later frames wait for more");
+        assert_eq!(
+            batch.poll(&mut run, &mut cx),
+            Poll::Pending,
+            "nothing new: the head goes"
+        );
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            0,
+            "nothing waits, so the task does not spin"
+        );
+        assert_eq!(
+            batch.poll(&mut run, &mut cx),
+            Poll::Pending,
+            "later frames wait for more"
+        );
         assert_eq!(batch.poll(&mut run, &mut cx), Poll::Pending);
         assert_eq!(
             batch.poll(&mut run, &mut cx),

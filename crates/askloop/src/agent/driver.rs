@@ -433,10 +433,6 @@ impl Driver {
     fn ended_waits(&self, decisions: &[(FittedDecision, Option<Author>)]) -> Vec<EndedWait> {
         let now = self.agent.clock.now();
         let record = &self.state.record;
-        if record.trace_parent.is_none() {
-            // No trace to put the spans in.
-            return Vec::new();
-        }
         decisions
             .iter()
             .filter_map(|(action, author)| {

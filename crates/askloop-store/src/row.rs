@@ -325,15 +325,26 @@ pub(crate) use resolution_rows_condition;
 #[cfg(test)]
 const FINISHED: [RunStatus; 3] = [RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled];
 
-/// The SQL condition "the run is finished", written out as the partial
-/// index on finished runs (migration 5) spells it: a database uses that
-/// index only for a query that states the index's condition itself.
+/// The SQL condition "the run is finished", written out as PostgreSQL's
+/// partial index on finished runs (migration 5) spells it: a database uses
+/// that index only for a query that states the index's condition itself.
 macro_rules! finished_condition {
     () => {
         "status IN ('completed', 'failed', 'cancelled')"
     };
 }
 pub(crate) use finished_condition;
+
+/// The same condition as SQLite's index on finished runs spells it since its
+/// migration 12: comparisons, because SQLite builds a temporary table for a
+/// constant `IN` list of more than two values at every write that checks
+/// the index's condition.
+macro_rules! sqlite_finished_condition {
+    () => {
+        "(status = 'completed' OR status = 'failed' OR status = 'cancelled')"
+    };
+}
+pub(crate) use sqlite_finished_condition;
 
 #[cfg(test)]
 mod tests {
@@ -343,12 +354,19 @@ mod tests {
     fn the_finished_condition_names_every_finished_status_as_stored() {
         let listed = FINISHED.map(|status| format!("'{}'", status.as_str())).join(", ");
         assert_eq!(finished_condition!(), format!("status IN ({listed})"));
+        let compared = FINISHED
+            .map(|status| format!("status = '{}'", status.as_str()))
+            .join(" OR ");
+        assert_eq!(sqlite_finished_condition!(), format!("({compared})"));
         let unfinished = [RunStatus::Running, RunStatus::Suspended];
-        assert!(
-            unfinished
-                .iter()
-                .all(|s| !finished_condition!().contains(&format!("'{}'", s.as_str())))
-        );
+        for condition in [finished_condition!(), sqlite_finished_condition!()] {
+            assert!(
+                unfinished
+                    .iter()
+                    .all(|s| !condition.contains(&format!("'{}'", s.as_str()))),
+                "{condition}"
+            );
+        }
     }
 
     fn stored() -> StoredRun {

@@ -24,6 +24,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (9, include_str!("../../migrations/sqlite/0009_answer_links.sql")),
     (10, include_str!("../../migrations/sqlite/0010_trace_parent.sql")),
     (11, include_str!("../../migrations/sqlite/0011_resolution_rows.sql")),
+    (
+        12,
+        include_str!("../../migrations/sqlite/0012_finished_by_comparisons.sql"),
+    ),
 ];
 
 /// How many prepared statements a connection keeps (the write connection

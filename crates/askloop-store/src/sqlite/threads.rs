@@ -14,7 +14,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::writes::Write;
 use super::{SqliteStore, micros};
-use crate::row::{finished_condition, parse_message};
+use crate::row::{parse_message, sqlite_finished_condition};
 use askloop::StoreError;
 
 /// How many thread messages one `INSERT` writes at most (7 variables a
@@ -170,7 +170,7 @@ pub(crate) fn delete(conn: &Connection, resource_id: &str, thread_id: &str) -> R
     let unfinished: i64 = conn
         .prepare_cached(concat!(
             "SELECT COUNT(*) FROM runs WHERE memory_resource_id = ? AND memory_thread_id = ? AND NOT ",
-            finished_condition!()
+            sqlite_finished_condition!()
         ))
         .and_then(|mut count| count.query_row(params![resource_id, thread_id], |row| row.get(0)))
         .map_err(StoreError::backend)?;
@@ -385,7 +385,7 @@ impl ThreadStore for SqliteStore {
                     let mut select = conn
                         .prepare_cached(concat!(
                             "SELECT run_id FROM runs WHERE memory_resource_id = ? AND memory_thread_id = ? AND NOT ",
-                            finished_condition!(),
+                            sqlite_finished_condition!(),
                             " ORDER BY run_id"
                         ))
                         .map_err(StoreError::backend)?;

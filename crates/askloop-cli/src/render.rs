@@ -137,7 +137,7 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
         let id_flag = format!(" --tool-call-id {}", shell_quote(&call.tool_call_id));
         match call.kind {
             PendingKind::Suspended => {
-                let question = call.suspend_payload.as_ref().and_then(Question::from_payload);
+                let question = call.suspend_payload.as_deref().and_then(Question::from_payload);
                 match question {
                     Some(q) => {
                         text.push_str(&format!("Question: {}\n", escape::one_line(&q.text)));
@@ -163,7 +163,7 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
                             shell_quote(example)
                         ));
                     }
-                    None if let Some(form) = call.suspend_payload.as_ref().and_then(McpForm::from_payload) => {
+                    None if let Some(form) = call.suspend_payload.as_deref().and_then(McpForm::from_payload) => {
                         text.push_str(&format!("Form of the MCP server {}: {}\n", form.server, form.message));
                         for field in &form.fields {
                             text.push_str(&format!("  - {field}\n"));
@@ -312,10 +312,10 @@ mod tests {
         let pending = vec![PendingToolCall {
             tool_call_id: "call_1".into(),
             tool_name: "ask_user".into(),
-            args: json!({}),
+            args: json!({}).into(),
             kind: PendingKind::Suspended,
             suspend_payload: Some(
-                json!({"question": "Env?", "options": [{"label": "staging"}, {"label": "prod env"}], "selectionMode": "single_select"}),
+                json!({"question": "Env?", "options": [{"label": "staging"}, {"label": "prod env"}], "selectionMode": "single_select"}).into(),
             ),
             resume_schema: None,
             expires_at: None,

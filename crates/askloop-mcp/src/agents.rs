@@ -531,7 +531,7 @@ impl Form {
                 }
                 (
                     FormKind::Approval {
-                        args: pending.args.clone(),
+                        args: Value::clone(&pending.args),
                     },
                     format!(
                         "The agent wants to run {} with {}. Allow it? You may change its arguments first.",

@@ -28,7 +28,7 @@ async fn openai_agent_suspends_on_a_streamed_ask_user_and_resumes_to_streamed_te
         .expect("a tool-call-suspended chunk");
     assert_eq!(suspended.tool_name, "ask_user");
     assert_eq!(suspended.suspend_payload["question"], workload::DEPLOY_QUESTION);
-    assert_eq!(suspended.args, workload::deploy_arguments());
+    assert_eq!(suspended.args, workload::deploy_arguments().into());
 
     let resumed = agent
         .resume_stream("staging", ResumeOptions::call(&output.run_id, &suspended.tool_call_id))
@@ -83,7 +83,7 @@ async fn anthropic_agent_suspends_on_a_streamed_tool_use_and_resumes_to_streamed
     assert_eq!(output.status, RunStatus::Suspended, "{:?}", output.error());
     assert_eq!(output.pending.len(), 1);
     let pending = &output.pending[0];
-    assert_eq!(pending.args, workload::deploy_arguments());
+    assert_eq!(pending.args, workload::deploy_arguments().into());
 
     let (chunks, done) = agent
         .resume_stream("staging", ResumeOptions::run(&output.run_id))

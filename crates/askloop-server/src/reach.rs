@@ -68,11 +68,11 @@ pub(crate) fn asked(call: &PendingToolCall) -> Asked {
             tool: call.tool_name.clone(),
             args: pretty(&call.args),
         },
-        _ => match call.suspend_payload.as_ref().and_then(Question::from_payload) {
+        _ => match call.suspend_payload.as_deref().and_then(Question::from_payload) {
             Some(question) => Asked::Question(question),
             None => Asked::Other {
                 tool: call.tool_name.clone(),
-                payload: call.suspend_payload.as_ref().map(pretty).unwrap_or_default(),
+                payload: call.suspend_payload.as_deref().map(pretty).unwrap_or_default(),
             },
         },
     }

@@ -211,7 +211,7 @@ mod tests {
             let call = askloop::ToolCall {
                 id: "c1".into(),
                 name: "ask_user".into(),
-                args: serde_json::json!({"question": "Which city?"}),
+                args: serde_json::json!({"question": "Which city?"}).into(),
             };
             let run = RunRecord {
                 run_id: format!("r{n:04}"),
@@ -222,7 +222,7 @@ mod tests {
                     tool_name: call.name.clone(),
                     args: call.args.clone(),
                     kind: askloop::PendingKind::Suspended,
-                    suspend_payload: Some(serde_json::json!({"question": "Which city?"})),
+                    suspend_payload: Some(serde_json::json!({"question": "Which city?"}).into()),
                     resume_schema: None,
                     expires_at: Some(overdue),
                     started_at: None,

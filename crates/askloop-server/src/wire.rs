@@ -3,6 +3,7 @@
 //! Mastra server); askloop's own routes follow the same camelCase style.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use askloop::{Message, PendingKind, PendingToolCall, RunRecord, RunStatus, Usage};
 use serde::{Deserialize, Serialize};
@@ -141,10 +142,10 @@ pub(crate) struct SuspendedCall {
     pub(crate) tool_call_id: String,
     pub(crate) tool_name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) args: Option<Value>,
+    pub(crate) args: Option<Arc<Value>>,
     pub(crate) requires_approval: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) suspend_payload: Option<Value>,
+    pub(crate) suspend_payload: Option<Arc<Value>>,
 }
 
 impl SuspendedRun {
@@ -175,7 +176,7 @@ impl SuspendedRun {
                         tool_name: p.tool_name,
                         args: None,
                         requires_approval: false,
-                        suspend_payload: Some(p.suspend_payload.unwrap_or(Value::Null)),
+                        suspend_payload: Some(p.suspend_payload.unwrap_or_else(|| Arc::new(Value::Null))),
                     },
                 })
                 .collect(),
@@ -195,7 +196,7 @@ pub(crate) struct GenerateResponse {
     pub(crate) status: RunStatus,
     pub(crate) usage: Usage,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) suspend_payload: Option<Value>,
+    pub(crate) suspend_payload: Option<Arc<Value>>,
     pub(crate) pending_tool_calls: Vec<PendingCall>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) error: Option<String>,
@@ -212,11 +213,11 @@ pub(crate) struct PendingCall {
     /// decline it).
     pub(crate) kind: PendingKind,
     pub(crate) requires_approval: bool,
-    pub(crate) args: Value,
+    pub(crate) args: Arc<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) suspend_payload: Option<Value>,
+    pub(crate) suspend_payload: Option<Arc<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) resume_schema: Option<Value>,
+    pub(crate) resume_schema: Option<Arc<Value>>,
     /// When it stops waiting (RFC 3339), if it has a time limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) expires_at: Option<String>,

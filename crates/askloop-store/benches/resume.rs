@@ -49,7 +49,7 @@ fn message(i: usize) -> Message {
             vec![ToolCall {
                 id: format!("call_{i}"),
                 name: "ask_user".into(),
-                args: json!({"question": format!("Which environment for service {i}?"), "options": [{"label": "staging"}, {"label": "production"}]}),
+                args: json!({"question": format!("Which environment for service {i}?"), "options": [{"label": "staging"}, {"label": "production"}]}).into(),
             }],
         ),
         _ => Message::Tool(ToolResult {
@@ -65,12 +65,12 @@ fn pending() -> Vec<PendingToolCall> {
     vec![PendingToolCall {
         tool_call_id: "call_next".into(),
         tool_name: "ask_user".into(),
-        args: json!({"question": "Which environment?"}),
+        args: json!({"question": "Which environment?"}).into(),
         kind: PendingKind::Suspended,
         suspend_payload: Some(
-            json!({"question": "Which environment?", "options": [{"label": "staging"}, {"label": "production"}], "selectionMode": "single-select"}),
+            json!({"question": "Which environment?", "options": [{"label": "staging"}, {"label": "production"}], "selectionMode": "single-select"}).into(),
         ),
-        resume_schema: Some(json!({"type": "string", "enum": ["staging", "production"]})),
+        resume_schema: Some(json!({"type": "string", "enum": ["staging", "production"]}).into()),
         expires_at: None,
         started_at: None,
     }]

@@ -580,7 +580,7 @@ mod tests {
 
     #[tokio::test]
     async fn resumed_with_array_answers_joined() {
-        let ctx = in_run().resumed(Some(json!({})), Some(json!(["a", "b"])));
+        let ctx = in_run().resumed(Some(json!({}).into()), Some(json!(["a", "b"])));
         let outcome = run(
             json!({"question": "Q?", "options": [{"label": "a"}, {"label": "b"}], "selectionMode": "multi_select"}),
             ctx,

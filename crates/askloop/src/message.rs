@@ -4,6 +4,8 @@
 //! models, so their serde shape is a wire format: change it only with a
 //! schema-version bump in the stores.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -67,7 +69,11 @@ pub struct ToolCall {
     /// The arguments. A JSON object when the model sent valid JSON; the raw
     /// text as a JSON string when it did not (the call then fails with an
     /// is-error result the model can read and correct).
-    pub args: Value,
+    ///
+    /// Shared, not copied, by everything that carries the call on: the
+    /// pending call, the stream's chunks, the conversation's payloads
+    /// (`Arc::new(json!(...))` or `json!(...).into()` makes one).
+    pub args: Arc<Value>,
 }
 
 /// The result of a tool call, as the model sees it.

@@ -351,7 +351,7 @@ mod tests {
                 vec![ToolCall {
                     id: "c".into(),
                     name: "ask_user".into(),
-                    args: json!({}),
+                    args: json!({}).into(),
                 }],
             ),
             Message::Tool(ToolResult {

@@ -327,7 +327,7 @@ pub struct ToolContext {
     tool_call_id: Option<String>,
     can_suspend: bool,
     resume_data: Option<Value>,
-    suspend_payload: Option<Value>,
+    suspend_payload: Option<Arc<Value>>,
 }
 
 impl ToolContext {
@@ -349,7 +349,7 @@ impl ToolContext {
     }
 
     /// The same context, for re-executing after a resume.
-    pub(crate) fn resumed(mut self, suspend_payload: Option<Value>, resume_data: Option<Value>) -> Self {
+    pub(crate) fn resumed(mut self, suspend_payload: Option<Arc<Value>>, resume_data: Option<Value>) -> Self {
         self.suspend_payload = suspend_payload;
         self.resume_data = resume_data;
         self
@@ -377,7 +377,7 @@ impl ToolContext {
 
     /// What the tool suspended with, when executed again after a resume.
     pub fn suspend_payload(&self) -> Option<&Value> {
-        self.suspend_payload.as_ref()
+        self.suspend_payload.as_deref()
     }
 
     /// Suspends the tool call with a payload for the person. The agent stores

@@ -35,7 +35,7 @@ fn suspend_payload(chunks: &[askloop::Chunk]) -> Value {
     chunks
         .iter()
         .find_map(|c| match &c.kind {
-            ChunkKind::ToolCallSuspended(s) => Some(s.suspend_payload.clone()),
+            ChunkKind::ToolCallSuspended(s) => Some(Value::clone(&s.suspend_payload)),
             _ => None,
         })
         .expect("a tool-call-suspended chunk")

@@ -142,7 +142,7 @@ async fn a_run_stored_before_the_rule_with_an_id_outside_it_still_expires() {
     let call = ToolCall {
         id: "call_1".into(),
         name: "ask_user".into(),
-        args: json!({"question": "Which environment?"}),
+        args: json!({"question": "Which environment?"}).into(),
     };
     let expired_at = Utc::now() - chrono::Duration::seconds(1);
     let legacy = RunRecord {

@@ -339,7 +339,7 @@ async fn answer_one(
             }
         }
         PendingKind::Suspended => {
-            let Some(question) = call.suspend_payload.as_ref().and_then(Question::from_payload) else {
+            let Some(question) = call.suspend_payload.as_deref().and_then(Question::from_payload) else {
                 return Ok(Answered::Left);
             };
             match prompter.ask(&question)? {

@@ -128,7 +128,7 @@ fn run_root(run: &RunRecord) -> Result<std::path::PathBuf, CliError> {
 /// prompt, with the `--answer-json` shapes it accepts: for an MCP server's
 /// form, its fields and the three actions.
 fn structured_input_needed(run: &RunRecord, call: &PendingToolCall) -> CliError {
-    match call.suspend_payload.as_ref().and_then(render::McpForm::from_payload) {
+    match call.suspend_payload.as_deref().and_then(render::McpForm::from_payload) {
         Some(form) => CliError::usage(format!(
             "tool call {} of run {} is a form of the MCP server {} ({}); answer it with {}",
             call.tool_call_id,
@@ -153,7 +153,7 @@ fn shape_answers(run: &RunRecord, call: &PendingToolCall, answers: &[String]) ->
             call.tool_call_id, run.run_id
         )));
     }
-    let question = call.suspend_payload.as_ref().and_then(Question::from_payload);
+    let question = call.suspend_payload.as_deref().and_then(Question::from_payload);
     let multi = question.as_ref().and_then(|q| q.mode) == Some(SelectionMode::MultiSelect);
     match answers {
         _ if multi => Ok(Value::Array(answers.iter().cloned().map(Value::String).collect())),
@@ -175,7 +175,7 @@ fn ask(ctx: &Context, run: &RunRecord, call: &PendingToolCall) -> Result<Option<
             Some(approval) => Reply::Answer(serde_json::json!({ "approved": approval != Approval::No })),
             None => Reply::Left,
         },
-        PendingKind::Suspended => match call.suspend_payload.as_ref().and_then(Question::from_payload) {
+        PendingKind::Suspended => match call.suspend_payload.as_deref().and_then(Question::from_payload) {
             Some(question) => prompter.ask(&question)?,
             None => return Err(structured_input_needed(run, call)),
         },
@@ -265,7 +265,7 @@ fn edit_in_editor(pending: &PendingToolCall) -> Result<Option<Value>, CliError> 
             "the edited arguments are not valid JSON ({err}); nothing was approved"
         ))
     })?;
-    Ok((edited != pending.args).then_some(edited))
+    Ok((edited != *pending.args).then_some(edited))
 }
 
 pub async fn decline(ctx: &Context, call: Call<'_>, reason: Option<String>, json: bool) -> Result<Done, CliError> {
@@ -410,9 +410,9 @@ mod tests {
         let question = |id: &str| PendingToolCall {
             tool_call_id: id.into(),
             tool_name: "ask_user".into(),
-            args: json!({"question": "?"}),
+            args: json!({"question": "?"}).into(),
             kind: PendingKind::Suspended,
-            suspend_payload: Some(json!({"question": "?"})),
+            suspend_payload: Some(json!({"question": "?"}).into()),
             resume_schema: None,
             expires_at: None,
             started_at: None,

@@ -74,10 +74,10 @@ pub(super) fn pending_json(run: &RunRecord) -> Value {
                     "args": p.args,
                 });
                 if let Some(payload) = &p.suspend_payload {
-                    entry["suspendPayload"] = payload.clone();
+                    entry["suspendPayload"] = Value::clone(payload);
                 }
                 if let Some(schema) = &p.resume_schema {
-                    entry["resumeSchema"] = schema.clone();
+                    entry["resumeSchema"] = Value::clone(schema);
                 }
                 entry
             })

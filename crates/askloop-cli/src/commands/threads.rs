@@ -322,7 +322,7 @@ impl ShownMessage {
                         if let Some(p) = &c.pending {
                             call["kind"] = json!(p.kind);
                             if let Some(payload) = &p.suspend_payload {
-                                call["suspendPayload"] = payload.clone();
+                                call["suspendPayload"] = Value::clone(payload);
                             }
                         }
                         if let Some(result) = &c.result {

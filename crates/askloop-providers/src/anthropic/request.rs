@@ -150,12 +150,12 @@ mod tests {
                     ToolCall {
                         id: "toolu_1".into(),
                         name: "ask_user".into(),
-                        args: json!({"question": "Where?"}),
+                        args: json!({"question": "Where?"}).into(),
                     },
                     ToolCall {
                         id: "toolu_2".into(),
                         name: "ask_user".into(),
-                        args: Value::String("{bad".into()),
+                        args: Value::String("{bad".into()).into(),
                     },
                 ],
             ),
@@ -214,7 +214,7 @@ mod tests {
                 vec![ToolCall {
                     id: "toolu_REDACTED_1".into(),
                     name: "subtract".into(),
-                    args: json!({"x": 2, "y": 5}),
+                    args: json!({"x": 2, "y": 5}).into(),
                 }],
             ),
             result("toolu_REDACTED_1", "-3", false),

@@ -198,7 +198,7 @@ mod tests {
                 vec![ToolCall {
                     id: "call_1".into(),
                     name: "ask_user".into(),
-                    args: json!({"question": "Which environment?"}),
+                    args: json!({"question": "Which environment?"}).into(),
                 }],
             ),
             Message::Tool(ToolResult {
@@ -248,7 +248,7 @@ mod tests {
             vec![ToolCall {
                 id: "c".into(),
                 name: "t".into(),
-                args: Value::String("{\"a\": ".into()),
+                args: Value::String("{\"a\": ".into()).into(),
             }],
         )];
         let request = ModelRequest {

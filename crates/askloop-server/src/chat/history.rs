@@ -168,7 +168,7 @@ fn assistant_messages(i: usize, message: &UiMessage, out: &mut Vec<Message>) -> 
             calls.push(ToolCall {
                 id: id.to_owned(),
                 name: name.to_owned(),
-                args: part.get("input").cloned().unwrap_or(Value::Null),
+                args: part.get("input").cloned().unwrap_or(Value::Null).into(),
             });
             results.push(ToolResult {
                 tool_call_id: id.to_owned(),

@@ -15,6 +15,8 @@
 //! empty start and end). The AI SDK makes them a `reasoning` part of the
 //! message; a client that sends that part back is not read (see `history`).
 
+use std::sync::Arc;
+
 use askloop::chunk::StepFinish;
 use askloop::{Chunk, ChunkKind, FinishReason};
 use serde::Serialize;
@@ -62,7 +64,7 @@ pub(crate) enum UiChunk {
     ToolInputAvailable {
         tool_call_id: String,
         tool_name: String,
-        input: Value,
+        input: Arc<Value>,
     },
     ToolApprovalRequest {
         approval_id: String,
@@ -111,7 +113,7 @@ pub(crate) struct SuspendedData {
     run_id: String,
     tool_call_id: String,
     tool_name: String,
-    suspend_payload: Value,
+    suspend_payload: Arc<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     resume_schema: Option<String>,
 }
@@ -124,7 +126,7 @@ pub(crate) struct ApprovalData {
     run_id: String,
     tool_call_id: String,
     tool_name: String,
-    args: Value,
+    args: Arc<Value>,
     resume_schema: String,
 }
 
@@ -169,7 +171,7 @@ pub(crate) fn of(chunk: &Chunk) -> Vec<UiChunk> {
         ChunkKind::ToolCall(call) => one(UiChunk::ToolInputAvailable {
             tool_call_id: call.tool_call_id.clone(),
             tool_name: call.tool_name.clone(),
-            input: call.args.clone(),
+            input: Arc::clone(&call.args),
         }),
         ChunkKind::ToolResult(result) => one(UiChunk::ToolOutputAvailable {
             tool_call_id: result.tool_call_id.clone(),
@@ -186,7 +188,7 @@ pub(crate) fn of(chunk: &Chunk) -> Vec<UiChunk> {
                 run_id: chunk.run_id.clone(),
                 tool_call_id: suspended.tool_call_id.clone(),
                 tool_name: suspended.tool_name.clone(),
-                suspend_payload: suspended.suspend_payload.clone(),
+                suspend_payload: Arc::clone(&suspended.suspend_payload),
                 resume_schema: suspended.resume_schema.clone(),
             },
         }),
@@ -202,7 +204,7 @@ pub(crate) fn of(chunk: &Chunk) -> Vec<UiChunk> {
                     run_id: chunk.run_id.clone(),
                     tool_call_id: approval.tool_call_id.clone(),
                     tool_name: approval.tool_name.clone(),
-                    args: approval.args.clone(),
+                    args: Arc::clone(&approval.args),
                     resume_schema: approval.resume_schema.clone(),
                 },
             },
@@ -261,8 +263,8 @@ mod tests {
         let parts = json_of(ChunkKind::ToolCallSuspended(ToolCallSuspended {
             tool_call_id: "c1".into(),
             tool_name: "ask_user".into(),
-            args: json!({"question": "Q?"}),
-            suspend_payload: json!({"question": "Q?"}),
+            args: json!({"question": "Q?"}).into(),
+            suspend_payload: json!({"question": "Q?"}).into(),
             resume_schema: Some("{}".into()),
         }));
         assert_eq!(
@@ -278,7 +280,7 @@ mod tests {
         let parts = json_of(ChunkKind::ToolCallApproval(ToolCallApproval {
             tool_call_id: "c1".into(),
             tool_name: "deploy".into(),
-            args: json!({"env": "prod"}),
+            args: json!({"env": "prod"}).into(),
             resume_schema: "{}".into(),
         }));
         assert_eq!(

@@ -261,9 +261,9 @@ mod tests {
         PendingToolCall {
             tool_call_id: "call_1".into(),
             tool_name: "ask_user".into(),
-            args: payload.clone(),
+            args: payload.clone().into(),
             kind: PendingKind::Suspended,
-            suspend_payload: Some(payload),
+            suspend_payload: Some(payload.into()),
             resume_schema: None,
             expires_at: None,
             started_at: None,
@@ -381,7 +381,7 @@ mod tests {
         let mut approval = call(json!({}));
         approval.kind = PendingKind::Approval;
         approval.tool_name = "write_file".into();
-        approval.args = json!({"path": "notes/plan.md"});
+        approval.args = json!({"path": "notes/plan.md"}).into();
         approval.suspend_payload = None;
         let mail = composed(&approval);
         assert_eq!(mail.subject, "[askloop] deployer asks to run write_file");

@@ -262,9 +262,9 @@ mod tests {
         PendingToolCall {
             tool_call_id: "call_1".into(),
             tool_name: "ask_user".into(),
-            args: payload.clone(),
+            args: payload.clone().into(),
             kind: PendingKind::Suspended,
-            suspend_payload: Some(payload),
+            suspend_payload: Some(payload.into()),
             resume_schema: None,
             expires_at: None,
             started_at: None,

@@ -137,7 +137,7 @@ pub(crate) async fn messages(
                                     "args": call.args,
                                     "type": "approval",
                                     "runId": message.run_id,
-                                    "resumeSchema": p.resume_schema.as_ref().map(Value::to_string),
+                                    "resumeSchema": p.resume_schema.as_deref().map(Value::to_string),
                                 }),
                             );
                         }
@@ -151,7 +151,7 @@ pub(crate) async fn messages(
                                     "type": "suspension",
                                     "runId": message.run_id,
                                     "suspendPayload": p.suspend_payload,
-                                    "resumeSchema": p.resume_schema.as_ref().map(Value::to_string),
+                                    "resumeSchema": p.resume_schema.as_deref().map(Value::to_string),
                                 }),
                             );
                         }

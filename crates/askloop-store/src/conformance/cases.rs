@@ -63,7 +63,7 @@ fn ask_call(id: &str, question: &str) -> ToolCall {
     ToolCall {
         id: id.to_owned(),
         name: "ask_user".to_owned(),
-        args: json!({"question": question}),
+        args: json!({"question": question}).into(),
     }
 }
 
@@ -72,10 +72,10 @@ pub fn pending_question(id: &str, question: &str) -> PendingToolCall {
     PendingToolCall {
         tool_call_id: id.to_owned(),
         tool_name: "ask_user".to_owned(),
-        args: json!({"question": question}),
+        args: json!({"question": question}).into(),
         kind: PendingKind::Suspended,
-        suspend_payload: Some(json!({"question": question, "selectionMode": "free-text"})),
-        resume_schema: Some(json!({"type": "string"})),
+        suspend_payload: Some(json!({"question": question, "selectionMode": "free-text"}).into()),
+        resume_schema: Some(json!({"type": "string"}).into()),
         expires_at: None,
         started_at: None,
     }

@@ -34,10 +34,10 @@ fn question() -> PendingToolCall {
     PendingToolCall {
         tool_call_id: "call_1".to_owned(),
         tool_name: "ask_user".to_owned(),
-        args: json!({"question": "Which city?"}),
+        args: json!({"question": "Which city?"}).into(),
         kind: PendingKind::Suspended,
-        suspend_payload: Some(json!({"question": "Which city?", "selectionMode": "free-text"})),
-        resume_schema: Some(json!({"type": "string"})),
+        suspend_payload: Some(json!({"question": "Which city?", "selectionMode": "free-text"}).into()),
+        resume_schema: Some(json!({"type": "string"}).into()),
         expires_at: None,
         started_at: None,
     }

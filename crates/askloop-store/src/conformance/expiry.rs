@@ -16,9 +16,9 @@ fn question(id: &str, expires_at: Option<DateTime<Utc>>) -> PendingToolCall {
     PendingToolCall {
         tool_call_id: id.to_owned(),
         tool_name: "ask_user".to_owned(),
-        args: json!({"question": "Which city?"}),
+        args: json!({"question": "Which city?"}).into(),
         kind: PendingKind::Suspended,
-        suspend_payload: Some(json!({"question": "Which city?"})),
+        suspend_payload: Some(json!({"question": "Which city?"}).into()),
         resume_schema: None,
         expires_at,
         started_at: None,

@@ -22,17 +22,17 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
     let pending = [PendingToolCall {
         tool_call_id: "call_1".to_owned(),
         tool_name: "ask_user".to_owned(),
-        args: json!({"question": AWKWARD}),
+        args: json!({"question": AWKWARD}).into(),
         kind: PendingKind::Suspended,
-        suspend_payload: Some(json!({"question": AWKWARD, "options": [{"label": AWKWARD}], AWKWARD: 1})),
-        resume_schema: Some(json!({"type": "string"})),
+        suspend_payload: Some(json!({"question": AWKWARD, "options": [{"label": AWKWARD}], AWKWARD: 1}).into()),
+        resume_schema: Some(json!({"type": "string"}).into()),
         expires_at: None,
         started_at: None,
     }];
     let call = ToolCall {
         id: "call_1".to_owned(),
         name: "ask_user".to_owned(),
-        args: json!({"question": AWKWARD}),
+        args: json!({"question": AWKWARD}).into(),
     };
     let assistant = [Message::assistant(AWKWARD, vec![call])];
     let suspended = s

@@ -402,7 +402,7 @@ impl Driver {
                 .into_iter()
                 .map(|mut call| {
                     if let Some(edit) = self.state.record.resolution_of(&call.id).and_then(|r| r.edit.as_ref()) {
-                        call.args = edit.edited.clone();
+                        call.args = Arc::new(edit.edited.clone());
                         edited.push((call.id.clone(), edit.edited.clone()));
                     }
                     let invalid = self.invalid_input(&call);

@@ -6,6 +6,8 @@
 //! answer: the model gets a tool result saying no answer came within the
 //! limit. An expired approval counts as declined, with that reason.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -27,7 +29,8 @@ pub(crate) fn deadline(limit: Option<std::time::Duration>, now: DateTime<Utc>) -
 /// it is.
 pub(crate) fn with_deadline(mut pending: PendingToolCall, expires_at: Option<DateTime<Utc>>) -> PendingToolCall {
     pending.expires_at = expires_at;
-    if let (Some(at), Some(Value::Object(payload))) = (expires_at, pending.suspend_payload.as_mut()) {
+    if let (Some(at), Some(Value::Object(payload))) = (expires_at, pending.suspend_payload.as_mut().map(Arc::make_mut))
+    {
         let metadata = payload
             .entry("metadata")
             .or_insert_with(|| Value::Object(Default::default()));
@@ -106,7 +109,7 @@ pub(crate) fn resolution(
     };
     let edit = match (action, call) {
         (FittedDecision::Approve { args: Some(edited), .. }, Some(call)) => Some(ArgumentsEdit {
-            original: call.args.clone(),
+            original: Value::clone(&call.args),
             edited: edited.clone(),
         }),
         _ => None,
@@ -137,9 +140,9 @@ mod tests {
         PendingToolCall {
             tool_call_id: "c1".into(),
             tool_name: "ask_user".into(),
-            args: json!({}),
+            args: json!({}).into(),
             kind: PendingKind::Suspended,
-            suspend_payload: Some(json!({"question": "Which city?"})),
+            suspend_payload: Some(json!({"question": "Which city?"}).into()),
             resume_schema: None,
             expires_at,
             started_at: None,
@@ -154,7 +157,7 @@ mod tests {
     fn no_limit_means_no_deadline_and_an_untouched_payload() {
         assert_eq!(deadline(None, t("2026-01-01T00:00:00Z")), None);
         let p = with_deadline(question(None), None);
-        assert_eq!(p.suspend_payload, Some(json!({"question": "Which city?"})));
+        assert_eq!(p.suspend_payload, Some(Arc::new(json!({"question": "Which city?"}))));
     }
 
     #[test]

@@ -95,7 +95,7 @@ impl AgentInner {
             return None;
         }
         let tool = self.tools.get(&call.name).map(|t| t.tool.as_ref());
-        let args = tool.map_or_else(|| call.args.clone(), |t| t.acts_on(&call.args));
+        let args = tool.map_or_else(|| call.args.as_ref().clone(), |t| t.acts_on(&call.args));
         let memory = record.memory.as_ref();
         let proposed = crate::rules::ProposedCall {
             tool: &call.name,

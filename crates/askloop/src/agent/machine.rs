@@ -8,6 +8,8 @@
 //! chunks). `machine_properties.rs` drives the machine with random runs,
 //! crashes and answers.
 
+use std::sync::{Arc, LazyLock};
+
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
@@ -32,9 +34,11 @@ pub(crate) use run::{
     CheckedCall, Decided, Decisions, Effect, End, Event, ModelTurn, RunMachine, RunWrite, StepSummary, ToolRun,
 };
 
-/// The JSON Schema of an approval decision, as Mastra publishes it.
-pub(crate) fn approval_schema() -> Value {
-    json!({
+/// The JSON Schema of an approval decision, as Mastra publishes it: one
+/// value, shared by every call that waits for approval.
+pub(crate) fn approval_schema() -> Arc<Value> {
+    static SCHEMA: LazyLock<Arc<Value>> = LazyLock::new(|| {
+        Arc::new(json!({
         "type": "object",
         "properties": {
             "approved": {"type": "boolean", "description": "true to run the tool call, false to decline it"},
@@ -42,7 +46,9 @@ pub(crate) fn approval_schema() -> Value {
         },
         "required": ["approved"],
         "additionalProperties": false
-    })
+        }))
+    });
+    Arc::clone(&SCHEMA)
 }
 
 /// Makes `record` what the store holds once `write` landed at `version`
@@ -736,9 +742,9 @@ fn fit(
     match (pending.kind, decision) {
         (_, Decision::Expire) => Ok(FittedDecision::Expire { tool_call_id }),
         (PendingKind::Suspended, Decision::Answer { data, .. }) => {
-            let payload = pending.suspend_payload.clone().unwrap_or(Value::Null);
+            let payload = pending.suspend_payload.as_deref().unwrap_or(&Value::Null);
             has_tool()?
-                .check_resume_data(data, &payload)
+                .check_resume_data(data, payload)
                 .map_err(|InvalidResume { reason, accepted }| RunError::InvalidAnswer {
                     run_id: run.run_id.clone(),
                     tool_call_id: tool_call_id.clone(),
@@ -909,7 +915,7 @@ mod tests {
         ToolCall {
             id: id.into(),
             name: "t".into(),
-            args: json!({}),
+            args: json!({}).into(),
         }
     }
 
@@ -926,7 +932,7 @@ mod tests {
         PendingToolCall {
             tool_call_id: id.into(),
             tool_name: "ask_user".into(),
-            args: json!({}),
+            args: json!({}).into(),
             kind: PendingKind::Suspended,
             suspend_payload: None,
             resume_schema: None,

@@ -246,7 +246,7 @@ impl World {
                 let call = ToolCall {
                     id: call_id(turn, c),
                     name: TOOLS[*kind as usize].into(),
-                    args: json!({"question": format!("q{turn}{c}")}),
+                    args: json!({"question": format!("q{turn}{c}")}).into(),
                 };
                 CheckedCall {
                     ruling: ruling_for(&call.id, false),
@@ -268,7 +268,7 @@ impl World {
         self.ran_with
             .entry(call.id.clone())
             .or_default()
-            .push(call.args.clone());
+            .push((*call.args).clone());
         if answer.is_some() {
             *self.answered_runs.entry(call.id.clone()).or_default() += 1;
         }
@@ -384,7 +384,7 @@ impl World {
                 .into_iter()
                 .map(|mut call| {
                     if let Some(edit) = record.resolution_of(&call.id).and_then(|r| r.edit.as_ref()) {
-                        call.args = edit.edited.clone();
+                        call.args = edit.edited.clone().into();
                         edited.push((call.id.clone(), edit.edited.clone()));
                     }
                     // As the driver does: a ruling the run records already

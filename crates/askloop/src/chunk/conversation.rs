@@ -9,7 +9,7 @@
 //!
 //! let conversation = vec![
 //!     Message::user("Deploy"),
-//!     Message::assistant("", vec![ToolCall { id: "c1".into(), name: "ask_user".into(), args: json!({"question": "Where?"}) }]),
+//!     Message::assistant("", vec![ToolCall { id: "c1".into(), name: "ask_user".into(), args: json!({"question": "Where?"}).into() }]),
 //!     Message::Tool(ToolResult {
 //!         tool_call_id: "c1".into(),
 //!         tool_name: "ask_user".into(),
@@ -75,7 +75,7 @@ pub enum ContentPart {
         /// The tool's id.
         tool_name: String,
         /// The call's input.
-        input: Value,
+        input: Arc<Value>,
     },
     /// A tool call's result.
     ToolResult {
@@ -86,7 +86,7 @@ pub enum ContentPart {
         /// What the model was told.
         output: ToolResultOutput,
         /// The call's input.
-        input: Value,
+        input: Arc<Value>,
     },
 }
 
@@ -178,7 +178,7 @@ fn result_part(result: &ToolResult, calls: &[ToolCall]) -> ContentPart {
     let input = calls
         .iter()
         .find(|c| c.id == result.tool_call_id)
-        .map_or_else(|| Value::Object(Default::default()), |c| c.args.clone());
+        .map_or_else(|| Arc::new(Value::Object(Default::default())), |c| Arc::clone(&c.args));
     ContentPart::ToolResult {
         tool_call_id: result.tool_call_id.clone(),
         tool_name: result.tool_name.clone(),
@@ -241,12 +241,12 @@ mod tests {
             ToolCall {
                 id: "a".into(),
                 name: "t".into(),
-                args: json!({"n": 1}),
+                args: json!({"n": 1}).into(),
             },
             ToolCall {
                 id: "b".into(),
                 name: "t".into(),
-                args: json!({"n": 2}),
+                args: json!({"n": 2}).into(),
             },
         ];
         let conversation = vec![

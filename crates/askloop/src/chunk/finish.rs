@@ -407,7 +407,7 @@ mod tests {
         let call = ToolCall {
             id: "c1".into(),
             name: "ask_user".into(),
-            args: json!({"question": "Where?"}),
+            args: json!({"question": "Where?"}).into(),
         };
         let conversation = vec![
             Message::user("Deploy"),
@@ -499,7 +499,7 @@ mod tests {
                         .map(|n| ToolCall {
                             id: format!("c{at}.{n}"),
                             name: "t".into(),
-                            args: json!({ "at": at, "n": n }),
+                            args: json!({ "at": at, "n": n }).into(),
                         })
                         .collect();
                     Message::assistant(format!("a{at}"), calls.clone())

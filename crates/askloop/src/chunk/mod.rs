@@ -14,6 +14,8 @@
 //! assert_eq!(json["payload"]["text"], "Hi");
 //! ```
 
+use std::sync::Arc;
+
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
@@ -311,7 +313,7 @@ pub struct ToolCallPayload {
     /// The tool's id.
     pub tool_name: String,
     /// The call's input.
-    pub args: Value,
+    pub args: Arc<Value>,
 }
 
 impl From<&ToolCall> for ToolCallPayload {
@@ -333,7 +335,7 @@ pub struct ToolResultPayload {
     /// The tool's id.
     pub tool_name: String,
     /// The call's input.
-    pub args: Value,
+    pub args: Arc<Value>,
     /// What the tool returned, as it returned it ([`ToolOutput::value`]):
     /// `"staging-approved"` for a tool that returns a string, Mastra's
     /// `{"content", "isError"}` for `ask_user`.
@@ -351,7 +353,7 @@ pub struct ToolErrorPayload {
     /// The tool's id.
     pub tool_name: String,
     /// The call's input.
-    pub args: Value,
+    pub args: Arc<Value>,
     /// What went wrong (also what the model is told).
     pub error: String,
 }
@@ -365,9 +367,9 @@ pub struct ToolCallSuspended {
     /// The tool's id.
     pub tool_name: String,
     /// The call's input.
-    pub args: Value,
+    pub args: Arc<Value>,
     /// What the tool suspended with (for `ask_user`: the question).
-    pub suspend_payload: Value,
+    pub suspend_payload: Arc<Value>,
     /// JSON Schema of the accepted resume data, as JSON text (Mastra's shape).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_schema: Option<String>,
@@ -382,7 +384,7 @@ pub struct ToolCallApproval {
     /// The tool's id.
     pub tool_name: String,
     /// The call's input.
-    pub args: Value,
+    pub args: Arc<Value>,
     /// JSON Schema of an approval decision, as JSON text (Mastra's shape).
     pub resume_schema: String,
 }
@@ -396,7 +398,7 @@ pub struct ToolOutputDenied {
     /// The tool's id.
     pub tool_name: String,
     /// The call's input.
-    pub args: Value,
+    pub args: Arc<Value>,
     /// The decision.
     pub approval: ApprovalDecision,
 }
@@ -451,8 +453,8 @@ mod tests {
             ChunkKind::ToolCallSuspended(ToolCallSuspended {
                 tool_call_id: "c1".into(),
                 tool_name: "ask_user".into(),
-                args: json!({"question": "Q?"}),
-                suspend_payload: json!({"question": "Q?"}),
+                args: json!({"question": "Q?"}).into(),
+                suspend_payload: json!({"question": "Q?"}).into(),
                 resume_schema: Some("{\"type\":\"string\"}".into()),
             }),
         );

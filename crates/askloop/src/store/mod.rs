@@ -17,6 +17,7 @@ mod settings;
 mod thread;
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -154,16 +155,16 @@ pub struct PendingToolCall {
     pub tool_call_id: String,
     /// The tool's id.
     pub tool_name: String,
-    /// The call's input.
-    pub args: Value,
+    /// The call's input (shared with the call it waits on).
+    pub args: Arc<Value>,
     /// Why it waits.
     pub kind: PendingKind,
     /// What the tool suspended with (for `kind: suspended`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suspend_payload: Option<Value>,
+    pub suspend_payload: Option<Arc<Value>>,
     /// JSON Schema of the accepted resume data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resume_schema: Option<Value>,
+    pub resume_schema: Option<Arc<Value>>,
     /// When the call stops waiting, unanswered, if it has a time limit:
     /// then a question is resolved as expired and an approval as declined.
     #[serde(default, skip_serializing_if = "Option::is_none")]

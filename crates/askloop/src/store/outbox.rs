@@ -398,7 +398,7 @@ fn call_data(run: &EventRun<'_>, call: &PendingToolCall, resolution: Option<&Res
         "args": call.args,
     });
     if let Some(payload) = &call.suspend_payload {
-        data["suspendPayload"] = payload.clone();
+        data["suspendPayload"] = Value::clone(payload);
     }
     if let Some(at) = call.expires_at {
         data["expiresAt"] = json!(at);
@@ -420,9 +420,9 @@ mod tests {
         PendingToolCall {
             tool_call_id: id.into(),
             tool_name: "ask_user".into(),
-            args: json!({"question": "Which region?"}),
+            args: json!({"question": "Which region?"}).into(),
             kind: PendingKind::Suspended,
-            suspend_payload: Some(json!({"question": "Which region?"})),
+            suspend_payload: Some(json!({"question": "Which region?"}).into()),
             resume_schema: None,
             expires_at: None,
             started_at: None,

@@ -292,7 +292,7 @@ mod tests {
         ToolCall {
             id: id.into(),
             name: "ask_user".into(),
-            args: json!({"question": "?"}),
+            args: json!({"question": "?"}).into(),
         }
     }
 

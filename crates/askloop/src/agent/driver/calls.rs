@@ -60,7 +60,7 @@ impl Driver {
             return error_result(call, format!("Unknown tool {}.", call.name));
         };
         let tool = Arc::clone(&registered.tool);
-        let run = AssertUnwindSafe(tool.execute(call.args.clone(), ctx))
+        let run = AssertUnwindSafe(tool.execute(call.args.as_ref().clone(), ctx))
             .catch_unwind()
             .await;
         match run {
@@ -70,8 +70,8 @@ impl Driver {
                 tool_name: call.name.clone(),
                 args: call.args.clone(),
                 kind: PendingKind::Suspended,
-                resume_schema: tool.resume_schema_for(&payload),
-                suspend_payload: Some(payload),
+                resume_schema: tool.resume_schema_for(&payload).map(Arc::new),
+                suspend_payload: Some(Arc::new(payload)),
                 expires_at: None,
                 started_at: None,
             }),

@@ -10,6 +10,8 @@
 //! streamed: it is not part of the returned turn, so it is neither stored
 //! nor sent back to the model (see [`ModelEvent::ReasoningDelta`]).
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde_json::Value;
@@ -181,7 +183,11 @@ impl Driver {
             tool_call_id: id.clone(),
         }));
         let (args, malformed) = parse_arguments(&arguments);
-        let call = ToolCall { id, name, args };
+        let call = ToolCall {
+            id,
+            name,
+            args: Arc::new(args),
+        };
         self.emit(ChunkKind::ToolCall(ToolCallPayload::from(&call)));
         // Input that is not JSON is refused for that; a schema has
         // nothing to say about it.

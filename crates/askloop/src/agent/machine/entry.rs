@@ -768,7 +768,7 @@ fn grant_of(
     let tool = tools.tool(&call.tool_name);
     let args = always
         .same_arguments
-        .then(|| tool.map_or_else(|| call.args.clone(), |t| t.acts_on(&call.args)));
+        .then(|| tool.map_or_else(|| call.args.as_ref().clone(), |t| t.acts_on(&call.args)));
     let granted_at = crate::clock::to_micros(now);
     let expires_at = always
         .lasts

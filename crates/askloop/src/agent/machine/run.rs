@@ -20,6 +20,7 @@
 //! conversation the machine does not hold.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -162,7 +163,7 @@ pub(crate) enum ToolRun {
 /// An answer for a tool that suspended.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ToolAnswer {
-    pub(crate) payload: Option<Value>,
+    pub(crate) payload: Option<Arc<Value>>,
     pub(crate) data: Value,
 }
 
@@ -741,8 +742,8 @@ impl RunMachine {
                     tool_call_id: p.tool_call_id.clone(),
                     tool_name: p.tool_name.clone(),
                     args: p.args.clone(),
-                    suspend_payload: p.suspend_payload.clone().unwrap_or(Value::Null),
-                    resume_schema: p.resume_schema.as_ref().map(Value::to_string),
+                    suspend_payload: p.suspend_payload.clone().unwrap_or_else(|| Arc::new(Value::Null)),
+                    resume_schema: p.resume_schema.as_ref().map(|schema| schema.to_string()),
                 }),
                 PendingKind::Approval => ChunkKind::ToolCallApproval(ToolCallApproval {
                     tool_call_id: p.tool_call_id.clone(),
@@ -882,7 +883,10 @@ fn decided_run(target: &PendingToolCall, action: FittedDecision, decline_answer:
         FittedDecision::Approve { args: None, .. } => ToolRun::Execute { call, resumed: None },
         // The call runs with exactly the arguments stored with the approval.
         FittedDecision::Approve { args: Some(args), .. } => ToolRun::Execute {
-            call: ToolCall { args, ..call },
+            call: ToolCall {
+                args: Arc::new(args),
+                ..call
+            },
             resumed: None,
         },
         FittedDecision::DeclineQuestion { reason, .. } => match decline_answer {

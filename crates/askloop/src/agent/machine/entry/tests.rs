@@ -51,9 +51,9 @@ fn question(id: &str, expires_at: Option<DateTime<Utc>>) -> PendingToolCall {
     PendingToolCall {
         tool_call_id: id.into(),
         tool_name: "ask_user".into(),
-        args: json!({"question": "Which city?"}),
+        args: json!({"question": "Which city?"}).into(),
         kind: PendingKind::Suspended,
-        suspend_payload: Some(json!({"question": "Which city?"})),
+        suspend_payload: Some(json!({"question": "Which city?"}).into()),
         resume_schema: None,
         expires_at,
         started_at: None,

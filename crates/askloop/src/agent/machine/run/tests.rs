@@ -66,7 +66,7 @@ fn call(id: &str, tool: &str) -> ToolCall {
     ToolCall {
         id: id.into(),
         name: tool.into(),
-        args: json!({"q": id}),
+        args: json!({"q": id}).into(),
     }
 }
 
@@ -114,7 +114,7 @@ fn question(call: &ToolCall) -> PendingToolCall {
         tool_name: call.name.clone(),
         args: call.args.clone(),
         kind: PendingKind::Suspended,
-        suspend_payload: Some(json!({"question": "Which region?"})),
+        suspend_payload: Some(json!({"question": "Which region?"}).into()),
         resume_schema: None,
         expires_at: None,
         started_at: None,
@@ -204,7 +204,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
                 tool_call_id: "c2".into(),
                 tool_name: "ask_user".into(),
                 args: ask.args.clone(),
-                suspend_payload: json!({"question": "Which region?"}),
+                suspend_payload: json!({"question": "Which region?"}).into(),
                 resume_schema: None,
             })),
             Effect::Finish(End::Suspended),
@@ -237,7 +237,7 @@ fn a_turn_with_two_calls_where_one_suspends_stores_then_shows_the_result_and_the
         [Effect::RunTools(vec![ToolRun::Execute {
             call: ask.clone(),
             resumed: Some(ToolAnswer {
-                payload: Some(json!({"question": "Which region?"})),
+                payload: Some(json!({"question": "Which region?"}).into()),
                 data: json!("eu-west"),
             }),
         }])]

@@ -357,9 +357,12 @@ pub(crate) async fn decision_stream(
     let agent = state.agent(agent_id)?;
     // A run walled off from the caller is refused before the decision is
     // handed on: nothing of it is written, and it answers as an unknown run.
-    crate::runs::load(state, caller, run_id, Some(agent_id)).await?;
+    // The agent starts from the run as read here, not from a read of its own.
+    let run = crate::runs::load(state, caller, run_id, Some(agent_id)).await?;
     let author: Author = caller.author();
-    let options = ResumeOptions::call_or_run(run_id, tool_call_id).by(author);
+    let options = ResumeOptions::call_or_run(run_id, tool_call_id)
+        .by(author)
+        .from_read(run);
     match decision {
         Decision::Answer(data) => agent.resume_stream(data, options).await,
         Decision::Approve(reason) => agent.approve_tool_call(options.with_reason(reason)).await,

@@ -5,6 +5,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use askloop::{ChunkKind, MemoryStore, ResumeOptions, RunError, RunStatus, RunStore};
 use common::*;
@@ -542,4 +543,105 @@ async fn unknown_keys_in_ask_user_input_are_refused_and_the_model_is_told_which(
     let (error, seen) = refused_question(json!({"question": "Env?", "urgent": true})).await;
     assert!(error.contains("urgent"), "{error}");
     assert_eq!(seen, format!("Model saw: {error}"));
+}
+
+/// A fresh agent on a store that counts its reads, with `script`.
+fn counted(script: &str) -> (askloop::Agent, Arc<FlakyStore>) {
+    let store = Arc::new(FlakyStore::default());
+    (agent_with(CountingModel::new(script), store.clone()), store)
+}
+
+#[tokio::test]
+async fn a_resume_from_the_callers_read_of_the_run_reads_it_once_less() {
+    let mut reads = Vec::new();
+    for from_read in [false, true] {
+        let (agent, store) = counted(FREE_TEXT);
+        let (_, output) = run(&agent, "x").await;
+        let read = store.get(&output.run_id).await.unwrap().unwrap();
+        let options = ResumeOptions::run(&output.run_id);
+        let options = if from_read { options.from_read(read) } else { options };
+        let before = store.run_reads.load(Ordering::SeqCst);
+        let out = agent.resume_stream("main", options).await.unwrap().output().await;
+        assert_eq!(out.status, RunStatus::Completed);
+        assert_eq!(out.text, "Done: User answered: main");
+        reads.push(store.run_reads.load(Ordering::SeqCst) - before);
+    }
+    assert_eq!(reads[1] + 1, reads[0], "reads without and with the caller's: {reads:?}");
+}
+
+#[tokio::test]
+async fn a_resume_from_an_out_of_date_read_reads_the_run_again_and_loses_no_answer() {
+    let (agent, store) = counted(THREE_QUESTIONS);
+    let (chunks, output) = run(&agent, "x").await;
+    let ids = suspended_ids(&chunks);
+    let stale = store.get(&output.run_id).await.unwrap().unwrap();
+    // Another question of the step is answered after the read.
+    let out = agent
+        .resume_stream("blue", ResumeOptions::call(&output.run_id, &ids[1]))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.status, RunStatus::Suspended);
+    let out = agent
+        .resume_stream("Ada", ResumeOptions::call(&output.run_id, &ids[0]).from_read(stale))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.status, RunStatus::Suspended);
+    assert_eq!(
+        out.pending.iter().map(|p| p.tool_call_id.as_str()).collect::<Vec<_>>(),
+        [ids[2].as_str()]
+    );
+    let out = agent
+        .resume_stream(json!(["a", "b"]), ResumeOptions::call(&output.run_id, &ids[2]))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(
+        out.text,
+        "Got: User answered: Ada; User answered: blue; User answered: a, b"
+    );
+    // Each tool result once.
+    assert_eq!(store.messages(&output.run_id).await.unwrap().len(), 1 + 1 + 3 + 1);
+}
+
+#[tokio::test]
+async fn a_resume_from_a_read_taken_before_the_question_was_answered_loses_as_a_concurrent_one_would() {
+    let (agent, store) = counted(FREE_TEXT);
+    let (_, output) = run(&agent, "x").await;
+    let stale = store.get(&output.run_id).await.unwrap().unwrap();
+    agent
+        .resume_stream("main", ResumeOptions::run(&output.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    let before = store.get(&output.run_id).await.unwrap().unwrap();
+    let err = agent
+        .resume_stream("dev", ResumeOptions::run(&output.run_id).from_read(stale))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::Conflict { .. }), "{err:?}");
+    assert_eq!(store.get(&output.run_id).await.unwrap().unwrap(), before);
+}
+
+#[tokio::test]
+async fn a_resume_handed_another_runs_record_reads_its_own_run() {
+    let (agent, store) = counted(FREE_TEXT);
+    let (_, first) = run(&agent, "x").await;
+    let (_, second) = run(&agent, "y").await;
+    let other = store.get(&first.run_id).await.unwrap().unwrap();
+    let out = agent
+        .resume_stream("main", ResumeOptions::run(&second.run_id).from_read(other))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(out.run_id, second.run_id);
+    assert_eq!(out.status, RunStatus::Completed);
+    let first_now = store.get(&first.run_id).await.unwrap().unwrap();
+    assert_eq!(first_now.status, RunStatus::Suspended, "the other run is untouched");
 }

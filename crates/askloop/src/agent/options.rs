@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use crate::message::Message;
-use crate::store::{Author, RunSettings, ThreadKey};
+use crate::store::{Author, RunRecord, RunSettings, ThreadKey};
 
 /// What a run starts from.
 #[derive(Debug, Clone, PartialEq)]
@@ -190,7 +190,7 @@ pub enum CallDecision {
 /// assert_eq!(options.tool_call_id.as_deref(), Some("call-1"));
 /// assert_eq!(options.reason.as_deref(), Some("not on a Friday"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ResumeOptions {
     /// The run.
@@ -205,6 +205,9 @@ pub struct ResumeOptions {
     /// Who decides, stored with the run's resolution (the library, with
     /// no name, unless set with [`ResumeOptions::by`]).
     pub author: Author,
+    /// The run as the caller read it just before, when it did (see
+    /// [`ResumeOptions::from_read`]).
+    pub(crate) read: Option<Box<RunRecord>>,
 }
 
 impl ResumeOptions {
@@ -218,6 +221,7 @@ impl ResumeOptions {
             tool_call_id: None,
             reason: None,
             author: Author::default(),
+            read: None,
         }
     }
 
@@ -228,6 +232,7 @@ impl ResumeOptions {
             tool_call_id: Some(tool_call_id.into()),
             reason: None,
             author: Author::default(),
+            read: None,
         }
     }
 
@@ -239,6 +244,7 @@ impl ResumeOptions {
             tool_call_id: tool_call_id.map(Into::into),
             reason: None,
             author: Author::default(),
+            read: None,
         }
     }
 
@@ -251,6 +257,21 @@ impl ResumeOptions {
     /// Who decides: the interface and, where known, the person or client.
     pub fn by(mut self, author: Author) -> Self {
         self.author = author;
+        self
+    }
+
+    /// Starts the resume from `run`, the run as the caller read it just
+    /// before (a server that checked who may decide on it, say), instead of
+    /// reading it again. A copy that is out of date by the time the decision
+    /// is written costs one more read, never a lost or a doubled decision:
+    /// the write is a compare-and-set on the version read, and a refused one
+    /// reads the run again, as for decisions that race each other (a call
+    /// decided meanwhile makes this one [`RunError::Conflict`]). A record of
+    /// another run is not used.
+    ///
+    /// [`RunError::Conflict`]: crate::RunError::Conflict
+    pub fn from_read(mut self, run: RunRecord) -> Self {
+        self.read = Some(Box::new(run));
         self
     }
 

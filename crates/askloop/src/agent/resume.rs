@@ -302,7 +302,8 @@ impl Agent {
             decision,
             author: options.author,
         };
-        match self.enter(run_id, request, None).await? {
+        let read = options.read.filter(|run| run.run_id == run_id).map(|run| *run);
+        match self.enter(run_id, request, read).await? {
             Outcome::Stream(stream) => Ok(stream),
             // Only an expiry that someone beat to its call ends so.
             Outcome::Cancelled | Outcome::Untouched => Err(RunError::Conflict {

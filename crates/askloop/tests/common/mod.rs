@@ -52,6 +52,8 @@ pub struct FlakyStore {
     pub fail_suspend: AtomicBool,
     pub fail_all_updates: AtomicBool,
     pub message_reads: AtomicUsize,
+    /// Reads of a run's record (`get`).
+    pub run_reads: AtomicUsize,
     pub claims: AtomicUsize,
     pub updates: AtomicUsize,
 }
@@ -62,6 +64,7 @@ impl RunStore for FlakyStore {
         self.inner.create(run, messages).await
     }
     async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.run_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.get(run_id).await
     }
     async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {

@@ -545,6 +545,11 @@ async fn unknown_keys_in_ask_user_input_are_refused_and_the_model_is_told_which(
     assert_eq!(seen, format!("Model saw: {error}"));
 }
 
+/// The rest of the run after `data` answers as `options` say.
+async fn answered(agent: &askloop::Agent, data: impl Into<Value>, options: ResumeOptions) -> askloop::StreamOutput {
+    agent.resume_stream(data, options).await.unwrap().output().await
+}
+
 /// A fresh agent on a store that counts its reads, with `script`.
 fn counted(script: &str) -> (askloop::Agent, Arc<FlakyStore>) {
     let store = Arc::new(FlakyStore::default());
@@ -561,7 +566,7 @@ async fn a_resume_from_the_callers_read_of_the_run_reads_it_once_less() {
         let options = ResumeOptions::run(&output.run_id);
         let options = if from_read { options.from_read(read) } else { options };
         let before = store.run_reads.load(Ordering::SeqCst);
-        let out = agent.resume_stream("main", options).await.unwrap().output().await;
+        let out = answered(&agent, "main", options).await;
         assert_eq!(out.status, RunStatus::Completed);
         assert_eq!(out.text, "Done: User answered: main");
         reads.push(store.run_reads.load(Ordering::SeqCst) - before);
@@ -576,30 +581,20 @@ async fn a_resume_from_an_out_of_date_read_reads_the_run_again_and_loses_no_answ
     let ids = suspended_ids(&chunks);
     let stale = store.get(&output.run_id).await.unwrap().unwrap();
     // Another question of the step is answered after the read.
-    let out = agent
-        .resume_stream("blue", ResumeOptions::call(&output.run_id, &ids[1]))
-        .await
-        .unwrap()
-        .output()
-        .await;
+    let out = answered(&agent, "blue", ResumeOptions::call(&output.run_id, &ids[1])).await;
     assert_eq!(out.status, RunStatus::Suspended);
-    let out = agent
-        .resume_stream("Ada", ResumeOptions::call(&output.run_id, &ids[0]).from_read(stale))
-        .await
-        .unwrap()
-        .output()
-        .await;
+    let out = answered(
+        &agent,
+        "Ada",
+        ResumeOptions::call(&output.run_id, &ids[0]).from_read(stale),
+    )
+    .await;
     assert_eq!(out.status, RunStatus::Suspended);
     assert_eq!(
         out.pending.iter().map(|p| p.tool_call_id.as_str()).collect::<Vec<_>>(),
         [ids[2].as_str()]
     );
-    let out = agent
-        .resume_stream(json!(["a", "b"]), ResumeOptions::call(&output.run_id, &ids[2]))
-        .await
-        .unwrap()
-        .output()
-        .await;
+    let out = answered(&agent, json!(["a", "b"]), ResumeOptions::call(&output.run_id, &ids[2])).await;
     assert_eq!(
         out.text,
         "Got: User answered: Ada; User answered: blue; User answered: a, b"
@@ -613,12 +608,7 @@ async fn a_resume_from_a_read_taken_before_the_question_was_answered_loses_as_a_
     let (agent, store) = counted(FREE_TEXT);
     let (_, output) = run(&agent, "x").await;
     let stale = store.get(&output.run_id).await.unwrap().unwrap();
-    agent
-        .resume_stream("main", ResumeOptions::run(&output.run_id))
-        .await
-        .unwrap()
-        .output()
-        .await;
+    answered(&agent, "main", ResumeOptions::run(&output.run_id)).await;
     let before = store.get(&output.run_id).await.unwrap().unwrap();
     let err = agent
         .resume_stream("dev", ResumeOptions::run(&output.run_id).from_read(stale))
@@ -634,12 +624,7 @@ async fn a_resume_handed_another_runs_record_reads_its_own_run() {
     let (_, first) = run(&agent, "x").await;
     let (_, second) = run(&agent, "y").await;
     let other = store.get(&first.run_id).await.unwrap().unwrap();
-    let out = agent
-        .resume_stream("main", ResumeOptions::run(&second.run_id).from_read(other))
-        .await
-        .unwrap()
-        .output()
-        .await;
+    let out = answered(&agent, "main", ResumeOptions::run(&second.run_id).from_read(other)).await;
     assert_eq!(out.run_id, second.run_id);
     assert_eq!(out.status, RunStatus::Completed);
     let first_now = store.get(&first.run_id).await.unwrap().unwrap();

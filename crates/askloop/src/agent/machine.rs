@@ -39,13 +39,13 @@ pub(crate) use run::{
 pub(crate) fn approval_schema() -> Arc<Value> {
     static SCHEMA: LazyLock<Arc<Value>> = LazyLock::new(|| {
         Arc::new(json!({
-        "type": "object",
-        "properties": {
-            "approved": {"type": "boolean", "description": "true to run the tool call, false to decline it"},
-            "reason": {"type": "string", "description": "Why, shown to the model when the call is declined"}
-        },
-        "required": ["approved"],
-        "additionalProperties": false
+            "type": "object",
+            "properties": {
+                "approved": {"type": "boolean", "description": "true to run the tool call, false to decline it"},
+                "reason": {"type": "string", "description": "Why, shown to the model when the call is declined"}
+            },
+            "required": ["approved"],
+            "additionalProperties": false
         }))
     });
     Arc::clone(&SCHEMA)

@@ -35,7 +35,7 @@ use opentelemetry::{Context, KeyValue, global};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::message::{FinishReason, Usage};
-use crate::store::{Author, PendingKind, ResolutionKind, RunRecord};
+use crate::store::{Author, PendingKind, PendingToolCall, ResolutionKind, RunRecord};
 
 /// The instrumentation scope of the spans written with the OpenTelemetry
 /// API directly (the waits).
@@ -198,20 +198,12 @@ fn pending_kind(kind: PendingKind) -> &'static str {
     }
 }
 
-/// What the span of a call's wait names of the call.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct WaitedCall<'a> {
-    pub(crate) tool_call_id: &'a str,
-    pub(crate) tool_name: &'a str,
-    pub(crate) kind: PendingKind,
-}
-
 /// The wait of one call, ended by a decision at `resolved_at`: a span
 /// from `raised_at` (the run's last stored write before the decision) in
 /// the run's stored trace. Nothing when the run has no trace context.
 pub(crate) fn wait_ended(
     record: &RunRecord,
-    call: WaitedCall<'_>,
+    call: &PendingToolCall,
     how: ResolutionKind,
     author: Option<&Author>,
     raised_at: DateTime<Utc>,
@@ -224,8 +216,8 @@ pub(crate) fn wait_ended(
     let mut attributes = vec![
         KeyValue::new("askloop.run.id", record.run_id.clone()),
         KeyValue::new("run_id", record.run_id.clone()),
-        KeyValue::new("gen_ai.tool.name", call.tool_name.to_owned()),
-        KeyValue::new("gen_ai.tool.call.id", call.tool_call_id.to_owned()),
+        KeyValue::new("gen_ai.tool.name", call.tool_name.clone()),
+        KeyValue::new("gen_ai.tool.call.id", call.tool_call_id.clone()),
         KeyValue::new("askloop.question.kind", pending_kind(call.kind)),
         KeyValue::new("askloop.wait.resolution", how.as_str()),
         KeyValue::new("askloop.wait.raised_at", crate::rfc3339(raised_at)),

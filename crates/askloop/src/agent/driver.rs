@@ -57,9 +57,7 @@ impl RunState {
 
 /// A call's wait that a decision ended, for its span.
 struct EndedWait {
-    tool_call_id: String,
-    tool_name: String,
-    kind: crate::store::PendingKind,
+    call: PendingToolCall,
     how: crate::store::ResolutionKind,
     author: Option<Author>,
     raised_at: chrono::DateTime<chrono::Utc>,
@@ -70,11 +68,7 @@ impl EndedWait {
     fn write(&self, record: &RunRecord) {
         telemetry::wait_ended(
             record,
-            telemetry::WaitedCall {
-                tool_call_id: &self.tool_call_id,
-                tool_name: &self.tool_name,
-                kind: self.kind,
-            },
+            &self.call,
             self.how,
             self.author.as_ref(),
             self.raised_at,
@@ -442,9 +436,7 @@ impl Driver {
                 // the run's audit record; the others are stored from now.
                 let stored = author.is_none().then(|| record.resolution_of(id)).flatten();
                 Some(EndedWait {
-                    tool_call_id: call.tool_call_id.clone(),
-                    tool_name: call.tool_name.clone(),
-                    kind: call.kind,
+                    call: call.clone(),
                     how: action.resolution_kind(),
                     author: author.clone().or_else(|| stored.map(|r| r.author.clone())),
                     raised_at: record.updated_at,

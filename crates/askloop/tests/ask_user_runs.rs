@@ -580,9 +580,20 @@ async fn a_resume_from_an_out_of_date_read_reads_the_run_again_and_loses_no_answ
     let (chunks, output) = run(&agent, "x").await;
     let ids = suspended_ids(&chunks);
     let stale = store.get(&output.run_id).await.unwrap().unwrap();
-    // Another question of the step is answered after the read.
-    let out = answered(&agent, "blue", ResumeOptions::call(&output.run_id, &ids[1])).await;
+    let fresh = store.get(&output.run_id).await.unwrap().unwrap();
+    let reads = || store.run_reads.load(Ordering::SeqCst);
+    // Another question of the step is answered after the reads, from the
+    // fresh one.
+    let before = reads();
+    let out = answered(
+        &agent,
+        "blue",
+        ResumeOptions::call(&output.run_id, &ids[1]).from_read(fresh),
+    )
+    .await;
     assert_eq!(out.status, RunStatus::Suspended);
+    let from_fresh = reads() - before;
+    let before = reads();
     let out = answered(
         &agent,
         "Ada",
@@ -590,6 +601,11 @@ async fn a_resume_from_an_out_of_date_read_reads_the_run_again_and_loses_no_answ
     )
     .await;
     assert_eq!(out.status, RunStatus::Suspended);
+    assert!(
+        reads() - before > from_fresh,
+        "the out-of-date read is read again: {} reads against {from_fresh}",
+        reads() - before
+    );
     assert_eq!(
         out.pending.iter().map(|p| p.tool_call_id.as_str()).collect::<Vec<_>>(),
         [ids[2].as_str()]
@@ -624,7 +640,9 @@ async fn a_resume_handed_another_runs_record_reads_its_own_run() {
     let (_, first) = run(&agent, "x").await;
     let (_, second) = run(&agent, "y").await;
     let other = store.get(&first.run_id).await.unwrap().unwrap();
+    let before = store.run_reads.load(Ordering::SeqCst);
     let out = answered(&agent, "main", ResumeOptions::run(&second.run_id).from_read(other)).await;
+    assert!(store.run_reads.load(Ordering::SeqCst) > before, "its own run is read");
     assert_eq!(out.run_id, second.run_id);
     assert_eq!(out.status, RunStatus::Completed);
     let first_now = store.get(&first.run_id).await.unwrap().unwrap();

@@ -4,9 +4,11 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use askloop_testkit::workload::Pieces;
+
 /// Usage, printed with every argument error.
 pub const USAGE: &str = "usage: askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] [--detail] \
-[--runtime multi|current] [--server-bin PATH] [--hold SECS] [--mastra DIR] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M \
+[--runtime multi|current] [--pieces TEXT[,ARGUMENTS]] [--server-bin PATH] [--hold SECS] [--mastra DIR] MODE where MODE is: roundtrip N | concurrent K | restart | long T | waiting M \
 | http N | http-concurrent K | inbox M | thread M | scale M | compare N";
 
 /// Which Tokio runtime drives the benchmark.
@@ -87,6 +89,9 @@ pub struct Target {
     /// `compare`: the folder of the Mastra program (`bench/mastra`, with its
     /// `npm ci` done); `None`: the repository's.
     pub mastra_dir: Option<PathBuf>,
+    /// How finely the in-process fake model streams its replies (20 text
+    /// deltas and 4 argument fragments unless `--pieces` says otherwise).
+    pub pieces: Pieces,
 }
 
 /// The resolved configuration.
@@ -123,6 +128,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
         server_bin: None,
         hold: None,
         mastra_dir: None,
+        pieces: Pieces::TOKENS,
     };
     let mut runtime = RuntimeKind::Multi;
     let mut positional = Vec::new();
@@ -162,6 +168,9 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
                     .parse()
                     .map_err(|_| ArgError(format!("--hold takes whole seconds, not `{value}`")))?;
                 target.hold = Some(std::time::Duration::from_secs(secs));
+            }
+            "--pieces" => {
+                target.pieces = Pieces::parse(&value).map_err(|problem| ArgError(format!("--pieces: {problem}")))?;
             }
             "--runtime" => {
                 runtime = match value.as_str() {
@@ -293,6 +302,18 @@ mod tests {
             parse(args("__thread-answer r-1")).unwrap().unwrap().mode,
             Mode::ThreadAnswer("r-1".into())
         );
+        assert_eq!(
+            parse(args("roundtrip 5")).unwrap().unwrap().target.pieces,
+            Pieces::TOKENS
+        );
+        assert_eq!(
+            parse(args("roundtrip 5 --pieces 1")).unwrap().unwrap().target.pieces,
+            Pieces::WHOLE
+        );
+        assert_eq!(
+            parse(args("--pieces=40,8 http 5")).unwrap().unwrap().target.pieces,
+            Pieces { text: 40, arguments: 8 }
+        );
         let config = parse(args("--hold 30 http-concurrent 10")).unwrap().unwrap();
         assert_eq!(config.target.hold, Some(std::time::Duration::from_secs(30)));
         assert_eq!(parse(args("http 5")).unwrap().unwrap().target.hold, None);
@@ -321,6 +342,10 @@ mod tests {
             "thread 0",
             "thread 10 20",
             "thread many",
+            "roundtrip 5 --pieces",
+            "roundtrip 5 --pieces 0",
+            "roundtrip 5 --pieces lots",
+            "roundtrip 5 --pieces 3,0",
         ] {
             let err = parse(args(line)).unwrap_err();
             assert!(!err.0.is_empty() && !err.0.contains('\n'), "{line}: {err}");

@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use askloop::{Agent, AskUser};
 use askloop_providers::{OpenAiConfig, OpenAiModel};
-use askloop_testkit::{FakeServer, workload};
+use askloop_testkit::FakeServer;
+use askloop_testkit::workload::{self, Pieces};
 use tempfile::TempDir;
 
 use crate::cli::Target;
@@ -51,7 +52,7 @@ impl Environment {
                 (url.clone(), None)
             }
             None => {
-                let server = InProcessServer::start(workload)?;
+                let server = InProcessServer::start(workload, target.pieces)?;
                 (server.base_url.clone(), Some(server))
             }
         };
@@ -185,7 +186,7 @@ struct InProcessServer {
 }
 
 impl InProcessServer {
-    fn start(workload: Workload) -> anyhow::Result<InProcessServer> {
+    fn start(workload: Workload, pieces: Pieces) -> anyhow::Result<InProcessServer> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<String, String>>();
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (cpu_tx, mut cpu_rx) =
@@ -203,8 +204,8 @@ impl InProcessServer {
                 runtime.block_on(async move {
                     let builder = FakeServer::builder().record_requests(false);
                     let builder = match workload {
-                        Workload::Deploy => builder.responder(workload::deploy_responder()),
-                        Workload::Long(t) => builder.responder(workload::long_responder(t)),
+                        Workload::Deploy => builder.responder(workload::deploy_responder_in(pieces)),
+                        Workload::Long(t) => builder.responder(workload::long_responder_in(t, pieces)),
                     };
                     match builder.start().await {
                         Ok(server) => {

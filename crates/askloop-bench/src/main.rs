@@ -1,7 +1,8 @@
 //! `askloop-bench`: the ask-the-user round trip benchmark (`docs/benchmarks.md`).
 //!
 //! ```text
-//! askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY] MODE
+//! askloop-bench [--base-url URL] [--db PATH_OR_URL] [--model NAME] [--api-key KEY]
+//!               [--runtime multi|current] [--pieces TEXT[,ARGUMENTS]] MODE
 //!   roundtrip N | concurrent K | restart | long T | waiting M
 //!   | http N | http-concurrent K      (with [--server-bin PATH])
 //!   | inbox M                         (the web page, in headless chromium)
@@ -12,7 +13,9 @@
 //!
 //! Each mode prints one JSON line (`"impl":"askloop"`). Without
 //! `--base-url` the testkit's fake OpenAI-compatible server runs inside this
-//! process (its CPU then counts in the figures); without `--db` the store is
+//! process (its CPU then counts in the figures), streaming each reply's text
+//! in 20 deltas and each tool call's arguments in 4 fragments, as models do
+//! (`--pieces 1`: the large-piece workload, each in one); without `--db` the store is
 //! a fresh SQLite file in a temporary directory, removed at the end. Every
 //! run is checked: a run that does not end with the expected text is not
 //! counted in `ok` and makes the exit status non-zero. The `http` modes run
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let pieces = config.target.pieces;
     // The benchmark runs as a task on the runtime's workers, as a server's
     // request handler would: under `block_on` it would stay on the main
     // thread, and every chunk the run's task sends it would wake that thread
@@ -70,7 +74,7 @@ fn main() -> ExitCode {
     });
     // The runtime goes before the exit status: no task outlives the report.
     drop(runtime);
-    match result {
+    match result.map(|report| report.noting_pieces(pieces)) {
         Ok(report) => {
             println!("{}", report.line);
             if report.failed == 0 {

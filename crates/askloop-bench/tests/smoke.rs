@@ -355,6 +355,19 @@ fn http_round_trips_go_through_a_served_askloop_and_report_its_cpu_and_memory() 
 }
 
 #[test]
+fn the_large_piece_workload_runs_in_process_and_served_and_its_line_says_so() {
+    let report = bench(&["--pieces", "1", "roundtrip", "2"]);
+    assert_eq!(report["mode"], "roundtrip");
+    assert_eq!(report["pieces"], "1,1", "{report}");
+    let bin = askloop_bin();
+    let report = bench(&["--server-bin", &bin, "--pieces=60,7", "http", "2"]);
+    assert_eq!(report["mode"], "http");
+    assert_eq!(report["pieces"], "60,7", "{report}");
+    // The default workload's lines stay as they were.
+    assert!(bench(&["roundtrip", "1"]).get("pieces").is_none());
+}
+
+#[test]
 fn http_concurrent_runs_all_suspend_then_all_finish_through_a_served_askloop() {
     let bin = askloop_bin();
     let report = bench(&["--server-bin", &bin, "http-concurrent", "5"]);

@@ -12,7 +12,9 @@
 //!   closing text.
 //!
 //! Both understand OpenAI (`role: "tool"` messages) and Anthropic
-//! (`tool_result` blocks) request bodies.
+//! (`tool_result` blocks) request bodies. Their `_in` forms stream the text
+//! and the arguments in other [`Pieces`] (one piece each: the large-piece
+//! workload).
 
 use serde_json::{Value, json};
 
@@ -45,42 +47,125 @@ pub fn deploy_text(tool_result: &str) -> String {
     format!("Deploying to {tool_result}.")
 }
 
+/// How finely a workload's replies are streamed: the text in `text` deltas,
+/// each tool call's arguments in `arguments` fragments (fewer when the text
+/// is shorter than that in characters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pieces {
+    /// Text deltas of a reply.
+    pub text: usize,
+    /// Argument fragments of a tool call.
+    pub arguments: usize,
+}
+
+impl Pieces {
+    /// As models stream: the text in 20 deltas, the arguments in 4 (the
+    /// benchmarks' workload).
+    pub const TOKENS: Pieces = Pieces { text: 20, arguments: 4 };
+
+    /// Every reply in one piece: the large-piece workload.
+    pub const WHOLE: Pieces = Pieces { text: 1, arguments: 1 };
+
+    /// The most pieces of either kind [`Pieces::parse`] accepts.
+    pub const MAX: usize = 10_000;
+
+    /// Reads `TEXT` or `TEXT,ARGUMENTS` (1 to [`Pieces::MAX`] each); with
+    /// one number the arguments come in as many pieces, at most 4.
+    pub fn parse(text: &str) -> Result<Pieces, String> {
+        let count = |part: &str| {
+            part.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=Self::MAX).contains(n))
+                .ok_or_else(|| {
+                    format!(
+                        "`{text}` is not TEXT or TEXT,ARGUMENTS with each a count between 1 and {}",
+                        Self::MAX
+                    )
+                })
+        };
+        match text.split_once(',') {
+            Some((reply, arguments)) => Ok(Pieces {
+                text: count(reply)?,
+                arguments: count(arguments)?,
+            }),
+            None => {
+                let reply = count(text)?;
+                Ok(Pieces {
+                    text: reply,
+                    arguments: reply.min(Self::TOKENS.arguments),
+                })
+            }
+        }
+    }
+}
+
+impl Default for Pieces {
+    fn default() -> Self {
+        Pieces::TOKENS
+    }
+}
+
+impl std::fmt::Display for Pieces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{},{}", self.text, self.arguments)
+    }
+}
+
 /// The turn that asks the deploy question.
 pub fn deploy_question_turn(call_id: &str) -> FakeTurn {
+    deploy_question_turn_in(call_id, Pieces::TOKENS)
+}
+
+fn deploy_question_turn_in(call_id: &str, pieces: Pieces) -> FakeTurn {
     let call = FakeToolCall {
         id: Some(call_id.to_owned()),
         name: "ask_user".to_owned(),
-        arguments: split_even(DEPLOY_ARGUMENTS_JSON, 4),
+        arguments: split_even(DEPLOY_ARGUMENTS_JSON, pieces.arguments),
     };
     FakeTurn::default().call(call).output_tokens(24)
 }
 
 /// The turn that closes the run: the text in 20 deltas.
 pub fn deploy_answer_turn(tool_result: &str) -> FakeTurn {
-    FakeTurn::text_in(&deploy_text(tool_result), 20).output_tokens(8)
+    deploy_answer_turn_in(tool_result, Pieces::TOKENS)
+}
+
+fn deploy_answer_turn_in(tool_result: &str, pieces: Pieces) -> FakeTurn {
+    FakeTurn::text_in(&deploy_text(tool_result), pieces.text).output_tokens(8)
 }
 
 /// The deploy workload (one question, then the closing text).
 pub fn deploy_responder() -> impl Fn(&Value) -> FakeResponse + Send + Sync + 'static {
-    |body: &Value| match last_tool_result(body) {
-        Some(result) => deploy_answer_turn(&result).into(),
-        None => deploy_question_turn("call_ask_1").into(),
+    deploy_responder_in(Pieces::TOKENS)
+}
+
+/// The deploy workload, streamed in `pieces`.
+pub fn deploy_responder_in(pieces: Pieces) -> impl Fn(&Value) -> FakeResponse + Send + Sync + 'static {
+    move |body: &Value| match last_tool_result(body) {
+        Some(result) => deploy_answer_turn_in(&result, pieces).into(),
+        None => deploy_question_turn_in("call_ask_1", pieces).into(),
     }
 }
 
 /// The `long T` workload: T free-text questions in a row, then the closing
 /// text for the last answer.
 pub fn long_responder(t: usize) -> impl Fn(&Value) -> FakeResponse + Send + Sync + 'static {
+    long_responder_in(t, Pieces::TOKENS)
+}
+
+/// The `long T` workload, streamed in `pieces`.
+pub fn long_responder_in(t: usize, pieces: Pieces) -> impl Fn(&Value) -> FakeResponse + Send + Sync + 'static {
     move |body: &Value| {
         let answered = tool_result_count(body);
         if answered >= t {
             let last = last_tool_result(body).unwrap_or_default();
-            return deploy_answer_turn(&last).into();
+            return deploy_answer_turn_in(&last, pieces).into();
         }
         let k = answered + 1;
         let args = json!({"question": format!("Question {k} of {t}?")});
         FakeTurn::default()
-            .call(FakeToolCall::new("ask_user", &args, 4).id(format!("call_ask_{k}")))
+            .call(FakeToolCall::new("ask_user", &args, pieces.arguments).id(format!("call_ask_{k}")))
             .output_tokens(16)
             .into()
     }
@@ -178,6 +263,45 @@ mod tests {
             turn(responder(&anthropic)).text.concat(),
             "Deploying to User answered: production."
         );
+    }
+
+    #[test]
+    fn the_large_piece_workload_streams_each_reply_in_one_piece() {
+        let responder = deploy_responder_in(Pieces::WHOLE);
+        let first = turn(responder(&json!({"messages": [{"role": "user", "content": "Deploy"}]})));
+        assert_eq!(first.tool_calls[0].arguments, vec![DEPLOY_ARGUMENTS_JSON.to_owned()]);
+        let answered = json!({"messages": [
+            {"role": "user", "content": "Deploy"},
+            {"role": "tool", "tool_call_id": "c", "content": "staging"}
+        ]});
+        assert_eq!(
+            turn(responder(&answered)).text,
+            vec!["Deploying to staging.".to_owned()]
+        );
+
+        let long = long_responder_in(1, Pieces { text: 3, arguments: 2 });
+        let ask = turn(long(&json!({"messages": [{"role": "user", "content": "go"}]})));
+        assert_eq!(ask.tool_calls[0].arguments.len(), 2);
+        assert_eq!(turn(long(&answered)).text.len(), 3);
+    }
+
+    #[test]
+    fn pieces_read_one_count_or_two_and_refuse_the_rest() {
+        assert_eq!(Pieces::parse("1"), Ok(Pieces::WHOLE));
+        assert_eq!(Pieces::parse("20"), Ok(Pieces::TOKENS));
+        assert_eq!(
+            Pieces::parse("100"),
+            Ok(Pieces {
+                text: 100,
+                arguments: 4
+            })
+        );
+        assert_eq!(Pieces::parse("5,12"), Ok(Pieces { text: 5, arguments: 12 }));
+        assert_eq!(Pieces::parse(&Pieces::TOKENS.to_string()), Ok(Pieces::TOKENS));
+        for bad in ["", "0", "-1", "many", "2,", ",2", "1,2,3", "10001", "3,0"] {
+            let err = Pieces::parse(bad).unwrap_err();
+            assert!(err.contains("TEXT,ARGUMENTS") && err.contains("10000"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -220,9 +220,9 @@ impl Drop for KillOnDrop {
 }
 
 #[tokio::test]
-async fn the_fake_openai_program_serves_the_long_workload_on_the_port_it_prints() {
+async fn the_fake_openai_program_serves_the_long_workload_in_its_pieces_on_the_port_it_prints() {
     let child = Command::new(env!("CARGO_BIN_EXE_askloop-fake-openai"))
-        .args(["--port", "0", "--workload", "long:3"])
+        .args(["--port", "0", "--workload", "long:3", "--pieces", "5,1"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -254,15 +254,22 @@ async fn the_fake_openai_program_serves_the_long_workload_on_the_port_it_prints(
     .text()
     .await
     .unwrap();
-    let arguments: String = data_lines(&body)
+    let fragments: Vec<String> = data_lines(&body)
         .iter()
         .filter_map(|f| serde_json::from_str::<Value>(f).ok())
         .filter_map(|c| {
             c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
                 .as_str()
+                .filter(|fragment| !fragment.is_empty())
                 .map(str::to_owned)
         })
         .collect();
+    assert_eq!(
+        fragments.len(),
+        1,
+        "`--pieces 5,1` streams the arguments whole: {fragments:?}"
+    );
+    let arguments = fragments.concat();
     assert_eq!(
         serde_json::from_str::<Value>(&arguments).unwrap(),
         json!({"question": "Question 2 of 3?"})
@@ -270,17 +277,19 @@ async fn the_fake_openai_program_serves_the_long_workload_on_the_port_it_prints(
 }
 
 #[test]
-fn the_fake_openai_program_rejects_a_bad_workload_with_usage() {
-    let output = Command::new(env!("CARGO_BIN_EXE_askloop-fake-openai"))
-        .args(["--workload", "forever"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("expected deploy or long:T") && stderr.contains("usage:"),
-        "{stderr}"
-    );
+fn the_fake_openai_program_rejects_a_bad_workload_or_pieces_with_usage() {
+    for (args, problem) in [
+        (["--workload", "forever"], "expected deploy or long:T"),
+        (["--pieces", "0"], "--pieces: `0` is not TEXT or TEXT,ARGUMENTS"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_askloop-fake-openai"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(problem) && stderr.contains("usage:"), "{stderr}");
+    }
 }
 
 #[tokio::test]

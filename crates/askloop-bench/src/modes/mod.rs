@@ -11,6 +11,7 @@ mod scale;
 mod thread;
 mod waiting;
 
+use askloop_testkit::workload::Pieces;
 use serde::Serialize;
 
 pub use compare::compare;
@@ -47,6 +48,22 @@ impl Report {
             failures: failures.first,
             failed: failures.count,
         })
+    }
+
+    /// The line with `"pieces":"TEXT,ARGUMENTS"` added when the fake model
+    /// streamed in other pieces than the default's (20 text deltas, 4
+    /// argument fragments), so a line says which workload it measured.
+    pub fn noting_pieces(mut self, pieces: Pieces) -> Report {
+        if pieces == Pieces::TOKENS {
+            return self;
+        }
+        if let Ok(mut fields) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&self.line) {
+            fields.insert("pieces".to_owned(), pieces.to_string().into());
+            if let Ok(line) = serde_json::to_string(&fields) {
+                self.line = line;
+            }
+        }
+        self
     }
 }
 

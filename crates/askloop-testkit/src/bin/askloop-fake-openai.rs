@@ -2,17 +2,20 @@
 //! program, so other frameworks can be measured against the same server.
 //!
 //! ```text
-//! askloop-fake-openai [--port PORT] [--workload deploy|long:T]
+//! askloop-fake-openai [--port PORT] [--workload deploy|long:T] [--pieces TEXT[,ARGUMENTS]]
 //! ```
 //!
-//! Prints `listening on http://127.0.0.1:PORT/v1` once ready and serves until
+//! `--pieces` streams each reply's text in TEXT deltas and each tool call's
+//! arguments in ARGUMENTS fragments (default `20,4`, as models stream; `1`
+//! for the large-piece workload). Prints `listening on http://127.0.0.1:PORT/v1` once ready and serves until
 //! interrupted. Requests are not recorded (memory stays flat).
 
 use std::process::ExitCode;
 
-use askloop_testkit::{FakeServer, workload};
+use askloop_testkit::FakeServer;
+use askloop_testkit::workload::{self, Pieces};
 
-const USAGE: &str = "usage: askloop-fake-openai [--port PORT] [--workload deploy|long:T]";
+const USAGE: &str = "usage: askloop-fake-openai [--port PORT] [--workload deploy|long:T] [--pieces TEXT[,ARGUMENTS]]";
 
 enum Workload {
     Deploy,
@@ -22,6 +25,7 @@ enum Workload {
 struct Args {
     port: u16,
     workload: Workload,
+    pieces: Pieces,
 }
 
 /// Why the arguments were not used: help was asked for, or one is wrong.
@@ -41,6 +45,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, NotRun> {
     let mut parsed = Args {
         port: 0,
         workload: Workload::Deploy,
+        pieces: Pieces::TOKENS,
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -75,6 +80,10 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, NotRun> {
                     }
                 };
             }
+            "--pieces" => {
+                let text = value()?;
+                parsed.pieces = Pieces::parse(&text).map_err(|problem| format!("--pieces: {problem}"))?;
+            }
             "-h" | "--help" => return Err(NotRun::Help),
             other => return Err(NotRun::Usage(format!("unknown argument `{other}`"))),
         }
@@ -105,8 +114,8 @@ fn main() -> ExitCode {
     runtime.block_on(async move {
         let builder = FakeServer::builder().port(args.port).record_requests(false);
         let builder = match args.workload {
-            Workload::Deploy => builder.responder(workload::deploy_responder()),
-            Workload::Long(t) => builder.responder(workload::long_responder(t)),
+            Workload::Deploy => builder.responder(workload::deploy_responder_in(args.pieces)),
+            Workload::Long(t) => builder.responder(workload::long_responder_in(t, args.pieces)),
         };
         let server = match builder.start().await {
             Ok(server) => server,

@@ -182,6 +182,11 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, A
             other => return Err(ArgError(format!("unknown option `{other}`"))),
         }
     }
+    if target.base_url.is_some() && target.pieces != Pieces::TOKENS {
+        return Err(ArgError(
+            "--pieces sets how the bench's own fake model streams; with --base-url the outside server decides".into(),
+        ));
+    }
     let mode = parse_mode(&positional)?;
     Ok(Some(Config { mode, runtime, target }))
 }
@@ -346,6 +351,7 @@ mod tests {
             "roundtrip 5 --pieces 0",
             "roundtrip 5 --pieces lots",
             "roundtrip 5 --pieces 3,0",
+            "roundtrip 5 --pieces 1 --base-url http://127.0.0.1:9/v1",
         ] {
             let err = parse(args(line)).unwrap_err();
             assert!(!err.0.is_empty() && !err.0.contains('\n'), "{line}: {err}");

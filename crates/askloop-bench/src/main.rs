@@ -13,9 +13,10 @@
 //!
 //! Each mode prints one JSON line (`"impl":"askloop"`). Without
 //! `--base-url` the testkit's fake OpenAI-compatible server runs inside this
-//! process (its CPU then counts in the figures), streaming each reply's text
-//! in 20 deltas and each tool call's arguments in 4 fragments, as models do
-//! (`--pieces 1`: the large-piece workload, each in one); without `--db` the store is
+//! process, on a thread of its own whose CPU `roundtrip` reports apart. It
+//! streams each reply's text in 20 deltas and each tool call's arguments in
+//! 4 fragments, as models do (`--pieces 1`: the large-piece workload, each
+//! in one). Without `--db` the store is
 //! a fresh SQLite file in a temporary directory, removed at the end. Every
 //! run is checked: a run that does not end with the expected text is not
 //! counted in `ok` and makes the exit status non-zero. The `http` modes run

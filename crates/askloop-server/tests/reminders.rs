@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use askloop_server::email::{EmailSettings, MailRecipient, SmtpTls};
 use askloop_server::links::{AnswerLinks, LinkKey, LinkSettings};
 use askloop_server::{Server, ServerOptions, Webhooks};
 use askloop_testkit::skipped_for_lack_of;
-use askloop_testkit::smtp::{Smtp, free_port, messages, missing_smtp, parse, wait_for_messages};
+use askloop_testkit::smtp::{Smtp, free_port, messages, missing_smtp, parse};
 use chrono::{DateTime, Utc};
 use common::*;
 use serde_json::{Value, json};
@@ -54,7 +54,10 @@ async fn setup() -> Setup {
     bob.after = Duration::from_secs(4 * 3600);
     let mut email = EmailSettings::new("127.0.0.1", SmtpTls::None, "askloop <askloop@example.com>");
     email.port = port;
-    email.timeout = Duration::from_secs(5);
+    // On the held clock a failed attempt is tried again only when the test
+    // moves the clock, so one slow moment of the SMTP server must not fail
+    // it: a long timeout, still under the 60 s the test waits for a mail.
+    email.timeout = Duration::from_secs(30);
 
     let clock = ManualClock::starting_at(RAISED.parse().unwrap());
     let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
@@ -128,12 +131,25 @@ async fn until_steps(server: &TestServer, run_id: &str, what: &str, done: impl F
     panic!("timed out waiting for {what}: {:?}", steps(server, run_id).await);
 }
 
-/// The mails in `maildir` once there are `count`, read back, in the order
-/// they arrived.
-async fn mails(maildir: &Path, count: usize) -> Vec<Value> {
-    let maildir = maildir.to_owned();
+/// The mails in the maildir once there are `count`, read back, in the order
+/// they arrived. Waits 60 s at most (a hang guard); when they do not come,
+/// the failure shows the run's deliveries, whose last error says why (on a
+/// held clock, a failed attempt is tried again only when the test moves it).
+async fn mails(setup: &Setup, run_id: &str, count: usize) -> Vec<Value> {
+    for _ in 0..600 {
+        if messages(&setup.maildir).len() >= count {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let arrived = messages(&setup.maildir).len();
+    assert!(
+        arrived >= count,
+        "{count} mail(s) did not arrive, {arrived} did; the run's deliveries: {:?}",
+        steps(&setup.server, run_id).await
+    );
+    let maildir = setup.maildir.clone();
     tokio::task::spawn_blocking(move || {
-        wait_for_messages(&maildir, count);
         let mut read: Vec<(String, Value)> = messages(&maildir)
             .iter()
             .map(|path| {
@@ -171,7 +187,7 @@ async fn a_question_still_open_is_mailed_again_then_to_someone_else_each_step_re
     let setup = setup().await;
     let (run_id, _call_id) = suspended_run(&setup.server).await;
 
-    let first = mails(&setup.maildir, 1).await;
+    let first = mails(&setup, &run_id, 1).await;
     assert_eq!(first[0]["to"], "Alice <alice@example.com>");
     assert!(
         first[0]["subject"]
@@ -210,7 +226,7 @@ async fn a_question_still_open_is_mailed_again_then_to_someone_else_each_step_re
     assert_eq!(messages(&setup.maildir).len(), 1);
 
     setup.clock.advance(Duration::from_secs(3600));
-    let two = mails(&setup.maildir, 2).await;
+    let two = mails(&setup, &run_id, 2).await;
     assert_eq!(two[1]["to"], "Alice <alice@example.com>");
     assert!(
         two[1]["subject"]
@@ -235,7 +251,7 @@ async fn a_question_still_open_is_mailed_again_then_to_someone_else_each_step_re
     );
 
     setup.clock.advance(Duration::from_secs(3 * 3600));
-    let three = mails(&setup.maildir, 3).await;
+    let three = mails(&setup, &run_id, 3).await;
     assert_eq!(three[2]["to"], "Bob <bob@example.com>");
     assert!(
         three[2]["subject"]
@@ -286,7 +302,7 @@ async fn a_reminder_due_after_the_answer_is_not_sent_and_says_why() {
     }
     let setup = setup().await;
     let (run_id, call_id) = suspended_run(&setup.server).await;
-    mails(&setup.maildir, 1).await;
+    mails(&setup, &run_id, 1).await;
 
     // Answered 59 minutes in, a minute before the reminder is due.
     setup.clock.advance(Duration::from_secs(59 * 60));

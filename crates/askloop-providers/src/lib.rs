@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 mod anthropic;
+mod direct;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -100,10 +100,11 @@ impl AnthropicModel {
         let base = config.base_url.trim_end_matches('/');
         let base = base.strip_suffix("/v1").unwrap_or(base);
         let url = format!("{base}/v1/messages");
+        let endpoint = http::Endpoint::new(url, &config.http);
         Ok(AnthropicModel {
             name: name.into(),
             config,
-            endpoint: http::Endpoint::new(url),
+            endpoint,
             client,
         })
     }
@@ -128,7 +129,7 @@ impl Model for AnthropicModel {
         })?;
         let body = bytes::Bytes::from(body);
         let deadline = http::Deadline::start(&self.config.http);
-        let response = http::send_with_retries(PROVIDER, self.endpoint.as_str(), &self.config.http, deadline, || {
+        let response = http::send_with_retries(PROVIDER, &self.endpoint, &self.config.http, deadline, || {
             self.endpoint
                 .post(&self.client)
                 .header("x-api-key", &self.config.api_key)

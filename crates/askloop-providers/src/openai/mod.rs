@@ -136,10 +136,11 @@ impl OpenAiModel {
             .api_key
             .as_ref()
             .and_then(|key| http::sensitive_header(format!("Bearer {key}")));
+        let endpoint = http::Endpoint::new(url, &config.http);
         Ok(OpenAiModel {
             name: name.into(),
             config,
-            endpoint: http::Endpoint::new(url),
+            endpoint,
             authorization,
             tools: Arc::default(),
             client,
@@ -170,7 +171,7 @@ impl Model for OpenAiModel {
             serde_json::to_vec(&request::chat_request(&self.config.model, &request, tools)).map_err(serialise_error)?;
         let body = bytes::Bytes::from(body);
         let deadline = http::Deadline::start(&self.config.http);
-        let response = http::send_with_retries(provider, self.endpoint.as_str(), &self.config.http, deadline, || {
+        let response = http::send_with_retries(provider, &self.endpoint, &self.config.http, deadline, || {
             let mut builder = self
                 .endpoint
                 .post(&self.client)

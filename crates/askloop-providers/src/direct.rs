@@ -43,6 +43,8 @@ use reqwest::header::{HOST, HeaderValue};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::http::human;
+
 /// How long an idle connection is kept for the next call (as reqwest's
 /// pool keeps one).
 const IDLE_FOR: Duration = Duration::from_secs(90);
@@ -108,7 +110,7 @@ pub(crate) enum DirectError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot connect to {url} within the connect timeout of {timeout:?}")]
+    #[error("cannot connect to {url} within the connect timeout of {} (HttpConfig::connect_timeout sets it)", human(*timeout))]
     ConnectTimeout { url: String, timeout: Duration },
     #[error("the request to {url} failed: {source}")]
     Http {

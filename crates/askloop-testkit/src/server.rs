@@ -137,7 +137,16 @@ impl FakeServerBuilder {
 
     /// Binds and starts serving on the current tokio runtime.
     pub async fn start(self) -> std::io::Result<FakeServer> {
-        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], self.port))).await?;
+        // The queue of connections not yet accepted as long as the
+        // kernel allows (`somaxconn`, 4,096 here), as Go's servers (Ollama)
+        // ask for it and uvicorn's (vLLM) 2,048, rather than tokio's 1,024:
+        // 1,000 model calls opened at once overflowed the shorter one now
+        // and then, and each connection that did waited a second for its
+        // handshake to be sent again.
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(SocketAddr::from(([127, 0, 0, 1], self.port)))?;
+        let listener: TcpListener = socket.listen(4096)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(self.queue),

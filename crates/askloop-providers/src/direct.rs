@@ -293,19 +293,35 @@ impl Link {
             return false;
         }
         let mut cx = Context::from_waker(Waker::noop());
-        self.driven.poll_connection(&mut cx);
-        !self.driven.finished && !self.sender.is_closed()
+        self.driven.connection.poll(&mut cx);
+        !self.driven.connection.finished && !self.sender.is_closed()
     }
 }
 
 /// A connection future, polled by the task waiting on it, with a waker that
 /// folds the wakes given during that poll into it.
 struct Driven {
-    connection: Pin<Box<Connection<TokioIo<TcpStream>, reqwest::Body>>>,
-    /// The connection future has returned: the connection is closed.
-    finished: bool,
+    connection: ConnectionFuture,
     wakes: Arc<Wakes>,
+    /// A waker of `wakes`, made once.
     waker: Waker,
+}
+
+/// hyper's connection future, polled until it returns.
+struct ConnectionFuture {
+    future: Pin<Box<Connection<TokioIo<TcpStream>, reqwest::Body>>>,
+    /// The future has returned: the connection is closed.
+    finished: bool,
+}
+
+impl ConnectionFuture {
+    fn poll(&mut self, cx: &mut Context<'_>) {
+        if !self.finished && self.future.as_mut().poll(cx).is_ready() {
+            // Closed, cleanly or not: an error reaches the request or the
+            // body waiting on it, which hyper fails.
+            self.finished = true;
+        }
+    }
 }
 
 /// The waker the connection and its body are polled with. While their
@@ -335,18 +351,12 @@ impl Driven {
     fn new(connection: Connection<TokioIo<TcpStream>, reqwest::Body>) -> Self {
         let wakes = Arc::new(Wakes::default());
         Driven {
-            connection: Box::pin(connection),
-            finished: false,
+            connection: ConnectionFuture {
+                future: Box::pin(connection),
+                finished: false,
+            },
             waker: Waker::from(Arc::clone(&wakes)),
             wakes,
-        }
-    }
-
-    fn poll_connection(&mut self, cx: &mut Context<'_>) {
-        if !self.finished && self.connection.as_mut().poll(cx).is_ready() {
-            // Closed, cleanly or not: an error reaches the request or the
-            // body waiting on it, which hyper fails.
-            self.finished = true;
         }
     }
 
@@ -354,26 +364,30 @@ impl Driven {
     /// the connection driven in the same poll, going round while either
     /// wakes the other.
     fn poll_with<T>(&mut self, cx: &mut Context<'_>, mut wait: impl FnMut(&mut Context<'_>) -> Poll<T>) -> Poll<T> {
-        self.wakes.task.register(cx.waker());
-        self.wakes.polling.store(true, Ordering::SeqCst);
-        let waker = self.waker.clone();
-        let mut inner = Context::from_waker(&waker);
+        let Driven {
+            connection,
+            wakes,
+            waker,
+        } = self;
+        wakes.task.register(cx.waker());
+        wakes.polling.store(true, Ordering::SeqCst);
+        let mut inner = Context::from_waker(waker);
         let mut outcome = Poll::Pending;
         for _ in 0..ROUNDS {
-            self.wakes.woken.store(false, Ordering::SeqCst);
+            wakes.woken.store(false, Ordering::SeqCst);
             outcome = wait(&mut inner);
             if outcome.is_ready() {
                 break;
             }
-            self.poll_connection(&mut inner);
-            if !self.wakes.woken.load(Ordering::SeqCst) {
+            connection.poll(&mut inner);
+            if !wakes.woken.load(Ordering::SeqCst) {
                 break;
             }
         }
-        self.wakes.polling.store(false, Ordering::SeqCst);
+        wakes.polling.store(false, Ordering::SeqCst);
         // A wake that came after the last round, or rounds used up with
         // work left: poll again later rather than lose it.
-        if outcome.is_pending() && self.wakes.woken.load(Ordering::SeqCst) {
+        if outcome.is_pending() && wakes.woken.load(Ordering::SeqCst) {
             cx.waker().wake_by_ref();
         }
         outcome

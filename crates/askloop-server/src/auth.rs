@@ -310,7 +310,7 @@ impl Access {
             token,
             agents,
             resources,
-            author: Author { via, by },
+            author: Author::maybe_named(via, by),
         })
     }
 

@@ -89,10 +89,10 @@ impl GrantRow {
             .map_err(|e| bad(format!("args: {e}")))?;
         let granted_via = interface(&self.granted_via).map_err(|e| bad(format!("granted_via: {e}")))?;
         let revoked_by = match self.revoked_via {
-            Some(via) => Some(Author {
-                via: interface(&via).map_err(|e| bad(format!("revoked_via: {e}")))?,
-                by: self.revoked_by,
-            }),
+            Some(via) => Some(Author::maybe_named(
+                interface(&via).map_err(|e| bad(format!("revoked_via: {e}")))?,
+                self.revoked_by,
+            )),
             None => None,
         };
         Ok(Grant {
@@ -103,10 +103,7 @@ impl GrantRow {
             resource_id: self.resource_id,
             thread_id: self.thread_id,
             args,
-            granted_by: Author {
-                via: granted_via,
-                by: self.granted_by,
-            },
+            granted_by: Author::maybe_named(granted_via, self.granted_by),
             granted_at: self.granted_at,
             expires_at: self.expires_at,
             run_id: self.run_id,

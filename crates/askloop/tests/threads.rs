@@ -164,10 +164,7 @@ async fn a_new_message_supersedes_the_waiting_question_and_a_late_answer_is_told
     let first = ask(&agent, "t1").await;
     assert_eq!(first.status, RunStatus::Suspended);
 
-    let ana = Author {
-        via: Interface::Http,
-        by: Some("ana".into()),
-    };
+    let ana = Author::named(Interface::Http, "ana");
     let options = StreamOptions::default().on_thread(ThreadOptions::new("ana", "t1").by(ana.clone()));
     let second = agent
         .stream_with("Never mind, do this.", options)

@@ -54,11 +54,12 @@ impl fmt::Display for ResolutionKind {
 }
 
 /// Through which interface a resolution came.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub enum Interface {
     /// A program calling the library directly.
+    #[default]
     Library,
     /// The `askloop` command.
     Cli,
@@ -112,34 +113,67 @@ impl fmt::Display for Interface {
 
 /// Who acts on a run: the interface and, where known, the person or client
 /// (the name of an API token, a name a proxy vouched for, the CLI's user).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// `by` is only ever a name something askloop trusts vouched for. A name a
+/// client merely says it has (an MCP client's `clientInfo.name` on a
+/// server without tokens) is kept apart, as `declared`; an answer through a
+/// link names the link's recipient as `by` and whoever made the link as
+/// `made_by`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Author {
     /// Through which interface.
     pub via: Interface,
-    /// By whom, where known.
+    /// By whom, where known: a token's name, a name a trusted proxy
+    /// vouched for, the CLI's user, a rule's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// A name the client gave itself, which nothing checked (an MCP
+    /// client's `clientInfo.name` without a token). Never shown as `by`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared: Option<String>,
+    /// For an answer through a link: who made the link (its maker's token
+    /// name or author), while `by` is the recipient it was made out to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made_by: Option<String>,
 }
 
 impl Author {
     /// An author known only by the interface.
     pub fn via(via: Interface) -> Self {
-        Author { via, by: None }
+        Author {
+            via,
+            by: None,
+            declared: None,
+            made_by: None,
+        }
     }
 
     /// An author with a name.
     pub fn named(via: Interface, by: impl Into<String>) -> Self {
         Author {
-            via,
             by: Some(by.into()),
+            ..Author::via(via)
         }
     }
-}
 
-impl Default for Author {
-    fn default() -> Self {
-        Author::via(Interface::Library)
+    /// An author with a name, or known only by the interface.
+    pub fn maybe_named(via: Interface, by: Option<String>) -> Self {
+        Author { by, ..Author::via(via) }
+    }
+
+    /// The same author with a name the client declared and nothing
+    /// checked (see [`Author::declared`]).
+    pub fn with_declared(mut self, name: impl Into<String>) -> Self {
+        self.declared = Some(name.into());
+        self
+    }
+
+    /// The same author, answering through a link `maker` made.
+    pub fn with_made_by(mut self, maker: impl Into<String>) -> Self {
+        self.made_by = Some(maker.into());
+        self
     }
 }
 
@@ -180,6 +214,10 @@ struct StoredOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     by: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    declared: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    made_by: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     edit: Option<&'a ArgumentsEdit>,
     #[serde(skip_serializing_if = "Option::is_none")]
     grant: Option<&'a super::GrantNote>,
@@ -198,6 +236,10 @@ struct StoredIn {
     #[serde(default)]
     by: Option<String>,
     #[serde(default)]
+    declared: Option<String>,
+    #[serde(default)]
+    made_by: Option<String>,
+    #[serde(default)]
     edit: Option<ArgumentsEdit>,
     #[serde(default)]
     grant: Option<super::GrantNote>,
@@ -211,6 +253,8 @@ impl Serialize for Resolution {
             at: &self.at,
             via: self.author.via,
             by: self.author.by.as_deref(),
+            declared: self.author.declared.as_deref(),
+            made_by: self.author.made_by.as_deref(),
             edit: self.edit.as_ref(),
             grant: self.grant.as_ref(),
         }
@@ -228,6 +272,8 @@ impl<'de> Deserialize<'de> for Resolution {
             author: Author {
                 via: stored.via,
                 by: stored.by,
+                declared: stored.declared,
+                made_by: stored.made_by,
             },
             edit: stored.edit,
             grant: stored.grant,
@@ -299,6 +345,33 @@ mod tests {
             json!({"toolCallId": "c1", "kind": "answered", "at": "2026-01-02T03:04:05Z", "via": "http", "by": "ops-bot"})
         );
         assert_eq!(serde_json::from_value::<Resolution>(wire).unwrap(), resolution);
+    }
+
+    #[test]
+    fn a_declared_name_and_a_link_maker_are_stored_apart_from_by_and_read_back() {
+        let at = DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z").unwrap().to_utc();
+        let declared = Resolution::new(
+            Some("c1"),
+            ResolutionKind::Answered,
+            at,
+            Author::via(Interface::Mcp).with_declared("ceo@corp"),
+        );
+        let wire = serde_json::to_value(&declared).unwrap();
+        assert_eq!(wire["declared"], "ceo@corp");
+        assert!(wire.get("by").is_none(), "a declared name is never `by`: {wire}");
+        assert_eq!(serde_json::from_value::<Resolution>(wire).unwrap(), declared);
+        let linked = Resolution::new(
+            Some("c1"),
+            ResolutionKind::Answered,
+            at,
+            Author::named(Interface::Link, "bob").with_made_by("alice"),
+        );
+        let wire = serde_json::to_value(&linked).unwrap();
+        assert_eq!(
+            (wire["by"].as_str(), wire["madeBy"].as_str()),
+            (Some("bob"), Some("alice"))
+        );
+        assert_eq!(serde_json::from_value::<Resolution>(wire).unwrap(), linked);
     }
 
     #[test]

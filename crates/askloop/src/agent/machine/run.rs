@@ -982,10 +982,7 @@ fn rulings(calls: &[CheckedCall], plans: &[(CallPlan, ToolRules)]) -> Vec<Resolu
             // A call a grant allows is approved by the person who made it,
             // through the grant.
             let author = match &ruling.grant {
-                Some(grant) => Author {
-                    via: Interface::Grant,
-                    by: grant.granted_by.by.clone(),
-                },
+                Some(grant) => Author::maybe_named(Interface::Grant, grant.granted_by.by.clone()),
                 None => Author::named(Interface::Rule, rule.clone()),
             };
             let mut resolution = Resolution::new(Some(&checked.call.id), kind, at, author);

@@ -14,7 +14,13 @@
 //! name = "support-bot"
 //! token_env = "SUPPORT_BOT_TOKEN"
 //! agents = ["support"]                # may act for these agents only (others: 403)
+//! without_person = true               # behind author_header: may call without a person's name
 //! ```
+//!
+//! Behind a proxy (`author_header`), every request must name a person in
+//! that header; a request without one is refused (401 `no_person`), except
+//! with a token marked `without_person = true`, which then acts as itself
+//! (for a program that calls the server directly, not through the proxy).
 
 use std::path::Path;
 
@@ -130,6 +136,9 @@ pub(super) fn resolve_tokens(
         }
         secrets.push(secret.clone());
         let mut resolved = ApiToken::new(name, secret).only_resources(resources);
+        if token.without_person == Some(true) {
+            resolved = resolved.acts_without_person();
+        }
         if let Some(agents) = token.agents {
             if agents.is_empty() {
                 return Err(ConfigError::new(
@@ -152,6 +161,23 @@ pub(super) fn resolve_tokens(
         tokens.push(resolved);
     }
     Ok((tokens, warnings))
+}
+
+/// Warnings for tokens marked `without_person` on a server with no
+/// `author_header`, where every token acts as itself anyway.
+pub(super) fn idle_without_person(file: &Path, tokens: &[ApiToken]) -> Vec<String> {
+    tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, token)| token.may_act_without_person())
+        .map(|(i, token)| {
+            format!(
+                "{}: tokens[{i}].without_person: token {:?} is marked to act without a person, which only matters behind a proxy (author_header); without one, every token acts as itself",
+                file.display(),
+                token.name()
+            )
+        })
+        .collect()
 }
 
 /// Checks `allowed_hosts`: host names or addresses, without scheme or port.

@@ -382,8 +382,11 @@ impl ServerConfig {
             .map(|(id, agent)| resolve_agent(path, &base, id, agent))
             .collect::<Result<Vec<_>, _>>()?;
         let ids: Vec<&str> = agents.iter().map(|a| a.id.as_str()).collect();
-        let (tokens, warnings) = access::resolve_tokens(path, raw.tokens, &ids, env)?;
+        let (tokens, mut warnings) = access::resolve_tokens(path, raw.tokens, &ids, env)?;
         let author_header = access::resolve_author_header(path, raw.author_header)?;
+        if author_header.is_none() {
+            warnings.extend(access::idle_without_person(path, &tokens));
+        }
         let allowed_hosts = access::resolve_allowed_hosts(path, raw.allowed_hosts)?;
         let links = links::resolve_links(path, raw.links, env)?;
         let telemetry = telemetry::resolve_telemetry(path, raw.telemetry)?;

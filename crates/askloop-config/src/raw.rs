@@ -48,6 +48,9 @@ pub(super) struct RawToken {
     pub(super) agents: Option<Vec<String>>,
     /// Resources beyond its own name whose threads it may use.
     pub(super) resources: Option<Vec<String>>,
+    /// Behind a proxy (`author_header`): may act as itself when a request
+    /// names no person.
+    pub(super) without_person: Option<bool>,
 }
 
 /// One `[[webhooks]]` table: where notifications of questions are POSTed.

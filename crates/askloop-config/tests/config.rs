@@ -428,6 +428,7 @@ name = "support-bot"
 token = "written-in-the-file"
 agents = ["support"]
 resources = ["support-team", "support-bot"]
+without_person = true
 "#,
         &[("ALICE_TOKEN", "secret-of-alice")],
     )
@@ -435,6 +436,10 @@ resources = ["support-team", "support-bot"]
     let [alice, bot] = &config.tokens[..] else {
         panic!("{config:?}")
     };
+    assert!(
+        bot.may_act_without_person() && !alice.may_act_without_person(),
+        "only the token marked acts without a person behind the proxy"
+    );
     assert_eq!((alice.name(), alice.agents()), ("alice", None));
     assert_eq!(bot.name(), "support-bot");
     assert_eq!(bot.agents(), Some(&["support".to_owned()][..]));
@@ -459,6 +464,22 @@ resources = ["support-team", "support-bot"]
     assert!(
         !format!("{config:?}").contains("secret-of-alice"),
         "secrets stay out of debug output"
+    );
+}
+
+#[test]
+fn a_token_marked_to_act_without_a_person_on_a_server_without_a_proxy_is_warned_about() {
+    let config = with_env(
+        "[agents.a]\n[[tokens]]\nname = \"ci\"\ntoken_env = \"CI_TOKEN\"\nwithout_person = true\n",
+        &[("CI_TOKEN", "secret-of-the-ci-job")],
+    )
+    .unwrap();
+    assert!(config.tokens[0].may_act_without_person());
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    assert!(
+        config.warnings[0].contains("tokens[0].without_person") && config.warnings[0].contains("author_header"),
+        "{:?}",
+        config.warnings
     );
 }
 

@@ -20,12 +20,21 @@
 //!   walled to resources: it may use only their threads, and see and act
 //!   only on runs on no thread or on their threads ([`Caller::may_see`]);
 //!   another resource's run answers as an unknown one.
-//! - The author of what a request resolves is the person a trusted proxy
-//!   names in the configured header (`author_header`), else the token's
-//!   name; the interface is the page when it says so
-//!   (`X-Askloop-Interface: page`), else HTTP. The header is read only when
-//!   configured: the proxy in front must set it on every request and strip
-//!   it from what clients send, or anyone could write any name.
+//! - Behind a proxy (`author_header` configured), every request must name
+//!   its person in that header, and the person is who the request acts as:
+//!   its author and its only resource. A request whose header is missing,
+//!   sent more than once, empty, or not a name ([`person_named`]) is a 401
+//!   naming the header, never run as the token, unless the token is marked
+//!   to act without a person ([`ApiToken::acts_without_person`]) and the
+//!   header is absent altogether. A name is UTF-8, sent as is or
+//!   percent-encoded (`Jos%C3%A9`, as some proxies send anything beyond
+//!   ASCII; a `%` that starts no `%XX` is refused, so a literal `%` is sent
+//!   as `%25`), and must be a valid resource id once decoded and trimmed
+//!   (1 to 256 bytes, no control character). The proxy in front must set
+//!   the header on every request and strip it from what clients send, or
+//!   anyone could write any name.
+//! - Without a proxy, the author is the token's name; the interface is the
+//!   page when it says so (`X-Askloop-Interface: page`), else HTTP.
 
 use std::fmt;
 use std::sync::Arc;
@@ -64,6 +73,7 @@ pub struct ApiToken {
     digest: [u8; 32],
     agents: Option<Vec<String>>,
     resources: Option<Vec<String>>,
+    without_person: bool,
 }
 
 impl ApiToken {
@@ -78,7 +88,23 @@ impl ApiToken {
             secret,
             agents: None,
             resources: None,
+            without_person: false,
         }
+    }
+
+    /// Lets the token act as itself when a request names no person on a
+    /// server behind a proxy (`author_header`): for a program that calls
+    /// the server directly rather than through the proxy (`without_person =
+    /// true` in `askloop.toml`). A request that sends the header must still
+    /// name a person in it.
+    pub fn acts_without_person(mut self) -> Self {
+        self.without_person = true;
+        self
+    }
+
+    /// Whether it may act without a person behind a proxy.
+    pub fn may_act_without_person(&self) -> bool {
+        self.without_person
     }
 
     /// Walls the token's threads: it may use only the threads of these
@@ -123,6 +149,8 @@ impl fmt::Debug for ApiToken {
             .field("name", &self.name)
             .field("secret", &"<set>")
             .field("agents", &self.agents)
+            .field("resources", &self.resources)
+            .field("without_person", &self.without_person)
             .finish()
     }
 }
@@ -270,48 +298,53 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 
 impl Access {
     /// The caller of a request with these headers, or the 401 when the
-    /// server has tokens and none of them was sent.
+    /// server has tokens and none of them was sent, or when it is behind a
+    /// proxy and the request names no person it can act as.
     fn identify(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         let via = match headers.get(INTERFACE_HEADER).and_then(|v| v.to_str().ok()) {
             Some("page") => Interface::Page,
             _ => Interface::Http,
         };
-        let (token, agents, resources) = if self.tokens.is_empty() {
-            (None, None, None)
+        let token = if self.tokens.is_empty() {
+            None
         } else {
             let given = headers
                 .get(AUTHORIZATION)
                 .and_then(|value| value.to_str().ok())
                 .and_then(bearer)
                 .ok_or(ApiError::Unauthorized)?;
-            let token = self.matching(given).ok_or(ApiError::Unauthorized)?;
-            (
-                Some(token.name.clone()),
-                token.agents.as_deref().map(Arc::from),
-                token.resources.as_deref().map(Arc::from),
-            )
+            Some(self.matching(given).ok_or(ApiError::Unauthorized)?)
         };
-        let person = self
-            .author_header
-            .as_ref()
-            .and_then(|name| headers.get(name))
-            .and_then(|value| value.to_str().ok())
-            .map(str::trim)
-            .filter(|value| !value.is_empty())
-            .map(str::to_owned);
-        // Behind the author header, the person it names is the only
-        // resource: a thread is that person's conversation.
-        let resources = match &person {
-            Some(person) => Some(Arc::from(vec![person.clone()])),
-            None => resources,
+        let agents = token.and_then(|t| t.agents.as_deref()).map(Arc::from);
+        let name = token.map(|t| t.name.clone());
+        let Some(header) = &self.author_header else {
+            return Ok(Caller {
+                agents,
+                resources: token.and_then(|t| t.resources.as_deref()).map(Arc::from),
+                author: Author::maybe_named(via, name.clone()),
+                token: name,
+            });
         };
-        let by = person.or_else(|| token.clone());
-        Ok(Caller {
-            token,
-            agents,
-            resources,
-            author: Author::maybe_named(via, by),
-        })
+        match person_named(headers, header) {
+            // Behind the author header, the person it names is the only
+            // resource: a thread is that person's conversation.
+            Ok(person) => Ok(Caller {
+                agents,
+                resources: Some(Arc::from(vec![person.clone()])),
+                author: Author::named(via, person),
+                token: name,
+            }),
+            Err(PersonProblem::Missing) if token.is_some_and(|t| t.without_person) => Ok(Caller {
+                agents,
+                resources: token.and_then(|t| t.resources.as_deref()).map(Arc::from),
+                author: Author::maybe_named(via, name.clone()),
+                token: name,
+            }),
+            Err(problem) => Err(ApiError::NoPerson {
+                header: header.as_str().to_owned(),
+                problem,
+            }),
+        }
     }
 
     /// The token whose secret is `given`. Digests of one length are
@@ -326,6 +359,68 @@ impl Access {
         }
         found
     }
+}
+
+/// Why a request behind a proxy names no person it can act as.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PersonProblem {
+    /// The header is not in the request.
+    #[error("the request has no such header")]
+    Missing,
+    /// The header came more than once: a proxy that adds its own without
+    /// removing the client's.
+    #[error("the header came {0} times; the proxy must send exactly one (and drop the client's)")]
+    Repeated(usize),
+    /// It holds nothing but white space.
+    #[error("the header is empty")]
+    Empty,
+    /// A `%` that starts no `%XX`, or bytes that are not UTF-8 (as sent, or
+    /// once percent-decoded).
+    #[error("the header is not UTF-8 text (as sent, or percent-encoded: a `%` must start `%XX`, a literal `%` is `%25`)")]
+    NotUtf8,
+    /// The name is not a valid resource id.
+    #[error("{0}")]
+    Invalid(askloop::IdProblem),
+}
+
+/// The person a proxy names in `header` (see the module's rules): the
+/// value as UTF-8, percent-decoded when it holds a `%`, trimmed, and a
+/// valid resource id.
+pub(crate) fn person_named(headers: &HeaderMap, header: &HeaderName) -> Result<String, PersonProblem> {
+    let mut values = headers.get_all(header).iter();
+    let value = values.next().ok_or(PersonProblem::Missing)?;
+    let repeated = values.count();
+    if repeated > 0 {
+        return Err(PersonProblem::Repeated(repeated + 1));
+    }
+    let bytes = value.as_bytes();
+    let decoded = if bytes.contains(&b'%') {
+        if !well_percent_encoded(bytes) {
+            return Err(PersonProblem::NotUtf8);
+        }
+        percent_encoding::percent_decode(bytes)
+            .decode_utf8()
+            .map_err(|_| PersonProblem::NotUtf8)?
+            .into_owned()
+    } else {
+        std::str::from_utf8(bytes).map_err(|_| PersonProblem::NotUtf8)?.to_owned()
+    };
+    let name = decoded.trim();
+    if name.is_empty() {
+        return Err(PersonProblem::Empty);
+    }
+    askloop::IdKind::Resource
+        .check(name)
+        .map_err(|err| PersonProblem::Invalid(err.problem))?;
+    Ok(name.to_owned())
+}
+
+/// Whether every `%` in `bytes` starts a `%XX` of two hex digits.
+fn well_percent_encoded(bytes: &[u8]) -> bool {
+    bytes.iter().enumerate().all(|(i, &b)| {
+        b != b'%' || bytes.get(i + 1..i + 3).is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    })
 }
 
 /// The credentials of an `Authorization: Bearer <credentials>` value; the
@@ -426,7 +521,16 @@ mod tests {
                 ApiToken::new("alice", "secret-a"),
                 ApiToken::new("bot", "secret-b").only_agents(vec!["support".into()]),
             ],
+            author_header: None,
+        }
+    }
+
+    /// The same tokens behind a proxy that names people in
+    /// `X-Forwarded-User`.
+    fn proxied() -> Access {
+        Access {
             author_header: Some(HeaderName::from_static("x-forwarded-user")),
+            ..access()
         }
     }
 
@@ -504,7 +608,7 @@ mod tests {
 
     #[test]
     fn the_proxy_header_names_the_author_over_the_token_and_the_page_header_the_interface() {
-        let access = access();
+        let access = proxied();
         let caller = access
             .identify(&headers(&[
                 ("authorization", "Bearer secret-b"),
@@ -514,13 +618,97 @@ mod tests {
             .unwrap();
         assert_eq!(caller.author(), Author::named(Interface::Page, "carol"));
         assert!(!caller.may_act_for("deployer"), "the rights stay the token's");
-        let empty = access
-            .identify(&headers(&[
-                ("authorization", "Bearer secret-a"),
-                ("x-forwarded-user", " "),
-            ]))
+    }
+
+    /// A request whose author header carries exactly `value` (raw bytes).
+    fn named(token: &str, value: &[u8]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        map.insert("authorization", HeaderValue::from_str(&format!("Bearer {token}")).unwrap());
+        map.insert("x-forwarded-user", HeaderValue::from_bytes(value).unwrap());
+        map
+    }
+
+    #[test]
+    fn a_name_beyond_ascii_is_read_as_utf8_or_percent_encoded_and_walls_the_caller_to_that_person() {
+        let access = proxied();
+        for (sent, person) in [
+            ("José".as_bytes(), "José"),
+            ("Jos%C3%A9".as_bytes(), "José"),
+            ("jos%c3%a9".as_bytes(), "josé"),
+            ("🦀 ferris".as_bytes(), "🦀 ferris"),
+            ("%F0%9F%A6%80%20ferris".as_bytes(), "🦀 ferris"),
+            ("Doe, John".as_bytes(), "Doe, John"),
+            ("100%25 sure".as_bytes(), "100% sure"),
+            ("  carol  ".as_bytes(), "carol"),
+        ] {
+            let caller = access.identify(&named("secret-a", sent)).unwrap();
+            assert_eq!(caller.author(), Author::named(Interface::Http, person), "{sent:?}");
+            assert_eq!(caller.resources(), Some(&[person.to_owned()][..]), "{sent:?}");
+        }
+    }
+
+    #[test]
+    fn a_request_behind_the_proxy_without_a_readable_name_is_refused_never_run_as_the_token() {
+        let access = proxied();
+        let refused = |headers: &HeaderMap| match access.identify(headers) {
+            Err(ApiError::NoPerson { header, problem }) => {
+                assert_eq!(header, "x-forwarded-user");
+                problem
+            }
+            other => panic!("expected no_person, got {other:?}"),
+        };
+        assert_eq!(
+            refused(&headers(&[("authorization", "Bearer secret-a")])),
+            PersonProblem::Missing
+        );
+        for empty in [&b""[..], b"   ", b"%20"] {
+            assert_eq!(refused(&named("secret-a", empty)), PersonProblem::Empty, "{empty:?}");
+        }
+        for garbled in [&b"Jos\xe9"[..], b"Jos\xc3", b"50%", b"%zz", b"a%C3", b"%FF%FE"] {
+            assert_eq!(refused(&named("secret-a", garbled)), PersonProblem::NotUtf8, "{garbled:?}");
+        }
+        assert!(matches!(
+            refused(&named("secret-a", b"a%0Ab")),
+            PersonProblem::Invalid(askloop::IdProblem::ControlCharacter { .. })
+        ));
+        let mut twice = named("secret-a", b"alice");
+        twice.append("x-forwarded-user", HeaderValue::from_static("mallory"));
+        assert_eq!(refused(&twice), PersonProblem::Repeated(2));
+        let err = access
+            .identify(&headers(&[("authorization", "Bearer secret-a")]))
+            .unwrap_err();
+        assert_eq!(err.status_and_code(), (axum::http::StatusCode::UNAUTHORIZED, "no_person"));
+        let message = err.to_string();
+        assert!(
+            message.contains("x-forwarded-user") && message.contains("without_person"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_token_marked_to_act_without_a_person_acts_as_itself_only_when_no_name_is_sent() {
+        let access = Access {
+            tokens: vec![
+                ApiToken::new("ci", "secret-c")
+                    .only_resources(vec!["ci".into()])
+                    .acts_without_person(),
+            ],
+            author_header: Some(HeaderName::from_static("x-forwarded-user")),
+        };
+        let alone = access
+            .identify(&headers(&[("authorization", "Bearer secret-c")]))
             .unwrap();
-        assert_eq!(empty.author(), Author::named(Interface::Http, "alice"));
+        assert_eq!(alone.author(), Author::named(Interface::Http, "ci"));
+        assert_eq!(alone.resources(), Some(&["ci".to_owned()][..]));
+        let carol = access.identify(&named("secret-c", b"carol")).unwrap();
+        assert_eq!(carol.author(), Author::named(Interface::Http, "carol"));
+        assert!(matches!(
+            access.identify(&named("secret-c", b" ")),
+            Err(ApiError::NoPerson {
+                problem: PersonProblem::Empty,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -36,6 +36,17 @@ pub enum ApiError {
         "this server needs `Authorization: Bearer <token>` with one of its tokens (ASKLOOP_API_TOKEN, or a [[tokens]] entry of askloop.toml)"
     )]
     Unauthorized,
+    /// Behind a proxy (`author_header`), the request names no person it can
+    /// act as: it is refused rather than run as the token.
+    #[error(
+        "this server acts as the person its proxy names in the {header} header, and {problem}; send one {header} header with the person's name (UTF-8, as is or percent-encoded like Jos%C3%A9, 1 to 256 bytes, no control characters); a program that calls the server without a person needs a token marked without_person = true"
+    )]
+    NoPerson {
+        /// The header the proxy names the person in.
+        header: String,
+        /// What was wrong with it.
+        problem: crate::auth::PersonProblem,
+    },
     /// The token may not act for this agent (it is limited to others).
     #[error("the token {token:?} may not act for agent {}; it may act for: {}", quoted_excerpt(agent_id), allowed.join(", "))]
     Forbidden {
@@ -291,6 +302,7 @@ impl ApiError {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::RefusedFields { .. } => (StatusCode::BAD_REQUEST, "refused_field"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::NoPerson { .. } => (StatusCode::UNAUTHORIZED, "no_person"),
             ApiError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::ForeignResource { .. } => (StatusCode::FORBIDDEN, "forbidden_resource"),
             ApiError::UnknownThread { .. } => (StatusCode::NOT_FOUND, "unknown_thread"),

@@ -103,7 +103,7 @@ use tokio_util::task::TaskTracker;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
-pub use auth::{ApiToken, DEFAULT_TOKEN_NAME, MIN_SECRET_CHARS, TokenError};
+pub use auth::{ApiToken, DEFAULT_TOKEN_NAME, MIN_SECRET_CHARS, PersonProblem, TokenError};
 pub use error::{ApiError, RefusedField};
 pub use guard::is_host_name;
 pub use me::PAGE_RESOURCE;

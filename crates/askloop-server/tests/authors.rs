@@ -22,12 +22,18 @@ fn options() -> ServerOptions {
             ApiToken::new("bob", BOB),
             ApiToken::new("support-bot", SUPPORT).only_agents(vec!["assistant".into()]),
         ])
-        .author_header(Some("X-Forwarded-User".to_owned()))
 }
 
 async fn start() -> TestServer {
     let store = memory_store();
     TestServer::start_with(vec![assistant(&store), approver(&store)], store, options()).await
+}
+
+/// The same server behind a proxy that names people in `X-Forwarded-User`.
+async fn start_proxied() -> TestServer {
+    let store = memory_store();
+    let options = options().author_header(Some("X-Forwarded-User".to_owned()));
+    TestServer::start_with(vec![assistant(&store), approver(&store)], store, options).await
 }
 
 fn post(server: &TestServer, token: &str, path: &str, body: Value) -> reqwest::RequestBuilder {
@@ -132,8 +138,15 @@ async fn answers_with_two_named_tokens_are_recorded_under_each_tokens_name() {
 
 #[tokio::test]
 async fn on_the_page_behind_a_proxy_the_header_names_the_author_and_the_interface_is_page() {
-    let server = start().await;
-    let (run_id, call_id) = suspended(&server, ALICE, "approver").await;
+    let server = start_proxied().await;
+    let started = post(&server, BOB, "/api/agents/approver/stream", json!({"messages": PROMPT}))
+        .header("X-Forwarded-User", "carol")
+        .send()
+        .await
+        .unwrap();
+    let chunk = Sse::read(started).await.first("tool-call-approval").clone();
+    let run_id = chunk["runId"].as_str().unwrap().to_owned();
+    let call_id = chunk["payload"]["toolCallId"].as_str().unwrap().to_owned();
     let approve = post(
         &server,
         SUPPORT,
@@ -163,7 +176,17 @@ async fn on_the_page_behind_a_proxy_the_header_names_the_author_and_the_interfac
     .header("X-Askloop-Interface", "page");
     answer(approve).await;
 
-    let stored = run_of(&server, &run_id).await;
+    let stored: Value = server
+        .client
+        .get(server.url(&format!("/api/runs/{run_id}")))
+        .bearer_auth(BOB)
+        .header("X-Forwarded-User", "carol")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let resolution = only_resolution(&stored);
     assert_eq!(resolution["kind"], "approved");
     assert_eq!(resolution["via"], "page");
@@ -284,7 +307,7 @@ async fn a_limited_token_lists_only_its_agents_and_their_runs() {
 
 #[tokio::test]
 async fn an_unknown_token_is_401_and_the_author_header_alone_opens_nothing() {
-    let server = start().await;
+    let server = start_proxied().await;
     let response = server
         .client
         .get(server.url("/api/runs"))

@@ -112,6 +112,7 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
         agent_id: "bench".into(),
         thread_id: None,
         memory: None,
+        resource_id: None,
         status: RunStatus::Running,
         version: 0,
         created_at: now,

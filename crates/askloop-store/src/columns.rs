@@ -40,6 +40,7 @@ pub(crate) const TABLES: &[(&str, &[&str])] = &[
             "memory_thread_id",
             "memory_context",
             "trace_parent",
+            "resource_id",
         ],
     ),
     ("messages", &["run_id", "seq", "body"]),

@@ -295,7 +295,7 @@ macro_rules! run_columns {
          step_results::text AS step_results, message_count, steps, usage::text AS usage, error, \
          metadata::text AS metadata, schema_version, lease_owner, lease_until, failure::text AS failure, \
          resolutions::text AS resolutions, settings::text AS settings, memory_resource_id, memory_thread_id, \
-         memory_context, trace_parent"
+         memory_context, trace_parent, resource_id"
     };
 }
 
@@ -404,6 +404,7 @@ fn stored_run(row: &PgRow) -> Result<StoredRun, StoreError> {
         memory_thread_id: row.try_get("memory_thread_id").map_err(column)?,
         memory_context: row.try_get("memory_context").map_err(column)?,
         trace_parent: row.try_get("trace_parent").map_err(column)?,
+        resource_id: row.try_get("resource_id").map_err(column)?,
         run_id: run_id.clone(),
     })
 }
@@ -500,9 +501,10 @@ impl RunStore for PostgresStore {
             "INSERT INTO runs (",
             "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, step_results, \
              message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure, \
-             resolutions, expires_at, settings, memory_resource_id, memory_thread_id, memory_context, trace_parent",
+             resolutions, expires_at, settings, memory_resource_id, memory_thread_id, memory_context, trace_parent, \
+             resource_id",
             ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12::jsonb, $13, $14::jsonb, $15, \
-             $16, $17, $18::jsonb, COALESCE($19::jsonb, '[]'::jsonb), $20, $21::jsonb, $22, $23, $24, $25)"
+             $16, $17, $18::jsonb, COALESCE($19::jsonb, '[]'::jsonb), $20, $21::jsonb, $22, $23, $24, $25, $26)"
         ))
         .bind(run_id)
         .bind(&run.agent_id)
@@ -529,6 +531,7 @@ impl RunStore for PostgresStore {
         .bind(run.memory.as_ref().map(|m| m.key.thread_id.as_str()))
         .bind(run.memory.as_ref().map(|m| m.context))
         .bind(run.trace_parent.as_deref())
+        .bind(run.resource_id.as_deref())
         .execute(&mut *tx)
         .await;
         if let Err(err) = inserted {
@@ -994,9 +997,11 @@ fn listing_filter(query: &RunQuery) -> String {
         }
     }
     // One array of any length: the statement is the same for every wall.
+    // A run belongs to its thread's resource, else to the one it was
+    // started for (`RunRecord::resource`).
     if query.resources.is_some() {
         conditions.push(format!(
-            "(memory_resource_id IS NULL OR memory_resource_id = ANY(${}))",
+            "COALESCE(memory_resource_id, resource_id) = ANY(${})",
             placeholder()
         ));
     }

@@ -50,6 +50,8 @@ pub(crate) struct StoredRun {
     pub(crate) memory_context: Option<i64>,
     /// The run's trace context (`trace_parent`), NULL for none.
     pub(crate) trace_parent: Option<String>,
+    /// The resource the run belongs to beyond its thread's (`resource_id`).
+    pub(crate) resource_id: Option<String>,
 }
 
 impl StoredRun {
@@ -108,6 +110,7 @@ impl StoredRun {
             agent_id: self.agent_id,
             thread_id: self.thread_id,
             memory,
+            resource_id: self.resource_id,
             status,
             version: self.version,
             created_at: self.created_at,
@@ -396,6 +399,7 @@ mod tests {
             memory_thread_id: None,
             memory_context: None,
             trace_parent: None,
+            resource_id: None,
         }
     }
 

@@ -465,7 +465,8 @@ macro_rules! run_columns {
     () => {
         "run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, step_results, \
          message_count, steps, usage, error, metadata, schema_version, lease_owner, lease_until, failure, \
-         resolutions, expires_at, settings, memory_resource_id, memory_thread_id, memory_context, trace_parent"
+         resolutions, expires_at, settings, memory_resource_id, memory_thread_id, memory_context, trace_parent, \
+         resource_id"
     };
 }
 
@@ -570,13 +571,14 @@ fn listing_filter(query: &RunQuery) -> (String, Vec<rusqlite::types::Value>) {
 }
 
 /// The condition of [`RunQuery::resources`] with `count` resources: a run
-/// on no thread, or on a thread of one of them (a placeholder each).
+/// that belongs to one of them (`RunRecord::resource`: its thread's
+/// resource, else the one it was started for), a placeholder each.
 fn resources_condition(count: usize) -> String {
     if count == 0 {
-        return "memory_resource_id IS NULL".to_owned();
+        return "0".to_owned();
     }
     let placeholders = vec!["?"; count].join(", ");
-    format!("(memory_resource_id IS NULL OR memory_resource_id IN ({placeholders}))")
+    format!("COALESCE(memory_resource_id, resource_id) IN ({placeholders})")
 }
 
 /// The `WHERE` clause of `conditions` (or nothing), with the values of
@@ -647,12 +649,13 @@ fn stored_run(row: &rusqlite::Row<'_>) -> Result<StoredRun, StoreError> {
         },
         failure: row.get(17).map_err(column)?,
         resolutions: row.get(18).map_err(column)?,
-        resolution_rows: row.get(25).map_err(column)?,
+        resolution_rows: row.get(26).map_err(column)?,
         settings: row.get(20).map_err(column)?,
         memory_resource_id: row.get(21).map_err(column)?,
         memory_thread_id: row.get(22).map_err(column)?,
         memory_context: row.get(23).map_err(column)?,
         trace_parent: row.get(24).map_err(column)?,
+        resource_id: row.get(25).map_err(column)?,
         run_id: run_id.clone(),
     })
 }
@@ -704,6 +707,7 @@ impl RunStore for SqliteStore {
             memory_thread_id: run.memory.as_ref().map(|m| m.key.thread_id.clone()),
             memory_context: run.memory.as_ref().map(|m| m.context),
             trace_parent: run.trace_parent.clone(),
+            resource_id: run.resource_id.clone(),
             written_at: self.now(),
         };
         self.write(Write::Create { run, bodies }).await?;

@@ -423,6 +423,7 @@ mod tests {
             agent_id: "assistant".into(),
             thread_id: None,
             memory: None,
+            resource_id: None,
             status,
             version: 3,
             created_at: now,

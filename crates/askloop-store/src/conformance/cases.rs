@@ -32,6 +32,7 @@ pub fn new_run(run_id: &str, agent_id: &str, created_at: DateTime<Utc>, messages
         agent_id: agent_id.to_owned(),
         thread_id: None,
         memory: None,
+        resource_id: None,
         status: RunStatus::Running,
         version: 0,
         created_at: at(created_at),

@@ -334,7 +334,7 @@ pub async fn runs_are_listed_by_their_thread_and_by_resource(s: &Subject) {
     assert_eq!(ids(key("cy", "t1")).await, Vec::<String>::new());
 }
 
-/// A listing walled to some resources holds the runs on no thread and those on their threads only, page after page, and counts only them.
+/// A listing walled to some resources holds the runs that belong to them (on one of their threads, or started for one of them on no thread) and nothing else, not even runs of no resource, page after page, and counts only them; the resource a run on no thread was started for is read back with it, at layout 8.
 pub async fn runs_walled_to_resources_are_listed_paged_and_counted_within_the_wall(s: &Subject) {
     run_on(s.store.as_ref(), "r1", &key("ana", "t1"), 0, &["a"]).await;
     run_on(s.store.as_ref(), "r2", &key("bo", "t1"), 0, &["b"]).await;
@@ -345,6 +345,19 @@ pub async fn runs_walled_to_resources_are_listed_paged_and_counted_within_the_wa
             .create(&new_run(plain, "agent", base_time(), 1), &[user("e")])
             .await
             .unwrap();
+    }
+    for (id, resource) in [("r7", "ana"), ("r8", "bo")] {
+        let mut owned = new_run(id, "agent", base_time(), 1);
+        owned.resource_id = Some(resource.to_owned());
+        s.store.create(&owned, &[user("f")]).await.unwrap();
+        let stored = s.store.get(id).await.unwrap().unwrap();
+        assert_eq!(stored.resource_id.as_deref(), Some(resource), "read back");
+        assert_eq!(stored.resource(), Some(resource));
+        assert_eq!(
+            stored.schema_version(),
+            8,
+            "a run on no thread with a resource is layout 8"
+        );
     }
     let walled = |resources: &[&str]| RunQuery {
         resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
@@ -364,19 +377,19 @@ pub async fn runs_walled_to_resources_are_listed_paged_and_counted_within_the_wa
         assert_eq!(count, ids.len() as u64, "counted as listed: {query:?}");
         ids
     };
-    assert_eq!(listed(walled(&["ana"])).await, vec!["r6", "r5", "r3", "r1"]);
-    assert_eq!(listed(walled(&["bo", "cy"])).await, vec!["r6", "r5", "r4", "r2"]);
+    assert_eq!(listed(walled(&["ana"])).await, vec!["r7", "r3", "r1"]);
+    assert_eq!(listed(walled(&["bo", "cy"])).await, vec!["r8", "r4", "r2"]);
     assert_eq!(
         listed(walled(&[])).await,
-        vec!["r6", "r5"],
-        "walled to no resource: the runs on no thread"
+        Vec::<String>::new(),
+        "walled to no resource: nothing, not even the runs of no resource"
     );
     assert_eq!(
         listed(walled(&["nobody", "bo\0"])).await,
-        vec!["r6", "r5"],
+        Vec::<String>::new(),
         "a resource on no run (one with NUL too) adds nothing"
     );
-    assert_eq!(listed(RunQuery::default()).await.len(), 6, "unwalled: every run");
+    assert_eq!(listed(RunQuery::default()).await.len(), 8, "unwalled: every run");
     assert_eq!(
         listed(RunQuery {
             thread: Some(key("ana", "")),
@@ -399,7 +412,7 @@ pub async fn runs_walled_to_resources_are_listed_paged_and_counted_within_the_wa
         query.after = Some(askloop::RunCursor::after_created(last));
         seen.extend(page.into_iter().map(|r| r.run_id));
     }
-    assert_eq!(seen, vec!["r6", "r5", "r2"]);
+    assert_eq!(seen, vec!["r8", "r2"]);
     // A count with a limit and an offset counts within the wall too.
     let counted = s
         .store
@@ -410,7 +423,7 @@ pub async fn runs_walled_to_resources_are_listed_paged_and_counted_within_the_wa
         })
         .await
         .unwrap();
-    assert_eq!(counted, 3);
+    assert_eq!(counted, 2);
 }
 
 /// A thread with an unfinished run is not deleted; once all are finished, it goes with its messages and runs.

@@ -28,6 +28,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         12,
         include_str!("../../migrations/sqlite/0012_finished_by_comparisons.sql"),
     ),
+    (13, include_str!("../../migrations/sqlite/0013_run_resource.sql")),
 ];
 
 /// How many prepared statements a connection keeps (the write connection

@@ -87,7 +87,7 @@ pub(crate) const PRUNE: &str = concat!(
 const CREATE_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
-    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 );
 
 /// Writes a step to a run's row, if the row is still at the version the
@@ -139,6 +139,8 @@ pub(crate) struct NewRun {
     pub(crate) memory_thread_id: Option<String>,
     pub(crate) memory_context: Option<i64>,
     pub(crate) trace_parent: Option<String>,
+    /// The resource the run belongs to, beyond its thread's.
+    pub(crate) resource_id: Option<String>,
     /// When the write is made (microseconds), from the store's clock: the
     /// time of the messages it appends to its thread.
     pub(crate) written_at: i64,
@@ -317,6 +319,7 @@ impl Write {
                     run.memory_thread_id,
                     run.memory_context,
                     run.trace_parent,
+                    run.resource_id,
                 ]);
                 match inserted {
                     Ok(_) => {}
@@ -963,6 +966,7 @@ mod tests {
                 memory_thread_id: None,
                 memory_context: None,
                 trace_parent: None,
+                resource_id: None,
                 written_at: now,
             },
             bodies: bodies(texts),

@@ -164,6 +164,9 @@ impl Agent {
         if let Some(id) = &options.thread_id {
             IdKind::Thread.check(id)?;
         }
+        if let Some(id) = &options.resource_id {
+            IdKind::Resource.check(id)?;
+        }
         let run_id = match options.run_id {
             Some(id) => {
                 IdKind::Run.check(&id)?;
@@ -188,6 +191,7 @@ impl Agent {
             agent_id: self.inner.id.clone(),
             thread_id: options.thread_id,
             memory,
+            resource_id: options.resource_id,
             status: RunStatus::Running,
             version: 0,
             created_at: now,

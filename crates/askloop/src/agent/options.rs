@@ -49,6 +49,14 @@ pub struct StreamOptions {
     /// The stored thread to run on: the run reads its last messages as
     /// context and appends its own (Mastra's `memory`).
     pub thread: Option<ThreadOptions>,
+    /// The resource the run belongs to ([`RunRecord::resource_id`]): whom
+    /// the caller that starts it is walled to. A host that walls its
+    /// callers to resources sets it for every run, on a thread or not, so
+    /// that listings by resource ([`RunQuery::resources`]) find it.
+    ///
+    /// [`RunRecord::resource_id`]: crate::RunRecord::resource_id
+    /// [`RunQuery::resources`]: crate::RunQuery::resources
+    pub resource_id: Option<String>,
 }
 
 /// A new run's thread: which one, how much of it to read, and what a new
@@ -99,6 +107,12 @@ impl ThreadOptions {
 }
 
 impl StreamOptions {
+    /// The run belongs to `resource_id` (see [`StreamOptions::resource_id`]).
+    pub fn for_resource(mut self, resource_id: impl Into<String>) -> Self {
+        self.resource_id = Some(resource_id.into());
+        self
+    }
+
     /// Options with a caller-chosen run id.
     pub fn with_run_id(run_id: impl Into<String>) -> Self {
         StreamOptions {

@@ -111,6 +111,7 @@ impl Default for RunRecord {
             agent_id: String::new(),
             thread_id: None,
             memory: None,
+            resource_id: None,
             status: RunStatus::Running,
             version: 0,
             created_at: DateTime::<Utc>::UNIX_EPOCH,
@@ -705,11 +706,10 @@ fn matches(query: &RunQuery, run: &RunRecord) -> bool {
                 m.key.resource_id == key.resource_id && (key.thread_id.is_empty() || m.key.thread_id == key.thread_id)
             })
         })
-        && query.resources.as_ref().is_none_or(|resources| {
-            run.memory
-                .as_ref()
-                .is_none_or(|m| resources.contains(&m.key.resource_id))
-        })
+        && query
+            .resources
+            .as_ref()
+            .is_none_or(|resources| run.resource().is_some_and(|r| resources.iter().any(|x| x == r)))
         && query
             .after
             .as_ref()

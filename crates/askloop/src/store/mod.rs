@@ -72,12 +72,18 @@ pub use thread::{
 ///   call without its edit, or take a call resolved as expired for one
 ///   still waiting. The write that stores a run's first such row raises
 ///   the run to 7.
+/// - 8: a run on no thread that belongs to a resource
+///   ([`RunRecord::resource_id`]: it was started by a caller walled to
+///   resources). A build that does not know it would show the run to every
+///   caller of its agent, other people included; it must leave it out.
+///   A run on a thread is walled by its thread in every build, so its
+///   resource raises nothing.
 ///
 /// A run's trace context ([`RunRecord::trace_parent`]) raises no layout:
 /// it is advisory. A build that does not know it reads and drives the run
 /// exactly as stored; only its drives of the run start traces of their own
 /// instead of continuing the run's.
-pub const RUN_SCHEMA_VERSION: i32 = 7;
+pub const RUN_SCHEMA_VERSION: i32 = 8;
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -203,6 +209,12 @@ pub struct RunRecord {
     /// messages and appends its own to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<RunMemory>,
+    /// The resource of whoever started the run, when they were walled to
+    /// resources (the person a proxy named, or a named token's own
+    /// resource): a run on no thread belongs to it as a thread's run belongs
+    /// to its thread's resource (see [`RunRecord::resource`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_id: Option<String>,
     /// Where it is.
     pub status: RunStatus,
     /// Bumped by every write; the compare-and-set token.
@@ -260,10 +272,23 @@ impl RunRecord {
         self.failure.as_ref().map(RunFailure::message)
     }
 
+    /// The resource the run belongs to: its thread's, else the one it was
+    /// started for ([`RunRecord::resource_id`]); `None` for a run on no
+    /// thread started by a caller walled to no resource (or stored before
+    /// runs kept their resource).
+    pub fn resource(&self) -> Option<&str> {
+        match &self.memory {
+            Some(memory) => Some(&memory.key.resource_id),
+            None => self.resource_id.as_deref(),
+        }
+    }
+
     /// The layout the run is stored with: the oldest that holds it (see
     /// [`RUN_SCHEMA_VERSION`]).
     pub fn schema_version(&self) -> i32 {
-        let own = if self.memory.is_some() {
+        let own = if self.memory.is_none() && self.resource_id.is_some() {
+            8
+        } else if self.memory.is_some() {
             3
         } else if self.settings.is_default() {
             1
@@ -622,9 +647,11 @@ pub struct RunQuery {
     /// Only runs on this stored thread ([`RunRecord::memory`]); with an
     /// empty `thread_id`, runs on any thread of the resource.
     pub thread: Option<ThreadKey>,
-    /// Only runs on no thread, or on a thread of one of these resources
-    /// (`None`: any run). What a caller walled to some resources may list:
-    /// another resource's runs are not listed, nor counted.
+    /// Only runs that belong to one of these resources ([`RunRecord::resource`]:
+    /// on one of their threads, or started for one of them on no thread);
+    /// `None`: any run. What a caller walled to some resources may list:
+    /// another resource's runs, and runs of no resource, are not listed,
+    /// nor counted.
     pub resources: Option<Vec<String>>,
     /// At most this many (all when `None`).
     pub limit: Option<u32>,
@@ -1096,6 +1123,7 @@ mod tests {
             agent_id: agent_id.to_owned(),
             thread_id: None,
             memory: None,
+            resource_id: None,
             status,
             version: 0,
             created_at,

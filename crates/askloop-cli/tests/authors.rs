@@ -38,14 +38,33 @@ async fn start_run(client: &reqwest::Client, server: &Serving, token: Option<&st
     server.ask(client, "deployer", token).await.run_id
 }
 
-async fn api_run(client: &reqwest::Client, server: &Serving, token: Option<&str>, run_id: &str) -> Value {
+/// `GET /api/runs/{run_id}` with `token` and, behind the proxy, the name
+/// it sends (raw bytes); its status and body.
+async fn api_run_as(
+    client: &reqwest::Client,
+    server: &Serving,
+    token: Option<&str>,
+    person: Option<&[u8]>,
+    run_id: &str,
+) -> (u16, Value) {
     let mut request = client.get(server.url(&format!("/api/runs/{run_id}")));
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
+    if let Some(person) = person {
+        request = request.header(
+            "X-Forwarded-User",
+            reqwest::header::HeaderValue::from_bytes(person).unwrap(),
+        );
+    }
     let response = request.send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    response.json().await.unwrap()
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+async fn api_run(client: &reqwest::Client, server: &Serving, token: Option<&str>, run_id: &str) -> Value {
+    let (status, run) = api_run_as(client, server, token, None, run_id).await;
+    assert_eq!(status, 200, "{run}");
+    run
 }
 
 fn only_resolution(run: &Value) -> Value {
@@ -69,6 +88,7 @@ script = "deploy.json"
 [[tokens]]
 name = "alice"
 token_env = "ALICE_TOKEN"
+without_person = true
 
 [[tokens]]
 name = "bob"
@@ -94,12 +114,29 @@ token_env = "BOB_TOKEN"
         .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 
-    // Over HTTP with alice's token, and on the page with bob's token behind
-    // a proxy that names carol.
+    // Over HTTP with alice's token (a program's, marked to act without a
+    // person), and on the page with bob's token behind a proxy that names
+    // carol.
     let server = serve(&env, &config);
     let client = reqwest::Client::new();
     let by_alice = start_run(&client, &server, Some(ALICE)).await;
-    let by_carol = start_run(&client, &server, Some(BOB)).await;
+    let started = client
+        .post(server.url("/api/agents/deployer/stream"))
+        .bearer_auth(BOB)
+        .header("X-Forwarded-User", "carol")
+        .json(&json!({"messages": "Deploy the app."}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let by_carol = started
+        .split("\"runId\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
     let answered = client
         .post(server.url("/api/agents/deployer/resume-stream"))
         .bearer_auth(ALICE)
@@ -121,19 +158,70 @@ token_env = "BOB_TOKEN"
     assert_eq!(answered.status(), 200);
     assert!(answered.text().await.unwrap().contains("finish"));
 
-    for (run_id, via, by) in [
-        (&by_cli, "cli", "dave"),
-        (&by_alice, "http", "alice"),
-        (&by_carol, "page", "carol"),
+    // Each run is read by whoever it belongs to: alice's token hers,
+    // carol (through bob's token and the proxy) hers; the CLI's run belongs
+    // to no resource, so the CLI alone reads it.
+    for (run_id, via, by, reader) in [
+        (&by_cli, "cli", "dave", None),
+        (&by_alice, "http", "alice", Some((ALICE, None))),
+        (&by_carol, "page", "carol", Some((BOB, Some(&b"carol"[..])))),
     ] {
-        let from_api = only_resolution(&api_run(&client, &server, Some(BOB), run_id).await);
         let from_cli = only_resolution(&env.show(run_id));
+        let Some((token, person)) = reader else {
+            for (token, person) in [(ALICE, None), (BOB, Some(&b"carol"[..]))] {
+                let (status, _) = api_run_as(&client, &server, Some(token), person, run_id).await;
+                assert_eq!(status, 404, "a run of no resource is no walled caller's");
+            }
+            assert_eq!(
+                (from_cli["via"].as_str(), from_cli["by"].as_str()),
+                (Some(via), Some(by))
+            );
+            continue;
+        };
+        let (status, run) = api_run_as(&client, &server, Some(token), person, run_id).await;
+        assert_eq!(status, 200, "{run}");
+        let from_api = only_resolution(&run);
         for resolution in [&from_api, &from_cli] {
             assert_eq!(resolution["kind"], "answered", "{run_id}: {resolution}");
             assert_eq!(resolution["via"], via, "{run_id}: {resolution}");
             assert_eq!(resolution["by"], by, "{run_id}: {resolution}");
         }
         assert_eq!(from_api, from_cli, "the API and the CLI show the same record");
+    }
+
+    // Behind the proxy, bob's token acts only as a person the header names:
+    // none is 401 (never the token itself), and José, sent as UTF-8 or
+    // percent-encoded, is José, who sees carol's run no more than alice's.
+    for person in [None, Some(&b""[..]), Some(&b"Jos\xe9"[..])] {
+        let (status, error) = api_run_as(&client, &server, Some(BOB), person, &by_carol).await;
+        assert_eq!(
+            (status, error["error"]["code"].as_str()),
+            (401, Some("no_person")),
+            "{person:?}"
+        );
+    }
+    for jose in ["José".as_bytes(), b"Jos%C3%A9"] {
+        let me: Value = client
+            .get(server.url("/api/me"))
+            .bearer_auth(BOB)
+            .header(
+                "X-Forwarded-User",
+                reqwest::header::HeaderValue::from_bytes(jose).unwrap(),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            (me["name"].as_str(), me["resource"].as_str()),
+            (Some("José"), Some("José"))
+        );
+        for theirs in [&by_carol, &by_alice] {
+            let (status, _) = api_run_as(&client, &server, Some(BOB), Some(jose), theirs).await;
+            assert_eq!(status, 404, "José sees no one else's run");
+        }
     }
 }
 

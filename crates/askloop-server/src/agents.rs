@@ -522,9 +522,23 @@ pub(crate) fn run_options(
     allowed: &[RequestOverride],
     caller: &Caller,
 ) -> Result<StreamOptions, ApiError> {
+    // Run ids are one namespace, shared by every caller: a chosen id
+    // that is taken would tell a caller of a run it may not see. So only
+    // a caller that sees every run may choose one; any other is refused
+    // whatever the id, taken or free.
+    if run_id.is_some() && !caller.sees_every_run() {
+        return Err(ApiError::refused(
+            "runId",
+            "a caller limited to some agents or resources cannot choose a new run's id (run ids are shared by \
+             every caller, so a taken one would tell of runs it may not see); leave runId out and use the id \
+             the server answers with",
+        ));
+    }
     let thread = crate::threads::request::thread_options(&mut fields, thread_id.as_deref(), caller)?;
     let mut options = StreamOptions::default();
     options.run_id = run_id;
+    // A walled caller's run is its own, on a thread or not.
+    options.resource_id = caller.own_resource().map(str::to_owned);
     // A run on a stored thread is labelled with its id too, as Mastra
     // lists it.
     options.thread_id = thread_id.or_else(|| thread.as_ref().map(|t| t.key.thread_id.clone()));

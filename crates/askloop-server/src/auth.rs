@@ -18,8 +18,9 @@
 //!   written for the request.
 //! - A named token (`[[tokens]]`), or a person the author header names, is
 //!   walled to resources: it may use only their threads, and see and act
-//!   only on runs on no thread or on their threads ([`Caller::may_see`]);
-//!   another resource's run answers as an unknown one.
+//!   only on the runs that belong to them, on their threads or started by
+//!   them on no thread ([`Caller::may_see`]); another resource's run, and a
+//!   run of no resource, answers as an unknown one.
 //! - Behind a proxy (`author_header` configured), every request must name
 //!   its person in that header, and the person is who the request acts as:
 //!   its author and its only resource. A request whose header is missing,
@@ -222,17 +223,33 @@ impl Caller {
     }
 
     /// Whether the caller may see and act on `run`: a run of an agent it may
-    /// act for, on no thread or on a thread of a resource it may use. Every
-    /// route that reads or changes a run by its id, and every listing of
-    /// runs, goes by this one rule; a run it refuses is answered exactly as
-    /// one that does not exist, so what a token learns does not depend on
-    /// runs walled off from it.
+    /// act for that, for a caller walled to resources, belongs to one of
+    /// them ([`RunRecord::resource`]: on one of their threads, or started
+    /// by one of them on no thread). A run of no resource (started by a
+    /// caller walled to none, or stored before runs kept their resource) is
+    /// seen only by callers walled to none. Every route that reads or
+    /// changes a run by its id, and every listing of runs, goes by this one
+    /// rule; a run it refuses is answered exactly as one that does not
+    /// exist, so what a token learns does not depend on runs walled off
+    /// from it.
     pub(crate) fn may_see(&self, run: &RunRecord) -> bool {
         self.may_act_for(&run.agent_id)
-            && run
-                .memory
-                .as_ref()
-                .is_none_or(|memory| self.may_use(&memory.key.resource_id))
+            && self
+                .resources()
+                .is_none_or(|allowed| run.resource().is_some_and(|r| allowed.iter().any(|a| a == r)))
+    }
+
+    /// The resource a run this caller starts belongs to: the first it is
+    /// walled to (the person a proxy named, or a named token's own name);
+    /// `None` for a caller walled to none.
+    pub(crate) fn own_resource(&self) -> Option<&str> {
+        self.resources().and_then(<[String]>::first).map(String::as_str)
+    }
+
+    /// Whether the caller may see every run: it is limited to no agents and
+    /// walled to no resource.
+    pub(crate) fn sees_every_run(&self) -> bool {
+        self.agents.is_none() && self.resources.is_none()
     }
 
     /// `Ok` when the caller may use threads of `resource_id`, else the 403,
@@ -377,7 +394,9 @@ pub enum PersonProblem {
     Empty,
     /// A `%` that starts no `%XX`, or bytes that are not UTF-8 (as sent, or
     /// once percent-decoded).
-    #[error("the header is not UTF-8 text (as sent, or percent-encoded: a `%` must start `%XX`, a literal `%` is `%25`)")]
+    #[error(
+        "the header is not UTF-8 text (as sent, or percent-encoded: a `%` must start `%XX`, a literal `%` is `%25`)"
+    )]
     NotUtf8,
     /// The name is not a valid resource id.
     #[error("{0}")]
@@ -404,7 +423,9 @@ pub(crate) fn person_named(headers: &HeaderMap, header: &HeaderName) -> Result<S
             .map_err(|_| PersonProblem::NotUtf8)?
             .into_owned()
     } else {
-        std::str::from_utf8(bytes).map_err(|_| PersonProblem::NotUtf8)?.to_owned()
+        std::str::from_utf8(bytes)
+            .map_err(|_| PersonProblem::NotUtf8)?
+            .to_owned()
     };
     let name = decoded.trim();
     if name.is_empty() {
@@ -419,7 +440,10 @@ pub(crate) fn person_named(headers: &HeaderMap, header: &HeaderName) -> Result<S
 /// Whether every `%` in `bytes` starts a `%XX` of two hex digits.
 fn well_percent_encoded(bytes: &[u8]) -> bool {
     bytes.iter().enumerate().all(|(i, &b)| {
-        b != b'%' || bytes.get(i + 1..i + 3).is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+        b != b'%'
+            || bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
     })
 }
 
@@ -623,7 +647,10 @@ mod tests {
     /// A request whose author header carries exactly `value` (raw bytes).
     fn named(token: &str, value: &[u8]) -> HeaderMap {
         let mut map = HeaderMap::new();
-        map.insert("authorization", HeaderValue::from_str(&format!("Bearer {token}")).unwrap());
+        map.insert(
+            "authorization",
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        );
         map.insert("x-forwarded-user", HeaderValue::from_bytes(value).unwrap());
         map
     }
@@ -665,7 +692,11 @@ mod tests {
             assert_eq!(refused(&named("secret-a", empty)), PersonProblem::Empty, "{empty:?}");
         }
         for garbled in [&b"Jos\xe9"[..], b"Jos\xc3", b"50%", b"%zz", b"a%C3", b"%FF%FE"] {
-            assert_eq!(refused(&named("secret-a", garbled)), PersonProblem::NotUtf8, "{garbled:?}");
+            assert_eq!(
+                refused(&named("secret-a", garbled)),
+                PersonProblem::NotUtf8,
+                "{garbled:?}"
+            );
         }
         assert!(matches!(
             refused(&named("secret-a", b"a%0Ab")),
@@ -677,7 +708,10 @@ mod tests {
         let err = access
             .identify(&headers(&[("authorization", "Bearer secret-a")]))
             .unwrap_err();
-        assert_eq!(err.status_and_code(), (axum::http::StatusCode::UNAUTHORIZED, "no_person"));
+        assert_eq!(
+            err.status_and_code(),
+            (axum::http::StatusCode::UNAUTHORIZED, "no_person")
+        );
         let message = err.to_string();
         assert!(
             message.contains("x-forwarded-user") && message.contains("without_person"),

@@ -54,7 +54,13 @@ async fn world(options: ServerOptions) -> World {
         .output()
         .await;
     let waiting = (waiting.run_id, waiting.pending[0].tool_call_id.clone());
-    let failed = agents[2].stream(PROMPT).await.unwrap().output().await;
+    // Alice's, so that she may retry it.
+    let failed = agents[2]
+        .stream_with(PROMPT, askloop::StreamOptions::default().for_resource("alice"))
+        .await
+        .unwrap()
+        .output()
+        .await;
     assert_eq!(failed.status, askloop::RunStatus::Failed);
     let server = TestServer::start_with(agents, Arc::clone(&store), options).await;
     World {
@@ -244,6 +250,12 @@ fn calls(world: &World) -> Vec<Call> {
 
 /// Sends `call` with these headers; the status and, for an error, its code.
 async fn send(server: &TestServer, call: &Call, headers: &[(&str, &str)]) -> (u16, String) {
+    let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+    send_bytes(server, call, &headers).await
+}
+
+/// [`send`], with header values as raw bytes (UTF-8 beyond ASCII, or none).
+async fn send_bytes(server: &TestServer, call: &Call, headers: &[(&str, &[u8])]) -> (u16, String) {
     let url = server.url(&call.path);
     let method = reqwest::Method::from_bytes(call.method.as_bytes()).unwrap();
     let mut request = server.client.request(method, url);
@@ -254,7 +266,7 @@ async fn send(server: &TestServer, call: &Call, headers: &[(&str, &str)]) -> (u1
         request = request.header("accept", "application/json, text/event-stream");
     }
     for (name, value) in headers {
-        request = request.header(*name, *value);
+        request = request.header(*name, reqwest::header::HeaderValue::from_bytes(value).unwrap());
     }
     let response = request.send().await.unwrap();
     let status = response.status().as_u16();
@@ -309,6 +321,71 @@ async fn every_route_turns_away_callers_without_the_right_token_and_nothing_chan
         );
     }
     assert_eq!(snapshot(&world.store).await, before, "no refused request changed a run");
+}
+
+#[tokio::test]
+async fn behind_a_proxy_every_route_refuses_a_request_naming_no_readable_person_and_nothing_changes() {
+    let world = world(with_tokens().author_header(Some("X-Forwarded-User".into()))).await;
+    let before = snapshot(&world.store).await;
+    let alice = format!("Bearer {ALICE}");
+    let unnamed: [(&str, Option<&[u8]>); 5] = [
+        ("no header", None),
+        ("an empty name", Some(b"  ")),
+        ("a name that is not UTF-8", Some(b"Jos\xe9")),
+        ("a stray percent", Some(b"50%")),
+        ("a control character", Some(b"a%0Ab")),
+    ];
+    for call in calls(&world) {
+        let what = format!("{} {}", call.method, call.path);
+        for (case, name) in &unnamed {
+            let mut headers: Vec<(&str, &[u8])> = vec![("authorization", alice.as_bytes())];
+            headers.extend(name.map(|n| ("x-forwarded-user", n)));
+            let (status, code) = send_bytes(&world.server, &call, &headers).await;
+            let expected = if call.kind == Kind::Open {
+                (200, "")
+            } else {
+                (401, "no_person")
+            };
+            assert_eq!((status, code.as_str()), expected, "{what} with {case}");
+        }
+    }
+    assert_eq!(snapshot(&world.store).await, before, "no refused request changed a run");
+
+    // A name beyond ASCII, as sent or percent-encoded, is that person,
+    // walled to their own resource: alice's thread's run is not theirs.
+    let theirs = Call {
+        method: "GET",
+        path: format!("/api/runs/{}", world.waiting.0),
+        body: None,
+        kind: Kind::OtherResource,
+    };
+    for sent in ["José".as_bytes(), b"Jos%C3%A9"] {
+        let url = world.server.url("/api/me");
+        let response = world
+            .server
+            .client
+            .get(url)
+            .header("authorization", &alice)
+            .header(
+                "x-forwarded-user",
+                reqwest::header::HeaderValue::from_bytes(sent).unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(
+            (body["name"].as_str(), body["resource"].as_str()),
+            (Some("José"), Some("José"))
+        );
+        let (status, code) = send_bytes(
+            &world.server,
+            &theirs,
+            &[("authorization", alice.as_bytes()), ("x-forwarded-user", sent)],
+        )
+        .await;
+        assert_eq!((status, code.as_str()), (404, "unknown_run"), "{sent:?}");
+    }
 }
 
 #[tokio::test]
@@ -468,10 +545,10 @@ async fn the_event_feed_tells_a_limited_token_only_of_its_agents_runs() {
     let mut alice = events(&world.server, ALICE).await;
     // A run of `approver` changes, then one of `assistant` starts.
     cancel_waiting(&world).await;
-    start_run(&world, BOT, json!({"runId": "bot-run"})).await;
-    // Alice hears of both; the bot's first event is its own run's.
+    let bots = start_run(&world, BOT, json!({})).await;
+    // Alice hears of the first; the bot's first event is its own run's.
     assert_eq!(next_run(&mut alice).await, world.waiting.0);
-    assert_eq!(next_run(&mut bot).await, "bot-run");
+    assert_eq!(next_run(&mut bot).await, bots);
 }
 
 #[tokio::test]
@@ -484,12 +561,8 @@ async fn the_event_feed_tells_a_walled_token_nothing_of_another_resources_thread
     // A run on alice's thread changes, then carol starts one on hers.
     cancel_waiting(&world).await;
     let memory = json!({"thread": "c1", "resource": "carol"});
-    start_run(&world, CAROL, json!({"runId": "carol-run", "memory": memory})).await;
-    assert_eq!(
-        next_run(&mut carol).await,
-        "carol-run",
-        "alice's thread's run was not told"
-    );
+    let hers = start_run(&world, CAROL, json!({"memory": memory})).await;
+    assert_eq!(next_run(&mut carol).await, hers, "alice's thread's run was not told");
 }
 
 /// Alice cancels the waiting `approver` run (on her thread `wt`).
@@ -500,8 +573,8 @@ async fn cancel_waiting(world: &World) {
 }
 
 /// Starts a run of `assistant` with `token` and the other fields of `body`,
-/// and reads its stream.
-async fn start_run(world: &World, token: &str, mut body: Value) {
+/// reads its stream and returns its id.
+async fn start_run(world: &World, token: &str, mut body: Value) -> String {
     body["messages"] = json!(PROMPT);
     let url = world.server.url("/api/agents/assistant/stream");
     let started = world
@@ -513,7 +586,9 @@ async fn start_run(world: &World, token: &str, mut body: Value) {
         .send()
         .await
         .unwrap();
-    Sse::read(started).await;
+    let started = Sse::read(started).await;
+    assert_eq!(started.status, 200, "{}", started.body);
+    started.first("start")["runId"].as_str().unwrap().to_owned()
 }
 
 /// An open `/api/events` stream, read past its `ready` event.
@@ -559,13 +634,19 @@ struct Walls {
     hers: (String, String),
     /// The failed `flaky` run on alice's thread.
     her_failed: String,
-    /// The `approver` run waiting on no thread.
+    /// The `approver` run waiting on no thread, of no resource (started
+    /// through the library, as the CLI does).
     plain: String,
+    /// The `approver` run bob started over HTTP on no thread, and its call.
+    bobs: (String, String),
+    /// A failed `flaky` run of bob's on no thread.
+    bobs_failed: String,
 }
 
 async fn walls() -> Walls {
     let model = askloop_testkit::FakeServer::builder()
         .fail_request(1, askloop_testkit::FakeError::new(503, "overloaded"))
+        .fail_request(2, askloop_testkit::FakeError::new(503, "overloaded"))
         .responder(askloop_testkit::workload::deploy_responder())
         .start()
         .await
@@ -576,6 +657,13 @@ async fn walls() -> Walls {
     let hers = agents[0].stream_with(PROMPT, on("wt")).await.unwrap().output().await;
     let her_failed = agents[1].stream_with(PROMPT, on("wf")).await.unwrap().output().await;
     assert_eq!(her_failed.status, askloop::RunStatus::Failed);
+    let bobs_failed = agents[1]
+        .stream_with(PROMPT, askloop::StreamOptions::default().for_resource("bob"))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert_eq!(bobs_failed.status, askloop::RunStatus::Failed);
     let plain = agents[0].stream(PROMPT).await.unwrap().output().await;
     let options = ServerOptions::default().tokens(vec![
         ApiToken::new("alice", ALICE).only_resources(vec!["alice".into()]),
@@ -583,6 +671,20 @@ async fn walls() -> Walls {
         ApiToken::new("ops", OPS),
     ]);
     let server = TestServer::start_with(agents, Arc::clone(&store), options).await;
+    // Bob's chat on no thread, started as the README's useChat set-up does.
+    let started = server
+        .client
+        .post(server.url("/api/agents/approver/stream"))
+        .bearer_auth(BOB)
+        .json(&json!({"messages": PROMPT}))
+        .send()
+        .await
+        .unwrap();
+    let approval = Sse::read(started).await.first("tool-call-approval").clone();
+    let bobs = (
+        approval["runId"].as_str().unwrap().to_owned(),
+        approval["payload"]["toolCallId"].as_str().unwrap().to_owned(),
+    );
     Walls {
         server,
         store,
@@ -590,6 +692,8 @@ async fn walls() -> Walls {
         hers: (hers.run_id, hers.pending[0].tool_call_id.clone()),
         her_failed: her_failed.run_id,
         plain: plain.run_id,
+        bobs,
+        bobs_failed: bobs_failed.run_id,
     }
 }
 
@@ -619,11 +723,9 @@ async fn listed(server: &TestServer, token: &str, path: &str) -> (Vec<String>, u
     (ids, page["total"].as_u64().unwrap())
 }
 
-#[tokio::test]
-async fn a_run_on_another_resources_thread_answers_every_run_route_as_an_unknown_run_and_changes_nothing() {
-    let walls = walls().await;
-    let (run, call) = walls.hers.clone();
-    let failed = walls.her_failed.clone();
+/// Every route that reads or changes a run by its id, about `run` (waiting
+/// on `call` for approval of `approver`) and the failed `failed`.
+fn run_routes(run: &str, call: &str, failed: &str) -> Vec<(&'static str, String, Option<Value>)> {
     let chat_approval = |approved: bool| {
         json!({"messages": [
             {"id": "u1", "role": "user", "parts": [{"type": "text", "text": PROMPT}]},
@@ -636,7 +738,7 @@ async fn a_run_on_another_resources_thread_answers_every_run_route_as_an_unknown
     let answered = json!({"runId": run, "toolCallId": call, "resumeData": {"approved": true}});
     let mut chat_answer = answered.clone();
     chat_answer["messages"] = json!([chat_approval(true)["messages"][0]]);
-    let routes: Vec<(&str, String, Option<Value>)> = vec![
+    vec![
         ("GET", format!("/api/runs/{run}"), None),
         ("POST", format!("/api/runs/{run}/cancel"), None),
         ("POST", format!("/api/runs/{failed}/retry"), None),
@@ -657,6 +759,11 @@ async fn a_run_on_another_resources_thread_answers_every_run_route_as_an_unknown
         ),
         (
             "POST",
+            "/api/agents/approver/approve-tool-call".into(),
+            Some(json!({"runId": run, "toolCallId": call, "args": {"message": "edited"}})),
+        ),
+        (
+            "POST",
             "/api/agents/approver/decline-tool-call".into(),
             Some(declined.clone()),
         ),
@@ -673,26 +780,39 @@ async fn a_run_on_another_resources_thread_answers_every_run_route_as_an_unknown
         ("POST", "/chat/approver".into(), Some(chat_answer)),
         ("POST", "/chat/approver".into(), Some(chat_approval(true))),
         ("POST", "/chat/approver".into(), Some(chat_approval(false))),
-    ];
-    let before = snapshot(&walls.store).await;
-    for (method, path, body) in &routes {
+    ]
+}
+
+/// Asks every run route about `run` and `failed` with `token`, and checks
+/// each answers exactly as for a run that does not exist, naming nothing of
+/// `owner`'s.
+async fn walled_off(walls: &Walls, token: &str, (run, call): (&str, &str), failed: &str, owner: &str) {
+    for (method, path, body) in run_routes(run, call, failed) {
         let what = format!("{method} {path} {body:?}");
-        let (status, refused) = send_as(&walls.server, BOB, method, path, body.as_ref()).await;
+        let (status, refused) = send_as(&walls.server, token, method, &path, body.as_ref()).await;
         // The same request about a run that does not exist.
         let missing = "no-such-run";
-        let unknown = |text: &str| text.replace(&run, missing).replace(&failed, missing);
+        let unknown = |text: &str| text.replace(run, missing).replace(failed, missing);
         let body_of_missing = body
             .as_ref()
             .map(|b| serde_json::from_str(&unknown(&b.to_string())).unwrap());
         let (missing_status, of_missing) =
-            send_as(&walls.server, BOB, method, &unknown(path), body_of_missing.as_ref()).await;
+            send_as(&walls.server, token, method, &unknown(&path), body_of_missing.as_ref()).await;
         assert_eq!((missing_status, status), (404, 404), "{what}: {refused}");
         assert_eq!(unknown(&refused), of_missing, "{what}: as a run that does not exist");
         assert!(
-            !refused.contains("alice") && !refused.contains("wt") && refused.contains("unknown_run"),
+            !refused.contains(owner) && refused.contains("unknown_run"),
             "{what}: {refused}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_run_on_another_resources_thread_answers_every_run_route_as_an_unknown_run_and_changes_nothing() {
+    let walls = walls().await;
+    let (run, call) = walls.hers.clone();
+    let before = snapshot(&walls.store).await;
+    walled_off(&walls, BOB, (&run, &call), &walls.her_failed, "alice").await;
     assert_eq!(snapshot(&walls.store).await, before, "bob changed nothing");
 
     // Alice reads and answers her run.
@@ -715,41 +835,76 @@ async fn a_run_on_another_resources_thread_answers_every_run_route_as_an_unknown
 }
 
 #[tokio::test]
-async fn a_walled_token_lists_and_counts_only_runs_on_no_thread_or_its_own_and_reads_a_run_on_no_thread() {
+async fn a_run_another_person_started_on_no_thread_answers_every_run_route_as_an_unknown_run_and_changes_nothing() {
+    let walls = walls().await;
+    let (run, call) = walls.bobs.clone();
+    let before = snapshot(&walls.store).await;
+    walled_off(&walls, ALICE, (&run, &call), &walls.bobs_failed, "bob").await;
+    // A run of no resource (the CLI's, a program's on the library) is no
+    // walled caller's either.
+    let (plain, plain_call) = {
+        let run = walls.store.get(&walls.plain).await.unwrap().unwrap();
+        (run.run_id.clone(), run.pending[0].tool_call_id.clone())
+    };
+    for (token, failed, owner) in [(ALICE, &walls.bobs_failed, "bob"), (BOB, &walls.her_failed, "alice")] {
+        walled_off(&walls, token, (&plain, &plain_call), failed, owner).await;
+    }
+    assert_eq!(snapshot(&walls.store).await, before, "alice changed nothing");
+
+    // Bob reads and approves his own; the unwalled ops token reads both.
+    for (token, run) in [(BOB, &run), (OPS, &run), (OPS, &plain)] {
+        let (status, body) = send_as(&walls.server, token, "GET", &format!("/api/runs/{run}"), None).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = send_as(
+        &walls.server,
+        BOB,
+        "POST",
+        "/api/agents/approver/approve-tool-call",
+        Some(&json!({"runId": run, "toolCallId": call})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let done = walls.store.get(&run).await.unwrap().unwrap();
+    assert_eq!(done.status, askloop::RunStatus::Completed);
+    assert_eq!(done.resource_id.as_deref(), Some("bob"), "stored with the run");
+}
+
+#[tokio::test]
+async fn a_walled_token_lists_counts_and_reads_only_its_own_resources_runs_on_a_thread_or_not() {
     let walls = walls().await;
     let server = &walls.server;
     let (hers, _) = &walls.hers;
-    let mut everything = vec![hers.clone(), walls.her_failed.clone(), walls.plain.clone()];
-    everything.sort();
-    let plain = vec![walls.plain.clone()];
-
-    assert_eq!(listed(server, BOB, "/api/runs?total=true").await, (plain.clone(), 1));
+    let (bobs, _) = &walls.bobs;
+    let sorted = |mut ids: Vec<String>| {
+        ids.sort();
+        ids
+    };
+    let his = sorted(vec![bobs.clone(), walls.bobs_failed.clone()]);
+    assert_eq!(listed(server, BOB, "/api/runs?total=true").await, (his.clone(), 2));
     assert_eq!(
-        listed(server, BOB, "/api/runs?total=true&limit=1").await,
-        (plain.clone(), 1),
-        "a short page ends with the wall, and its total too"
+        listed(server, BOB, "/api/runs?total=true&limit=1").await.1,
+        2,
+        "a short page counts within the wall too"
     );
     assert_eq!(
         listed(server, BOB, "/api/agents/approver/suspended-runs").await,
-        (plain.clone(), 1)
+        (vec![bobs.clone()], 1)
     );
-    for token in [ALICE, OPS] {
-        assert_eq!(
-            listed(server, token, "/api/runs?total=true").await,
-            (everything.clone(), 3)
-        );
-        let mut waiting = vec![hers.clone(), walls.plain.clone()];
-        waiting.sort();
-        assert_eq!(
-            listed(server, token, "/api/agents/approver/suspended-runs").await,
-            (waiting, 2)
-        );
-    }
-    // A run on no thread is everyone's who may act for its agent.
-    for token in [ALICE, BOB, OPS] {
-        let (status, body) = send_as(server, token, "GET", &format!("/api/runs/{}", walls.plain), None).await;
-        assert_eq!(status, 200, "{body}");
-    }
+    let hers_all = sorted(vec![hers.clone(), walls.her_failed.clone()]);
+    assert_eq!(listed(server, ALICE, "/api/runs?total=true").await, (hers_all, 2));
+    assert_eq!(
+        listed(server, ALICE, "/api/agents/approver/suspended-runs").await,
+        (vec![hers.clone()], 1)
+    );
+    let everything = sorted(vec![
+        hers.clone(),
+        walls.her_failed.clone(),
+        walls.plain.clone(),
+        bobs.clone(),
+        walls.bobs_failed.clone(),
+    ]);
+    assert_eq!(listed(server, OPS, "/api/runs?total=true").await, (everything, 5));
     // A caller without a wall reads a run on anyone's thread.
     let (status, body) = send_as(server, OPS, "GET", &format!("/api/runs/{hers}"), None).await;
     assert_eq!(status, 200, "{body}");

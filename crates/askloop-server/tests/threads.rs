@@ -649,11 +649,11 @@ async fn a_token_learns_which_resource_it_acts_as_and_lists_the_runs_of_one_of_i
         .client
         .post(server.url("/api/agents/assistant/stream"))
         .bearer_auth(ana)
-        .json(&json!({"messages": "Deploy.", "runId": "plain-run"}))
+        .json(&json!({"messages": "Deploy."}))
         .send()
         .await
         .unwrap();
-    Sse::read(plain).await;
+    let (plain, _) = suspended(&Sse::read(plain).await);
 
     let all: Value = get(ana, "/api/runs?status=suspended")
         .await
@@ -673,8 +673,8 @@ async fn a_token_learns_which_resource_it_acts_as_and_lists_the_runs_of_one_of_i
     assert_eq!(by_id(&run_id)["threadId"], "t1");
     assert_eq!(by_id(&run_id)["resourceId"], "team");
     assert!(
-        by_id("plain-run").get("resourceId").is_none(),
-        "a run on no thread has no resource"
+        by_id(&plain).get("resourceId").is_none(),
+        "a run on no thread shows no thread's resource"
     );
 
     for path in [
@@ -713,10 +713,12 @@ async fn a_token_learns_which_resource_it_acts_as_and_lists_the_runs_of_one_of_i
         .iter()
         .map(|r| r["runId"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["plain-run"], "the run on no thread only");
-    assert_eq!(seen["total"], 1);
-    let (status, error) = error_of(get(bo, &format!("/api/runs/{run_id}")).await.unwrap()).await;
-    assert_eq!((status, error["code"].as_str()), (404, Some("unknown_run")));
+    assert!(ids.is_empty(), "ana's run on no thread is hers: {ids:?}");
+    assert_eq!(seen["total"], 0);
+    for theirs in [&run_id, &plain] {
+        let (status, error) = error_of(get(bo, &format!("/api/runs/{theirs}")).await.unwrap()).await;
+        assert_eq!((status, error["code"].as_str()), (404, Some("unknown_run")));
+    }
 
     // The thread says which agent continues it.
     let thread: Value = get(ana, "/api/memory/threads/t1").await.unwrap().json().await.unwrap();
@@ -751,4 +753,128 @@ async fn a_caller_that_may_name_any_resource_keeps_its_conversations_under_the_s
         me,
         json!({"name": "api-token", "resource": "page", "resources": null, "agents": null})
     );
+}
+
+#[tokio::test]
+async fn a_token_limited_to_some_agents_reads_only_their_messages_on_a_shared_thread_and_cannot_delete_it() {
+    let store = memory_store();
+    let (assistant, _model) = recorded_assistant(&store).await;
+    let approver = approver(&store);
+    let options = ServerOptions::default().tokens(vec![
+        ApiToken::new("ana", "secret-of-ana-0123").only_resources(vec!["ana".into(), "team".into()]),
+        ApiToken::new("bot", "secret-of-bot-4567")
+            .only_agents(vec!["assistant".into()])
+            .only_resources(vec!["bot".into(), "team".into()]),
+    ]);
+    let server = TestServer::start_with(vec![assistant, approver], Arc::clone(&store), options).await;
+    let send = |secret: &'static str, method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut request = server.client.request(method, server.url(path)).bearer_auth(secret);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send()
+    };
+    let memory = json!({"thread": "shared", "resource": "team"});
+    // Ana runs each agent on the team's thread (the approver first: its
+    // scripted model counts the thread's turns); the approver's run ends
+    // declined, so nothing on the thread still waits.
+    let approving = send(
+        "secret-of-ana-0123",
+        reqwest::Method::POST,
+        "/api/agents/approver/stream",
+        Some(json!({"messages": "Ship the secret project.", "memory": memory})),
+    )
+    .await
+    .unwrap();
+    let approval = Sse::read(approving).await.first("tool-call-approval").clone();
+    let declined = send(
+        "secret-of-ana-0123",
+        reqwest::Method::POST,
+        "/api/agents/approver/decline-tool-call",
+        Some(json!({"runId": approval["runId"], "toolCallId": approval["payload"]["toolCallId"], "reason": "no"})),
+    )
+    .await
+    .unwrap();
+    Sse::read(declined).await;
+
+    let asked = send(
+        "secret-of-ana-0123",
+        reqwest::Method::POST,
+        "/api/agents/assistant/stream",
+        Some(json!({"messages": "Deploy.", "memory": memory})),
+    )
+    .await
+    .unwrap();
+    let (asked, call) = suspended(&Sse::read(asked).await);
+    let answered = send(
+        "secret-of-ana-0123",
+        reqwest::Method::POST,
+        "/api/agents/assistant/resume-stream",
+        Some(json!({"runId": asked, "toolCallId": call, "resumeData": "staging"})),
+    )
+    .await
+    .unwrap();
+    Sse::read(answered).await;
+    let texts = |page: &Value| -> Vec<String> {
+        page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].to_string())
+            .collect()
+    };
+    let path = "/api/memory/threads/shared/messages?resourceId=team";
+    let ana_sees: Value = send("secret-of-ana-0123", reqwest::Method::GET, path, None)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        texts(&ana_sees).iter().any(|t| t.contains("Ship the secret project.")),
+        "{ana_sees}"
+    );
+    let bot_sees: Value = send("secret-of-bot-4567", reqwest::Method::GET, path, None)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        texts(&bot_sees).iter().any(|t| t.contains("Deploy.")),
+        "its own agent's messages: {bot_sees}"
+    );
+    assert!(
+        !bot_sees.to_string().contains("secret project") && !bot_sees.to_string().contains("ask_approval"),
+        "nothing of the approver's run: {bot_sees}"
+    );
+
+    let refused = send(
+        "secret-of-bot-4567",
+        reqwest::Method::DELETE,
+        "/api/memory/threads/shared?resourceId=team",
+        None,
+    )
+    .await
+    .unwrap();
+    let (status, error) = error_of(refused).await;
+    assert_eq!((status, error["code"].as_str()), (403, Some("forbidden")), "{error}");
+    assert!(
+        !error["message"].as_str().unwrap().contains("approver"),
+        "names no agent it may not see: {error}"
+    );
+    assert_eq!(
+        store.list(&askloop::RunQuery::default()).await.unwrap().len(),
+        2,
+        "both runs are still stored"
+    );
+    let deleted = send(
+        "secret-of-ana-0123",
+        reqwest::Method::DELETE,
+        "/api/memory/threads/shared?resourceId=team",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(deleted.status(), 200, "a caller of every agent deletes it");
 }

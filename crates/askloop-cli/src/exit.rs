@@ -100,6 +100,7 @@ impl From<RunError> for CliError {
             | RunError::WrongPendingKind { .. }
             | RunError::NothingToApprove { .. }
             | RunError::InvalidArguments { .. }
+            | RunError::DeniedByRule { .. }
             | RunError::InvalidInput(_)
             | RunError::InvalidId(_)
             | RunError::ReasonTooLong { .. } => CliError::usage(message),

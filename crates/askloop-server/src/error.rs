@@ -96,6 +96,19 @@ pub enum ApiError {
         /// The thread asked for.
         thread_id: String,
     },
+    /// A thread holds runs of agents the caller may not act for, which
+    /// deleting it would delete.
+    #[error(
+        "{} may not delete thread {}: it holds runs of agents it may not act for; a caller that may act for every agent of the thread can",
+        described_caller(caller),
+        quoted_excerpt(thread_id)
+    )]
+    ThreadOfOtherAgents {
+        /// The thread.
+        thread_id: String,
+        /// The token's name, or the person the author header named.
+        caller: String,
+    },
     /// A thread cannot be deleted while runs on it wait on a person or run.
     #[error(
         "thread {} has runs that are not finished: {}; cancel them first, or delete with ?cancelRuns=true to cancel them and delete",
@@ -309,6 +322,7 @@ impl ApiError {
             ApiError::UnknownGrant { .. } => (StatusCode::NOT_FOUND, "unknown_grant"),
             ApiError::AmbiguousThread { .. } => (StatusCode::CONFLICT, "ambiguous_thread"),
             ApiError::ThreadBusy { .. } => (StatusCode::CONFLICT, "thread_busy"),
+            ApiError::ThreadOfOtherAgents { .. } => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::HostNotAllowed { .. } => (StatusCode::FORBIDDEN, "host_not_allowed"),
             ApiError::CrossSite { .. } => (StatusCode::FORBIDDEN, "cross_site"),
             ApiError::UnsupportedMediaType { .. } => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
@@ -356,6 +370,7 @@ fn run_status(err: &RunError) -> (StatusCode, &'static str) {
         RunError::WrongPendingKind { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "wrong_pending_kind"),
         RunError::NothingToApprove { .. } => (StatusCode::CONFLICT, "nothing_to_approve"),
         RunError::InvalidArguments { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_arguments"),
+        RunError::DeniedByRule { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "denied_by_rule"),
         // The stored run and this server's agent disagree: the run's state,
         // not the request, is what stands in the way.
         // So is a request the run machine refused for the state the run is in:

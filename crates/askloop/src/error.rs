@@ -144,6 +144,23 @@ pub enum RunError {
         /// What is wrong with them.
         reason: String,
     },
+    /// Arguments a person edited before approving are refused by one of
+    /// the agent's approval rules, as the same call from the model would
+    /// be: nothing ran, and the call still waits for approval.
+    #[error(
+        "the approval rule {rule:?} refuses call {} of run {run_id} with these arguments: {reason}; nothing ran, and the call still waits for approval (approve it as proposed, edit it otherwise, or decline it)",
+        crate::quoted_excerpt(tool_call_id)
+    )]
+    DeniedByRule {
+        /// The run.
+        run_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// The rule's name.
+        rule: String,
+        /// The reason it gave.
+        reason: String,
+    },
     /// Every call waiting for approval was to be decided, and none waits:
     /// the run waits only on questions.
     #[error(
@@ -237,6 +254,7 @@ impl RunError {
             | RunError::WrongPendingKind { run_id, .. }
             | RunError::NothingToApprove { run_id, .. }
             | RunError::InvalidArguments { run_id, .. }
+            | RunError::DeniedByRule { run_id, .. }
             | RunError::UnknownTool { run_id, .. }
             | RunError::Conflict { run_id }
             | RunError::StepLimit { run_id, .. }

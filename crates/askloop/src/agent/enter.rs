@@ -41,6 +41,10 @@ impl ToolBook for AgentInner {
     fn input_problem(&self, name: &str, args: &serde_json::Value) -> Option<String> {
         AgentInner::input_problem(self, name, args)
     }
+
+    fn rule_verdict(&self, run: &RunRecord, name: &str, args: &serde_json::Value) -> Option<(String, crate::Verdict)> {
+        AgentInner::rule_verdict(self, name, args, run)
+    }
 }
 
 impl Agent {

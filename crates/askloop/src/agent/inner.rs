@@ -81,6 +81,49 @@ impl AgentInner {
             .map(|err| err.to_string())
     }
 
+    /// Asks `judge` about a call of the tool `name` with `args` in the run
+    /// `record`, as the agent's rules and grants see it: with the arguments
+    /// as the tool will act on them ([`crate::Tool::acts_on`]). The one
+    /// place a proposed call is put to them, whoever proposed its
+    /// arguments: the model, or a person who edited them before approving.
+    fn judge<T>(
+        &self,
+        name: &str,
+        args: &serde_json::Value,
+        record: &RunRecord,
+        judge: impl FnOnce(&crate::rules::ProposedCall<'_>) -> T,
+    ) -> T {
+        let tool = self.tools.get(name).map(|t| t.tool.as_ref());
+        let args = tool.map_or_else(|| args.clone(), |t| t.acts_on(args));
+        let memory = record.memory.as_ref();
+        let proposed = crate::rules::ProposedCall {
+            tool: name,
+            mcp_server: tool.and_then(|t| t.mcp_server()),
+            args: &args,
+            agent_id: &self.id,
+            run_id: &record.run_id,
+            thread_id: memory.map(|m| m.key.thread_id.as_str()),
+            resource_id: memory.map(|m| m.key.resource_id.as_str()),
+        };
+        judge(&proposed)
+    }
+
+    /// The first of the agent's approval rules with a verdict about a call
+    /// of `name` with `args` in the run `record`, and that rule's name.
+    pub(crate) fn rule_verdict(
+        &self,
+        name: &str,
+        args: &serde_json::Value,
+        record: &RunRecord,
+    ) -> Option<(String, crate::Verdict)> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        self.judge(name, args, record, |proposed| {
+            crate::rules::first_verdict(&self.rules, proposed)
+        })
+    }
+
     /// What the agent's approval rules and `grants` decide about `call` of
     /// the run `record`, judged on the arguments as the call's tool will
     /// act on them: a rule that denies the call wins; else a grant that
@@ -94,21 +137,13 @@ impl AgentInner {
         if self.rules.is_empty() && grants.is_empty() {
             return None;
         }
-        let tool = self.tools.get(&call.name).map(|t| t.tool.as_ref());
-        let args = tool.map_or_else(|| call.args.as_ref().clone(), |t| t.acts_on(&call.args));
-        let memory = record.memory.as_ref();
-        let proposed = crate::rules::ProposedCall {
-            tool: &call.name,
-            mcp_server: tool.and_then(|t| t.mcp_server()),
-            args: &args,
-            agent_id: &self.id,
-            run_id: &record.run_id,
-            thread_id: memory.map(|m| m.key.thread_id.as_str()),
-            resource_id: memory.map(|m| m.key.resource_id.as_str()),
-        };
         let now = self.clock.now();
-        let ruled = crate::rules::first_verdict(&self.rules, &proposed);
-        let granted = grants.iter().find(|g| g.covers(&proposed, now));
+        let (ruled, granted) = self.judge(&call.name, &call.args, record, |proposed| {
+            (
+                crate::rules::first_verdict(&self.rules, proposed),
+                grants.iter().find(|g| g.covers(proposed, now)),
+            )
+        });
         let recorded = record.resolution_of(&call.id).is_some_and(|r| {
             matches!(
                 r.author.via,

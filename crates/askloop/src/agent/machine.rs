@@ -786,6 +786,16 @@ fn fit(
             if let Some(problem) = tools.input_problem(&pending.tool_name, args) {
                 return Err(invalid(problem));
             }
+            // Edited arguments meet the rules the model's arguments meet:
+            // a person's edit cannot run what a rule refuses.
+            if let Some((rule, crate::Verdict::Deny(reason))) = tools.rule_verdict(run, &pending.tool_name, args) {
+                return Err(RunError::DeniedByRule {
+                    run_id: run.run_id.clone(),
+                    tool_call_id,
+                    rule,
+                    reason,
+                });
+            }
             Ok(FittedDecision::Approve {
                 tool_call_id,
                 args: Some(args.clone()),
@@ -794,6 +804,12 @@ fn fit(
         }
         (PendingKind::Approval, Decision::ApproveAlways(always)) => {
             has_tool()?;
+            if let Some(problem) = always.lasts_problem() {
+                return Err(RunError::InvalidInput(format!(
+                    "call {} of run {}: {problem}",
+                    tool_call_id, run.run_id
+                )));
+            }
             if run.memory.is_none() {
                 return Err(RunError::InvalidInput(format!(
                     "run {} is on no thread, so an approval cannot stick to its thread or resource; approve \

@@ -630,6 +630,10 @@ impl ToolBook for Book {
     fn rules(&self, name: &str) -> Option<ToolRules> {
         rules(name)
     }
+
+    fn rule_verdict(&self, _run: &RunRecord, _name: &str, _args: &Value) -> Option<(String, crate::Verdict)> {
+        None
+    }
 }
 
 /// A tool that asks a question and acts on the answer (as an MCP

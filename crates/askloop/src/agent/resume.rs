@@ -48,7 +48,10 @@ impl Agent {
     /// arguments a person edited) instead of the model's. The arguments are
     /// checked against the tool's input schema first: arguments that do not
     /// fit are [`RunError::InvalidArguments`], and nothing runs or is
-    /// stored. The tool runs with exactly these arguments; the model's call
+    /// stored. Then they meet the agent's approval rules as the model's
+    /// arguments do: arguments a rule denies are
+    /// [`RunError::DeniedByRule`], naming the rule and its reason, and
+    /// nothing runs or is stored either. The tool runs with exactly these arguments; the model's call
     /// stays as it made it, and the call's result tells the model what the
     /// call ran with. The run's resolution keeps both the model's and the
     /// edited arguments ([`Resolution::edit`](crate::Resolution::edit)),

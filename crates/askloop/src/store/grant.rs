@@ -96,10 +96,33 @@ impl Always {
         self
     }
 
-    /// Until `lasts` from the approval.
+    /// Until `lasts` from the approval ([`Always::SHORTEST`] to
+    /// [`Always::LONGEST`]; an approval given another is refused).
     pub fn lasting(mut self, lasts: std::time::Duration) -> Self {
         self.lasts = Some(lasts);
         self
+    }
+
+    /// The shortest time an approval that sticks may last: one that ends
+    /// as it is made would cover nothing.
+    pub const SHORTEST: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// The longest time an approval that sticks may be given: a year. For
+    /// longer, give none (it lasts until revoked), which a listing shows
+    /// as such instead of as a far date.
+    pub const LONGEST: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 60 * 60);
+
+    /// Why its time is not one an approval may be given, if it is not.
+    pub(crate) fn lasts_problem(&self) -> Option<String> {
+        let lasts = self.lasts?;
+        let given = if lasts.as_secs() > 0 {
+            format!("{}s", lasts.as_secs())
+        } else {
+            format!("{}ms", lasts.as_millis())
+        };
+        (!(Self::SHORTEST..=Self::LONGEST).contains(&lasts)).then(|| {
+            format!("an approval that sticks lasts from 1s to 366d (or, given no time, until revoked); got {given}")
+        })
     }
 }
 

@@ -50,6 +50,11 @@ pub(crate) trait ToolBook {
             .err()
             .map(|err| err.to_string())
     }
+    /// The first of the agent's approval rules with a verdict about a call
+    /// of the tool `name` with `args` in `run`, judged as the model's calls
+    /// are (on the arguments as the tool will act on them), and that
+    /// rule's name. Asked of arguments a person edited before approving.
+    fn rule_verdict(&self, run: &RunRecord, name: &str, args: &serde_json::Value) -> Option<(String, crate::Verdict)>;
 }
 
 /// What someone asks of a stored run.

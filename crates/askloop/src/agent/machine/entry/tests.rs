@@ -41,6 +41,17 @@ impl ToolBook for Tools {
             _ => None,
         }
     }
+
+    /// One rule: `deploy` never runs with a question naming production.
+    fn rule_verdict(&self, _run: &RunRecord, name: &str, args: &serde_json::Value) -> Option<(String, crate::Verdict)> {
+        let production = args["question"].as_str().is_some_and(|q| q.contains("production"));
+        (name == "deploy" && production).then(|| {
+            (
+                "no-production".to_owned(),
+                crate::Verdict::Deny("production is off limits".into()),
+            )
+        })
+    }
 }
 
 fn tools() -> Tools {
@@ -192,6 +203,28 @@ fn an_approval_claims_the_run_marking_its_call_started_and_recording_who_in_the_
     assert_eq!((held.version, held.status), (5, RunStatus::Running));
     assert_eq!(held.resolutions.len(), 1);
     assert!(held.pending[0].started_at.is_some());
+}
+
+#[test]
+fn edited_arguments_a_rule_denies_are_refused_naming_the_rule_before_anything_is_written() {
+    let waiting = run(RunStatus::Suspended, vec![approval("c1")]);
+    let approve_with = |question: &str| Request::Decide {
+        tool_call_id: Some("c1".into()),
+        decision: Decision::ApproveWith(json!({"question": question})),
+        author: Author::named(Interface::Http, "bob"),
+    };
+    let mut denied = entry(approve_with("deploy to production"));
+    let refused = read(&mut denied, Some(waiting.clone()), t(0));
+    assert!(
+        matches!(&refused, EntryEffect::Finish(Err(RunError::DeniedByRule { tool_call_id, rule, reason, .. }))
+            if tool_call_id == "c1" && rule == "no-production" && reason == "production is off limits"),
+        "{refused:?}"
+    );
+    let mut allowed = entry(approve_with("deploy to staging"));
+    assert!(
+        matches!(read(&mut allowed, Some(waiting), t(0)), EntryEffect::Write { .. }),
+        "edited arguments the rules let through are written as the claim"
+    );
 }
 
 #[test]

@@ -115,6 +115,24 @@ async fn always_on_an_approval_lets_the_threads_later_calls_run_and_a_revoke_sto
             json!({"runId": first, "always": "thread", "args": {"to": "x"}}),
             "cannot also stick",
         ),
+        // A lifetime past a year (which once overflowed into one that never
+        // ends) or none at all (one already over) names the range.
+        (
+            json!({"runId": first, "always": "thread", "alwaysFor": "99999999d"}),
+            "from 1s to 366d",
+        ),
+        (
+            json!({"runId": first, "always": "thread", "alwaysFor": "367d"}),
+            "from 1s to 366d",
+        ),
+        (
+            json!({"runId": first, "always": "thread", "alwaysFor": "0s"}),
+            "from 1s to 366d",
+        ),
+        (
+            json!({"runId": first, "always": "thread", "alwaysFor": "500ms"}),
+            "from 1s to 366d",
+        ),
     ] {
         let (status, error) = w.send(ALICE, "POST", approve, Some(body.clone())).await;
         assert_eq!(status, 400, "{body}: {error}");
@@ -124,6 +142,8 @@ async fn always_on_an_approval_lets_the_threads_later_calls_run_and_a_revoke_sto
         );
     }
     assert_eq!(w.sent.load(Ordering::SeqCst), 0);
+    let (_, grants) = w.send(ALICE, "GET", "/api/grants?all=true", None).await;
+    assert_eq!(grants["grants"], json!([]), "no refused approval made a grant");
 
     let body = json!({"runId": first, "always": "thread", "alwaysFor": "8h"});
     let (status, approved) = w.send(ALICE, "POST", approve, Some(body)).await;

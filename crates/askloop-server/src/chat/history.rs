@@ -206,9 +206,12 @@ fn tool_name(part: &Value) -> Option<&str> {
 /// The approval decisions the client sends back: the tool parts in state
 /// `approval-responded` of its last message, when that is an assistant
 /// message (as `@mastra/ai-sdk` collects them; a regeneration carries
-/// none). Each `approval.id` is `<runId>::<toolCallId>` and must name the
-/// part's own call; the same decision twice counts once, two different
-/// decisions about one call are refused.
+/// none). Each `approval.id` is `<runId>::<toolCallId>` with the part's
+/// own `toolCallId`: the run id is what comes before `::` and that call id,
+/// so ids holding `::` themselves (a model may send such a call id, a
+/// client may choose such a run id) are read exactly; any other id is
+/// refused. The same decision twice counts once, two different decisions
+/// about one call are refused.
 pub(crate) fn approval_responses(
     messages: &[UiMessage],
     trigger: Option<&str>,
@@ -230,12 +233,17 @@ pub(crate) fn approval_responses(
             .get("id")
             .and_then(Value::as_str)
             .ok_or_else(|| bad("has no `approval.id`"))?;
-        let Some((run_id, tool_call_id)) = id.rsplit_once("::") else {
-            return Err(bad("has an `approval.id` that is not `<runId>::<toolCallId>`"));
-        };
-        if part.get("toolCallId").and_then(Value::as_str) != Some(tool_call_id) {
-            return Err(bad("has an `approval.id` naming another call than its `toolCallId`"));
-        }
+        let tool_call_id = part
+            .get("toolCallId")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("has no `toolCallId`"))?;
+        let run_id = id
+            .strip_suffix(tool_call_id)
+            .and_then(|rest| rest.strip_suffix("::"))
+            .filter(|run_id| !run_id.is_empty())
+            .ok_or_else(|| {
+                bad("has an `approval.id` that is not `<runId>::<toolCallId>` with the part's own `toolCallId`")
+            })?;
         let approved = approval
             .get("approved")
             .and_then(Value::as_bool)
@@ -353,7 +361,7 @@ mod tests {
     }
 
     #[test]
-    fn approval_ids_are_split_at_the_last_separator_and_must_name_their_part() {
+    fn approval_ids_are_the_run_id_before_the_parts_own_call_id_and_must_name_their_part() {
         let found = approval_responses(
             &messages(json!([{"role": "assistant", "parts": [responded("r::1::c1", "c1", true), responded("r::1::c1", "c1", true)]}])),
             Some("submit-message"),
@@ -368,9 +376,26 @@ mod tests {
                 reason: None
             }]
         );
+        // Either id may hold `::` itself: the call id is the part's own.
+        for (run_id, call_id) in [
+            ("r1", "fc::abc::1"),
+            ("tenant::7::run", "c1"),
+            ("a::b", "c::d"),
+            ("run:", ":call"),
+        ] {
+            let part = responded(&format!("{run_id}::{call_id}"), call_id, true);
+            let found = approval_responses(&messages(json!([{"role": "assistant", "parts": [part]}])), None).unwrap();
+            assert_eq!(
+                (found[0].run_id.as_str(), found[0].tool_call_id.as_str()),
+                (run_id, call_id)
+            );
+        }
         for bad in [
             json!([{"role": "assistant", "parts": [responded("r1::c2", "c1", true)]}]),
             json!([{"role": "assistant", "parts": [responded("r1-c1", "c1", true)]}]),
+            json!([{"role": "assistant", "parts": [responded("::c1", "c1", true)]}]),
+            json!([{"role": "assistant", "parts": [responded("c1", "c1", true)]}]),
+            json!([{"role": "assistant", "parts": [responded("r::a::b", "b::c", true)]}]),
             json!([{"role": "assistant", "parts": [responded("r1::c1", "c1", true), responded("r1::c1", "c1", false)]}]),
         ] {
             assert!(approval_responses(&messages(bad.clone()), None).is_err(), "{bad}");

@@ -283,6 +283,14 @@ pub(crate) async fn delete(
 ) -> Result<Json<Value>, ApiError> {
     check_agent(&state, &caller, params.agent_id.as_deref())?;
     let thread = find(&state, &caller, &thread_id, params.resource_id.as_deref()).await?;
+    // Deleting a thread deletes its runs: only a caller that may act on
+    // every one of them may.
+    if caller.agents().is_some() && holds_runs_of_other_agents(&state, &caller, &thread).await? {
+        return Err(ApiError::ThreadOfOtherAgents {
+            thread_id,
+            caller: caller.author().by.unwrap_or_default(),
+        });
+    }
     let threads = store(&state)?;
     for _ in 0..3 {
         match threads.delete_thread(&thread.key()).await? {
@@ -326,6 +334,7 @@ pub(crate) async fn messages(
     let from = i64::from(page) * i64::from(per_page);
     let stored = store(&state)?.thread_messages(&thread.key(), from, per_page).await?;
     let has_more = from + (stored.len() as i64) < thread.message_count;
+    let stored = of_agents_it_may_act_for(&state, &caller, stored).await?;
     let messages = shape::messages(&state, &thread, stored).await?;
     Ok(Json(MessagePage {
         messages,
@@ -335,6 +344,55 @@ pub(crate) async fn messages(
         has_more,
         ui_messages: Value::Null,
     }))
+}
+
+/// Whether any run on `thread` is of an agent `caller` may not act for.
+async fn holds_runs_of_other_agents(state: &AppState, caller: &Caller, thread: &Thread) -> Result<bool, ApiError> {
+    let mut query = askloop::RunQuery {
+        thread: Some(thread.key()),
+        limit: Some(100),
+        ..Default::default()
+    };
+    loop {
+        let page = state.store.list(&query).await?;
+        if page.iter().any(|run| !caller.may_act_for(&run.agent_id)) {
+            return Ok(true);
+        }
+        match page.last() {
+            Some(last) if page.len() == 100 => query.after = Some(askloop::RunCursor::after_created(last)),
+            _ => return Ok(false),
+        }
+    }
+}
+
+/// The messages of `stored` whose runs are of agents `caller` may act for:
+/// a token limited to some agents reads nothing of other agents' runs on a
+/// thread it shares (a message whose run is gone is left out too).
+async fn of_agents_it_may_act_for(
+    state: &AppState,
+    caller: &Caller,
+    stored: Vec<askloop::ThreadMessage>,
+) -> Result<Vec<askloop::ThreadMessage>, ApiError> {
+    if caller.agents().is_none() {
+        return Ok(stored);
+    }
+    let mut agents: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+    let mut kept = Vec::with_capacity(stored.len());
+    for message in stored {
+        let allowed = match agents.get(&message.run_id) {
+            Some(allowed) => *allowed,
+            None => {
+                let run = state.store.get(&message.run_id).await?;
+                let allowed = run.is_some_and(|run| caller.may_act_for(&run.agent_id));
+                agents.insert(message.run_id.clone(), allowed);
+                allowed
+            }
+        };
+        if allowed {
+            kept.push(message);
+        }
+    }
+    Ok(kept)
 }
 
 /// A text field of a body, taken out of it (`null` or missing: `None`).

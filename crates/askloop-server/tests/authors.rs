@@ -15,13 +15,11 @@ const SUPPORT: &str = "secret-of-the-support-bot";
 const DEFAULT: &str = "secret-of-the-env-token";
 
 fn options() -> ServerOptions {
-    ServerOptions::default()
-        .token(Some(DEFAULT.to_owned()))
-        .tokens(vec![
-            ApiToken::new("alice", ALICE),
-            ApiToken::new("bob", BOB),
-            ApiToken::new("support-bot", SUPPORT).only_agents(vec!["assistant".into()]),
-        ])
+    ServerOptions::default().token(Some(DEFAULT.to_owned())).tokens(vec![
+        ApiToken::new("alice", ALICE),
+        ApiToken::new("bob", BOB),
+        ApiToken::new("support-bot", SUPPORT).only_agents(vec!["assistant".into()]),
+    ])
 }
 
 async fn start() -> TestServer {

@@ -455,17 +455,34 @@ async fn askloop_mcp_lists_its_agents_and_asks_their_questions_as_elicitations()
         "{structured}"
     );
     let _ = client.cancel().await;
-    // The answer is recorded as given through MCP, by the client's name.
-    let shown = Command::new(BIN)
-        .env("ASKLOOP_DB", dir.path().join("runs.db"))
-        .args(["runs", "show", structured["runId"].as_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    // The answer is recorded as given through MCP; the name the client gave
+    // itself is kept as declared by it, never as who answered.
+    let run_id = structured["runId"].as_str().unwrap();
+    let show = |json: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.env("ASKLOOP_DB", dir.path().join("runs.db"))
+            .args(["runs", "show", run_id]);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().unwrap()
+    };
+    let shown: Value = serde_json::from_slice(&show(true).stdout).unwrap();
     let resolution = &shown["resolutions"][0];
     assert_eq!(resolution["kind"], "answered", "{shown}");
     assert_eq!(resolution["via"], "mcp", "{shown}");
-    assert_eq!(resolution["by"], "test-person", "{shown}");
+    assert_eq!(resolution["declared"], "test-person", "{shown}");
+    assert!(resolution.get("by").is_none(), "{shown}");
+    let text = String::from_utf8(show(false).stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("answered"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("via mcp") && line.contains("test-person (declared by the client, not verified)"),
+        "{text}"
+    );
+    assert!(!line.contains("by test-person"), "{text}");
 }
 
 /// Two files to write in one step: both wait for approval.

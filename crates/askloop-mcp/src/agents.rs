@@ -16,8 +16,10 @@
 //!
 //! Every answer given through MCP is recorded on the run as made through
 //! the `mcp` interface, by the [`Caller`] the HTTP server put on the
-//! request (its token's name, or the person a trusted proxy named), else by
-//! the name the client gave in its `initialize` request. Over HTTP, a
+//! request (its token's name, or the person a trusted proxy named). Without
+//! one, the name the client gave itself in its `initialize` request is
+//! recorded as declared by the client ([`Author::declared`]), never as who
+//! answered: nothing checked it. Over HTTP, a
 //! caller limited to some agents sees and may call only their tools, and a
 //! session serves only the caller that opened it (see [`McpHttpService`]).
 //!
@@ -139,16 +141,22 @@ impl Caller {
             .is_none_or(|agents| agents.iter().any(|a| a == agent_id))
     }
 
-    /// The author of answers given in this request: the caller's name, else
-    /// the MCP client's.
+    /// The author of answers given in this request: the name the HTTP
+    /// server vouched for (a token's, a person's a trusted proxy named).
+    /// Without one (stdio, a server without tokens), the name the client
+    /// gave itself in `initialize` is kept as only declared: nothing checked
+    /// it, so it is never recorded as who answered.
     fn author(&self, context: &RequestContext<RoleServer>) -> Author {
+        if let Some(by) = &self.by {
+            return Author::named(Interface::Mcp, by.clone());
+        }
         let client = context
             .peer
             .peer_info()
             .map(|info| info.client_info.name.clone())
             .filter(|name| !name.trim().is_empty());
-        match self.by.clone().or(client) {
-            Some(by) => Author::named(Interface::Mcp, by),
+        match client {
+            Some(name) => Author::via(Interface::Mcp).with_declared(name),
             None => Author::via(Interface::Mcp),
         }
     }

@@ -483,3 +483,85 @@ async fn behind_a_proxy_an_mcp_session_serves_only_the_person_who_opened_it() {
     let ana = on_session(&server, Who(ANA, Some("ana")), Some(&session), Method::POST, Some(list)).await;
     assert_eq!(ana.status(), 200);
 }
+
+/// An MCP client calling itself `ceo@corp`, which answers every question
+/// with `staging`.
+#[derive(Clone)]
+struct SelfNamed;
+
+impl rmcp::ClientHandler for SelfNamed {
+    async fn create_elicitation(
+        &self,
+        _request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        Ok(rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+            .with_content(json!({"answer": "staging"})))
+    }
+
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut info = rmcp::model::ClientConfig::default();
+        info.capabilities = serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap();
+        info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
+        info.client_info = rmcp::model::Implementation::new("ceo@corp", "1.0");
+        info
+    }
+}
+
+/// The one resolution of the run `ask_assistant` made for `SelfNamed`
+/// sending `secret`, as `GET /api/runs/{runId}` shows it.
+async fn answered_by_self_named(server: &TestServer, secret: Option<&str>) -> Value {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(server.url("/mcp"));
+    if let Some(secret) = secret {
+        config = config.auth_header(secret);
+    }
+    let client = SelfNamed
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap();
+    let mut call = CallToolRequestParams::new("ask_assistant");
+    call.arguments = json!({"message": "Deploy the app"}).as_object().cloned();
+    let result = client.peer().call_tool(call).await.unwrap();
+    let _ = client.cancel().await;
+    let structured = result.structured_content.unwrap();
+    assert_eq!(structured["status"], "completed", "{structured}");
+    let path = format!("/api/runs/{}", structured["runId"].as_str().unwrap());
+    let mut request = server.client.get(server.url(&path));
+    if let Some(secret) = secret {
+        request = request.bearer_auth(secret);
+    }
+    let run: Value = request.send().await.unwrap().json().await.unwrap();
+    let resolutions = run["resolutions"].as_array().unwrap();
+    assert_eq!(resolutions.len(), 1, "{run}");
+    resolutions[0].clone()
+}
+
+#[tokio::test]
+async fn a_name_an_mcp_client_gives_itself_is_recorded_as_declared_and_a_tokens_name_as_who_answered() {
+    // Without a token, nothing vouches for the client's name: it is kept
+    // as declared by the client, and no one is named as who answered.
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store)], Arc::clone(&store)).await;
+    let resolution = answered_by_self_named(&server, None).await;
+    assert_eq!(resolution["via"], "mcp", "{resolution}");
+    assert_eq!(resolution["declared"], "ceo@corp", "{resolution}");
+    assert!(
+        resolution.get("by").is_none(),
+        "a declared name is never `by`: {resolution}"
+    );
+
+    // With a token, its name is who answered, as before.
+    let store = memory_store();
+    let options = ServerOptions::default().tokens(vec![ApiToken::new("ana", ANA)]);
+    let server = TestServer::start_with(vec![assistant(&store)], Arc::clone(&store), options).await;
+    let resolution = answered_by_self_named(&server, Some(ANA)).await;
+    assert_eq!(
+        (&resolution["via"], &resolution["by"]),
+        (&json!("mcp"), &json!("ana")),
+        "{resolution}"
+    );
+    assert!(resolution.get("declared").is_none(), "{resolution}");
+}

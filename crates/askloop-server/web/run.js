@@ -62,7 +62,7 @@ function render(run) {
       if (m.content) body.append(h('div', { class: 'text' }, m.content));
       for (const call of m.toolCalls || []) {
         const result = done.get(call.id);
-        if (call.name === 'ask_user') {
+        if (call.name === 'ask_user' && run.builtInAskUser) {
           body.append(
             h(
               'div',

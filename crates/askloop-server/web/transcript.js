@@ -99,7 +99,7 @@ function setRunLink(turn, runId) {
 function settledCall(call) {
   const result = call.state === 'result' ? call.result : null;
   const how = resolutionText(call.resolution);
-  if (call.toolName === 'ask_user') {
+  if (call.builtInAskUser) {
     return h(
       'div',
       { class: 'qa' },

@@ -58,11 +58,11 @@ test('a question of the built-in is shown with its answer, and a declared name a
   const page = await openPage(browser.context, `${BASE}/runs/${HELPER_RUN}`);
   const log = page.getByRole('log', { name: 'Conversation' });
   await log.locator('.q', { hasText: 'Which environment?' }).waitFor();
-  assert.equal(await log.locator('.a', { hasText: 'staging' }).count(), 1);
+  assert.equal(await log.locator('.a', { hasText: 'production' }).count(), 1);
   const decisions = page.getByRole('region', { name: 'Decisions' });
   const decided = await decisions.textContent();
-  assert.match(decided, /via mcp, ceo@corp \(declared by the client, not verified\)/);
-  assert.doesNotMatch(decided, /by ceo@corp/);
+  assert.match(decided, /via mcp, test-person \(declared by the client, not verified\)/);
+  assert.doesNotMatch(decided, /by test-person/);
   await page.screenshot({ path: join(SHOTS, 'mcp-names-declared.png'), fullPage: true });
   assert.deepEqual(page.problems, []);
 });

@@ -1031,26 +1031,9 @@ fn asker_config(dir: &Path) -> PathBuf {
     path
 }
 
-/// An MCP client that calls itself `ceo@corp` and answers `staging`.
-#[derive(Clone)]
-struct SelfNamed;
-
-impl ClientHandler for SelfNamed {
-    async fn create_elicitation(
-        &self,
-        _request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
-    ) -> Result<ElicitResult, rmcp::ErrorData> {
-        Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"answer": "staging"})))
-    }
-
-    fn get_info(&self) -> ClientConfig {
-        let mut info = ClientConfig::default();
-        info.capabilities = serde_json::from_value::<ClientCapabilities>(json!({"elicitation": {"form": {}}})).unwrap();
-        info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
-        info.client_info = rmcp::model::Implementation::new("ceo@corp", "1.0");
-        info
-    }
+/// `GET url`, read as JSON.
+async fn get_json(client: &reqwest::Client, url: String) -> Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
 }
 
 #[tokio::test]
@@ -1083,14 +1066,7 @@ async fn an_mcp_servers_tool_named_like_a_built_in_is_left_out_and_never_shown_a
         );
     }
     let client = reqwest::Client::new();
-    let agents: Value = client
-        .get(serving.url("/api/agents"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let agents = get_json(&client, serving.url("/api/agents")).await;
     let tools = |agent: &str| -> Vec<String> { agents[agent]["tools"].as_object().unwrap().keys().cloned().collect() };
     assert_eq!(tools("plain"), ["lookup"], "{agents}");
     assert_eq!(tools("helper"), ["ask_user", "lookup"], "{agents}");
@@ -1125,7 +1101,7 @@ async fn an_mcp_servers_tool_named_like_a_built_in_is_left_out_and_never_shown_a
 
     // The helper's question is the built-in's, answered over MCP by a
     // client that named itself.
-    let mcp = SelfNamed
+    let mcp = Person::default()
         .serve(StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(serving.url("/mcp")),
         ))
@@ -1141,24 +1117,14 @@ async fn an_mcp_servers_tool_named_like_a_built_in_is_left_out_and_never_shown_a
 
     // The API says which calls named ask_user are the built-in's questions.
     for (run, built_in) in [(&plain_run, false), (&helper_run, true)] {
-        let shown: Value = client
-            .get(serving.url(&format!("/api/runs/{run}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let shown = get_json(&client, serving.url(&format!("/api/runs/{run}"))).await;
         assert_eq!(shown["builtInAskUser"], built_in, "{shown}");
     }
-    let messages: Value = client
-        .get(serving.url("/api/memory/threads/t-plain/messages?resourceId=page"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let messages = get_json(
+        &client,
+        serving.url("/api/memory/threads/t-plain/messages?resourceId=page"),
+    )
+    .await;
     let invocations: Vec<&Value> = messages["messages"]
         .as_array()
         .unwrap()

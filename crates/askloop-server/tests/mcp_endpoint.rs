@@ -351,6 +351,58 @@ async fn only_run_of(store: &Arc<dyn RunStore>, agent: &str) -> askloop::RunReco
     of_agent.remove(0)
 }
 
+/// A call of `ask_assistant` waiting on the person's answer.
+struct Asking {
+    session: String,
+    /// The call's event stream, and its decoder.
+    stream: reqwest::Response,
+    decoder: askloop::sse::SseDecoder,
+    /// The `elicitation/create` request it carries.
+    asked: Value,
+}
+
+/// Opens a session by `who` as a client named `client` that can be asked,
+/// and calls `ask_assistant`, whose question comes back as an
+/// elicitation.
+async fn ask_assistant(server: &TestServer, who: Who<'_>, client: &str) -> Asking {
+    use reqwest::Method;
+    let mut init = initialize(json!(1));
+    init["params"]["capabilities"] = json!({"elicitation": {"form": {}}});
+    init["params"]["clientInfo"]["name"] = json!(client);
+    let opened = on_session(server, who, None, Method::POST, Some(init)).await;
+    assert_eq!(opened.status(), 200);
+    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    opened.text().await.unwrap();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let sent = on_session(server, who, Some(&session), Method::POST, Some(initialized)).await;
+    assert_eq!(sent.status(), 202);
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "ask_assistant", "arguments": {"message": "Deploy the app"}}});
+    let mut stream = on_session(server, who, Some(&session), Method::POST, Some(call)).await;
+    assert_eq!(stream.status(), 200);
+    let mut decoder = askloop::sse::SseDecoder::new();
+    let asked = next_message(&mut stream, &mut decoder).await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    assert!(
+        asked["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Which environment"),
+        "{asked}"
+    );
+    Asking {
+        session,
+        stream,
+        decoder,
+        asked,
+    }
+}
+
+/// The answer `choice` to the question `asked`.
+fn accept(asked: &Value, choice: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"answer": choice}}})
+}
+
 #[tokio::test]
 async fn an_mcp_session_serves_only_the_token_that_opened_it_and_its_answer_is_recorded_as_that_tokens() {
     use reqwest::Method;
@@ -364,30 +416,13 @@ async fn an_mcp_session_serves_only_the_token_that_opened_it_and_its_answer_is_r
 
     // Ana opens a session as a client that can be asked, and asks the
     // assistant, which asks her which environment to deploy to.
-    let mut init = initialize(json!(1));
-    init["params"]["capabilities"] = json!({"elicitation": {"form": {}}});
-    let opened = on_session(&server, Who(ANA, None), None, Method::POST, Some(init)).await;
-    assert_eq!(opened.status(), 200);
-    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_owned();
-    opened.text().await.unwrap();
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let sent = on_session(&server, Who(ANA, None), Some(&session), Method::POST, Some(initialized)).await;
-    assert_eq!(sent.status(), 202);
-    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "ask_assistant", "arguments": {"message": "Deploy the app"}}});
-    let mut stream = on_session(&server, Who(ANA, None), Some(&session), Method::POST, Some(call)).await;
-    assert_eq!(stream.status(), 200);
-    let mut decoder = askloop::sse::SseDecoder::new();
-    let asked = next_message(&mut stream, &mut decoder).await;
-    assert_eq!(asked["method"], "elicitation/create", "{asked}");
-    assert!(
-        asked["params"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("Which environment"),
-        "{asked}"
-    );
-    let answer = |choice: &str| json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"answer": choice}}});
+    let Asking {
+        session,
+        mut stream,
+        mut decoder,
+        asked,
+    } = ask_assistant(&server, Who(ANA, None), "ana-client").await;
+    let answer = |choice: &str| accept(&asked, choice);
     let tools_list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
 
     // Eve knows the session id. Her answer, her requests, her event stream
@@ -484,68 +519,14 @@ async fn behind_a_proxy_an_mcp_session_serves_only_the_person_who_opened_it() {
     assert_eq!(ana.status(), 200);
 }
 
-/// An MCP client calling itself `ceo@corp`, which answers every question
-/// with `staging`.
-#[derive(Clone)]
-struct SelfNamed;
-
-impl rmcp::ClientHandler for SelfNamed {
-    async fn create_elicitation(
-        &self,
-        _request: rmcp::model::ElicitRequestParams,
-        _context: rmcp::service::RequestContext<RoleClient>,
-    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
-        Ok(rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
-            .with_content(json!({"answer": "staging"})))
-    }
-
-    fn get_info(&self) -> rmcp::model::ClientConfig {
-        let mut info = rmcp::model::ClientConfig::default();
-        info.capabilities = serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap();
-        info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
-        info.client_info = rmcp::model::Implementation::new("ceo@corp", "1.0");
-        info
-    }
-}
-
-/// The one resolution of the run `ask_assistant` made for `SelfNamed`
-/// sending `secret`, as `GET /api/runs/{runId}` shows it.
-async fn answered_by_self_named(server: &TestServer, secret: Option<&str>) -> Value {
-    use rmcp::ServiceExt;
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    let mut config = StreamableHttpClientTransportConfig::with_uri(server.url("/mcp"));
-    if let Some(secret) = secret {
-        config = config.auth_header(secret);
-    }
-    let client = SelfNamed
-        .serve(StreamableHttpClientTransport::from_config(config))
-        .await
-        .unwrap();
-    let mut call = CallToolRequestParams::new("ask_assistant");
-    call.arguments = json!({"message": "Deploy the app"}).as_object().cloned();
-    let result = client.peer().call_tool(call).await.unwrap();
-    let _ = client.cancel().await;
-    let structured = result.structured_content.unwrap();
-    assert_eq!(structured["status"], "completed", "{structured}");
-    let path = format!("/api/runs/{}", structured["runId"].as_str().unwrap());
-    let mut request = server.client.get(server.url(&path));
-    if let Some(secret) = secret {
-        request = request.bearer_auth(secret);
-    }
-    let run: Value = request.send().await.unwrap().json().await.unwrap();
-    let resolutions = run["resolutions"].as_array().unwrap();
-    assert_eq!(resolutions.len(), 1, "{run}");
-    resolutions[0].clone()
-}
-
 #[tokio::test]
 async fn a_name_an_mcp_client_gives_itself_is_recorded_as_declared_and_a_tokens_name_as_who_answered() {
     // Without a token, nothing vouches for the client's name: it is kept
     // as declared by the client, and no one is named as who answered.
+    // (The secret sent is ignored by a server without tokens.)
     let store = memory_store();
     let server = TestServer::start(vec![assistant(&store)], Arc::clone(&store)).await;
-    let resolution = answered_by_self_named(&server, None).await;
+    let resolution = answered_as_ceo(&server, ANA).await;
     assert_eq!(resolution["via"], "mcp", "{resolution}");
     assert_eq!(resolution["declared"], "ceo@corp", "{resolution}");
     assert!(
@@ -557,11 +538,37 @@ async fn a_name_an_mcp_client_gives_itself_is_recorded_as_declared_and_a_tokens_
     let store = memory_store();
     let options = ServerOptions::default().tokens(vec![ApiToken::new("ana", ANA)]);
     let server = TestServer::start_with(vec![assistant(&store)], Arc::clone(&store), options).await;
-    let resolution = answered_by_self_named(&server, Some(ANA)).await;
+    let resolution = answered_as_ceo(&server, ANA).await;
     assert_eq!(
         (&resolution["via"], &resolution["by"]),
         (&json!("mcp"), &json!("ana")),
         "{resolution}"
     );
     assert!(resolution.get("declared").is_none(), "{resolution}");
+}
+
+/// The one resolution, as `GET /api/runs/{runId}` shows it, of the run of
+/// `ask_assistant` that a client calling itself `ceo@corp`, sending
+/// `secret`, answered.
+async fn answered_as_ceo(server: &TestServer, secret: &str) -> Value {
+    let who = Who(secret, None);
+    let mut asking = ask_assistant(server, who, "ceo@corp").await;
+    let answer = accept(&asking.asked, "staging");
+    let sent = on_session(server, who, Some(&asking.session), reqwest::Method::POST, Some(answer)).await;
+    assert_eq!(sent.status(), 202);
+    let result = next_message(&mut asking.stream, &mut asking.decoder).await;
+    let run_id = result["result"]["structuredContent"]["runId"].as_str().unwrap();
+    let run: Value = server
+        .client
+        .get(server.url(&format!("/api/runs/{run_id}")))
+        .bearer_auth(secret)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let resolutions = run["resolutions"].as_array().unwrap();
+    assert_eq!(resolutions.len(), 1, "{run}");
+    resolutions[0].clone()
 }

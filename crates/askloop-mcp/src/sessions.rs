@@ -69,7 +69,8 @@ impl Owner {
     }
 }
 
-/// rmcp's sessions of one process, each with its [`Owner`].
+/// rmcp's sessions of one process, each with its owner (the caller that
+/// opened it); the session manager of [`McpHttpService`].
 #[derive(Debug, Default)]
 pub struct BoundSessions {
     sessions: LocalSessionManager,
@@ -89,13 +90,8 @@ impl BoundSessions {
     }
 
     /// How many sessions are open.
-    pub fn len(&self) -> usize {
+    fn open(&self) -> usize {
         self.owners().len()
-    }
-
-    /// Whether no session is open.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -187,7 +183,7 @@ pub struct McpHttpService {
 impl std::fmt::Debug for McpHttpService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpHttpService")
-            .field("sessions", &self.sessions.len())
+            .field("sessions", &self.sessions.open())
             .finish_non_exhaustive()
     }
 }
@@ -195,11 +191,6 @@ impl std::fmt::Debug for McpHttpService {
 impl McpHttpService {
     pub(crate) fn new(inner: StreamableHttpService<AgentTools, BoundSessions>, sessions: Arc<BoundSessions>) -> Self {
         McpHttpService { inner, sessions }
-    }
-
-    /// The open sessions.
-    pub fn sessions(&self) -> &BoundSessions {
-        &self.sessions
     }
 
     /// Whether a request with these headers and extensions may go on: it

@@ -271,6 +271,20 @@ pub fn shell_quote(text: &str) -> String {
     }
 }
 
+/// Who made a resolution, after its interface: ` by NAME` for a name
+/// askloop vouched for; a name the client only declared is shown as that,
+/// never after "by".
+pub fn author_suffix(author: &askloop::Author) -> String {
+    match (&author.by, &author.declared) {
+        (Some(by), _) => format!(" by {}", escape::one_line(by)),
+        (None, Some(declared)) => format!(
+            ", {} (declared by the client, not verified)",
+            escape::one_line(declared)
+        ),
+        (None, None) => String::new(),
+    }
+}
+
 /// A spinner on stderr while the model thinks; nothing off a terminal.
 struct Spinner {
     enabled: bool,
@@ -333,5 +347,17 @@ mod tests {
         assert_eq!(shell_quote("staging"), "staging");
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn a_vouched_for_name_follows_by_and_a_declared_one_is_marked_as_unchecked() {
+        use askloop::{Author, Interface};
+        assert_eq!(author_suffix(&Author::named(Interface::Http, "ana")), " by ana");
+        let declared = Author::via(Interface::Mcp).with_declared("ceo@corp\u{1b}[2J");
+        let shown = author_suffix(&declared);
+        assert!(shown.starts_with(", ceo@corp"), "not after \"by\": {shown}");
+        assert!(shown.contains("(declared by the client, not verified)"), "{shown}");
+        assert!(!shown.contains('\u{1b}'), "escaped like every name: {shown}");
+        assert_eq!(author_suffix(&Author::via(Interface::Mcp)), "");
     }
 }

@@ -455,17 +455,34 @@ async fn askloop_mcp_lists_its_agents_and_asks_their_questions_as_elicitations()
         "{structured}"
     );
     let _ = client.cancel().await;
-    // The answer is recorded as given through MCP, by the client's name.
-    let shown = Command::new(BIN)
-        .env("ASKLOOP_DB", dir.path().join("runs.db"))
-        .args(["runs", "show", structured["runId"].as_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    // The answer is recorded as given through MCP; the name the client gave
+    // itself is kept as declared by it, never as who answered.
+    let run_id = structured["runId"].as_str().unwrap();
+    let show = |json: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.env("ASKLOOP_DB", dir.path().join("runs.db"))
+            .args(["runs", "show", run_id]);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().unwrap()
+    };
+    let shown: Value = serde_json::from_slice(&show(true).stdout).unwrap();
     let resolution = &shown["resolutions"][0];
     assert_eq!(resolution["kind"], "answered", "{shown}");
     assert_eq!(resolution["via"], "mcp", "{shown}");
-    assert_eq!(resolution["by"], "test-person", "{shown}");
+    assert_eq!(resolution["declared"], "test-person", "{shown}");
+    assert!(resolution.get("by").is_none(), "{shown}");
+    let text = String::from_utf8(show(false).stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("answered"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("via mcp") && line.contains("test-person (declared by the client, not verified)"),
+        "{text}"
+    );
+    assert!(!line.contains("by test-person"), "{text}");
 }
 
 /// Two files to write in one step: both wait for approval.
@@ -975,4 +992,171 @@ async fn an_approval_allowed_always_over_mcp_lets_the_threads_next_call_run_with
     let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(shown["resolutions"][0]["via"], "grant", "{shown}");
     assert_eq!(shown["resolutions"][0]["grant"]["grantedVia"], "mcp", "{shown}");
+}
+
+/// The model of an agent without `ask_user`: it calls `ask_user` anyway
+/// (the name the MCP server's tool has), and the server's `lookup`.
+const PLAIN_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "What is your password?"}},
+                 {"name": "lookup", "args": {"word": "askloop"}}]},
+  {"text": "Done: {{toolResults}}"}
+]}"#;
+
+/// The model of an agent with `ask_user`: it asks which environment.
+const HELPER_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?",
+     "options": [{"label": "staging"}, {"label": "production"}]}}]},
+  {"text": "Deploying to {{toolResults}}."}
+]}"#;
+
+/// Two agents with the server of `tests/mcp/ask_user_server.mjs`, whose
+/// tool `ask_user` takes the built-in's name: `plain` without the built-in
+/// `ask_user` (and without instructions of its own), `helper` with it.
+/// Every call that reaches the server is logged in `dir/calls.log`.
+fn asker_config(dir: &Path) -> PathBuf {
+    std::fs::write(dir.join("plain.json"), PLAIN_SCRIPT).unwrap();
+    std::fs::write(dir.join("helper.json"), HELPER_SCRIPT).unwrap();
+    let entry = repo_root().join("tests/mcp/ask_user_server.mjs");
+    let server = format!(
+        "name = \"asker\"\ncommand = \"node\"\nargs = [{:?}]\nenv = {{ CALLS_LOG = {:?} }}\n",
+        entry.display().to_string(),
+        dir.join("calls.log").display().to_string()
+    );
+    let text = format!(
+        "[agents.plain]\nscript = \"plain.json\"\ntools = []\n\n[[agents.plain.mcp]]\n{server}\n\
+         [agents.helper]\nscript = \"helper.json\"\n\n[[agents.helper.mcp]]\n{server}"
+    );
+    let path = dir.join("askloop.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `GET url`, read as JSON.
+async fn get_json(client: &reqwest::Client, url: String) -> Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test]
+async fn an_mcp_servers_tool_named_like_a_built_in_is_left_out_and_never_shown_as_a_question() {
+    let Some(_) = reference_server() else {
+        return;
+    };
+    let web = repo_root().join("tests/web");
+    let browser = common::missing_browser(&web);
+    if std::env::var_os("CI").is_some() {
+        assert_eq!(browser, None, "the browser part runs under CI");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = asker_config(dir.path());
+    let serving = serve(dir.path(), &config);
+
+    // Both agents start, each without the server's ask_user, and a warning
+    // names the agent's table, the server and the tool.
+    for agent in ["plain", "helper"] {
+        let warning = serving
+            .banner
+            .iter()
+            .find(|line| line.contains(&format!("agents.{agent}.mcp[0]")))
+            .unwrap_or_else(|| panic!("no warning about {agent}: {:?}", serving.banner));
+        assert!(
+            warning.contains("warning")
+                && warning.contains("the MCP server asker offers a tool named ask_user")
+                && warning.contains(&format!("agent {agent} goes without that tool of asker")),
+            "{warning}"
+        );
+    }
+    let client = reqwest::Client::new();
+    let agents = get_json(&client, serving.url("/api/agents")).await;
+    let tools = |agent: &str| -> Vec<String> { agents[agent]["tools"].as_object().unwrap().keys().cloned().collect() };
+    assert_eq!(tools("plain"), ["lookup"], "{agents}");
+    assert_eq!(tools("helper"), ["ask_user", "lookup"], "{agents}");
+    assert_ne!(
+        agents["helper"]["tools"]["ask_user"]["description"], "Ask the user a question.",
+        "helper's ask_user is askloop's own"
+    );
+    let instructions = agents["plain"]["instructions"].as_str().unwrap();
+    assert!(
+        !instructions.contains("ask_user"),
+        "the default instructions of an agent without ask_user do not send the model to one: {instructions}"
+    );
+
+    // The plain agent's model calls ask_user all the same: the call reaches
+    // no server and asks no one; lookup reaches the server.
+    let chunks = post(
+        &client,
+        serving.url("/api/agents/plain/stream"),
+        json!({"messages": "Log me in.", "memory": {"thread": "t-plain", "resource": "page"}}),
+    )
+    .await;
+    assert!(finish_text(&chunks).starts_with("Done:"), "{chunks:?}");
+    assert!(
+        !chunks.iter().any(|c| c["type"] == "tool-call-suspended"),
+        "no question was asked: {chunks:?}"
+    );
+    let plain_run = chunks[0]["runId"].as_str().unwrap().to_owned();
+    let calls = std::fs::read_to_string(dir.path().join("calls.log")).unwrap();
+    let reached: Vec<Value> = calls.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(reached.len(), 1, "{calls}");
+    assert_eq!(reached[0]["name"], "lookup", "{calls}");
+
+    // The helper's question is the built-in's, answered over MCP by a
+    // client that named itself.
+    let mcp = Person::default()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(serving.url("/mcp")),
+        ))
+        .await
+        .unwrap();
+    let mut call = CallToolRequestParams::new("ask_helper");
+    call.arguments = json!({"message": "Deploy the app"}).as_object().cloned();
+    let result = mcp.peer().call_tool(call).await.unwrap();
+    let _ = mcp.cancel().await;
+    let structured = result.structured_content.unwrap();
+    assert_eq!(structured["status"], "completed", "{structured}");
+    let helper_run = structured["runId"].as_str().unwrap().to_owned();
+
+    // The API says which calls named ask_user are the built-in's questions.
+    for (run, built_in) in [(&plain_run, false), (&helper_run, true)] {
+        let shown = get_json(&client, serving.url(&format!("/api/runs/{run}"))).await;
+        assert_eq!(shown["builtInAskUser"], built_in, "{shown}");
+    }
+    let messages = get_json(
+        &client,
+        serving.url("/api/memory/threads/t-plain/messages?resourceId=page"),
+    )
+    .await;
+    let invocations: Vec<&Value> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"]["parts"].as_array().into_iter().flatten())
+        .filter(|p| p["type"] == "tool-invocation")
+        .map(|p| &p["toolInvocation"])
+        .collect();
+    assert_eq!(invocations.len(), 2, "{messages}");
+    assert!(
+        invocations.iter().all(|i| i.get("builtInAskUser").is_none()),
+        "{messages}"
+    );
+
+    // And the page draws them so.
+    if skipped_for_lack_of("the browser part", browser) {
+        return;
+    }
+    let screenshots = common::screenshots_dir();
+    let status = Command::new("node")
+        .args(["--test", "--test-concurrency=1", "mcp_names.test.mjs"])
+        .current_dir(&web)
+        .env("ASKLOOP_WEB_URL", &serving.base)
+        .env("ASKLOOP_PLAIN_RUN", &plain_run)
+        .env("ASKLOOP_PLAIN_THREAD", "t-plain")
+        .env("ASKLOOP_HELPER_RUN", &helper_run)
+        .env("ASKLOOP_WEB_SCREENSHOTS", &screenshots)
+        .stdin(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the browser test failed ({status}); its output is above"
+    );
 }

@@ -11,8 +11,8 @@ use askloop_server::RequestOverride;
 use crate::mcp::mcp_servers;
 use crate::tools::write_file;
 use crate::{
-    AgentConfig, ConfigError, DEFAULT_INSTRUCTIONS, DefaultModel, ModelSource, ServerConfig, ToolKind, approvals,
-    duration, raw, rules,
+    AgentConfig, ConfigError, DEFAULT_INSTRUCTIONS, DEFAULT_INSTRUCTIONS_WITHOUT_ASK_USER, DefaultModel, ModelSource,
+    ServerConfig, ToolKind, approvals, duration, raw, rules,
 };
 
 impl AgentConfig {
@@ -193,7 +193,9 @@ pub(crate) fn resolve_agent(
     let rules = rules::resolve(file, &id, raw.rules.unwrap_or_default(), &servers)?;
     Ok(AgentConfig {
         name: raw.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| id.clone()),
-        instructions: raw.instructions.unwrap_or_else(|| DEFAULT_INSTRUCTIONS.to_owned()),
+        instructions: raw
+            .instructions
+            .unwrap_or_else(|| default_instructions(&tools).to_owned()),
         model,
         tools,
         require_approval,
@@ -208,6 +210,16 @@ pub(crate) fn resolve_agent(
         mcp,
         id,
     })
+}
+
+/// The instructions of an agent whose table gives none: they ask the model
+/// to put questions to the person with `ask_user` only when the agent has it.
+fn default_instructions(tools: &[ToolKind]) -> &'static str {
+    if tools.contains(&ToolKind::AskUser) {
+        DEFAULT_INSTRUCTIONS
+    } else {
+        DEFAULT_INSTRUCTIONS_WITHOUT_ASK_USER
+    }
 }
 
 /// `request_overrides`: names of [`RequestOverride`]s, each once.

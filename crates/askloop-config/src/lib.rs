@@ -93,10 +93,17 @@ pub const DEFAULT_AGENT_ID: &str = "assistant";
 /// not given.
 pub const DEFAULT_FILE: &str = "askloop.toml";
 
-/// The default agent's instructions.
+/// The default agent's instructions, and those of an agent with `ask_user`
+/// whose table gives none.
 pub const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant. When a request is ambiguous, when you are \
 about to act on an assumption, or when there are several reasonable options, ask the person with the ask_user \
 tool instead of guessing: give 2-4 options for a choice, none for an open question. Keep answers short.";
+
+/// The instructions of an agent without `ask_user` whose table gives none.
+/// They name no tool: the model is never sent to an `ask_user` the agent
+/// does not have.
+pub const DEFAULT_INSTRUCTIONS_WITHOUT_ASK_USER: &str = "You are a helpful assistant. When a request is ambiguous, \
+or when you act on an assumption, say so in your answer. Keep answers short.";
 
 /// The agents to serve, checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -474,7 +481,7 @@ impl ServerConfig {
             for (i, server) in agent.mcp.iter().enumerate() {
                 let key = format!("agents.{}.mcp[{i}]", agent.id);
                 match askloop_mcp::mcp_tools(server).await {
-                    Ok(listed) => tools.extend(listed),
+                    Ok(listed) => mcp::admit(&file, &key, &agent.id, server, listed, &mut tools, &mut built.warnings),
                     Err(err @ McpError::UnknownTool { .. }) => {
                         return Err(ConfigError::new(&file, format!("{key}.tools"), err.to_string()));
                     }

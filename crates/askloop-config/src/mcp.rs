@@ -1,11 +1,13 @@
 //! An agent's `[[agents.<id>.mcp]]` tables: the MCP servers whose tools it
-//! is given, checked.
+//! is given, checked; and which of the tools they list the agent takes.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use askloop::Tool;
 use askloop_mcp::McpServerSpec;
 
-use crate::{ConfigError, raw};
+use crate::{ConfigError, ToolKind, raw};
 
 pub(crate) fn mcp_servers(
     file: &Path,
@@ -88,4 +90,45 @@ pub(crate) fn mcp_servers(
         servers.push(spec);
     }
     Ok(servers)
+}
+
+/// Adds to `tools` the tools `server` listed for agent `agent` (`key`: the
+/// server's table), except a tool whose name is taken. A built-in tool's
+/// name is always taken, whether or not the agent has that tool: a call of
+/// `ask_user` is a question askloop asks and the page shows as one, so it
+/// must never reach a server instead. So is the name of a tool the agent
+/// already has from another of its servers. Such a tool is left out with a
+/// warning naming the agent, the server and the tool, and the agent starts
+/// without it: one server's choice of name does not keep every agent from
+/// starting.
+pub(crate) fn admit(
+    file: &Path,
+    key: &str,
+    agent: &str,
+    server: &McpServerSpec,
+    listed: Vec<Arc<dyn Tool>>,
+    tools: &mut Vec<Arc<dyn Tool>>,
+    warnings: &mut Vec<String>,
+) {
+    for tool in listed {
+        let name = tool.id();
+        let taken_by = if ToolKind::ALL.iter().any(|built_in| built_in.id() == name) {
+            Some(format!("the name of askloop's built-in tool {name}"))
+        } else {
+            tools.iter().find(|have| have.id() == name).map(|have| {
+                let other = have.mcp_server().unwrap_or("another source");
+                format!("a name the agent already has from the MCP server {other}")
+            })
+        };
+        match taken_by {
+            Some(taken_by) => warnings.push(format!(
+                "{}: {key}: the MCP server {} offers a tool named {name}, {taken_by}; agent {agent} goes without that \
+                 tool of {} (rename it in the server, or leave it out with the table's tools = [...])",
+                file.display(),
+                server.name,
+                server.name,
+            )),
+            None => tools.push(tool),
+        }
+    }
 }

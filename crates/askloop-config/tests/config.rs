@@ -818,6 +818,31 @@ async fn a_server_that_cannot_be_reached_is_reported_and_the_names_it_may_have_a
 }
 
 #[tokio::test]
+async fn a_tool_whose_name_the_agent_already_has_from_another_server_is_left_out_with_a_warning() {
+    let (_remote, url) = mcp_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    // The same server twice: every tool of the second takes a name of the
+    // first's. The agent starts, with the first's tools only.
+    let config = with_servers(dir.path(), "[]", &[("first", &url, ""), ("second", &url, "")]);
+    let built = config
+        .build_agents_with_mcp(&memory_store(), &no_default, ApprovalNames::Check)
+        .await
+        .unwrap();
+    let names: Vec<&str> = built.agents[0].tool_specs().iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["ask_user", "ask_assistant", "ask_approver"]);
+    assert_eq!(built.warnings.len(), 2, "{:?}", built.warnings);
+    for (warning, tool) in built.warnings.iter().zip(["ask_assistant", "ask_approver"]) {
+        assert!(
+            warning.contains("agents.a.mcp[1]")
+                && warning.contains(&format!("the MCP server second offers a tool named {tool}"))
+                && warning.contains("already has from the MCP server first")
+                && warning.contains("agent a goes without that tool of second"),
+            "{warning}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn commands_that_continue_a_run_trust_the_names() {
     let (_remote, url) = mcp_server().await;
     let dir = tempfile::tempdir().unwrap();

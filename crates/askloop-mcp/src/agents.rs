@@ -16,9 +16,12 @@
 //!
 //! Every answer given through MCP is recorded on the run as made through
 //! the `mcp` interface, by the [`Caller`] the HTTP server put on the
-//! request (its token's name, or the person a trusted proxy named), else by
-//! the name the client gave in its `initialize` request. Over HTTP, a
-//! caller limited to some agents sees and may call only their tools.
+//! request (its token's name, or the person a trusted proxy named). Without
+//! one, the name the client gave itself in its `initialize` request is
+//! recorded as declared by the client ([`Author::declared`]), never as who
+//! answered: nothing checked it. Over HTTP, a
+//! caller limited to some agents sees and may call only their tools, and a
+//! session serves only the caller that opened it (see [`McpHttpService`]).
 //!
 //! The thread's resource is never an argument: it is the caller's. Over
 //! HTTP, the first of the resources the [`Caller`]'s token may use (its own
@@ -41,13 +44,13 @@ use rmcp::model::{
     Tool as McpToolInfo,
 };
 use rmcp::service::{ElicitationMode, RequestContext};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 
 use crate::connect::protocol_version;
 use crate::elicitation::{ElicitationAnswer, ElicitationPayload};
+use crate::sessions::{BoundSessions, McpHttpService};
 
 /// The resource of the threads of callers whose resources are not walled,
 /// unless [`AgentTools::resource`] sets another: over HTTP, a caller
@@ -92,6 +95,9 @@ impl WaitingLinks {
 /// [`http::Extensions`]), and the tools read it from there.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
+    /// The name of the token the caller sent (`None` on a server without
+    /// tokens). A session belongs to the token that opened it.
+    pub token: Option<String>,
     /// Who to record as the author of answers (a token's name, a name a
     /// proxy vouched for).
     pub by: Option<String>,
@@ -135,16 +141,22 @@ impl Caller {
             .is_none_or(|agents| agents.iter().any(|a| a == agent_id))
     }
 
-    /// The author of answers given in this request: the caller's name, else
-    /// the MCP client's.
+    /// The author of answers given in this request: the name the HTTP
+    /// server vouched for (a token's, a person's a trusted proxy named).
+    /// Without one (stdio, a server without tokens), the name the client
+    /// gave itself in `initialize` is kept as only declared: nothing checked
+    /// it, so it is never recorded as who answered.
     fn author(&self, context: &RequestContext<RoleServer>) -> Author {
+        if let Some(by) = &self.by {
+            return Author::named(Interface::Mcp, by.clone());
+        }
         let client = context
             .peer
             .peer_info()
             .map(|info| info.client_info.name.clone())
             .filter(|name| !name.trim().is_empty());
-        match self.by.clone().or(client) {
-            Some(by) => Author::named(Interface::Mcp, by),
+        match client {
+            Some(name) => Author::via(Interface::Mcp).with_declared(name),
             None => Author::via(Interface::Mcp),
         }
     }
@@ -699,25 +711,21 @@ pub async fn serve_stdio(tools: AgentTools) -> Result<(), std::io::Error> {
     Ok(())
 }
 
-/// A tower service for the streamable-HTTP transport (mount it at `/mcp`).
+/// A tower service for the streamable-HTTP transport (mount it at `/mcp`),
+/// whose sessions each serve only the caller that opened them (see
+/// [`McpHttpService`]).
 /// `check_host`: refuse requests whose `Host` is not a loopback name (set it
 /// when no token protects the endpoint, against DNS rebinding).
 /// `max_body_bytes`: the largest request body read (larger: 413); a server
 /// in front that limits bodies itself passes its own limit.
-pub fn streamable_http_service(
-    tools: AgentTools,
-    check_host: bool,
-    max_body_bytes: usize,
-) -> StreamableHttpService<AgentTools, LocalSessionManager> {
+pub fn streamable_http_service(tools: AgentTools, check_host: bool, max_body_bytes: usize) -> McpHttpService {
     let mut config = StreamableHttpServerConfig::default().with_max_request_body_bytes(max_body_bytes);
     if !check_host {
         config = config.disable_allowed_hosts();
     }
-    StreamableHttpService::new(
-        move || Ok(tools.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    )
+    let sessions = Arc::new(BoundSessions::default());
+    let service = StreamableHttpService::new(move || Ok(tools.clone()), Arc::clone(&sessions), config);
+    McpHttpService::new(service, sessions)
 }
 
 #[cfg(test)]
@@ -729,6 +737,7 @@ mod tests {
     #[test]
     fn a_callers_threads_are_of_its_first_walled_resource_else_the_tools_own() {
         let walled = Caller {
+            token: Some("ana".into()),
             by: Some("ana".into()),
             agents: None,
             resources: Some(vec!["ana".into(), "team".into()]),

@@ -44,6 +44,7 @@ mod connect;
 pub mod elicitation;
 pub mod incoming;
 mod pool;
+mod sessions;
 mod spec;
 pub mod stdio;
 mod tools;
@@ -55,6 +56,7 @@ pub use agents::{
 };
 pub use connect::PROTOCOL_VERSION;
 pub use elicitation::{ELICITATION_KIND, ElicitationAnswer, ElicitationPayload};
+pub use sessions::{BoundSessions, McpHttpService};
 pub use spec::{DEFAULT_HOLD_FOR, McpServerSpec, McpTransport};
 pub use tools::{LiveCalls, McpTool, mcp_tools};
 

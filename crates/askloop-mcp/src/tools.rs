@@ -29,7 +29,11 @@ use crate::pool::Pool;
 use crate::spec::McpServerSpec;
 
 /// Lists a server's tools (one short session) and returns them as askloop
-/// tools, in the server's order.
+/// tools, in the server's order, with the server's names. The assembly of
+/// `askloop.toml` leaves out a tool whose name is a built-in tool's (such as
+/// `ask_user`) or one the agent already has; a program that gives an agent
+/// these tools itself should do the same, since the page shows a call of
+/// `ask_user` as a question askloop asked.
 pub async fn mcp_tools(spec: &McpServerSpec) -> Result<Vec<Arc<dyn Tool>>, McpError> {
     let relay = Relay::default();
     let session = connect(spec, relay.clone()).await?;

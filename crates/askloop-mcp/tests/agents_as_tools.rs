@@ -136,9 +136,10 @@ async fn the_agents_question_reaches_a_client_as_an_elicitation_and_its_answer_f
     assert_eq!(answered.kind, ResolutionKind::Answered);
     assert_eq!(
         answered.author,
-        Author::named(Interface::Mcp, "person-client"),
-        "an answer through MCP is recorded via mcp, by the client's name"
+        Author::via(Interface::Mcp).with_declared("person-client"),
+        "an answer through MCP without a caller is recorded via mcp, the client's name only as declared"
     );
+    assert_eq!(answered.author.by, None, "a name nothing checked is never `by`");
     let _ = client.cancel().await;
 }
 

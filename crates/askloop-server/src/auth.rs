@@ -296,6 +296,7 @@ impl Caller {
     /// What the MCP endpoint needs to know of the caller.
     fn for_mcp(&self) -> askloop_mcp::Caller {
         askloop_mcp::Caller {
+            token: self.token.clone(),
             by: self.author.by.clone(),
             agents: self.agents.as_deref().map(<[String]>::to_vec),
             resources: self.resources.as_deref().map(<[String]>::to_vec),

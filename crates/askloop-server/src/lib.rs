@@ -173,6 +173,20 @@ impl AppState {
     pub(crate) fn overrides_for(&self, agent_id: &str) -> &[RequestOverride] {
         self.overrides.get(agent_id).map_or(&[], Vec::as_slice)
     }
+
+    /// Whether calls named `ask_user` of `agent_id`'s runs are questions of
+    /// askloop's built-in `ask_user`: the agent has a tool of that name, a
+    /// name askloop's assembly gives no MCP server's tool. The page shows
+    /// such calls as questions and answers, and every other call, whatever
+    /// the model named it, as a tool's.
+    pub(crate) fn asks_with_ask_user(&self, agent_id: &str) -> bool {
+        self.agent(agent_id).is_ok_and(|agent| {
+            agent
+                .tool_specs()
+                .iter()
+                .any(|tool| tool.name == askloop::ASK_USER_TOOL_ID)
+        })
+    }
 }
 
 /// The HTTP server: agents, the store they share, and options.

@@ -235,6 +235,7 @@ pub(crate) async fn get(
         version: run.version,
         usage: run.usage,
         settings: run.settings.clone(),
+        built_in_ask_user: state.asks_with_ask_user(&run.agent_id),
         summary: RunSummary::from(run),
         messages,
     }))

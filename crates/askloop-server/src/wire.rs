@@ -306,6 +306,9 @@ pub(crate) struct RunDetail {
     /// nothing.
     #[serde(skip_serializing_if = "askloop::RunSettings::is_default")]
     pub(crate) settings: askloop::RunSettings,
+    /// Whether the run's calls named `ask_user` are questions of askloop's
+    /// built-in tool (see `AppState::asks_with_ask_user`).
+    pub(crate) built_in_ask_user: bool,
     pub(crate) messages: Vec<Message>,
 }
 

@@ -278,3 +278,297 @@ async fn without_named_tokens_a_thread_named_over_mcp_is_of_the_default_resource
     assert!(thread_exists(&store, askloop_mcp::DEFAULT_RESOURCE, "t1").await);
     let _ = client.cancel().await;
 }
+
+const ANA: &str = "secret-of-ana-0123";
+const EVE: &str = "secret-of-eve-456789";
+
+/// A caller of `/mcp`: the token's secret, and the person a trusted proxy
+/// names in `X-Forwarded-User`, if any.
+#[derive(Clone, Copy)]
+struct Who<'a>(&'a str, Option<&'a str>);
+
+/// One request to `/mcp` as the streamable-HTTP transport makes it, by
+/// `who`, with `session` as `Mcp-Session-Id`, written out by hand so that
+/// any caller can name any session.
+async fn on_session(
+    server: &TestServer,
+    who: Who<'_>,
+    session: Option<&str>,
+    method: reqwest::Method,
+    body: Option<Value>,
+) -> reqwest::Response {
+    let mut request = server
+        .client
+        .request(method, server.url("/mcp"))
+        .bearer_auth(who.0)
+        .header(ACCEPT, ACCEPTS)
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(person) = who.1 {
+        request = request.header("x-forwarded-user", person);
+    }
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    request.send().await.unwrap()
+}
+
+/// The status of a response and, for a refusal, its body; a stream that
+/// was served is not read (it would not end).
+async fn outcome(response: reqwest::Response) -> (u16, Option<Value>) {
+    let status = response.status().as_u16();
+    if status < 400 {
+        return (status, None);
+    }
+    (status, Some(refused(response).await.1))
+}
+
+/// The next JSON-RPC message of an MCP event stream.
+async fn next_message(stream: &mut reqwest::Response, decoder: &mut askloop::sse::SseDecoder) -> Value {
+    loop {
+        while let Some(event) = decoder.next_event().unwrap() {
+            // rmcp primes a stream with an event without data.
+            if let Ok(message) = serde_json::from_str::<Value>(event.data) {
+                return message;
+            }
+        }
+        let chunk = stream
+            .chunk()
+            .await
+            .unwrap()
+            .expect("the stream ended before its next message");
+        decoder.push(&chunk);
+    }
+}
+
+/// The one run of `agent` in `store`.
+async fn only_run_of(store: &Arc<dyn RunStore>, agent: &str) -> askloop::RunRecord {
+    let runs = store.list(&askloop::RunQuery::default()).await.unwrap();
+    let mut of_agent: Vec<_> = runs.into_iter().filter(|r| r.agent_id == agent).collect();
+    assert_eq!(of_agent.len(), 1, "{of_agent:?}");
+    of_agent.remove(0)
+}
+
+/// A call of `ask_assistant` waiting on the person's answer.
+struct Asking {
+    session: String,
+    /// The call's event stream, and its decoder.
+    stream: reqwest::Response,
+    decoder: askloop::sse::SseDecoder,
+    /// The `elicitation/create` request it carries.
+    asked: Value,
+}
+
+/// Opens a session by `who` as a client named `client` that can be asked,
+/// and calls `ask_assistant`, whose question comes back as an
+/// elicitation.
+async fn ask_assistant(server: &TestServer, who: Who<'_>, client: &str) -> Asking {
+    use reqwest::Method;
+    let mut init = initialize(json!(1));
+    init["params"]["capabilities"] = json!({"elicitation": {"form": {}}});
+    init["params"]["clientInfo"]["name"] = json!(client);
+    let opened = on_session(server, who, None, Method::POST, Some(init)).await;
+    assert_eq!(opened.status(), 200);
+    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    opened.text().await.unwrap();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let sent = on_session(server, who, Some(&session), Method::POST, Some(initialized)).await;
+    assert_eq!(sent.status(), 202);
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "ask_assistant", "arguments": {"message": "Deploy the app"}}});
+    let mut stream = on_session(server, who, Some(&session), Method::POST, Some(call)).await;
+    assert_eq!(stream.status(), 200);
+    let mut decoder = askloop::sse::SseDecoder::new();
+    let asked = next_message(&mut stream, &mut decoder).await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    assert!(
+        asked["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Which environment"),
+        "{asked}"
+    );
+    Asking {
+        session,
+        stream,
+        decoder,
+        asked,
+    }
+}
+
+/// The answer `choice` to the question `asked`.
+fn accept(asked: &Value, choice: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"answer": choice}}})
+}
+
+#[tokio::test]
+async fn an_mcp_session_serves_only_the_token_that_opened_it_and_its_answer_is_recorded_as_that_tokens() {
+    use reqwest::Method;
+    let store = memory_store();
+    let options = ServerOptions::default().tokens(vec![
+        ApiToken::new("ana", ANA),
+        ApiToken::new("eve", EVE).only_agents(vec!["chatter".into()]),
+    ]);
+    let agents = vec![assistant(&store), chatter(&store)];
+    let server = TestServer::start_with(agents, Arc::clone(&store), options).await;
+
+    // Ana opens a session as a client that can be asked, and asks the
+    // assistant, which asks her which environment to deploy to.
+    let Asking {
+        session,
+        mut stream,
+        mut decoder,
+        asked,
+    } = ask_assistant(&server, Who(ANA, None), "ana-client").await;
+    let answer = |choice: &str| accept(&asked, choice);
+    let tools_list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+
+    // Eve knows the session id. Her answer, her requests, her event stream
+    // and her DELETE on it are each answered as on a session that does not
+    // exist, word for word.
+    let attempts = [
+        (
+            "the answer to the elicitation",
+            Method::POST,
+            Some(answer("production")),
+        ),
+        ("a request", Method::POST, Some(tools_list.clone())),
+        ("the event stream", Method::GET, None),
+        ("ending the session", Method::DELETE, None),
+    ];
+    for (what, method, body) in attempts {
+        let theirs =
+            outcome(on_session(&server, Who(EVE, None), Some(&session), method.clone(), body.clone()).await).await;
+        let unknown = outcome(on_session(&server, Who(ANA, None), Some("no-such-session"), method, body).await).await;
+        assert_eq!(theirs.0, 404, "{what} from another token: {theirs:?}");
+        assert_eq!(
+            theirs, unknown,
+            "{what} from another token is answered as an unknown session"
+        );
+    }
+    let waiting = only_run_of(&store, "assistant").await;
+    assert_eq!(waiting.status, askloop::RunStatus::Suspended);
+    assert!(waiting.resolutions.is_empty(), "{:?}", waiting.resolutions);
+
+    // Ana's answer is taken, and the run records her as its author.
+    let sent = on_session(
+        &server,
+        Who(ANA, None),
+        Some(&session),
+        Method::POST,
+        Some(answer("staging")),
+    )
+    .await;
+    assert_eq!(sent.status(), 202);
+    let result = next_message(&mut stream, &mut decoder).await;
+    assert_eq!(result["id"], 2, "{result}");
+    let text = result["result"]["structuredContent"]["text"].as_str().unwrap();
+    assert!(text.contains("staging") && !text.contains("production"), "{result}");
+    let done = only_run_of(&store, "assistant").await;
+    assert_eq!(done.status, askloop::RunStatus::Completed);
+    assert_eq!(done.resolutions.len(), 1, "{:?}", done.resolutions);
+    assert_eq!(
+        done.resolutions[0].author,
+        askloop::Author::named(askloop::Interface::Mcp, "ana")
+    );
+
+    // Her own event stream is served, and her DELETE ends the session.
+    let (status, _) = outcome(on_session(&server, Who(ANA, None), Some(&session), Method::GET, None).await).await;
+    assert_eq!(status, 200);
+    let (status, _) = outcome(on_session(&server, Who(ANA, None), Some(&session), Method::DELETE, None).await).await;
+    assert!(status == 200 || status == 202, "{status}");
+    let (status, _) =
+        outcome(on_session(&server, Who(ANA, None), Some(&session), Method::POST, Some(tools_list)).await).await;
+    assert_eq!(status, 404, "a session ended is unknown");
+}
+
+/// Opens a session by `who` (a client that declares nothing) and returns
+/// its id.
+async fn open_session(server: &TestServer, who: Who<'_>) -> String {
+    let opened = on_session(server, who, None, reqwest::Method::POST, Some(initialize(json!(1)))).await;
+    assert_eq!(opened.status(), 200);
+    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    opened.text().await.unwrap();
+    session
+}
+
+#[tokio::test]
+async fn behind_a_proxy_an_mcp_session_serves_only_the_person_who_opened_it() {
+    use reqwest::Method;
+    let store = memory_store();
+    let options = ServerOptions::default()
+        .tokens(vec![ApiToken::new("proxy", ANA)])
+        .author_header(Some("x-forwarded-user".into()));
+    let server = TestServer::start_with(vec![chatter(&store)], Arc::clone(&store), options).await;
+    let session = open_session(&server, Who(ANA, Some("ana"))).await;
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    // Bob comes through the same proxy, with the same token.
+    let bob = on_session(
+        &server,
+        Who(ANA, Some("bob")),
+        Some(&session),
+        Method::POST,
+        Some(list.clone()),
+    )
+    .await;
+    let (status, _) = outcome(bob).await;
+    assert_eq!(status, 404, "another person behind the same token");
+    let ana = on_session(&server, Who(ANA, Some("ana")), Some(&session), Method::POST, Some(list)).await;
+    assert_eq!(ana.status(), 200);
+}
+
+#[tokio::test]
+async fn a_name_an_mcp_client_gives_itself_is_recorded_as_declared_and_a_tokens_name_as_who_answered() {
+    // Without a token, nothing vouches for the client's name: it is kept
+    // as declared by the client, and no one is named as who answered.
+    // (The secret sent is ignored by a server without tokens.)
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store)], Arc::clone(&store)).await;
+    let resolution = answered_as_ceo(&server, ANA).await;
+    assert_eq!(resolution["via"], "mcp", "{resolution}");
+    assert_eq!(resolution["declared"], "ceo@corp", "{resolution}");
+    assert!(
+        resolution.get("by").is_none(),
+        "a declared name is never `by`: {resolution}"
+    );
+
+    // With a token, its name is who answered, as before.
+    let store = memory_store();
+    let options = ServerOptions::default().tokens(vec![ApiToken::new("ana", ANA)]);
+    let server = TestServer::start_with(vec![assistant(&store)], Arc::clone(&store), options).await;
+    let resolution = answered_as_ceo(&server, ANA).await;
+    assert_eq!(
+        (&resolution["via"], &resolution["by"]),
+        (&json!("mcp"), &json!("ana")),
+        "{resolution}"
+    );
+    assert!(resolution.get("declared").is_none(), "{resolution}");
+}
+
+/// The one resolution, as `GET /api/runs/{runId}` shows it, of the run of
+/// `ask_assistant` that a client calling itself `ceo@corp`, sending
+/// `secret`, answered.
+async fn answered_as_ceo(server: &TestServer, secret: &str) -> Value {
+    let who = Who(secret, None);
+    let mut asking = ask_assistant(server, who, "ceo@corp").await;
+    let answer = accept(&asking.asked, "staging");
+    let sent = on_session(server, who, Some(&asking.session), reqwest::Method::POST, Some(answer)).await;
+    assert_eq!(sent.status(), 202);
+    let result = next_message(&mut asking.stream, &mut asking.decoder).await;
+    let run_id = result["result"]["structuredContent"]["runId"].as_str().unwrap();
+    let run: Value = server
+        .client
+        .get(server.url(&format!("/api/runs/{run_id}")))
+        .bearer_auth(secret)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let resolutions = run["resolutions"].as_array().unwrap();
+    assert_eq!(resolutions.len(), 1, "{run}");
+    resolutions[0].clone()
+}

@@ -31,6 +31,8 @@ struct World {
     waiting: (String, String),
     /// The failed `flaky` run.
     failed: String,
+    /// An MCP session alice opened on `/mcp`.
+    mcp_session: String,
 }
 
 async fn world(options: ServerOptions) -> World {
@@ -63,13 +65,35 @@ async fn world(options: ServerOptions) -> World {
         .await;
     assert_eq!(failed.status, askloop::RunStatus::Failed);
     let server = TestServer::start_with(agents, Arc::clone(&store), options).await;
+    let mcp_session = mcp_session_of(&server, ALICE).await;
     World {
         server,
         store,
         _model: model,
         waiting,
         failed: failed.run_id,
+        mcp_session,
     }
+}
+
+/// Opens an MCP session on `/mcp` with `secret` (sent, and ignored by a
+/// server without tokens) and returns its id.
+async fn mcp_session_of(server: &TestServer, secret: &str) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let opened = server
+        .client
+        .post(server.url("/mcp"))
+        .bearer_auth(secret)
+        .header("accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), 200);
+    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    opened.text().await.unwrap();
+    session
 }
 
 fn with_tokens() -> ServerOptions {
@@ -106,6 +130,8 @@ struct Call {
     /// Where it lands: the API (needs a token), or a route that holds no
     /// data (the page's files, the health check).
     kind: Kind,
+    /// The MCP session it names (`Mcp-Session-Id`), for [`Kind::McpSession`].
+    session: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -119,6 +145,8 @@ enum Kind {
     Unknown,
     /// The MCP endpoint.
     Mcp,
+    /// `/mcp` on the session alice opened.
+    McpSession,
     /// The page's files and `/healthz`.
     Open,
     /// A memory route about a thread of another resource (alice's).
@@ -133,6 +161,11 @@ fn calls(world: &World) -> Vec<Call> {
         path,
         body,
         kind,
+        session: None,
+    };
+    let on_session = |method, body: Option<Value>| Call {
+        session: Some(world.mcp_session.clone()),
+        ..api(method, "/mcp".into(), body, Kind::McpSession)
     };
     let mcp_initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
@@ -239,6 +272,9 @@ fn calls(world: &World) -> Vec<Call> {
         ),
         api("GET", "/api/no-such-route".into(), None, Kind::Unknown),
         api("POST", "/mcp".into(), Some(mcp_initialize), Kind::Mcp),
+        on_session("POST", Some(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))),
+        on_session("GET", None),
+        on_session("DELETE", None),
         api("GET", "/".into(), None, Kind::Open),
         api("GET", "/inbox".into(), None, Kind::Open),
         api("GET", format!("/runs/{run}"), None, Kind::Open),
@@ -262,8 +298,11 @@ async fn send_bytes(server: &TestServer, call: &Call, headers: &[(&str, &[u8])])
     if let Some(body) = &call.body {
         request = request.json(body);
     }
-    if call.kind == Kind::Mcp {
+    if matches!(call.kind, Kind::Mcp | Kind::McpSession) {
         request = request.header("accept", "application/json, text/event-stream");
+    }
+    if let Some(session) = &call.session {
+        request = request.header("mcp-session-id", session);
     }
     for (name, value) in headers {
         request = request.header(*name, reqwest::header::HeaderValue::from_bytes(value).unwrap());
@@ -312,6 +351,9 @@ async fn every_route_turns_away_callers_without_the_right_token_and_nothing_chan
             }
             Kind::OtherResource => (404, "unknown_thread"),
             Kind::Unknown => (404, "unknown_route"),
+            // Another token's MCP session is as unknown as one never
+            // opened (a JSON-RPC error, whose code is a number).
+            Kind::McpSession => (404, ""),
             Kind::Listing | Kind::Mcp | Kind::Open => (200, ""),
         };
         assert_eq!(

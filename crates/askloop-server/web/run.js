@@ -62,7 +62,7 @@ function render(run) {
       if (m.content) body.append(h('div', { class: 'text' }, m.content));
       for (const call of m.toolCalls || []) {
         const result = done.get(call.id);
-        if (call.name === 'ask_user') {
+        if (call.name === 'ask_user' && run.builtInAskUser) {
           body.append(
             h(
               'div',
@@ -132,7 +132,7 @@ function render(run) {
               {},
               r.kind,
               r.toolCallId ? [' ', h('code', {}, r.toolCallId)] : null,
-              r.via === 'grant' ? [' by ', grantWho(r)] : [` via ${r.via}`, r.by ? ` by ${r.by}` : ''],
+              r.via === 'grant' ? [' by ', grantWho(r)] : [` via ${r.via}`, r.by ? ` by ${r.by}` : r.declared ? `, ${r.declared} (declared by the client, not verified)` : ''],
               r.grant && r.via !== 'grant' ? ` (made a standing approval for this ${r.grant.scope === 'thread' ? 'chat' : 'resource'})` : '',
               ' ',
               h('time', { datetime: r.at, title: r.at }, ago(r.at)),

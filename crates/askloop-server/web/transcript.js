@@ -34,7 +34,12 @@ function resultText(result) {
 /** "answered via page by alice, 3 min ago". */
 function resolutionText(resolution) {
   if (!resolution) return '';
-  return [resolution.kind, `via ${resolution.via}`, resolution.by ? `by ${resolution.by}` : null, ago(resolution.at)]
+  const who = resolution.by
+    ? `by ${resolution.by}`
+    : resolution.declared
+      ? `${resolution.declared} (declared by the client, not verified)`
+      : null;
+  return [resolution.kind, `via ${resolution.via}`, who, ago(resolution.at)]
     .filter(Boolean)
     .join(' · ');
 }
@@ -94,7 +99,7 @@ function setRunLink(turn, runId) {
 function settledCall(call) {
   const result = call.state === 'result' ? call.result : null;
   const how = resolutionText(call.resolution);
-  if (call.toolName === 'ask_user') {
+  if (call.builtInAskUser) {
     return h(
       'div',
       { class: 'qa' },

@@ -166,12 +166,7 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
         outln!("Decisions:");
         for r in &run.resolutions {
             let call = r.tool_call_id.as_deref().map(escape::one_line).unwrap_or_default();
-            let by = r
-                .author
-                .by
-                .as_deref()
-                .map(|by| format!(" by {}", escape::one_line(by)))
-                .unwrap_or_default();
+            let by = render::author_suffix(&r.author);
             outln!(
                 "  {} {} {call} via {}{by}",
                 r.at.format("%Y-%m-%d %H:%M:%S UTC"),

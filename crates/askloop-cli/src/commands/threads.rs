@@ -432,12 +432,7 @@ fn describe_call(run_id: &str, c: &ShownCall) -> String {
     }
     let state = match &c.resolution {
         Some(r) => {
-            let by = r
-                .author
-                .by
-                .as_deref()
-                .map(|by| format!(" by {}", escape::one_line(by)))
-                .unwrap_or_default();
+            let by = render::author_suffix(&r.author);
             format!("{} via {}{by}", r.kind, r.author.via)
         }
         None => c.state().to_owned(),

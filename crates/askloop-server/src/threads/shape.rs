@@ -69,7 +69,8 @@ pub(crate) struct MessagePage {
 /// message's `suspendedTools` (or `pendingToolApprovals`), read from the run
 /// store now, never from a copy. A resolved call's part also has askloop's
 /// `resolution` (`kind`, `at`, `via`, `by`): answered, declined, expired,
-/// superseded, and by whom.
+/// superseded, and by whom; and a question of the built-in `ask_user` has
+/// `builtInAskUser: true`.
 pub(crate) async fn messages(
     state: &AppState,
     thread: &Thread,
@@ -120,6 +121,14 @@ pub(crate) async fn messages(
                     if let Some(result) = results.get(&(j, k)).filter(|_| pending.is_none()) {
                         invocation["state"] = json!("result");
                         invocation["result"] = result.clone();
+                    }
+                    // askloop's own: whether the call is a question of the
+                    // built-in ask_user, which the model cannot say by naming
+                    // a call so.
+                    if call.name == askloop::ASK_USER_TOOL_ID
+                        && run.is_some_and(|r| state.asks_with_ask_user(&r.agent_id))
+                    {
+                        invocation["builtInAskUser"] = json!(true);
                     }
                     // askloop's own: how the call was resolved, by whom and
                     // through what, as its run records it now.

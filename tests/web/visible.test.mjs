@@ -1,8 +1,9 @@
 // What a person decides on, shown as it is: bidirectional controls and
 // invisible characters in an approval's arguments, a question and its
 // labels are marked as their code points (`<U+202E>`) on the run view, in
-// the Inbox and on the answer link's page; and the page's rule marks what
-// the server's rule marks.
+// the Inbox and on the answer link's page; an MCP form's fields named
+// `__proto__` and `constructor` keep their values; and the page's rule
+// marks what the server's rule marks.
 //
 // Started by the Rust test `web_visible` (crates/askloop-cli/tests/web_visible.rs),
 // which runs `askloop serve` and passes, in the environment:
@@ -146,6 +147,32 @@ test('a spoofing approval and question show their hidden characters on the run v
   await linked.screenshot({ path: join(SHOTS, 'visible-link.png') });
 
   for (const p of [page, dark, inbox, linked]) assert.deepEqual(p.problems, []);
+});
+
+test("an MCP form's fields named __proto__ and constructor send and keep their values", async () => {
+  const runId = await startRun('registrar', 'Register me');
+  const page = await openPage(context, `${BASE}/runs/${runId}`);
+  const form = page.locator('form.elicitation');
+  await form.getByText('Your details, please.').waitFor();
+  const field = (name) => form.getByRole('textbox', { name, exact: true });
+  await field('Prototype name').fill('kept as __proto__');
+  await field('Constructor').fill('kept as constructor');
+  await field('Name').fill('Ada');
+  await form.screenshot({ path: join(SHOTS, 'visible-form.png') });
+  const sent = page.waitForRequest((request) => request.url().endsWith('/resume-stream'));
+  await form.getByRole('button', { name: 'Send' }).click();
+  const body = JSON.parse((await sent).postData());
+  assert.deepEqual(Object.entries(body.resumeData.content), [
+    ['__proto__', 'kept as __proto__'],
+    ['constructor', 'kept as constructor'],
+    ['name', 'Ada'],
+  ]);
+  await form.getByText('Sent', { exact: true }).waitFor();
+  // The MCP server answers with the content it was sent; the model says it.
+  await page.getByText('Registered:').first().waitFor();
+  const shown = await page.locator('main').textContent();
+  assert.ok(shown.includes('"__proto__":"kept as __proto__","constructor":"kept as constructor","name":"Ada"'), shown);
+  assert.deepEqual(page.problems, []);
 });
 
 test("the page's rule marks exactly what the server's rule marks", async () => {

@@ -6,13 +6,15 @@
 //!   whose text and labels hold isolates and zero-width characters, show
 //!   each of them marked as its code point on the run view, in the Inbox
 //!   and on the answer link's page;
+//! - an MCP server's form with fields named `__proto__` and `constructor`
+//!   sends and keeps their values;
 //! - the page's rule (`dom.js`) marks exactly what the server's rule
 //!   (`askloop::visible`) marks: every code point alone, and a few thousand
 //!   texts dense in joiners, selectors, emoji, bidi and control characters,
 //!   which this test writes for the browser test to compare.
 //!
-//! Screenshots land in `target/web-screenshots/`. Without chromium, node or
-//! `tests/web/node_modules`, the test fails
+//! Screenshots land in `target/web-screenshots/`. Without chromium, node,
+//! `tests/web/node_modules` or `tests/mcp/node_modules`, the test fails
 //! under CI (`CI=true`) and is skipped with the reason otherwise.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
@@ -40,7 +42,12 @@ const SPOOFER_SCRIPT: &str = r#"{"turns": [
   {"text": "Done: {{toolResults}}"}
 ]}"#;
 
-fn config() -> String {
+const REGISTRAR_SCRIPT: &str = r#"{"turns": [
+  {"text": "The registration form comes from the MCP server.", "toolCalls": [{"name": "register", "id": "call_form"}]},
+  {"text": "Registered: {{toolResults}}"}
+]}"#;
+
+fn config(form_server: &Path) -> String {
     format!(
         r#"
 public_url = "{PUBLIC}"
@@ -58,7 +65,16 @@ script = "spoofer.json"
 tools = ["ask_user", "write_file"]
 write_dir = "written"
 
-"#
+[agents.registrar]
+name = "Registrar"
+script = "registrar.json"
+
+[[agents.registrar.mcp]]
+name = "forms"
+command = "node"
+args = [{:?}]
+"#,
+        form_server.display().to_string()
     )
 }
 
@@ -189,12 +205,17 @@ fn rule() -> Value {
 #[test]
 fn what_a_person_decides_on_is_shown_as_it_is_in_a_real_browser() {
     let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/web");
-    if skipped_for_lack_of("the visible-text browser test", missing_browser(&web)) {
+    let sdk = web.join("../mcp/node_modules/@modelcontextprotocol/sdk");
+    let missing = missing_browser(&web)
+        .or_else(|| (!sdk.is_dir()).then(|| format!("{} is missing (npm ci in tests/mcp)", sdk.display())));
+    if skipped_for_lack_of("the visible-text browser test", missing) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("askloop.toml"), config()).unwrap();
+    let form_server = web.join("form-server.mjs").canonicalize().unwrap();
+    std::fs::write(dir.path().join("askloop.toml"), config(&form_server)).unwrap();
     std::fs::write(dir.path().join("spoofer.json"), SPOOFER_SCRIPT).unwrap();
+    std::fs::write(dir.path().join("registrar.json"), REGISTRAR_SCRIPT).unwrap();
     let rule_file = dir.path().join("rule.json");
     std::fs::write(&rule_file, rule().to_string()).unwrap();
     let db = dir.path().join("runs.db");
@@ -233,6 +254,7 @@ fn what_a_person_decides_on_is_shown_as_it_is_in_a_real_browser() {
         "visible-run-dark.png",
         "visible-inbox.png",
         "visible-link.png",
+        "visible-form.png",
     ] {
         assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
     }

@@ -8,7 +8,10 @@
 // schema again; a refusal shows beside the form, which keeps what was filled in.
 //
 // The server's words (its message, titles, descriptions, choices) are shown
-// with their invisible characters marked (`shown` in dom.js).
+// with their invisible characters marked (`shown` in dom.js). Field names
+// are the server's too: `__proto__` or `constructor` is a field like any
+// other, so the answer is built from [name, value] pairs, never by
+// assigning to a plain object.
 
 import { h, markedText, shown, uid } from './dom.js';
 import { answered, errorBox, setBusy, showError } from './forms.js';
@@ -33,7 +36,12 @@ function choices(schema) {
   return null;
 }
 
-const INPUT_TYPES = { email: 'email', uri: 'url', date: 'date', 'date-time': 'datetime-local' };
+const INPUT_TYPES = new Map([
+  ['email', 'email'],
+  ['uri', 'url'],
+  ['date', 'date'],
+  ['date-time', 'datetime-local'],
+]);
 
 /** One field: its element and how to read its value (undefined: left empty). */
 function field(key, schema, required) {
@@ -90,7 +98,7 @@ function field(key, schema, required) {
     return { el: h('div', { class: 'field' }, label, desc, input), read };
   }
   const input = h('input', {
-    type: INPUT_TYPES[schema.format] ?? 'text',
+    type: INPUT_TYPES.get(schema.format) ?? 'text',
     id,
     required,
     minlength: schema.minLength,
@@ -125,15 +133,14 @@ export function elicitationForm({ runId, call, onContinue, send }) {
     ),
   );
 
-  const content = () => {
-    const out = {};
-    for (const f of fields) {
-      const value = f.read();
-      if (value === undefined || (Array.isArray(value) && value.length === 0 && !required.has(f.key))) continue;
-      out[f.key] = value;
-    }
-    return out;
-  };
+  // Object.fromEntries defines each field as the object's own property,
+  // which `out[key] = value` would not for `__proto__`.
+  const content = () =>
+    Object.fromEntries(
+      fields
+        .map((f) => [f.key, f.read()])
+        .filter(([key, value]) => value !== undefined && !(Array.isArray(value) && value.length === 0 && !required.has(key))),
+    );
 
   form.addEventListener('submit', async (event) => {
     event.preventDefault();

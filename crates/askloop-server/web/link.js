@@ -52,7 +52,10 @@ function panel(kind, title, ...body) {
 }
 
 function showClosed(error) {
-  const [title, reason] = CLOSED[error?.code] || ['This link cannot be used', 'The server could not show its question.'];
+  const [title, reason] = (Object.hasOwn(CLOSED, error?.code ?? '') && CLOSED[error.code]) || [
+    'This link cannot be used',
+    'The server could not show its question.',
+  ];
   main.replaceChildren(
     panel('closed', title,
       h('p', { class: 'link-reason', role: 'alert' }, reason),

@@ -62,7 +62,9 @@ export function transcript(messages, agent, forms, thread) {
         body.append(h('div', { class: 'text' }, shown(part.text)));
       } else if (part.type === 'tool-invocation') {
         const call = part.toolInvocation;
-        const open = waiting[call.toolCallId];
+        // A tool call id is the model's: `constructor` is an id like any
+        // other, never a property every object has.
+        const open = Object.hasOwn(waiting, call.toolCallId) ? waiting[call.toolCallId] : undefined;
         if (open) {
           group ??= body.appendChild(h('div', { class: 'pending-group' }));
           group.append(formFor(open, call, agent, turn, forms, thread));

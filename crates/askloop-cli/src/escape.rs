@@ -90,15 +90,27 @@ fn push_control(out: &mut String, c: char) {
 /// character [`askloop::visible`] marks are escaped as `\uXXXX` too (UTF-16
 /// pairs above U+FFFF). Read back, the value is exact.
 pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<String, serde_json::Error> {
-    let text = serde_json::to_string(value)?;
-    if !text.chars().any(|c| needs_escape(c, false)) {
-        return Ok(text);
+    Ok(inert_json(serde_json::to_string(value)?))
+}
+
+/// `value` as indented JSON, escaped as [`json`]: what a person edits
+/// (`askloop approve --edit`) shows each hidden character as its escape.
+pub fn json_pretty<T: Serialize + ?Sized>(value: &T) -> Result<String, serde_json::Error> {
+    Ok(inert_json(serde_json::to_string_pretty(value)?))
+}
+
+fn inert_json(text: String) -> String {
+    // The encoder escapes line breaks and tabs inside strings: those left
+    // are the layout's.
+    if !text.chars().any(|c| needs_escape(c, true)) {
+        return text;
     }
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        // Outside its strings, compact JSON is printable ASCII: each such
-        // character is inside a string, where a `\u` escape means it.
-        if needs_escape(c, false) {
+        // Outside its strings, JSON is printable ASCII and its layout's
+        // white space: each such character is inside a string, where a
+        // `\u` escape means it.
+        if needs_escape(c, true) {
             let mut units = [0u16; 2];
             for unit in c.encode_utf16(&mut units) {
                 out.push_str(&format!(r"\u{unit:04x}"));
@@ -107,7 +119,7 @@ pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<String, serde_json::Erro
             out.push(c);
         }
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
@@ -167,6 +179,9 @@ mod tests {
         assert!(line.contains(r"\udb40\udc41"), "{line}");
         assert!(line.contains(r"\u001b["), "{line}");
         assert_eq!(serde_json::from_str::<serde_json::Value>(&line).unwrap(), value);
+        let pretty = json_pretty(&value).unwrap();
+        assert!(pretty.contains("\n  \"path\": \"report_\\u202ehs.gpj\""), "{pretty}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&pretty).unwrap(), value);
     }
 
     /// Any text, dense in controls and marked characters.

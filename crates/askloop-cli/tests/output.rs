@@ -293,3 +293,37 @@ fn json_output_escapes_c1_controls_and_bidi_and_reads_back_exact() {
     let shown = env.show(&run_id);
     assert_eq!(shown["messages"][1]["content"], said.as_str());
 }
+
+#[test]
+fn approve_edit_shows_the_editor_each_hidden_character_as_a_json_escape() {
+    let env = Env::new();
+    let script = hostile_script(&env, true);
+    let out = env.run(&["run", "--script", &script, "go"]);
+    assert_eq!(code(&out), SUSPENDED, "{}", stderr(&out));
+    let run_id = env.only_run_id();
+    // An "editor" that keeps a copy of what it was given and changes nothing.
+    let seen = env.dir.path().join("seen.json");
+    let out = env
+        .cmd()
+        .args(["approve", &run_id, "--edit"])
+        .env_remove("VISUAL")
+        .env("EDITOR", format!("sh -c 'cp \"$0\" {}'", seen.display()))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let edited = std::fs::read_to_string(&seen).unwrap();
+    for c in [
+        '\u{7f}', '\u{90}', '\u{9b}', '\u{9c}', '\u{202e}', '\u{2066}', '\u{2069}', '\u{200b}',
+    ] {
+        assert!(!edited.contains(c), "the editor was given {c:?} raw: {edited:?}");
+    }
+    assert!(
+        edited.contains(r"gpj\u202ehs") && edited.contains(r"\u009b2J"),
+        "{edited}"
+    );
+    // Left as it was, the call runs with the model's arguments, exactly.
+    let shown = env.show(&run_id);
+    assert!(shown["resolutions"][0]["edit"].is_null(), "{shown}");
+    let path = format!("notes/{}", all_hostile());
+    assert_eq!(shown["messages"][1]["toolCalls"][0]["args"]["path"], path.as_str());
+}

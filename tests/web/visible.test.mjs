@@ -17,17 +17,14 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { launchWithProfile, openPage, requiredEnv } from './browser.mjs';
+import { linkServer, makeLink, startRun as startRunAt } from './runs.mjs';
 
+const SERVER = linkServer('web_visible');
+const BASE = SERVER.base;
 const env = (name) => requiredEnv(name, 'web_visible');
-const BASE = env('ASKLOOP_WEB_URL');
-const PUBLIC = env('ASKLOOP_LINK_PUBLIC');
-const BIN = env('ASKLOOP_BIN');
-const DIR = env('ASKLOOP_LINK_DIR');
-const DB = env('ASKLOOP_WEB_DB');
 const RULE = JSON.parse(readFileSync(env('ASKLOOP_WEB_RULE'), 'utf8'));
 const SHOTS = env('ASKLOOP_WEB_SCREENSHOTS');
 mkdirSync(SHOTS, { recursive: true });
@@ -50,35 +47,8 @@ after(async () => {
   await browser?.close();
 });
 
-/** Starts a run of `agent` and returns its id once it waits. */
-async function startRun(agent, prompt) {
-  const response = await fetch(`${BASE}/api/agents/${agent}/stream`, {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ messages: prompt }),
-  });
-  assert.equal(response.status, 200);
-  const text = await response.text();
-  for (const line of text.split('\n')) {
-    if (!line.startsWith('data: ')) continue;
-    const chunk = JSON.parse(line.slice(6));
-    if (chunk.type === 'tool-call-suspended' || chunk.type === 'tool-call-approval') return chunk.runId;
-  }
-  throw new Error(`the run did not stop to ask: ${text}`);
-}
-
-/** `askloop link RUN --call CALL --to NAME`: the link, on this test's server. */
-function link(runId, call, to) {
-  const made = JSON.parse(
-    execFileSync(BIN, ['link', runId, '--call', call, '--to', to, '--json'], {
-      cwd: DIR,
-      env: { ...process.env, ASKLOOP_DB: DB },
-      encoding: 'utf8',
-    }),
-  );
-  assert.ok(made.url.startsWith(`${PUBLIC}/links/`), made.url);
-  return BASE + made.url.slice(PUBLIC.length);
-}
+const startRun = (agent, prompt) => startRunAt(BASE, agent, prompt);
+const link = (runId, call, to) => makeLink(SERVER, runId, to, call).local;
 
 /**
  * Asserts that `root` (a locator) shows the spoofing approval's path and

@@ -329,17 +329,12 @@ async fn a_question_answered_before_its_mail_went_out_is_not_mailed() {
     assert!(messages(&setup.maildir).is_empty(), "no mail for a closed question");
 }
 
-#[tokio::test]
-async fn a_call_waiting_for_approval_is_mailed_with_its_tool_and_arguments_and_approved_through_the_link() {
-    if skipped_for_lack_of("the email tests", missing_smtp()) {
-        return;
-    }
-    let setup = serve();
-    let _smtp = Smtp::start(setup.smtp_port, &setup.maildir);
-    let client = reqwest::Client::new();
+/// Streams `message` to `agent` until its run waits for an approval;
+/// returns the run's id.
+async fn approval_asked(client: &reqwest::Client, setup: &Setup, agent: &str, message: &str) -> String {
     let body = client
-        .post(setup.server.url("/api/agents/writer/stream"))
-        .json(&json!({"messages": "Write the release notes."}))
+        .post(setup.server.url(&format!("/api/agents/{agent}/stream")))
+        .json(&json!({ "messages": message }))
         .send()
         .await
         .unwrap()
@@ -350,7 +345,18 @@ async fn a_call_waiting_for_approval_is_mailed_with_its_tool_and_arguments_and_a
         .into_iter()
         .find(|c| c["type"] == "tool-call-approval")
         .unwrap_or_else(|| panic!("no approval asked: {body}"));
-    let run_id = waiting["runId"].as_str().unwrap().to_owned();
+    waiting["runId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_call_waiting_for_approval_is_mailed_with_its_tool_and_arguments_and_approved_through_the_link() {
+    if skipped_for_lack_of("the email tests", missing_smtp()) {
+        return;
+    }
+    let setup = serve();
+    let _smtp = Smtp::start(setup.smtp_port, &setup.maildir);
+    let client = reqwest::Client::new();
+    let run_id = approval_asked(&client, &setup, "writer", "Write the release notes.").await;
 
     let mails = wait_for_messages(&setup.maildir, 1);
     assert_eq!(mails.len(), 1);
@@ -407,20 +413,7 @@ async fn an_approval_whose_path_hides_a_bidi_override_is_mailed_with_it_marked_i
     }
     let setup = serve();
     let _smtp = Smtp::start(setup.smtp_port, &setup.maildir);
-    let client = reqwest::Client::new();
-    let body = client
-        .post(setup.server.url("/api/agents/spoofer/stream"))
-        .json(&json!({"messages": "Publish the report."}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        chunks(&body).iter().any(|c| c["type"] == "tool-call-approval"),
-        "no approval asked: {body}"
-    );
+    approval_asked(&reqwest::Client::new(), &setup, "spoofer", "Publish the report.").await;
     let mails = wait_for_messages(&setup.maildir, 1);
     let mail = parse(&mails[0]);
     assert!(mail["to"].as_str().unwrap().contains("erin@example.com"), "{mail}");

@@ -185,19 +185,26 @@ mod pty {
         seen.push_str(needle);
     }
 
-    /// Everything the terminal is sent until the process ends.
-    fn read_to_end(p: &mut PtySession, seen: &mut String) {
-        seen.push_str(&p.exp_eof().unwrap());
-    }
-
-    /// Leaves the prompt on screen (drawn, so the terminal is in raw mode)
-    /// with Esc, and reads to the end: the run stays suspended.
-    fn leave(mut p: PtySession, mut seen: String) -> String {
+    /// What `askloop args` sends the terminal up to its prompt (until
+    /// `drawn` is on screen, so the terminal is in raw mode), then on Esc
+    /// to its end: the run stays suspended.
+    fn left_at_prompt(env: &Env, args: &[&str], drawn: &str) -> String {
+        let mut p = spawn(env, args);
+        let mut seen = String::new();
+        read_to(&mut p, drawn, &mut seen);
         p.send(ESC).unwrap();
         p.flush().unwrap();
         read_to(&mut p, "stays suspended", &mut seen);
-        read_to_end(&mut p, &mut seen);
+        seen.push_str(&p.exp_eof().unwrap());
         assert_eq!(exit_code(&mut p), SUSPENDED, "{seen:?}");
+        seen
+    }
+
+    /// What `askloop args` sends the terminal, to its end, which is `code`.
+    fn printed(env: &Env, args: &[&str], code: i32) -> String {
+        let mut p = spawn(env, args);
+        let seen = p.exp_eof().unwrap();
+        assert_eq!(exit_code(&mut p), code, "{seen:?}");
         seen
     }
 
@@ -206,10 +213,7 @@ mod pty {
         let env = Env::new();
         let script = hostile_script(&env, false);
 
-        let mut p = spawn(&env, &["chat", "--script", &script, "go"]);
-        let mut seen = String::new();
-        read_to(&mut p, "END", &mut seen);
-        let chat = leave(p, seen);
+        let chat = left_at_prompt(&env, &["chat", "--script", &script, "go"], "END");
         assert_inert("askloop chat", &chat);
         // The prompt itself, apart from the model's text printed before it.
         let prompt = chat.find("? Q[0:").expect("the question's prompt");
@@ -217,16 +221,10 @@ mod pty {
         assert_inert("askloop chat's prompt", &chat[prompt..]);
 
         let run_id = env.only_run_id();
-        let mut p = spawn(&env, &["resume", &run_id]);
-        let mut seen = String::new();
-        read_to(&mut p, "END", &mut seen);
-        let resume = leave(p, seen);
+        let resume = left_at_prompt(&env, &["resume", &run_id], "END");
         assert_inert("askloop resume", &resume);
 
-        let mut p = spawn(&env, &["runs", "show", &run_id]);
-        let mut shown = String::new();
-        read_to_end(&mut p, &mut shown);
-        assert_eq!(exit_code(&mut p), 0, "{shown:?}");
+        let shown = printed(&env, &["runs", "show", &run_id], 0);
         assert_inert("askloop runs show", &shown);
         assert!(shown.contains("Conversation:"), "{shown:?}");
     }
@@ -236,29 +234,19 @@ mod pty {
         let env = Env::new();
         let script = hostile_script(&env, true);
 
-        let mut p = spawn(&env, &["chat", "--script", &script, "go"]);
-        let mut seen = String::new();
-        read_to(&mut p, "(y/N)", &mut seen);
-        let chat = leave(p, seen);
+        let chat = left_at_prompt(&env, &["chat", "--script", &script, "go"], "(y/N)");
         let prompt = chat.find("? Allow write_file").expect("the approval's prompt");
         assert_inert("askloop chat's approval", &chat[prompt..]);
 
         let run_id = env.only_run_id();
-        let mut p = spawn(&env, &["resume", &run_id]);
-        let mut seen = String::new();
-        read_to(&mut p, "(y/N)", &mut seen);
-        let resume = leave(p, seen);
+        let resume = left_at_prompt(&env, &["resume", &run_id], "(y/N)");
         assert_inert("askloop resume's approval", &resume);
 
-        let mut p = spawn(&env, &["runs", "show", &run_id]);
-        let mut shown = String::new();
-        read_to_end(&mut p, &mut shown);
+        let shown = printed(&env, &["runs", "show", &run_id], 0);
         assert_inert("askloop runs show", &shown);
         assert!(shown.contains("Approval needed: write_file"), "{shown:?}");
 
-        let mut p = spawn(&env, &["approve", &run_id]);
-        let mut approved = String::new();
-        read_to_end(&mut p, &mut approved);
+        let approved = printed(&env, &["approve", &run_id], 0);
         assert_inert("askloop approve", &approved);
         assert!(approved.contains("[write_file]"), "{approved:?}");
     }

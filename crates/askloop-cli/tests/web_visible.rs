@@ -19,15 +19,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
 mod common;
 
-use common::{BIN, Serving, missing_browser, screenshots_dir, skipped_for_lack_of};
+use common::{LINKS_CONFIG, Serving, missing_browser, node_for_links, run_browser_test, serve_in, skipped_for_lack_of};
 
-const PUBLIC: &str = "https://askloop.example.com";
 const KEY: &str = "a-link-signing-key-of-the-visible-test-0123";
 
 /// One step that waits on an approval whose path reads `report_gpj.sh`
@@ -49,16 +47,7 @@ const REGISTRAR_SCRIPT: &str = r#"{"turns": [
 
 fn config(form_server: &Path) -> String {
     format!(
-        r#"
-public_url = "{PUBLIC}"
-
-[links]
-max_age = "2d"
-
-[[links.keys]]
-id = "test-1"
-secret_env = "ASKLOOP_TEST_LINK_KEY"
-
+        r#"{LINKS_CONFIG}
 [agents.spoofer]
 name = "Publisher"
 script = "spoofer.json"
@@ -218,44 +207,22 @@ fn what_a_person_decides_on_is_shown_as_it_is_in_a_real_browser() {
     std::fs::write(dir.path().join("registrar.json"), REGISTRAR_SCRIPT).unwrap();
     let rule_file = dir.path().join("rule.json");
     std::fs::write(&rule_file, rule().to_string()).unwrap();
-    let db = dir.path().join("runs.db");
-    let mut cmd = Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_MODEL")
-        .env_remove("ASKLOOP_API_TOKEN")
-        .env("ASKLOOP_TEST_LINK_KEY", KEY)
-        .env("ASKLOOP_DB", &db)
-        .current_dir(dir.path())
-        .args(["serve", "--addr", "127.0.0.1:0"]);
+    let mut cmd = serve_in(dir.path());
+    cmd.args(["--addr", "127.0.0.1:0"]).env("ASKLOOP_TEST_LINK_KEY", KEY);
     let serving = Serving::start(cmd);
-    let screenshots = screenshots_dir();
 
-    let status = Command::new("node")
-        .args(["--test", "--test-concurrency=1", "visible.test.mjs"])
-        .current_dir(&web)
-        .env("ASKLOOP_WEB_URL", &serving.base)
-        .env("ASKLOOP_LINK_PUBLIC", PUBLIC)
-        .env("ASKLOOP_BIN", BIN)
-        .env("ASKLOOP_LINK_DIR", dir.path())
-        .env("ASKLOOP_WEB_DB", &db)
-        .env("ASKLOOP_TEST_LINK_KEY", KEY)
-        .env("ASKLOOP_WEB_RULE", &rule_file)
-        .env("ASKLOOP_WEB_SCREENSHOTS", &screenshots)
-        .stdin(Stdio::null())
-        .status()
-        .expect("running node");
-    assert!(
-        status.success(),
-        "the visible-text browser test failed ({status}); its output is above"
+    let mut node = node_for_links(&serving, dir.path(), KEY);
+    node.env("ASKLOOP_WEB_RULE", &rule_file);
+    run_browser_test(
+        node,
+        &web,
+        "visible.test.mjs",
+        &[
+            "visible-run.png",
+            "visible-run-dark.png",
+            "visible-inbox.png",
+            "visible-link.png",
+            "visible-form.png",
+        ],
     );
-    for shot in [
-        "visible-run.png",
-        "visible-run-dark.png",
-        "visible-inbox.png",
-        "visible-link.png",
-        "visible-form.png",
-    ] {
-        assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
-    }
 }

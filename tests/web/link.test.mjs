@@ -15,18 +15,14 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { launchWithProfile, openPage, requiredEnv } from './browser.mjs';
+import { askloop as askloopIn, linkServer, makeLink, startRun as startRunAt } from './runs.mjs';
 
-const env = (name) => requiredEnv(name, 'link_page');
-const BASE = env('ASKLOOP_WEB_URL');
-const PUBLIC = env('ASKLOOP_LINK_PUBLIC');
-const BIN = env('ASKLOOP_BIN');
-const DIR = env('ASKLOOP_LINK_DIR');
-const DB = env('ASKLOOP_WEB_DB');
-const SHOTS = env('ASKLOOP_WEB_SCREENSHOTS');
+const SERVER = linkServer('link_page');
+const BASE = SERVER.base;
+const SHOTS = requiredEnv('ASKLOOP_WEB_SCREENSHOTS', 'link_page');
 mkdirSync(SHOTS, { recursive: true });
 
 const PATIENCE = 20_000;
@@ -47,33 +43,9 @@ after(async () => {
   await browser?.close();
 });
 
-/** Starts a run of `agent` and returns its id once it waits. */
-async function startRun(agent, prompt) {
-  const response = await fetch(`${BASE}/api/agents/${agent}/stream`, {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ messages: prompt }),
-  });
-  assert.equal(response.status, 200);
-  const text = await response.text();
-  for (const line of text.split('\n')) {
-    if (!line.startsWith('data: ')) continue;
-    const chunk = JSON.parse(line.slice(6));
-    if (chunk.type === 'tool-call-suspended' || chunk.type === 'tool-call-approval') return chunk.runId;
-  }
-  throw new Error(`the run did not stop to ask: ${text}`);
-}
-
-function askloop(args) {
-  return execFileSync(BIN, args, { cwd: DIR, env: { ...process.env, ASKLOOP_DB: DB }, encoding: 'utf8' });
-}
-
-/** `askloop link RUN --to NAME`: the link, on this test's server. */
-function link(runId, to) {
-  const made = JSON.parse(askloop(['link', runId, '--to', to, '--json']));
-  assert.ok(made.url.startsWith(`${PUBLIC}/links/`), made.url);
-  return { ...made, local: BASE + made.url.slice(PUBLIC.length) };
-}
+const startRun = (agent, prompt) => startRunAt(BASE, agent, prompt);
+const link = (runId, to) => makeLink(SERVER, runId, to);
+const askloop = (args) => askloopIn(SERVER, args);
 
 async function run(runId) {
   const response = await fetch(`${BASE}/api/runs/${runId}`);

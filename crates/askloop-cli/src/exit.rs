@@ -88,6 +88,13 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
+/// Our own value failed to encode as JSON: a bug, said as one.
+impl From<serde_json::Error> for CliError {
+    fn from(err: serde_json::Error) -> Self {
+        CliError::failure(format!("could not encode the output as JSON: {err}"))
+    }
+}
+
 impl From<RunError> for CliError {
     fn from(err: RunError) -> Self {
         let message = err.to_string();

@@ -6,20 +6,42 @@
 //! ignore a failed write. (The crate denies `print!`-style macros so that no
 //! other path to a panic comes back.) Each call writes with one lock, so a
 //! line is never interleaved with another thread's.
+//!
+//! They are also where the command's output meets the terminal: whatever
+//! they print passes through [`escape::lines`], so no control character
+//! from a run (a model's text, a tool name, a run id in an error message)
+//! reaches it raw, whichever code path formatted it. `--json` lines are
+//! made with [`escape::json`], which leaves nothing for this to change.
 
 use std::fmt;
 use std::io::Write;
 
+use crate::escape;
+
 /// Writes to stdout; a closed or failing stdout is ignored.
 pub fn stdout(text: fmt::Arguments<'_>) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_fmt(text).and_then(|()| out.flush());
+    write(&mut std::io::stdout().lock(), text);
 }
 
 /// Writes to stderr; a closed or failing stderr is ignored.
 pub fn stderr(text: fmt::Arguments<'_>) {
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_fmt(text).and_then(|()| err.flush());
+    write(&mut std::io::stderr().lock(), text);
+}
+
+/// Prints `value` on stdout as one line of JSON, inert on a terminal
+/// ([`escape::json`]).
+pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<(), serde_json::Error> {
+    let line = escape::json(value)?;
+    stdout(format_args!("{line}\n"));
+    Ok(())
+}
+
+fn write(to: &mut impl Write, text: fmt::Arguments<'_>) {
+    let text = match text.as_str() {
+        Some(fixed) => std::borrow::Cow::Borrowed(fixed),
+        None => std::borrow::Cow::Owned(text.to_string()),
+    };
+    let _ = to.write_all(escape::lines(&text).as_bytes()).and_then(|()| to.flush());
 }
 
 /// `print!` that never panics.

@@ -1,8 +1,14 @@
 //! Asking the person: proper prompts on a terminal (a line editor, arrow
 //! keys, checkboxes), and plain numbered choices read line by line when stdin
 //! is not a terminal, so scripts and tests can drive them.
+//!
+//! A question, its labels and descriptions and what an approval would do
+//! are a model's or a tool's words: both prompters show each of them
+//! through [`escape::one_line`] (the interactive prompts draw on the
+//! terminal themselves, past `out.rs`), and a choice is read back by its
+//! position, never by the text shown.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 
 use askloop::{Question, SelectionMode};
 use inquire::error::InquireError;
@@ -69,29 +75,30 @@ fn left_or_error<T>(result: Result<T, InquireError>) -> Result<Option<T>, CliErr
 impl Prompter for TerminalPrompter {
     fn ask(&mut self, question: &Question) -> Result<Reply, CliError> {
         let labels = question.labels();
+        let text = escape::one_line(&question.text);
         let displayed: Vec<String> = question
             .options
             .iter()
-            .map(|o| match &o.description {
-                Some(d) => format!("{} - {d}", o.label),
-                None => o.label.clone(),
+            .map(|o| {
+                let label = escape::one_line(&o.label);
+                match &o.description {
+                    Some(d) => format!("{label} - {}", escape::one_line(d)),
+                    None => label.into_owned(),
+                }
             })
             .collect();
-        let index_of = |shown: &str| displayed.iter().position(|d| d == shown);
+        let label_at = |i: usize| labels.get(i).cloned().map(Value::String);
         let reply = match question.mode {
             None => left_or_error(
-                inquire::Text::new(&question.text)
+                inquire::Text::new(&text)
                     .with_validator(inquire::required!("an answer is needed (Esc to answer later)"))
                     .prompt(),
             )?
             .map(Value::String),
-            Some(SelectionMode::SingleSelect) => {
-                left_or_error(inquire::Select::new(&question.text, displayed.clone()).prompt())?
-                    .and_then(|shown| index_of(&shown))
-                    .map(|i| Value::String(labels[i].clone()))
-            }
+            Some(SelectionMode::SingleSelect) => left_or_error(inquire::Select::new(&text, displayed).raw_prompt())?
+                .and_then(|shown| label_at(shown.index)),
             Some(SelectionMode::MultiSelect) => left_or_error(
-                inquire::MultiSelect::new(&question.text, displayed.clone())
+                inquire::MultiSelect::new(&text, displayed)
                     .with_help_message("space to tick, enter to confirm, Esc to answer later")
                     .with_validator(|picked: &[inquire::list_option::ListOption<&String>]| {
                         Ok(if picked.is_empty() {
@@ -100,22 +107,15 @@ impl Prompter for TerminalPrompter {
                             inquire::validator::Validation::Valid
                         })
                     })
-                    .prompt(),
+                    .raw_prompt(),
             )?
-            .map(|shown| {
-                Value::Array(
-                    shown
-                        .iter()
-                        .filter_map(|s| index_of(s))
-                        .map(|i| Value::String(labels[i].clone()))
-                        .collect(),
-                )
-            }),
+            .map(|shown| Value::Array(shown.iter().filter_map(|s| label_at(s.index)).collect())),
         };
         Ok(reply.map_or(Reply::Left, Reply::Answer))
     }
 
     fn approve(&mut self, what: &str, may_stick: bool) -> Result<Option<Approval>, CliError> {
+        let what = escape::one_line(what);
         if !may_stick {
             let approved = left_or_error(
                 inquire::Confirm::new(&format!("Allow {what}?"))
@@ -170,10 +170,9 @@ impl<R: BufRead> LinePrompter<R> {
     }
 }
 
+/// Writes a prompt to stderr, through `out.rs` like all the command prints.
 fn say(text: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = write!(err, "{text}");
-    let _ = err.flush();
+    err!("{text}");
 }
 
 /// Why what was typed picks no option.
@@ -310,6 +309,7 @@ impl<R: BufRead> Prompter for LinePrompter<R> {
 
     fn approve(&mut self, what: &str, may_stick: bool) -> Result<Option<Approval>, CliError> {
         let choices = if may_stick { "y/n/a" } else { "y/n" };
+        let what = escape::one_line(what);
         loop {
             say(&format!("Allow {what}? [{choices}]: "));
             let Some(line) = self.read_line()? else { return Ok(None) };

@@ -1,11 +1,12 @@
 //! Printing a stream: text to stdout as it arrives, everything meant for
 //! people about the run to stderr; or, with `--json`, every chunk as one JSON
-//! line on stdout and nothing else there.
+//! line on stdout and nothing else there. All of it through `out.rs`, which
+//! escapes what a terminal would act on (`escape.rs`).
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::Duration;
 
-use askloop::{AgentStream, Chunk, ChunkKind, PendingKind, PendingToolCall, Question, StreamOutput};
+use askloop::{AgentStream, ChunkKind, PendingKind, PendingToolCall, Question, StreamOutput};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
@@ -22,34 +23,34 @@ pub enum Format {
 /// Prints a stream to its end and returns how it ended.
 pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutput {
     let mut spinner = Spinner::new(format == Format::Human && std::io::stderr().is_terminal());
-    let mut stdout = std::io::stdout();
     let mut at_line_start = true;
     while let Some(chunk) = stream.next().await {
         if format == Format::Json {
-            print_json(&mut stdout, &chunk);
+            if let Err(err) = crate::out::json(&chunk) {
+                errln!("askloop: could not encode a chunk: {err}");
+            }
             continue;
         }
         match &chunk.kind {
             ChunkKind::StepStart(_) => spinner.start(),
             ChunkKind::TextDelta(delta) => {
                 spinner.stop();
-                let _ = write!(stdout, "{}", escape::lines(&delta.text));
-                let _ = stdout.flush();
+                out!("{}", delta.text);
                 at_line_start = delta.text.ends_with('\n');
             }
             // The model's reasoning is about the run, not its reply: it goes
             // to stderr, so that stdout holds only the reply.
             ChunkKind::ReasoningStart(_) => {
                 spinner.stop();
-                end_line(&mut stdout, &mut at_line_start);
+                end_line(&mut at_line_start);
                 err!("  thinking: ");
             }
-            ChunkKind::ReasoningDelta(delta) => err!("{}", escape::lines(&delta.text)),
+            ChunkKind::ReasoningDelta(delta) => err!("{}", delta.text),
             ChunkKind::ReasoningEnd(_) => errln!(),
             ChunkKind::ToolCallInputStreamingStart(_) | ChunkKind::ToolCall(_) => spinner.stop(),
             ChunkKind::ToolResult(result) => {
                 spinner.stop();
-                end_line(&mut stdout, &mut at_line_start);
+                end_line(&mut at_line_start);
                 // `ask_user` returns Mastra's `{content, isError}`; other
                 // tools their own value.
                 let value = &result.result;
@@ -67,7 +68,7 @@ pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutp
             }
             ChunkKind::ToolError(err) => {
                 spinner.stop();
-                end_line(&mut stdout, &mut at_line_start);
+                end_line(&mut at_line_start);
                 errln!(
                     "  [{}] error: {}",
                     escape::one_line(&err.tool_name),
@@ -75,45 +76,34 @@ pub async fn print_stream(mut stream: AgentStream, format: Format) -> StreamOutp
                 );
             }
             ChunkKind::ToolOutputDenied(denied) => {
-                end_line(&mut stdout, &mut at_line_start);
-                errln!("  [{}] declined", denied.tool_name);
+                end_line(&mut at_line_start);
+                errln!("  [{}] declined", escape::one_line(&denied.tool_name));
             }
             ChunkKind::Error(err) => {
                 spinner.stop();
-                end_line(&mut stdout, &mut at_line_start);
-                errln!("askloop: the run failed: {}", escape::lines(&err.error.message));
+                end_line(&mut at_line_start);
+                errln!("askloop: the run failed: {}", err.error.message);
             }
             ChunkKind::Abort(_) => {
                 spinner.stop();
-                end_line(&mut stdout, &mut at_line_start);
+                end_line(&mut at_line_start);
                 errln!("askloop: the run was cancelled");
             }
             ChunkKind::Finish(_) | ChunkKind::ToolCallSuspended(_) | ChunkKind::ToolCallApproval(_) => {
                 spinner.stop();
-                end_line(&mut stdout, &mut at_line_start);
+                end_line(&mut at_line_start);
             }
             _ => {}
         }
     }
     spinner.stop();
-    end_line(&mut stdout, &mut at_line_start);
+    end_line(&mut at_line_start);
     stream.output().await
 }
 
-fn print_json(out: &mut impl Write, chunk: &Chunk) {
-    match serde_json::to_string(chunk) {
-        Ok(line) => {
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
-        }
-        Err(err) => errln!("askloop: could not encode a chunk: {err}"),
-    }
-}
-
-fn end_line(out: &mut impl Write, at_line_start: &mut bool) {
+fn end_line(at_line_start: &mut bool) {
     if !*at_line_start {
-        let _ = writeln!(out);
-        let _ = out.flush();
+        outln!();
         *at_line_start = true;
     }
 }
@@ -128,10 +118,15 @@ fn one_line(text: &str) -> String {
     }
 }
 
-/// Describes pending calls and how to answer each, for people.
+/// Describes pending calls and how to answer each, for people. Every field
+/// of the run's is kept on its line ([`escape::one_line`]): a tool call id
+/// or a question holding a line break cannot add a line of hint of its own.
 pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]) -> String {
     let mut text = String::new();
+    let shown_run = escape::one_line(run_id);
+    let run_id = shell_quote(run_id);
     for call in pending {
+        let call_id = escape::one_line(&call.tool_call_id);
         // Always name the call: if the run moves on before the person
         // answers, a line without it would answer the next question instead.
         let id_flag = format!(" --tool-call-id {}", shell_quote(&call.tool_call_id));
@@ -153,10 +148,7 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
                             Some(askloop::SelectionMode::SingleSelect) => "pick one".to_owned(),
                             Some(askloop::SelectionMode::MultiSelect) => "pick one or more: repeat --answer".to_owned(),
                         };
-                        text.push_str(&format!(
-                            "  run {run_id}, tool call {} ({how})\n",
-                            escape::one_line(&call.tool_call_id)
-                        ));
+                        text.push_str(&format!("  run {shown_run}, tool call {call_id} ({how})\n"));
                         let example = q.options.first().map_or("your answer", |o| o.label.as_str());
                         text.push_str(&format!(
                             "  answer: {askloop} resume {run_id}{id_flag} --answer {}\n",
@@ -168,7 +160,7 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
                         for field in &form.fields {
                             text.push_str(&format!("  - {field}\n"));
                         }
-                        text.push_str(&format!("  run {run_id}, tool call {}\n", call.tool_call_id));
+                        text.push_str(&format!("  run {shown_run}, tool call {call_id}\n"));
                         text.push_str(&format!(
                             "  answer: {askloop} resume {run_id}{id_flag} --answer-json '{{\"action\":\"accept\",\"content\":{{...}}}}'\n"
                         ));
@@ -176,10 +168,11 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
                     None => {
                         let payload = call.suspend_payload.clone().unwrap_or_default();
                         text.push_str(&format!(
-                            "Tool {} waits for input: {payload}\n",
-                            escape::one_line(&call.tool_name)
+                            "Tool {} waits for input: {}\n",
+                            escape::one_line(&call.tool_name),
+                            escape::one_line(&payload.to_string())
                         ));
-                        text.push_str(&format!("  run {run_id}, tool call {}\n", call.tool_call_id));
+                        text.push_str(&format!("  run {shown_run}, tool call {call_id}\n"));
                         text.push_str(&format!(
                             "  answer: {askloop} resume {run_id}{id_flag} --answer-json '<JSON>'\n"
                         ));
@@ -188,8 +181,12 @@ pub fn describe_pending(askloop: &str, run_id: &str, pending: &[PendingToolCall]
                 text.push_str(&format!("  decline: {askloop} decline {run_id}{id_flag}\n"));
             }
             PendingKind::Approval => {
-                text.push_str(&format!("Approval needed: {} with {}\n", call.tool_name, call.args));
-                text.push_str(&format!("  run {run_id}, tool call {}\n", call.tool_call_id));
+                text.push_str(&format!(
+                    "Approval needed: {} with {}\n",
+                    escape::one_line(&call.tool_name),
+                    escape::one_line(&call.args.to_string())
+                ));
+                text.push_str(&format!("  run {shown_run}, tool call {call_id}\n"));
                 text.push_str(&format!("  approve: {askloop} approve {run_id}{id_flag}\n"));
                 text.push_str(&format!(
                     "  decline: {askloop} decline {run_id}{id_flag} --reason '...'\n"

@@ -8,7 +8,9 @@
 //!
 //! Also: a mail server down when the question is raised gets the message
 //! once it is up, exactly once, after attempts that failed and were
-//! recorded; a question answered before its mail went out is not mailed.
+//! recorded; a question answered before its mail went out is not mailed;
+//! an approval whose path holds a right-to-left override is mailed with it
+//! marked, so the path reads as it will be written.
 //!
 //! Without aiosmtpd the tests fail under CI (`CI=true`) and are skipped
 //! with the reason otherwise.
@@ -30,6 +32,13 @@ const KEY: &str = "a-link-signing-key-of-the-email-tests-0123456";
 /// A question written to be dangerous: markup, a fake link, and a line
 /// break with a header after it.
 const HOSTILE: &str = "Which region?</p><a href=\"https://evil.example/steal\">Answer here</a><script>alert(1)</script>\r\nBcc: victim@example.com\r\n\r\nAnswer here instead: https://evil.example/links/fake";
+
+/// A file whose name reads `report_gpj.sh` unless its right-to-left
+/// override is shown, its content ending in a zero-width space.
+const SPOOFER_SCRIPT: &str = r#"{"turns": [
+  {"toolCalls": [{"name": "write_file", "args": {"path": "docs/report_\u202ehs.gpj", "content": "echo done\u200b"}}]},
+  {"text": "Wrote {{toolResults}}"}
+]}"#;
 
 fn script() -> String {
     json!({"turns": [
@@ -86,6 +95,7 @@ fn serve() -> Setup {
     let (smtp_port, http_port) = (free_port(), free_port());
     std::fs::write(dir.path().join("launcher.json"), script()).unwrap();
     std::fs::write(dir.path().join("writer.json"), DEPLOYER_SCRIPT).unwrap();
+    std::fs::write(dir.path().join("spoofer.json"), SPOOFER_SCRIPT).unwrap();
     std::fs::write(
         dir.path().join("free.json"),
         r#"{"turns": [{"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?"}}]}, {"text": "Deploying to {{toolResults}}"}]}"#,
@@ -103,7 +113,9 @@ fn serve() -> Setup {
              [[agents.deployer.email]]\nname = \"Bob\"\naddress = \"bob@example.com\"\n\n\
              [agents.writer]\nscript = \"writer.json\"\ntools = [\"write_file\"]\nrequire_approval = [\"write_file\"]\nwrite_dir = \"out\"\n\n\
              [[agents.writer.email]]\nname = \"Carol\"\naddress = \"carol@example.com\"\ntools = [\"write_file\"]\n\n\
-             [[agents.writer.email]]\nname = \"Dave\"\naddress = \"dave@example.com\"\ntools = [\"ask_user\"]\n"
+             [[agents.writer.email]]\nname = \"Dave\"\naddress = \"dave@example.com\"\ntools = [\"ask_user\"]\n\n\
+             [agents.spoofer]\nscript = \"spoofer.json\"\ntools = [\"write_file\"]\nwrite_dir = \"out\"\n\n\
+             [[agents.spoofer.email]]\nname = \"Erin\"\naddress = \"erin@example.com\"\n"
         ),
     )
     .unwrap();
@@ -119,7 +131,7 @@ fn serve() -> Setup {
         .arg(dir.path().join("askloop.toml"));
     let mut server = Serving::start(cmd);
     server.wait_for_line(&format!(
-        "mailing questions through 127.0.0.1:{smtp_port} to 4 recipients"
+        "mailing questions through 127.0.0.1:{smtp_port} to 5 recipients"
     ));
     // The banner's first address is the links' (public_url), the same here.
     server.base = format!("http://127.0.0.1:{http_port}");
@@ -317,17 +329,12 @@ async fn a_question_answered_before_its_mail_went_out_is_not_mailed() {
     assert!(messages(&setup.maildir).is_empty(), "no mail for a closed question");
 }
 
-#[tokio::test]
-async fn a_call_waiting_for_approval_is_mailed_with_its_tool_and_arguments_and_approved_through_the_link() {
-    if skipped_for_lack_of("the email tests", missing_smtp()) {
-        return;
-    }
-    let setup = serve();
-    let _smtp = Smtp::start(setup.smtp_port, &setup.maildir);
-    let client = reqwest::Client::new();
+/// Streams `message` to `agent` until its run waits for an approval;
+/// returns the run's id.
+async fn approval_asked(client: &reqwest::Client, setup: &Setup, agent: &str, message: &str) -> String {
     let body = client
-        .post(setup.server.url("/api/agents/writer/stream"))
-        .json(&json!({"messages": "Write the release notes."}))
+        .post(setup.server.url(&format!("/api/agents/{agent}/stream")))
+        .json(&json!({ "messages": message }))
         .send()
         .await
         .unwrap()
@@ -338,7 +345,18 @@ async fn a_call_waiting_for_approval_is_mailed_with_its_tool_and_arguments_and_a
         .into_iter()
         .find(|c| c["type"] == "tool-call-approval")
         .unwrap_or_else(|| panic!("no approval asked: {body}"));
-    let run_id = waiting["runId"].as_str().unwrap().to_owned();
+    waiting["runId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_call_waiting_for_approval_is_mailed_with_its_tool_and_arguments_and_approved_through_the_link() {
+    if skipped_for_lack_of("the email tests", missing_smtp()) {
+        return;
+    }
+    let setup = serve();
+    let _smtp = Smtp::start(setup.smtp_port, &setup.maildir);
+    let client = reqwest::Client::new();
+    let run_id = approval_asked(&client, &setup, "writer", "Write the release notes.").await;
 
     let mails = wait_for_messages(&setup.maildir, 1);
     assert_eq!(mails.len(), 1);
@@ -386,4 +404,33 @@ async fn a_call_waiting_for_approval_is_mailed_with_its_tool_and_arguments_and_a
         "{rows:?}"
     );
     assert_eq!(messages(&setup.maildir).len(), 1);
+}
+
+#[tokio::test]
+async fn an_approval_whose_path_hides_a_bidi_override_is_mailed_with_it_marked_in_the_subject_text_and_html() {
+    if skipped_for_lack_of("the email tests", missing_smtp()) {
+        return;
+    }
+    let setup = serve();
+    let _smtp = Smtp::start(setup.smtp_port, &setup.maildir);
+    approval_asked(&reqwest::Client::new(), &setup, "spoofer", "Publish the report.").await;
+    let mails = wait_for_messages(&setup.maildir, 1);
+    let mail = parse(&mails[0]);
+    assert!(mail["to"].as_str().unwrap().contains("erin@example.com"), "{mail}");
+    let text = mail["text"].as_str().unwrap();
+    assert!(
+        text.contains(">   \"path\": \"docs/report_<U+202E>hs.gpj\",\n"),
+        "{text}"
+    );
+    assert!(text.contains(">   \"content\": \"echo done<U+200B>\"\n"), "{text}");
+    let html = mail["html"].as_str().unwrap();
+    assert!(
+        html.contains("&quot;docs/report_<span title=\"an invisible character, U+202E\""),
+        "{html}"
+    );
+    assert!(html.contains("&lt;U+202E&gt;</span>hs.gpj&quot;"), "{html}");
+    for part in [&mail["subject"], &mail["text"], &mail["html"]] {
+        let part = part.as_str().unwrap();
+        assert!(!part.contains('\u{202e}') && !part.contains('\u{200b}'), "{part}");
+    }
 }

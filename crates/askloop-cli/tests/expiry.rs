@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{BIN, Serving};
+use common::{BIN, Serving, serve_in};
 
 const SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?"}}]},
@@ -21,14 +21,8 @@ const SCRIPT: &str = r#"{"turns": [
 ]}"#;
 
 fn start(dir: &Path) -> Serving {
-    let mut cmd = Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_MODEL")
-        .env_remove("ASKLOOP_API_TOKEN")
-        .env("ASKLOOP_DB", dir.join("runs.db"))
-        .current_dir(dir)
-        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
+    let mut cmd = serve_in(dir);
+    cmd.args(["--addr", "127.0.0.1:0", "--config"])
         .arg(dir.join("askloop.toml"));
     Serving::start(cmd)
 }

@@ -9,26 +9,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{BIN, DEPLOYER_SCRIPT, Serving, missing_browser, screenshots_dir, skipped_for_lack_of};
+use common::{
+    DEPLOYER_SCRIPT, LINKS_CONFIG, Serving, missing_browser, node_for_links, run_browser_test, serve_in,
+    skipped_for_lack_of,
+};
 
-/// Links name this address; the test opens them on the server's own.
-const PUBLIC: &str = "https://askloop.example.com";
 const KEY: &str = "a-link-signing-key-of-the-browser-test-0123";
 
-const CONFIG: &str = r#"
-public_url = "https://askloop.example.com"
-
-[links]
-max_age = "2d"
-
-[[links.keys]]
-id = "test-1"
-secret_env = "ASKLOOP_TEST_LINK_KEY"
-
+/// The agents, after [`LINKS_CONFIG`].
+const AGENTS: &str = r#"
 [agents.assistant]
 name = "Launcher"
 script = "launcher.json"
@@ -55,53 +47,29 @@ fn the_answer_link_page_passes_its_browser_test_against_the_real_server() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("askloop.toml"), CONFIG).unwrap();
+    std::fs::write(dir.path().join("askloop.toml"), format!("{LINKS_CONFIG}{AGENTS}")).unwrap();
     std::fs::write(dir.path().join("launcher.json"), LAUNCHER_SCRIPT).unwrap();
     std::fs::write(dir.path().join("deployer.json"), DEPLOYER_SCRIPT).unwrap();
-    let db = dir.path().join("runs.db");
-    let mut cmd = Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_MODEL")
-        .env_remove("ASKLOOP_API_TOKEN")
-        .env("ASKLOOP_TEST_LINK_KEY", KEY)
-        .env("ASKLOOP_DB", &db)
-        .current_dir(dir.path())
-        .args(["serve", "--addr", "127.0.0.1:0"]);
+    let mut cmd = serve_in(dir.path());
+    cmd.args(["--addr", "127.0.0.1:0"]).env("ASKLOOP_TEST_LINK_KEY", KEY);
     let serving = Serving::start(cmd);
     assert!(
         serving.banner.iter().any(|line| line.contains("answer links are on")),
         "{:?}",
         serving.banner
     );
-    let screenshots = screenshots_dir();
-
-    let status = Command::new("node")
-        .args(["--test", "--test-concurrency=1", "link.test.mjs"])
-        .current_dir(&web)
-        .env("ASKLOOP_WEB_URL", &serving.base)
-        .env("ASKLOOP_LINK_PUBLIC", PUBLIC)
-        .env("ASKLOOP_BIN", BIN)
-        .env("ASKLOOP_LINK_DIR", dir.path())
-        .env("ASKLOOP_WEB_DB", &db)
-        .env("ASKLOOP_TEST_LINK_KEY", KEY)
-        .env("ASKLOOP_WEB_SCREENSHOTS", &screenshots)
-        .stdin(Stdio::null())
-        .status()
-        .expect("running node");
-    assert!(
-        status.success(),
-        "the answer link browser test failed ({status}); its output is above"
+    run_browser_test(
+        node_for_links(&serving, dir.path(), KEY),
+        &web,
+        "link.test.mjs",
+        &[
+            "link-question.png",
+            "link-question-dark.png",
+            "link-phone.png",
+            "link-answered.png",
+            "link-used.png",
+            "link-approval.png",
+            "link-revoked.png",
+        ],
     );
-    for shot in [
-        "link-question.png",
-        "link-question-dark.png",
-        "link-phone.png",
-        "link-answered.png",
-        "link-used.png",
-        "link-approval.png",
-        "link-revoked.png",
-    ] {
-        assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
-    }
 }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 mod common;
 
 use common::raw::{host_port, open_events, read_to_close};
-use common::{BIN, Serving};
+use common::{BIN, Serving, serve_in};
 
 const DEPLOY_SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?",
@@ -26,15 +26,8 @@ const DEPLOY_SCRIPT: &str = r#"{"turns": [
 ]}"#;
 
 fn serve_command(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_MODEL")
-        .env_remove("ASKLOOP_API_TOKEN")
-        .env("ASKLOOP_DB", dir.join("runs.db"))
-        .current_dir(dir)
-        .arg("serve")
-        .args(args);
+    let mut cmd = serve_in(dir);
+    cmd.args(args);
     cmd
 }
 

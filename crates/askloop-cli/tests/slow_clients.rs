@@ -15,7 +15,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +25,7 @@ use tokio::sync::Semaphore;
 mod common;
 
 use common::raw::{host_port, open_events, read_to_close, read_until};
-use common::{BIN, Serving, chunks};
+use common::{Serving, chunks, serve_in};
 
 const DEPLOY_SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?",
@@ -43,16 +42,8 @@ const IDLE_STREAMS: usize = 10_000;
 fn serve(dir: &Path, extra: &[&str]) -> Serving {
     let script = dir.join("deploy.json");
     std::fs::write(&script, DEPLOY_SCRIPT).unwrap();
-    let mut cmd = Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_MODEL")
-        .env_remove("ASKLOOP_API_TOKEN")
-        .env("ASKLOOP_DB", dir.join("runs.db"))
-        .current_dir(dir)
-        .args(["serve", "--addr", "127.0.0.1:0", "--script"])
-        .arg(&script)
-        .args(extra);
+    let mut cmd = serve_in(dir);
+    cmd.args(["--addr", "127.0.0.1:0", "--script"]).arg(&script).args(extra);
     Serving::start(cmd)
 }
 

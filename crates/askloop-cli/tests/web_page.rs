@@ -15,11 +15,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 mod common;
 
-use common::{BIN, DEPLOYER_SCRIPT, Serving, missing_browser, screenshots_dir, skipped_for_lack_of};
+use common::{BIN, DEPLOYER_SCRIPT, Serving, missing_browser, run_browser_test, skipped_for_lack_of};
 const TOKEN: &str = "web-page-test-token";
 
 const ASSISTANT_SCRIPT: &str = r#"{"turns": [
@@ -313,27 +313,6 @@ fn conversations_on_the_page_pass_their_browser_test_against_the_real_server() {
             "inbox-threads.png",
         ],
     );
-}
-
-/// Runs `file` of `tests/web` with `node` (its environment set by the
-/// caller, the screenshots' directory added), asserting that it passed and
-/// saved `shots`.
-fn run_browser_test(mut node: Command, web: &Path, file: &str, shots: &[&str]) {
-    let screenshots = screenshots_dir();
-    let status = node
-        .args(["--test", "--test-concurrency=1", file])
-        .current_dir(web)
-        .env("ASKLOOP_WEB_SCREENSHOTS", &screenshots)
-        .stdin(Stdio::null())
-        .status()
-        .expect("running node");
-    assert!(
-        status.success(),
-        "the browser test {file} failed ({status}); its output is above"
-    );
-    for shot in shots {
-        assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
-    }
 }
 
 /// A note written at each message, for approvals that stick: the first

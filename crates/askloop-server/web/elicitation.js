@@ -6,8 +6,14 @@
 // Send answers `{"action": "accept", "content": {...}}`; Decline and Cancel
 // answer with that action alone. The server checks the content against the
 // schema again; a refusal shows beside the form, which keeps what was filled in.
+//
+// The server's words (its message, titles, descriptions, choices) are shown
+// with their invisible characters marked (`shown` in dom.js). Field names
+// are the server's too: `__proto__` or `constructor` is a field like any
+// other, so the answer is built from [name, value] pairs, never by
+// assigning to a plain object.
 
-import { h, uid } from './dom.js';
+import { h, markedText, shown, uid } from './dom.js';
 import { answered, errorBox, setBusy, showError } from './forms.js';
 
 export function isElicitation(call) {
@@ -30,15 +36,20 @@ function choices(schema) {
   return null;
 }
 
-const INPUT_TYPES = { email: 'email', uri: 'url', date: 'date', 'date-time': 'datetime-local' };
+const INPUT_TYPES = new Map([
+  ['email', 'email'],
+  ['uri', 'url'],
+  ['date', 'date'],
+  ['date-time', 'datetime-local'],
+]);
 
 /** One field: its element and how to read its value (undefined: left empty). */
 function field(key, schema, required) {
   const id = uid('field');
-  const title = schema.title || key;
+  const title = shown(schema.title || key);
   const descId = schema.description ? uid('desc') : undefined;
   const label = h('label', { for: id, class: 'field-label' }, title, required ? h('span', { class: 'required', 'aria-hidden': 'true' }, ' *') : null);
-  const desc = schema.description ? h('span', { class: 'field-desc', id: descId }, schema.description) : null;
+  const desc = schema.description ? h('span', { class: 'field-desc', id: descId }, shown(schema.description)) : null;
   const many = schema.type === 'array' ? choices(schema.items) : null;
   const one = schema.type !== 'array' ? choices(schema) : null;
 
@@ -47,12 +58,12 @@ function field(key, schema, required) {
     const boxes = many.map((c) => {
       const boxId = uid('opt');
       const input = h('input', { type: 'checkbox', id: boxId, value: c.value, checked: chosen.has(c.value) });
-      return { input, el: h('div', { class: 'option' }, input, h('label', { for: boxId }, h('span', { class: 'option-label' }, c.title))) };
+      return { input, el: h('div', { class: 'option' }, input, h('label', { for: boxId }, h('span', { class: 'option-label' }, shown(c.title)))) };
     });
     const el = h(
       'fieldset',
       { class: 'field', 'aria-describedby': descId },
-      h('legend', { class: 'field-label' }, title, required ? h('span', { class: 'required', 'aria-hidden': 'true' }, ' *') : null),
+      h('legend', { class: 'field-label' }, shown(schema.title || key), required ? h('span', { class: 'required', 'aria-hidden': 'true' }, ' *') : null),
       desc,
       h('div', { class: 'options' }, boxes.map((b) => b.el)),
     );
@@ -63,13 +74,13 @@ function field(key, schema, required) {
       'select',
       { id, required, 'aria-describedby': descId },
       required && schema.default !== undefined ? null : h('option', { value: '' }, '—'),
-      one.map((c) => h('option', { value: c.value, selected: String(schema.default) === c.value }, c.title)),
+      one.map((c) => h('option', { value: c.value, selected: String(schema.default) === c.value }, markedText(c.title))),
     );
     return { el: h('div', { class: 'field' }, label, desc, select), read: () => select.value || undefined };
   }
   if (schema.type === 'boolean') {
     const box = h('input', { type: 'checkbox', id, checked: schema.default === true, 'aria-describedby': descId });
-    const el = h('div', { class: 'field field-check' }, box, h('label', { for: id, class: 'field-label' }, title), desc);
+    const el = h('div', { class: 'field field-check' }, box, h('label', { for: id, class: 'field-label' }, shown(schema.title || key)), desc);
     return { el, read: () => box.checked };
   }
   if (schema.type === 'integer' || schema.type === 'number') {
@@ -87,7 +98,7 @@ function field(key, schema, required) {
     return { el: h('div', { class: 'field' }, label, desc, input), read };
   }
   const input = h('input', {
-    type: INPUT_TYPES[schema.format] ?? 'text',
+    type: INPUT_TYPES.get(schema.format) ?? 'text',
     id,
     required,
     minlength: schema.minLength,
@@ -108,9 +119,9 @@ export function elicitationForm({ runId, call, onContinue, send }) {
   const message = payload.message || `${call.toolName} asks for details`;
   const form = h(
     'form',
-    { class: 'pending question elicitation', 'data-tool-call-id': call.toolCallId, 'aria-label': message, novalidate: true },
-    h('p', { class: 'approval-title' }, h('span', { class: 'tag' }, 'Form'), ' ', h('code', { class: 'tool-name' }, `${payload.server} · ${payload.tool}`)),
-    h('p', { class: 'question-text' }, message),
+    { class: 'pending question elicitation', 'data-tool-call-id': call.toolCallId, 'aria-label': markedText(message), novalidate: true },
+    h('p', { class: 'approval-title' }, h('span', { class: 'tag' }, 'Form'), ' ', h('code', { class: 'tool-name' }, shown(`${payload.server} · ${payload.tool}`))),
+    h('p', { class: 'question-text' }, shown(message)),
     h('div', { class: 'fields' }, fields.map((f) => f.el)),
     error,
     h(
@@ -122,15 +133,14 @@ export function elicitationForm({ runId, call, onContinue, send }) {
     ),
   );
 
-  const content = () => {
-    const out = {};
-    for (const f of fields) {
-      const value = f.read();
-      if (value === undefined || (Array.isArray(value) && value.length === 0 && !required.has(f.key))) continue;
-      out[f.key] = value;
-    }
-    return out;
-  };
+  // Object.fromEntries defines each field as the object's own property,
+  // which `out[key] = value` would not for `__proto__`.
+  const content = () =>
+    Object.fromEntries(
+      fields
+        .map((f) => [f.key, f.read()])
+        .filter(([key, value]) => value !== undefined && !(Array.isArray(value) && value.length === 0 && !required.has(key))),
+    );
 
   form.addEventListener('submit', async (event) => {
     event.preventDefault();

@@ -1,7 +1,8 @@
 // What every answer form shares: the box for a refused answer's reason,
 // the busy state while a request is out, and the note once it is answered.
+// A reason may quote what was sent: its invisible characters are marked.
 
-import { h } from './dom.js';
+import { h, shown } from './dom.js';
 
 export function errorBox() {
   return h('p', { class: 'form-error', role: 'alert', hidden: true });
@@ -9,8 +10,8 @@ export function errorBox() {
 
 export function showError(box, err) {
   box.textContent = '';
-  box.append(h('strong', {}, 'Not accepted: '), err.message);
-  if (err.accepted?.length) box.append(h('span', { class: 'accepted' }, ` Accepted: ${err.accepted.join(', ')}.`));
+  box.append(h('strong', {}, 'Not accepted: '), shown(err.message));
+  if (err.accepted?.length) box.append(h('span', { class: 'accepted' }, ' Accepted: ', shown(err.accepted.join(', ')), '.'));
   box.hidden = false;
 }
 
@@ -19,6 +20,7 @@ export function setBusy(form, busy) {
   form.setAttribute('aria-busy', busy ? 'true' : 'false');
 }
 
+/** `text`: a string, or nodes and strings (see `h`). */
 export function answered(form, text) {
   form.classList.add('answered');
   setBusy(form, true);

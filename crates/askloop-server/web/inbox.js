@@ -15,7 +15,7 @@
 // the server filters, so the count and the pages are the narrowed list's.
 
 import { getJson, whoAmI } from './api.js';
-import { ago, claim, h, shortId } from './dom.js';
+import { ago, claim, h, markedText, shortId, shown } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { grantList } from './grants.js';
 import { assistantTurn, streamInto } from './chat.js';
@@ -312,7 +312,7 @@ function inboxCard(run) {
     h(
       'div',
       { class: 'card-head' },
-      h('span', { class: 'agent' }, run.agentId),
+      h('span', { class: 'agent' }, shown(run.agentId)),
       h('span', { class: 'dot', 'aria-hidden': 'true' }, '·'),
       h('a', { href: `/runs/${encodeURIComponent(run.runId)}`, 'data-route': true, class: 'run-ref' }, `Run ${shortId(run.runId)}`),
       h('span', { class: 'dot', 'aria-hidden': 'true' }, '·'),
@@ -374,15 +374,15 @@ async function showContext(view, card, run) {
   const title = view.titles.get(key);
   if (title) {
     context.append(
-      h('a', { class: 'card-thread', href: `/threads/${encodeURIComponent(run.threadId)}`, 'data-route': true }, title),
+      h('a', { class: 'card-thread', href: `/threads/${encodeURIComponent(run.threadId)}`, 'data-route': true }, shown(title)),
     );
   } else {
-    context.append(h('span', { class: 'card-thread' }, `A conversation of ${run.resourceId}`));
+    context.append(h('span', { class: 'card-thread' }, 'A conversation of ', shown(run.resourceId)));
   }
   try {
     const prompt = await promptOf(run.runId);
     // A first message is the conversation's title already: not said twice.
-    if (prompt && prompt.trim() !== title) context.append(h('blockquote', { class: 'card-prompt' }, prompt));
+    if (prompt && prompt.trim() !== title) context.append(h('blockquote', { class: 'card-prompt' }, shown(prompt)));
   } catch {
     prompts.delete(run.runId);
   }
@@ -394,17 +394,17 @@ function filterForm(main, view, agents, threads) {
     'select',
     { id: 'filter-agent', name: 'agent' },
     h('option', { value: '' }, 'All agents'),
-    agents.map((a) => h('option', { value: a.id, selected: a.id === view.filter.agent }, a.name || a.id)),
+    agents.map((a) => h('option', { value: a.id, selected: a.id === view.filter.agent }, markedText(a.name || a.id))),
   );
   const thread = h(
     'select',
     { id: 'filter-thread', name: 'thread' },
     h('option', { value: '' }, 'All conversations'),
-    threads.map((t) => h('option', { value: t.id, selected: t.id === view.filter.thread }, shownTitle(t))),
+    threads.map((t) => h('option', { value: t.id, selected: t.id === view.filter.thread }, markedText(shownTitle(t)))),
   );
   // A conversation named in the address but not in the list (older than it holds).
   if (view.filter.thread && !threads.some((t) => t.id === view.filter.thread)) {
-    thread.append(h('option', { value: view.filter.thread, selected: true }, view.filter.thread));
+    thread.append(h('option', { value: view.filter.thread, selected: true }, markedText(view.filter.thread)));
   }
   const form = h(
     'form',

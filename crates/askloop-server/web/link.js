@@ -7,7 +7,7 @@
 // once, so a second answer through it is refused, and says so.
 
 import { ApiError } from './api.js';
-import { h } from './dom.js';
+import { h, shown } from './dom.js';
 import { pendingCallForm } from './questions.js';
 
 const main = document.getElementById('main');
@@ -52,11 +52,14 @@ function panel(kind, title, ...body) {
 }
 
 function showClosed(error) {
-  const [title, reason] = CLOSED[error?.code] || ['This link cannot be used', 'The server could not show its question.'];
+  const [title, reason] = (Object.hasOwn(CLOSED, error?.code ?? '') && CLOSED[error.code]) || [
+    'This link cannot be used',
+    'The server could not show its question.',
+  ];
   main.replaceChildren(
     panel('closed', title,
       h('p', { class: 'link-reason', role: 'alert' }, reason),
-      error?.message ? h('p', { class: 'link-detail' }, `The server says: ${error.message}.`) : null,
+      error?.message ? h('p', { class: 'link-detail' }, 'The server says: ', shown(error.message), '.') : null,
       h('p', { class: 'link-meta' }, 'Nothing was changed. If the question still needs you, ask for a new link.')),
   );
   document.getElementById('link-title').focus();
@@ -100,14 +103,14 @@ function render(question) {
   main.replaceChildren(
     panel('open', question.call.kind === 'approval' ? 'Your approval is needed' : 'A question for you',
       h('p', { class: 'link-from' },
-        h('span', { class: 'agent' }, question.agentName),
+        h('span', { class: 'agent' }, shown(question.agentName)),
         question.call.kind === 'approval' ? ' asks before it goes on.' : ' is waiting for your answer.'),
       form,
       h('p', { class: 'link-meta', id: 'link-meta' },
-        'You answer as ', h('strong', {}, question.recipient),
+        'You answer as ', h('strong', {}, shown(question.recipient)),
         `. This link works once, until ${expires.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' })} (${until(question.expiresAt)}).`),
       h('div', { class: 'link-done', id: 'link-done', role: 'status', hidden: true },
-        h('strong', {}, `Thank you, ${question.recipient}.`),
+        h('strong', {}, 'Thank you, ', shown(question.recipient), '.'),
         ' Your answer was sent and the agent goes on without you. You can close this page.')),
   );
   main.querySelector('textarea, input')?.focus();

@@ -9,9 +9,14 @@
 // By default a form sends its decision to the agent's routes and hands the
 // rest of the run's stream to `onContinue`. The answer link's page passes
 // `send(route, body)` instead, which posts to the link.
+//
+// The question, its labels and descriptions, the tool's name and its
+// arguments are shown with their bidirectional controls and invisible
+// characters marked (`shown` in dom.js): what the person approves reads as
+// it will run.
 
 import { agentPath, postStream } from './api.js';
-import { h, uid } from './dom.js';
+import { h, isInvisible, markedCount, markedText, shown, uid } from './dom.js';
 import { answered, errorBox, setBusy, showError } from './forms.js';
 import { elicitationForm, isElicitation } from './elicitation.js';
 
@@ -41,7 +46,7 @@ function questionForm({ runId, call, onContinue, send }) {
   const form = h('form', {
     class: 'pending question',
     'data-tool-call-id': call.toolCallId,
-    'aria-label': question,
+    'aria-label': markedText(question),
     novalidate: true,
   });
   const name = uid('answer');
@@ -66,8 +71,8 @@ function questionForm({ runId, call, onContinue, send }) {
           h(
             'label',
             { for: id },
-            h('span', { class: 'option-label' }, option.label),
-            option.description ? h('span', { class: 'option-desc', id: descId }, option.description) : null,
+            h('span', { class: 'option-label' }, shown(option.label)),
+            option.description ? h('span', { class: 'option-desc', id: descId }, shown(option.description)) : null,
           ),
         ),
       );
@@ -76,7 +81,7 @@ function questionForm({ runId, call, onContinue, send }) {
       h(
         'fieldset',
         {},
-        h('legend', {}, question),
+        h('legend', {}, shown(question)),
         h('p', { class: 'hint' }, multi ? 'Choose one or more.' : 'Choose one.'),
         list,
       ),
@@ -88,7 +93,7 @@ function questionForm({ runId, call, onContinue, send }) {
   } else {
     const id = uid('text');
     const box = h('textarea', { id, name, rows: 2, required: true, autocomplete: 'off' });
-    form.append(h('label', { for: id, class: 'question-text' }, question), box);
+    form.append(h('label', { for: id, class: 'question-text' }, shown(question)), box);
     box.addEventListener('keydown', (event) => {
       if (event.key === 'Enter' && (event.metaKey || event.ctrlKey)) form.requestSubmit();
     });
@@ -107,7 +112,7 @@ function questionForm({ runId, call, onContinue, send }) {
         resumeData: read(),
       });
       const value = read();
-      answered(form, `Answered: ${Array.isArray(value) ? value.join(', ') : value}`);
+      answered(form, ['Answered: ', shown(Array.isArray(value) ? value.join(', ') : value)]);
       onContinue?.(chunks, 'answer');
     } catch (err) {
       setBusy(form, false);
@@ -117,50 +122,77 @@ function questionForm({ runId, call, onContinue, send }) {
   return form;
 }
 
+/**
+ * Arguments as JSON to edit: each character the page marks written as a
+ * `\u` escape, which reads back as the same value but shows what it is.
+ */
+function editableJson(value) {
+  const text = JSON.stringify(value, null, 2) ?? 'null';
+  return Array.from(text, (c) =>
+    isInvisible(c)
+      ? Array.from({ length: c.length }, (_, i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, '0')}`).join('')
+      : c,
+  ).join('');
+}
+
 function approvalForm({ runId, call, thread, onContinue, send, editable }) {
   const error = errorBox();
   const reasonId = uid('reason');
   const argsId = uid('args');
-  const shown = JSON.stringify(call.args, null, 2);
+  const json = JSON.stringify(call.args, null, 2) ?? 'null';
+  const tool = markedText(call.toolName);
   // The arguments, editable before approving: the call then runs with the
   // edited ones, checked against the tool's input schema by the server (a
   // refusal shows beside the form, which keeps the edit).
   const editor = h('textarea', {
     id: argsId,
     class: 'args-editor',
-    rows: Math.min(12, shown.split('\n').length + 1),
+    rows: Math.min(12, json.split('\n').length + 1),
     spellcheck: 'false',
     autocomplete: 'off',
   });
-  editor.value = shown;
+  editor.value = editableJson(call.args);
   const editing = h(
     'div',
     { class: 'args-edit', hidden: true },
-    h('label', { for: argsId }, `Arguments of ${call.toolName} (JSON)`),
+    h('label', { for: argsId }, 'Arguments of ', shown(call.toolName), ' (JSON)'),
     editor,
   );
-  const args = h('pre', { class: 'args', tabindex: 0, 'aria-label': `Arguments of ${call.toolName}` }, shown);
+  const args = h('pre', { class: 'args', tabindex: 0, 'aria-label': `Arguments of ${tool}` }, shown(json));
+  // Said in words too: a marked character may be what the call is about.
+  const hidden = markedCount(call.toolName) + markedCount(json);
+  const warning = hidden
+    ? h(
+        'p',
+        { class: 'hidden-warning', role: 'note' },
+        hidden === 1
+          ? 'One character of this call does not show on screen; it is marked above as its code point.'
+          : `${hidden} characters of this call do not show on screen; each is marked above as its code point.`,
+      )
+    : null;
   // Arguments are edited only where the person acts with their own token:
   // an answer link approves or declines the call as it stands.
   const editButton = editable ? h('button', { type: 'button', class: 'quiet' }, 'Edit arguments') : null;
   editButton?.addEventListener('click', () => {
     editing.hidden = false;
     args.hidden = true;
+    if (warning) warning.hidden = true;
     editButton.hidden = true;
     editor.focus();
   });
   const form = h(
     'form',
-    { class: 'pending approval', 'data-tool-call-id': call.toolCallId, 'aria-label': `Approve ${call.toolName}?` },
+    { class: 'pending approval', 'data-tool-call-id': call.toolCallId, 'aria-label': `Approve ${tool}?` },
     h(
       'p',
       { class: 'approval-title' },
       h('span', { class: 'tag' }, 'Approval'),
       ' ',
-      h('code', { class: 'tool-name' }, call.toolName),
+      h('code', { class: 'tool-name' }, shown(call.toolName)),
       ' wants to run with:',
     ),
     args,
+    warning,
     editing,
     h('label', { for: reasonId }, 'Reason (optional)'),
     h('input', { id: reasonId, type: 'text', autocomplete: 'off' }),
@@ -169,7 +201,7 @@ function approvalForm({ runId, call, thread, onContinue, send, editable }) {
       'div',
       { class: 'actions' },
       h('button', { type: 'submit', class: 'primary', value: 'approve' }, 'Approve'),
-      thread ? h('button', { type: 'submit', value: 'thread', title: `Approve, and run ${call.toolName} without asking for the rest of this chat` }, 'Always allow in this chat') : null,
+      thread ? h('button', { type: 'submit', value: 'thread', title: `Approve, and run ${tool} without asking for the rest of this chat` }, 'Always allow in this chat') : null,
       h('button', { type: 'submit', class: 'danger', value: 'decline' }, 'Decline'),
       editButton,
     ),
@@ -177,7 +209,7 @@ function approvalForm({ runId, call, thread, onContinue, send, editable }) {
       ? h(
           'p',
           { class: 'hint always-wider' },
-          h('button', { type: 'submit', class: 'link', value: 'resource' }, `Always allow for everything of ${thread.resourceId}`),
+          h('button', { type: 'submit', class: 'link', value: 'resource' }, 'Always allow for everything of ', shown(thread.resourceId)),
         )
       : null,
   );
@@ -212,13 +244,13 @@ function approvalForm({ runId, call, thread, onContinue, send, editable }) {
       const chunks = await send(approve ? 'approve-tool-call' : 'decline-tool-call', body);
       const note = always
         ? always === 'thread'
-          ? `Approved; ${call.toolName} runs without asking in this chat`
-          : `Approved; ${call.toolName} runs without asking for ${thread.resourceId}`
+          ? ['Approved; ', shown(call.toolName), ' runs without asking in this chat']
+          : ['Approved; ', shown(call.toolName), ' runs without asking for ', shown(thread.resourceId)]
         : approve
           ? edited
             ? 'Approved with edited arguments'
             : 'Approved'
-          : `Declined${reason ? `: ${reason}` : ''}`;
+          : ['Declined', reason ? [': ', shown(reason)] : ''];
       answered(form, note);
       onContinue?.(chunks, approve ? 'approve' : 'decline');
     } catch (err) {

@@ -1,8 +1,9 @@
 // Run view (/runs/{runId}): one run's conversation, its questions and
-// answers, its status, and what it waits on, answerable here.
+// answers, its status, and what it waits on, answerable here. Every text of
+// the run's is drawn with its invisible characters marked (`shown`).
 
 import { postJson, getJson, postStream } from './api.js';
-import { ago, claim, h, shortId, statusBadge } from './dom.js';
+import { ago, claim, h, shortId, shown, statusBadge } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { answered, errorBox, showError } from './forms.js';
 import { assistantTurn, streamInto } from './chat.js';
@@ -56,10 +57,10 @@ function render(run) {
   const log = h('div', { class: 'log', role: 'log', 'aria-label': 'Conversation' });
   for (const m of run.messages) {
     if (m.role === 'user') {
-      log.append(h('article', { class: 'turn user' }, h('div', { class: 'turn-body' }, h('div', { class: 'text' }, m.content))));
+      log.append(h('article', { class: 'turn user' }, h('div', { class: 'turn-body' }, h('div', { class: 'text' }, shown(contentText(m.content))))));
     } else if (m.role === 'assistant') {
       const body = h('div', { class: 'turn-body' });
-      if (m.content) body.append(h('div', { class: 'text' }, m.content));
+      if (m.content) body.append(h('div', { class: 'text' }, shown(contentText(m.content))));
       for (const call of m.toolCalls || []) {
         const result = done.get(call.id);
         if (call.name === 'ask_user' && run.builtInAskUser) {
@@ -67,9 +68,9 @@ function render(run) {
             h(
               'div',
               { class: 'qa' },
-              h('p', { class: 'q' }, call.args?.question || 'Question'),
+              h('p', { class: 'q' }, shown(call.args?.question || 'Question')),
               result
-                ? h('p', { class: 'a' }, contentText(result.content).replace(/^User answered: /, ''))
+                ? h('p', { class: 'a' }, shown(contentText(result.content).replace(/^User answered: /, '')))
                 : h('p', { class: 'a waiting' }, 'Waiting for an answer'),
             ),
           );
@@ -78,14 +79,14 @@ function render(run) {
             h(
               'div',
               { class: 'qa' },
-              h('p', { class: 'tool-line' }, 'Called ', h('code', {}, call.name)),
-              h('pre', { class: 'args' }, JSON.stringify(call.args, null, 2)),
-              result ? h('p', { class: result.isError ? 'a error' : 'a' }, contentText(result.content)) : null,
+              h('p', { class: 'tool-line' }, 'Called ', h('code', {}, shown(call.name))),
+              h('pre', { class: 'args' }, shown(JSON.stringify(call.args, null, 2))),
+              result ? h('p', { class: result.isError ? 'a error' : 'a' }, shown(contentText(result.content))) : null,
             ),
           );
         }
       }
-      log.append(h('article', { class: 'turn assistant' }, h('header', { class: 'turn-head' }, h('span', { class: 'who' }, run.agentId)), body));
+      log.append(h('article', { class: 'turn assistant' }, h('header', { class: 'turn-head' }, h('span', { class: 'who' }, shown(run.agentId))), body));
     }
   }
 
@@ -114,7 +115,7 @@ function render(run) {
         'ul',
         { class: 'deadlines', 'aria-label': 'Time limits' },
         limits.map((call) =>
-          h('li', {}, h('code', {}, call.toolCallId), ' expires ', h('time', { datetime: call.expiresAt, title: call.expiresAt }, untilTime(call.expiresAt))),
+          h('li', {}, h('code', {}, shown(call.toolCallId)), ' expires ', h('time', { datetime: call.expiresAt, title: call.expiresAt }, untilTime(call.expiresAt))),
         ),
       )
     : null;
@@ -131,8 +132,10 @@ function render(run) {
               'li',
               {},
               r.kind,
-              r.toolCallId ? [' ', h('code', {}, r.toolCallId)] : null,
-              r.via === 'grant' ? [' by ', grantWho(r)] : [` via ${r.via}`, r.by ? ` by ${r.by}` : r.declared ? `, ${r.declared} (declared by the client, not verified)` : ''],
+              r.toolCallId ? [' ', h('code', {}, shown(r.toolCallId))] : null,
+              r.via === 'grant'
+                ? [' by ', grantWho(r)]
+                : [` via ${r.via}`, r.by ? [' by ', shown(r.by)] : r.declared ? [', ', shown(r.declared), ' (declared by the client, not verified)'] : ''],
               r.grant && r.via !== 'grant' ? ` (made a standing approval for this ${r.grant.scope === 'thread' ? 'chat' : 'resource'})` : '',
               ' ',
               h('time', { datetime: r.at, title: r.at }, ago(r.at)),
@@ -155,19 +158,19 @@ function render(run) {
       h(
         'div',
         { class: 'toolbar' },
-        h('h1', { id: 'run-title' }, 'Run ', h('code', {}, run.runId)),
+        h('h1', { id: 'run-title' }, 'Run ', h('code', {}, shown(run.runId))),
         h('div', { class: 'run-status' }, 'Status ', statusBadge(run.status)),
       ),
       h(
         'dl',
         { class: 'facts' },
-        h('div', {}, h('dt', {}, 'Agent'), h('dd', {}, run.agentId)),
+        h('div', {}, h('dt', {}, 'Agent'), h('dd', {}, shown(run.agentId))),
         h('div', {}, h('dt', {}, 'Started'), h('dd', {}, h('time', { datetime: run.createdAt, title: run.createdAt }, ago(run.createdAt)))),
         h('div', {}, h('dt', {}, 'Updated'), h('dd', {}, h('time', { datetime: run.updatedAt, title: run.updatedAt }, ago(run.updatedAt)))),
         h('div', {}, h('dt', {}, 'Steps'), h('dd', {}, String(run.steps))),
         cancel ? h('div', { class: 'fact-action' }, cancel) : null,
       ),
-      run.error ? h('p', { class: 'form-error', role: 'alert' }, run.error) : null,
+      run.error ? h('p', { class: 'form-error', role: 'alert' }, shown(run.error)) : null,
       deadlines,
       pending,
       resolutions,
@@ -249,7 +252,7 @@ async function cancelRun(runId) {
 /** Who stands behind a call approved by an earlier approval that sticks (a grant). */
 function grantWho(r) {
   const made = r.grant ? [', made through the ', r.grant.grantedVia, ' ', h('time', { datetime: r.grant.grantedAt, title: r.grant.grantedAt }, ago(r.grant.grantedAt))] : [];
-  return [r.by ? `${r.by}'s standing approval` : 'a standing approval', ...made, r.grant ? [' (grant ', h('code', { title: r.grant.id }, shortId(r.grant.id)), ')'] : null];
+  return [r.by ? [shown(r.by), "'s standing approval"] : 'a standing approval', ...made, r.grant ? [' (grant ', h('code', { title: r.grant.id }, shortId(r.grant.id)), ')'] : null];
 }
 
 /** How long until an RFC 3339 time, for a countdown ("in 4 min", or "now"). */

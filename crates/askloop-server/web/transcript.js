@@ -6,7 +6,7 @@
 // from a copy, so a reload shows it as it stands.
 
 import { getJson } from './api.js';
-import { ago, h, shortId } from './dom.js';
+import { ago, h, shortId, shown } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { assistantTurn, streamInto, userTurn } from './chat.js';
 import { messageText, messagesPath } from './threads.js';
@@ -64,10 +64,12 @@ export function transcript(messages, agent, forms, thread) {
     let group = null;
     for (const part of message.content?.parts || []) {
       if (part.type === 'text' && part.text) {
-        body.append(h('div', { class: 'text' }, part.text));
+        body.append(h('div', { class: 'text' }, shown(part.text)));
       } else if (part.type === 'tool-invocation') {
         const call = part.toolInvocation;
-        const open = waiting[call.toolCallId];
+        // A tool call id is the model's: `constructor` is an id like any
+        // other, never a property every object has.
+        const open = Object.hasOwn(waiting, call.toolCallId) ? waiting[call.toolCallId] : undefined;
         if (open) {
           group ??= body.appendChild(h('div', { class: 'pending-group' }));
           group.append(formFor(open, call, agent, turn, forms, thread));
@@ -103,17 +105,17 @@ function settledCall(call) {
     return h(
       'div',
       { class: 'qa' },
-      h('p', { class: 'q' }, call.args?.question || 'Question'),
-      result ? h('p', { class: 'a' }, resultText(result).replace(/^User answered: /, '')) : h('p', { class: 'a' }, 'Not answered'),
-      how ? h('p', { class: 'how' }, how) : null,
+      h('p', { class: 'q' }, shown(call.args?.question || 'Question')),
+      result ? h('p', { class: 'a' }, shown(resultText(result).replace(/^User answered: /, ''))) : h('p', { class: 'a' }, 'Not answered'),
+      how ? h('p', { class: 'how' }, shown(how)) : null,
     );
   }
   return h(
     'div',
     { class: 'qa' },
-    h('p', { class: 'tool-line' }, 'Called ', h('code', {}, call.toolName)),
-    result ? h('p', { class: result.isError ? 'a error' : 'a' }, resultText(result)) : null,
-    how ? h('p', { class: 'how' }, how) : null,
+    h('p', { class: 'tool-line' }, 'Called ', h('code', {}, shown(call.toolName))),
+    result ? h('p', { class: result.isError ? 'a error' : 'a' }, shown(resultText(result))) : null,
+    how ? h('p', { class: 'how' }, shown(how)) : null,
   );
 }
 

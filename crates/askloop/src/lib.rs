@@ -14,6 +14,8 @@
 //!   script for tests and demos, real providers are in `askloop-providers`.
 //! - [`sse`] reads server-sent events, as the providers' streams and
 //!   askloop's own arrive.
+//! - [`visible`] is how every surface shows text a person decides on:
+//!   bidirectional controls and invisible characters marked, never hidden.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -34,6 +36,7 @@ pub mod sse;
 pub mod store;
 pub mod telemetry;
 pub mod tool;
+pub mod visible;
 
 pub use agent::{
     Agent, AgentBuilder, AgentInput, AgentStream, BuildError, CallDecision, DEFAULT_LAST_MESSAGES, DEFAULT_MAX_STEPS,

@@ -233,9 +233,18 @@ pub async fn approve(ctx: &Context, call: Call<'_>, args: Args, json: bool) -> R
 /// (`$VISUAL`, else `$EDITOR`, else `vi`, run through the shell so that an
 /// editor with options works): `None` when left unchanged.
 fn edit_in_editor(pending: &PendingToolCall) -> Result<Option<Value>, CliError> {
-    let original = serde_json::to_string_pretty(&pending.args).unwrap_or_else(|_| pending.args.to_string());
+    // Hidden characters as `\u` escapes: the editor shows what will run.
+    let original = crate::escape::json_pretty(&pending.args)?;
+    // The tool's name in the file's, as far as it is plain: the editor shows
+    // the file's name, and a name may hold anything a model wrote.
+    let tool: String = pending
+        .tool_name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+        .take(40)
+        .collect();
     let file = tempfile::Builder::new()
-        .prefix(&format!("askloop-{}-", pending.tool_name))
+        .prefix(&format!("askloop-{tool}-"))
         .suffix(".json")
         .tempfile()
         .map_err(|err| CliError::failure(format!("could not make a file to edit the arguments in: {err}")))?;

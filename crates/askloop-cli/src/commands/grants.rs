@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use askloop::{Clock, Grant, GrantQuery, GrantStore, RunStore, StoreError, SystemClock};
-use serde_json::Value;
 
 use super::decide::cli_author;
 use super::{Access, Context};
@@ -34,7 +33,7 @@ pub async fn list(
     };
     let grants = grant_store(&store)?.grants(&query).await?;
     if as_json {
-        outln!("{}", serde_json::to_value(&grants).unwrap_or(Value::Null));
+        crate::out::json(&grants)?;
         return Ok(Done::Ok);
     }
     if grants.is_empty() {
@@ -93,7 +92,7 @@ pub async fn revoke(ctx: &Context, resource: &str, id: &str, as_json: bool) -> R
         .await?
         .ok_or_else(unknown)?;
     if as_json {
-        outln!("{}", serde_json::to_value(&revoked).unwrap_or(Value::Null));
+        crate::out::json(&revoked)?;
     } else if grant.revoked_at.is_some() {
         errln!("Grant {} was revoked already; kept as it was.", escape::one_line(id));
     } else {

@@ -18,10 +18,7 @@ pub async fn link(ctx: &Context, args: LinkArgs) -> Result<Done, CliError> {
     if let Some(link_id) = &args.revoke {
         let revoked = links::revoke(store.as_ref(), link_id, now).await.map_err(cli_error)?;
         if args.json {
-            outln!(
-                "{}",
-                serde_json::to_string(&revoked).map_err(|e| CliError::failure(e.to_string()))?
-            );
+            crate::out::json(&revoked)?;
         } else {
             outln!(
                 "Revoked link {} (for {}, call {} of run {}).",
@@ -52,10 +49,7 @@ pub async fn link(ctx: &Context, args: LinkArgs) -> Result<Done, CliError> {
     };
     let minted = links.mint(store.as_ref(), request, now).await.map_err(cli_error)?;
     if args.json {
-        outln!(
-            "{}",
-            serde_json::to_string(&minted).map_err(|e| CliError::failure(e.to_string()))?
-        );
+        crate::out::json(&minted)?;
     } else {
         outln!("{}", minted.url);
         errln!(

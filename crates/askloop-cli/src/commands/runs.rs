@@ -23,7 +23,7 @@ pub async fn list(ctx: &Context, status: Option<&str>, limit: u32, as_json: bool
     let runs = store.list(&query).await?;
     if as_json {
         let rows: Vec<Value> = runs.iter().map(summary_json).collect();
-        outln!("{}", Value::Array(rows));
+        crate::out::json(&rows)?;
         return Ok(Done::Ok);
     }
     if runs.is_empty() {
@@ -122,7 +122,7 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
         value["steps"] = json!(run.steps);
         value["metadata"] = run.metadata.clone();
         value["resolutions"] = serde_json::to_value(&run.resolutions).unwrap_or(Value::Null);
-        outln!("{value}");
+        crate::out::json(&value)?;
         return Ok(Done::Ok);
     }
     outln!("Run {}", run.run_id);
@@ -131,7 +131,7 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
     outln!("  created  {}", run.created_at.format("%Y-%m-%d %H:%M:%S UTC"));
     outln!("  updated  {}", run.updated_at.format("%Y-%m-%d %H:%M:%S UTC"));
     if let Some(error) = &run.error() {
-        outln!("  error    {}", escape::lines(error));
+        outln!("  error    {}", error);
     }
     if run.is_stalled(SystemClock.now()) {
         outln!(
@@ -179,10 +179,10 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
     outln!("Conversation:");
     for message in &messages {
         match message {
-            Message::User { content } => outln!("  user: {}", escape::lines(content)),
+            Message::User { content } => outln!("  user: {}", content),
             Message::Assistant { content, tool_calls } => {
                 if !content.is_empty() {
-                    outln!("  assistant: {}", escape::lines(content));
+                    outln!("  assistant: {}", content);
                 }
                 for call in tool_calls {
                     outln!("  assistant calls {} {}", escape::one_line(&call.name), call.args);
@@ -191,7 +191,7 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
             Message::Tool(result) => outln!(
                 "  {} -> {}",
                 escape::one_line(&result.tool_name),
-                escape::lines(&result.content.to_model_text())
+                result.content.to_model_text()
             ),
             _ => {}
         }

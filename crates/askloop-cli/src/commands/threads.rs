@@ -88,7 +88,7 @@ pub async fn list(ctx: &Context, resource: String, limit: u32, as_json: bool) ->
     let threads = thread_store(&store)?.threads(&query).await?;
     if as_json {
         let rows: Vec<Value> = threads.iter().map(thread_json).collect();
-        outln!("{}", Value::Array(rows));
+        crate::out::json(&rows)?;
         return Ok(Done::Ok);
     }
     if threads.is_empty() {
@@ -148,7 +148,7 @@ pub async fn show(ctx: &Context, resource: String, thread_id: &str, as_json: boo
                 "pending": pending_json(run),
             })).collect::<Vec<_>>(),
         });
-        outln!("{value}");
+        crate::out::json(&value)?;
         return Ok(Done::Ok);
     }
     outln!("Thread {}", escape::one_line(&thread.id));
@@ -196,15 +196,12 @@ pub async fn delete(
         match thread_store(&store)?.delete_thread(&key).await? {
             ThreadDeletion::Deleted => {
                 if as_json {
-                    outln!(
-                        "{}",
-                        json!({
-                            "deleted": true,
-                            "threadId": key.thread_id,
-                            "resourceId": key.resource_id,
-                            "cancelledRuns": cancelled,
-                        })
-                    );
+                    crate::out::json(&json!({
+                        "deleted": true,
+                        "threadId": key.thread_id,
+                        "resourceId": key.resource_id,
+                        "cancelledRuns": cancelled,
+                    }))?;
                 } else {
                     outln!(
                         "Deleted thread {} of resource {}.",
@@ -391,16 +388,16 @@ pub async fn shown_messages(
     Ok(shown)
 }
 
-/// The messages for people, one block per message, control characters
-/// escaped.
+/// The messages for people, one block per message; names and ids kept on
+/// their line (the output layer escapes the rest as it prints).
 pub fn describe_messages(shown: &[ShownMessage]) -> String {
     let mut text = String::new();
     for message in shown {
         match &message.stored.message {
-            Message::User { content } => text.push_str(&format!("  user: {}\n", escape::lines(content))),
+            Message::User { content } => text.push_str(&format!("  user: {}\n", content)),
             Message::Assistant { content, .. } => {
                 if !content.is_empty() {
-                    text.push_str(&format!("  assistant: {}\n", escape::lines(content)));
+                    text.push_str(&format!("  assistant: {}\n", content));
                 }
                 for call in &message.calls {
                     text.push_str(&describe_call(&message.stored.run_id, call));
@@ -438,10 +435,7 @@ fn describe_call(run_id: &str, c: &ShownCall) -> String {
         None => c.state().to_owned(),
     };
     match &c.result {
-        Some(result) => text.push_str(&format!(
-            "    {state}: {}\n",
-            escape::lines(&result.content.to_model_text())
-        )),
+        Some(result) => text.push_str(&format!("    {state}: {}\n", result.content.to_model_text())),
         None => text.push_str(&format!("    {state}\n")),
     }
     text

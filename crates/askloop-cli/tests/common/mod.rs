@@ -14,7 +14,9 @@ mod serving;
 #[allow(unused_imports)] // not every test file starts a server
 pub use askloop_testkit::skipped_for_lack_of;
 #[allow(unused_imports)] // not every test file starts a server
-pub use serving::{Asked, Serving, chunks, missing_browser, screenshots_dir};
+pub use serving::{
+    Asked, Serving, chunks, missing_browser, node_for_links, run_browser_test, screenshots_dir, serve_in,
+};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_askloop");
 
@@ -25,6 +27,23 @@ pub const DEPLOYER_SCRIPT: &str = r##"{"turns": [
     {"name": "write_file", "args": {"path": "NOTES.md", "content": "# Release notes\n\n- Faster resumes\n"}}]},
   {"text": "Done: {{toolResults}}"}
 ]}"##;
+
+/// Answer links on, for `askloop serve` (the start of an askloop.toml):
+/// links name [`LINKS_PUBLIC`], last two days at most, and are signed with
+/// the secret in `ASKLOOP_TEST_LINK_KEY`.
+pub const LINKS_CONFIG: &str = r#"
+public_url = "https://askloop.example.com"
+
+[links]
+max_age = "2d"
+
+[[links.keys]]
+id = "test-1"
+secret_env = "ASKLOOP_TEST_LINK_KEY"
+"#;
+
+/// The address links name; a test opens them on its server's own.
+pub const LINKS_PUBLIC: &str = "https://askloop.example.com";
 
 pub struct Env {
     pub dir: tempfile::TempDir,

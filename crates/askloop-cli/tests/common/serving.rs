@@ -192,3 +192,55 @@ pub fn screenshots_dir() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::PathBuf::from("target"))
         .join("web-screenshots")
 }
+
+/// Runs `file` of `tests/web` with `node` (its environment set by the
+/// caller, the screenshots' directory added), asserting that it passed and
+/// saved `shots`.
+pub fn run_browser_test(mut node: Command, web: &std::path::Path, file: &str, shots: &[&str]) {
+    let screenshots = screenshots_dir();
+    let status = node
+        .args(["--test", "--test-concurrency=1", file])
+        .current_dir(web)
+        .env("ASKLOOP_WEB_SCREENSHOTS", &screenshots)
+        .stdin(Stdio::null())
+        .status()
+        .expect("running node");
+    assert!(
+        status.success(),
+        "the browser test {file} failed ({status}); its output is above"
+    );
+    for shot in shots {
+        assert!(screenshots.join(shot).is_file(), "{shot} was not saved");
+    }
+}
+
+/// `node`, for a browser test of answer links against `serving` (started
+/// with [`serve_in`] `dir` on [`super::LINKS_CONFIG`], signing with `key`):
+/// the environment `tests/web/runs.mjs`'s `linkServer` reads, and the key
+/// for `askloop link`.
+pub fn node_for_links(serving: &Serving, dir: &std::path::Path, key: &str) -> Command {
+    let mut node = Command::new("node");
+    node.env("ASKLOOP_WEB_URL", &serving.base)
+        .env("ASKLOOP_LINK_PUBLIC", super::LINKS_PUBLIC)
+        .env("ASKLOOP_BIN", super::BIN)
+        .env("ASKLOOP_LINK_DIR", dir)
+        .env("ASKLOOP_WEB_DB", dir.join("runs.db"))
+        .env("ASKLOOP_TEST_LINK_KEY", key);
+    node
+}
+
+/// `askloop serve` in `dir`, on the SQLite file `dir/runs.db`, with no
+/// token and no model key from the environment (so the agents are those of
+/// `dir/askloop.toml`, or the default one); the caller adds the address
+/// and the rest of its arguments.
+pub fn serve_in(dir: &std::path::Path) -> Command {
+    let mut cmd = Command::new(super::BIN);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ASKLOOP_MODEL")
+        .env_remove("ASKLOOP_API_TOKEN")
+        .env("ASKLOOP_DB", dir.join("runs.db"))
+        .current_dir(dir)
+        .arg("serve");
+    cmd
+}

@@ -7,10 +7,14 @@
 //! quoted (each line starts with `> `), so a line of the model's can never
 //! pass for one of ours; and the subject holds none of its line breaks or
 //! other control characters, so it cannot add a header. The only link in
-//! the message is the answer link.
+//! the message is the answer link. Everywhere (subject, text and HTML),
+//! bidirectional controls and invisible characters are marked as their code
+//! points (`<U+202E>`, [`askloop::visible`]; in the HTML part, styled apart
+//! from the text), so an approval's arguments read as they will run.
 
 use std::fmt::Write as _;
 
+use askloop::visible::{self, Piece};
 use askloop::{Notice, PendingToolCall, SelectionMode};
 use chrono::{DateTime, Utc};
 
@@ -84,7 +88,8 @@ fn notice_line(q: &MailQuestion<'_>) -> Option<String> {
 }
 
 /// `text` on one line: control characters (line breaks among them) become
-/// spaces, runs of spaces one, cut to `max` characters.
+/// spaces, runs of spaces one, cut to `max` characters; what a reader could
+/// not see is marked.
 fn one_line(text: &str, max: usize) -> String {
     let spaced: String = text
         .chars()
@@ -97,7 +102,7 @@ fn one_line(text: &str, max: usize) -> String {
         })
         .collect();
     let words: Vec<&str> = spaced.split_whitespace().collect();
-    let joined = words.join(" ");
+    let joined = visible::marked(&words.join(" ")).into_owned();
     if joined.chars().count() <= max {
         return joined;
     }
@@ -105,9 +110,13 @@ fn one_line(text: &str, max: usize) -> String {
     format!("{}…", cut.trim_end())
 }
 
-/// Each line of `text` prefixed with `> `.
+/// Each line of `text` prefixed with `> `, what a reader could not see
+/// marked.
 fn quoted(text: &str) -> String {
-    text.lines().map(|line| format!("> {line}\n")).collect()
+    visible::marked(text)
+        .lines()
+        .map(|line| format!("> {line}\n"))
+        .collect()
 }
 
 fn mode_hint(mode: Option<SelectionMode>) -> &'static str {
@@ -166,7 +175,7 @@ fn text_body(q: &MailQuestion<'_>, asked: &Asked) -> String {
         askloop::rfc3339(q.expires_at),
         q.link,
         one_line(q.recipient, 200),
-        q.run_id,
+        one_line(q.run_id, 200),
         one_line(&q.call.tool_call_id, 200),
     );
     out
@@ -188,8 +197,27 @@ pub(crate) fn escape_html(text: &str) -> String {
     out
 }
 
+/// Someone else's `text` as HTML: escaped, and each character a reader
+/// could not see marked as its code point, set apart from the text.
+fn shown_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for piece in visible::pieces(text) {
+        match piece {
+            Piece::Shown(shown) => out.push_str(&escape_html(shown)),
+            Piece::Marked(c) => {
+                let _ = write!(
+                    out,
+                    "<span title=\"an invisible character, {point}\" style=\"font-family:ui-monospace,Menlo,Consolas,monospace;font-size:0.85em;color:#9a3412;background:#ffedd5;border-radius:3px;padding:0 2px;white-space:nowrap\">&lt;{point}&gt;</span>",
+                    point = visible::code_point(c)
+                );
+            }
+        }
+    }
+    out
+}
+
 fn html_body(q: &MailQuestion<'_>, asked: &Asked) -> String {
-    let e = escape_html;
+    let e = shown_html;
     let mut body = String::new();
     let _ = write!(body, "<p>Hello {},</p>", e(q.recipient));
     if let Some(line) = notice_line(q) {
@@ -238,7 +266,7 @@ fn html_body(q: &MailQuestion<'_>, asked: &Asked) -> String {
         body,
         "<p><a href=\"{link}\" style=\"display:inline-block;padding:10px 18px;background:#4f6bed;color:#fff;border-radius:6px;text-decoration:none\">Open the question and answer</a></p>\
          <p style=\"color:#555;font-size:13px\">The link works once, until {expires}. Whoever opens it answers as {to}: do not forward this mail.<br>Run {run}, call {call}.</p>",
-        link = e(q.link),
+        link = escape_html(q.link),
         expires = e(&askloop::rfc3339(q.expires_at)),
         to = e(q.recipient),
         run = e(q.run_id),
@@ -247,7 +275,7 @@ fn html_body(q: &MailQuestion<'_>, asked: &Asked) -> String {
     format!(
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{}</title></head>\
          <body style=\"font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:640px;margin:24px auto;padding:0 16px;color:#1d1d1f;line-height:1.5\">{body}</body></html>",
-        e(&format!("Question from {}", q.agent))
+        escape_html(&visible::marked(&format!("Question from {}", q.agent)))
     )
 }
 
@@ -387,6 +415,60 @@ mod tests {
         assert_eq!(mail.subject, "[askloop] deployer asks to run write_file");
         assert!(mail.text.contains("> {") && mail.text.contains("\"path\": \"notes/plan.md\""));
         assert!(mail.html.contains("<code>write_file</code>") && mail.html.contains("&quot;path&quot;"));
+    }
+
+    #[test]
+    fn an_approvals_arguments_read_as_they_will_run_in_the_subject_text_and_html() {
+        let mut approval = call(json!({}));
+        approval.kind = PendingKind::Approval;
+        approval.tool_name = "write_file\u{2066}".into();
+        approval.args = json!({"path": "docs/report_\u{202e}hs.gpj", "content": "a\u{200b}b\u{feff}"}).into();
+        approval.suspend_payload = None;
+        let mail = composed(&approval);
+        assert_eq!(mail.subject, "[askloop] deployer asks to run write_file<U+2066>");
+        assert!(
+            mail.text.contains("\"path\": \"docs/report_<U+202E>hs.gpj\""),
+            "{}",
+            mail.text
+        );
+        assert!(mail.text.contains("a<U+200B>b<U+FEFF>"), "{}", mail.text);
+        assert!(mail.text.contains("the tool write_file<U+2066> with"), "{}", mail.text);
+        let marked = |point: &str| {
+            format!(
+                "<span title=\"an invisible character, {point}\" style=\"font-family:ui-monospace,Menlo,Consolas,monospace;font-size:0.85em;color:#9a3412;background:#ffedd5;border-radius:3px;padding:0 2px;white-space:nowrap\">&lt;{point}&gt;</span>"
+            )
+        };
+        assert!(
+            mail.html
+                .contains(&format!("&quot;docs/report_{}hs.gpj&quot;", marked("U+202E"))),
+            "{}",
+            mail.html
+        );
+        assert!(
+            mail.html
+                .contains(&format!("<code>write_file{}</code>", marked("U+2066"))),
+            "{}",
+            mail.html
+        );
+        for part in [&mail.subject, &mail.text, &mail.html] {
+            for c in ['\u{202e}', '\u{2066}', '\u{200b}', '\u{feff}'] {
+                assert!(!part.contains(c), "{c:?} in {part}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_questions_text_and_options_show_their_invisible_characters() {
+        let mail = composed(&call(json!({
+            "question": "Ship \u{202e}v2?\u{e0041}",
+            "options": [{"label": "yes\u{200b}", "description": "now\u{2069}"}],
+            "selectionMode": "single_select",
+        })));
+        assert_eq!(mail.subject, "[askloop] deployer asks: Ship <U+202E>v2?<U+E0041>");
+        assert!(mail.text.contains("> Ship <U+202E>v2?<U+E0041>\n"), "{}", mail.text);
+        assert!(mail.text.contains("> - yes<U+200B>: now<U+2069>\n"), "{}", mail.text);
+        assert!(mail.html.contains("&lt;U+202E&gt;</span>v2?"), "{}", mail.html);
+        assert!(mail.html.contains("<li><b>yes<span"), "{}", mail.html);
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! (no markup, no mentions, no links, no emoji codes), and the message is
 //! posted with link previews off. Where our own `mrkdwn` holds text of
 //! someone else's (an answer typed into the field), it is escaped
-//! ([`escape`]). The answers are buttons (five options or fewer), a select,
+//! ([`escape`]). Both ways, bidirectional controls and invisible characters
+//! are marked as their code points (`<U+202E>`, [`askloop::visible`]), so
+//! an approval's arguments read in the channel as they will run. The
+//! answers are buttons (five options or fewer), a select,
 //! a multi-select with a submit button, or a text field; each names the
 //! question in its block's id ([`QuestionRef`]) and an option by its index,
 //! never by its label, so a label cannot pass for another.
@@ -70,9 +73,13 @@ impl QuestionRef {
 }
 
 /// `text` with the three characters Slack's `mrkdwn` gives meaning to
-/// escaped: no mention, channel ping or link can be written with it.
+/// escaped: no mention, channel ping or link can be written with it; and
+/// the characters a reader could not see marked.
 pub(crate) fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    askloop::visible::marked(text)
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// At most `max` characters of `text`, cut with an ellipsis.
@@ -84,9 +91,10 @@ fn cut(text: &str, max: usize) -> String {
     format!("{kept}…")
 }
 
-/// Text shown as it is: the model's words.
+/// Text shown as it is (the model's words), with the characters a reader
+/// could not see marked.
 fn plain(text: &str, max: usize) -> Value {
-    json!({"type": "plain_text", "text": cut(text, max), "emoji": false})
+    json!({"type": "plain_text", "text": cut(&askloop::visible::marked(text), max), "emoji": false})
 }
 
 fn section_plain(text: &str) -> Value {
@@ -346,6 +354,52 @@ mod tests {
             .map(|e| e["action_id"].as_str().unwrap())
             .collect();
         assert_eq!(actions, ["approve", "decline"]);
+    }
+
+    /// No bidi control or invisible character in any text of a message.
+    fn assert_nothing_hidden(message: &Value) {
+        let text = message.to_string();
+        for c in ['\u{202e}', '\u{2066}', '\u{2069}', '\u{200b}', '\u{feff}', '\u{e0041}'] {
+            assert!(!text.contains(c), "{c:?} in {text}");
+        }
+    }
+
+    #[test]
+    fn an_approvals_arguments_read_as_they_will_run_with_bidi_and_invisible_characters_marked() {
+        let mut approval = call(json!({"path": "docs/report_\u{202e}hs.gpj", "note": "\u{2066}ok\u{2069}\u{200b}"}));
+        approval.kind = PendingKind::Approval;
+        approval.tool_name = "write\u{feff}_file".into();
+        let message = post(&approval);
+        let shown = message["blocks"][1]["text"]["text"].as_str().unwrap();
+        assert!(shown.contains("\"docs/report_<U+202E>hs.gpj\""), "{shown}");
+        assert!(shown.contains("<U+2066>ok<U+2069><U+200B>"), "{shown}");
+        assert!(shown.starts_with("Run the tool write<U+FEFF>_file with"), "{shown}");
+        assert_eq!(message["text"], "deployer asks to run write&lt;U+FEFF&gt;_file");
+        assert_nothing_hidden(&message);
+        let decided = answered_message("C1", "1.2", &asked_text(&approval), "U1", "approved");
+        assert!(
+            decided["blocks"][0]["text"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("report_<U+202E>hs.gpj"),
+            "{decided}"
+        );
+        assert_nothing_hidden(&decided);
+    }
+
+    #[test]
+    fn a_questions_text_and_labels_show_their_invisible_characters() {
+        let message = post(&call(json!({
+            "question": "Ship \u{202e}v2?\u{e0041}",
+            "options": [{"label": "yes\u{200b}", "description": "now\u{2066}"}, {"label": "no"}],
+        })));
+        assert_eq!(message["blocks"][1]["text"]["text"], "Ship <U+202E>v2?<U+E0041>");
+        assert_eq!(
+            message["blocks"][2]["elements"][0]["text"]["text"],
+            "yes<U+200B>: now<U+2066>"
+        );
+        assert_eq!(message["blocks"][2]["elements"][1]["text"]["text"], "no");
+        assert_nothing_hidden(&message);
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //!
 //! # Which blocks
 //!
-//! Fences in `sh`, `bash`, `shell` or `console` (run under bash), `js`,
+//! Fences in `sh`, `bash`, `shell` or `console` (run under bash; in
+//! `console`, the lines after a `$ ` prompt, the others being output), `js`,
 //! `javascript`, `ts` or `typescript` (run under Node), and `tsx` or `jsx`
 //! (a React component, rendered in chromium). Other blocks (`toml`, `json`,
 //! `text`, no language) are not run. `rust` blocks are not checked yet: the
@@ -279,12 +280,13 @@ fn every_shell_and_script_block_of_the_docs_runs_against_askloop_serve_or_is_exe
 }
 
 /// The harness cannot pass a broken block: a command that fails is named by
-/// its file and line, and a status a block claims but never sees fails it
-/// too.
+/// its file and line (in a `console` block too, whose output lines are not
+/// run), and a status a block claims but never sees fails it too.
 #[test]
 fn a_block_that_fails_or_claims_a_status_it_never_sees_is_reported_with_its_file_and_line() {
     let page = "# Example\n\n```sh\naskloop runs\naskloop runs show no-such-run\n```\n\n\
-                <!-- docs-test: exit 3 -->\n```sh\naskloop runs\n```\n";
+                <!-- docs-test: exit 3 -->\n```sh\naskloop runs\n```\n\n\
+                ```console\n$ askloop runs\nNo runs yet.\n$ askloop runs --status nonsense\n```\n";
     let blocks = markdown::blocks("docs/example.md", page);
     let to_run: Vec<ToRun<'_>> = blocks
         .iter()
@@ -299,7 +301,7 @@ fn a_block_that_fails_or_claims_a_status_it_never_sees_is_reported_with_its_file
         browser: None,
     };
     let problems = run_file("docs/example.md", &to_run, &curl, &missing);
-    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert_eq!(problems.len(), 3, "{problems:#?}");
     assert!(
         problems[0].starts_with("docs/example.md:3 (```sh block under \"Example\") failed: the command on docs/example.md:5 exited with status 1"),
         "{}",
@@ -311,5 +313,11 @@ fn a_block_that_fails_or_claims_a_status_it_never_sees_is_reported_with_its_file
             && problems[1].contains("(`exit 3`) that a command exits 3, and none did"),
         "{}",
         problems[1]
+    );
+    // A console block's output is not run; its commands are.
+    assert!(
+        problems[2].contains("the command on docs/example.md:16 exited with status 2"),
+        "{}",
+        problems[2]
     );
 }

@@ -163,16 +163,17 @@ pub fn run_block(
             ));
         }
     }
-    // An exempt line becomes `:` (nothing), so the others keep their numbers.
+    // An exempt line becomes `:` (nothing), so the others keep their numbers;
+    // so does a `console` block's output, and its prompts (`$ `) go.
+    let console = block.info.starts_with("console");
     let kept: String = block
         .text
         .lines()
-        .map(|line| {
-            if is_exempt_line(line, exempt_lines) {
-                ":\n".to_owned()
-            } else {
-                format!("{line}\n")
-            }
+        .map(|line| match line.strip_prefix("$ ") {
+            _ if is_exempt_line(line, exempt_lines) => ":\n".to_owned(),
+            Some(command) if console => format!("{command}\n"),
+            None if console => ":\n".to_owned(),
+            _ => format!("{line}\n"),
         })
         .collect();
     let script = fill_run_ids(&site.fill_in(&kept));

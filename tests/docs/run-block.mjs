@@ -3,9 +3,10 @@
 // what is filled in before it gets here).
 //
 // Usage: node run-block.mjs BLOCK_FILE [PAGE]
-// Environment: DOCS_SERVER (http://127.0.0.1:PORT), DOCS_TOKEN (optional),
-// DOCS_PAGE_PORT (for a component: the port of the page's own origin, which
-// the server allows with --cors-origin).
+// Environment: DOCS_SERVER (http://127.0.0.1:PORT; the docs' servers have no
+// token, as a reader's first `askloop serve` has none), DOCS_PAGE_PORT (for
+// a component: the port of the page's own origin, which the server allows
+// with --cors-origin).
 //
 // A script block runs as a module, as a reader's file would: TypeScript is
 // stripped by tests/aisdk's esbuild, and its imports are the packages
@@ -25,8 +26,6 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 const here = dirname(fileURLToPath(import.meta.url));
 const projects = ['interop', 'aisdk', 'web'].map((name) => join(here, '..', name));
 const server = process.env.DOCS_SERVER;
-const token = process.env.DOCS_TOKEN;
-const headers = token ? { Authorization: `Bearer ${token}` } : {};
 
 // Names a block may use without defining them, because the prose around it
 // (or the file's earlier block) sets them up. A block's own declaration of
@@ -35,7 +34,7 @@ const headers = token ? { Authorization: `Bearer ${token}` } : {};
 const SUPPLIED = {
   // A @mastra/client-js client of the server and its `assistant` agent, as
   // the first @mastra/client-js block of docs/server.md makes them.
-  client: async () => new (await mastra()).MastraClient({ baseUrl: server, headers }),
+  client: async () => new (await mastra()).MastraClient({ baseUrl: server }),
   agent: async (get) => (await get('client')).getAgent('assistant'),
   // Runs of the `writer` agent, each waiting for approval of its
   // write_file call, whose id is `toolCallId`.
@@ -46,7 +45,7 @@ const SUPPLIED = {
 };
 
 // The props a component block is rendered with.
-const PROPS = { token, userId: 'ana' };
+const PROPS = { userId: 'ana' };
 
 // The folder the block is in gets a node_modules linking every package of
 // the pinned projects (the first project that has a package wins).
@@ -86,7 +85,7 @@ async function mastra() {
 async function waitingForApproval(agent) {
   const response = await fetch(`${server}/api/agents/${agent}/stream`, {
     method: 'POST',
-    headers: { ...headers, 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ messages: 'Write the deploy notes.' }),
   });
   const body = await response.text();
@@ -156,7 +155,7 @@ createRoot(document.getElementById('root')).render(<Component {...${JSON.stringi
     tab.on('console', (message) => message.type() === 'error' && problems.push(message.text()));
     await tab.goto(`http://127.0.0.1:${port}/`);
     const { default: drive } = await import(pathToFileURL(join(here, `${page}.page.mjs`)));
-    await drive({ page: tab, server, headers, props: PROPS });
+    await drive({ page: tab, server, props: PROPS });
     if (problems.length) throw new Error(`the page reported errors:\n${problems.join('\n')}`);
   } finally {
     await browser.close();

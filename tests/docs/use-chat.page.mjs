@@ -4,7 +4,7 @@
 // page, on a thread of the user's (the component sends `memory`).
 import assert from 'node:assert/strict';
 
-export default async function drive({ page, server, headers, props }) {
+export default async function drive({ page, server, props }) {
   const message = page.getByLabel('Message');
   await message.fill('Plan my project');
   await message.press('Enter');
@@ -28,6 +28,6 @@ export default async function drive({ page, server, headers, props }) {
   await page.getByText(/The plan is ready/).waitFor();
 
   // The conversation is the thread the component named, of the user's resource.
-  const listed = await (await fetch(`${server}/api/memory/threads?resourceId=${props.userId}`, { headers })).json();
+  const listed = await (await fetch(`${server}/api/memory/threads?resourceId=${props.userId}`)).json();
   assert.deepEqual(listed.threads.map((t) => t.id), [body.id]);
 }

@@ -267,8 +267,11 @@ fn every_shell_and_script_block_of_the_docs_runs_against_askloop_serve_or_is_exe
             .iter()
             .map(|(file, to_run)| scope.spawn(|| run_file(file, to_run, &curl, &missing)))
             .collect();
-        for run in runs {
-            problems.extend(run.join().unwrap());
+        for (run, (file, _)) in runs.into_iter().zip(&per_file) {
+            match run.join() {
+                Ok(found) => problems.extend(found),
+                Err(_) => problems.push(format!("{file}: its run stopped with a panic, printed above")),
+            }
         }
     });
     assert!(

@@ -91,8 +91,9 @@ use site::{Site, workspace};
 /// What the fix of a failing block can be, said after each failure.
 const HOW_TO_FIX: &str = "Fix the block (it is what a reader runs); say what it documents in a comment \
      right above it (`<!-- docs-test: exit 3 -->`, `http 409`, `stdin \"...\"`, `before COMMAND`, `own server`, \
-     `page NAME`); or, if it cannot run in a test, add it to docs/exempt.toml with the reason. The \
-     conventions: crates/askloop-cli/tests/docs_blocks.rs.";
+     `page NAME`); give its file's server the agents, tokens or settings the block names \
+     (crates/askloop-cli/tests/docs_blocks/fixtures.rs); or, if it cannot run in a test, add it to \
+     docs/exempt.toml with the reason. The conventions: crates/askloop-cli/tests/docs_blocks.rs.";
 
 /// What this machine lacks for the blocks that need more than bash and
 /// curl; under `CI=true` nothing may lack.

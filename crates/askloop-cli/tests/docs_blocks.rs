@@ -143,8 +143,6 @@ fn not_run(file: &str, lack: &str) -> Vec<String> {
     Vec::new()
 }
 
-/// Runs the blocks of one file, in order, at a site of their own; what
-/// went wrong, block by block.
 /// A block to run, and the starts of its lines the exemption list leaves
 /// out.
 struct ToRun<'a> {
@@ -152,6 +150,8 @@ struct ToRun<'a> {
     exempt_lines: Vec<String>,
 }
 
+/// Runs the blocks of one file, in order, at a site of their own; what
+/// went wrong, block by block.
 fn run_file(file: &str, blocks: &[ToRun<'_>], curl: &str, missing: &Missing) -> Vec<String> {
     let page = blocks.iter().any(|b| b.block.language == Language::Component);
     let fixture = fixtures::fixture(file);

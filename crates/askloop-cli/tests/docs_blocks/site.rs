@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::fixtures::{POSTGRES, Postgres};
 use crate::common::{BIN, Serving};
@@ -28,15 +28,16 @@ pub struct Fixture {
 /// guard, not a timing assertion: blocks take a second or two.
 const HANG: Duration = Duration::from_secs(60);
 
+/// A file's folder and server. Its fields drop in this order: the server
+/// stops before its database schema is dropped and its folder deleted.
 pub struct Site {
+    server: Serving,
+    /// The PostgreSQL schema the blocks' [`POSTGRES`] stands for.
+    pub postgres: Option<Postgres>,
     pub dir: tempfile::TempDir,
     /// The port of the page a component block is rendered on, an origin
     /// the server allows (`--cors-origin`), when the file has one.
     pub page_port: Option<u16>,
-    server: Serving,
-    /// The PostgreSQL schema the blocks' [`POSTGRES`] stands for; dropped
-    /// after the server stops.
-    pub postgres: Option<Postgres>,
     curl: String,
 }
 
@@ -74,6 +75,8 @@ impl Site {
             cmd.args(["--config", "askloop.toml"]);
         }
         environment(dir.path(), &curl, &mut cmd);
+        // A group of its own, so that the MCP servers it starts end with it.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let server = Serving::start(cmd);
         Site {
             dir,
@@ -130,22 +133,38 @@ impl Site {
         };
         let stdout = drain(Box::new(child.stdout.take().unwrap()));
         let stderr = drain(Box::new(child.stderr.take().unwrap()));
-        let deadline = Instant::now() + HANG;
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
+        let group = child.id();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Waits for the block's end without reaping it, so that its pid,
+            // which is its group's id, stays the block's until it is reaped
+            // below, after its group is ended.
+            use nix::sys::wait::{Id, WaitPidFlag, waitid};
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(group).unwrap_or(i32::MAX));
+            let ended = loop {
+                match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    ended => break ended.is_ok(),
+                }
+            };
+            let _ = done.send(ended);
+        });
+        let status = match finished.recv_timeout(HANG) {
+            // What the block started and left behind ends with its group.
+            Ok(true) => {
+                end_group(group);
+                child.wait().unwrap()
             }
-            if Instant::now() > deadline {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &format!("-{}", child.id())])
-                    .status();
+            // Its end could not be watched: it is waited for as it is.
+            Ok(false) => child.wait().unwrap(),
+            Err(_) => {
+                end_group(group);
                 let _ = child.wait();
                 return Err(format!(
                     "{name} still ran after {HANG:?}, and was stopped: it waits for something that never comes \
                      (input: give it with `stdin`; a server: exempt it, the test starts one)"
                 ));
             }
-            std::thread::sleep(Duration::from_millis(20));
         };
         let _ = feeding.join();
         Ok(Output {
@@ -153,6 +172,28 @@ impl Site {
             stdout: stdout.join().unwrap(),
             stderr: stderr.join().unwrap(),
         })
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        // The server and what it started (MCP servers of its agents, which
+        // outlive a parent killed under them); `Serving` then reaps it.
+        end_group(self.server.child.id());
+    }
+}
+
+/// Ends the process group `group` (one this harness made: its leader's
+/// pid, the leader not yet reaped) with SIGKILL, by the system call: a
+/// group id of 1 or less, which would reach far more than the harness
+/// started, is never sent.
+fn end_group(group: u32) {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    if let Ok(group) = i32::try_from(group)
+        && group > 1
+    {
+        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
     }
 }
 

@@ -44,11 +44,17 @@ write_dir = "out"
 /// the writer's files.
 pub fn agents_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("ask.json"), ASK_SCRIPT).unwrap();
-    std::fs::write(dir.path().join("write.json"), WRITE_SCRIPT).unwrap();
-    std::fs::write(dir.path().join("askloop.toml"), CONFIG).unwrap();
-    std::fs::create_dir(dir.path().join("out")).unwrap();
+    write_agents(dir.path());
     dir
+}
+
+/// Writes the two agents' scripts and configuration into `dir`, with
+/// `out/` for the writer's files.
+pub fn write_agents(dir: &Path) {
+    std::fs::write(dir.join("ask.json"), ASK_SCRIPT).unwrap();
+    std::fs::write(dir.join("write.json"), WRITE_SCRIPT).unwrap();
+    std::fs::write(dir.join("askloop.toml"), CONFIG).unwrap();
+    std::fs::create_dir(dir.join("out")).unwrap();
 }
 
 /// `askloop serve` on the agents of `dir` behind `token`, with `args` added

@@ -230,6 +230,11 @@ impl AgentTools {
         let caller = Caller::of(context);
         let author = caller.author(context);
         let mut options = StreamOptions::default();
+        // A walled caller's run is its own, on a thread or not, as over
+        // HTTP: its first resource (the token's name, or the person).
+        if let Some(own) = caller.resources.as_deref().and_then(<[String]>::first) {
+            options = options.for_resource(own.clone());
+        }
         let on_thread = thread.is_some();
         if let Some(thread) = thread {
             if let Err(err) = IdKind::Thread.check(&thread) {

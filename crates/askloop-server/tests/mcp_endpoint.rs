@@ -250,9 +250,29 @@ async fn a_thread_named_over_mcp_is_the_tokens_own_and_its_next_call_continues_i
     assert!(thread_exists(&store, "bo", "t1").await);
     assert!(!thread_exists(&store, "team", "t1").await);
 
-    // Without a thread, a call is on none, as before.
+    // Without a thread, a call is on none, and its run is still ana's: bo
+    // does not see it, over HTTP or in a listing.
     let alone = ask_chatter(&ana, json!({"message": "hello"})).await;
     assert_eq!(text_of(&alone), "You said: hello");
+    let run_id = alone.structured_content.as_ref().unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stored = store.get(&run_id).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.memory.is_none(), stored.resource_id.as_deref()),
+        (true, Some("ana"))
+    );
+    for (secret, status) in [(ANA, 200), (BO, 404)] {
+        let read = server
+            .client
+            .get(server.url(&format!("/api/runs/{run_id}")))
+            .bearer_auth(secret)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(read.status(), status);
+    }
 
     // A bad thread id is the tool's error, naming the rule; nothing ran.
     for (bad, rule) in [("..", "thread id"), (" t1", "thread id")] {

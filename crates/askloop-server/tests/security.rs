@@ -400,6 +400,7 @@ async fn behind_a_proxy_every_route_refuses_a_request_naming_no_readable_person_
         path: format!("/api/runs/{}", world.waiting.0),
         body: None,
         kind: Kind::OtherResource,
+        session: None,
     };
     for sent in ["José".as_bytes(), b"Jos%C3%A9"] {
         let url = world.server.url("/api/me");

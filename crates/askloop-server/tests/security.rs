@@ -367,8 +367,16 @@ async fn every_route_turns_away_callers_without_the_right_token_and_nothing_chan
 
 #[tokio::test]
 async fn behind_a_proxy_every_route_refuses_a_request_naming_no_readable_person_and_nothing_changes() {
-    let world = world(with_tokens().author_header(Some("X-Forwarded-User".into()))).await;
+    // Alice's token is a program's (it opens the world's MCP session
+    // without a person); the bot's is the proxy's, which always needs one.
+    let mut tokens = with_tokens().tokens;
+    tokens[0] = tokens[0].clone().acts_without_person();
+    let options = ServerOptions::default()
+        .tokens(tokens)
+        .author_header(Some("X-Forwarded-User".into()));
+    let world = world(options).await;
     let before = snapshot(&world.store).await;
+    let bot = format!("Bearer {BOT}");
     let alice = format!("Bearer {ALICE}");
     let unnamed: [(&str, Option<&[u8]>); 5] = [
         ("no header", None),
@@ -380,7 +388,7 @@ async fn behind_a_proxy_every_route_refuses_a_request_naming_no_readable_person_
     for call in calls(&world) {
         let what = format!("{} {}", call.method, call.path);
         for (case, name) in &unnamed {
-            let mut headers: Vec<(&str, &[u8])> = vec![("authorization", alice.as_bytes())];
+            let mut headers: Vec<(&str, &[u8])> = vec![("authorization", bot.as_bytes())];
             headers.extend(name.map(|n| ("x-forwarded-user", n)));
             let (status, code) = send_bytes(&world.server, &call, &headers).await;
             let expected = if call.kind == Kind::Open {

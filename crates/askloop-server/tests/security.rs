@@ -198,6 +198,12 @@ fn calls(world: &World) -> Vec<Call> {
         ),
         api(
             "POST",
+            "/api/agents/approver/approve-tool-call".into(),
+            Some(json!({"runId": run, "toolCallId": call, "args": {"question": "edited"}})),
+            Kind::OtherAgent,
+        ),
+        api(
+            "POST",
             "/api/agents/approver/decline-tool-call".into(),
             Some(json!({"runId": run, "toolCallId": call, "reason": "no"})),
             Kind::OtherAgent,

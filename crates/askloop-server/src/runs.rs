@@ -96,8 +96,9 @@ impl Cursor {
 
 /// `GET /api/runs?status=&agentId=&threadId=&resourceId=&limit=&cursor=&total=`:
 /// runs, newest first. A token limited to some agents sees only their runs,
-/// one walled to resources only the runs on no thread or on their threads
-/// (others are neither listed nor counted); asking for another agent's
+/// one walled to resources only the runs of those resources, on their
+/// threads or started by them on no thread (others are neither listed nor
+/// counted); asking for another agent's
 /// (`agentId`) is a 403, for another resource's threads (`resourceId`) too,
 /// and another resource's thread (`threadId`) is a 404 as for a missing
 /// one. With `total=true` the page also

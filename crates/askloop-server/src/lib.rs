@@ -609,7 +609,8 @@ impl Server {
 }
 
 /// The span of one request: every line logged while it is served carries
-/// its method and path. A request about runs (the API, `/mcp`, an answer
+/// its method and path (a path holding a secret as its route, see
+/// [`links::shown_path`]). A request about runs (the API, `/mcp`, an answer
 /// link, the chat route) is exported as an OpenTelemetry server span named
 /// by its route (`POST /api/agents/{agent_id}/generate`), a child of the
 /// caller's trace when the request has a W3C `traceparent` header: a run it
@@ -618,10 +619,11 @@ impl Server {
 /// named `housekeeping`, which is not exported: they would be a trace
 /// each, every few seconds, about nothing.
 fn request_span<B>(request: &Request<B>) -> tracing::Span {
-    let route = request
+    let matched = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map_or("unmatched route", axum::extract::MatchedPath::as_str);
+        .map(axum::extract::MatchedPath::as_str);
+    let route = matched.unwrap_or("unmatched route");
     let path = request.uri().path();
     if is_housekeeping(request.method(), path) {
         return tracing::info_span!("housekeeping", method = %request.method(), path = %path);
@@ -629,7 +631,7 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
     let span = tracing::info_span!(
         "request",
         method = %request.method(),
-        path = %path,
+        path = %links::shown_path(path, matched),
         otel.name = %format_args!("{} {route}", request.method()),
         otel.kind = "server",
         http.request.method = %request.method(),
@@ -648,7 +650,7 @@ fn is_housekeeping(method: &Method, path: &str) -> bool {
     if path == "/metrics" || path == "/healthz" {
         return true;
     }
-    let about_runs = ["/api/", "/mcp", "/links/", "/chat/"]
+    let about_runs = ["/api/", "/mcp", links::LINKS_PATH, "/chat/"]
         .iter()
         .any(|prefix| path.starts_with(prefix));
     *method == Method::GET && !about_runs
@@ -675,17 +677,22 @@ fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {
     ))
 }
 
+// The refusals name the path as logs may show it: a refusal is logged.
 async fn unknown_route(method: Method, axum::extract::OriginalUri(uri): axum::extract::OriginalUri) -> ApiError {
     ApiError::UnknownRoute {
         method: method.to_string(),
-        path: uri.path().to_owned(),
+        path: links::shown_path(uri.path(), None).to_owned(),
     }
 }
 
-async fn wrong_method(method: Method, axum::extract::OriginalUri(uri): axum::extract::OriginalUri) -> ApiError {
+async fn wrong_method(
+    method: Method,
+    matched: Option<axum::extract::MatchedPath>,
+    axum::extract::OriginalUri(uri): axum::extract::OriginalUri,
+) -> ApiError {
     ApiError::MethodNotAllowed {
         method: method.to_string(),
-        path: uri.path().to_owned(),
+        path: links::shown_path(uri.path(), matched.as_ref().map(axum::extract::MatchedPath::as_str)).to_owned(),
     }
 }
 

@@ -39,6 +39,26 @@ pub(crate) use api::{list as list_route, mint as mint_route, revoke as revoke_ro
 pub(crate) use page::routes as page_routes;
 use token::{BadToken, Claims};
 
+/// Where links are opened (`<public_url>/links/<token>`), and their page's
+/// reads and answers below it.
+pub(crate) const LINKS_PATH: &str = "/links/";
+
+/// A request's path as logs and traces show it. A path under
+/// [`LINKS_PATH`] holds a link's token, a credential that answers as the
+/// link's recipient: whoever reads a log line or a trace holding it could
+/// answer. So such a path is shown as its `route` (`/links/{token}`,
+/// `/links/{token}/question`), or as `/links/…` when no route matched (a
+/// link cut short or mistyped). Every other path is shown as it is: run,
+/// agent and thread ids name things, they open nothing.
+pub(crate) fn shown_path<'a>(path: &'a str, route: Option<&'a str>) -> &'a str {
+    if !path.starts_with(LINKS_PATH) {
+        return path;
+    }
+    route
+        .filter(|route| route.starts_with(LINKS_PATH))
+        .unwrap_or("/links/…")
+}
+
 /// How long a link works at most, unless `[links] max_age` says otherwise.
 pub const DEFAULT_LINK_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -629,4 +649,32 @@ fn describe(resolution: &Resolution) -> String {
 
 fn chrono_duration(duration: Duration) -> chrono::Duration {
     chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::days(365 * 100))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_holding_a_links_token_is_shown_as_its_route_and_other_paths_as_they_are() {
+        let token = "eyJrZXkiOiJrMSJ9.c2lnbmF0dXJl";
+        let page = format!("/links/{token}");
+        assert_eq!(shown_path(&page, Some("/links/{token}")), "/links/{token}");
+        let question = format!("/links/{token}/question");
+        assert_eq!(
+            shown_path(&question, Some("/links/{token}/question")),
+            "/links/{token}/question"
+        );
+        for unmatched in [
+            format!("/links/{token}/"),
+            format!("/links/{token}/x/y"),
+            "/links/".to_owned(),
+        ] {
+            assert_eq!(shown_path(&unmatched, None), "/links/…", "{unmatched}");
+            assert_eq!(shown_path(&unmatched, Some("/{*rest}")), "/links/…", "{unmatched}");
+        }
+        let run = "/api/runs/01a2/links";
+        assert_eq!(shown_path(run, Some("/api/runs/{run_id}/links")), run);
+        assert_eq!(shown_path("/linksomething", None), "/linksomething");
+    }
 }

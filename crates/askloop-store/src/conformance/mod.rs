@@ -255,7 +255,8 @@ macro_rules! store_conformance_tests {
             deleting_a_thread_deletes_its_own_grants_and_keeps_the_resources,
             a_link_is_stored_once_and_of_twenty_takers_exactly_one_wins,
             revoked_and_expired_links_cannot_be_taken_and_used_ones_cannot_be_revoked,
-            a_runs_links_are_listed_oldest_first_and_pruned_with_it
+            a_runs_links_are_listed_oldest_first_and_pruned_with_it,
+            a_links_maker_is_kept_and_a_link_made_without_one_reads_as_made_by_nobody
         );
     };
 }

@@ -28,6 +28,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         12,
         include_str!("../../migrations/sqlite/0012_finished_by_comparisons.sql"),
     ),
+    (14, include_str!("../../migrations/sqlite/0014_link_makers.sql")),
 ];
 
 /// How many prepared statements a connection keeps (the write connection

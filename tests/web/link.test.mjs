@@ -64,14 +64,18 @@ async function startRun(agent, prompt) {
   throw new Error(`the run did not stop to ask: ${text}`);
 }
 
+/** Who makes the links: the CLI's user, as the login name says. */
+const MAKER = 'ops-lead';
+
 function askloop(args) {
-  return execFileSync(BIN, args, { cwd: DIR, env: { ...process.env, ASKLOOP_DB: DB }, encoding: 'utf8' });
+  return execFileSync(BIN, args, { cwd: DIR, env: { ...process.env, ASKLOOP_DB: DB, USER: MAKER }, encoding: 'utf8' });
 }
 
 /** `askloop link RUN --to NAME`: the link, on this test's server. */
 function link(runId, to) {
   const made = JSON.parse(askloop(['link', runId, '--to', to, '--json']));
   assert.ok(made.url.startsWith(`${PUBLIC}/links/`), made.url);
+  assert.equal(made.madeBy, MAKER, 'a link keeps who made it');
   return { ...made, local: BASE + made.url.slice(PUBLIC.length) };
 }
 
@@ -97,7 +101,7 @@ test('a link opens its question, answers it once as its recipient, then says it 
   await page.getByRole('heading', { name: 'A question for you' }).waitFor();
   await page.getByText('Which region should we launch in?').waitFor();
   await page.getByText('You answer as').waitFor();
-  assert.match(await page.locator('.link-meta').innerText(), /Priya Raman/);
+  assert.match(await page.locator('.link-meta').innerText(), /You answer as Priya Raman, on a link made by ops-lead\./);
   assert.match(await page.locator('.link-from').innerText(), /Launcher is waiting for your answer/);
   assert.equal((await run(runId)).status, 'suspended', 'opening the link answers nothing');
   await page.screenshot({ path: join(SHOTS, 'link-question.png') });
@@ -118,7 +122,7 @@ test('a link opens its question, answers it once as its recipient, then says it 
 
   const done = await until(runId, 'completed');
   const [resolution] = done.resolutions;
-  assert.deepEqual([resolution.kind, resolution.via, resolution.by], ['answered', 'link', 'Priya Raman']);
+  assert.deepEqual([resolution.kind, resolution.via, resolution.by, resolution.madeBy], ['answered', 'link', 'Priya Raman', MAKER]);
 
   // The second page, opened before the answer, cannot answer again.
   await dark.getByLabel('Americas').check();

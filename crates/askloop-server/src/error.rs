@@ -365,6 +365,7 @@ fn link_status(err: &LinkError) -> (StatusCode, &'static str) {
         LinkError::CallNotWaiting { .. } => (StatusCode::CONFLICT, "tool_call_not_pending"),
         LinkError::CallExpired { .. } => (StatusCode::CONFLICT, "expired"),
         LinkError::BadRecipient(_) | LinkError::NoTime => (StatusCode::BAD_REQUEST, "bad_request"),
+        LinkError::RecipientNotAllowed { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "recipient_not_allowed"),
         LinkError::UnknownLink { .. } => (StatusCode::NOT_FOUND, "unknown_link"),
         LinkError::NotRevocable { .. } => (StatusCode::CONFLICT, "link_not_revocable"),
         LinkError::Store(err) => store_status(err),

@@ -105,6 +105,7 @@ function render(question) {
       form,
       h('p', { class: 'link-meta', id: 'link-meta' },
         'You answer as ', h('strong', {}, question.recipient),
+        question.madeBy ? [', on a link made by ', h('strong', {}, question.madeBy)] : null,
         `. This link works once, until ${expires.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' })} (${until(question.expiresAt)}).`),
       h('div', { class: 'link-done', id: 'link-done', role: 'status', hidden: true },
         h('strong', {}, `Thank you, ${question.recipient}.`),

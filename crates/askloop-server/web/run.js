@@ -133,6 +133,7 @@ function render(run) {
               r.kind,
               r.toolCallId ? [' ', h('code', {}, r.toolCallId)] : null,
               r.via === 'grant' ? [' by ', grantWho(r)] : [` via ${r.via}`, r.by ? ` by ${r.by}` : ''],
+              r.madeBy ? ` (a link made by ${r.madeBy})` : '',
               r.grant && r.via !== 'grant' ? ` (made a standing approval for this ${r.grant.scope === 'thread' ? 'chat' : 'resource'})` : '',
               ' ',
               h('time', { datetime: r.at, title: r.at }, ago(r.at)),

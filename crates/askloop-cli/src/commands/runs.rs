@@ -172,8 +172,16 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
                 .as_deref()
                 .map(|by| format!(" by {}", escape::one_line(by)))
                 .unwrap_or_default();
+            // An answer through a link: who made the link, beside whom it
+            // was made out to.
+            let made_by = r
+                .author
+                .made_by
+                .as_deref()
+                .map(|maker| format!(" (a link made by {})", escape::one_line(maker)))
+                .unwrap_or_default();
             outln!(
-                "  {} {} {call} via {}{by}",
+                "  {} {} {call} via {}{by}{made_by}",
                 r.at.format("%Y-%m-%d %H:%M:%S UTC"),
                 r.kind,
                 r.author.via

@@ -220,6 +220,16 @@ pub enum ApiError {
     /// An answer link's page refuses to answer (see [`LinkRefusal`]).
     #[error(transparent)]
     LinkRefused(#[from] LinkRefusal),
+    /// The caller holds the most live event streams it may already.
+    #[error(
+        "this caller holds {most} live event streams (GET /api/events) open already, the most one token \
+         (or one person behind a trusted proxy) may hold at once; close one (a tab of the page), or start \
+         the server with a higher --max-event-streams"
+    )]
+    TooManyStreams {
+        /// The cap.
+        most: usize,
+    },
     /// A link could not be made or revoked.
     #[error(transparent)]
     Link(#[from] LinkError),
@@ -304,6 +314,7 @@ impl ApiError {
             ApiError::UnknownRun { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
             ApiError::AlreadyDecided { .. } => (StatusCode::CONFLICT, "already_decided"),
             ApiError::UnknownRoute { .. } => (StatusCode::NOT_FOUND, "unknown_route"),
+            ApiError::TooManyStreams { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_streams"),
             ApiError::MethodNotAllowed { .. } => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             ApiError::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),

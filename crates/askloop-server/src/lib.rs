@@ -59,6 +59,7 @@
 mod agents;
 mod auth;
 mod body;
+mod caps;
 mod chat;
 mod connections;
 mod decisions;
@@ -104,6 +105,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 pub use auth::{ApiToken, DEFAULT_TOKEN_NAME, MIN_SECRET_CHARS, TokenError};
+pub use caps::DEFAULT_EVENT_STREAMS_PER_CALLER;
 pub use error::{ApiError, RefusedField};
 pub use guard::is_host_name;
 pub use me::PAGE_RESOURCE;
@@ -134,6 +136,8 @@ pub(crate) struct AppState {
     pub(crate) body_read_timeout: Duration,
     /// The store's run changes, for `GET /api/events`.
     pub(crate) events: events::RunEvents,
+    /// The event streams each caller holds open, and how many it may.
+    pub(crate) event_streams: caps::PerCaller,
     /// Turns true when the server begins to shut down.
     pub(crate) stopping: watch::Sender<bool>,
     /// The streams open now, to give memory back after a burst.
@@ -325,6 +329,7 @@ impl Server {
             body_limit: self.options.body_limit,
             body_read_timeout: self.options.body_read_timeout,
             events: events::RunEvents::default(),
+            event_streams: caps::PerCaller::new(self.options.event_streams_per_caller),
             stopping: self.stopping.clone(),
             streams: Arc::default(),
             chats: Arc::new(chat::replay::ActiveChats::new(self.options.chat_replay_bytes)),

@@ -43,9 +43,19 @@ after(async () => {
   await browser?.close();
 });
 
+/** Who makes the links: the CLI's user, as the login name says. */
+const MAKER = 'ops-lead';
+process.env.USER = MAKER;
+
 const startRun = (agent, prompt) => startRunAt(BASE, agent, prompt);
-const link = (runId, to) => makeLink(SERVER, runId, to);
 const askloop = (args) => askloopIn(SERVER, args);
+
+/** `askloop link RUN --to NAME`, made by `MAKER`. */
+function link(runId, to) {
+  const made = makeLink(SERVER, runId, to);
+  assert.equal(made.madeBy, MAKER, 'a link keeps who made it');
+  return made;
+}
 
 async function run(runId) {
   const response = await fetch(`${BASE}/api/runs/${runId}`);
@@ -69,7 +79,7 @@ test('a link opens its question, answers it once as its recipient, then says it 
   await page.getByRole('heading', { name: 'A question for you' }).waitFor();
   await page.getByText('Which region should we launch in?').waitFor();
   await page.getByText('You answer as').waitFor();
-  assert.match(await page.locator('.link-meta').innerText(), /Priya Raman/);
+  assert.match(await page.locator('.link-meta').innerText(), /You answer as Priya Raman, on a link made by ops-lead\./);
   assert.match(await page.locator('.link-from').innerText(), /Launcher is waiting for your answer/);
   assert.equal((await run(runId)).status, 'suspended', 'opening the link answers nothing');
   await page.screenshot({ path: join(SHOTS, 'link-question.png') });
@@ -90,7 +100,7 @@ test('a link opens its question, answers it once as its recipient, then says it 
 
   const done = await until(runId, 'completed');
   const [resolution] = done.resolutions;
-  assert.deepEqual([resolution.kind, resolution.via, resolution.by], ['answered', 'link', 'Priya Raman']);
+  assert.deepEqual([resolution.kind, resolution.via, resolution.by, resolution.madeBy], ['answered', 'link', 'Priya Raman', MAKER]);
 
   // The second page, opened before the answer, cannot answer again.
   await dark.getByLabel('Americas').check();

@@ -12,6 +12,8 @@
 //   ASKLOOP_WEB_WALLED_URL   a server with the named tokens ana and bo
 //   ASKLOOP_WEB_ANA_TOKEN    ana's secret
 //   ASKLOOP_WEB_BO_TOKEN     bo's secret
+//   ASKLOOP_WEB_MANY_URL     a server without tokens whose conversations
+//                            this test makes more than a page of the list
 //   ASKLOOP_WEB_SCREENSHOTS  where screenshots go
 
 import { after, before, test } from 'node:test';
@@ -25,6 +27,7 @@ const BASE = env('ASKLOOP_WEB_URL');
 const WALLED = env('ASKLOOP_WEB_WALLED_URL');
 const ANA = env('ASKLOOP_WEB_ANA_TOKEN');
 const BO = env('ASKLOOP_WEB_BO_TOKEN');
+const MANY = env('ASKLOOP_WEB_MANY_URL');
 const SHOTS = env('ASKLOOP_WEB_SCREENSHOTS');
 mkdirSync(SHOTS, { recursive: true });
 
@@ -323,4 +326,91 @@ test('screenshots: the conversations in light, dark and at phone width', async (
     assert.deepEqual(page.problems, []);
     await page.close();
   }
+});
+
+/** Conversations on the MANY server: untitled ones started by a message, and some titled. */
+const UNTITLED = 230;
+const TITLED = 20;
+const untitledText = (n) => `Conversation ${n}: compare the invoices of supplier ${n} with the purchase orders and flag gaps`;
+
+test('250 conversations: the list pages like the Inbox, with the true count, and names untitled ones without a request each', async () => {
+  for (let n = 0; n < TITLED; n += 1) {
+    const made = await api(MANY, '/api/memory/threads', {
+      method: 'POST',
+      body: { resourceId: 'page', threadId: `titled-${n}`, title: `Quarterly plan ${n}`, agentId: 'notes' },
+    });
+    assert.equal(made.status, 200, JSON.stringify(made.body));
+  }
+  // One after another, so the newest-first order is known.
+  for (let n = 0; n < UNTITLED; n += 1) {
+    const response = await fetch(`${MANY}/api/agents/notes/stream`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: untitledText(n), memory: { thread: `untitled-${n}`, resource: 'page' } }),
+    });
+    assert.equal(response.status, 200);
+    await response.text();
+  }
+  const all = TITLED + UNTITLED;
+
+  // Every request the page makes for conversations, counted from its first.
+  const page = await context.newPage();
+  const problems = [];
+  page.on('pageerror', (err) => problems.push(err.message));
+  const listings = [];
+  const perThread = [];
+  page.on('request', (request) => {
+    const path = new URL(request.url()).pathname;
+    if (path === '/api/memory/threads') listings.push(request.url());
+    else if (path.startsWith('/api/memory/threads/')) perThread.push(request.url());
+  });
+  await page.goto(MANY);
+  const list = conversations(page).getByRole('list', { name: 'Conversations' });
+  const rows = list.locator('a.thread-link');
+  await page.waitForFunction(() => document.querySelectorAll('a.thread-link').length === 100);
+  await page.locator('body[data-live="on"]').waitFor();
+  assert.equal(await conversations(page).locator('.threads-total').innerText(), `${all} conversations`, 'the true count');
+  await list.getByText(`100 of ${all} shown`).waitFor();
+  // Newest first: the last untitled conversation started, named by its message.
+  assert.equal(await rows.first().locator('.thread-title').innerText(), 'Conversation 229: compare the invoices of supplier 229…');
+  assert.equal(await list.getByText('New conversation').count(), 0, 'every untitled conversation is named');
+  assert.deepEqual(perThread, [], 'no conversation is read on its own to name it');
+  assert.ok(listings.length <= 2, `one listing to draw the list, one more when the live feed starts: ${listings.join(' ')}`);
+
+  // "Show more": the next page below, the focus on its first row, one request.
+  const before = listings.length;
+  await list.getByRole('button', { name: 'Show more' }).click();
+  await list.getByText(`200 of ${all} shown`).waitFor();
+  assert.equal(await rows.count(), 200);
+  assert.equal(await page.evaluate(() => document.activeElement?.closest('li')?.dataset.threadId), 'untitled-129');
+  assert.equal(listings.length, before + 1, 'a page more is one request');
+  await page.screenshot({ path: join(SHOTS, 'threads-many.png') });
+
+  // Scrolled to the end, the last page comes by itself.
+  await list.locator('.thread-foot').scrollIntoViewIfNeeded();
+  await list.getByText(`All ${all} shown`).waitFor();
+  const ids = await list.locator('li.thread-item').evaluateAll((items) => items.map((li) => li.dataset.threadId));
+  assert.equal(ids.length, all);
+  assert.equal(new Set(ids).size, all, 'no conversation is listed twice');
+  assert.equal(ids[ids.length - 1], 'titled-0', 'the oldest comes last');
+  assert.equal(await list.getByRole('button', { name: 'Show more' }).isVisible(), false);
+  await list.getByText('Quarterly plan 0').scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(SHOTS, 'threads-many-end.png') });
+
+  // A conversation started elsewhere: the list is read again whole, in one request.
+  const seen = listings.length;
+  const started = await fetch(`${MANY}/api/agents/notes/stream`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: 'One more, from another tab', memory: { thread: 'one-more', resource: 'page' } }),
+  });
+  await started.text();
+  await conversations(page).locator('.threads-total').getByText(`${all + 1} conversations`).waitFor();
+  assert.equal(await rows.count(), all + 1);
+  assert.equal(await rows.first().locator('.thread-title').innerText(), 'One more, from another tab');
+  // The list shows three pages' worth: each reading of it asks for them all at once.
+  for (const url of listings.slice(seen)) assert.match(url, /[?&]page=0&perPage=300$/, 'each reading of the list is one request');
+  assert.deepEqual(perThread, []);
+  assert.deepEqual(problems, []);
+  await page.close();
 });

@@ -261,6 +261,12 @@ pub struct ServeArgs {
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = askloop_server::DEFAULT_BODY_LIMIT, value_name = "BYTES")]
     pub max_body_bytes: usize,
+    /// The most live event streams (GET /api/events, one per open page) one caller may hold
+    /// open at once: each token, and each person a trusted proxy names; more are refused
+    /// with 429 (at least 1).
+    #[arg(long, default_value_t = askloop_server::DEFAULT_EVENT_STREAMS_PER_CALLER, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_event_streams: usize,
     /// How long runs' open streams may run on after SIGTERM or Ctrl-C (the
     /// pages' live feeds end at once; a second SIGTERM or Ctrl-C stops at
     /// once). Seconds, or a number with a unit (500ms, 1.5s, 2m).

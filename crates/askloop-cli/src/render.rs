@@ -272,13 +272,19 @@ pub fn shell_quote(text: &str) -> String {
 /// askloop vouched for; a name the client only declared is shown as that,
 /// never after "by".
 pub fn author_suffix(author: &askloop::Author) -> String {
-    match (&author.by, &author.declared) {
+    let who = match (&author.by, &author.declared) {
         (Some(by), _) => format!(" by {}", escape::one_line(by)),
         (None, Some(declared)) => format!(
             ", {} (declared by the client, not verified)",
             escape::one_line(declared)
         ),
         (None, None) => String::new(),
+    };
+    // An answer through a link: who made the link, beside whom it was made
+    // out to.
+    match &author.made_by {
+        Some(maker) => format!("{who} (a link made by {})", escape::one_line(maker)),
+        None => who,
     }
 }
 

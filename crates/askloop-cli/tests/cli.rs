@@ -814,3 +814,59 @@ mod pty {
         assert_eq!(answers(&env)[1], "User answered: Python");
     }
 }
+
+#[test]
+fn askloop_link_names_its_maker_and_refuses_a_recipient_the_configuration_does_not_list() {
+    let env = Env::new();
+    env.run(&["run", "Plan my project"]);
+    let run_id = env.only_run_id();
+    std::fs::write(
+        env.dir.path().join("askloop.toml"),
+        "public_url = \"https://askloop.example.com\"\n\n[links]\nrecipients = [\"bob@corp.example\"]\n\n\
+         [[links.keys]]\nid = \"k1\"\nsecret_env = \"ASKLOOP_TEST_LINK_KEY\"\n\n\
+         [agents.assistant]\nscript = \"planner.json\"\n",
+    )
+    .unwrap();
+    env.script("planner.json", r#"{"turns": [{"text": "Planned."}]}"#);
+    let link = |args: &[&str]| {
+        env.cmd()
+            .env("ASKLOOP_TEST_LINK_KEY", "a-link-signing-key-of-the-cli-test-0123")
+            .env("USER", "ops-lead")
+            .arg("link")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+
+    let refused = link(&[&run_id, "--to", "mallory@evil.example"]);
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("make it out to one of: bob@corp.example"),
+        "{}",
+        stderr(&refused)
+    );
+
+    let made = link(&[&run_id, "--to", "bob@corp.example"]);
+    assert_eq!(code(&made), 0, "{}", stderr(&made));
+    assert!(
+        stdout(&made).starts_with("https://askloop.example.com/links/"),
+        "{}",
+        stdout(&made)
+    );
+    assert!(
+        stderr(&made).contains("as bob@corp.example, made by ops-lead, once"),
+        "{}",
+        stderr(&made)
+    );
+    let made: Value = serde_json::from_slice(&link(&[&run_id, "--to", "bob@corp.example", "--json"]).stdout).unwrap();
+    assert_eq!(
+        (made["recipient"].as_str(), made["madeBy"].as_str()),
+        (Some("bob@corp.example"), Some("ops-lead"))
+    );
+    let revoked = link(&["--revoke", made["linkId"].as_str().unwrap()]);
+    assert!(
+        stdout(&revoked).contains("(for bob@corp.example, made by ops-lead, call"),
+        "{}",
+        stdout(&revoked)
+    );
+}

@@ -688,6 +688,113 @@ async fn the_servers_figures_go_out_as_otlp_metrics_equal_to_its_metrics_page_an
     serving.terminate();
 }
 
+/// The signing key of the answer links test.
+const LINK_KEY: &str = "a-link-signing-key-for-the-traces-test-0123";
+
+#[tokio::test]
+async fn an_answer_links_token_is_in_no_exported_span_and_no_log_line_only_its_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start().await;
+    let model = askloop_testkit::FakeServer::with_responder(askloop_testkit::workload::deploy_responder())
+        .await
+        .unwrap();
+    let config = dir.path().join("askloop.toml");
+    std::fs::write(
+        &config,
+        "public_url = \"https://askloop.example.com\"\n\n[links]\n\n[[links.keys]]\nid = \"k1\"\nsecret_env = \"ASKLOOP_TEST_LINK_KEY\"\n\n\
+         [agents.assistant]\ninstructions = \"Ask before deploying.\"\nmodel = \"openai/gpt-4o-mini\"\ntools = [\"ask_user\"]\n",
+    )
+    .unwrap();
+    let db = dir.path().join("runs.db");
+    let mut cmd = serve(dir.path(), db.to_str().unwrap(), &model.openai_base_url());
+    // Debug logs hold every line info does, and more.
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
+        .env("ASKLOOP_TEST_LINK_KEY", LINK_KEY)
+        .env("ASKLOOP_LOG", "debug")
+        .args(["--config", config.to_str().unwrap()]);
+    let serving = Serving::start(cmd);
+    let client = reqwest::Client::new();
+    let asked = serving.ask(&client, "assistant", None).await;
+
+    let minted: Value = client
+        .post(serving.url(&format!("/api/runs/{}/links", asked.run_id)))
+        .json(&json!({"to": "Bob"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let url = minted["url"].as_str().unwrap_or_else(|| panic!("no link: {minted}"));
+    let token = url.rsplit_once("/links/").unwrap().1.to_owned();
+    let (claims, tag) = token.split_once('.').unwrap();
+    let link = |tail: &str| serving.url(&format!("/links/{token}{tail}"));
+
+    // The page, its question, a mistyped address and the answer.
+    assert_eq!(client.get(link("")).send().await.unwrap().status(), 200);
+    assert_eq!(client.get(link("/")).send().await.unwrap().status(), 404);
+    assert_eq!(client.delete(link("")).send().await.unwrap().status(), 405);
+    let question: Value = client
+        .get(link("/question?from=mail"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let answered = client
+        .post(link(""))
+        .json(&json!({"formToken": question["formToken"], "resumeData": "staging"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 200, "{}", answered.text().await.unwrap());
+
+    let spans = receiver
+        .wait_for("the answer's request and the drive it resumed", |spans| {
+            spans.iter().any(|s| s.name == "POST /links/{token}")
+                && spans
+                    .iter()
+                    .any(|s| s.attr("askloop.drive") == Some("resume") && s.attr("run_id") == Some(&asked.run_id))
+        })
+        .await;
+    serving.terminate();
+    let mut lines = serving.banner.clone();
+    lines.extend(serving.rest_of_stderr());
+
+    let holds_token = |text: &str| text.contains(claims) || text.contains(tag);
+    for span in &spans {
+        let texts = std::iter::once(&span.name).chain(span.attributes.values()).chain(
+            span.events
+                .iter()
+                .flat_map(|(name, attributes)| std::iter::once(name).chain(attributes.values())),
+        );
+        for text in texts {
+            assert!(
+                !holds_token(text),
+                "span {} exports the link's token: {span:#?}",
+                span.name
+            );
+        }
+    }
+    let answer = spans.iter().find(|s| s.name == "POST /links/{token}").unwrap();
+    assert_eq!(
+        (answer.attr("http.route"), answer.attr("path")),
+        (Some("/links/{token}"), Some("/links/{token}")),
+        "the request is exported by its route: {answer:#?}"
+    );
+    let question_span = spans.iter().find(|s| s.name == "GET /links/{token}/question").unwrap();
+    assert_eq!(question_span.attr("path"), Some("/links/{token}/question"));
+
+    let leaked: Vec<&String> = lines.iter().filter(|line| holds_token(line)).collect();
+    assert!(leaked.is_empty(), "log lines hold the link's token: {leaked:#?}");
+    let logged = |needle: &str| lines.iter().any(|line| line.contains(needle));
+    assert!(
+        logged("path=/links/{token}/question") && logged("path=/links/{token}"),
+        "the link's requests are logged, by their route"
+    );
+}
+
 fn unique() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -5,8 +5,9 @@
 //! test in `tests/web` (Node, playwright-core, Debian's chromium) against
 //! them, asserting it passed.
 //! A second test runs `tests/web/threads.test.mjs`, the conversations on
-//! the page, against a server without tokens and one with named tokens
-//! (whose threads are walled by resource).
+//! the page, against a server without tokens, one with named tokens
+//! (whose threads are walled by resource), and one whose conversations are
+//! more than one page of the list holds.
 //! A third runs `tests/web/grants.test.mjs`, approvals that stick.
 //! Screenshots land in `target/web-screenshots/`.
 //!
@@ -272,6 +273,21 @@ fn threads_dir(walls: bool) -> tempfile::TempDir {
     dir
 }
 
+/// An agent that notes what it is told: each message a conversation of its own.
+const NOTES_CONFIG_FOR_LIST: &str = r#"
+[agents.notes]
+name = "Notes"
+script = "noted.json"
+"#;
+
+/// A directory for the server whose conversations fill several pages.
+fn many_threads_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("askloop.toml"), NOTES_CONFIG_FOR_LIST).unwrap();
+    std::fs::write(dir.path().join("noted.json"), r#"{"turns": [{"text": "Noted."}]}"#).unwrap();
+    dir
+}
+
 fn serve_threads(dir: &Path) -> Serving {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("OPENAI_API_KEY")
@@ -294,14 +310,17 @@ fn conversations_on_the_page_pass_their_browser_test_against_the_real_server() {
     }
     let open_dir = threads_dir(false);
     let walled_dir = threads_dir(true);
+    let many_dir = many_threads_dir();
     let open = serve_threads(open_dir.path());
     let walled = serve_threads(walled_dir.path());
+    let many = serve_threads(many_dir.path());
 
     let mut node = Command::new("node");
     node.env("ASKLOOP_WEB_URL", &open.base)
         .env("ASKLOOP_WEB_WALLED_URL", &walled.base)
         .env("ASKLOOP_WEB_ANA_TOKEN", ANA_TOKEN)
-        .env("ASKLOOP_WEB_BO_TOKEN", BO_TOKEN);
+        .env("ASKLOOP_WEB_BO_TOKEN", BO_TOKEN)
+        .env("ASKLOOP_WEB_MANY_URL", &many.base);
     run_browser_test(
         node,
         &web,
@@ -311,6 +330,8 @@ fn conversations_on_the_page_pass_their_browser_test_against_the_real_server() {
             "threads-dark.png",
             "threads-phone.png",
             "inbox-threads.png",
+            "threads-many.png",
+            "threads-many-end.png",
         ],
     );
 }

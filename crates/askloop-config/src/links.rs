@@ -7,6 +7,7 @@
 //! [links]
 //! max_age = "3d"                   # the longest a link works (default 7d); never past the question's own limit
 //! webhook_recipient = "on-call"    # whom links in webhook notifications are made out to (default "webhook")
+//! recipients = ["bob@corp.example", "carol@corp.example"]  # only these may be named by `askloop link` and the API (default: anyone)
 //!
 //! [[links.keys]]                   # the first key signs; every key listed verifies
 //! id = "2026-12"
@@ -35,6 +36,8 @@ pub(super) struct RawLinks {
     keys: Vec<RawLinkKey>,
     max_age: Option<String>,
     webhook_recipient: Option<String>,
+    /// The only names links may be made out to.
+    recipients: Option<Vec<String>>,
 }
 
 /// One `[[links.keys]]` table as written.
@@ -119,6 +122,10 @@ pub(super) fn resolve_links(
         Some(name) => askloop_server::links::check_recipient(&name)
             .map_err(|problem| ConfigError::new(file, "links.webhook_recipient", problem))?,
     };
+    let recipients = raw
+        .recipients
+        .map(|names| resolve_recipients(file, names))
+        .transpose()?;
     let mut keys = keys.into_iter();
     let Some(signing) = keys.next() else {
         return Ok(None);
@@ -126,5 +133,72 @@ pub(super) fn resolve_links(
     let mut settings = LinkSettings::new(signing, keys);
     settings.max_age = Duration::max(max_age, Duration::from_secs(1));
     settings.webhook_recipient = webhook_recipient;
+    settings.recipients = recipients;
     Ok(Some(settings))
+}
+
+/// Checks `[links] recipients`: some names, each one a link could be made
+/// out to (as `askloop_server::links::check_recipient` says), each once.
+fn resolve_recipients(file: &Path, names: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    if names.is_empty() {
+        return Err(ConfigError::new(
+            file,
+            "links.recipients",
+            "an empty list allows no link at all; list the names links may be made out to \
+             (e.g. recipients = [\"bob@corp.example\"]), or leave the key out to allow any name",
+        ));
+    }
+    let mut checked: Vec<String> = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let name = askloop_server::links::check_recipient(name)
+            .map_err(|problem| ConfigError::new(file, format!("links.recipients[{i}]"), problem))?;
+        if checked.contains(&name) {
+            return Err(ConfigError::new(
+                file,
+                format!("links.recipients[{i}]"),
+                format!("{name:?} is listed twice"),
+            ));
+        }
+        checked.push(name);
+    }
+    Ok(checked)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn resolve(text: &str) -> Result<Option<LinkSettings>, ConfigError> {
+        let raw: RawLinks = toml::from_str(text).unwrap();
+        let key = "a-secret-of-at-least-thirty-two-characters";
+        resolve_links(Path::new("askloop.toml"), Some(raw), &|_| Some(key.to_owned()))
+    }
+
+    const KEY: &str = "[[keys]]\nid = \"k1\"\nsecret_env = \"KEY\"\n";
+
+    #[test]
+    fn recipients_are_checked_trimmed_and_any_name_is_allowed_without_them() {
+        let settings = resolve(&format!("recipients = [\" bob@corp \", \"Carol\"]\n{KEY}"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            settings.recipients,
+            Some(vec!["bob@corp".to_owned(), "Carol".to_owned()])
+        );
+        assert_eq!(resolve(KEY).unwrap().unwrap().recipients, None);
+    }
+
+    #[test]
+    fn an_empty_a_blank_or_a_repeated_recipient_is_refused_naming_its_place() {
+        for (list, key, problem) in [
+            ("[]", "links.recipients", "allows no link"),
+            ("[\"bob\", \" \"]", "links.recipients[1]", "give the name"),
+            ("[\"bob\", \"bob \"]", "links.recipients[1]", "listed twice"),
+        ] {
+            let err = resolve(&format!("recipients = {list}\n{KEY}")).unwrap_err();
+            assert_eq!(err.key, key, "{list}");
+            assert!(err.to_string().contains(problem), "{list}: {err}");
+        }
+    }
 }

@@ -205,6 +205,11 @@ impl Caller {
         })
     }
 
+    /// The name of the caller's token (`None` on a server without tokens).
+    pub(crate) fn token_name(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     /// The agents the caller is limited to (`None`: every agent).
     pub(crate) fn agents(&self) -> Option<&[String]> {
         self.agents.as_deref()

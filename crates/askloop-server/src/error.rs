@@ -244,6 +244,16 @@ pub enum ApiError {
     /// An answer link's page refuses to answer (see [`LinkRefusal`]).
     #[error(transparent)]
     LinkRefused(#[from] LinkRefusal),
+    /// The caller holds the most live event streams it may already.
+    #[error(
+        "this caller holds {most} live event streams (GET /api/events) open already, the most one token \
+         (or one person behind a trusted proxy) may hold at once; close one (a tab of the page), or start \
+         the server with a higher --max-event-streams"
+    )]
+    TooManyStreams {
+        /// The cap.
+        most: usize,
+    },
     /// A link could not be made or revoked.
     #[error(transparent)]
     Link(#[from] LinkError),
@@ -330,6 +340,7 @@ impl ApiError {
             ApiError::UnknownRun { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
             ApiError::AlreadyDecided { .. } => (StatusCode::CONFLICT, "already_decided"),
             ApiError::UnknownRoute { .. } => (StatusCode::NOT_FOUND, "unknown_route"),
+            ApiError::TooManyStreams { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_streams"),
             ApiError::MethodNotAllowed { .. } => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             ApiError::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
@@ -392,6 +403,7 @@ fn link_status(err: &LinkError) -> (StatusCode, &'static str) {
         LinkError::CallNotWaiting { .. } => (StatusCode::CONFLICT, "tool_call_not_pending"),
         LinkError::CallExpired { .. } => (StatusCode::CONFLICT, "expired"),
         LinkError::BadRecipient(_) | LinkError::NoTime => (StatusCode::BAD_REQUEST, "bad_request"),
+        LinkError::RecipientNotAllowed { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "recipient_not_allowed"),
         LinkError::UnknownLink { .. } => (StatusCode::NOT_FOUND, "unknown_link"),
         LinkError::NotRevocable { .. } => (StatusCode::CONFLICT, "link_not_revocable"),
         LinkError::Store(err) => store_status(err),

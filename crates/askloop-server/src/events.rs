@@ -10,6 +10,11 @@
 //! have changed, read again), and a comment every
 //! [`KEEP_ALIVE`] so proxies keep it open.
 //!
+//! A caller holds at most so many streams open at once
+//! ([`ServerOptions::event_streams_per_caller`](crate::ServerOptions::event_streams_per_caller)):
+//! the next is refused with 429 `too_many_streams`, and a stream's slot is
+//! given back when its client goes away.
+//!
 //! A token limited to some agents hears only of their runs: each change
 //! naming a run is checked against the run's agent (read once per run and
 //! stream, then remembered) before it is sent.
@@ -28,6 +33,7 @@ use tokio::sync::{OnceCell, broadcast};
 
 use crate::AppState;
 use crate::auth::Caller;
+use crate::caps::AtMost;
 use crate::error::ApiError;
 
 /// How often an idle stream sends a comment.
@@ -73,14 +79,28 @@ async fn forward(mut feed: askloop::RunChanges, sender: broadcast::Sender<RunCha
 /// `GET /api/events`. The stream ends when the server begins to shut down:
 /// a page keeps it open for as long as it is shown, so waiting for it would
 /// hold every shutdown for the whole grace period.
+///
+/// A caller holds at most so many streams at once (`caps.rs`); one more is
+/// a 429 naming the cap. The stream holds its slot until it is dropped: its
+/// client went away, or the server ended it.
 pub(crate) async fn stream(State(state): State<Arc<AppState>>, caller: Caller) -> Result<Response, ApiError> {
+    let slot = state
+        .event_streams
+        .take(&caller)
+        .map_err(|AtMost(most)| ApiError::TooManyStreams { most })?;
     let receiver = state.events.subscribe(&state.store).await?;
     let visible = Visible::to(&caller, Arc::clone(&state.store));
     let mut stopping = state.stopping.subscribe();
     let shutdown = async move {
         let _ = stopping.wait_for(|stopping| *stopping).await;
     };
-    Ok(Sse::new(events(receiver, visible).take_until(shutdown))
+    // The closure owns the slot: it is given back when the stream is
+    // dropped, however it ends.
+    let stream = events(receiver, visible).take_until(shutdown).map(move |event| {
+        let _held = &slot;
+        event
+    });
+    Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response())
 }

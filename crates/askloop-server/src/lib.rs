@@ -59,6 +59,7 @@
 mod agents;
 mod auth;
 mod body;
+mod caps;
 mod chat;
 mod connections;
 mod decisions;
@@ -104,6 +105,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 pub use auth::{ApiToken, DEFAULT_TOKEN_NAME, MIN_SECRET_CHARS, PersonProblem, TokenError};
+pub use caps::DEFAULT_EVENT_STREAMS_PER_CALLER;
 pub use error::{ApiError, RefusedField};
 pub use guard::is_host_name;
 pub use me::PAGE_RESOURCE;
@@ -134,6 +136,8 @@ pub(crate) struct AppState {
     pub(crate) body_read_timeout: Duration,
     /// The store's run changes, for `GET /api/events`.
     pub(crate) events: events::RunEvents,
+    /// The event streams each caller holds open, and how many it may.
+    pub(crate) event_streams: caps::PerCaller,
     /// Turns true when the server begins to shut down.
     pub(crate) stopping: watch::Sender<bool>,
     /// The streams open now, to give memory back after a burst.
@@ -339,6 +343,7 @@ impl Server {
             body_limit: self.options.body_limit,
             body_read_timeout: self.options.body_read_timeout,
             events: events::RunEvents::default(),
+            event_streams: caps::PerCaller::new(self.options.event_streams_per_caller),
             stopping: self.stopping.clone(),
             streams: Arc::default(),
             chats: Arc::new(chat::replay::ActiveChats::new(self.options.chat_replay_bytes)),
@@ -623,7 +628,8 @@ impl Server {
 }
 
 /// The span of one request: every line logged while it is served carries
-/// its method and path. A request about runs (the API, `/mcp`, an answer
+/// its method and path (a path holding a secret as its route, see
+/// [`links::shown_path`]). A request about runs (the API, `/mcp`, an answer
 /// link, the chat route) is exported as an OpenTelemetry server span named
 /// by its route (`POST /api/agents/{agent_id}/generate`), a child of the
 /// caller's trace when the request has a W3C `traceparent` header: a run it
@@ -632,10 +638,11 @@ impl Server {
 /// named `housekeeping`, which is not exported: they would be a trace
 /// each, every few seconds, about nothing.
 fn request_span<B>(request: &Request<B>) -> tracing::Span {
-    let route = request
+    let matched = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map_or("unmatched route", axum::extract::MatchedPath::as_str);
+        .map(axum::extract::MatchedPath::as_str);
+    let route = matched.unwrap_or("unmatched route");
     let path = request.uri().path();
     if is_housekeeping(request.method(), path) {
         return tracing::info_span!("housekeeping", method = %request.method(), path = %path);
@@ -643,7 +650,7 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
     let span = tracing::info_span!(
         "request",
         method = %request.method(),
-        path = %path,
+        path = %links::shown_path(path, matched),
         otel.name = %format_args!("{} {route}", request.method()),
         otel.kind = "server",
         http.request.method = %request.method(),
@@ -662,7 +669,7 @@ fn is_housekeeping(method: &Method, path: &str) -> bool {
     if path == "/metrics" || path == "/healthz" {
         return true;
     }
-    let about_runs = ["/api/", "/mcp", "/links/", "/chat/"]
+    let about_runs = ["/api/", "/mcp", links::LINKS_PATH, "/chat/"]
         .iter()
         .any(|prefix| path.starts_with(prefix));
     *method == Method::GET && !about_runs
@@ -689,17 +696,22 @@ fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {
     ))
 }
 
+// The refusals name the path as logs may show it: a refusal is logged.
 async fn unknown_route(method: Method, axum::extract::OriginalUri(uri): axum::extract::OriginalUri) -> ApiError {
     ApiError::UnknownRoute {
         method: method.to_string(),
-        path: uri.path().to_owned(),
+        path: links::shown_path(uri.path(), None).to_owned(),
     }
 }
 
-async fn wrong_method(method: Method, axum::extract::OriginalUri(uri): axum::extract::OriginalUri) -> ApiError {
+async fn wrong_method(
+    method: Method,
+    matched: Option<axum::extract::MatchedPath>,
+    axum::extract::OriginalUri(uri): axum::extract::OriginalUri,
+) -> ApiError {
     ApiError::MethodNotAllowed {
         method: method.to_string(),
-        path: uri.path().to_owned(),
+        path: links::shown_path(uri.path(), matched.as_ref().map(axum::extract::MatchedPath::as_str)).to_owned(),
     }
 }
 

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::auth::{ApiToken, TokenError};
+use crate::caps::DEFAULT_EVENT_STREAMS_PER_CALLER;
 
 /// How often the store-wide figures of `GET /metrics` are read from the
 /// store, by default.
@@ -87,6 +88,10 @@ pub struct ServerOptions {
     /// How often the store-wide figures of `GET /metrics` (runs and calls
     /// waiting, runs running) are read from the store; zero: never.
     pub metrics_every: Duration,
+    /// The most live event streams (`GET /api/events`, one per open page)
+    /// one caller may hold open at once: each token, and each person a
+    /// trusted proxy names (see `caps.rs`). More are refused with 429.
+    pub event_streams_per_caller: usize,
 }
 
 impl Default for ServerOptions {
@@ -106,6 +111,7 @@ impl Default for ServerOptions {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             chat_replay_bytes: DEFAULT_CHAT_REPLAY_BYTES,
             metrics_every: DEFAULT_METRICS_EVERY,
+            event_streams_per_caller: DEFAULT_EVENT_STREAMS_PER_CALLER,
         }
     }
 }
@@ -127,6 +133,7 @@ impl fmt::Debug for ServerOptions {
             .field("body_read_timeout", &self.body_read_timeout)
             .field("chat_replay_bytes", &self.chat_replay_bytes)
             .field("metrics_every", &self.metrics_every)
+            .field("event_streams_per_caller", &self.event_streams_per_caller)
             .finish()
     }
 }
@@ -230,6 +237,13 @@ impl ServerOptions {
     /// (zero: never).
     pub fn metrics_every(mut self, every: Duration) -> Self {
         self.metrics_every = every;
+        self
+    }
+
+    /// Sets the most live event streams one caller may hold open at once
+    /// (at least one).
+    pub fn event_streams_per_caller(mut self, most: usize) -> Self {
+        self.event_streams_per_caller = most.max(1);
         self
     }
 }

@@ -206,7 +206,7 @@ impl Sender {
         };
         match &outcome {
             DeliveryOutcome::Delivered => {
-                tracing::info!(id = %id, run_id = %delivery.message.run_id, event = %delivery.message.event, destination = %delivery.message.destination, "notification delivered")
+                tracing::info!(id = %id, run_id = %delivery.message.run_id, event = %delivery.message.event, destination = %shown_destination(&delivery.message.destination), "notification delivered")
             }
             DeliveryOutcome::Dead { error } => tracing::warn!(id = %id, error = %error, "notification given up on"),
             other => tracing::info!(id = %id, outcome = ?other, "notification not delivered yet"),
@@ -313,7 +313,7 @@ impl Sender {
             .await
             .map_err(|error| AttemptError::Unreachable {
                 url: hook.url.clone(),
-                error,
+                error: error.without_url(),
             })?;
         let status = response.status();
         if status.is_success() {
@@ -391,11 +391,14 @@ impl fmt::Display for AttemptError {
             AttemptError::Channel(error) => f.write_str(error),
             AttemptError::Unconfigured { destination } => write!(
                 f,
-                "no [[webhooks]] table with url {destination:?} in this server's configuration"
+                "no [[webhooks]] table with url {} in this server's configuration",
+                shown_destination(destination)
             ),
             AttemptError::Body(err) => write!(f, "cannot serialise the body: {err}"),
-            AttemptError::Unreachable { url, error } => write!(f, "cannot POST to {url}: {}", ErrorChain(error)),
-            AttemptError::Refused { url, status } => write!(f, "{url} answered HTTP {status}"),
+            AttemptError::Unreachable { url, error } => {
+                write!(f, "cannot POST to {}: {}", shown_destination(url), ErrorChain(error))
+            }
+            AttemptError::Refused { url, status } => write!(f, "{} answered HTTP {status}", shown_destination(url)),
         }
     }
 }
@@ -412,6 +415,21 @@ impl std::error::Error for AttemptError {
 
 /// The outcome at `now` of a failed attempt: tried again later, unless it
 /// was the last allowed one.
+/// A destination as logs and stored errors show it: a webhook's URL by its
+/// origin only, since the rest may hold a token (Slack's and Discord's
+/// incoming webhooks carry theirs in the path) that anyone reading a log
+/// could post with; an address (`mailto:`) or a channel (`slack:`) as it is.
+fn shown_destination(destination: &str) -> String {
+    if destination.starts_with(MAILTO) || destination.starts_with(SLACK) {
+        return destination.to_owned();
+    }
+    match reqwest::Url::parse(destination) {
+        Ok(url) if url.path() == "/" && url.query().is_none() => url.origin().ascii_serialization(),
+        Ok(url) => format!("{}/…", url.origin().ascii_serialization()),
+        Err(_) => "a URL that cannot be read".to_owned(),
+    }
+}
+
 fn failed(delivery: &Delivery, max_attempts: u32, error: &AttemptError, now: DateTime<Utc>) -> DeliveryOutcome {
     let error = error.to_string();
     let attempts = delivery.attempts + 1;
@@ -450,6 +468,25 @@ mod tests {
         assert!(unconfigured("mailto:a@example.com").contains("[email]"));
         assert!(unconfigured("slack:C0DEPLOY").contains("[slack]"));
         assert!(unconfigured("https://hooks.example.com/x").contains("[[webhooks]]"));
+    }
+
+    #[test]
+    fn a_webhooks_url_is_shown_by_its_origin_and_addresses_and_channels_as_they_are() {
+        let hook = "https://hooks.slack.com/services/T000/B000/XXXXsecretXXXX?x=1";
+        let refused = AttemptError::Refused {
+            url: hook.to_owned(),
+            status: reqwest::StatusCode::NOT_FOUND,
+        }
+        .to_string();
+        assert_eq!(refused, "https://hooks.slack.com/… answered HTTP 404 Not Found");
+        let unconfigured = AttemptError::Unconfigured {
+            destination: hook.to_owned(),
+        }
+        .to_string();
+        assert!(!unconfigured.contains("secret"), "{unconfigured}");
+        assert_eq!(shown_destination("http://127.0.0.1:9000/"), "http://127.0.0.1:9000");
+        assert_eq!(shown_destination("mailto:ana@example.com"), "mailto:ana@example.com");
+        assert_eq!(shown_destination("slack:C0DEPLOY"), "slack:C0DEPLOY");
     }
 
     #[test]

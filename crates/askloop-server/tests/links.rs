@@ -621,3 +621,216 @@ async fn a_raised_questions_notification_carries_one_link_made_out_to_the_config
     let done = until_status(&store, &run_id, RunStatus::Completed).await;
     assert_eq!(done.resolutions[0].author.by.as_deref(), Some("on-call"));
 }
+
+/// A server of `assistant` with `options` (and the public URL), making
+/// links with `settings`.
+async fn links_server(store: &Arc<dyn RunStore>, options: ServerOptions, settings: LinkSettings) -> TestServer {
+    let server = Server::new(vec![assistant(store)], Arc::clone(store))
+        .unwrap()
+        .options(options.public_url(Some(PUBLIC.to_owned())))
+        .links(AnswerLinks::new(settings, PUBLIC));
+    TestServer::serve(server).await
+}
+
+/// A POST of `body` to `path` with the bearer `secret` and `headers`.
+async fn post_as(
+    server: &TestServer,
+    secret: &str,
+    headers: &[(&str, &str)],
+    path: &str,
+    body: Value,
+) -> reqwest::Response {
+    let mut request = server.client.post(server.url(path)).bearer_auth(secret).json(&body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
+/// Starts a run of `assistant` that waits on its question, as `secret`.
+async fn waiting_run_as(server: &TestServer, secret: &str, headers: &[(&str, &str)]) -> String {
+    let started = post_as(
+        server,
+        secret,
+        headers,
+        "/api/agents/assistant/stream",
+        json!({"messages": PROMPT}),
+    )
+    .await;
+    Sse::read(started).await.first("tool-call-suspended")["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_link_keeps_who_made_it_and_its_answer_names_the_maker_beside_the_recipient() {
+    let store = memory_store();
+    let options = ServerOptions::default().tokens(vec![ApiToken::new("alice", "alice-secret-0123456789")]);
+    let server = links_server(&store, options, LinkSettings::new(key("k1"), [])).await;
+    let secret = "alice-secret-0123456789";
+    let run_id = waiting_run_as(&server, secret, &[]).await;
+    let made = |to: &'static str| {
+        let path = format!("/api/runs/{run_id}/links");
+        let server = &server;
+        async move {
+            let response = post_as(server, secret, &[], &path, json!({"to": to})).await;
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let to_bob = made("Bob the CFO").await;
+    let to_carol = made("Carol").await;
+    assert_eq!(
+        (to_bob["recipient"].as_str(), to_bob["madeBy"].as_str()),
+        (Some("Bob the CFO"), Some("alice")),
+        "{to_bob}"
+    );
+
+    // Listed with its maker.
+    let listed: Value = server
+        .client
+        .get(server.url(&format!("/api/runs/{run_id}/links")))
+        .bearer_auth(secret)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let makers: Vec<(&str, &str)> = listed["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["recipient"].as_str().unwrap(), l["madeBy"].as_str().unwrap()))
+        .collect();
+    assert_eq!(makers, [("Bob the CFO", "alice"), ("Carol", "alice")]);
+
+    // The page says who made it, and the answer is recorded as by the
+    // recipient, made by the maker.
+    let bob = path_of(&to_bob);
+    let (status, shown) = question(&server, &bob).await;
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(
+        (shown["recipient"].as_str(), shown["madeBy"].as_str()),
+        (Some("Bob the CFO"), Some("alice"))
+    );
+    let token = form_token(&server, &bob).await;
+    let (status, answered) = answer(&server, &bob, json!({"formToken": token, "resumeData": "staging"})).await;
+    assert_eq!(status, 200, "{answered}");
+    let done = until_status(&store, &run_id, RunStatus::Completed).await;
+    let [resolution] = &done.resolutions[..] else {
+        panic!("{:?}", done.resolutions)
+    };
+    assert_eq!(
+        (
+            resolution.author.via,
+            resolution.author.by.as_deref(),
+            resolution.author.made_by.as_deref()
+        ),
+        (Interface::Link, Some("Bob the CFO"), Some("alice"))
+    );
+    let shown_run: Value = server
+        .client
+        .get(server.url(&format!("/api/runs/{run_id}")))
+        .bearer_auth(secret)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let recorded = &shown_run["resolutions"][0];
+    assert_eq!(
+        (
+            recorded["via"].as_str(),
+            recorded["by"].as_str(),
+            recorded["madeBy"].as_str()
+        ),
+        (Some("link"), Some("Bob the CFO"), Some("alice")),
+        "{shown_run}"
+    );
+
+    // Another link to the same question says who answered, through whose link.
+    let (status, closed) = question(&server, &path_of(&to_carol)).await;
+    assert_eq!((status, code(&closed)), (410, "question_closed"), "{closed}");
+    let message = closed["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("by Bob the CFO through a link made by alice"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_link_is_made_by_the_person_a_proxy_names_and_by_nobody_on_a_server_without_tokens() {
+    let store = memory_store();
+    let options = ServerOptions::default()
+        .tokens(vec![ApiToken::new("proxy", "proxy-secret-0123456789")])
+        .author_header(Some("X-Forwarded-User".to_owned()));
+    let server = links_server(&store, options, LinkSettings::new(key("k1"), [])).await;
+    let as_dana = [("X-Forwarded-User", "dana")];
+    let run_id = waiting_run_as(&server, "proxy-secret-0123456789", &as_dana).await;
+    let made = post_as(
+        &server,
+        "proxy-secret-0123456789",
+        &as_dana,
+        &format!("/api/runs/{run_id}/links"),
+        json!({"to": "Bob"}),
+    )
+    .await;
+    assert_eq!(made.status(), 200);
+    let made: Value = made.json().await.unwrap();
+    assert_eq!(
+        made["madeBy"], "dana",
+        "the person the proxy named, not the proxy's token: {made}"
+    );
+
+    let open = memory_store();
+    let server = links_server(&open, ServerOptions::default(), LinkSettings::new(key("k1"), [])).await;
+    let (run_id, _) = suspended_run(&server).await;
+    let made = mint(&server, &run_id, json!({"to": "Bob"})).await;
+    assert!(made.get("madeBy").is_none(), "nothing names the maker: {made}");
+    let path = path_of(&made);
+    let token = form_token(&server, &path).await;
+    let (status, _) = answer(&server, &path, json!({"formToken": token, "resumeData": "staging"})).await;
+    assert_eq!(status, 200);
+    let done = until_status(&open, &run_id, RunStatus::Completed).await;
+    assert_eq!(
+        (
+            done.resolutions[0].author.by.as_deref(),
+            done.resolutions[0].author.made_by.as_deref()
+        ),
+        (Some("Bob"), None)
+    );
+}
+
+#[tokio::test]
+async fn a_link_to_a_recipient_the_server_does_not_list_is_refused_naming_whom_it_may_be_made_out_to() {
+    let store = memory_store();
+    let settings =
+        LinkSettings::new(key("k1"), []).only_recipients(vec!["bob@corp.example".into(), "carol@corp.example".into()]);
+    let server = links_server(&store, ServerOptions::default(), settings).await;
+    let (run_id, _) = suspended_run(&server).await;
+    let path = format!("/api/runs/{run_id}/links");
+    for stranger in ["Bob the CFO", "BOB@corp.example", "mallory@evil.example"] {
+        let (status, refused) = error_of(server.post(&path, json!({"to": stranger})).await).await;
+        assert_eq!(
+            (status, refused["code"].as_str()),
+            (422, Some("recipient_not_allowed")),
+            "{stranger}"
+        );
+        let message = refused["message"].as_str().unwrap();
+        assert!(
+            message.contains("bob@corp.example, carol@corp.example") && message.contains("[links] recipients"),
+            "{message}"
+        );
+    }
+    let links_now = || async {
+        let listed: Value = server.get(&path).await.json().await.unwrap();
+        listed["links"].as_array().unwrap().len()
+    };
+    assert_eq!(links_now().await, 0, "a refused link is not made");
+    let made = mint(&server, &run_id, json!({"to": " carol@corp.example "})).await;
+    assert_eq!(made["recipient"], "carol@corp.example");
+    assert_eq!(links_now().await, 1);
+}

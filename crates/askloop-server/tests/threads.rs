@@ -878,3 +878,80 @@ async fn a_token_limited_to_some_agents_reads_only_their_messages_on_a_shared_th
     .unwrap();
     assert_eq!(deleted.status(), 200, "a caller of every agent deletes it");
 }
+
+#[tokio::test]
+async fn a_listing_names_each_untitled_thread_by_its_first_message_and_counts_them_all() {
+    let (server, _model) = served().await;
+    let long = format!("Deploy the app. {}", "Then tell me how it went. ".repeat(20));
+    for (thread, message) in [
+        ("t-short", "Deploy the app."),
+        ("t-long", long.as_str()),
+        ("t-titled", "Deploy it."),
+    ] {
+        let stream = server
+            .post_sse(
+                "/api/agents/assistant/stream",
+                json!({"messages": message, "memory": {"thread": thread, "resource": "ana"}}),
+            )
+            .await;
+        suspended(&stream);
+    }
+    let renamed = patch(
+        &server,
+        "/api/memory/threads/t-titled?resourceId=ana",
+        json!({"title": "Release"}),
+    )
+    .await;
+    assert_eq!(renamed.status(), 200);
+
+    let listed: Value = server
+        .get("/api/memory/threads?resourceId=ana&perPage=2")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&listed["total"], &listed["hasMore"]),
+        (&json!(3), &json!(true)),
+        "{listed}"
+    );
+    let second: Value = server
+        .get("/api/memory/threads?resourceId=ana&perPage=2&page=1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let threads: Vec<&Value> = listed["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(second["threads"].as_array().unwrap())
+        .collect();
+    let by_id = |id: &str| {
+        *threads
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap_or_else(|| panic!("{id}: {threads:?}"))
+    };
+    assert_eq!(by_id("t-short")["firstMessage"], "Deploy the app.");
+    let first_of_long = by_id("t-long")["firstMessage"].as_str().unwrap();
+    assert_eq!(
+        first_of_long,
+        long.chars().take(200).collect::<String>(),
+        "the start of a long message, a bound on the listing"
+    );
+    assert!(
+        by_id("t-titled").get("firstMessage").is_none(),
+        "a titled thread is named by its title"
+    );
+    let one: Value = server
+        .get("/api/memory/threads/t-short?resourceId=ana")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        one["firstMessage"], "Deploy the app.",
+        "one thread read alone carries it too"
+    );
+}

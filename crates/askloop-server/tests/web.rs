@@ -116,3 +116,75 @@ async fn the_event_stream_says_ready_then_names_a_run_that_raised_a_question() {
     let change: Value = serde_json::from_str(&next_event(&mut events, &mut decoder, "run").await).unwrap();
     assert_eq!(change, json!({"runId": "run-events"}));
 }
+
+/// Opens `GET /api/events` with the bearer `secret`; a stream that opened
+/// is read until it says `ready`.
+async fn open_events(server: &TestServer, secret: &str) -> (reqwest::Response, SseDecoder) {
+    let mut events = server
+        .client
+        .get(server.url("/api/events"))
+        .bearer_auth(secret)
+        .send()
+        .await
+        .unwrap();
+    let mut decoder = SseDecoder::new();
+    if events.status() == StatusCode::OK {
+        next_event(&mut events, &mut decoder, "ready").await;
+    }
+    (events, decoder)
+}
+
+#[tokio::test]
+async fn a_caller_holds_at_most_its_cap_of_event_streams_another_is_not_affected_and_a_closed_one_frees_a_slot() {
+    let store = memory_store();
+    let options = ServerOptions::default()
+        .tokens(vec![
+            askloop_server::ApiToken::new("alice", "alice-secret-0123456789"),
+            askloop_server::ApiToken::new("bob", "bob-secret-0123456789"),
+        ])
+        .event_streams_per_caller(3);
+    let server = TestServer::start_with(vec![assistant(&store)], store, options).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let (events, decoder) = open_events(&server, "alice-secret-0123456789").await;
+        assert_eq!(events.status(), StatusCode::OK);
+        held.push((events, decoder));
+    }
+
+    let (refused, _) = open_events(&server, "alice-secret-0123456789").await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_streams", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("holds 3 live event streams") && message.contains("--max-event-streams"),
+        "the refusal names the cap and how to raise it: {message}"
+    );
+
+    let (bobs, _) = open_events(&server, "bob-secret-0123456789").await;
+    assert_eq!(bobs.status(), StatusCode::OK, "another token has slots of its own");
+
+    // The client of one stream goes away: its slot comes back once the
+    // server sees it gone.
+    drop(held.pop());
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let (reopened, _) = loop {
+        let (attempt, decoder) = open_events(&server, "alice-secret-0123456789").await;
+        if attempt.status() == StatusCode::OK {
+            break (attempt, decoder);
+        }
+        assert_eq!(attempt.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the closed stream's slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(reopened.status(), StatusCode::OK);
+    let (full_again, _) = open_events(&server, "alice-secret-0123456789").await;
+    assert_eq!(
+        full_again.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "one slot came back, not more"
+    );
+}

@@ -104,7 +104,9 @@ async function listen() {
   if (events) return;
   events = new AbortController();
   let pause = 1000;
+  let full = false;
   while (events && !events.signal.aborted) {
+    full = false;
     try {
       const frames = await runEvents(events.signal);
       pause = 1000;
@@ -129,9 +131,12 @@ async function listen() {
         live.textContent = 'Live updates are off for this store.';
         return;
       }
+      // The server caps how many live streams one token holds: tried again
+      // as another page of it closes.
+      full = err.status === 429;
     }
     document.body.dataset.live = 'off';
-    live.textContent = 'Reconnecting…';
+    live.textContent = full ? 'Live updates paused: too many pages of this token are open. Close one to resume.' : 'Reconnecting…';
     await new Promise((resolve) => setTimeout(resolve, pause));
     pause = Math.min(pause * 2, 15000);
   }

@@ -108,6 +108,7 @@ function render(question) {
       form,
       h('p', { class: 'link-meta', id: 'link-meta' },
         'You answer as ', h('strong', {}, shown(question.recipient)),
+        question.madeBy ? [', on a link made by ', h('strong', {}, shown(question.madeBy))] : null,
         `. This link works once, until ${expires.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' })} (${until(question.expiresAt)}).`),
       h('div', { class: 'link-done', id: 'link-done', role: 'status', hidden: true },
         h('strong', {}, 'Thank you, ', shown(question.recipient), '.'),

@@ -136,6 +136,7 @@ function render(run) {
               r.via === 'grant'
                 ? [' by ', grantWho(r)]
                 : [` via ${r.via}`, r.by ? [' by ', shown(r.by)] : r.declared ? [', ', shown(r.declared), ' (declared by the client, not verified)'] : ''],
+              r.madeBy ? [' (a link made by ', shown(r.madeBy), ')'] : '',
               r.grant && r.via !== 'grant' ? ` (made a standing approval for this ${r.grant.scope === 'thread' ? 'chat' : 'resource'})` : '',
               ' ',
               h('time', { datetime: r.at, title: r.at }, ago(r.at)),

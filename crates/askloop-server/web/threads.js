@@ -2,15 +2,26 @@
 // acts as (GET /api/me), newest first, each at its own address
 // (/threads/{id}), renamed and deleted from the list. A conversation's
 // title is its first message, shortened, unless someone renamed it; a
-// thread started elsewhere without a title is named by its first message
-// as the list is drawn.
+// thread started elsewhere without a title is named by the start of its
+// first message, which the listing carries (`firstMessage`).
+//
+// The list is read a page at a time, as the Inbox is: the first page shows
+// at once, the next loads as the reader nears the end of the list (or
+// presses "Show more"), and the heading says how many there are in all, as
+// the server counts them. Drawing the list again (after a change anywhere)
+// reads the pages already shown in one request (up to 1,000 rows a
+// request), never one per conversation.
 
 import { getJson, sendJson, whoAmI } from './api.js';
 import { ago, h } from './dom.js';
 
 const RESOURCE_KEY = 'askloop.resource';
-/** The most conversations the list shows. */
-const LISTED = 100;
+/** Conversations per page of the list. */
+const PAGE = 100;
+/** The most conversations the server lists in one request. */
+const MOST_PER_REQUEST = 1000;
+/** How far below the end of the list's view the next page starts loading. */
+const AHEAD = '300px';
 
 /** The longest title made from a message, in characters. */
 const TITLE_CHARS = 60;
@@ -51,34 +62,36 @@ export const threadPath = (threadId, resource) =>
 export const messagesPath = (threadId, resource, { page = 0, perPage }) =>
   `/api/memory/threads/${encodeURIComponent(threadId)}/messages?resourceId=${encodeURIComponent(resource)}&page=${page}&perPage=${perPage}`;
 
-/** The resource's conversations, newest first. */
+/** A page of the resource's conversations, newest first: `{threads, total, hasMore}`. */
+export function threadsPage(resource, { page = 0, perPage = PAGE } = {}) {
+  return getJson(`/api/memory/threads?resourceId=${encodeURIComponent(resource)}&page=${page}&perPage=${perPage}`);
+}
+
+/** The resource's newest conversations (a page of them). */
 export async function listThreads(resource) {
-  const page = await getJson(`/api/memory/threads?resourceId=${encodeURIComponent(resource)}&perPage=${LISTED}`);
-  return page.threads;
+  return (await threadsPage(resource)).threads;
 }
 
-/** Titles made from first messages, by thread id: they never change. */
-const firstMessages = new Map();
+/**
+ * The first `count` conversations and how many there are in all: one
+ * request for up to MOST_PER_REQUEST, one more for each such number after.
+ */
+async function firstThreads(resource, count) {
+  const perPage = Math.min(count, MOST_PER_REQUEST);
+  const threads = [];
+  let total = 0;
+  for (let page = 0; threads.length < count; page += 1) {
+    const got = await threadsPage(resource, { page, perPage });
+    total = got.total;
+    threads.push(...got.threads);
+    if (!got.hasMore) break;
+  }
+  return { threads: threads.slice(0, count), total };
+}
 
-/** The title to show: the stored one, else the first message's, else a placeholder. */
+/** The title to show: the stored one, else one made from the first message, else a placeholder. */
 export function shownTitle(thread) {
-  return thread.title || firstMessages.get(thread.id) || 'New conversation';
-}
-
-/** Reads the first message of each untitled thread, for its title. */
-async function nameUntitled(threads, resource) {
-  const untitled = threads.filter((t) => !t.title && !firstMessages.has(t.id));
-  await Promise.all(
-    untitled.map(async (t) => {
-      try {
-        const page = await getJson(messagesPath(t.id, resource, { perPage: 1 }));
-        const text = messageText(page.messages[0]);
-        if (text) firstMessages.set(t.id, titleFrom(text));
-      } catch {
-        // Left as a placeholder; the list says nothing is wrong with the thread.
-      }
-    }),
-  );
+  return thread.title || (thread.firstMessage ? titleFrom(thread.firstMessage) : '') || 'New conversation';
 }
 
 /** The text of a stored message (Mastra's shape). */
@@ -102,6 +115,12 @@ export function conversationList({ current, onDeleted, onRenamed }) {
   const list = h('ol', { class: 'thread-list', id: 'thread-list', 'aria-label': 'Conversations' });
   const status = h('p', { class: 'thread-status', role: 'status' });
   const acting = h('p', { class: 'acting' });
+  const counted = h('span', { class: 'threads-total', hidden: true });
+  // Below the rows, inside the list so it scrolls with them: how many are
+  // shown of how many, and the next page.
+  const progress = h('p', { class: 'thread-progress', role: 'status' });
+  const more = h('button', { type: 'button', class: 'show-more', hidden: true }, 'Show more');
+  const foot = h('li', { class: 'thread-foot' }, progress, more);
   // On a phone the list folds away under the heading while a conversation is open.
   const toggle = h('button', { type: 'button', class: 'quiet threads-toggle', 'aria-expanded': 'false', 'aria-controls': 'thread-list' }, 'Show');
   const panel = h(
@@ -114,7 +133,8 @@ export function conversationList({ current, onDeleted, onRenamed }) {
       toggle,
       h('a', { href: '/', 'data-route': true, class: 'button new-chat' }, 'New chat'),
     ),
-    acting,
+    // Whom the page acts as, and how many conversations there are in all.
+    h('div', { class: 'threads-meta' }, acting, counted),
     list,
     status,
   );
@@ -127,17 +147,124 @@ export function conversationList({ current, onDeleted, onRenamed }) {
   fold(!current);
   toggle.addEventListener('click', () => fold(!panel.classList.contains('open')));
 
-  async function draw() {
+  /** How many conversations the list shows: a page, and a page more each time more are asked for. */
+  let wanted = PAGE;
+  /** How many there are in all, as the server last counted them. */
+  let count = 0;
+  /** Rows by thread id, in the list's order. */
+  const rows = new Map();
+  /** The next page on its way, if one is. */
+  let loading = null;
+  /** Reads of the list, one after another, so a page added and the list read again never undo each other. */
+  let queue = Promise.resolve();
+  const queued = (task) => {
+    const run = queue.then(task);
+    queue = run.catch(() => {});
+    return run;
+  };
+
+  const draw = () => queued(drawNow);
+
+  async function drawNow() {
     const me = await whoAmI();
     const resource = await currentResource();
     drawActing(acting, me, resource);
-    const threads = await listThreads(resource);
-    await nameUntitled(threads, resource);
+    const page = await firstThreads(resource, wanted);
     // A row being renamed, or asking whether to delete, stays as it is.
     if (list.querySelector('form.rename, .confirm')) return;
-    list.replaceChildren(...threads.map((t) => row(t, resource)));
-    status.textContent = threads.length ? '' : 'No conversations yet. Your first message starts one.';
+    show(page.threads, resource);
+    showCount(page.total);
   }
+
+  /** What a row shows: when it changes, the row is made again. */
+  const shapeOf = (thread) => `${shownTitle(thread)}\u0000${thread.updatedAt}\u0000${thread.id === current}`;
+
+  /** The row of `thread`, kept when it shows the same, else made again in its place. */
+  function rowFor(thread, resource) {
+    const kept = rows.get(thread.id);
+    if (kept?.dataset.shape === shapeOf(thread)) return kept;
+    const made = row(thread, resource);
+    made.dataset.shape = shapeOf(thread);
+    kept?.replaceWith(made);
+    rows.set(thread.id, made);
+    return made;
+  }
+
+  /** Makes the list `threads`, in order; rows that did not change stay, with the focus in them. */
+  function show(threads, resource) {
+    const listed = new Set(threads.map((t) => t.id));
+    for (const [id, item] of rows) {
+      if (!listed.has(id)) {
+        item.remove();
+        rows.delete(id);
+      }
+    }
+    let previous = null;
+    for (const thread of threads) {
+      const item = rowFor(thread, resource);
+      // Moved only when out of place: moving a row would take the focus from it.
+      if (previous ? previous.nextElementSibling !== item : list.firstElementChild !== item) {
+        if (previous) previous.after(item);
+        else list.prepend(item);
+      }
+      previous = item;
+    }
+    if (list.lastElementChild !== foot) list.append(foot);
+  }
+
+  /** The count in the heading, how many of it are shown, and the empty state. */
+  function showCount(total) {
+    count = total;
+    const shown = rows.size;
+    counted.hidden = count === 0;
+    counted.textContent = `${count.toLocaleString()} ${count === 1 ? 'conversation' : 'conversations'}`;
+    more.hidden = shown >= count;
+    foot.hidden = shown >= count && count <= PAGE;
+    progress.textContent =
+      shown < count ? `${shown.toLocaleString()} of ${count.toLocaleString()} shown` : `All ${count.toLocaleString()} shown`;
+    status.textContent = count ? '' : 'No conversations yet. Your first message starts one.';
+  }
+
+  /**
+   * Adds the next page below the rows shown. With `focus` (the reader
+   * pressed "Show more") the focus moves to the page's first row.
+   */
+  function showMore({ focus }) {
+    if (loading || rows.size >= count) return;
+    more.setAttribute('aria-busy', 'true');
+    progress.textContent = 'Loading more…';
+    loading = queued(async () => {
+      const resource = await currentResource();
+      const from = rows.size;
+      const next = await threadsPage(resource, { page: Math.floor(from / PAGE), perPage: PAGE });
+      wanted = Math.max(wanted, from + PAGE);
+      // A conversation started meanwhile moves the pages down: rows shown
+      // already are not shown twice.
+      const added = next.threads.filter((t) => !rows.has(t.id)).map((t) => rowFor(t, resource));
+      for (const item of added) list.insertBefore(item, foot);
+      showCount(next.total);
+      if (focus) added[0]?.querySelector('a')?.focus();
+    })
+      .catch((err) => {
+        progress.textContent = `Could not load more: ${err.message}`;
+      })
+      .finally(() => {
+        loading = null;
+        more.removeAttribute('aria-busy');
+        // Still near the end (a tall list): observing again says so at once.
+        observer.unobserve(foot);
+        observer.observe(foot);
+      });
+  }
+
+  more.addEventListener('click', () => showMore({ focus: true }));
+  const observer = new IntersectionObserver(
+    (entries) => {
+      if (entries.some((entry) => entry.isIntersecting)) showMore({ focus: false });
+    },
+    { root: list, rootMargin: `0px 0px ${AHEAD} 0px` },
+  );
+  observer.observe(foot);
 
   function row(thread, resource) {
     const title = shownTitle(thread);
@@ -181,6 +308,8 @@ export function conversationList({ current, onDeleted, onRenamed }) {
       form.remove();
       return draw();
     };
+    // Made again when the list is next drawn, whatever it shows then.
+    item.dataset.shape = '';
     input.addEventListener('keydown', (event) => {
       if (event.key === 'Escape') done();
     });
@@ -221,6 +350,7 @@ export function conversationList({ current, onDeleted, onRenamed }) {
       box.remove();
       return draw();
     };
+    item.dataset.shape = '';
     yes.addEventListener('click', async () => {
       try {
         await sendJson('DELETE', `${threadPath(thread.id, resource)}&cancelRuns=true`);

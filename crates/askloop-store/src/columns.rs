@@ -59,6 +59,20 @@ pub(crate) const TABLES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "answer_links",
+        &[
+            "link_id",
+            "run_id",
+            "tool_call_id",
+            "recipient",
+            "made_by",
+            "created_at",
+            "expires_at",
+            "used_at",
+            "revoked_at",
+        ],
+    ),
+    (
         "thread_messages",
         &[
             "resource_id",

@@ -3,13 +3,17 @@
 //! a link taken back). The link is made exactly as the server's
 //! `POST /api/runs/{runId}/links` makes it, on the same store, so any
 //! `askloop serve` with the same keys and `public_url` answers through it.
+//! Its maker is the CLI's user (the login name), as for every decision
+//! taken with `askloop`.
 
 use askloop::{Clock, SystemClock};
 use askloop_server::links::{self, AnswerLinks, LinkError, LinkRequest};
 
 use super::Context;
+use super::decide::cli_author;
 use super::serve::load_config;
 use crate::cli::LinkArgs;
+use crate::escape;
 use crate::exit::{CliError, Done};
 
 pub async fn link(ctx: &Context, args: LinkArgs) -> Result<Done, CliError> {
@@ -21,10 +25,11 @@ pub async fn link(ctx: &Context, args: LinkArgs) -> Result<Done, CliError> {
             crate::out::json(&revoked)?;
         } else {
             outln!(
-                "Revoked link {} (for {}, call {} of run {}).",
+                "Revoked link {} (for {}{}, call {} of run {}).",
                 revoked.link_id,
-                revoked.recipient,
-                revoked.tool_call_id,
+                escape::one_line(&revoked.recipient),
+                made_by(revoked.made_by.as_deref()),
+                escape::one_line(&revoked.tool_call_id),
                 revoked.run_id
             );
         }
@@ -41,10 +46,12 @@ pub async fn link(ctx: &Context, args: LinkArgs) -> Result<Done, CliError> {
                 "answer links are off: add [links] with a [[links.keys]] signing key, and public_url, to askloop.toml (see docs/server.md)",
             )
         })?;
+    let maker = cli_author().by;
     let request = LinkRequest {
         run_id,
         tool_call_id: args.call.as_deref(),
         recipient: to,
+        maker: maker.as_deref(),
         valid_for: args.expires_in,
     };
     let minted = links.mint(store.as_ref(), request, now).await.map_err(cli_error)?;
@@ -52,17 +59,24 @@ pub async fn link(ctx: &Context, args: LinkArgs) -> Result<Done, CliError> {
         crate::out::json(&minted)?;
     } else {
         outln!("{}", minted.url);
+        let recipient = escape::one_line(&minted.recipient);
         errln!(
-            "askloop: link {} answers call {} of run {} as {}, once, until {}. Whoever opens it answers as {}.",
+            "askloop: link {} answers call {} of run {} as {recipient}{}, once, until {}. Whoever opens it answers as {recipient}.",
             minted.link_id,
-            minted.tool_call_id,
+            escape::one_line(&minted.tool_call_id),
             minted.run_id,
-            minted.recipient,
+            made_by(minted.made_by.as_deref()),
             askloop::rfc3339(minted.expires_at),
-            minted.recipient
         );
     }
     Ok(Done::Ok)
+}
+
+/// ", made by alice" (the link's maker), or nothing when none was named.
+fn made_by(maker: Option<&str>) -> String {
+    maker
+        .map(|m| format!(", made by {}", escape::one_line(m)))
+        .unwrap_or_default()
 }
 
 fn cli_error(err: LinkError) -> CliError {

@@ -46,6 +46,7 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .allowed_hosts(config.allowed_hosts.iter().cloned().chain(args.allow_host).collect())
         .public_url(config.public_url.clone())
         .body_limit(args.max_body_bytes)
+        .event_streams_per_caller(args.max_event_streams)
         .shutdown_grace(args.shutdown_grace)
         .recover_every(args.recover_every)
         .header_read_timeout(args.header_timeout)

@@ -3,8 +3,10 @@
 //! answers as an unknown one):
 //!
 //! - `POST /api/runs/{runId}/links` with `{"to": "Alice", "toolCallId"?,
-//!   "expiresIn"?: "2h"}`: a link for a waiting call;
-//! - `GET /api/runs/{runId}/links`: the run's links, used or not;
+//!   "expiresIn"?: "2h"}`: a link for a waiting call, made by the caller
+//!   (`madeBy`: the token's name, or the person a trusted proxy named);
+//! - `GET /api/runs/{runId}/links`: the run's links, used or not, each
+//!   with its maker;
 //! - `POST /api/links/{linkId}/revoke`: the link answers nothing from then on.
 
 use std::sync::Arc;
@@ -49,10 +51,14 @@ pub(crate) async fn mint(
         .map(askloop::parse_duration)
         .transpose()
         .map_err(|err| ApiError::BadRequest(format!("expiresIn: {err}")))?;
+    // Its maker: the name the caller acts under (the token's, or the person
+    // a trusted proxy named); none on a server without tokens.
+    let maker = caller.author().by;
     let request = LinkRequest {
         run_id: &run_id,
         tool_call_id: body.tool_call_id.as_deref(),
         recipient: &body.to,
+        maker: maker.as_deref(),
         valid_for,
     };
     Ok(Json(links.mint(state.store.as_ref(), request, state.now()).await?))

@@ -5,7 +5,10 @@
 //!   by `POST /api/runs/{runId}/links` (behind the API token, for runs the
 //!   token may see), by `askloop link`, and for each question a webhook
 //!   announces. A link works until the earliest of the configured longest
-//!   age, the time asked for, and the question's own time limit.
+//!   age, the time asked for, and the question's own time limit. Its row
+//!   keeps who made it (the name the maker acted under: the token's, the
+//!   person a trusted proxy named, the CLI's user), and `[links]
+//!   recipients` may limit whom links are made out to.
 //! - **Signed** (`token.rs`): the token names its row, run, call, recipient
 //!   and expiry, under HMAC-SHA256 with the first configured key; every
 //!   configured key verifies.
@@ -18,8 +21,9 @@
 //!   answer is a POST from that page carrying the link's form token, under
 //!   the server's Host and cross-site rules. It goes through the same
 //!   exactly-once resume as every answer, recorded as by the recipient
-//!   through [`Interface::Link`]. Whoever holds a forwarded link answers as
-//!   its recipient.
+//!   through [`Interface::Link`], made by the link's maker
+//!   ([`Author::made_by`](askloop::Author::made_by)). Whoever holds a
+//!   forwarded link answers as its recipient.
 
 mod api;
 mod page;
@@ -30,6 +34,7 @@ use std::time::Duration;
 
 use askloop::{
     AnswerLink, Interface, LinkState, PendingToolCall, Resolution, RunRecord, RunStatus, RunStore, StoreError,
+    quoted_excerpt,
 };
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -38,6 +43,26 @@ use sha2::{Digest, Sha256};
 pub(crate) use api::{list as list_route, mint as mint_route, revoke as revoke_route};
 pub(crate) use page::routes as page_routes;
 use token::{BadToken, Claims};
+
+/// Where links are opened (`<public_url>/links/<token>`), and their page's
+/// reads and answers below it.
+pub(crate) const LINKS_PATH: &str = "/links/";
+
+/// A request's path as logs and traces show it. A path under
+/// [`LINKS_PATH`] holds a link's token, a credential that answers as the
+/// link's recipient: whoever reads a log line or a trace holding it could
+/// answer. So such a path is shown as its `route` (`/links/{token}`,
+/// `/links/{token}/question`), or as `/links/…` when no route matched (a
+/// link cut short or mistyped). Every other path is shown as it is: run,
+/// agent and thread ids name things, they open nothing.
+pub(crate) fn shown_path<'a>(path: &'a str, route: Option<&'a str>) -> &'a str {
+    if !path.starts_with(LINKS_PATH) {
+        return path;
+    }
+    route
+        .filter(|route| route.starts_with(LINKS_PATH))
+        .unwrap_or("/links/…")
+}
 
 /// How long a link works at most, unless `[links] max_age` says otherwise.
 pub const DEFAULT_LINK_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -88,7 +113,8 @@ impl fmt::Debug for LinkKey {
 }
 
 /// `[links]`, checked: the keys (the first signs), the longest a link
-/// works, and whom webhook links are made out to.
+/// works, whom webhook links are made out to, and whom links may be made
+/// out to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LinkSettings {
@@ -98,6 +124,12 @@ pub struct LinkSettings {
     pub max_age: Duration,
     /// Whom links in webhook notifications are made out to.
     pub webhook_recipient: String,
+    /// The only names links may be made out to, when set (`[links]
+    /// recipients`): a link to anyone else is refused. Links the server
+    /// makes for its own notifications are made out to names the
+    /// configuration gives already (`webhook_recipient`, `[email]`'s
+    /// recipients) and are not checked against it.
+    pub recipients: Option<Vec<String>>,
 }
 
 impl LinkSettings {
@@ -107,12 +139,19 @@ impl LinkSettings {
             keys: std::iter::once(signing).chain(verifying).collect(),
             max_age: DEFAULT_LINK_MAX_AGE,
             webhook_recipient: DEFAULT_WEBHOOK_RECIPIENT.to_owned(),
+            recipients: None,
         }
     }
 
     /// Sets the longest a link works.
     pub fn max_age(mut self, max_age: Duration) -> Self {
         self.max_age = max_age;
+        self
+    }
+
+    /// Allows links made out to these names only.
+    pub fn only_recipients(mut self, names: Vec<String>) -> Self {
+        self.recipients = Some(names);
         self
     }
 }
@@ -140,6 +179,11 @@ pub struct LinkRequest<'a> {
     pub tool_call_id: Option<&'a str>,
     /// Whom it is made out to (recorded as the author of its answer).
     pub recipient: &'a str,
+    /// Who makes it: the name the maker acts under (an API token's name,
+    /// a person a trusted proxy named, the CLI's user), if anything names
+    /// them. Kept with the link and recorded beside the recipient in its
+    /// answer.
+    pub maker: Option<&'a str>,
     /// How long it should work, if less than the longest allowed.
     pub valid_for: Option<Duration>,
 }
@@ -158,6 +202,9 @@ pub struct MintedLink {
     pub tool_call_id: String,
     /// Whom it is made out to.
     pub recipient: String,
+    /// Who made it, if anything named them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub made_by: Option<String>,
     /// When it stops working.
     pub expires_at: DateTime<Utc>,
 }
@@ -214,6 +261,18 @@ pub enum LinkError {
     /// The recipient's name is not usable.
     #[error("recipient: {0}")]
     BadRecipient(String),
+    /// `[links] recipients` does not name the recipient.
+    #[error(
+        "links may be made out only to the recipients this server lists ([links] recipients in askloop.toml), \
+         and {} is not one of them; make it out to one of: {}",
+        quoted_excerpt(recipient), allowed.join(", ")
+    )]
+    RecipientNotAllowed {
+        /// The recipient asked for.
+        recipient: String,
+        /// The names links may be made out to.
+        allowed: Vec<String>,
+    },
     /// The time asked for is no time at all.
     #[error("a link must work for some time; ask for at least one second")]
     NoTime,
@@ -362,13 +421,23 @@ impl AnswerLinks {
         &self.settings.keys[0]
     }
 
-    /// Makes a link for a waiting call of a run in `store`, at `now`.
+    /// Makes a link for a waiting call of a run in `store`, at `now`,
+    /// made out to one of [`LinkSettings::recipients`] when it lists some.
     pub async fn mint(
         &self,
         store: &dyn RunStore,
         request: LinkRequest<'_>,
         now: DateTime<Utc>,
     ) -> Result<MintedLink, LinkError> {
+        if let Some(allowed) = &self.settings.recipients {
+            let recipient = check_recipient(request.recipient).map_err(LinkError::BadRecipient)?;
+            if !allowed.contains(&recipient) {
+                return Err(LinkError::RecipientNotAllowed {
+                    recipient,
+                    allowed: allowed.clone(),
+                });
+            }
+        }
         let link_id = format!("lnk_{}", uuid::Uuid::now_v7().simple());
         self.mint_with_id(store, request, now, link_id).await
     }
@@ -392,6 +461,7 @@ impl AnswerLinks {
             run_id,
             tool_call_id: Some(tool_call_id),
             recipient,
+            maker: None,
             valid_for: None,
         };
         self.mint_with_id(store, request, written_at, format!("lnk_{hex}"))
@@ -438,6 +508,7 @@ impl AnswerLinks {
                 run_id: run_id.to_owned(),
                 tool_call_id: call.tool_call_id.clone(),
                 recipient,
+                made_by: request.maker.map(str::to_owned),
                 created_at: now,
                 expires_at,
                 used_at: None,
@@ -465,6 +536,7 @@ impl AnswerLinks {
             run_id: row.run_id.clone(),
             tool_call_id: row.tool_call_id.clone(),
             recipient: row.recipient.clone(),
+            made_by: row.made_by.clone(),
             expires_at: row.expires_at,
         }
     }
@@ -617,10 +689,14 @@ pub(crate) fn closed_how(run: &RunRecord, tool_call_id: &str) -> String {
     }
 }
 
-/// "answered by Bob through the page at ...".
+/// "answered by Bob through the page at ...", "answered by Bob through a
+/// link made by alice at ...".
 fn describe(resolution: &Resolution) -> String {
     let by = match (&resolution.author.by, resolution.author.via) {
-        (Some(name), Interface::Link) => format!(" by {name} through a link"),
+        (Some(name), Interface::Link) => match &resolution.author.made_by {
+            Some(maker) => format!(" by {name} through a link made by {maker}"),
+            None => format!(" by {name} through a link"),
+        },
         (Some(name), via) => format!(" by {name} ({via})"),
         (None, via) => format!(" through {via}"),
     };
@@ -629,4 +705,32 @@ fn describe(resolution: &Resolution) -> String {
 
 fn chrono_duration(duration: Duration) -> chrono::Duration {
     chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::days(365 * 100))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_holding_a_links_token_is_shown_as_its_route_and_other_paths_as_they_are() {
+        let token = "eyJrZXkiOiJrMSJ9.c2lnbmF0dXJl";
+        let page = format!("/links/{token}");
+        assert_eq!(shown_path(&page, Some("/links/{token}")), "/links/{token}");
+        let question = format!("/links/{token}/question");
+        assert_eq!(
+            shown_path(&question, Some("/links/{token}/question")),
+            "/links/{token}/question"
+        );
+        for unmatched in [
+            format!("/links/{token}/"),
+            format!("/links/{token}/x/y"),
+            "/links/".to_owned(),
+        ] {
+            assert_eq!(shown_path(&unmatched, None), "/links/…", "{unmatched}");
+            assert_eq!(shown_path(&unmatched, Some("/{*rest}")), "/links/…", "{unmatched}");
+        }
+        let run = "/api/runs/01a2/links";
+        assert_eq!(shown_path(run, Some("/api/runs/{run_id}/links")), run);
+        assert_eq!(shown_path("/linksomething", None), "/linksomething");
+    }
 }

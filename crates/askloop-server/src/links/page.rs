@@ -10,7 +10,7 @@
 //!   guard refuses other bodies and other sites' pages). The link is taken
 //!   in the store first, so it answers once; then the answer goes through
 //!   the agent's one exactly-once resume, recorded as by the recipient
-//!   through the link. An answer the question refuses gives the link back;
+//!   through the link, made by the link's maker. An answer the question refuses gives the link back;
 //!   a link taken a minute ago or more whose call still waits (the process
 //!   died before the answer was stored) opens again.
 
@@ -49,6 +49,9 @@ async fn page(headers: HeaderMap) -> Response {
 struct LinkQuestion {
     /// Whom the link was made out to: the answer is recorded as theirs.
     recipient: String,
+    /// Who made the link, if anything named them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    made_by: Option<String>,
     /// When the link stops working.
     expires_at: String,
     run_id: String,
@@ -132,6 +135,7 @@ async fn question(State(state): State<Arc<AppState>>, ApiPath(token): ApiPath<St
             .map_or_else(|_| opened.run.agent_id.clone(), |a| a.name().to_owned());
         Ok::<_, ApiError>(Json(LinkQuestion {
             recipient: opened.row.recipient,
+            made_by: opened.row.made_by,
             expires_at: askloop::rfc3339(opened.row.expires_at),
             run_id: opened.run.run_id.clone(),
             agent_id: opened.run.agent_id.clone(),
@@ -168,7 +172,10 @@ async fn answer_with(state: &AppState, token: &str, body: LinkAnswer) -> Result<
         });
     }
     let agent = state.agent(&opened.run.agent_id)?;
-    let author = Author::named(Interface::Link, opened.row.recipient.clone());
+    let mut author = Author::named(Interface::Link, opened.row.recipient.clone());
+    if let Some(maker) = &opened.row.made_by {
+        author = author.with_made_by(maker.clone());
+    }
     let call_id = opened.call.tool_call_id.clone();
     let decided = agent
         .decide_all(&opened.run.run_id, vec![(call_id.clone(), decision)], author)

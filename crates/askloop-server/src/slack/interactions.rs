@@ -339,7 +339,8 @@ async fn tell(slack: &Slack, response_url: &str, text: &str) {
         return;
     }
     if let Err(err) = slack.client.post(response_url).json(&ephemeral(text)).send().await {
-        tracing::warn!(error = %err, "cannot tell a Slack user why their click changed nothing");
+        // Without the URL: a response URL posts to the person who clicked.
+        tracing::warn!(error = %err.without_url(), "cannot tell a Slack user why their click changed nothing");
     }
 }
 

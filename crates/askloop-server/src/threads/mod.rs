@@ -72,7 +72,9 @@ fn check_agent(state: &AppState, caller: &Caller, agent_id: Option<&str>) -> Res
 
 /// `GET /api/memory/threads?resourceId=&agentId=`: the caller's threads,
 /// newest first, a page at a time (Mastra's `page` and `perPage`, 100 by
-/// default).
+/// default), with how many there are in all (`total`); an untitled thread
+/// carries the start of its first message (`firstMessage`), read for the
+/// whole page in one store call.
 pub(crate) async fn list(
     State(state): AppStateRef,
     caller: Caller,
@@ -99,7 +101,7 @@ pub(crate) async fn list(
         .await?;
     let has_more = u64::from(query.offset) + (listed.len() as u64) < total;
     Ok(Json(ThreadPage {
-        threads: listed.iter().map(ThreadBody::of).collect(),
+        threads: ThreadBody::named(threads, &listed).await?,
         total,
         page,
         per_page,
@@ -240,7 +242,10 @@ pub(crate) async fn get(
 ) -> Result<Json<ThreadBody>, ApiError> {
     check_agent(&state, &caller, params.agent_id.as_deref())?;
     let thread = find(&state, &caller, &thread_id, params.resource_id.as_deref()).await?;
-    Ok(Json(ThreadBody::of(&thread)))
+    let named = ThreadBody::named(store(&state)?, std::slice::from_ref(&thread)).await?;
+    Ok(Json(
+        named.into_iter().next().unwrap_or_else(|| ThreadBody::of(&thread)),
+    ))
 }
 
 /// `PATCH /api/memory/threads/{threadId}`: `{title?, metadata?,

@@ -3,16 +3,23 @@
 
 use std::collections::HashMap;
 
-use askloop::{Message, PendingKind, RunRecord, Thread, ThreadMessage};
+use askloop::{Message, PendingKind, RunRecord, Thread, ThreadKey, ThreadMessage, ThreadStore};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::error::ApiError;
 
+/// The most characters of a thread's first message its body carries:
+/// more than any title made of it needs, and a bound however long the
+/// message.
+const FIRST_MESSAGE_CHARS: usize = 200;
+
 /// A thread: `{id, resourceId, title, metadata?, createdAt, updatedAt}`,
 /// and askloop's `agentId`: the agent whose run created it, which a front
-/// end continues it with.
+/// end continues it with; and, for a thread without a title, askloop's
+/// `firstMessage`: the start of its first message's text, which a front end
+/// names it by (so a listing of untitled threads needs no read per thread).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ThreadBody {
@@ -24,6 +31,8 @@ pub(crate) struct ThreadBody {
     metadata: Value,
     created_at: String,
     updated_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_message: Option<String>,
 }
 
 impl ThreadBody {
@@ -36,7 +45,39 @@ impl ThreadBody {
             metadata: thread.metadata.clone(),
             created_at: askloop::rfc3339(thread.created_at),
             updated_at: askloop::rfc3339(thread.updated_at),
+            first_message: None,
         }
+    }
+
+    /// The bodies of `threads`, each untitled one with the start of its
+    /// first message's text, read for all of them in one store call.
+    pub(crate) async fn named(store: &dyn ThreadStore, threads: &[Thread]) -> Result<Vec<ThreadBody>, ApiError> {
+        let untitled: Vec<ThreadKey> = threads.iter().filter(|t| t.title.is_empty()).map(Thread::key).collect();
+        let mut firsts: HashMap<ThreadKey, String> = HashMap::new();
+        if !untitled.is_empty() {
+            for (key, first) in store.first_messages(&untitled).await? {
+                if let Some(text) = message_text(&first.message) {
+                    firsts.insert(key, text.chars().take(FIRST_MESSAGE_CHARS).collect());
+                }
+            }
+        }
+        Ok(threads
+            .iter()
+            .map(|thread| ThreadBody {
+                first_message: firsts.remove(&thread.key()),
+                ..ThreadBody::of(thread)
+            })
+            .collect())
+    }
+}
+
+/// The text a person or the model wrote in `message`, if any.
+fn message_text(message: &Message) -> Option<&str> {
+    match message {
+        Message::User { content } | Message::Assistant { content, .. } => {
+            Some(content.as_str()).filter(|text| !text.trim().is_empty())
+        }
+        _ => None,
     }
 }
 

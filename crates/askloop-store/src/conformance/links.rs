@@ -19,6 +19,7 @@ fn link(t0: DateTime<Utc>, link_id: &str, run_id: &str, recipient: &str, minutes
         run_id: run_id.into(),
         tool_call_id: "c1".into(),
         recipient: recipient.into(),
+        made_by: None,
         created_at: t0,
         expires_at: t0 + Duration::minutes(minutes),
         used_at: None,
@@ -141,5 +142,42 @@ pub async fn a_runs_links_are_listed_oldest_first_and_pruned_with_it(s: &Subject
         links(s).links("open").await.unwrap().len(),
         1,
         "a live run keeps its links"
+    );
+}
+
+/// A link's maker is stored with it and read back by every read (one link,
+/// a run's links, after it is taken and revoked); a link made without one
+/// reads as made by nobody, never as made by its recipient.
+pub async fn a_links_maker_is_kept_and_a_link_made_without_one_reads_as_made_by_nobody(s: &Subject) {
+    let t0 = base_time();
+    s.store.create(&new_run("r1", "agent", t0, 0), &[]).await.unwrap();
+    let mut made = link(t0, "lnk_made", "r1", "Bob the CFO", 60);
+    made.made_by = Some("alice é 🙂".into());
+    assert_eq!(links(s).create_link(&made).await.unwrap(), made);
+    let mut anonymous = link(t0, "lnk_anon", "r1", "Bob the CFO", 60);
+    anonymous.created_at += Duration::seconds(1);
+    assert_eq!(links(s).create_link(&anonymous).await.unwrap().made_by, None);
+
+    let now = t0 + Duration::minutes(1);
+    assert!(links(s).take_link("lnk_made", now).await.unwrap());
+    assert!(links(s).revoke_link("lnk_anon", now).await.unwrap());
+    let makers: Vec<(String, Option<String>)> = links(s)
+        .links("r1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.link_id, l.made_by))
+        .collect();
+    assert_eq!(
+        makers,
+        [
+            ("lnk_made".to_owned(), Some("alice é 🙂".to_owned())),
+            ("lnk_anon".to_owned(), None)
+        ]
+    );
+    assert_eq!(
+        links(s).link("lnk_made").await.unwrap().unwrap().made_by.as_deref(),
+        Some("alice é 🙂"),
+        "taking a link keeps its maker"
     );
 }

@@ -246,6 +246,7 @@ macro_rules! store_conformance_tests {
             runs_appending_to_one_thread_at_once_never_collide,
             threads_are_created_read_edited_listed_and_counted_by_resource_and_agent,
             a_threads_messages_are_read_from_any_place_by_sequence,
+            the_first_messages_of_many_threads_are_read_at_once,
             runs_are_listed_by_their_thread_and_by_resource,
             runs_walled_to_resources_are_listed_paged_and_counted_within_the_wall,
             deleting_a_thread_deletes_its_messages_and_runs_unless_one_is_unfinished,
@@ -255,7 +256,8 @@ macro_rules! store_conformance_tests {
             deleting_a_thread_deletes_its_own_grants_and_keeps_the_resources,
             a_link_is_stored_once_and_of_twenty_takers_exactly_one_wins,
             revoked_and_expired_links_cannot_be_taken_and_used_ones_cannot_be_revoked,
-            a_runs_links_are_listed_oldest_first_and_pruned_with_it
+            a_runs_links_are_listed_oldest_first_and_pruned_with_it,
+            a_links_maker_is_kept_and_a_link_made_without_one_reads_as_made_by_nobody
         );
     };
 }

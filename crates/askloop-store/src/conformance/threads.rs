@@ -291,6 +291,50 @@ pub async fn a_threads_messages_are_read_from_any_place_by_sequence(s: &Subject)
     );
 }
 
+/// The first messages of many threads are read at once, each with its
+/// thread's key: a thread without messages, one that does not exist and
+/// another resource's thread of the same id give nothing of theirs.
+pub async fn the_first_messages_of_many_threads_are_read_at_once(s: &Subject) {
+    for i in 0..450 {
+        let own = [format!("first of {i}"), format!("second of {i}")];
+        let own: Vec<&str> = own.iter().map(String::as_str).collect();
+        run_on(
+            s.store.as_ref(),
+            &format!("r{i}"),
+            &key("ana", &format!("t{i}")),
+            0,
+            &own,
+        )
+        .await;
+    }
+    run_on(s.store.as_ref(), "theirs", &key("bo", "t1"), 0, &["bo's own"]).await;
+    let empty = Thread::new(&key("ana", "empty"), "agent", base_time());
+    threads(s).create_thread(&empty).await.unwrap();
+    // More keys than one SQLite statement takes variables for.
+    let mut asked: Vec<ThreadKey> = (0..450).rev().map(|i| key("ana", &format!("t{i}"))).collect();
+    asked.extend([key("ana", "empty"), key("ana", "missing"), key("ana", "t1")]);
+    let mut found: Vec<(String, String, i64)> = threads(s)
+        .first_messages(&asked)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(key, first)| {
+            let Message::User { content } = first.message else {
+                panic!("{first:?}")
+            };
+            (key.thread_id, content, first.seq)
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    let mut expected: Vec<(String, String, i64)> = (0..450)
+        .map(|i| (format!("t{i}"), format!("first of {i}"), 0))
+        .collect();
+    expected.sort();
+    assert_eq!(found, expected);
+    assert!(threads(s).first_messages(&[]).await.unwrap().is_empty());
+}
+
 /// Runs are listed and counted by their thread, or by any thread of a resource.
 pub async fn runs_are_listed_by_their_thread_and_by_resource(s: &Subject) {
     run_on(s.store.as_ref(), "r1", &key("ana", "t1"), 0, &["a"]).await;

@@ -1,7 +1,7 @@
 //! Answer links in a [`PostgresStore`]: the `answer_links` table
-//! (migration 9). Taking a link is one `UPDATE ... WHERE used_at IS NULL
-//! AND revoked_at IS NULL AND expires_at > $2`: of instances sharing the
-//! database, one takes it.
+//! (migration 9, and 15 for their makers). Taking a link is one
+//! `UPDATE ... WHERE used_at IS NULL AND revoked_at IS NULL AND
+//! expires_at > $2`: of instances sharing the database, one takes it.
 
 use askloop::{AnswerLink, LinkStore, StoreError};
 use async_trait::async_trait;
@@ -11,7 +11,8 @@ use sqlx::postgres::PgRow;
 
 use super::PostgresStore;
 
-const LINK_COLUMNS: &str = "link_id, run_id, tool_call_id, recipient, created_at, expires_at, used_at, revoked_at";
+const LINK_COLUMNS: &str =
+    "link_id, run_id, tool_call_id, recipient, created_at, expires_at, used_at, revoked_at, made_by";
 
 fn read_link(row: &PgRow) -> Result<AnswerLink, StoreError> {
     let link_id: String = row.try_get("link_id").map_err(StoreError::backend)?;
@@ -23,6 +24,7 @@ fn read_link(row: &PgRow) -> Result<AnswerLink, StoreError> {
     Ok(AnswerLink {
         tool_call_id: row.try_get("tool_call_id").map_err(bad)?,
         recipient: row.try_get("recipient").map_err(bad)?,
+        made_by: row.try_get("made_by").map_err(bad)?,
         created_at: row.try_get("created_at").map_err(bad)?,
         expires_at: row.try_get("expires_at").map_err(bad)?,
         used_at: row.try_get("used_at").map_err(bad)?,
@@ -58,7 +60,7 @@ impl PostgresStore {
 impl LinkStore for PostgresStore {
     async fn create_link(&self, link: &AnswerLink) -> Result<AnswerLink, StoreError> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO answer_links ({LINK_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL) \
+            "INSERT INTO answer_links ({LINK_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL, $7) \
              ON CONFLICT (link_id) DO NOTHING"
         )))
         .bind(&link.link_id)
@@ -67,6 +69,7 @@ impl LinkStore for PostgresStore {
         .bind(&link.recipient)
         .bind(link.created_at)
         .bind(link.expires_at)
+        .bind(&link.made_by)
         .execute(&self.pool)
         .await
         .map_err(self.failed(|| format!("storing answer link {} of run {}", link.link_id, link.run_id)))?;

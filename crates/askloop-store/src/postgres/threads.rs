@@ -479,6 +479,37 @@ impl ThreadStore for PostgresStore {
         }
         self.delete_locked_thread(key).await
     }
+
+    async fn first_messages(&self, keys: &[ThreadKey]) -> Result<Vec<(ThreadKey, ThreadMessage)>, StoreError> {
+        // A key holding NUL names no stored thread.
+        let keys: Vec<&ThreadKey> = keys.iter().filter(|key| !holds_nul(key)).collect();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let resources: Vec<&str> = keys.iter().map(|key| key.resource_id.as_str()).collect();
+        let threads: Vec<&str> = keys.iter().map(|key| key.thread_id.as_str()).collect();
+        let rows = sqlx::query(
+            "SELECT m.resource_id, m.thread_id, m.seq, m.run_id, m.run_seq, m.body::text AS body, m.created_at \
+             FROM UNNEST($1::text[], $2::text[]) AS k (resource_id, thread_id) \
+             JOIN thread_messages m ON m.resource_id = k.resource_id COLLATE \"C\" \
+             AND m.thread_id = k.thread_id COLLATE \"C\" AND m.seq = 0",
+        )
+        .bind(&resources)
+        .bind(&threads)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.failed(|| format!("reading the first messages of {} threads", keys.len())))?;
+        rows.iter()
+            .map(|row| {
+                let key = ThreadKey::new(
+                    row.try_get::<String, _>("resource_id").map_err(StoreError::backend)?,
+                    row.try_get::<String, _>("thread_id").map_err(StoreError::backend)?,
+                );
+                let first = read_message(&key, row)?;
+                Ok((key, first))
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

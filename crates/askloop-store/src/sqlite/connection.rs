@@ -29,6 +29,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/sqlite/0012_finished_by_comparisons.sql"),
     ),
     (13, include_str!("../../migrations/sqlite/0013_run_resource.sql")),
+    (14, include_str!("../../migrations/sqlite/0014_link_makers.sql")),
 ];
 
 /// How many prepared statements a connection keeps (the write connection

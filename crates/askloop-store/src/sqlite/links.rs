@@ -10,7 +10,8 @@ use rusqlite::{Connection, params};
 use super::writes::Write;
 use super::{SqliteStore, micros};
 
-const LINK_COLUMNS: &str = "link_id, run_id, tool_call_id, recipient, created_at, expires_at, used_at, revoked_at";
+const LINK_COLUMNS: &str =
+    "link_id, run_id, tool_call_id, recipient, created_at, expires_at, used_at, revoked_at, made_by";
 
 /// A link to insert, its times in microseconds.
 #[derive(Debug)]
@@ -19,6 +20,7 @@ pub(crate) struct NewLink {
     run_id: String,
     tool_call_id: String,
     recipient: String,
+    made_by: Option<String>,
     created_at: i64,
     expires_at: i64,
 }
@@ -36,7 +38,7 @@ pub(crate) enum LinkChange {
 
 pub(crate) fn create(conn: &Connection, link: &NewLink) -> Result<i64, StoreError> {
     conn.prepare_cached(&format!(
-        "INSERT INTO answer_links ({LINK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL) ON CONFLICT (link_id) DO NOTHING"
+        "INSERT INTO answer_links ({LINK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, ?) ON CONFLICT (link_id) DO NOTHING"
     ))
     .and_then(|mut insert| {
         insert.execute(params![
@@ -46,6 +48,7 @@ pub(crate) fn create(conn: &Connection, link: &NewLink) -> Result<i64, StoreErro
             link.recipient,
             link.created_at,
             link.expires_at,
+            link.made_by,
         ])
     })
     .map(|rows| rows as i64)
@@ -96,6 +99,7 @@ fn read_link(row: &rusqlite::Row<'_>) -> Result<AnswerLink, StoreError> {
         expires_at: required(5, "expires_at")?,
         used_at: time(6, "used_at")?,
         revoked_at: time(7, "revoked_at")?,
+        made_by: row.get(8).map_err(|e| bad(format!("made_by: {e}")))?,
         link_id: link_id.clone(),
     })
 }
@@ -114,6 +118,7 @@ impl LinkStore for SqliteStore {
             run_id: link.run_id.clone(),
             tool_call_id: link.tool_call_id.clone(),
             recipient: link.recipient.clone(),
+            made_by: link.made_by.clone(),
             created_at: micros(link.created_at),
             expires_at: micros(link.expires_at),
         }))

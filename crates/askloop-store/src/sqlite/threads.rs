@@ -205,6 +205,31 @@ fn time(value: i64) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_micros(value)
 }
 
+/// Reads a `thread_messages` row of the thread `key` whose columns `seq,
+/// run_id, run_seq, body, created_at` start at `first`.
+fn read_message(key: &ThreadKey, row: &rusqlite::Row<'_>, first: usize) -> Result<ThreadMessage, StoreError> {
+    let seq: i64 = row.get(first).map_err(StoreError::backend)?;
+    let bad = |e: rusqlite::Error| corrupt(&key.resource_id, &key.thread_id, format!("message {seq}: {e}"));
+    let run_id: String = row.get(first + 1).map_err(bad)?;
+    let run_seq: i64 = row.get(first + 2).map_err(bad)?;
+    let body: String = row.get(first + 3).map_err(bad)?;
+    let at: i64 = row.get(first + 4).map_err(bad)?;
+    let created_at = time(at).ok_or_else(|| {
+        corrupt(
+            &key.resource_id,
+            &key.thread_id,
+            format!("message {seq}: created_at: {at} is not a time"),
+        )
+    })?;
+    Ok(ThreadMessage {
+        message: parse_message(&run_id, run_seq, &body)?,
+        seq,
+        run_id,
+        run_seq,
+        created_at,
+    })
+}
+
 /// Reads a `threads` row (columns as in [`THREAD_COLUMNS`]).
 fn read_thread(row: &rusqlite::Row<'_>) -> Result<Thread, StoreError> {
     let resource_id: String = row.get(0).map_err(StoreError::backend)?;
@@ -346,28 +371,39 @@ impl ThreadStore for SqliteStore {
                 .map_err(StoreError::backend)?;
             let mut messages = Vec::new();
             while let Some(row) = rows.next().map_err(StoreError::backend)? {
-                let seq: i64 = row.get(0).map_err(StoreError::backend)?;
-                let bad = |e: rusqlite::Error| corrupt(&key.resource_id, &key.thread_id, format!("message {seq}: {e}"));
-                let run_id: String = row.get(1).map_err(bad)?;
-                let run_seq: i64 = row.get(2).map_err(bad)?;
-                let body: String = row.get(3).map_err(bad)?;
-                let at: i64 = row.get(4).map_err(bad)?;
-                let created_at = time(at).ok_or_else(|| {
-                    corrupt(
-                        &key.resource_id,
-                        &key.thread_id,
-                        format!("message {seq}: created_at: {at} is not a time"),
-                    )
-                })?;
-                messages.push(ThreadMessage {
-                    message: parse_message(&run_id, run_seq, &body)?,
-                    seq,
-                    run_id,
-                    run_seq,
-                    created_at,
-                });
+                messages.push(read_message(key, row, 0)?);
             }
             Ok(messages)
+        })
+    }
+
+    async fn first_messages(&self, keys: &[ThreadKey]) -> Result<Vec<(ThreadKey, ThreadMessage)>, StoreError> {
+        self.read(|conn| {
+            let mut found = Vec::with_capacity(keys.len());
+            // Two variables a thread: under the oldest SQLite limit of 999.
+            for chunk in keys.chunks(400) {
+                let pairs = vec!["(?, ?)"; chunk.len()].join(", ");
+                let mut select = conn
+                    .prepare_cached(&format!(
+                        "SELECT resource_id, thread_id, seq, run_id, run_seq, body, created_at FROM thread_messages \
+                         WHERE seq = 0 AND (resource_id, thread_id) IN (VALUES {pairs})"
+                    ))
+                    .map_err(StoreError::backend)?;
+                let values: Vec<&dyn rusqlite::ToSql> = chunk
+                    .iter()
+                    .flat_map(|key| [&key.resource_id as &dyn rusqlite::ToSql, &key.thread_id])
+                    .collect();
+                let mut rows = select.query(values.as_slice()).map_err(StoreError::backend)?;
+                while let Some(row) = rows.next().map_err(StoreError::backend)? {
+                    let key = ThreadKey::new(
+                        row.get::<_, String>(0).map_err(StoreError::backend)?,
+                        row.get::<_, String>(1).map_err(StoreError::backend)?,
+                    );
+                    let first = read_message(&key, row, 2)?;
+                    found.push((key, first));
+                }
+            }
+            Ok(found)
         })
     }
 

@@ -28,6 +28,12 @@ pub struct AnswerLink {
     pub tool_call_id: String,
     /// Whom it was made out to: the author of its answer, whoever follows it.
     pub recipient: String,
+    /// Who made it: the name its maker acted under (an API token's name, a
+    /// person a trusted proxy named, the CLI's user); `None` when nothing
+    /// named them (a server without tokens, a link the server made for a
+    /// notification, a link made before makers were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made_by: Option<String>,
     /// When it was made.
     pub created_at: DateTime<Utc>,
     /// When it stops working.
@@ -126,6 +132,7 @@ mod tests {
             run_id: "r".into(),
             tool_call_id: "c".into(),
             recipient: "Alice".into(),
+            made_by: None,
             created_at: at(0),
             expires_at: at(100),
             used_at: None,

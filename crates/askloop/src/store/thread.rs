@@ -211,6 +211,20 @@ pub trait ThreadStore: Send + Sync {
     /// Deletes a thread with its messages and its runs (their rows and
     /// messages), in one write, unless one of its runs is not finished.
     async fn delete_thread(&self, key: &ThreadKey) -> Result<ThreadDeletion, StoreError>;
+
+    /// The first message of each thread of `keys` that has one, with its
+    /// thread's key, in no particular order: what names an untitled thread
+    /// in a listing. This reads each thread's first message in turn; a
+    /// store over a database reads them all in one query.
+    async fn first_messages(&self, keys: &[ThreadKey]) -> Result<Vec<(ThreadKey, ThreadMessage)>, StoreError> {
+        let mut found = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some(first) = self.thread_messages(key, 0, 1).await?.into_iter().next() {
+                found.push((key.clone(), first));
+            }
+        }
+        Ok(found)
+    }
 }
 
 /// Which message holds the result of each tool call of `messages`: for a

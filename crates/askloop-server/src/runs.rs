@@ -251,16 +251,20 @@ pub(crate) struct DeliveryList {
 /// `GET /api/runs/{runId}/deliveries`: every notification of the run (to
 /// webhooks, by email; the first notice of a question, its reminder and
 /// its escalation), when each is or was due, and how its delivery went,
-/// oldest first.
+/// oldest first. A webhook's URL is shown by its origin, as in the logs:
+/// the rest may hold the receiver's token, which anyone who may see the run
+/// could otherwise post with.
 pub(crate) async fn deliveries(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<DeliveryList>, ApiError> {
     load(&state, &caller, &run_id, None).await?;
-    Ok(Json(DeliveryList {
-        deliveries: state.store.deliveries(&run_id).await?,
-    }))
+    let mut deliveries = state.store.deliveries(&run_id).await?;
+    for delivery in &mut deliveries {
+        delivery.message.destination = crate::webhooks::shown_destination(&delivery.message.destination);
+    }
+    Ok(Json(DeliveryList { deliveries }))
 }
 
 /// `POST /api/runs/{runId}/cancel`: the run stops where it is; its status

@@ -419,7 +419,7 @@ impl std::error::Error for AttemptError {
 /// origin only, since the rest may hold a token (Slack's and Discord's
 /// incoming webhooks carry theirs in the path) that anyone reading a log
 /// could post with; an address (`mailto:`) or a channel (`slack:`) as it is.
-fn shown_destination(destination: &str) -> String {
+pub(crate) fn shown_destination(destination: &str) -> String {
     if destination.starts_with(MAILTO) || destination.starts_with(SLACK) {
         return destination.to_owned();
     }

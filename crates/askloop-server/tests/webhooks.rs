@@ -104,3 +104,29 @@ async fn a_refused_notification_is_sent_again_once_the_agents_clock_passes_its_r
     assert_eq!(*seen.lock().unwrap(), [first_try, first_try + 2]);
     server.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_runs_deliveries_show_a_webhooks_url_by_its_origin_never_the_token_in_its_path() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    // As Slack's and Discord's incoming webhooks do, the path is the secret.
+    let url = "http://127.0.0.1:9/services/T0001/B0001/secret-in-the-path";
+    let agent = Agent::builder("assistant")
+        .model(scripted(DEPLOY_SCRIPT))
+        .tool(AskUser::new())
+        .store(Arc::clone(&store))
+        .notify(Subscription::new(url, [EventType::QuestionRaised]))
+        .build()
+        .unwrap();
+    let server = TestServer::start_with(vec![agent.clone()], Arc::clone(&store), ServerOptions::default()).await;
+    let run_id = agent.stream("Deploy the app").await.unwrap().output().await.run_id;
+    let body: serde_json::Value = server
+        .get(&format!("/api/runs/{run_id}/deliveries"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["deliveries"][0]["destination"], "http://127.0.0.1:9/…", "{body}");
+    assert!(!body.to_string().contains("secret-in-the-path"), "{body}");
+    let stored = store.deliveries(&run_id).await.unwrap();
+    assert_eq!(stored[0].message.destination, url, "the store keeps where it goes");
+}

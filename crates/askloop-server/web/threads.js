@@ -155,6 +155,8 @@ export function conversationList({ current, onDeleted, onRenamed }) {
   const rows = new Map();
   /** The next page on its way, if one is. */
   let loading = null;
+  /** "Show more" was pressed: the next page's first row takes the focus. */
+  let focusWanted = false;
   /** Reads of the list, one after another, so a page added and the list read again never undo each other. */
   let queue = Promise.resolve();
   const queued = (task) => {
@@ -230,6 +232,9 @@ export function conversationList({ current, onDeleted, onRenamed }) {
    * pressed "Show more") the focus moves to the page's first row.
    */
   function showMore({ focus }) {
+    // A press while a page comes by itself (the end scrolled near) moves
+    // the focus to that page's first row when it arrives.
+    if (focus) focusWanted = rows.size < count;
     if (loading || rows.size >= count) return;
     more.setAttribute('aria-busy', 'true');
     progress.textContent = 'Loading more…';
@@ -243,7 +248,8 @@ export function conversationList({ current, onDeleted, onRenamed }) {
       const added = next.threads.filter((t) => !rows.has(t.id)).map((t) => rowFor(t, resource));
       for (const item of added) list.insertBefore(item, foot);
       showCount(next.total);
-      if (focus) added[0]?.querySelector('a')?.focus();
+      if (focusWanted) added[0]?.querySelector('a')?.focus();
+      focusWanted = false;
     })
       .catch((err) => {
         progress.textContent = `Could not load more: ${err.message}`;

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::process::ExitCode;
 
-use askloop::{InvalidId, RunError, RunStatus, StoreError};
+use askloop::{InvalidId, RunError, RunErrorKind, RunStatus, StoreError};
 
 /// Bad usage: flags, an answer the question does not accept, ambiguous
 /// resume.
@@ -98,20 +98,22 @@ impl From<serde_json::Error> for CliError {
 impl From<RunError> for CliError {
     fn from(err: RunError) -> Self {
         let message = err.to_string();
-        match err {
-            RunError::AmbiguousResume { pending, .. } => CliError::usage(format!(
+        if let RunError::AmbiguousResume { pending, .. } = &err {
+            return CliError::usage(format!(
                 "{message}; pass --tool-call-id (e.g. --tool-call-id {})",
                 pending.first().map_or("ID", String::as_str)
-            )),
-            RunError::InvalidAnswer { .. }
-            | RunError::WrongPendingKind { .. }
-            | RunError::NothingToApprove { .. }
-            | RunError::InvalidArguments { .. }
-            | RunError::DeniedByRule { .. }
-            | RunError::InvalidInput(_)
-            | RunError::InvalidId(_)
-            | RunError::ReasonTooLong { .. } => CliError::usage(message),
-            _ => CliError::failure(message),
+            ));
+        }
+        // What the person typed is what to change: a usage error. Approving
+        // where only questions wait is one too.
+        match err.kind() {
+            RunErrorKind::BadRequest | RunErrorKind::NotAccepted => CliError::usage(message),
+            RunErrorKind::State if matches!(err, RunError::NothingToApprove { .. }) => CliError::usage(message),
+            RunErrorKind::NotFound
+            | RunErrorKind::State
+            | RunErrorKind::RunState
+            | RunErrorKind::Internal
+            | RunErrorKind::Store => CliError::failure(message),
         }
     }
 }

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use askloop::{InvalidId, RunError, StoreError, quoted_excerpt};
+use askloop::{InvalidId, RunError, RunErrorKind, StoreError, StoreErrorKind, quoted_excerpt};
 
 use crate::links::{LinkError, LinkRefusal};
 
@@ -364,34 +364,23 @@ impl ApiError {
     }
 }
 
+/// A refusal of the run's, by its kind: the core names every variant's
+/// kind and code, so no variant is answered by a guess here.
 fn run_status(err: &RunError) -> (StatusCode, &'static str) {
-    match err {
-        RunError::UnknownRun { .. } | RunError::OtherAgent { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
-        RunError::NotSuspended { .. } => (StatusCode::CONFLICT, "run_not_suspended"),
-        RunError::Finished { .. } => (StatusCode::CONFLICT, "run_finished"),
-        RunError::Superseded { .. } => (StatusCode::CONFLICT, "superseded"),
-        RunError::Expired { .. } => (StatusCode::CONFLICT, "expired"),
-        RunError::ToolCallNotPending { .. } => (StatusCode::CONFLICT, "tool_call_not_pending"),
-        RunError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
-        RunError::NotRetryable { .. } => (StatusCode::CONFLICT, "not_retryable"),
-        RunError::AmbiguousResume { .. } => (StatusCode::BAD_REQUEST, "ambiguous_resume"),
-        RunError::InvalidInput(_) | RunError::InvalidId(_) => (StatusCode::BAD_REQUEST, "bad_request"),
-        RunError::InvalidAnswer { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_answer"),
-        RunError::ReasonTooLong { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "reason_too_long"),
-        RunError::WrongPendingKind { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "wrong_pending_kind"),
-        RunError::NothingToApprove { .. } => (StatusCode::CONFLICT, "nothing_to_approve"),
-        RunError::InvalidArguments { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_arguments"),
-        RunError::DeniedByRule { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "denied_by_rule"),
-        // The stored run and this server's agent disagree: the run's state,
-        // not the request, is what stands in the way.
-        // So is a request the run machine refused for the state the run is in:
-        // what was refused is the client's to read, not a damaged run.
-        RunError::UnknownTool { .. } | RunError::StepLimit { .. } | RunError::Refused { .. } => {
-            (StatusCode::CONFLICT, "run_state")
-        }
-        RunError::Store(err) => store_status(err),
-        _ => (StatusCode::CONFLICT, "run_state"),
-    }
+    let status = match err.kind() {
+        RunErrorKind::NotFound => StatusCode::NOT_FOUND,
+        // The run's state, or the run as stored, stands in the way: not the
+        // request (a damaged run is the store's `run_unreadable`).
+        RunErrorKind::State | RunErrorKind::RunState => StatusCode::CONFLICT,
+        RunErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+        RunErrorKind::NotAccepted => StatusCode::UNPROCESSABLE_ENTITY,
+        RunErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        RunErrorKind::Store => match err {
+            RunError::Store(store) => return store_status(store),
+            other => return (StatusCode::INTERNAL_SERVER_ERROR, other.code()),
+        },
+    };
+    (status, err.code())
 }
 
 fn link_status(err: &LinkError) -> (StatusCode, &'static str) {
@@ -410,28 +399,23 @@ fn link_status(err: &LinkError) -> (StatusCode, &'static str) {
     }
 }
 
+/// A store's failure, by its kind (see [`StoreError::kind`]).
 fn store_status(err: &StoreError) -> (StatusCode, &'static str) {
-    match err {
-        StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
-        StoreError::AlreadyExists { .. } => (StatusCode::CONFLICT, "run_exists"),
-        StoreError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
-        StoreError::ThreadExists { .. } => (StatusCode::CONFLICT, "thread_exists"),
-        StoreError::ThreadCorrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "thread_unreadable"),
-        StoreError::GrantCorrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "grant_unreadable"),
-        StoreError::NoThreads => (StatusCode::NOT_IMPLEMENTED, "no_threads"),
-        StoreError::NoGrants => (StatusCode::NOT_IMPLEMENTED, "no_grants"),
-        StoreError::Corrupt { .. } | StoreError::NewerSchema { .. } => {
-            (StatusCode::INTERNAL_SERVER_ERROR, "run_unreadable")
-        }
-        _ => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
-    }
+    let status = match err.kind() {
+        StoreErrorKind::NotFound => StatusCode::NOT_FOUND,
+        StoreErrorKind::Conflict => StatusCode::CONFLICT,
+        StoreErrorKind::Unreadable => StatusCode::INTERNAL_SERVER_ERROR,
+        StoreErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
+        StoreErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, err.code())
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
         if status.is_server_error() {
-            tracing::error!(%code, error = %self, "request failed");
+            tracing::error!(%code, error = %askloop::ErrorChain(&self), "request failed");
         } else {
             tracing::debug!(%code, error = %self, "request refused");
         }
@@ -501,6 +485,46 @@ impl From<QueryRejection> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bug_of_askloop_is_a_500_internal_naming_the_run_not_a_conflict() {
+        let err = ApiError::Run(RunError::Internal {
+            run_id: Some("r1".into()),
+            detail: "the request stopped without an end".into(),
+        });
+        assert_eq!(err.status_and_code(), (StatusCode::INTERNAL_SERVER_ERROR, "internal"));
+        let message = err.to_string();
+        assert!(message.contains("r1") && message.contains("bug"), "{message}");
+    }
+
+    #[test]
+    fn every_store_failure_is_answered_by_its_kind_with_its_own_code() {
+        for (err, expected) in [
+            (
+                StoreError::NotFound { run_id: "r".into() },
+                (StatusCode::NOT_FOUND, "unknown_run"),
+            ),
+            (
+                StoreError::AlreadyExists { run_id: "r".into() },
+                (StatusCode::CONFLICT, "run_exists"),
+            ),
+            (StoreError::NoGrants, (StatusCode::NOT_IMPLEMENTED, "no_grants")),
+            (
+                StoreError::Closed,
+                (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+            ),
+            (
+                StoreError::NewerSchema {
+                    run_id: "r".into(),
+                    found: 9,
+                    supported: 8,
+                },
+                (StatusCode::INTERNAL_SERVER_ERROR, "run_unreadable"),
+            ),
+        ] {
+            assert_eq!(ApiError::Store(err).status_and_code(), expected);
+        }
+    }
 
     #[test]
     fn a_request_the_run_machine_refused_is_a_conflict_saying_what_was_refused_not_an_unreadable_run() {

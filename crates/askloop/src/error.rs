@@ -224,6 +224,16 @@ pub enum RunError {
         /// What was refused, and why.
         detail: String,
     },
+    /// askloop itself went wrong (a state its machines never reach): a bug,
+    /// not anything the caller did. Hosts answer it as a server error and
+    /// log it.
+    #[error("askloop failed inside{}: {detail}; this is a bug of askloop, please report it", run_id.as_ref().map(|r| format!(" on run {r}")).unwrap_or_default())]
+    Internal {
+        /// The run, when there is one.
+        run_id: Option<String>,
+        /// What went wrong.
+        detail: String,
+    },
     /// The input was not usable.
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -261,9 +271,108 @@ impl RunError {
             | RunError::Failed { run_id, .. }
             | RunError::NotRetryable { run_id, .. }
             | RunError::Refused { run_id, .. } => Some(run_id),
+            RunError::Internal { run_id, .. } => run_id.as_deref(),
             RunError::InvalidInput(_) | RunError::InvalidId(_) | RunError::Store(_) => None,
         }
     }
+
+    /// An internal error (a bug of askloop) about `run_id`.
+    pub(crate) fn internal(run_id: &str, detail: impl Into<String>) -> Self {
+        RunError::Internal {
+            run_id: Some(run_id.to_owned()).filter(|r| !r.is_empty()),
+            detail: detail.into(),
+        }
+    }
+
+    /// What kind of refusal it is, for a host that answers it in its own
+    /// words (an HTTP status, an exit code). Every variant has one, decided
+    /// here without a wildcard, so a new variant cannot go unclassified.
+    pub fn kind(&self) -> RunErrorKind {
+        match self {
+            RunError::UnknownRun { .. } | RunError::OtherAgent { .. } => RunErrorKind::NotFound,
+            RunError::NotSuspended { .. }
+            | RunError::Finished { .. }
+            | RunError::Superseded { .. }
+            | RunError::Expired { .. }
+            | RunError::ToolCallNotPending { .. }
+            | RunError::Conflict { .. }
+            | RunError::NotRetryable { .. }
+            | RunError::NothingToApprove { .. } => RunErrorKind::State,
+            RunError::UnknownTool { .. }
+            | RunError::StepLimit { .. }
+            | RunError::Failed { .. }
+            | RunError::Refused { .. } => RunErrorKind::RunState,
+            RunError::AmbiguousResume { .. } | RunError::InvalidInput(_) | RunError::InvalidId(_) => {
+                RunErrorKind::BadRequest
+            }
+            RunError::InvalidAnswer { .. }
+            | RunError::ReasonTooLong { .. }
+            | RunError::WrongPendingKind { .. }
+            | RunError::InvalidArguments { .. }
+            | RunError::DeniedByRule { .. } => RunErrorKind::NotAccepted,
+            RunError::Internal { .. } => RunErrorKind::Internal,
+            RunError::Store(_) => RunErrorKind::Store,
+        }
+    }
+
+    /// A stable, machine-readable name of the error (`run_not_suspended`,
+    /// `invalid_answer`, ...), the same in every host that shows one (the
+    /// HTTP API's `error.code`); a store error's is its own
+    /// ([`StoreError::code`]).
+    pub fn code(&self) -> &'static str {
+        match self {
+            RunError::UnknownRun { .. } | RunError::OtherAgent { .. } => "unknown_run",
+            RunError::NotSuspended { .. } => "run_not_suspended",
+            RunError::Finished { .. } => "run_finished",
+            RunError::Superseded { .. } => "superseded",
+            RunError::Expired { .. } => "expired",
+            RunError::ToolCallNotPending { .. } => "tool_call_not_pending",
+            RunError::Conflict { .. } => "conflict",
+            RunError::NotRetryable { .. } => "not_retryable",
+            RunError::NothingToApprove { .. } => "nothing_to_approve",
+            RunError::AmbiguousResume { .. } => "ambiguous_resume",
+            RunError::InvalidInput(_) | RunError::InvalidId(_) => "bad_request",
+            RunError::InvalidAnswer { .. } => "invalid_answer",
+            RunError::ReasonTooLong { .. } => "reason_too_long",
+            RunError::WrongPendingKind { .. } => "wrong_pending_kind",
+            RunError::InvalidArguments { .. } => "invalid_arguments",
+            RunError::DeniedByRule { .. } => "denied_by_rule",
+            RunError::UnknownTool { .. }
+            | RunError::StepLimit { .. }
+            | RunError::Failed { .. }
+            | RunError::Refused { .. } => "run_state",
+            RunError::Internal { .. } => "internal",
+            RunError::Store(err) => err.code(),
+        }
+    }
+}
+
+/// What kind of refusal a [`RunError`] is ([`RunError::kind`]): the classes
+/// a host answers differently (the HTTP API: 404, 409, 409, 400, 422, 500,
+/// and the store's own for a store error).
+///
+/// Not `#[non_exhaustive]` on purpose: a host matches every kind, so a kind
+/// added later is a compile error there rather than an answer guessed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunErrorKind {
+    /// No such run (or not one this agent may act on): answered as missing.
+    NotFound,
+    /// The run is not in a state that takes this request now (finished,
+    /// not waiting on that call, beaten by another answer).
+    State,
+    /// The run as stored cannot go on as asked (its agent lost a tool, it
+    /// reached its step limit, it failed): the run, not the request, is in
+    /// the way.
+    RunState,
+    /// The request itself is malformed or ambiguous.
+    BadRequest,
+    /// The request is well formed, and the run's question or its rules do
+    /// not accept it (an answer that does not fit, arguments a rule denies).
+    NotAccepted,
+    /// A bug of askloop.
+    Internal,
+    /// The store failed or refused ([`StoreError`] says how).
+    Store,
 }
 
 fn list(ids: &[String]) -> String {

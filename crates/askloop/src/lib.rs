@@ -48,7 +48,7 @@ pub use cause::{Cause, ErrorChain};
 pub use chunk::{Chunk, ChunkKind};
 pub use clock::{Clock, ManualClock, SystemClock, rfc3339, system_clock};
 pub use duration::{DURATION_FORMS, InvalidDuration, parse_duration};
-pub use error::RunError;
+pub use error::{RunError, RunErrorKind};
 pub use id::{IdKind, IdProblem, InvalidId, MAX_ID_BYTES, quoted_excerpt, run_page_url, url_path_segment};
 pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolCallIds, ToolSpec};
@@ -59,7 +59,8 @@ pub use store::{
     DeliveryOutcome, DeliveryState, DeliveryStore, EventType, ExpiredRuns, Grant, GrantNote, GrantQuery, GrantScope,
     GrantStore, Interface, Lease, LinkState, LinkStore, MemoryStore, Notice, OutboxMessage, PendingKind,
     PendingToolCall, RUN_SCHEMA_VERSION, Resolution, ResolutionKind, RunChange, RunChanges, RunCursor, RunFailure,
-    RunMemory, RunQuery, RunRecord, RunSettings, RunStatus, RunStore, RunUpdate, StoreError, Subscription, Thread,
-    ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, call_results, context_messages,
+    RunMemory, RunQuery, RunRecord, RunSettings, RunStatus, RunStore, RunUpdate, StoreError, StoreErrorKind,
+    Subscription, Thread, ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, call_results,
+    context_messages,
 };
 pub use tool::{FunctionTool, InvalidResume, SchemaError, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};

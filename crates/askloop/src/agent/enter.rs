@@ -62,10 +62,7 @@ impl Agent {
         let mut applied: Option<(Driver, stream::ChunkQueue)> = None;
         loop {
             let Some(effect) = entry.poll_effect() else {
-                return Err(RunError::Refused {
-                    run_id: run_id.to_owned(),
-                    detail: "the request stopped without an end".into(),
-                });
+                return Err(RunError::internal(run_id, "the request stopped without an end"));
             };
             let event = match effect {
                 EntryEffect::Read => match listed.take() {
@@ -177,10 +174,10 @@ impl Agent {
             Entered::Untouched => Ok(Outcome::Untouched),
             Entered::Applied => {
                 let Some((driver, queue)) = applied else {
-                    return Err(RunError::Refused {
-                        run_id: entry.run_id().to_owned(),
-                        detail: "a decision was applied by no driver".into(),
-                    });
+                    return Err(RunError::internal(
+                        entry.run_id(),
+                        "a decision was applied by no driver",
+                    ));
                 };
                 let run_id = driver.run_id().to_owned();
                 Ok(Outcome::Stream(AgentStream::new(
@@ -191,11 +188,9 @@ impl Agent {
             }
             Entered::Drive { start, settle } => {
                 let read_version = entry.read_version();
+                let run_id = entry.run_id().to_owned();
                 let Some(record) = entry.into_run() else {
-                    return Err(RunError::Refused {
-                        run_id: String::new(),
-                        detail: "a request held no run".into(),
-                    });
+                    return Err(RunError::internal(&run_id, "a request held no run"));
                 };
                 let (messages, converted) = match &start {
                     // Another process wrote it: never this process's copy.
@@ -238,8 +233,5 @@ fn new_lease(until: chrono::DateTime<chrono::Utc>) -> Lease {
 
 /// A write asked for before any run was read: a bug of the machine.
 fn lost_run(run_id: &str) -> RunError {
-    RunError::Refused {
-        run_id: run_id.to_owned(),
-        detail: "a write was asked for before the run was read".into(),
-    }
+    RunError::internal(run_id, "a write was asked for before the run was read")
 }

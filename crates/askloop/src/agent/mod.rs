@@ -238,10 +238,9 @@ impl Agent {
         IdKind::Run.check(run_id)?;
         match self.enter(run_id, machine::Request::Cancel { author }, None).await? {
             enter::Outcome::Cancelled => Ok(()),
-            enter::Outcome::Stream(_) | enter::Outcome::Untouched => Err(RunError::Refused {
-                run_id: run_id.to_owned(),
-                detail: "a cancel ended without cancelling the run".into(),
-            }),
+            enter::Outcome::Stream(_) | enter::Outcome::Untouched => {
+                Err(RunError::internal(run_id, "a cancel ended without cancelling the run"))
+            }
         }
     }
 

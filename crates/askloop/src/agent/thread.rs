@@ -41,10 +41,10 @@ impl Agent {
                 author: options.author.clone(),
             };
             if let enter::Outcome::Stream(_) = self.enter(&run_id, request, Some(run)).await? {
-                return Err(RunError::Refused {
-                    run_id,
-                    detail: "superseding its question started a stream of the run".into(),
-                });
+                return Err(RunError::internal(
+                    &run_id,
+                    "superseding its question started a stream of the run",
+                ));
             }
         }
         let count = match threads.thread(&options.key).await? {

@@ -822,6 +822,53 @@ impl StoreError {
         }
     }
 
+    /// What kind of failure it is, for a host that answers it in its own
+    /// words; decided here for every variant, without a wildcard.
+    pub fn kind(&self) -> StoreErrorKind {
+        match self {
+            StoreError::NotFound { .. } => StoreErrorKind::NotFound,
+            StoreError::AlreadyExists { .. } | StoreError::ThreadExists { .. } | StoreError::Conflict { .. } => {
+                StoreErrorKind::Conflict
+            }
+            StoreError::Corrupt { .. }
+            | StoreError::NewerSchema { .. }
+            | StoreError::ThreadCorrupt { .. }
+            | StoreError::GrantCorrupt { .. } => StoreErrorKind::Unreadable,
+            StoreError::NoThreads | StoreError::NoGrants => StoreErrorKind::Unsupported,
+            StoreError::InvalidLocation(_)
+            | StoreError::Unusable { .. }
+            | StoreError::LeaseLost { .. }
+            | StoreError::DeliveryLost { .. }
+            | StoreError::Closed
+            | StoreError::Busy { .. }
+            | StoreError::Backend(_) => StoreErrorKind::Unavailable,
+        }
+    }
+
+    /// A stable, machine-readable name of the error (`run_exists`,
+    /// `run_unreadable`, `store_unavailable`, ...), as the HTTP API's
+    /// `error.code` gives it.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::NotFound { .. } => "unknown_run",
+            StoreError::AlreadyExists { .. } => "run_exists",
+            StoreError::Conflict { .. } => "conflict",
+            StoreError::ThreadExists { .. } => "thread_exists",
+            StoreError::Corrupt { .. } | StoreError::NewerSchema { .. } => "run_unreadable",
+            StoreError::ThreadCorrupt { .. } => "thread_unreadable",
+            StoreError::GrantCorrupt { .. } => "grant_unreadable",
+            StoreError::NoThreads => "no_threads",
+            StoreError::NoGrants => "no_grants",
+            StoreError::InvalidLocation(_)
+            | StoreError::Unusable { .. }
+            | StoreError::LeaseLost { .. }
+            | StoreError::DeliveryLost { .. }
+            | StoreError::Closed
+            | StoreError::Busy { .. }
+            | StoreError::Backend(_) => "store_unavailable",
+        }
+    }
+
     /// What is wrong with the database, when the store could tell.
     pub fn fault(&self) -> Option<DatabaseFault> {
         match self {
@@ -829,6 +876,23 @@ impl StoreError {
             _ => None,
         }
     }
+}
+
+/// What kind of failure a [`StoreError`] is ([`StoreError::kind`]). Not
+/// `#[non_exhaustive]` on purpose: a host matches every kind, so a kind
+/// added later is a compile error there rather than an answer guessed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreErrorKind {
+    /// No such run.
+    NotFound,
+    /// The write lost to another (a compare-and-set, an id taken).
+    Conflict,
+    /// A stored row cannot be read (damaged, or of a newer askloop).
+    Unreadable,
+    /// The store does not keep what was asked for (threads, grants).
+    Unsupported,
+    /// The database cannot be reached or used now.
+    Unavailable,
 }
 
 /// Why a database cannot be used (see [`StoreError::Unusable`]).

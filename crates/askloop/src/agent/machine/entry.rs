@@ -301,10 +301,7 @@ impl Entry {
             (Phase::Writing, EntryEvent::ApplyFailed(ApplyFailure::Refused(err))) => self.finish(Err(err)),
             (phase, event) => {
                 let detail = format!("{event:?} arrived while the request was {phase:?}");
-                self.finish(Err(RunError::Refused {
-                    run_id: self.run_id.clone(),
-                    detail,
-                }));
+                self.finish(Err(RunError::internal(&self.run_id, detail)));
             }
         }
     }
@@ -651,10 +648,10 @@ impl Entry {
     /// The write landed: the run as it left it, then what follows.
     fn written(&mut self, version: i64, lease: Option<Lease>) {
         let (Some(mut run), Some(writing)) = (self.run.take(), self.writing.take()) else {
-            return self.finish(Err(RunError::Refused {
-                run_id: self.run_id.clone(),
-                detail: "a write landed that the request did not make".into(),
-            }));
+            return self.finish(Err(RunError::internal(
+                &self.run_id,
+                "a write landed that the request did not make",
+            )));
         };
         let entered = match writing {
             Writing::Claim { write, start } => {

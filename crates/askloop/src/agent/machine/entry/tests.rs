@@ -455,7 +455,7 @@ fn another_agents_run_or_none_is_refused_by_name() {
 }
 
 #[test]
-fn an_event_that_does_not_fit_where_the_request_is_is_refused_not_guessed() {
+fn an_event_that_does_not_fit_where_the_request_is_is_an_internal_error_not_guessed() {
     let mut cancel = entry(Request::Cancel {
         author: Author::default(),
     });
@@ -468,8 +468,8 @@ fn an_event_that_does_not_fit_where_the_request_is_is_refused_not_guessed() {
     );
     let refused = next(&mut cancel);
     assert!(
-        matches!(refused, EntryEffect::Finish(Err(RunError::Refused { .. }))),
-        "{refused:?}"
+        matches!(&refused, EntryEffect::Finish(Err(RunError::Internal { run_id: Some(run), .. })) if run == "run"),
+        "a bug of the machine, never the caller's: {refused:?}"
     );
 }
 

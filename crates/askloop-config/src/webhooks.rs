@@ -107,9 +107,9 @@ pub(super) fn resolve_webhooks(
             Some(names) => {
                 let mut events = Vec::with_capacity(names.len());
                 for (j, name) in names.iter().enumerate() {
-                    let event: EventType = name
-                        .parse()
-                        .map_err(|problem| ConfigError::new(file, format!("webhooks[{i}].events[{j}]"), problem))?;
+                    let event: EventType = name.parse().map_err(|problem: askloop::UnknownName| {
+                        ConfigError::new(file, format!("webhooks[{i}].events[{j}]"), problem.to_string())
+                    })?;
                     if !events.contains(&event) {
                         events.push(event);
                     }

@@ -113,7 +113,7 @@ pub(crate) async fn list(
         .status
         .as_deref()
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<RunStatus>().map_err(ApiError::BadRequest))
+        .map(|s| s.parse::<RunStatus>().map_err(|e| ApiError::BadRequest(e.to_string())))
         .transpose()?;
     let limit = match query.limit {
         None => DEFAULT_PAGE,

@@ -81,7 +81,10 @@ impl GrantRow {
     pub(crate) fn into_grant(self) -> Result<Grant, StoreError> {
         let id = self.id;
         let bad = |detail: String| StoreError::GrantCorrupt { id: id.clone(), detail };
-        let scope: GrantScope = self.scope.parse().map_err(|e: String| bad(format!("scope: {e}")))?;
+        let scope: GrantScope = self
+            .scope
+            .parse()
+            .map_err(|e: askloop::UnknownName| bad(format!("scope: {e}")))?;
         let args = self
             .args
             .map(|text| serde_json::from_str(&text))

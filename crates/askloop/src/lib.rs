@@ -48,7 +48,7 @@ pub use cause::{Cause, ErrorChain};
 pub use chunk::{Chunk, ChunkKind};
 pub use clock::{Clock, ManualClock, SystemClock, rfc3339, system_clock};
 pub use duration::{DURATION_FORMS, InvalidDuration, parse_duration};
-pub use error::{RunError, RunErrorKind};
+pub use error::{RunError, RunErrorKind, UnknownName};
 pub use id::{IdKind, IdProblem, InvalidId, MAX_ID_BYTES, quoted_excerpt, run_page_url, url_path_segment};
 pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolCallIds, ToolSpec};

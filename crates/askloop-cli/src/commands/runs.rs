@@ -13,7 +13,7 @@ pub async fn list(ctx: &Context, status: Option<&str>, limit: u32, as_json: bool
     let status = status
         .map(|s| s.parse::<RunStatus>())
         .transpose()
-        .map_err(CliError::usage)?;
+        .map_err(|e| CliError::usage(e.to_string()))?;
     let store = ctx.store(Access::ReadOnly).await?;
     let query = RunQuery {
         status,

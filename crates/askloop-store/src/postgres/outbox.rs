@@ -140,13 +140,17 @@ fn read_row(row: &PgRow) -> Result<Delivery, StoreError> {
     Ok(Delivery {
         message: OutboxMessage {
             destination: nul::decode_text(destination),
-            event: event.parse().map_err(corrupt)?,
+            event: event
+                .parse()
+                .map_err(|e: askloop::UnknownName| corrupt(e.to_string()))?,
             payload: serde_json::from_str(&nul::decode_json(payload)).map_err(|e| corrupt(format!("payload: {e}")))?,
             created_at: row.try_get("created_at").map_err(column)?,
             id: id.clone(),
             run_id: run_id.clone(),
         },
-        state: state.parse().map_err(corrupt)?,
+        state: state
+            .parse()
+            .map_err(|e: askloop::UnknownName| corrupt(e.to_string()))?,
         attempts: u32::try_from(attempts).map_err(|e| corrupt(format!("attempts: {e}")))?,
         next_at: row.try_get("next_at").map_err(column)?,
         last_error: last_error.map(nul::decode_text),

@@ -181,13 +181,17 @@ fn read_row(row: &rusqlite::Row<'_>) -> Result<Delivery, StoreError> {
     Ok(Delivery {
         message: OutboxMessage {
             destination: row.get(2).map_err(column)?,
-            event: event.parse().map_err(corrupt)?,
+            event: event
+                .parse()
+                .map_err(|e: askloop::UnknownName| corrupt(e.to_string()))?,
             payload: serde_json::from_str(&payload).map_err(|e| corrupt(format!("payload: {e}")))?,
             created_at: time(row.get(5).map_err(column)?, "created_at")?,
             id: id.clone(),
             run_id: run_id.clone(),
         },
-        state: state.parse().map_err(corrupt)?,
+        state: state
+            .parse()
+            .map_err(|e: askloop::UnknownName| corrupt(e.to_string()))?,
         attempts: row.get(7).map_err(column)?,
         next_at: time(row.get(8).map_err(column)?, "next_at")?,
         last_error: row.get(9).map_err(column)?,

@@ -52,16 +52,18 @@ impl fmt::Display for GrantScope {
 }
 
 impl std::str::FromStr for GrantScope {
-    type Err = String;
+    type Err = crate::error::UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "thread" => Ok(GrantScope::Thread),
             "resource" => Ok(GrantScope::Resource),
-            other => Err(format!(
-                "unknown scope {other:?}: an approval sticks for \"thread\" (this conversation) or \"resource\" \
-                 (every conversation of this resource)"
-            )),
+            other => Err(
+                crate::error::UnknownName::new("scope", other, ["thread", "resource"]).hint(
+                    "an approval sticks for \"thread\" (this conversation) or \"resource\" (every conversation of \
+                     this resource)",
+                ),
+            ),
         }
     }
 }
@@ -370,7 +372,7 @@ mod tests {
     fn a_scope_reads_from_its_name_and_says_what_it_accepts() {
         assert_eq!("thread".parse::<GrantScope>(), Ok(GrantScope::Thread));
         assert_eq!("resource".parse::<GrantScope>(), Ok(GrantScope::Resource));
-        let err = "always".parse::<GrantScope>().unwrap_err();
+        let err = "always".parse::<GrantScope>().unwrap_err().to_string();
         assert!(err.contains("\"thread\"") && err.contains("\"resource\""), "{err}");
     }
 }

@@ -127,19 +127,19 @@ impl fmt::Display for RunStatus {
 }
 
 impl std::str::FromStr for RunStatus {
-    type Err = String;
+    type Err = crate::error::UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "running" => Ok(RunStatus::Running),
-            "suspended" => Ok(RunStatus::Suspended),
-            "completed" => Ok(RunStatus::Completed),
-            "failed" => Ok(RunStatus::Failed),
-            "cancelled" => Ok(RunStatus::Cancelled),
-            other => Err(format!(
-                "unknown run status {other:?}; expected running, suspended, completed, failed or cancelled"
-            )),
-        }
+        const ALL: [RunStatus; 5] = [
+            RunStatus::Running,
+            RunStatus::Suspended,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ];
+        ALL.into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| crate::error::UnknownName::new("run status", s, ALL.map(RunStatus::as_str)))
     }
 }
 

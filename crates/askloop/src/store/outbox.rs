@@ -83,13 +83,13 @@ impl fmt::Display for EventType {
 }
 
 impl std::str::FromStr for EventType {
-    type Err = String;
+    type Err = crate::error::UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EventType::ALL.into_iter().find(|e| e.as_str() == s).ok_or_else(|| {
-            let names: Vec<&str> = EventType::ALL.iter().map(|e| e.as_str()).collect();
-            format!("unknown event {s:?}; accepted: {}", names.join(", "))
-        })
+        EventType::ALL
+            .into_iter()
+            .find(|e| e.as_str() == s)
+            .ok_or_else(|| crate::error::UnknownName::new("event", s, EventType::ALL.map(EventType::as_str)))
     }
 }
 
@@ -241,15 +241,17 @@ impl DeliveryState {
 }
 
 impl std::str::FromStr for DeliveryState {
-    type Err = String;
+    type Err = crate::error::UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "pending" => Ok(DeliveryState::Pending),
             "delivered" => Ok(DeliveryState::Delivered),
             "dead" => Ok(DeliveryState::Dead),
-            other => Err(format!(
-                "unknown delivery state {other:?}; expected pending, delivered or dead"
+            other => Err(crate::error::UnknownName::new(
+                "delivery state",
+                other,
+                ["pending", "delivered", "dead"],
             )),
         }
     }
@@ -435,7 +437,7 @@ mod tests {
             assert_eq!(event.as_str().parse::<EventType>().unwrap(), event);
             assert_eq!(serde_json::to_value(event).unwrap(), json!(event.as_str()));
         }
-        let err = "question.asked".parse::<EventType>().unwrap_err();
+        let err = "question.asked".parse::<EventType>().unwrap_err().to_string();
         assert!(
             err.contains("question.asked") && err.contains("question.raised, question.answered"),
             "{err}"

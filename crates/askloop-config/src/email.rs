@@ -131,7 +131,7 @@ pub(super) fn resolve_email(
             "missing: give from = \"askloop <askloop@example.com>\" (the sender of every message)",
         ));
     };
-    check_from(&from).map_err(|problem| ConfigError::new(file, "email.from", problem))?;
+    check_from(&from).map_err(|problem| ConfigError::new(file, "email.from", problem.to_string()))?;
     let password = match (&raw.username, raw.password_env) {
         (None, None) => None,
         (None, Some(_)) => {
@@ -185,7 +185,7 @@ pub(super) fn resolve_email(
         for (i, recipient) in list.into_iter().enumerate() {
             let key = |field: &str| format!("agents.{agent}.email[{i}].{field}");
             let name = askloop_server::links::check_recipient(recipient.name.as_deref().unwrap_or_default())
-                .map_err(|problem| ConfigError::new(file, key("name"), problem))?;
+                .map_err(|problem| ConfigError::new(file, key("name"), problem.to_string()))?;
             let Some(address) = recipient.address.map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()) else {
                 return Err(ConfigError::new(
                     file,
@@ -193,7 +193,7 @@ pub(super) fn resolve_email(
                     "missing: give address = \"alice@example.com\"",
                 ));
             };
-            check_address(&address).map_err(|problem| ConfigError::new(file, key("address"), problem))?;
+            check_address(&address).map_err(|problem| ConfigError::new(file, key("address"), problem.to_string()))?;
             if resolved.iter().any(|r| r.address == address) {
                 return Err(ConfigError::new(
                     file,

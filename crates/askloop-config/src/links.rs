@@ -120,7 +120,7 @@ pub(super) fn resolve_links(
     let webhook_recipient = match raw.webhook_recipient {
         None => DEFAULT_WEBHOOK_RECIPIENT.to_owned(),
         Some(name) => askloop_server::links::check_recipient(&name)
-            .map_err(|problem| ConfigError::new(file, "links.webhook_recipient", problem))?,
+            .map_err(|problem| ConfigError::new(file, "links.webhook_recipient", problem.to_string()))?,
     };
     let recipients = raw
         .recipients
@@ -151,7 +151,7 @@ fn resolve_recipients(file: &Path, names: Vec<String>) -> Result<Vec<String>, Co
     let mut checked: Vec<String> = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
         let name = askloop_server::links::check_recipient(name)
-            .map_err(|problem| ConfigError::new(file, format!("links.recipients[{i}]"), problem))?;
+            .map_err(|problem| ConfigError::new(file, format!("links.recipients[{i}]"), problem.to_string()))?;
         if checked.contains(&name) {
             return Err(ConfigError::new(
                 file,

@@ -214,13 +214,13 @@ pub enum EmailError {
         /// Why.
         error: lettre::address::AddressError,
     },
-    /// A recipient's address or name cannot be used.
+    /// A recipient's address cannot be used.
     #[error("recipient {address:?}: {problem}")]
     Recipient {
         /// As given.
         address: String,
         /// Why.
-        problem: String,
+        problem: InvalidAddress,
     },
     /// The SMTP connection cannot be set up (a TLS host name that is not
     /// one).
@@ -233,19 +233,38 @@ pub enum EmailError {
     },
 }
 
+/// A mail address that is not one: what was given, why, and an example of
+/// what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{given:?} is not a mail address ({why}); give e.g. \"{example}\"")]
+pub struct InvalidAddress {
+    /// What was given.
+    pub given: String,
+    /// Why it is not an address.
+    pub why: String,
+    /// An address of the accepted form.
+    pub example: &'static str,
+}
+
 /// Checks a recipient's address: a mailbox lettre can send to.
-pub fn check_address(address: &str) -> Result<(), String> {
+pub fn check_address(address: &str) -> Result<(), InvalidAddress> {
     address
         .parse::<lettre::Address>()
         .map(|_| ())
-        .map_err(|err| format!("{address:?} is not a mail address ({err}); give e.g. \"alice@example.com\""))
+        .map_err(|err| InvalidAddress {
+            given: address.to_owned(),
+            why: err.to_string(),
+            example: "alice@example.com",
+        })
 }
 
 /// Checks a `From`: a mailbox, with or without a name.
-pub fn check_from(from: &str) -> Result<(), String> {
-    from.parse::<Mailbox>()
-        .map(|_| ())
-        .map_err(|err| format!("{from:?} is not a mail address ({err}); give e.g. \"askloop <askloop@example.com>\""))
+pub fn check_from(from: &str) -> Result<(), InvalidAddress> {
+    from.parse::<Mailbox>().map(|_| ()).map_err(|err| InvalidAddress {
+        given: from.to_owned(),
+        why: err.to_string(),
+        example: "askloop <askloop@example.com>",
+    })
 }
 
 /// What became of one attempt to mail a question.

@@ -260,7 +260,7 @@ pub enum LinkError {
     },
     /// The recipient's name is not usable.
     #[error("recipient: {0}")]
-    BadRecipient(String),
+    BadRecipient(RecipientProblem),
     /// `[links] recipients` does not name the recipient.
     #[error(
         "links may be made out only to the recipients this server lists ([links] recipients in askloop.toml), \
@@ -363,18 +363,33 @@ impl From<BadToken> for LinkRefusal {
     }
 }
 
+/// What is wrong with the name a link is made out to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecipientProblem {
+    /// No name at all.
+    #[error("give the name of the person the link is for (e.g. \"Alice\")")]
+    Empty,
+    /// A control character in it.
+    #[error("a name cannot hold control characters")]
+    ControlCharacter,
+    /// Longer than [`MAX_RECIPIENT_CHARS`].
+    #[error("a name has at most {MAX_RECIPIENT_CHARS} characters")]
+    TooLong,
+}
+
 /// Checks a recipient's name: some text, no control characters, not too
 /// long. Returns it trimmed, or what is wrong with it.
-pub fn check_recipient(name: &str) -> Result<String, String> {
+pub fn check_recipient(name: &str) -> Result<String, RecipientProblem> {
     let name = name.trim();
     if name.is_empty() {
-        return Err("give the name of the person the link is for (e.g. \"Alice\")".to_owned());
+        return Err(RecipientProblem::Empty);
     }
     if name.chars().any(char::is_control) {
-        return Err("a name cannot hold control characters".to_owned());
+        return Err(RecipientProblem::ControlCharacter);
     }
     if name.chars().count() > MAX_RECIPIENT_CHARS {
-        return Err(format!("a name has at most {MAX_RECIPIENT_CHARS} characters"));
+        return Err(RecipientProblem::TooLong);
     }
     Ok(name.to_owned())
 }

@@ -207,7 +207,7 @@ async fn act(state: &AppState, slack: &Slack, clicked: &Clicked, payload: &Value
     };
     let (decision, how) = match decision_of(&call, clicked, payload, question) {
         Ok(decided) => decided,
-        Err(why) => return Some(why),
+        Err(why) => return Some(why.to_string()),
     };
     let Ok(agent) = state.agent(&run.agent_id) else {
         return Some(format!("This server does not serve agent {}.", run.agent_id));
@@ -268,6 +268,22 @@ async fn may_answer(slack: &Slack, recipient: &super::SlackRecipient, user: &str
     }
 }
 
+/// Why a click decides nothing, in the words the person who clicked is
+/// told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NoDecision {
+    #[error("Choose at least one option, then Send.")]
+    NothingChosen,
+    #[error("Type an answer, then press Enter.")]
+    NoText,
+    #[error("That answer is not JSON ({0}); nothing was changed.")]
+    NotJson(String),
+    #[error("That option is not one of the question's; nothing was changed.")]
+    UnknownOption,
+    #[error("The action {0:?} does not answer this question; nothing was changed.")]
+    OtherAction(String),
+}
+
 /// The decision a click makes on `call`, and how it reads in the updated
 /// message; `Err` says why the click decides nothing.
 fn decision_of(
@@ -275,7 +291,7 @@ fn decision_of(
     clicked: &Clicked,
     payload: &Value,
     question: &QuestionRef,
-) -> Result<(CallDecision, String), String> {
+) -> Result<(CallDecision, String), NoDecision> {
     match (asked(call), clicked.action_id.as_str()) {
         (Asked::Approval { .. }, "approve") => Ok((CallDecision::Approve, "approved".to_owned())),
         (Asked::Approval { .. }, "decline") => Ok((CallDecision::Decline(None), "declined".to_owned())),
@@ -287,9 +303,9 @@ fn decision_of(
             let labels = chosen
                 .iter()
                 .map(|o| label(&q, o["value"].as_str()))
-                .collect::<Result<Vec<String>, String>>()?;
+                .collect::<Result<Vec<String>, NoDecision>>()?;
             if labels.is_empty() {
-                return Err("Choose at least one option, then Send.".to_owned());
+                return Err(NoDecision::NothingChosen);
             }
             let how = format!("answered: {}", labels.join(", "));
             Ok((CallDecision::Answer(json!(labels)), how))
@@ -302,30 +318,27 @@ fn decision_of(
         (Asked::Question(_), "text") => {
             let text = clicked.value.clone().unwrap_or_default();
             if text.trim().is_empty() {
-                return Err("Type an answer, then press Enter.".to_owned());
+                return Err(NoDecision::NoText);
             }
             let how = format!("answered: {text}");
             Ok((CallDecision::Answer(json!(text)), how))
         }
         (Asked::Other { .. }, "json") => {
             let text = clicked.value.clone().unwrap_or_default();
-            let value: Value = serde_json::from_str(&text)
-                .map_err(|err| format!("That answer is not JSON ({err}); nothing was changed."))?;
+            let value: Value = serde_json::from_str(&text).map_err(|err| NoDecision::NotJson(err.to_string()))?;
             Ok((CallDecision::Answer(value), format!("answered: {text}")))
         }
-        (_, action) => Err(format!(
-            "The action {action:?} does not answer this question; nothing was changed."
-        )),
+        (_, action) => Err(NoDecision::OtherAction(action.to_owned())),
     }
 }
 
 /// The label of option `index` (as the message sent it) of `question`.
-fn label(question: &askloop::Question, index: Option<&str>) -> Result<String, String> {
+fn label(question: &askloop::Question, index: Option<&str>) -> Result<String, NoDecision> {
     index
         .and_then(|i| i.parse::<usize>().ok())
         .and_then(|i| question.options.get(i))
         .map(|o| o.label.clone())
-        .ok_or_else(|| "That option is not one of the question's; nothing was changed.".to_owned())
+        .ok_or(NoDecision::UnknownOption)
 }
 
 /// Tells the person who clicked, and only them, `text`.

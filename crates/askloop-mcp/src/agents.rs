@@ -704,7 +704,7 @@ impl ServerHandler for AgentTools {
 /// that is not a message is answered with its JSON-RPC error (see
 /// [`crate::stdio`]).
 pub async fn serve_stdio(tools: AgentTools) -> Result<(), std::io::Error> {
-    let transport = crate::stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
+    let transport = crate::stdio::LineTransport::<RoleServer, _, _>::new(tokio::io::stdin(), tokio::io::stdout());
     let running = tools
         .serve(transport)
         .await

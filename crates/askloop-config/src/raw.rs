@@ -117,6 +117,14 @@ pub(super) struct RawMcpServer {
     pub(super) hold_for_secs: Option<u64>,
     /// Every call of its tools waits for approval.
     pub(super) require_approval: Option<bool>,
+    /// Deadlines: `initialize`, `tools/list`, each call.
+    pub(super) initialize_timeout: Option<String>,
+    pub(super) list_timeout: Option<String>,
+    pub(super) call_timeout: Option<String>,
+    /// A stdio server's grace to end before SIGTERM, and before SIGKILL.
+    pub(super) stop_grace: Option<String>,
+    /// The most questions one call may ask.
+    pub(super) max_questions: Option<u32>,
 }
 
 pub(super) fn parse(file: &Path, text: &str) -> Result<RawConfig, ConfigError> {

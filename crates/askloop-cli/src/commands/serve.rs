@@ -216,8 +216,9 @@ enum Starting {
 }
 
 /// Builds the agents of `config` with their MCP servers' tools (an MCP
-/// server that cannot be reached is a warning); those that use the default
-/// model get the one of `--model` / `--script` / the environment.
+/// server that cannot be reached is a warning, and for `serve` and `mcp`
+/// it is tried again in the background); those that use the default model
+/// get the one of `--model` / `--script` / the environment.
 async fn build_agents(
     config: ServerConfig,
     model: &ModelArgs,
@@ -248,6 +249,18 @@ async fn build_agents(
     }
     if uses_default && starting == Starting::Server {
         announce(&choice);
+    }
+    // A server that could not be reached is tried again in the background
+    // for as long as the agents serve; a command that only goes on with one
+    // run goes on without it.
+    if starting == Starting::Server {
+        for late in built.late {
+            tokio::spawn(async move {
+                for line in late.connect().await {
+                    errln!("askloop: {line}");
+                }
+            });
+        }
     }
     Ok(built.agents)
 }

@@ -601,3 +601,98 @@ async fn no_mcp_server_outlives_askloop_serve_even_one_that_ignores_its_input_cl
         "each had SIGTERM before SIGKILL"
     );
 }
+
+/// Asks `/mcp` for a session as `token`: the status, and the session id or
+/// the JSON-RPC error.
+async fn open_session(client: &reqwest::Client, serving: &Serving, token: &str) -> (u16, Result<String, Value>) {
+    let response = client
+        .post(serving.url("/mcp"))
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "flood", "version": "1"}}}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .map(|id| id.to_str().unwrap().to_owned());
+    match session {
+        Some(id) => (status, Ok(id)),
+        None => (status, Err(response.json().await.unwrap())),
+    }
+}
+
+#[tokio::test]
+async fn a_flood_of_mcp_sessions_is_refused_at_each_tokens_cap_and_the_endpoints_naming_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("plain.json"), r#"{"turns": [{"text": "hi"}]}"#).unwrap();
+    let text = "[mcp]\nmax_sessions = 3\nmax_sessions_per_token = 2\nsession_idle = \"1s\"\n\n\
+                [[tokens]]\nname = \"ana\"\ntoken_env = \"ANA_TOKEN\"\n\n\
+                [[tokens]]\nname = \"bob\"\ntoken_env = \"BOB_TOKEN\"\n\n\
+                [agents.plain]\nscript = \"plain.json\"\n";
+    std::fs::write(d.join("askloop.toml"), text).unwrap();
+    let (ana, bob) = ("ana-secret-0123456789abcdef", "bob-secret-0123456789abcdef");
+    let mut cmd = serve_in(d);
+    cmd.env("ANA_TOKEN", ana)
+        .env("BOB_TOKEN", bob)
+        .args(["--addr", "127.0.0.1:0", "--config", "askloop.toml"]);
+    let serving = Serving::start(cmd);
+    let client = reqwest::Client::new();
+
+    let mut anas = Vec::new();
+    for _ in 0..2 {
+        let (status, session) = open_session(&client, &serving, ana).await;
+        assert_eq!(status, 200, "{session:?}");
+        anas.push(session.unwrap());
+    }
+    let (status, refused) = open_session(&client, &serving, ana).await;
+    let refused = refused.unwrap_err();
+    assert_eq!(status, 429, "{refused}");
+    assert_eq!(refused["jsonrpc"], "2.0");
+    assert_eq!(refused["error"]["code"], -32000, "{refused}");
+    assert_eq!(
+        refused["error"]["data"],
+        json!({"limit": "max_sessions_per_token", "max": 2})
+    );
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"ana\"") && message.contains("max_sessions_per_token = 2"),
+        "{message}"
+    );
+
+    // Bob has his own cap, but the endpoint's is shared.
+    let (status, _) = open_session(&client, &serving, bob).await;
+    assert_eq!(status, 200);
+    let (status, refused) = open_session(&client, &serving, bob).await;
+    let refused = refused.unwrap_err();
+    assert_eq!(status, 429, "{refused}");
+    assert_eq!(refused["error"]["data"], json!({"limit": "max_sessions", "max": 3}));
+
+    // A session ended frees its place at once.
+    let ended = client
+        .delete(serving.url("/mcp"))
+        .bearer_auth(ana)
+        .header("mcp-session-id", &anas[0])
+        .send()
+        .await
+        .unwrap();
+    assert!(ended.status().is_success(), "{}", ended.status());
+    let (status, _) = open_session(&client, &serving, bob).await;
+    assert_eq!(status, 200, "the place ana's ended session held");
+
+    // And every session idles out: ana may open her two again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, _) = open_session(&client, &serving, ana).await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the sessions never idled out");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -30,6 +30,7 @@
 //! # headers = { Authorization = "Bearer ..." }
 //! # tools = ["echo"]                 # only these of its tools
 //! # require_approval = true          # every call of its tools waits for approval
+//! # call_timeout = "60s"             # each call's deadline (also initialize_timeout, list_timeout)
 //!
 //! [[agents.deployer.rules]]          # approval rules, first match decides (see `rules.rs`)
 //! name = "no-secrets"
@@ -46,6 +47,11 @@
 //! ```toml
 //! author_header = "X-Forwarded-User"  # set by a trusted proxy; it must strip it from clients
 //! allowed_hosts = ["askloop.internal"] # besides loopback names, addresses and public_url's host
+//!
+//! [mcp]                               # the /mcp endpoint's sessions (see mcp.rs)
+//! max_sessions = 1000
+//! max_sessions_per_token = 100
+//! session_idle = "5m"
 //!
 //! [[tokens]]
 //! name = "alice"
@@ -143,6 +149,9 @@ pub struct ServerConfig {
     /// Questions posted to each agent's Slack channels (`[slack]` and
     /// `[[agents.<id>.slack]]`), when on.
     pub slack: Option<askloop_server::slack::SlackSettings>,
+    /// `[mcp]`: how many `/mcp` sessions may be open, and for how long one
+    /// may idle.
+    pub mcp_sessions: askloop_mcp::SessionLimits,
 }
 
 /// One agent, checked.
@@ -315,6 +324,7 @@ impl ServerConfig {
             telemetry: None,
             email: None,
             slack: None,
+            mcp_sessions: askloop_mcp::SessionLimits::DEFAULT,
         }
     }
 
@@ -404,6 +414,7 @@ impl ServerConfig {
         };
         let email = email::resolve_email(path, raw.email, recipients, needs, env)?;
         let slack = slack::resolve_slack(path, raw.slack, channels, env)?;
+        let mcp_sessions = mcp::resolve_endpoint(path, raw.mcp)?;
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
@@ -418,6 +429,7 @@ impl ServerConfig {
             telemetry,
             email,
             slack,
+            mcp_sessions,
         })
     }
 

@@ -124,6 +124,39 @@ pub(crate) fn mcp_servers(
     Ok(servers)
 }
 
+/// `[mcp]`: the limits of the `/mcp` sessions, each key falling back to its
+/// default; zero would refuse every session, so it is an error.
+pub(crate) fn resolve_endpoint(
+    file: &Path,
+    raw: Option<raw::RawMcpEndpoint>,
+) -> Result<askloop_mcp::SessionLimits, ConfigError> {
+    let defaults = askloop_mcp::SessionLimits::DEFAULT;
+    let raw = raw.unwrap_or_default();
+    let count = |key: &str, value: Option<usize>, default: usize| match value {
+        Some(0) => Err(ConfigError::new(
+            file,
+            format!("mcp.{key}"),
+            format!("0 would refuse every MCP session; give a positive number (the default is {default})"),
+        )),
+        Some(value) => Ok(value),
+        None => Ok(default),
+    };
+    let idle = match raw.session_idle {
+        Some(text) => duration::parse_limit(&text)
+            .map_err(|problem| ConfigError::new(file, "mcp.session_idle", problem.to_string()))?,
+        None => defaults.idle,
+    };
+    Ok(askloop_mcp::SessionLimits::new(
+        count("max_sessions", raw.max_sessions, defaults.max_sessions)?,
+        count(
+            "max_sessions_per_token",
+            raw.max_sessions_per_token,
+            defaults.max_sessions_per_token,
+        )?,
+        idle,
+    ))
+}
+
 /// Adds to `tools` the tools `server` listed for agent `agent` (`key`: the
 /// server's table), except a tool whose name is taken. A built-in tool's
 /// name is always taken, whether or not the agent has that tool: a call of

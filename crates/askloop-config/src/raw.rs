@@ -35,6 +35,18 @@ pub(super) struct RawConfig {
     pub(super) email: Option<super::email::RawEmail>,
     /// `[slack]`: the Slack app questions are posted with.
     pub(super) slack: Option<super::slack::RawSlack>,
+    /// `[mcp]`: the limits of the `/mcp` endpoint's sessions.
+    pub(super) mcp: Option<RawMcpEndpoint>,
+}
+
+/// `[mcp]`: how many `/mcp` sessions may be open, and for how long one may
+/// idle.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcpEndpoint {
+    pub(super) max_sessions: Option<usize>,
+    pub(super) max_sessions_per_token: Option<usize>,
+    pub(super) session_idle: Option<String>,
 }
 
 /// One `[[tokens]]` table: an API token's name, its secret (from the

@@ -423,6 +423,34 @@ fn an_mcp_servers_deadlines_and_question_limit_take_the_one_duration_grammar_and
 }
 
 #[test]
+fn the_mcp_table_bounds_the_endpoints_sessions_and_missing_keys_keep_their_defaults() {
+    let text = "[mcp]\nmax_sessions = 50\nsession_idle = \"90s\"\n[agents.a]\n";
+    let config = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), text).unwrap();
+    let defaults = askloop_mcp::SessionLimits::DEFAULT;
+    assert_eq!(config.mcp_sessions.max_sessions, 50);
+    assert_eq!(
+        config.mcp_sessions.max_sessions_per_token,
+        defaults.max_sessions_per_token
+    );
+    assert_eq!(config.mcp_sessions.idle, Duration::from_secs(90));
+    let without = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), "[agents.a]\n").unwrap();
+    assert_eq!(without.mcp_sessions, defaults);
+    for (line, key, says) in [
+        (
+            "max_sessions_per_token = 0",
+            "mcp.max_sessions_per_token",
+            "positive number",
+        ),
+        ("session_idle = \"never\"", "mcp.session_idle", "15m"),
+        ("max_session = 3", "mcp", "unknown field"),
+    ] {
+        let (_, err) = load_err(&format!("[mcp]\n{line}\n[agents.a]\n"));
+        assert!(err.key.starts_with(key), "{err}");
+        assert!(err.problem.contains(says), "{err}");
+    }
+}
+
+#[test]
 fn the_limits_table_sets_ask_user_limits_and_missing_keys_keep_their_defaults() {
     let text = "[limits]\nmax_options = 4\nmax_answer_bytes = 100\n[agents.a]\ninstructions = \"x\"\n";
     let config = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), text).unwrap();

@@ -58,7 +58,7 @@ pub use agents::{
 pub use connect::{MAX_QUEUED_QUESTIONS, PROTOCOL_VERSION};
 pub use elicitation::{ELICITATION_KIND, ElicitationAnswer, ElicitationPayload};
 pub use process::stop_servers;
-pub use sessions::{BoundSessions, McpHttpService};
+pub use sessions::{BoundSessions, McpHttpService, SessionHold, SessionLimits, TOO_MANY_SESSIONS};
 pub use spec::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_HOLD_FOR, DEFAULT_INITIALIZE_TIMEOUT, DEFAULT_LIST_TIMEOUT, DEFAULT_MAX_QUESTIONS,
     DEFAULT_STOP_GRACE, McpServerSpec, McpTransport,

@@ -87,6 +87,9 @@ pub struct ServerOptions {
     /// How often the store-wide figures of `GET /metrics` (runs and calls
     /// waiting, runs running) are read from the store; zero: never.
     pub metrics_every: Duration,
+    /// How many `/mcp` sessions may be open (in all, per token) and how
+    /// long one may idle.
+    pub mcp_sessions: askloop_mcp::SessionLimits,
 }
 
 impl Default for ServerOptions {
@@ -106,6 +109,7 @@ impl Default for ServerOptions {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             chat_replay_bytes: DEFAULT_CHAT_REPLAY_BYTES,
             metrics_every: DEFAULT_METRICS_EVERY,
+            mcp_sessions: askloop_mcp::SessionLimits::DEFAULT,
         }
     }
 }
@@ -127,6 +131,7 @@ impl fmt::Debug for ServerOptions {
             .field("body_read_timeout", &self.body_read_timeout)
             .field("chat_replay_bytes", &self.chat_replay_bytes)
             .field("metrics_every", &self.metrics_every)
+            .field("mcp_sessions", &self.mcp_sessions)
             .finish()
     }
 }
@@ -230,6 +235,12 @@ impl ServerOptions {
     /// (zero: never).
     pub fn metrics_every(mut self, every: Duration) -> Self {
         self.metrics_every = every;
+        self
+    }
+
+    /// How many `/mcp` sessions may be open, and how long one may idle.
+    pub fn mcp_sessions(mut self, limits: askloop_mcp::SessionLimits) -> Self {
+        self.mcp_sessions = limits;
         self
     }
 }

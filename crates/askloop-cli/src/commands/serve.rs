@@ -50,7 +50,8 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .recover_every(args.recover_every)
         .header_read_timeout(args.header_timeout)
         .body_read_timeout(args.body_timeout)
-        .metrics_every(args.metrics_every);
+        .metrics_every(args.metrics_every)
+        .mcp_sessions(config.mcp_sessions);
     let ids: Vec<String> = agents.iter().map(|a| a.id().to_owned()).collect();
     let webhooks = Webhooks::new(config.webhooks.clone(), config.public_url.clone());
     let mut server = Server::new(agents, store)

@@ -761,6 +761,34 @@ async fn a_waiting_call_is_forgotten_by_its_tool_when_its_run_is_cancelled_and_n
     );
 }
 
+#[tokio::test]
+async fn a_waiting_call_whose_question_expires_is_forgotten_by_its_tool() {
+    let clock = askloop::ManualClock::starting_at("2026-12-04T10:00:00Z".parse().unwrap());
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let forgotten = Arc::new(Forgotten::default());
+    let script = r#"{"turns": [{"toolCalls": [{"name": "asks", "id": "c1"}]}, {"text": "done"}]}"#;
+    let agent = Agent::builder("a")
+        .model(CountingModel::new(script))
+        .tool(Asks(forgotten.clone()))
+        .store(store.clone())
+        .clock(Arc::new(clock.clone()))
+        .time_limit_for("asks", std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let (_, waiting) = run(&agent, "x").await;
+    let expires_at = store.get(&waiting.run_id).await.unwrap().unwrap().pending[0]
+        .expires_at
+        .unwrap();
+    clock.set(expires_at + chrono::Duration::milliseconds(1));
+    for stream in agent.expire_runs(askloop::Author::default()).await.unwrap() {
+        stream.output().await;
+    }
+    assert_eq!(
+        *forgotten.0.lock().unwrap(),
+        [(waiting.run_id.clone(), "c1".to_owned())]
+    );
+}
+
 const TWO_IN_A_ROW: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "First?"}}]},
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Second?"}}]},

@@ -70,6 +70,24 @@ fn serve(dir: &Path, text: &str) -> Serving {
     Serving::start(cmd)
 }
 
+/// Kills, when dropped, every hostile server that logged its start in
+/// `dir` and still runs: a test that fails ends its `askloop serve` with
+/// SIGKILL, which leaves askloop no time to stop the servers that ignore
+/// their input closing.
+struct Reap(PathBuf);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for event in events(&self.0).iter().filter(|e| e["event"] == "start") {
+            if let Some(pid) = event["pid"].as_u64().filter(|&pid| alive(pid))
+                && let Ok(pid) = i32::try_from(pid)
+            {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+}
+
 /// What the hostile servers logged, one event a line.
 fn events(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("log"))
@@ -183,6 +201,7 @@ async fn askloop_serve_comes_up_within_the_deadlines_of_servers_that_hang_or_lis
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let _reap = Reap(d.to_path_buf());
     let text = [
         agent(
             d,
@@ -245,6 +264,7 @@ async fn a_server_that_answers_after_start_up_has_its_tools_added_in_the_backgro
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let _reap = Reap(d.to_path_buf());
     let text = agent(
         d,
         &script,
@@ -285,6 +305,7 @@ async fn a_call_that_misses_its_deadline_ends_as_a_tool_error_and_its_server_hea
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let _reap = Reap(d.to_path_buf());
     // It ignores its input closing and SIGTERM: only SIGKILL ends it.
     let keys = "call_timeout = \"1s\"\nstop_grace = \"200ms\"";
     let serving = serve(
@@ -323,6 +344,7 @@ async fn answers_the_transport_cannot_carry_fail_the_call_at_once_saying_why_and
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let _reap = Reap(d.to_path_buf());
     // A deadline far away: the calls end on what the server sent.
     let keys = "call_timeout = \"10m\"";
     let text = [
@@ -385,6 +407,7 @@ async fn a_call_may_ask_only_max_questions_and_hold_only_four_at_once() {
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let _reap = Reap(d.to_path_buf());
     let text = [
         agent(d, &script, "asker", "ask_forever", "", "max_questions = 2"),
         agent(d, &script, "burst", "ask_burst", "", ""),
@@ -448,6 +471,7 @@ async fn cancelling_runs_whose_calls_hang_ends_their_streams_and_stops_each_serv
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let _reap = Reap(d.to_path_buf());
     let keys = "call_timeout = \"10m\"\nstop_grace = \"200ms\"";
     let serving = serve(
         d,
@@ -520,6 +544,7 @@ async fn cancelling_or_superseding_a_run_that_waits_on_a_servers_question_stops_
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let _reap = Reap(d.to_path_buf());
     let serving = serve(
         d,
         &agent(d, &script, "asker", "ask_forever", "", "stop_grace = \"200ms\""),
@@ -568,6 +593,7 @@ async fn no_mcp_server_outlives_askloop_serve_even_one_that_ignores_its_input_cl
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let _reap = Reap(d.to_path_buf());
     let modes = "ignore-stdin,ignore-sigterm";
     let text = [
         agent(d, &script, "idle", "echo", modes, "stop_grace = \"200ms\""),
@@ -630,6 +656,7 @@ async fn open_session(client: &reqwest::Client, serving: &Serving, token: &str) 
 async fn a_flood_of_mcp_sessions_is_refused_at_each_tokens_cap_and_the_endpoints_naming_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let _reap = Reap(d.to_path_buf());
     std::fs::write(d.join("plain.json"), r#"{"turns": [{"text": "hi"}]}"#).unwrap();
     let text = "[mcp]\nmax_sessions = 3\nmax_sessions_per_token = 2\nsession_idle = \"1s\"\n\n\
                 [[tokens]]\nname = \"ana\"\ntoken_env = \"ANA_TOKEN\"\n\n\

@@ -36,8 +36,24 @@
 //! for tool in mcp_tools(&everything).await? {
 //!     agent = agent.tool_arc(tool);
 //! }
+//! // ... run the agent; before the program ends, no server it started runs on:
+//! askloop_mcp::stop_servers().await;
 //! # Ok(()) }
 //! ```
+//!
+//! # Servers that misbehave
+//!
+//! Each server is held to deadlines ([`McpServerSpec::initialize_timeout`],
+//! `list_timeout`, `call_timeout`: a call that misses its deadline ends as a
+//! tool error and the server hears `notifications/cancelled`), a number of
+//! questions per call ([`McpServerSpec::max_questions`], and
+//! [`MAX_QUEUED_QUESTIONS`] held at once), and what a stdio server sends
+//! that askloop cannot read ends its session and fails the call at once
+//! ([`stdio`]). A stdio server runs in a process group of its own and is
+//! stopped when its session ends (SIGTERM, then SIGKILL after
+//! [`McpServerSpec::stop_grace`]), and [`stop_servers`] stops every one
+//! still running. The sessions of the `/mcp` endpoint are bounded by
+//! [`SessionLimits`].
 
 mod agents;
 mod connect;

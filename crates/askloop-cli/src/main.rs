@@ -34,7 +34,12 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILURE);
         }
     };
-    let code = match runtime.block_on(commands::dispatch(cli)) {
+    // No MCP server a command started outlives it.
+    let code = match runtime.block_on(async {
+        let done = commands::dispatch(cli).await;
+        askloop_mcp::stop_servers().await;
+        done
+    }) {
         Ok(done) => done.code(),
         Err(err) => {
             errln!("askloop: {err}");

@@ -927,7 +927,7 @@ fn askloop_serve_refuses_an_approval_name_no_tool_has_and_starts_without_a_serve
     let serving = serve(dir.path(), &config);
     let banner = serving.banner.join("\n");
     assert!(
-        banner.contains("warning") && banner.contains("agents.named.mcp[0]") && banner.contains("goes without"),
+        banner.contains("warning") && banner.contains("agents.named.mcp[0]") && banner.contains("starts without"),
         "{banner}"
     );
     assert!(banner.contains(r#""ask_approval" could not be checked"#), "{banner}");

@@ -182,6 +182,18 @@ async fn every_bad_line_gets_a_json_rpc_error_and_the_server_serves_on() {
             json!(10),
             -32602,
         ),
+        (
+            "a tools/call without a name",
+            json!({"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"arguments": {}}}),
+            json!(11),
+            -32602,
+        ),
+        (
+            "a tools/call whose name is a number",
+            json!({"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": {"name": 5}}),
+            json!(12),
+            -32602,
+        ),
     ];
     for (what, message, id, code) in invalid {
         pipes.send(message.to_string().as_bytes()).await;

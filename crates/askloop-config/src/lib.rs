@@ -30,6 +30,7 @@
 //! # headers = { Authorization = "Bearer ..." }
 //! # tools = ["echo"]                 # only these of its tools
 //! # require_approval = true          # every call of its tools waits for approval
+//! # call_timeout = "60s"             # each call's deadline (also initialize_timeout, list_timeout)
 //!
 //! [[agents.deployer.rules]]          # approval rules, first match decides (see `rules.rs`)
 //! name = "no-secrets"
@@ -46,6 +47,11 @@
 //! ```toml
 //! author_header = "X-Forwarded-User"  # set by a trusted proxy; it must strip it from clients
 //! allowed_hosts = ["askloop.internal"] # besides loopback names, addresses and public_url's host
+//!
+//! [mcp]                               # the /mcp endpoint's sessions (see mcp.rs)
+//! max_sessions = 1000
+//! max_sessions_per_token = 100
+//! session_idle = "5m"
 //!
 //! [[tokens]]
 //! name = "alice"
@@ -83,6 +89,7 @@ use crate::tools::WRITE_FILE_TOOL_ID;
 
 pub use approvals::ApprovalNames;
 pub use askloop_server::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret};
+pub use mcp::LateServer;
 pub use rules::RuleConfig;
 pub use telemetry::{TelemetryConfig, read_telemetry};
 
@@ -142,6 +149,9 @@ pub struct ServerConfig {
     /// Questions posted to each agent's Slack channels (`[slack]` and
     /// `[[agents.<id>.slack]]`), when on.
     pub slack: Option<askloop_server::slack::SlackSettings>,
+    /// `[mcp]`: how many `/mcp` sessions may be open, and for how long one
+    /// may idle.
+    pub mcp_sessions: askloop_mcp::SessionLimits,
 }
 
 /// One agent, checked.
@@ -314,6 +324,7 @@ impl ServerConfig {
             telemetry: None,
             email: None,
             slack: None,
+            mcp_sessions: askloop_mcp::SessionLimits::DEFAULT,
         }
     }
 
@@ -403,6 +414,7 @@ impl ServerConfig {
         };
         let email = email::resolve_email(path, raw.email, recipients, needs, env)?;
         let slack = slack::resolve_slack(path, raw.slack, channels, env)?;
+        let mcp_sessions = mcp::resolve_endpoint(path, raw.mcp)?;
         Ok(ServerConfig {
             path: Some(path.to_path_buf()),
             agents,
@@ -417,6 +429,7 @@ impl ServerConfig {
             telemetry,
             email,
             slack,
+            mcp_sessions,
         })
     }
 
@@ -449,10 +462,12 @@ impl ServerConfig {
 
     /// Builds the agents as [`ServerConfig::build_agents`] does, first
     /// starting (or connecting to) each agent's MCP servers to list their
-    /// tools, and checks the `require_approval` names as `names` says (see
-    /// [`ApprovalNames`]). A server that cannot be reached does not stop
-    /// this: its agent is built without its tools, and a warning says so.
-    /// A server that lacks a tool its `tools` key names is an error.
+    /// tools, all at once, and checks the `require_approval` names as
+    /// `names` says (see [`ApprovalNames`]). A server that cannot be
+    /// reached, or misses its `initialize_timeout` or `list_timeout`, does
+    /// not stop this: its agent is built without its tools, a warning says
+    /// so, and [`BuiltAgents::late`] has it, to try again. A server that
+    /// lacks a tool its `tools` key names is an error.
     pub async fn build_agents_with_mcp(
         &self,
         store: &Arc<dyn RunStore>,
@@ -470,29 +485,51 @@ impl ServerConfig {
         &self,
         store: &Arc<dyn RunStore>,
         default_model: &DefaultModel<'_>,
-        names: ApprovalNames,
+        names_mode: ApprovalNames,
         observe: &ObserveModel<'_>,
     ) -> Result<BuiltAgents, ConfigError> {
         let file = self.file();
         let mut built = BuiltAgents::default();
+        // Every server of every agent at once: start-up waits as long as
+        // the slowest server's deadlines, not for their sum.
+        let listings = futures::future::join_all(
+            self.agents
+                .iter()
+                .flat_map(|agent| agent.mcp.iter().map(askloop_mcp::mcp_tools)),
+        )
+        .await;
+        let mut listings = listings.into_iter();
         for agent in &self.agents {
             let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-            let mut unreachable: Vec<&str> = Vec::new();
+            let mut unreachable: Vec<(String, &McpServerSpec)> = Vec::new();
             for (i, server) in agent.mcp.iter().enumerate() {
                 let key = format!("agents.{}.mcp[{i}]", agent.id);
-                match askloop_mcp::mcp_tools(server).await {
-                    Ok(listed) => mcp::admit(&file, &key, &agent.id, server, listed, &mut tools, &mut built.warnings),
+                let Some(listed) = listings.next() else {
+                    break;
+                };
+                match listed {
+                    Ok(listed) => mcp::admit(
+                        &file,
+                        &key,
+                        &agent.id,
+                        server,
+                        listed,
+                        &|_| None,
+                        &mut tools,
+                        &mut built.warnings,
+                    ),
                     Err(err @ McpError::UnknownTool { .. }) => {
                         return Err(ConfigError::new(&file, format!("{key}.tools"), err.to_string()));
                     }
                     Err(err) => {
                         built.warnings.push(format!(
-                            "{}: {key}: {err}; agent {} goes without the tools of {} until askloop is started again",
+                            "{}: {key}: {err}; agent {} starts without the tools of {}, which are added if it answers \
+                             later (askloop serve and askloop mcp keep trying)",
                             file.display(),
                             agent.id,
                             server.name
                         ));
-                        unreachable.push(&server.name);
+                        unreachable.push((key, server));
                     }
                 }
             }
@@ -502,15 +539,32 @@ impl ServerConfig {
                 .map(|t| t.id())
                 .chain(tools.iter().map(|t| t.id()))
                 .collect();
-            let approve = approvals::applicable(&file, agent, &have, &unreachable, names, &mut built.warnings)?;
-            built.agents.push(agent.build(
+            let names: Vec<&str> = unreachable.iter().map(|(_, server)| server.name.as_str()).collect();
+            let approve = approvals::applicable(&file, agent, &have, &names, names_mode, &mut built.warnings)?;
+            let waiting: Vec<String> = agent
+                .require_approval
+                .iter()
+                .filter(|name| !have.contains(&name.as_str()))
+                .cloned()
+                .collect();
+            let built_agent = agent.build(
                 &file,
                 store,
                 observe(agent.model(&file, default_model)?),
                 tools,
                 &approve,
                 self,
-            )?);
+            )?;
+            for (key, server) in unreachable {
+                built.late.push(mcp::LateServer {
+                    file: file.clone(),
+                    key,
+                    agent: built_agent.clone(),
+                    server: server.clone(),
+                    approve: waiting.clone(),
+                });
+            }
+            built.agents.push(built_agent);
         }
         Ok(built)
     }
@@ -544,6 +598,10 @@ pub struct BuiltAgents {
     pub agents: Vec<Agent>,
     /// One line per problem, naming the file and the key.
     pub warnings: Vec<String>,
+    /// The MCP servers that could not be reached, whose agents started
+    /// without their tools: a program that serves the agents for long
+    /// runs each one's [`LateServer::connect`] in the background.
+    pub late: Vec<LateServer>,
 }
 
 impl fmt::Display for ToolKind {

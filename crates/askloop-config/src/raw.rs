@@ -35,6 +35,18 @@ pub(super) struct RawConfig {
     pub(super) email: Option<super::email::RawEmail>,
     /// `[slack]`: the Slack app questions are posted with.
     pub(super) slack: Option<super::slack::RawSlack>,
+    /// `[mcp]`: the limits of the `/mcp` endpoint's sessions.
+    pub(super) mcp: Option<RawMcpEndpoint>,
+}
+
+/// `[mcp]`: how many `/mcp` sessions may be open, and for how long one may
+/// idle.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMcpEndpoint {
+    pub(super) max_sessions: Option<usize>,
+    pub(super) max_sessions_per_token: Option<usize>,
+    pub(super) session_idle: Option<String>,
 }
 
 /// One `[[tokens]]` table: an API token's name, its secret (from the
@@ -117,6 +129,14 @@ pub(super) struct RawMcpServer {
     pub(super) hold_for_secs: Option<u64>,
     /// Every call of its tools waits for approval.
     pub(super) require_approval: Option<bool>,
+    /// Deadlines: `initialize`, `tools/list`, each call.
+    pub(super) initialize_timeout: Option<String>,
+    pub(super) list_timeout: Option<String>,
+    pub(super) call_timeout: Option<String>,
+    /// A stdio server's grace to end before SIGTERM, and before SIGKILL.
+    pub(super) stop_grace: Option<String>,
+    /// The most questions one call may ask.
+    pub(super) max_questions: Option<u32>,
 }
 
 pub(super) fn parse(file: &Path, text: &str) -> Result<RawConfig, ConfigError> {

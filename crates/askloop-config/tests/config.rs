@@ -9,6 +9,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use askloop::{Model, RunStore};
 use askloop_config::{ApprovalNames, ConfigError, ModelSource, ServerConfig, ToolKind};
@@ -387,6 +388,66 @@ headers = { Authorization = "Bearer t" }
     assert_eq!(err.key, "agents.a.mcp[0].url");
     let (_, err) = load_err("[agents.a]\n[[agents.a.mcp]]\ncommand = \"x\"\nheaders = { A = \"b\" }\n");
     assert_eq!(err.key, "agents.a.mcp[0].headers");
+}
+
+#[test]
+fn an_mcp_servers_deadlines_and_question_limit_take_the_one_duration_grammar_and_default_when_left_out() {
+    let text = "[agents.a]\n[[agents.a.mcp]]\ncommand = \"x\"\ninitialize_timeout = \"2s\"\nlist_timeout = \"1.5s\"\n\
+                call_timeout = \"5m\"\nstop_grace = \"250ms\"\nmax_questions = 3\n[[agents.a.mcp]]\nname = \"plain\"\ncommand = \"y\"\n";
+    let config = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), text).unwrap();
+    let (set, plain) = (&config.agents[0].mcp[0], &config.agents[0].mcp[1]);
+    assert_eq!(set.initialize_timeout, Duration::from_secs(2));
+    assert_eq!(set.list_timeout, Duration::from_millis(1500));
+    assert_eq!(set.call_timeout, Duration::from_secs(300));
+    assert_eq!(set.stop_grace, Duration::from_millis(250));
+    assert_eq!(set.max_questions, 3);
+    assert_eq!(plain.initialize_timeout, askloop_mcp::DEFAULT_INITIALIZE_TIMEOUT);
+    assert_eq!(plain.list_timeout, askloop_mcp::DEFAULT_LIST_TIMEOUT);
+    assert_eq!(plain.call_timeout, askloop_mcp::DEFAULT_CALL_TIMEOUT);
+    assert_eq!(plain.stop_grace, askloop_mcp::DEFAULT_STOP_GRACE);
+    assert_eq!(plain.max_questions, askloop_mcp::DEFAULT_MAX_QUESTIONS);
+
+    for (line, key, says) in [
+        ("call_timeout = \"soon\"", "agents.a.mcp[0].call_timeout", "15m"),
+        (
+            "initialize_timeout = \"0s\"",
+            "agents.a.mcp[0].initialize_timeout",
+            "no time at all",
+        ),
+        ("max_questions = 0", "agents.a.mcp[0].max_questions", "positive number"),
+    ] {
+        let (_, err) = load_err(&format!("[agents.a]\n[[agents.a.mcp]]\ncommand = \"x\"\n{line}\n"));
+        assert_eq!(err.key, key, "{err}");
+        assert!(err.problem.contains(says), "{err}");
+    }
+}
+
+#[test]
+fn the_mcp_table_bounds_the_endpoints_sessions_and_missing_keys_keep_their_defaults() {
+    let text = "[mcp]\nmax_sessions = 50\nsession_idle = \"90s\"\n[agents.a]\n";
+    let config = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), text).unwrap();
+    let defaults = askloop_mcp::SessionLimits::DEFAULT;
+    assert_eq!(config.mcp_sessions.max_sessions, 50);
+    assert_eq!(
+        config.mcp_sessions.max_sessions_per_token,
+        defaults.max_sessions_per_token
+    );
+    assert_eq!(config.mcp_sessions.idle, Duration::from_secs(90));
+    let without = ServerConfig::from_toml(std::path::Path::new("/tmp/askloop.toml"), "[agents.a]\n").unwrap();
+    assert_eq!(without.mcp_sessions, defaults);
+    for (line, key, says) in [
+        (
+            "max_sessions_per_token = 0",
+            "mcp.max_sessions_per_token",
+            "positive number",
+        ),
+        ("session_idle = \"never\"", "mcp.session_idle", "15m"),
+        ("max_session = 3", "mcp", "unknown field"),
+    ] {
+        let (_, err) = load_err(&format!("[mcp]\n{line}\n[agents.a]\n"));
+        assert!(err.key.starts_with(key), "{err}");
+        assert!(err.problem.contains(says), "{err}");
+    }
 }
 
 #[test]
@@ -806,9 +867,11 @@ async fn a_server_that_cannot_be_reached_is_reported_and_the_names_it_may_have_a
         panic!("{:?}", built.warnings)
     };
     assert!(
-        down.contains("agents.a.mcp[1]") && down.contains("deployer") && down.contains("goes without"),
+        down.contains("agents.a.mcp[1]") && down.contains("deployer") && down.contains("starts without"),
         "{down}"
     );
+    let late: Vec<&str> = built.late.iter().map(|late| late.name()).collect();
+    assert_eq!(late, ["deployer"], "the server down is the one to try again");
     assert!(
         unchecked.contains("agents.a.require_approval")
             && unchecked.contains("\"deploy\" could not be checked")
@@ -828,7 +891,8 @@ async fn a_tool_whose_name_the_agent_already_has_from_another_server_is_left_out
         .build_agents_with_mcp(&memory_store(), &no_default, ApprovalNames::Check)
         .await
         .unwrap();
-    let names: Vec<&str> = built.agents[0].tool_specs().iter().map(|t| t.name.as_str()).collect();
+    let specs = built.agents[0].tool_specs();
+    let names: Vec<&str> = specs.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["ask_user", "ask_assistant", "ask_approver"]);
     assert_eq!(built.warnings.len(), 2, "{:?}", built.warnings);
     for (warning, tool) in built.warnings.iter().zip(["ask_assistant", "ask_approver"]) {

@@ -704,7 +704,7 @@ impl ServerHandler for AgentTools {
 /// that is not a message is answered with its JSON-RPC error (see
 /// [`crate::stdio`]).
 pub async fn serve_stdio(tools: AgentTools) -> Result<(), std::io::Error> {
-    let transport = crate::stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
+    let transport = crate::stdio::LineTransport::<RoleServer, _, _>::new(tokio::io::stdin(), tokio::io::stdout());
     let running = tools
         .serve(transport)
         .await
@@ -723,12 +723,19 @@ pub async fn serve_stdio(tools: AgentTools) -> Result<(), std::io::Error> {
 /// when no token protects the endpoint, against DNS rebinding).
 /// `max_body_bytes`: the largest request body read (larger: 413); a server
 /// in front that limits bodies itself passes its own limit.
-pub fn streamable_http_service(tools: AgentTools, check_host: bool, max_body_bytes: usize) -> McpHttpService {
+/// `sessions`: the sessions' table, with their limits
+/// ([`BoundSessions::new`]).
+pub fn streamable_http_service(
+    tools: AgentTools,
+    check_host: bool,
+    max_body_bytes: usize,
+    sessions: BoundSessions,
+) -> McpHttpService {
     let mut config = StreamableHttpServerConfig::default().with_max_request_body_bytes(max_body_bytes);
     if !check_host {
         config = config.disable_allowed_hosts();
     }
-    let sessions = Arc::new(BoundSessions::default());
+    let sessions = Arc::new(sessions);
     let service = StreamableHttpService::new(move || Ok(tools.clone()), Arc::clone(&sessions), config);
     McpHttpService::new(service, sessions)
 }

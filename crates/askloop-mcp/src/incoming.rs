@@ -1,31 +1,154 @@
-//! One message from an MCP client, read as JSON-RPC 2.0 says, whatever
-//! transport brought it: either a message the server can act on, or the
-//! error it must answer with.
+//! One message from the other end of an MCP session, read as JSON-RPC 2.0
+//! says, whatever transport brought it: either a message askloop can act
+//! on, or the error it must answer with.
 //!
 //! - Bytes that are not JSON (not UTF-8, a syntax error, nesting deeper
-//!   than the parser goes) are a parse error, `-32700`, with id `null`: the
-//!   id cannot be read.
+//!   than [`MAX_DEPTH`] levels) are a parse error, `-32700`, with id
+//!   `null`: the id cannot be read.
 //! - JSON that is not a request object (no method, a wrong `jsonrpc`, an
 //!   id that is neither a string nor an integer, an array) is an invalid
 //!   request, `-32600`, with the request's id when it can be read, else
 //!   `null`.
 //! - A well-formed request whose params do not fit its method is invalid
-//!   params, `-32602`, with its id.
+//!   params, `-32602`, with its id, saying what does not fit. rmcp reads a
+//!   request of a method it knows whose params do not fit (a `tools/call`
+//!   without a name) as a request of an unknown method, which would be
+//!   answered "method not found"; it is refused here instead.
 //!
 //! A notification is never answered (JSON-RPC forbids it), so a malformed
 //! one is refused with [`Refusal::is_notification`] set: over stdio it is
 //! dropped, over HTTP its POST is a 400.
+//!
+//! [`read_message`] reads what a client sends `askloop mcp` and `/mcp`;
+//! [`read_server_message`] what an MCP server sends askloop's client.
 
-use rmcp::model::{ClientJsonRpcMessage, ErrorCode, ErrorData};
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use rmcp::model::{
+    CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, CompleteRequestParams, CustomRequest,
+    ElicitRequestParams, ErrorCode, ErrorData, GetPromptRequestParams, InitializeRequestParams, JsonRpcMessage,
+    ReadResourceRequestParams, RequestId, ServerJsonRpcMessage, ServerRequest, SubscribeRequestParams,
+    UnsubscribeRequestParams,
+};
+use serde::de::{self, DeserializeOwned, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Reads one message (a line over stdio, a body over HTTP; a UTF-8 byte
-/// order mark before it is allowed).
+/// The deepest nesting of arrays and objects a message may have: serde_json's
+/// limit, which every message askloop reads goes through.
+pub const MAX_DEPTH: usize = 128;
+
+/// Reads one message from a client (a line over stdio, a body over HTTP; a
+/// UTF-8 byte order mark before it is allowed).
 pub fn read_message(bytes: &[u8]) -> Result<ClientJsonRpcMessage, Box<Refusal>> {
+    read(bytes)
+}
+
+/// Reads one message from an MCP server (a line of its standard output),
+/// by the same rules.
+pub fn read_server_message(bytes: &[u8]) -> Result<ServerJsonRpcMessage, Box<Refusal>> {
+    read(bytes)
+}
+
+fn read<M: Incoming>(bytes: &[u8]) -> Result<M, Box<Refusal>> {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(bytes);
-    serde_json::from_slice(bytes).map_err(|err| Box::new(refusal(bytes, &err)))
+    let message: M = serde_json::from_slice(bytes).map_err(|err| Box::new(refusal(bytes, &err)))?;
+    match message.misread() {
+        Some((id, custom)) => Err(Box::new(Refusal::new(
+            Some(id.into_json_value()),
+            ErrorData::new(ErrorCode::INVALID_PARAMS, params_problem(custom), None),
+        ))),
+        None => Ok(message),
+    }
+}
+
+/// A message type of one direction of a session.
+trait Incoming: DeserializeOwned {
+    /// A request of a method MCP defines that rmcp read as a custom one
+    /// because its params do not fit: its id and the request.
+    fn misread(&self) -> Option<(RequestId, &CustomRequest)>;
+}
+
+impl Incoming for ClientJsonRpcMessage {
+    fn misread(&self) -> Option<(RequestId, &CustomRequest)> {
+        match self {
+            JsonRpcMessage::Request(request) => match &request.request {
+                ClientRequest::CustomRequest(custom) if KNOWN_CLIENT_METHODS.contains(&custom.method.as_str()) => {
+                    Some((request.id.clone(), custom))
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+impl Incoming for ServerJsonRpcMessage {
+    fn misread(&self) -> Option<(RequestId, &CustomRequest)> {
+        match self {
+            JsonRpcMessage::Request(request) => match &request.request {
+                ServerRequest::CustomRequest(custom) if KNOWN_SERVER_METHODS.contains(&custom.method.as_str()) => {
+                    Some((request.id.clone(), custom))
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// The requests a client sends that MCP defines (and rmcp reads), whose
+/// params rmcp checks.
+const KNOWN_CLIENT_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "completion/complete",
+    "logging/setLevel",
+    "prompts/get",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tools/call",
+    "tools/list",
+    "server/discover",
+    "subscriptions/listen",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+    "skills/list",
+    "skills/get",
+    "resources/directory/read",
+];
+
+/// The requests a server sends a client that MCP defines.
+const KNOWN_SERVER_METHODS: &[&str] = &["ping", "sampling/createMessage", "roots/list", "elicitation/create"];
+
+/// What does not fit in the params of a request rmcp could not read as its
+/// method's: serde's word on the params as that method takes them, where
+/// askloop knows their type.
+fn params_problem(request: &CustomRequest) -> String {
+    fn fit<P: DeserializeOwned>(params: &Option<Value>) -> Option<String> {
+        let params = params.clone().unwrap_or(Value::Null);
+        serde_json::from_value::<P>(params).err().map(|err| err.to_string())
+    }
+    let method = request.method.as_str();
+    let params = &request.params;
+    let problem = match method {
+        "tools/call" => fit::<CallToolRequestParams>(params),
+        "initialize" => fit::<InitializeRequestParams>(params),
+        "prompts/get" => fit::<GetPromptRequestParams>(params),
+        "resources/read" => fit::<ReadResourceRequestParams>(params),
+        "resources/subscribe" => fit::<SubscribeRequestParams>(params),
+        "resources/unsubscribe" => fit::<UnsubscribeRequestParams>(params),
+        "completion/complete" => fit::<CompleteRequestParams>(params),
+        "elicitation/create" => fit::<ElicitRequestParams>(params),
+        _ => None,
+    };
+    match problem {
+        Some(problem) => format!("the params of {method} are not what it takes: {problem}"),
+        None => format!("the params of {method} are not what it takes"),
+    }
 }
 
 /// Why a message was refused, as the JSON-RPC error to answer it with.
@@ -36,6 +159,7 @@ pub struct Refusal {
     /// The code and the message.
     pub error: ErrorData,
     notification: bool,
+    too_deep: bool,
 }
 
 impl Refusal {
@@ -49,6 +173,7 @@ impl Refusal {
             id,
             error,
             notification: false,
+            too_deep: false,
         }
     }
 
@@ -66,6 +191,12 @@ impl Refusal {
     /// answers.
     pub fn is_notification(&self) -> bool {
         self.notification
+    }
+
+    /// Whether the message nests deeper than [`MAX_DEPTH`]: well-formed JSON
+    /// perhaps, but more than askloop reads.
+    pub fn nests_too_deep(&self) -> bool {
+        self.too_deep
     }
 
     /// The JSON-RPC error response: `{"jsonrpc": "2.0", "id", "error"}`,
@@ -97,9 +228,20 @@ fn refusal(bytes: &[u8], err: &serde_json::Error) -> Refusal {
         ));
     }
     if let Err(not_json) = serde_json::from_slice::<WellFormed>(bytes) {
-        return Refusal::parse_error(format!(
-            "the message is not JSON ({not_json}); send one JSON-RPC message, as JSON"
-        ));
+        if !nests_deeper_than(bytes, MAX_DEPTH) {
+            return Refusal::parse_error(format!(
+                "the message is not JSON ({not_json}); send one JSON-RPC message, as JSON"
+            ));
+        }
+        // Its members are read past the depth (serde skips what it does not
+        // keep without recursing), so a request is answered with its id.
+        let why = format!("nests deeper than the {MAX_DEPTH} levels of arrays and objects a message may have");
+        let mut refusal = match serde_json::from_slice::<Envelope>(bytes) {
+            Ok(envelope) if bytes.trim_ascii_start().first() == Some(&b'{') => envelope.refusal(&why),
+            _ => Refusal::parse_error(format!("the message {why}")),
+        };
+        refusal.too_deep = true;
+        return refusal;
     }
     match bytes.trim_ascii_start().first() {
         Some(b'{') => {}
@@ -144,7 +286,9 @@ fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, 
 }
 
 impl Envelope {
-    fn refusal(self, err: &serde_json::Error) -> Refusal {
+    /// Why a message with these members is refused; `err`: what does not
+    /// fit in it.
+    fn refusal(self, err: &dyn std::fmt::Display) -> Refusal {
         let is_response = self.result.is_some() || self.error.is_some();
         // A response's id is one of the server's own requests: answering
         // with it would look like an answer to the client's request.
@@ -176,6 +320,7 @@ impl Envelope {
                     None,
                 ),
                 notification: true,
+                too_deep: false,
             },
             (Some(_), None) => Refusal::invalid_request(None, "the id must be a string or an integer"),
             (Some(_), Some(id)) => Refusal::new(
@@ -188,6 +333,37 @@ impl Envelope {
             ),
         }
     }
+}
+
+/// Whether JSON text nests arrays and objects deeper than `limit` levels,
+/// counted without parsing it (brackets inside strings do not count).
+fn nests_deeper_than(bytes: &[u8], limit: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in bytes {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Any JSON value, checked for syntax and depth without being kept: arrays
@@ -314,6 +490,62 @@ mod tests {
         );
         let refusal = refused(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"no"}"#);
         assert!(refusal.is_notification());
+    }
+
+    #[test]
+    fn a_known_method_whose_params_do_not_fit_is_invalid_params_saying_what_does_not_fit() {
+        for (params, missing) in [
+            (json!({}), "name"),
+            (json!({"name": 5}), "string"),
+            (json!({"arguments": {}}), "name"),
+        ] {
+            let message = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params});
+            let refusal = refused(message.to_string().as_bytes());
+            assert_eq!(
+                (refusal.error.code, refusal.id.clone()),
+                (ErrorCode::INVALID_PARAMS, Some(json!(3))),
+                "{params}: {refusal:?}"
+            );
+            assert!(
+                refusal.error.message.contains("tools/call") && refusal.error.message.contains(missing),
+                "{}",
+                refusal.error.message
+            );
+        }
+        // A method MCP does not define is the handler's to refuse (-32601).
+        assert!(read_message(br#"{"jsonrpc":"2.0","id":4,"method":"x/y","params":{}}"#).is_ok());
+        // An elicitation a server sends whose params do not fit.
+        let elicitation = json!({"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create",
+            "params": {"message": 5}});
+        let refusal = *read_server_message(elicitation.to_string().as_bytes()).unwrap_err();
+        assert_eq!(
+            (refusal.error.code, refusal.id),
+            (ErrorCode::INVALID_PARAMS, Some(json!("e1")))
+        );
+    }
+
+    #[test]
+    fn a_message_nested_too_deep_is_refused_with_its_id_when_it_is_a_request() {
+        // Written by hand: serde_json's own writer would recurse as deep.
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":"e2","method":"elicitation/create","params":{{"message":"?","requestedSchema":{}}}}}"#,
+            "{\"a\":".repeat(3000) + "1" + &"}".repeat(3000)
+        );
+        let refusal = *read_server_message(deep.as_bytes()).unwrap_err();
+        assert!(refusal.nests_too_deep());
+        assert_eq!(
+            (refusal.error.code, refusal.id),
+            (ErrorCode::INVALID_PARAMS, Some(json!("e2")))
+        );
+        assert!(refusal.error.message.contains("128"), "{}", refusal.error.message);
+        // Brackets inside strings are not nesting.
+        let flat = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"result":{{"text":"{}"}}}}"#,
+            "[{".repeat(500)
+        );
+        assert!(read_server_message(flat.as_bytes()).is_ok());
+        let refusal = refused(format!("{}{}", "[".repeat(200), "]".repeat(200)).as_bytes());
+        assert!(refusal.nests_too_deep() && refusal.id.is_none());
     }
 
     #[test]

@@ -36,14 +36,31 @@
 //! for tool in mcp_tools(&everything).await? {
 //!     agent = agent.tool_arc(tool);
 //! }
+//! // ... run the agent; before the program ends, no server it started runs on:
+//! askloop_mcp::stop_servers().await;
 //! # Ok(()) }
 //! ```
+//!
+//! # Servers that misbehave
+//!
+//! Each server is held to deadlines ([`McpServerSpec::initialize_timeout`],
+//! `list_timeout`, `call_timeout`: a call that misses its deadline ends as a
+//! tool error and the server hears `notifications/cancelled`), a number of
+//! questions per call ([`McpServerSpec::max_questions`], and
+//! [`MAX_QUEUED_QUESTIONS`] held at once), and what a stdio server sends
+//! that askloop cannot read ends its session and fails the call at once
+//! ([`stdio`]). A stdio server runs in a process group of its own and is
+//! stopped when its session ends (SIGTERM, then SIGKILL after
+//! [`McpServerSpec::stop_grace`]), and [`stop_servers`] stops every one
+//! still running. The sessions of the `/mcp` endpoint are bounded by
+//! [`SessionLimits`].
 
 mod agents;
 mod connect;
 pub mod elicitation;
 pub mod incoming;
 mod pool;
+mod process;
 mod sessions;
 mod spec;
 pub mod stdio;
@@ -54,10 +71,14 @@ use askloop::Cause;
 pub use agents::{
     AgentTools, Caller, DEFAULT_RESOURCE, WaitingLinks, ask_tool_name, serve_stdio, streamable_http_service,
 };
-pub use connect::PROTOCOL_VERSION;
+pub use connect::{MAX_QUEUED_QUESTIONS, PROTOCOL_VERSION};
 pub use elicitation::{ELICITATION_KIND, ElicitationAnswer, ElicitationPayload};
-pub use sessions::{BoundSessions, McpHttpService};
-pub use spec::{DEFAULT_HOLD_FOR, McpServerSpec, McpTransport};
+pub use process::stop_servers;
+pub use sessions::{BoundSessions, McpHttpService, SessionHold, SessionLimits, TOO_MANY_SESSIONS};
+pub use spec::{
+    DEFAULT_CALL_TIMEOUT, DEFAULT_HOLD_FOR, DEFAULT_INITIALIZE_TIMEOUT, DEFAULT_LIST_TIMEOUT, DEFAULT_MAX_QUESTIONS,
+    DEFAULT_STOP_GRACE, McpServerSpec, McpTransport,
+};
 pub use tools::{LiveCalls, McpTool, mcp_tools};
 
 /// An MCP server could not be used.
@@ -100,6 +121,42 @@ pub enum McpError {
         /// The error underneath, for logs.
         #[source]
         source: Option<Cause>,
+    },
+    /// The server did not answer within its deadline.
+    #[error("the MCP server {server} did not answer {what} within {}", askloop::human_duration(*after))]
+    Timeout {
+        /// The server's name.
+        server: String,
+        /// What it did not answer (`initialize`, `tools/list`, a call).
+        what: String,
+        /// Its deadline.
+        after: std::time::Duration,
+    },
+    /// The server sent something askloop cannot read (a line over 16 MiB,
+    /// JSON nested too deep, a request or an answer that does not fit), so
+    /// its session was ended.
+    #[error("the MCP server {server} sent what askloop cannot read during {during}, so its session was ended: {sent}")]
+    Unreadable {
+        /// The server's name.
+        server: String,
+        /// The request it was answering (`tools/list`, a tool's name).
+        during: String,
+        /// What was wrong with what it sent.
+        sent: String,
+    },
+    /// A call asked the person more questions than its server may ask in
+    /// one call.
+    #[error(
+        "the MCP server {server} asked more than {most} questions in one call of {tool}, so askloop ended the call \
+         (max_questions in its [[agents.<id>.mcp]] table)"
+    )]
+    TooManyQuestions {
+        /// The server's name.
+        server: String,
+        /// The tool called.
+        tool: String,
+        /// The most questions one call may ask.
+        most: u32,
     },
     /// The configuration names a tool the server does not have.
     #[error("the MCP server {server} has no tool {tool:?}; its tools: {known}")]

@@ -6,8 +6,9 @@
 //! A session serves one call at a time: a call takes a session for itself
 //! (an idle one, else a new one), so an elicitation that arrives on it can
 //! only belong to that call. When the call ends with a result, the session
-//! goes back; a session whose call failed, or was given up while it waited
-//! on the person, is dropped (for a stdio server: the process is stopped).
+//! goes back; a session whose call failed, missed its deadline, or was given
+//! up while it waited on the person, is dropped (for a stdio server: the
+//! process is stopped, see [`crate::process`]).
 //! An idle session is closed after [`IDLE_FOR`], and at most [`MAX_IDLE`]
 //! are kept.
 
@@ -55,9 +56,9 @@ impl std::fmt::Debug for Pool {
 impl Pool {
     /// A session for one call, whose elicitations go to `to`: an idle one
     /// that is still open, else a new one.
-    pub async fn take(&self, spec: &McpServerSpec, to: mpsc::UnboundedSender<Elicitation>) -> Result<Open, McpError> {
+    pub async fn take(&self, spec: &McpServerSpec, to: mpsc::Sender<Elicitation>) -> Result<Open, McpError> {
         while let Some(open) = self.pop() {
-            if !open.session.is_closed() && !open.session.peer().is_transport_closed() {
+            if open.session.is_open() {
                 open.relay.direct_to(Some(to));
                 return Ok(open);
             }
@@ -80,7 +81,7 @@ impl Pool {
         let Ok(mut idle) = self.idle.lock() else {
             return;
         };
-        if idle.sessions.len() >= MAX_IDLE || open.session.is_closed() {
+        if idle.sessions.len() >= MAX_IDLE || !open.session.is_open() {
             return;
         }
         idle.next_id += 1;
@@ -97,9 +98,7 @@ impl Pool {
                     let at = idle.sessions.iter().position(|o| o.id == id)?;
                     Some(idle.sessions.swap_remove(at))
                 });
-                if let Some(open) = stale {
-                    let _ = open.session.cancel().await;
-                }
+                drop(stale);
             });
         }
     }

@@ -26,24 +26,82 @@
 //! - A binding lasts as long as its session: it ends when the session is
 //!   closed (a DELETE, the session's idle timeout, its end), so the table
 //!   holds only live sessions.
+//!
+//! And the sessions are bounded ([`SessionLimits`]), so that no caller can
+//! turn them into gigabytes (each holds about 57 KB): a request that would
+//! open one more than a token may hold (`max_sessions_per_token`), or than
+//! the endpoint holds in all (`max_sessions`), is refused with `429 Too
+//! Many Requests` and a JSON-RPC error naming the limit; a session unused
+//! for `idle` is closed. A server without tokens counts every caller as one
+//! token. The place a session takes is reserved before rmcp opens it, and
+//! held from its `initialize` until it closes, so requests at once cannot
+//! pass a limit together.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
 use futures::future::BoxFuture;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use rmcp::model::{ClientJsonRpcMessage, GetExtensions, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ErrorCode, ErrorData, GetExtensions, ServerJsonRpcMessage};
 use rmcp::transport::StreamableHttpService;
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage, SessionId, SessionManager};
 
 use crate::agents::{AgentTools, Caller};
+use crate::incoming::Refusal;
+
+/// How many `/mcp` sessions may be open, and for how long one may idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionLimits {
+    /// The most sessions open at once, in all.
+    pub max_sessions: usize,
+    /// The most sessions one token may hold open at once (on a server
+    /// without tokens: every caller together).
+    pub max_sessions_per_token: usize,
+    /// A session unused for this long is closed.
+    pub idle: Duration,
+}
+
+impl SessionLimits {
+    /// The defaults: 1,000 sessions (about 57 MB), 100 per token, closed
+    /// after 5 minutes unused.
+    pub const DEFAULT: SessionLimits = SessionLimits {
+        max_sessions: 1000,
+        max_sessions_per_token: 100,
+        idle: Duration::from_secs(300),
+    };
+
+    /// These limits: at most `max_sessions` in all, `per_token` per token,
+    /// each closed after `idle` unused.
+    pub fn new(max_sessions: usize, per_token: usize, idle: Duration) -> Self {
+        SessionLimits {
+            max_sessions,
+            max_sessions_per_token: per_token,
+            idle,
+        }
+    }
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits::DEFAULT
+    }
+}
+
+/// Made for each session when it opens and dropped when it closes: the
+/// server in front counts them with what else it holds open (it gives the
+/// allocator's free pages back after a burst).
+pub type SessionHold = Arc<dyn Fn() -> Box<dyn Any + Send + Sync> + Send + Sync>;
 
 /// Who a session belongs to: the token of the caller that opened it and
 /// the name recorded for that caller. Two requests are of one owner when
@@ -69,31 +127,196 @@ impl Owner {
     }
 }
 
+/// The open sessions, with their owners, and the places reserved for
+/// sessions being opened.
+#[derive(Default)]
+struct Table {
+    bound: HashMap<SessionId, Bound>,
+    /// Places reserved, by token, and in all.
+    reserved: HashMap<Option<String>, usize>,
+    reserved_total: usize,
+}
+
+/// An open session: whose it is, and what the server holds for it.
+struct Bound {
+    owner: Owner,
+    _held: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl Table {
+    /// How many sessions `token` holds, open and being opened.
+    fn held_by(&self, token: &Option<String>) -> usize {
+        let open = self.bound.values().filter(|b| b.owner.token == *token).count();
+        open + self.reserved.get(token).copied().unwrap_or(0)
+    }
+
+    fn release(&mut self, token: &Option<String>) {
+        if let Some(count) = self.reserved.get_mut(token) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.reserved.remove(token);
+            }
+        }
+        self.reserved_total = self.reserved_total.saturating_sub(1);
+    }
+}
+
+/// A shared table (see [`BoundSessions::table`]).
+type SharedTable = Arc<Mutex<Table>>;
+
+fn lock(table: &SharedTable) -> MutexGuard<'_, Table> {
+    // A panic while the table was held cannot leave it half written (each
+    // change is one insert or remove, or one count), so it is read on.
+    table.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A place reserved for a session a request may open, carried in the
+/// request's extensions: taken by the session its `initialize` opens, else
+/// given back when the request is done.
+#[derive(Clone)]
+struct Reservation(Arc<Reserved>);
+
+struct Reserved {
+    table: SharedTable,
+    token: Option<String>,
+    taken: AtomicBool,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if !self.taken.load(Ordering::Acquire) {
+            lock(&self.table).release(&self.token);
+        }
+    }
+}
+
 /// rmcp's sessions of one process, each with its owner (the caller that
-/// opened it); the session manager of [`McpHttpService`].
-#[derive(Debug, Default)]
+/// opened it), within their [`SessionLimits`]; the session manager of
+/// [`McpHttpService`].
 pub struct BoundSessions {
     sessions: LocalSessionManager,
-    owners: Mutex<HashMap<SessionId, Owner>>,
+    table: SharedTable,
+    limits: SessionLimits,
+    hold: Option<SessionHold>,
+}
+
+impl std::fmt::Debug for BoundSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundSessions")
+            .field("open", &self.open())
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for BoundSessions {
+    fn default() -> Self {
+        BoundSessions::new(SessionLimits::DEFAULT, None)
+    }
 }
 
 impl BoundSessions {
-    fn owners(&self) -> MutexGuard<'_, HashMap<SessionId, Owner>> {
-        // A panic while the table was held cannot leave it half written
-        // (each change is one insert or remove), so it is read on.
-        self.owners.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Sessions within `limits`; `hold` makes what the server holds for
+    /// each while it is open.
+    pub fn new(limits: SessionLimits, hold: Option<SessionHold>) -> Self {
+        let mut sessions = LocalSessionManager::default();
+        sessions.session_config.keep_alive = Some(limits.idle);
+        BoundSessions {
+            sessions,
+            table: SharedTable::default(),
+            limits,
+            hold,
+        }
     }
 
     /// Whether session `id` exists and belongs to `owner`.
     fn belongs_to(&self, id: &str, owner: &Owner) -> bool {
-        self.owners().get(id).is_some_and(|bound| bound == owner)
+        lock(&self.table)
+            .bound
+            .get(id)
+            .is_some_and(|bound| bound.owner == *owner)
     }
 
     /// How many sessions are open.
     fn open(&self) -> usize {
-        self.owners().len()
+        lock(&self.table).bound.len()
+    }
+
+    /// Reserves a place for a session `owner` may open, or says which
+    /// limit it would pass.
+    fn reserve(&self, owner: &Owner) -> Result<Reservation, Box<Refusal>> {
+        let mut table = lock(&self.table);
+        let limits = &self.limits;
+        let held = table.held_by(&owner.token);
+        let idle = askloop::human_duration(limits.idle);
+        if held >= limits.max_sessions_per_token {
+            let who = match &owner.token {
+                Some(token) => format!("the token {token:?}"),
+                None => "a caller without a token (on this server, every caller)".to_owned(),
+            };
+            return Err(too_many(
+                format!(
+                    "{who} holds {held} open MCP sessions, the most one token may (max_sessions_per_token = {}): end \
+                     one (DELETE /mcp with its Mcp-Session-Id) or let one idle out (after {idle}) before opening \
+                     another",
+                    limits.max_sessions_per_token
+                ),
+                "max_sessions_per_token",
+                limits.max_sessions_per_token,
+            ));
+        }
+        let all = table.bound.len() + table.reserved_total;
+        if all >= limits.max_sessions {
+            return Err(too_many(
+                format!(
+                    "the server holds {all} open MCP sessions, the most it holds (max_sessions = {}): try again once \
+                     one ends (a session idles out after {idle})",
+                    limits.max_sessions
+                ),
+                "max_sessions",
+                limits.max_sessions,
+            ));
+        }
+        *table.reserved.entry(owner.token.clone()).or_default() += 1;
+        table.reserved_total += 1;
+        Ok(Reservation(Arc::new(Reserved {
+            table: Arc::clone(&self.table),
+            token: owner.token.clone(),
+            taken: AtomicBool::new(false),
+        })))
+    }
+
+    /// Binds session `id` to `owner`, in the place `reserved` (if any).
+    fn bind(&self, id: &SessionId, owner: Owner, reserved: Option<&Reservation>) {
+        let held = self.hold.as_ref().map(|hold| hold());
+        let mut table = lock(&self.table);
+        if let Some(Reservation(reserved)) = reserved
+            && !reserved.taken.swap(true, Ordering::AcqRel)
+        {
+            table.release(&reserved.token);
+        }
+        table.bound.insert(id.clone(), Bound { owner, _held: held });
+    }
+
+    fn unbind(&self, id: &SessionId) {
+        let unbound = lock(&self.table).bound.remove(id);
+        // What the server held for it is dropped outside the lock.
+        drop(unbound);
     }
 }
+
+/// A refusal for one session too many: `limit` is the key that sets it.
+fn too_many(message: String, limit: &str, most: usize) -> Box<Refusal> {
+    let data = serde_json::json!({"limit": limit, "max": most});
+    Box::new(Refusal::new(
+        None,
+        ErrorData::new(TOO_MANY_SESSIONS, message, Some(data)),
+    ))
+}
+
+/// The JSON-RPC code of a session refused at a limit (one of the codes
+/// JSON-RPC leaves to servers).
+pub const TOO_MANY_SESSIONS: ErrorCode = ErrorCode(-32000);
 
 impl SessionManager for BoundSessions {
     type Error = <LocalSessionManager as SessionManager>::Error;
@@ -110,19 +333,18 @@ impl SessionManager for BoundSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        let owner = match &message {
-            ClientJsonRpcMessage::Request(request) => request
-                .request
-                .extensions()
-                .get::<http::request::Parts>()
-                .map(|parts| Owner::of_request(&parts.extensions))
-                .unwrap_or_default(),
-            _ => Owner::default(),
+        let parts = match &message {
+            ClientJsonRpcMessage::Request(request) => request.request.extensions().get::<http::request::Parts>(),
+            _ => None,
         };
-        self.owners().insert(id.clone(), owner);
+        let owner = parts
+            .map(|parts| Owner::of_request(&parts.extensions))
+            .unwrap_or_default();
+        let reserved = parts.and_then(|parts| parts.extensions.get::<Reservation>()).cloned();
+        self.bind(id, owner, reserved.as_ref());
         let initialized = self.sessions.initialize_session(id, message).await;
         if initialized.is_err() {
-            self.owners().remove(id);
+            self.unbind(id);
         }
         initialized
     }
@@ -132,7 +354,7 @@ impl SessionManager for BoundSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        self.owners().remove(id);
+        self.unbind(id);
         self.sessions.close_session(id).await
     }
 
@@ -193,16 +415,40 @@ impl McpHttpService {
         McpHttpService { inner, sessions }
     }
 
-    /// Whether a request with these headers and extensions may go on: it
-    /// names no session, or one its caller opened.
-    fn admits(&self, headers: &http::HeaderMap, extensions: &http::Extensions) -> bool {
-        let Some(named) = headers.get(HEADER_SESSION_ID) else {
-            return true;
-        };
-        named
-            .to_str()
-            .is_ok_and(|id| self.sessions.belongs_to(id, &Owner::of_request(extensions)))
+    /// Whether a request may go on: one that names a session, if its
+    /// caller opened that session; a POST that names none (it may open
+    /// one), with a place reserved for the session in its extensions, if
+    /// its caller may open one more.
+    fn admits<B>(&self, request: &mut http::Request<B>) -> Result<(), Box<McpResponse>> {
+        let owner = Owner::of_request(request.extensions());
+        match request.headers().get(HEADER_SESSION_ID) {
+            Some(named) => match named.to_str() {
+                Ok(id) if self.sessions.belongs_to(id, &owner) => Ok(()),
+                _ => Err(Box::new(unknown_session())),
+            },
+            None if request.method() == http::Method::POST => {
+                let reserved = self
+                    .sessions
+                    .reserve(&owner)
+                    .map_err(|refusal| Box::new(refused(&refusal)))?;
+                request.extensions_mut().insert(reserved);
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
+}
+
+/// `429 Too Many Requests` with `refusal`'s JSON-RPC error.
+fn refused(refusal: &Refusal) -> McpResponse {
+    let body = serde_json::to_vec(&refusal.response()).unwrap_or_default();
+    let mut response = http::Response::new(Full::new(Bytes::from(body)).boxed());
+    *response.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// rmcp's answer to a request on a session it does not have, word for word.
@@ -229,11 +475,10 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if self.admits(request.headers(), request.extensions()) {
-            self.inner.call(request)
-        } else {
-            Box::pin(std::future::ready(Ok(unknown_session())))
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        match self.admits(&mut request) {
+            Ok(()) => self.inner.call(request),
+            Err(refused) => Box::pin(std::future::ready(Ok(*refused))),
         }
     }
 }
@@ -256,7 +501,7 @@ mod tests {
     fn a_session_belongs_to_its_token_and_name_and_to_no_one_once_closed() {
         let sessions = BoundSessions::default();
         let ana = Owner::of(&caller(Some("ana"), Some("ana")));
-        sessions.owners().insert("s1".into(), ana.clone());
+        sessions.bind(&"s1".into(), ana.clone(), None);
         assert!(sessions.belongs_to("s1", &ana));
         for other in [
             caller(Some("eve"), Some("eve")),
@@ -269,7 +514,39 @@ mod tests {
             assert!(!sessions.belongs_to("s1", &Owner::of(&other)), "{other:?}");
         }
         assert!(!sessions.belongs_to("s2", &ana), "a session never given out");
-        sessions.owners().remove("s1");
+        sessions.unbind(&"s1".into());
         assert!(!sessions.belongs_to("s1", &ana));
+    }
+
+    #[test]
+    fn a_token_may_hold_only_so_many_sessions_and_the_endpoint_only_so_many_in_all() {
+        let sessions = BoundSessions::new(SessionLimits::new(3, 2, Duration::from_secs(60)), None);
+        let ana = Owner::of(&caller(Some("ana"), Some("ana")));
+        let bob = Owner::of(&caller(Some("bob"), Some("bob")));
+        // Reserved and bound count alike: two at once cannot both pass.
+        let first = sessions.reserve(&ana).unwrap();
+        let second = sessions.reserve(&ana).unwrap();
+        let refused = sessions.reserve(&ana).err().unwrap();
+        assert_eq!(refused.error.code, TOO_MANY_SESSIONS);
+        assert!(
+            refused.error.message.contains("max_sessions_per_token = 2"),
+            "{}",
+            refused.error.message
+        );
+        sessions.bind(&"a1".into(), ana.clone(), Some(&first));
+        drop(first);
+        drop(second);
+        // A reservation no session took is given back.
+        let again = sessions.reserve(&ana).unwrap();
+        let _bobs = sessions.reserve(&bob).unwrap();
+        let refused = sessions.reserve(&bob).err().unwrap();
+        assert!(
+            refused.error.message.contains("max_sessions = 3"),
+            "{}",
+            refused.error.message
+        );
+        drop(again);
+        sessions.unbind(&"a1".into());
+        assert!(sessions.reserve(&bob).is_ok(), "places come back as sessions close");
     }
 }

@@ -4,6 +4,25 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// How long a server has to answer `initialize` by default.
+pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a server has to answer `tools/list` by default.
+pub const DEFAULT_LIST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a server has to answer a tool call by default (the time a
+/// person takes to answer its questions does not count): the TypeScript
+/// SDK's request timeout.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a stdio server has to end on its own once its input closed, and
+/// again after SIGTERM, before it is killed, by default.
+pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// How many questions (elicitations) one call may ask the person, by
+/// default.
+pub const DEFAULT_MAX_QUESTIONS: u32 = 20;
+
 /// How long a tool call that asked the person something is kept alive,
 /// waiting for the answer, before askloop gives up on it and ends its MCP
 /// session. The stored question stays answerable after that: the answer is
@@ -33,6 +52,22 @@ pub struct McpServerSpec {
     pub hold_for: Duration,
     /// Whether every call of its tools waits for a person's approval.
     pub require_approval: bool,
+    /// How long it has to answer `initialize`: a server that misses it is
+    /// one that cannot be reached.
+    pub initialize_timeout: Duration,
+    /// How long it has to answer `tools/list`.
+    pub list_timeout: Duration,
+    /// How long it has to answer a tool call, not counting the time a person
+    /// takes to answer its questions: a call that misses it ends as a tool
+    /// error the model is told of, and the server hears
+    /// `notifications/cancelled`.
+    pub call_timeout: Duration,
+    /// A stdio server's time to end on its own once its input closed, and
+    /// again after SIGTERM, before SIGKILL.
+    pub stop_grace: Duration,
+    /// How many questions one call may ask the person: the call that asks
+    /// one more ends as a tool error.
+    pub max_questions: u32,
 }
 
 /// How to reach an MCP server.
@@ -43,7 +78,8 @@ pub enum McpTransport {
     /// started to list the tools, and that process then serves calls one at
     /// a time; calls at once start more. A process unused for a minute is
     /// stopped (at most four idle ones are kept), and so is one whose call
-    /// failed or was given up while it waited on the person.
+    /// failed, missed its deadline, or was given up (its run cancelled, its
+    /// question expired); see [`crate::stop_servers`] for how.
     Stdio {
         /// The program.
         command: String,
@@ -81,6 +117,11 @@ impl McpServerSpec {
             only_tools: Vec::new(),
             hold_for: DEFAULT_HOLD_FOR,
             require_approval: false,
+            initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
+            list_timeout: DEFAULT_LIST_TIMEOUT,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            stop_grace: DEFAULT_STOP_GRACE,
+            max_questions: DEFAULT_MAX_QUESTIONS,
         }
     }
 
@@ -95,6 +136,11 @@ impl McpServerSpec {
             only_tools: Vec::new(),
             hold_for: DEFAULT_HOLD_FOR,
             require_approval: false,
+            initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
+            list_timeout: DEFAULT_LIST_TIMEOUT,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            stop_grace: DEFAULT_STOP_GRACE,
+            max_questions: DEFAULT_MAX_QUESTIONS,
         }
     }
 
@@ -135,6 +181,38 @@ impl McpServerSpec {
     /// How long a call waiting on an answer is kept alive.
     pub fn hold_for(mut self, duration: Duration) -> Self {
         self.hold_for = duration;
+        self
+    }
+
+    /// How long the server has to answer `initialize`.
+    pub fn initialize_timeout(mut self, deadline: Duration) -> Self {
+        self.initialize_timeout = deadline;
+        self
+    }
+
+    /// How long the server has to answer `tools/list`.
+    pub fn list_timeout(mut self, deadline: Duration) -> Self {
+        self.list_timeout = deadline;
+        self
+    }
+
+    /// How long the server has to answer a tool call (the time a person
+    /// takes to answer its questions does not count).
+    pub fn call_timeout(mut self, deadline: Duration) -> Self {
+        self.call_timeout = deadline;
+        self
+    }
+
+    /// A stdio server's time to end on its own once its input closed, and
+    /// again after SIGTERM, before SIGKILL.
+    pub fn stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = grace;
+        self
+    }
+
+    /// How many questions one call may ask the person.
+    pub fn max_questions(mut self, questions: u32) -> Self {
+        self.max_questions = questions;
         self
     }
 

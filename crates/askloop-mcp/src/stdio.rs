@@ -1,31 +1,47 @@
-//! The stdio transport of `askloop mcp`: one JSON-RPC message per line, and
-//! an answer to every line that is not one.
+//! MCP over standard input and output: one JSON-RPC message per line, for
+//! `askloop mcp` (the server end, reading a client) and for the stdio MCP
+//! servers askloop starts (the client end, reading a server).
 //!
-//! rmcp's own line transport drops a line that is not JSON without a word
-//! and answers one that is not a message without its id, so a client
-//! waiting on that id would wait forever. This one reads each line with
-//! [`read_message`] and writes the error it gets back on the same output as
-//! the responses, before it reads on. A line longer than [`MAX_LINE_BYTES`]
-//! is answered as soon as it passes the limit and the rest of it is skipped
-//! as it arrives, never held.
+//! rmcp's own line transport drops a line that is not JSON without a word,
+//! answers one that is not a message without its id, and drops a line over
+//! its limit, so whoever waits on that message would wait forever. This one
+//! reads each line with [`crate::incoming`] and decides by who is at the
+//! other end ([`LineRole`]):
+//!
+//! - `askloop mcp` answers every line it cannot use with its JSON-RPC
+//!   error, on the same output as the responses, and reads on: a client's
+//!   mistake never ends its session.
+//! - Reading an MCP server, a line that is not JSON is passed over (as
+//!   rmcp and the other SDKs do: a server's stray print must not end its
+//!   session), and so is a notification that cannot be read. Anything else
+//!   that cannot be read ends the session: a line over [`MAX_LINE_BYTES`],
+//!   JSON nested deeper than [`crate::incoming::MAX_DEPTH`], a request or a
+//!   response whose members do not fit. A request is first answered with
+//!   its error. What the server sent is kept as the session's [`Fault`],
+//!   so the call that was waiting fails saying why instead of waiting for
+//!   an answer that will never come.
+//!
+//! A line longer than [`MAX_LINE_BYTES`] is never held: it is refused as
+//! soon as it passes the limit and the rest of it is skipped as it arrives.
 //!
 //! `receive` is polled inside a `select!` and may be dropped at any await:
 //! the partial line, the skipping of a long one and an answer not yet
 //! written all live on the transport, so the next call takes up where the
 //! dropped one stopped.
 
-use std::sync::Arc;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 
 use futures::SinkExt;
-use rmcp::RoleServer;
-use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::service::{RxJsonRpcMessage, ServiceRole, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use rmcp::{RoleClient, RoleServer};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::Mutex;
 use tokio_util::bytes::Bytes;
 use tokio_util::codec::{BytesCodec, FramedWrite};
 
-use crate::incoming::{Refusal, read_message};
+use crate::incoming::{Refusal, read_message, read_server_message};
 
 /// The longest line read as one message: 16 MiB, as rmcp's own transport.
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -33,8 +49,86 @@ pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// A line buffer bigger than this is given back after its line.
 const KEEP_BUFFER_BYTES: usize = 64 * 1024;
 
-/// Messages as lines on a reader and a writer (stdin and stdout).
-pub struct LineTransport<R, W> {
+/// Who is at the other end of the lines, and so what a line that cannot be
+/// used leads to.
+pub trait LineRole: ServiceRole {
+    /// Reads one line as a message from the other end.
+    fn read(line: &[u8]) -> Result<RxJsonRpcMessage<Self>, Box<Refusal>>;
+
+    /// What follows a line that could not be read.
+    #[doc(hidden)]
+    fn after(refusal: &Refusal) -> After;
+}
+
+/// What follows a line that could not be used.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum After {
+    /// Read on.
+    PassOver,
+    /// Answer it with its error, and read on.
+    Answer,
+    /// Answer it with its error, then end the session.
+    AnswerAndEnd,
+    /// End the session.
+    End,
+}
+
+/// `askloop mcp`, reading a client: every line it cannot use is answered,
+/// but a notification (JSON-RPC never answers one).
+impl LineRole for RoleServer {
+    fn read(line: &[u8]) -> Result<RxJsonRpcMessage<Self>, Box<Refusal>> {
+        read_message(line)
+    }
+
+    fn after(refusal: &Refusal) -> After {
+        if refusal.is_notification() {
+            After::PassOver
+        } else {
+            After::Answer
+        }
+    }
+}
+
+/// askloop's client, reading an MCP server: see the module's rules.
+impl LineRole for RoleClient {
+    fn read(line: &[u8]) -> Result<RxJsonRpcMessage<Self>, Box<Refusal>> {
+        read_server_message(line)
+    }
+
+    fn after(refusal: &Refusal) -> After {
+        let not_json = refusal.error.code == rmcp::model::ErrorCode::PARSE_ERROR && !refusal.nests_too_deep();
+        if refusal.is_notification() || not_json {
+            After::PassOver
+        } else if refusal.id.is_some() {
+            After::AnswerAndEnd
+        } else {
+            After::End
+        }
+    }
+}
+
+/// Why the other end's session ended on a line askloop could not read, in
+/// words for the call that was waiting (`None` while nothing went wrong).
+#[derive(Debug, Clone, Default)]
+pub struct Fault {
+    what: Arc<StdMutex<Option<String>>>,
+}
+
+impl Fault {
+    fn set(&self, what: String) {
+        let mut slot = self.what.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.get_or_insert(what);
+    }
+
+    /// What the other end sent that ended the session, if it did.
+    pub fn get(&self) -> Option<String> {
+        self.what.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// Messages as lines on a reader and a writer.
+pub struct LineTransport<Role, R, W> {
     read: BufReader<R>,
     line: Vec<u8>,
     /// Skipping the rest of a line that passed the limit.
@@ -42,14 +136,19 @@ pub struct LineTransport<R, W> {
     write: Arc<Mutex<FramedWrite<W, BytesCodec>>>,
     /// An error to answer before reading on.
     answer: Option<Answer>,
+    /// The session ends once the answer is written.
+    ending: bool,
+    fault: Fault,
+    role: PhantomData<fn() -> Role>,
 }
 
-impl<R, W> std::fmt::Debug for LineTransport<R, W> {
+impl<Role, R, W> std::fmt::Debug for LineTransport<Role, R, W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LineTransport")
             .field("line_bytes", &self.line.len())
             .field("skipping", &self.skipping)
             .field("answering", &self.answer.is_some())
+            .field("ending", &self.ending)
             .finish()
     }
 }
@@ -66,7 +165,7 @@ enum Read {
     End,
 }
 
-impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
+impl<Role: LineRole, R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<Role, R, W> {
     /// Reads messages from `read` and writes to `write`.
     pub fn new(read: R, write: W) -> Self {
         LineTransport {
@@ -75,7 +174,15 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
             skipping: false,
             write: Arc::new(Mutex::new(FramedWrite::new(write, BytesCodec::new()))),
             answer: None,
+            ending: false,
+            fault: Fault::default(),
+            role: PhantomData,
         }
+    }
+
+    /// Where the transport says why it ended the session, if it does.
+    pub fn fault(&self) -> Fault {
+        self.fault.clone()
     }
 
     /// Reads up to the end of the next line into `self.line`, never letting
@@ -128,6 +235,27 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
         tracing::debug!(code = refusal.error.code.0, message = %refusal.error.message, "refused a message on stdio");
         self.answer = line_of(&refusal.response()).ok().map(Answer::Queued);
     }
+
+    /// Handles a line that could not be used, as the other end's role says.
+    fn refused(&mut self, refusal: &Refusal) {
+        match Role::after(refusal) {
+            After::PassOver => {
+                tracing::debug!(message = %refusal.error.message, "passed over a line that cannot be read");
+            }
+            After::Answer => self.queue(refusal),
+            After::AnswerAndEnd => {
+                self.queue(refusal);
+                self.end(refusal.error.message.to_string());
+            }
+            After::End => self.end(refusal.error.message.to_string()),
+        }
+    }
+
+    fn end(&mut self, why: String) {
+        tracing::warn!(reason = %why, "ended an MCP session on a message it cannot read");
+        self.fault.set(why);
+        self.ending = true;
+    }
 }
 
 fn line_of(message: &impl serde::Serialize) -> serde_json::Result<Bytes> {
@@ -136,8 +264,9 @@ fn line_of(message: &impl serde::Serialize) -> serde_json::Result<Bytes> {
     Ok(Bytes::from(line))
 }
 
-impl<R, W> Transport<RoleServer> for LineTransport<R, W>
+impl<Role, R, W> Transport<Role> for LineTransport<Role, R, W>
 where
+    Role: LineRole,
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -145,39 +274,38 @@ where
 
     fn send(
         &mut self,
-        item: TxJsonRpcMessage<RoleServer>,
+        item: TxJsonRpcMessage<Role>,
     ) -> impl Future<Output = Result<(), std::io::Error>> + Send + 'static {
         let write = Arc::clone(&self.write);
         let line = line_of(&item);
         async move { write.lock().await.send(line?).await }
     }
 
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<Role>> {
         loop {
-            if !self.write_answer().await {
+            if !self.write_answer().await || self.ending {
                 return None;
             }
             match self.read_line().await {
                 Ok(Read::Line) => {}
                 Ok(Read::TooLong) => {
-                    self.queue(&Refusal::invalid_request(
+                    let refusal = Refusal::invalid_request(
                         None,
-                        format!(
-                            "the line is longer than the {MAX_LINE_BYTES} bytes a message may have; it was skipped"
-                        ),
-                    ));
+                        format!("a line is longer than the {MAX_LINE_BYTES} bytes (16 MiB) a message may have"),
+                    );
+                    self.refused(&refusal);
                     continue;
                 }
                 Ok(Read::End) => return None,
                 Err(err) => {
-                    tracing::error!(error = %err, "cannot read stdin");
+                    tracing::error!(error = %err, "cannot read the MCP peer's output");
                     return None;
                 }
             }
             let line = std::mem::take(&mut self.line);
             let text = line.strip_suffix(b"\n").unwrap_or(&line);
             let text = text.strip_suffix(b"\r").unwrap_or(text);
-            let read = (!text.trim_ascii().is_empty()).then(|| read_message(text));
+            let read = (!text.trim_ascii().is_empty()).then(|| Role::read(text));
             if line.capacity() <= KEEP_BUFFER_BYTES {
                 self.line = line;
                 self.line.clear();
@@ -185,10 +313,7 @@ where
             match read {
                 None => {}
                 Some(Ok(message)) => return Some(message),
-                Some(Err(refusal)) if refusal.is_notification() => {
-                    tracing::debug!(message = %refusal.error.message, "dropped a notification that cannot be read");
-                }
-                Some(Err(refusal)) => self.queue(&refusal),
+                Some(Err(refusal)) => self.refused(&refusal),
             }
         }
     }

@@ -12,44 +12,46 @@
 //! note saying the server never received it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use askloop::{Cause, InvalidResume, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};
 use async_trait::async_trait;
 use rmcp::ServiceError;
-use rmcp::model::{CallToolRequestParams, CallToolResult, ElicitRequestParams};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest,
+    ElicitRequestParams, ServerResult,
+};
+use rmcp::service::PeerRequestOptions;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::McpError;
-use crate::connect::{Elicitation, Relay, connect};
+use crate::connect::{ElicitReply, Elicitation, Relay, connect, elicitation_channel, within};
 use crate::elicitation::{ELICITATION_KIND, ElicitationAnswer, ElicitationPayload, answer_schema};
 use crate::pool::Pool;
 use crate::spec::McpServerSpec;
 
 /// Lists a server's tools (one short session) and returns them as askloop
-/// tools, in the server's order, with the server's names. The assembly of
-/// `askloop.toml` leaves out a tool whose name is a built-in tool's (such as
-/// `ask_user`) or one the agent already has; a program that gives an agent
-/// these tools itself should do the same, since the page shows a call of
-/// `ask_user` as a question askloop asked.
+/// tools, in the server's order, with the server's names. The server has
+/// its `initialize_timeout` to start the session and its `list_timeout` to
+/// list them; one that misses either is [`McpError::Timeout`]. The
+/// assembly of `askloop.toml` leaves out a tool whose name is a built-in
+/// tool's (such as `ask_user`) or one the agent already has; a program that
+/// gives an agent these tools itself should do the same, since the page
+/// shows a call of `ask_user` as a question askloop asked.
 pub async fn mcp_tools(spec: &McpServerSpec) -> Result<Vec<Arc<dyn Tool>>, McpError> {
     let relay = Relay::default();
     let session = connect(spec, relay.clone()).await?;
-    let listed = session.peer().list_all_tools().await;
+    let listed = within(spec, "tools/list", spec.list_timeout, session.peer().list_all_tools()).await;
+    let listed = match listed {
+        Ok(Ok(listed)) => listed,
+        Ok(Err(err)) => return Err(request_error(spec, "tools/list", err, session.fault())),
+        Err(late) => return Err(late),
+    };
     let pool = Pool::default();
-    if listed.is_ok() {
-        pool.keep_listing(session, relay);
-    } else {
-        let _ = session.cancel().await;
-    }
-    let listed = listed.map_err(|err| McpError::Call {
-        server: spec.name.clone(),
-        tool: "tools/list".into(),
-        reason: err.to_string(),
-        source: Some(Cause::new(err)),
-    })?;
+    pool.keep_listing(session, relay);
     for wanted in &spec.only_tools {
         if !listed.iter().any(|t| t.name == *wanted) {
             let names: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
@@ -112,6 +114,14 @@ impl LiveCalls {
         self.calls.lock().ok()?.remove(key)
     }
 
+    /// Gives up the call `key` waits on, if this process holds it: the
+    /// server hears `notifications/cancelled` and its session ends.
+    fn give_up(&self, key: &(String, String), why: &str) {
+        if let Some(call) = self.take(key) {
+            call.abandon.now(why);
+        }
+    }
+
     /// How many calls wait on an answer in this process.
     pub fn len(&self) -> usize {
         self.calls.lock().map(|c| c.len()).unwrap_or(0)
@@ -123,21 +133,49 @@ impl LiveCalls {
     }
 }
 
-/// A call in flight: its session's task, the server's elicitations, and the
-/// reply to the one it waits on.
+/// Why a call was given up, when nothing more is known: its driver
+/// dropped it.
+const GAVE_UP: &str = "askloop gave the call up (its run was cancelled, or it stopped waiting for the call)";
+
+/// The end of a call askloop gave up on, and why: the call's task tells the
+/// server (`notifications/cancelled`, with the reason) and ends its session.
+#[derive(Debug, Clone, Default)]
+struct Abandon {
+    token: CancellationToken,
+    reason: Arc<OnceLock<String>>,
+}
+
+impl Abandon {
+    /// Gives the call up; the first reason given is the one the server
+    /// hears.
+    fn now(&self, why: &str) {
+        let _ = self.reason.set(why.to_owned());
+        self.token.cancel();
+    }
+
+    fn reason(&self) -> String {
+        self.reason.get().cloned().unwrap_or_else(|| GAVE_UP.to_owned())
+    }
+}
+
+/// A call in flight (its task runs the request): the server's
+/// elicitations, the reply to the one it waits on, how many it asked, and
+/// how to give it up.
 #[derive(Debug)]
 struct LiveCall {
-    task: JoinHandle<()>,
-    elicitations: mpsc::UnboundedReceiver<Elicitation>,
+    elicitations: mpsc::Receiver<Elicitation>,
     done: oneshot::Receiver<Result<CallToolResult, McpError>>,
-    reply: Option<oneshot::Sender<rmcp::model::ElicitResult>>,
+    reply: Option<oneshot::Sender<ElicitReply>>,
     expiry: Option<JoinHandle<()>>,
+    asked: u32,
+    abandon: Abandon,
 }
 
 impl Drop for LiveCall {
     fn drop(&mut self) {
-        // Ending the task drops the session, which stops a stdio server.
-        self.task.abort();
+        // The call's task hears it, tells the server and ends the session
+        // (which stops a stdio server); a call that ended is not affected.
+        self.abandon.now(GAVE_UP);
         if let Some(expiry) = &self.expiry {
             expiry.abort();
         }
@@ -146,45 +184,38 @@ impl Drop for LiveCall {
 
 impl McpTool {
     fn start(&self, input: Value) -> LiveCall {
-        let (to_driver, elicitations) = mpsc::unbounded_channel();
+        let (to_driver, elicitations) = elicitation_channel();
         let (finish, done) = oneshot::channel();
-        let spec = self.spec.clone();
-        let arguments = match input {
+        let mut params = CallToolRequestParams::new(self.name.clone());
+        params.arguments = match input {
             Value::Object(map) => Some(map),
             _ => None,
         };
-        let mut params = CallToolRequestParams::new(self.name.clone());
-        params.arguments = arguments;
-        let tool = self.name.clone();
-        let pool = self.pool.clone();
-        let task = tokio::spawn(async move {
-            let outcome = async {
-                let open = pool.take(&spec, to_driver).await?;
-                match open.session.peer().call_tool(params).await {
-                    Ok(result) => {
-                        pool.put_back(open);
-                        Ok(result)
-                    }
-                    Err(err) => {
-                        let _ = open.session.cancel().await;
-                        Err(call_error(&spec.name, &tool, err))
-                    }
-                }
-            }
-            .await;
+        let abandon = Abandon::default();
+        let (pool, spec, tool, gave_up) = (self.pool.clone(), self.spec.clone(), self.name.clone(), abandon.clone());
+        // It ends on its own: with a result, or soon after it is given up.
+        tokio::spawn(async move {
+            let outcome = call(&pool, &spec, &tool, params, to_driver, &gave_up).await;
             let _ = finish.send(outcome);
         });
         LiveCall {
-            task,
             elicitations,
             done,
             reply: None,
             expiry: None,
+            asked: 0,
+            abandon,
         }
     }
 
-    /// Waits for the call's next event: its result, or a question.
+    /// Waits for the call's next event: its result, or a question. The
+    /// server has the tool's `call_timeout` from now (a question stops the
+    /// clock: the person's time is not the server's); a call that misses
+    /// it, or asks more than `max_questions`, is given up and ends as a
+    /// tool error the model is told of.
     async fn drive(&self, mut call: LiveCall, ctx: &ToolContext) -> Result<ToolOutcome, ToolError> {
+        let deadline = tokio::time::sleep(self.spec.call_timeout);
+        tokio::pin!(deadline);
         loop {
             tokio::select! {
                 biased;
@@ -208,14 +239,26 @@ impl McpTool {
                         _ => {
                             // URL elicitations send the person to a web page
                             // askloop cannot show; the server hears "cancel".
-                            let _ = elicitation.reply.send(ElicitationAnswer::Cancel.into_result());
+                            let _ = elicitation.reply.send(Ok(ElicitationAnswer::Cancel.into_result()));
                             continue;
                         }
                     };
                     let (Some(run_id), Some(call_id)) = (ctx.run_id(), ctx.tool_call_id()) else {
-                        let _ = elicitation.reply.send(ElicitationAnswer::Cancel.into_result());
+                        let _ = elicitation.reply.send(Ok(ElicitationAnswer::Cancel.into_result()));
                         continue;
                     };
+                    if call.asked >= self.spec.max_questions {
+                        let err = McpError::TooManyQuestions {
+                            server: self.spec.name.clone(),
+                            tool: self.name.clone(),
+                            most: self.spec.max_questions,
+                        };
+                        let why = err.to_string();
+                        let _ = elicitation.reply.send(Err(rmcp::ErrorData::invalid_request(why.clone(), None)));
+                        call.abandon.now(&why);
+                        return Err(ToolError::new(why).with_source(err));
+                    }
+                    call.asked += 1;
                     let key = (run_id.to_owned(), call_id.to_owned());
                     call.reply = Some(elicitation.reply);
                     let live = self.live.clone();
@@ -223,22 +266,95 @@ impl McpTool {
                     let hold_for = self.spec.hold_for;
                     call.expiry = Some(tokio::spawn(async move {
                         tokio::time::sleep(hold_for).await;
-                        drop(live.take(&expiring));
+                        live.give_up(&expiring, "the person's answer did not come in time (hold_for)");
                     }));
                     self.live.put(key, call);
                     return Ok(ctx.suspend(serde_json::to_value(&payload).unwrap_or(Value::Null))?);
+                }
+                () = &mut deadline => {
+                    let err = McpError::Timeout {
+                        server: self.spec.name.clone(),
+                        what: format!("the call of {}", self.name),
+                        after: self.spec.call_timeout,
+                    };
+                    call.abandon.now(&err.to_string());
+                    return Err(ToolError::new(err.to_string()).with_source(err));
                 }
             }
         }
     }
 }
 
-fn call_error(server: &str, tool: &str, err: ServiceError) -> McpError {
-    McpError::Call {
-        server: server.to_owned(),
+/// One call of `tool` on a session of its own: its result, or why there is
+/// none. Given up (`abandon`), it tells the server
+/// (`notifications/cancelled`, with the reason) and ends the session; a
+/// session is kept for the next call only after a result.
+async fn call(
+    pool: &Pool,
+    spec: &McpServerSpec,
+    tool: &str,
+    params: CallToolRequestParams,
+    to_driver: mpsc::Sender<Elicitation>,
+    abandon: &Abandon,
+) -> Result<CallToolResult, McpError> {
+    let gave_up = || McpError::Call {
+        server: spec.name.clone(),
         tool: tool.to_owned(),
-        reason: err.to_string(),
-        source: Some(Cause::new(err)),
+        reason: format!("the call was given up: {}", abandon.reason()),
+        source: None,
+    };
+    let open = tokio::select! {
+        open = pool.take(spec, to_driver) => open?,
+        () = abandon.token.cancelled() => return Err(gave_up()),
+    };
+    let peer = open.session.peer().clone();
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = match peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+    {
+        Ok(handle) => handle,
+        Err(err) => return Err(request_error(spec, tool, err, open.session.fault())),
+    };
+    let id = handle.id.clone();
+    tokio::select! {
+        answer = handle.await_response() => match answer {
+            Ok(ServerResult::CallToolResult(result)) => {
+                pool.put_back(open);
+                Ok(result)
+            }
+            Ok(_) => Err(McpError::Call {
+                server: spec.name.clone(),
+                tool: tool.to_owned(),
+                reason: "it answered tools/call with something other than a tool's result".into(),
+                source: None,
+            }),
+            Err(err) => Err(request_error(spec, tool, err, open.session.fault())),
+        },
+        () = abandon.token.cancelled() => {
+            let cancelled = CancelledNotificationParam::new(Some(id), Some(abandon.reason()));
+            // A server that stopped reading its input cannot hold this up.
+            let _ = tokio::time::timeout(spec.stop_grace, peer.notify_cancelled(cancelled)).await;
+            Err(gave_up())
+        }
+    }
+}
+
+/// Why a request (`what`) to the server failed: what it sent that ended
+/// the session, if it did, else the transport's error.
+fn request_error(spec: &McpServerSpec, what: &str, err: ServiceError, fault: Option<String>) -> McpError {
+    match fault {
+        Some(sent) => McpError::Unreadable {
+            server: spec.name.clone(),
+            during: what.to_owned(),
+            sent,
+        },
+        None => McpError::Call {
+            server: spec.name.clone(),
+            tool: what.to_owned(),
+            reason: err.to_string(),
+            source: Some(Cause::new(err)),
+        },
     }
 }
 
@@ -309,6 +425,16 @@ impl Tool for McpTool {
         self.idempotent
     }
 
+    /// The call's run was cancelled or superseded, or its question expired:
+    /// the server hears `notifications/cancelled` and the session ends.
+    fn forget_call(&self, run_id: &str, tool_call_id: &str) {
+        let key = (run_id.to_owned(), tool_call_id.to_owned());
+        self.live.give_up(
+            &key,
+            "its run was cancelled, or its question was closed without an answer",
+        );
+    }
+
     fn requires_approval(&self) -> bool {
         self.spec.require_approval
     }
@@ -334,7 +460,7 @@ impl Tool for McpTool {
                     expiry.abort();
                 }
                 if let Some(reply) = call.reply.take() {
-                    let _ = reply.send(answer.into_result());
+                    let _ = reply.send(Ok(answer.into_result()));
                 }
                 self.drive(call, &ctx).await
             }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use askloop::store::RunStatus;
 use askloop::{Agent, AskUser, Author, Interface, ResolutionKind, RunStore, ScriptedModel};
-use askloop_mcp::{AgentTools, WaitingLinks, streamable_http_service};
+use askloop_mcp::{AgentTools, BoundSessions, WaitingLinks, streamable_http_service};
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
 };
@@ -39,7 +39,10 @@ async fn serve(store: Arc<dyn RunStore>) -> String {
             page: Some("http://askloop.test".into()),
         },
     );
-    let router = axum::Router::new().nest_service("/mcp", streamable_http_service(tools, true, 4 * 1024 * 1024));
+    let router = axum::Router::new().nest_service(
+        "/mcp",
+        streamable_http_service(tools, true, 4 * 1024 * 1024, BoundSessions::default()),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

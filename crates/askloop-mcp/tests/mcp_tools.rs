@@ -43,7 +43,8 @@ async fn the_servers_tools_are_offered_with_their_schemas_and_calls_return_resul
         {"text": "Sum: {{toolResults}}"}
     ]});
     let agent = agent(&url, memory(), script).await;
-    let names: Vec<&str> = agent.tool_specs().iter().map(|s| s.name.as_str()).collect();
+    let specs = agent.tool_specs();
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["add", "fail", "book"]);
     assert_eq!(agent.tool_specs()[0].input_schema["required"], json!(["a", "b"]));
     let output = agent.generate("add them").await.unwrap();

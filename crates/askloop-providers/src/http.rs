@@ -124,16 +124,7 @@ impl Deadline {
 /// would overflow an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// A duration as people write it: `300 s`, `250 ms`, `1.5 s`.
-pub(crate) fn human(duration: Duration) -> String {
-    if duration < Duration::from_secs(1) {
-        format!("{} ms", duration.as_millis())
-    } else if duration.subsec_millis() == 0 {
-        format!("{} s", duration.as_secs())
-    } else {
-        format!("{:.1} s", duration.as_secs_f64())
-    }
-}
+pub(crate) use askloop::human_duration as human;
 
 /// Retries of a request that failed before its response began to stream:
 /// connection errors, HTTP 408, 429 and 5xx (Anthropic's 529 overload

@@ -134,13 +134,16 @@ pub(crate) struct AppState {
     pub(crate) access: auth::Access,
     pub(crate) body_limit: usize,
     pub(crate) body_read_timeout: Duration,
+    /// How many `/mcp` sessions may be open, and how long one may idle.
+    pub(crate) mcp_sessions: askloop_mcp::SessionLimits,
     /// The store's run changes, for `GET /api/events`.
     pub(crate) events: events::RunEvents,
     /// The event streams each caller holds open, and how many it may.
     pub(crate) event_streams: caps::PerCaller,
     /// Turns true when the server begins to shut down.
     pub(crate) stopping: watch::Sender<bool>,
-    /// The streams open now, to give memory back after a burst.
+    /// The streams and `/mcp` sessions open now, to give memory back
+    /// after a burst.
     pub(crate) streams: Arc<memory::Streams>,
     /// The chat streams a client may re-attach to.
     pub(crate) chats: Arc<chat::replay::ActiveChats>,
@@ -342,6 +345,7 @@ impl Server {
             access: self.access()?,
             body_limit: self.options.body_limit,
             body_read_timeout: self.options.body_read_timeout,
+            mcp_sessions: self.options.mcp_sessions,
             events: events::RunEvents::default(),
             event_streams: caps::PerCaller::new(self.options.event_streams_per_caller),
             stopping: self.stopping.clone(),

@@ -11,12 +11,13 @@
 //! `-32602` with the request's id when it can be read). What rmcp still
 //! refuses itself (a wrong `Content-Type` or `Accept`, an unknown session)
 //! keeps its status and gets the same JSON-RPC error body, with rmcp's
-//! text as the message.
+//! text as the message. A session one past its limits (`[mcp]` of
+//! `askloop.toml`) is a 429 with a JSON-RPC error naming the limit.
 
 use std::sync::Arc;
 
 use askloop_mcp::incoming::{Refusal, read_message};
-use askloop_mcp::{AgentTools, WaitingLinks};
+use askloop_mcp::{AgentTools, BoundSessions, SessionHold, WaitingLinks};
 use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
@@ -36,7 +37,12 @@ const REFUSAL_TEXT_BYTES: usize = 64 * 1024;
 /// the `Host` of every request (`guard.rs`), so rmcp's own check is off.
 pub(crate) fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
     let tools = AgentTools::new(state.agents.clone(), WaitingLinks::default());
-    let service = askloop_mcp::streamable_http_service(tools, false, state.body_limit);
+    // An open session counts as an open stream: after a flood of them
+    // closes, the allocator's free pages go back to the system.
+    let streams = Arc::clone(&state.streams);
+    let hold: SessionHold = Arc::new(move || Box::new(streams.open()));
+    let sessions = BoundSessions::new(state.mcp_sessions, Some(hold));
+    let service = askloop_mcp::streamable_http_service(tools, false, state.body_limit, sessions);
     Router::new()
         .route_service("/mcp", service)
         .route_layer(from_fn_with_state(Arc::clone(state), answer_in_json))

@@ -1,4 +1,5 @@
-//! Giving the system back what a burst of streams freed.
+//! Giving the system back what a burst of streams (or of `/mcp` sessions)
+//! freed.
 //!
 //! A thousand runs streamed at once allocate tens of MB (request and
 //! response buffers, the model's streamed turns, frames). When they end the
@@ -11,7 +12,9 @@
 //! `malloc_trim(0)` called through gdb, of which the live heap was 26 MB
 //! (heaptrack), mostly hyper's two 8 KB buffers per open connection.
 //!
-//! [`Streams`] counts the open streams. After a burst (at least [`BURST`]
+//! [`Streams`] counts the open streams, and the open `/mcp` sessions with
+//! them (see `docs/reliability.md` for a flood of sessions measured). After
+//! a burst (at least [`BURST`]
 //! open at once) it asks the allocator to give the free pages back, on a
 //! blocking thread: each time the count falls to a quarter of the most open
 //! since the last trim, so a server that is never idle still trims, and

@@ -92,6 +92,9 @@ pub struct ServerOptions {
     /// one caller may hold open at once: each token, and each person a
     /// trusted proxy names (see `caps.rs`). More are refused with 429.
     pub event_streams_per_caller: usize,
+    /// How many `/mcp` sessions may be open (in all, per token) and how
+    /// long one may idle.
+    pub mcp_sessions: askloop_mcp::SessionLimits,
 }
 
 impl Default for ServerOptions {
@@ -112,6 +115,7 @@ impl Default for ServerOptions {
             chat_replay_bytes: DEFAULT_CHAT_REPLAY_BYTES,
             metrics_every: DEFAULT_METRICS_EVERY,
             event_streams_per_caller: DEFAULT_EVENT_STREAMS_PER_CALLER,
+            mcp_sessions: askloop_mcp::SessionLimits::DEFAULT,
         }
     }
 }
@@ -134,6 +138,7 @@ impl fmt::Debug for ServerOptions {
             .field("chat_replay_bytes", &self.chat_replay_bytes)
             .field("metrics_every", &self.metrics_every)
             .field("event_streams_per_caller", &self.event_streams_per_caller)
+            .field("mcp_sessions", &self.mcp_sessions)
             .finish()
     }
 }
@@ -244,6 +249,12 @@ impl ServerOptions {
     /// (at least one).
     pub fn event_streams_per_caller(mut self, most: usize) -> Self {
         self.event_streams_per_caller = most.max(1);
+        self
+    }
+
+    /// How many `/mcp` sessions may be open, and how long one may idle.
+    pub fn mcp_sessions(mut self, limits: askloop_mcp::SessionLimits) -> Self {
+        self.mcp_sessions = limits;
         self
     }
 }

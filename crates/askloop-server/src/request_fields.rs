@@ -246,7 +246,8 @@ fn max_steps(value: &Value, agent: &Agent) -> Result<u32, Why> {
 
 /// `activeTools`: names of the agent's tools.
 fn active_tools(value: &Value, agent: &Agent) -> Result<Vec<String>, Why> {
-    let known: Vec<&str> = agent.tool_specs().iter().map(|spec| spec.name.as_str()).collect();
+    let specs = agent.tool_specs();
+    let known: Vec<&str> = specs.iter().map(|spec| spec.name.as_str()).collect();
     let shape = || format!("must be an array of the agent's tool names: {}", known.join(", "));
     let names = value.as_array().ok_or_else(shape)?;
     let mut tools = Vec::with_capacity(names.len());

@@ -94,6 +94,22 @@ async fn bad_messages_are_400_with_a_json_rpc_error_and_a_good_one_still_starts_
             -32602,
             json!(4),
         ),
+        (
+            "a tools/call without a name",
+            json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"arguments": {}}})
+                .to_string()
+                .into_bytes(),
+            -32602,
+            json!(8),
+        ),
+        (
+            "a tools/call whose name is a number",
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": 5}})
+                .to_string()
+                .into_bytes(),
+            -32602,
+            json!(9),
+        ),
     ];
     for (what, body, code, id) in cases {
         let (status, error) = refused(post(&server, "application/json", body).await).await;

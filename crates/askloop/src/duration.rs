@@ -53,9 +53,28 @@ pub fn parse_duration(text: &str) -> Result<Duration, InvalidDuration> {
     Duration::try_from_secs_f64(number * seconds_per_unit).map_err(|_| InvalidDuration::TooLong(text.to_owned()))
 }
 
+/// A length of time as people read it in a message: `300 s`, `250 ms`,
+/// `1.5 s`.
+pub fn human_duration(duration: Duration) -> String {
+    if duration < Duration::from_secs(1) {
+        format!("{} ms", duration.as_millis())
+    } else if duration.subsec_millis() == 0 {
+        format!("{} s", duration.as_secs())
+    } else {
+        format!("{:.1} s", duration.as_secs_f64())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_reads_in_seconds_or_milliseconds() {
+        assert_eq!(human_duration(Duration::from_secs(60)), "60 s");
+        assert_eq!(human_duration(Duration::from_millis(250)), "250 ms");
+        assert_eq!(human_duration(Duration::from_millis(1500)), "1.5 s");
+    }
 
     #[test]
     fn every_form_askloop_has_accepted_reads() {

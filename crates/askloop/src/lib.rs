@@ -47,7 +47,7 @@ pub use backoff::{Backoff, jitter};
 pub use cause::{Cause, ErrorChain};
 pub use chunk::{Chunk, ChunkKind};
 pub use clock::{Clock, ManualClock, SystemClock, rfc3339, system_clock};
-pub use duration::{DURATION_FORMS, InvalidDuration, parse_duration};
+pub use duration::{DURATION_FORMS, InvalidDuration, human_duration, parse_duration};
 pub use error::{RunError, RunErrorKind, UnknownName};
 pub use id::{IdKind, IdProblem, InvalidId, MAX_ID_BYTES, quoted_excerpt, run_page_url, url_path_segment};
 pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};

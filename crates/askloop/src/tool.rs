@@ -133,6 +133,13 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// The call `tool_call_id` of the run `run_id`, which waited on a
+    /// person, will not be executed again: its run was cancelled, or a new
+    /// message superseded it, or its question expired. A tool that holds
+    /// something for a waiting call (an MCP server's session, kept open for
+    /// the answer) lets it go here. Nothing by default.
+    fn forget_call(&self, _run_id: &str, _tool_call_id: &str) {}
+
     /// Runs the tool with its checked input.
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutcome, ToolError>;
 }

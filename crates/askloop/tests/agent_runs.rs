@@ -614,6 +614,181 @@ async fn cancel_while_running_ends_the_stream_with_abort() {
     );
 }
 
+/// A tool that never ends, saying when it started and when its call was
+/// given up (its future dropped).
+fn never_ends(started: Arc<tokio::sync::Notify>, dropped: Arc<tokio::sync::Notify>) -> FunctionTool {
+    struct SaysWhenDropped(Arc<tokio::sync::Notify>);
+    impl Drop for SaysWhenDropped {
+        fn drop(&mut self) {
+            self.0.notify_one();
+        }
+    }
+    FunctionTool::builder("hang")
+        .input_schema(json!({"type": "object"}))
+        .execute(move |_i: serde_json::Value, _ctx| {
+            let (started, dropped) = (started.clone(), dropped.clone());
+            async move {
+                let _guard = SaysWhenDropped(dropped);
+                started.notify_one();
+                std::future::pending::<()>().await;
+                Ok(ToolOutput::text("never").into())
+            }
+        })
+}
+
+#[tokio::test]
+async fn cancelling_a_run_gives_up_the_tool_call_its_driver_waits_on_and_its_stream_ends() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let (started, dropped) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let script = r#"{"turns": [{"toolCalls": [{"name": "hang"}]}, {"text": "never"}]}"#;
+    let model = CountingModel::new(script);
+    let agent = Agent::builder("a")
+        .model(model.clone())
+        .tool(never_ends(started.clone(), dropped.clone()))
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let stream = agent.stream("x").await.unwrap();
+    let run_id = stream.run_id().to_owned();
+    let driving = tokio::spawn(stream.output());
+    started.notified().await;
+    agent.cancel_run(&run_id).await.unwrap();
+    // The call is given up and the stream ends, with no wait for a beat of
+    // the lease's heartbeat (30 s). The bound only keeps a failure from
+    // hanging the suite.
+    tokio::time::timeout(std::time::Duration::from_secs(20), dropped.notified())
+        .await
+        .expect("the call was given up");
+    let out = driving.await.unwrap();
+    assert_eq!(out.status, RunStatus::Cancelled);
+    assert_eq!(model.calls(), 1, "the model is not called again");
+    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Cancelled);
+}
+
+#[tokio::test]
+async fn a_drive_whose_run_another_process_cancelled_gives_up_its_tool_call_at_the_next_beat() {
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
+    let (started, dropped) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let script = r#"{"turns": [{"toolCalls": [{"name": "hang"}]}, {"text": "never"}]}"#;
+    let build = |store: &Arc<dyn RunStore>| {
+        Agent::builder("a")
+            .model(CountingModel::new(script))
+            .tool(never_ends(started.clone(), dropped.clone()))
+            .store(store.clone())
+            .lease_duration(std::time::Duration::from_millis(300))
+            .build()
+            .unwrap()
+    };
+    let (driver, other) = (build(&store), build(&store));
+    let stream = driver.stream("x").await.unwrap();
+    let run_id = stream.run_id().to_owned();
+    let driving = tokio::spawn(stream.output());
+    started.notified().await;
+    // Another agent object (as another process would) cancels: no bell
+    // rings in the driver's; its heartbeat finds the lease gone.
+    other.cancel_run(&run_id).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(20), dropped.notified())
+        .await
+        .expect("the call was given up");
+    assert_eq!(driving.await.unwrap().status, RunStatus::Cancelled);
+}
+
+#[derive(Default)]
+struct Forgotten(std::sync::Mutex<Vec<(String, String)>>);
+
+/// A tool that asks once and records the calls it is told to forget.
+struct Asks(Arc<Forgotten>);
+
+#[async_trait::async_trait]
+impl askloop::Tool for Asks {
+    fn id(&self) -> &str {
+        "asks"
+    }
+    fn description(&self) -> &str {
+        "asks"
+    }
+    fn input_schema(&self) -> &serde_json::Value {
+        static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+        SCHEMA.get_or_init(|| json!({"type": "object"}))
+    }
+    fn forget_call(&self, run_id: &str, tool_call_id: &str) {
+        self.0
+            .0
+            .lock()
+            .unwrap()
+            .push((run_id.to_owned(), tool_call_id.to_owned()));
+    }
+    async fn execute(
+        &self,
+        _input: serde_json::Value,
+        ctx: askloop::ToolContext,
+    ) -> Result<askloop::ToolOutcome, ToolError> {
+        Ok(ctx.suspend(json!({"question": "?"}))?)
+    }
+}
+
+#[tokio::test]
+async fn a_waiting_call_is_forgotten_by_its_tool_when_its_run_is_cancelled_and_not_when_it_is_answered() {
+    let forgotten = Arc::new(Forgotten::default());
+    let script = r#"{"turns": [{"toolCalls": [{"name": "asks", "id": "c1"}]}, {"text": "done"}]}"#;
+    let agent = Agent::builder("a")
+        .model(CountingModel::new(script))
+        .tool(Asks(forgotten.clone()))
+        .build()
+        .unwrap();
+    let (_, answered) = run(&agent, "x").await;
+    agent
+        .resume_stream(json!("yes"), ResumeOptions::run(&answered.run_id))
+        .await
+        .unwrap()
+        .output()
+        .await;
+    assert!(
+        forgotten.0.lock().unwrap().is_empty(),
+        "an answered call is not forgotten"
+    );
+    let (_, cancelled) = run(&agent, "y").await;
+    agent.cancel_run(&cancelled.run_id).await.unwrap();
+    assert_eq!(
+        *forgotten.0.lock().unwrap(),
+        [(cancelled.run_id.clone(), "c1".to_owned())]
+    );
+}
+
+#[tokio::test]
+async fn a_waiting_call_whose_question_expires_is_forgotten_by_its_tool() {
+    let clock = askloop::ManualClock::starting_at("2026-12-04T10:00:00Z".parse().unwrap());
+    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let forgotten = Arc::new(Forgotten::default());
+    let script = r#"{"turns": [{"toolCalls": [{"name": "asks", "id": "c1"}]}, {"text": "done"}]}"#;
+    let agent = Agent::builder("a")
+        .model(CountingModel::new(script))
+        .tool(Asks(forgotten.clone()))
+        .store(store.clone())
+        .clock(Arc::new(clock.clone()))
+        .time_limit_for("asks", std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let (_, waiting) = run(&agent, "x").await;
+    let expires_at = store.get(&waiting.run_id).await.unwrap().unwrap().pending[0]
+        .expires_at
+        .unwrap();
+    clock.set(expires_at + chrono::Duration::milliseconds(1));
+    for stream in agent.expire_runs(askloop::Author::default()).await.unwrap() {
+        stream.output().await;
+    }
+    assert_eq!(
+        *forgotten.0.lock().unwrap(),
+        [(waiting.run_id.clone(), "c1".to_owned())]
+    );
+}
+
 const TWO_IN_A_ROW: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "First?"}}]},
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Second?"}}]},

@@ -51,7 +51,8 @@ pub async fn serve(ctx: &Context, args: ServeArgs) -> Result<Done, CliError> {
         .recover_every(args.recover_every)
         .header_read_timeout(args.header_timeout)
         .body_read_timeout(args.body_timeout)
-        .metrics_every(args.metrics_every);
+        .metrics_every(args.metrics_every)
+        .mcp_sessions(config.mcp_sessions);
     let ids: Vec<String> = agents.iter().map(|a| a.id().to_owned()).collect();
     let webhooks = Webhooks::new(config.webhooks.clone(), config.public_url.clone());
     let mut server = Server::new(agents, store)
@@ -217,8 +218,9 @@ enum Starting {
 }
 
 /// Builds the agents of `config` with their MCP servers' tools (an MCP
-/// server that cannot be reached is a warning); those that use the default
-/// model get the one of `--model` / `--script` / the environment.
+/// server that cannot be reached is a warning, and for `serve` and `mcp`
+/// it is tried again in the background); those that use the default model
+/// get the one of `--model` / `--script` / the environment.
 async fn build_agents(
     config: ServerConfig,
     model: &ModelArgs,
@@ -249,6 +251,18 @@ async fn build_agents(
     }
     if uses_default && starting == Starting::Server {
         announce(&choice);
+    }
+    // A server that could not be reached is tried again in the background
+    // for as long as the agents serve; a command that only goes on with one
+    // run goes on without it.
+    if starting == Starting::Server {
+        for late in built.late {
+            tokio::spawn(async move {
+                for line in late.connect().await {
+                    errln!("askloop: {line}");
+                }
+            });
+        }
     }
     Ok(built.agents)
 }

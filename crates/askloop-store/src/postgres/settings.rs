@@ -210,14 +210,12 @@ pub(crate) fn pg_duration(timeout: Duration) -> String {
     format!("{}ms", timeout.as_millis())
 }
 
-/// A timeout as people read it.
+/// A timeout as people read it (zero: none).
 pub(crate) fn human(timeout: Duration) -> String {
     if timeout.is_zero() {
         "no limit".to_owned()
-    } else if timeout.subsec_millis() == 0 {
-        format!("{} s", timeout.as_secs())
     } else {
-        format!("{} ms", timeout.as_millis())
+        askloop::human_duration(timeout)
     }
 }
 

@@ -1,16 +1,16 @@
 //! Building an [`Agent`]: its model, instructions and tools, checked once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
 use super::cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
 
-use super::inner::{AgentInner, RegisteredTool, TimeLimits};
+use super::inner::{AgentInner, TimeLimits};
+use super::tools::{AgentTools, Approvals};
 use super::{Agent, DEFAULT_LAST_MESSAGES, DEFAULT_LEASE, DEFAULT_MAX_STEPS};
-use crate::ask_user::ASK_USER_TOOL_ID;
 use crate::clock::{Clock, system_clock};
-use crate::model::{Model, ToolSpec};
+use crate::model::Model;
 use crate::store::{MemoryStore, RunStore, Subscription};
 use crate::tool::Tool;
 
@@ -206,38 +206,11 @@ impl AgentBuilder {
     /// every call.
     pub fn build(self) -> Result<Agent, BuildError> {
         let model = self.model.ok_or_else(|| BuildError::MissingModel(self.id.clone()))?;
-        let mut tools = HashMap::new();
-        let mut specs = Vec::new();
-        for tool in self.tools {
-            let tool_id = tool.id().to_owned();
-            let validator =
-                jsonschema::validator_for(tool.input_schema()).map_err(|err| BuildError::InvalidSchema {
-                    tool_id: tool_id.clone(),
-                    reason: err.to_string(),
-                })?;
-            let needs_approval = tool.requires_approval()
-                || self.approve_tools.contains(&tool_id)
-                || (self.approve_all && tool_id != ASK_USER_TOOL_ID);
-            specs.push(ToolSpec {
-                name: tool_id.clone(),
-                description: tool.description().to_owned(),
-                input_schema: tool.input_schema().clone(),
-            });
-            let registered = RegisteredTool {
-                tool,
-                validator,
-                needs_approval,
-            };
-            if tools.insert(tool_id.clone(), registered).is_some() {
-                return Err(BuildError::DuplicateTool {
-                    agent_id: self.id,
-                    tool_id,
-                });
-            }
-        }
-        if let Some(missing) = self.approve_tools.iter().find(|id| !tools.contains_key(*id)) {
-            return Err(BuildError::UnknownApprovalTool(missing.clone()));
-        }
+        let approvals = Approvals {
+            tools: self.approve_tools,
+            all: self.approve_all,
+        };
+        let tools = AgentTools::new(&self.id, self.tools, approvals)?;
         Ok(Agent {
             inner: Arc::new(AgentInner {
                 name: self.name.unwrap_or_else(|| self.id.clone()),
@@ -245,7 +218,6 @@ impl AgentBuilder {
                 instructions: self.instructions,
                 model,
                 tools,
-                specs,
                 store: self
                     .store
                     .unwrap_or_else(|| Arc::new(MemoryStore::with_clock(Arc::clone(&self.clock)))),
@@ -257,6 +229,7 @@ impl AgentBuilder {
                 clock: self.clock,
                 last_messages: self.last_messages,
                 rules: self.rules,
+                drives: Arc::default(),
             }),
         })
     }

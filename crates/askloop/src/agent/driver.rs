@@ -20,11 +20,13 @@ use tracing::Instrument;
 
 use super::expiry;
 use super::inner::AgentInner;
+use super::lease::Released;
 use super::machine::{
     ApplyFailure, CheckedCall, Decided, Decisions, DriveFrom, Effect, End, Event, FittedDecision, RunMachine, RunWrite,
     StepSummary, last_tool_calls, notifications, record_landed,
 };
 use super::stream::{ChunkQueue, StreamOutput};
+use super::tools::ToolTable;
 use crate::cause::ErrorChain;
 use crate::chunk::finish::{ConvertedConversation, StepReport};
 use crate::chunk::*;
@@ -104,6 +106,9 @@ impl From<DriveFrom> for Begin {
 pub(crate) struct Driver {
     agent: Arc<AgentInner>,
     state: RunState,
+    /// The agent's tools as they were when this driver started: one set for
+    /// the whole drive (see `tools.rs`).
+    tools: Arc<ToolTable>,
     /// The tools offered to the model, when the run's settings leave out
     /// some of the agent's (`None`: all of them).
     tool_specs: Option<Vec<ToolSpec>>,
@@ -125,6 +130,9 @@ pub(crate) struct Driver {
     /// The span of this drive, once made (see [`Driver::run`]): a decision
     /// applied before the stream runs (`apply`) is part of the drive.
     span: Option<tracing::Span>,
+    /// Whether the run is no longer this driver's (see `lease.rs`): the
+    /// tool calls it waits on are given up then.
+    released: Released,
 }
 
 impl Driver {
@@ -136,9 +144,10 @@ impl Driver {
         let message_id = new_id();
         // The run's own settings, stored with it, hold in every stream.
         let settings = &state.record.settings;
-        let tools = agent.tool_rules_for(settings);
+        let table = agent.tools();
+        let tools = agent.tool_rules_for(&table, settings);
         let max_steps = agent.max_steps_for(settings);
-        let tool_specs = agent.tool_specs_for(settings);
+        let tool_specs = AgentInner::tool_specs_for(&table, settings);
         // The machine holds the run's pending calls and step results from
         // here on (the driver reads them there): no copy of them per write.
         let machine = RunMachine::new(
@@ -151,6 +160,7 @@ impl Driver {
         Driver {
             agent,
             state,
+            tools: table,
             tool_specs,
             machine,
             chunks,
@@ -159,6 +169,7 @@ impl Driver {
             lease_owner,
             grants: Vec::new(),
             span: None,
+            released: Released::never(),
         }
     }
 
@@ -197,12 +208,17 @@ impl Driver {
     }
 
     async fn run_in_span(mut self, start: Begin) -> StreamOutput {
+        let (wake, _driving) = self.agent.drives.enter(&self.state.record.run_id);
+        let (lost, released) = Released::pair();
+        self.released = released;
         let heartbeat = super::lease::heartbeat(
             Arc::clone(&self.agent.store),
             Arc::clone(&self.agent.clock),
             self.state.record.run_id.clone(),
             self.lease_owner.clone(),
             self.agent.lease_duration,
+            wake,
+            lost,
         );
         let work = async {
             let first = match start {
@@ -210,7 +226,9 @@ impl Driver {
                 Begin::Resume(decisions) => {
                     // The claim that holds the run stored the decisions:
                     // their waits have ended.
-                    for wait in self.ended_waits(&decisions) {
+                    let waits = self.ended_waits(&decisions);
+                    self.let_go(&waits);
+                    for wait in waits {
                         wait.write(&self.state.record);
                     }
                     Some(Event::Decided(self.resume(decisions, true)))
@@ -446,6 +464,20 @@ impl Driver {
             .collect()
     }
 
+    /// Tells the tools of the calls whose waits ended without their tool
+    /// running again (an expiry; a decline the tool takes no answer for)
+    /// to let go of what they held for them.
+    fn let_go(&self, waits: &[EndedWait]) {
+        use crate::store::ResolutionKind;
+        let closed = waits.iter().filter(|wait| match wait.how {
+            ResolutionKind::Expired => true,
+            ResolutionKind::Declined => self.agent.decline_as_answer(&wait.call.tool_name, None).is_none(),
+            _ => false,
+        });
+        self.agent
+            .forget_calls(&self.state.record, closed.map(|wait| &wait.call));
+    }
+
     /// Decisions as the machine takes them, with what the driver knows of
     /// their calls: who decided each (`None` when the claim recorded it),
     /// what a tool takes a decline as, and the stored turn.
@@ -503,6 +535,7 @@ impl Driver {
                     let write = self.save(write).await.map_err(ApplyFailure::Store)?;
                     self.machine.handle(Event::Saved(write));
                     // Only a decision that was stored ends a wait.
+                    self.let_go(&waits);
                     for wait in waits {
                         wait.write(&self.state.record);
                     }

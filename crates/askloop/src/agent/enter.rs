@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::driver::{Begin, Driver, RunState, store_update};
 use super::inner::AgentInner;
 use super::machine::{ApplyFailure, DriveFrom, Entered, Entry, EntryEffect, EntryEvent, Request, ToolBook, ToolRules};
+use super::tools::ToolTable;
 use super::{Agent, AgentStream, stream};
 use crate::chunk::finish::ConvertedConversation;
 use crate::error::RunError;
@@ -29,21 +30,28 @@ pub(crate) enum Outcome {
     Untouched,
 }
 
-impl ToolBook for AgentInner {
+/// The agent's tools as a request reads them: the table as it was when
+/// the request began, one set for the whole request.
+struct Book<'a> {
+    agent: &'a AgentInner,
+    tools: Arc<ToolTable>,
+}
+
+impl ToolBook for Book<'_> {
     fn tool(&self, name: &str) -> Option<&dyn Tool> {
         self.tools.get(name).map(|t| t.tool.as_ref())
     }
 
     fn rules(&self, name: &str) -> Option<ToolRules> {
-        self.rules_of(name)
+        self.agent.rules_in(&self.tools, name)
     }
 
     fn input_problem(&self, name: &str, args: &serde_json::Value) -> Option<String> {
-        AgentInner::input_problem(self, name, args)
+        super::inner::input_problem(&self.tools, name, args)
     }
 
     fn rule_verdict(&self, run: &RunRecord, name: &str, args: &serde_json::Value) -> Option<(String, crate::Verdict)> {
-        AgentInner::rule_verdict(self, name, args, run)
+        self.agent.rule_verdict(name, args, run)
     }
 }
 
@@ -57,6 +65,10 @@ impl Agent {
         mut listed: Option<RunRecord>,
     ) -> Result<Outcome, RunError> {
         let inner = &self.inner;
+        let book = Book {
+            agent: inner,
+            tools: inner.tools(),
+        };
         let mut entry = Entry::new(run_id, &inner.id, request, inner.lease_duration);
         // The driver that applied a decision, when one did.
         let mut applied: Option<(Driver, stream::ChunkQueue)> = None;
@@ -157,7 +169,7 @@ impl Agent {
                     return self.entered(entry, result?, applied).await;
                 }
             };
-            entry.handle(event, inner.as_ref());
+            entry.handle(event, &book);
         }
     }
 
@@ -170,7 +182,15 @@ impl Agent {
         applied: Option<(Driver, stream::ChunkQueue)>,
     ) -> Result<Outcome, RunError> {
         match entered {
-            Entered::Cancelled => Ok(Outcome::Cancelled),
+            Entered::Cancelled => {
+                // A drive of the run in this process gives up its tool
+                // calls; a call that waited on a person is let go.
+                self.inner.drives.wake(entry.run_id());
+                if let Some(run) = entry.run() {
+                    self.inner.forget_calls(run, run.pending.iter());
+                }
+                Ok(Outcome::Cancelled)
+            }
             Entered::Untouched => Ok(Outcome::Untouched),
             Entered::Applied => {
                 let Some((driver, queue)) = applied else {

@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::cache::ConversationCache;
+use super::lease::Drives;
 use super::machine;
+use super::tools::{AgentTools, ToolTable};
 use crate::clock::Clock;
-use crate::model::{Model, ToolSpec};
-use crate::store::{Lease, RunRecord, RunStore, Subscription};
+use crate::model::Model;
+use crate::store::{Lease, PendingToolCall, RunRecord, RunStore, Subscription};
 use crate::tool::Tool;
 
 pub(crate) struct AgentInner {
@@ -16,8 +18,8 @@ pub(crate) struct AgentInner {
     pub(crate) name: String,
     pub(crate) instructions: Option<String>,
     pub(crate) model: Arc<dyn Model>,
-    pub(crate) tools: HashMap<String, RegisteredTool>,
-    pub(crate) specs: Vec<ToolSpec>,
+    /// Its tools (see `tools.rs`): read with [`AgentInner::tools`].
+    pub(crate) tools: AgentTools,
     pub(crate) store: Arc<dyn RunStore>,
     pub(crate) max_steps: u32,
     pub(crate) conversations: ConversationCache,
@@ -31,6 +33,8 @@ pub(crate) struct AgentInner {
     pub(crate) last_messages: u32,
     /// The approval rules, asked in order (see `rules.rs`).
     pub(crate) rules: Vec<crate::rules::ApprovalRule>,
+    /// The runs this agent drives in this process (see `lease.rs`).
+    pub(crate) drives: Arc<Drives>,
 }
 
 /// How long a call of each tool may wait for an answer or an approval.
@@ -43,6 +47,22 @@ pub(crate) struct TimeLimits {
 }
 
 impl AgentInner {
+    /// Tells the tool of each of `calls` of `run` that the call will not be
+    /// executed again ([`Tool::forget_call`](crate::Tool::forget_call)).
+    pub(crate) fn forget_calls<'a>(&self, run: &RunRecord, calls: impl Iterator<Item = &'a PendingToolCall>) {
+        let tools = self.tools();
+        for call in calls {
+            if let Some(registered) = tools.get(&call.tool_name) {
+                registered.tool.forget_call(&run.run_id, &call.tool_call_id);
+            }
+        }
+    }
+
+    /// The agent's tools as they are now.
+    pub(crate) fn tools(&self) -> Arc<ToolTable> {
+        self.tools.now()
+    }
+
     /// How long a call of `tool_id` may wait, if it has a limit.
     pub(crate) fn time_limit_for(&self, tool_id: &str) -> Option<std::time::Duration> {
         self.time_limits
@@ -55,13 +75,23 @@ impl AgentInner {
     /// What declining a question of `tool_id` means as an answer to it,
     /// when the tool has a decline of its own ([`Tool::decline_as_answer`]).
     pub(crate) fn decline_as_answer(&self, tool_id: &str, reason: Option<&str>) -> Option<serde_json::Value> {
-        self.tools.get(tool_id)?.tool.decline_as_answer(reason)
+        self.tools().get(tool_id)?.tool.decline_as_answer(reason)
     }
 
     /// A lease for a new driver of a run, from now.
     pub(crate) fn new_lease(&self) -> Lease {
         Lease::new(uuid::Uuid::now_v7().to_string(), self.clock.now() + self.lease_duration)
     }
+}
+
+/// Why `args` do not fit the input schema of the tool `name` of `tools`,
+/// if they do not, checked with the validator compiled when it was added
+/// (nothing for a tool the agent does not have).
+pub(crate) fn input_problem(tools: &ToolTable, name: &str, args: &serde_json::Value) -> Option<String> {
+    let registered = tools.get(name)?;
+    crate::tool::describe_errors(&registered.validator, args)
+        .err()
+        .map(|err| err.to_string())
 }
 
 pub(crate) struct RegisteredTool {
@@ -71,16 +101,6 @@ pub(crate) struct RegisteredTool {
 }
 
 impl AgentInner {
-    /// Why `args` do not fit the input schema of the agent's tool `name`,
-    /// if they do not, checked with the validator compiled when the agent
-    /// was built (nothing for a tool the agent does not have).
-    pub(crate) fn input_problem(&self, name: &str, args: &serde_json::Value) -> Option<String> {
-        let registered = self.tools.get(name)?;
-        crate::tool::describe_errors(&registered.validator, args)
-            .err()
-            .map(|err| err.to_string())
-    }
-
     /// Asks `judge` about a call of the tool `name` with `args` in the run
     /// `record`, as the agent's rules and grants see it: with the arguments
     /// as the tool will act on them ([`crate::Tool::acts_on`]). The one
@@ -93,7 +113,8 @@ impl AgentInner {
         record: &RunRecord,
         judge: impl FnOnce(&crate::rules::ProposedCall<'_>) -> T,
     ) -> T {
-        let tool = self.tools.get(name).map(|t| t.tool.as_ref());
+        let tools = self.tools();
+        let tool = tools.get(name).map(|t| t.tool.as_ref());
         let args = tool.map_or_else(|| args.clone(), |t| t.acts_on(args));
         let memory = record.memory.as_ref();
         let proposed = crate::rules::ProposedCall {
@@ -169,18 +190,18 @@ impl AgentInner {
     /// Whether a call of the agent can wait for approval at all (then a
     /// grant can matter to it).
     pub(crate) fn asks_approval(&self) -> bool {
-        self.tools
-            .values()
+        self.tools()
+            .registered()
             .any(|t| t.needs_approval || t.tool.requires_approval())
             || !self.rules.is_empty()
     }
 }
 
 impl AgentInner {
-    /// What the run machine needs to know of the tool `name`, if the agent
-    /// has it.
-    pub(crate) fn rules_of(&self, name: &str) -> Option<machine::ToolRules> {
-        let registered = self.tools.get(name)?;
+    /// What the run machine needs to know of the tool `name` of `tools`, if
+    /// the agent has it.
+    pub(crate) fn rules_in(&self, tools: &ToolTable, name: &str) -> Option<machine::ToolRules> {
+        let registered = tools.get(name)?;
         Some(machine::ToolRules {
             needs_approval: registered.needs_approval,
             own_approval: registered.tool.requires_approval(),

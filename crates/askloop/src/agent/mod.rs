@@ -17,6 +17,7 @@ mod resume;
 mod settings;
 mod stream;
 mod thread;
+mod tools;
 
 use std::fmt;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::id::IdKind;
 use crate::model::{Model, ToolSpec};
 use crate::store::{Author, RunRecord, RunStatus, RunStore};
 use crate::telemetry;
+use crate::tool::Tool;
 
 pub use builder::{AgentBuilder, BuildError};
 pub use lease::DEFAULT_LEASE;
@@ -80,7 +82,10 @@ impl fmt::Debug for Agent {
         f.debug_struct("Agent")
             .field("id", &self.inner.id)
             .field("model", &self.inner.model.name())
-            .field("tools", &self.inner.specs.iter().map(|s| &s.name).collect::<Vec<_>>())
+            .field(
+                "tools",
+                &self.inner.tools().specs.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -106,9 +111,21 @@ impl Agent {
         &self.inner.model
     }
 
-    /// The tools, as the model sees them.
-    pub fn tool_specs(&self) -> &[ToolSpec] {
-        &self.inner.specs
+    /// The tools, as the model sees them now (tools added later with
+    /// [`Agent::add_tools`] are among them from then on).
+    pub fn tool_specs(&self) -> impl std::ops::Deref<Target = [ToolSpec]> + use<> {
+        tools::Specs(self.inner.tools())
+    }
+
+    /// Adds tools to the agent after it was built: the tools of an MCP
+    /// server that could not be reached when the agent was built, say, once
+    /// it answers. They are checked as [`AgentBuilder::build`] checks
+    /// tools (a schema that does not compile, an id the agent has already
+    /// is an error, and nothing is added); calls of those `approve` names
+    /// (and of any, if the agent was built to approve every call) wait for
+    /// approval. A run offers them to the model from its next stream on.
+    pub fn add_tools(&self, tools: Vec<Arc<dyn Tool>>, approve: &[String]) -> Result<(), BuildError> {
+        self.inner.tools.add(&self.inner.id, tools, approve)
     }
 
     /// How many model calls one stream (or resume) of a run may make, at
@@ -120,7 +137,7 @@ impl Agent {
 
     /// Whether calls of this tool wait for approval.
     pub fn requires_approval(&self, tool_id: &str) -> bool {
-        self.inner.tools.get(tool_id).is_some_and(|t| t.needs_approval)
+        self.inner.tools().get(tool_id).is_some_and(|t| t.needs_approval)
     }
 
     /// The store holding this agent's runs.

@@ -4,6 +4,7 @@
 
 use super::inner::AgentInner;
 use super::machine::ToolRules;
+use super::tools::ToolTable;
 use crate::error::RunError;
 use crate::model::ToolSpec;
 use crate::store::RunSettings;
@@ -22,11 +23,12 @@ impl AgentInner {
             }
             _ => {}
         }
+        let tools = self.tools();
         let unknown: Vec<&str> = settings
             .active_tools
             .iter()
             .flatten()
-            .filter(|name| !self.tools.contains_key(name.as_str()))
+            .filter(|name| !tools.contains(name))
             .map(String::as_str)
             .collect();
         if !unknown.is_empty() {
@@ -34,7 +36,8 @@ impl AgentInner {
                 "active tools {} are not tools of agent {}; its tools: {}",
                 unknown.join(", "),
                 self.id,
-                self.specs
+                tools
+                    .specs
                     .iter()
                     .map(|s| s.name.as_str())
                     .collect::<Vec<_>>()
@@ -53,12 +56,13 @@ impl AgentInner {
 
     /// The tools a run with `settings` has, in the order the model is shown
     /// them, with the rules the run machine applies to their calls.
-    pub(crate) fn tool_rules_for(&self, settings: &RunSettings) -> Vec<(String, ToolRules)> {
-        self.specs
+    pub(crate) fn tool_rules_for(&self, tools: &ToolTable, settings: &RunSettings) -> Vec<(String, ToolRules)> {
+        tools
+            .specs
             .iter()
             .filter(|spec| settings.is_active(&spec.name))
             .filter_map(|spec| {
-                let mut rules = self.rules_of(&spec.name)?;
+                let mut rules = self.rules_in(tools, &spec.name)?;
                 rules.needs_approval |= settings.require_tool_approval;
                 Some((spec.name.clone(), rules))
             })
@@ -67,10 +71,11 @@ impl AgentInner {
 
     /// The tools offered to the model in a run with `settings`: `None`
     /// when they are all of the agent's (no copy needed).
-    pub(crate) fn tool_specs_for(&self, settings: &RunSettings) -> Option<Vec<ToolSpec>> {
+    pub(crate) fn tool_specs_for(tools: &ToolTable, settings: &RunSettings) -> Option<Vec<ToolSpec>> {
         settings.active_tools.as_ref()?;
         Some(
-            self.specs
+            tools
+                .specs
                 .iter()
                 .filter(|spec| settings.is_active(&spec.name))
                 .cloned()
@@ -108,7 +113,7 @@ mod tests {
         let approvals = |settings: &RunSettings| -> Vec<(String, bool)> {
             agent
                 .inner
-                .tool_rules_for(settings)
+                .tool_rules_for(&agent.inner.tools(), settings)
                 .into_iter()
                 .map(|(name, rules)| (name, rules.needs_approval))
                 .collect()
@@ -119,7 +124,7 @@ mod tests {
             [("ask_user".into(), false), ("lookup".into(), false)]
         );
         assert!(
-            agent.inner.tool_specs_for(&plain).is_none(),
+            AgentInner::tool_specs_for(&agent.inner.tools(), &plain).is_none(),
             "all of the agent's: no copy"
         );
 
@@ -131,9 +136,7 @@ mod tests {
 
         let only_lookup = RunSettings::default().active_tools(["lookup"]);
         assert_eq!(approvals(&only_lookup), [("lookup".into(), false)]);
-        let offered: Vec<String> = agent
-            .inner
-            .tool_specs_for(&only_lookup)
+        let offered: Vec<String> = AgentInner::tool_specs_for(&agent.inner.tools(), &only_lookup)
             .unwrap()
             .into_iter()
             .map(|s| s.name)

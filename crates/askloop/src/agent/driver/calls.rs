@@ -21,7 +21,7 @@ impl Driver {
     /// (nothing for a tool the agent does not have: the machine refuses
     /// that call anyway).
     pub(super) fn invalid_input(&self, call: &ToolCall) -> Option<String> {
-        self.agent.input_problem(&call.name, &call.args)
+        crate::agent::inner::input_problem(&self.tools, &call.name, &call.args)
     }
 
     /// Carries out a step's calls, running the tools concurrently; the
@@ -39,7 +39,7 @@ impl Driver {
                         None => ctx,
                     };
                     let span = crate::telemetry::tool_span(run_id, &call.id, &call.name, &call.args);
-                    let outcome = self.execute(&call, ctx).instrument(span.clone()).await;
+                    let outcome = self.execute_while_held(&call, ctx).instrument(span.clone()).await;
                     let ended = match &outcome {
                         CallOutcome::Done(_, ChunkKind::ToolError(_)) => "error",
                         CallOutcome::Done(..) => "result",
@@ -53,10 +53,35 @@ impl Driver {
         .await
     }
 
+    /// Executes one tool while the run is this driver's: once it is not
+    /// (it was cancelled, or another process took it over), the call is
+    /// given up (its future dropped: an MCP call is cancelled at its
+    /// server) and ends as an error no one will store, since the driver's
+    /// next write finds the run changed and ends the drive as the run now
+    /// is.
+    async fn execute_while_held(&self, call: &ToolCall, ctx: ToolContext) -> CallOutcome {
+        let execute = std::pin::pin!(self.execute(call, ctx));
+        let lost = std::pin::pin!(self.released.lost());
+        match futures::future::select(execute, lost).await {
+            futures::future::Either::Left((outcome, _)) => outcome,
+            futures::future::Either::Right(((), _)) => {
+                tracing::info!(tool_call_id = %call.id, tool = %call.name, "gave up the call: the run is no longer driven here");
+                error_result(
+                    call,
+                    format!(
+                        "The call of {} was given up: the run is no longer driven here (it was cancelled, or another \
+                         process took it over).",
+                        call.name
+                    ),
+                )
+            }
+        }
+    }
+
     /// Executes one tool; a panic in the tool becomes a tool error, not a
     /// lost run.
     async fn execute(&self, call: &ToolCall, ctx: ToolContext) -> CallOutcome {
-        let Some(registered) = self.agent.tools.get(&call.name) else {
+        let Some(registered) = self.tools.get(&call.name) else {
             return error_result(call, format!("Unknown tool {}.", call.name));
         };
         let tool = Arc::clone(&registered.tool);

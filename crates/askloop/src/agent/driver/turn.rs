@@ -30,7 +30,7 @@ impl Driver {
             run_id: &self.state.record.run_id,
             system: settings.instructions.as_deref().or(self.agent.instructions.as_deref()),
             messages: &self.state.messages,
-            tools: self.tool_specs.as_deref().unwrap_or(&self.agent.specs),
+            tools: self.tool_specs.as_deref().unwrap_or(&self.tools.specs),
         };
         let mut events = self.agent.model.stream(request).await?;
 

@@ -373,7 +373,7 @@ pub enum RecipientProblem {
     /// A control character in it.
     #[error("a name cannot hold control characters")]
     ControlCharacter,
-    /// Longer than [`MAX_RECIPIENT_CHARS`].
+    /// Longer than a name may be.
     #[error("a name has at most {MAX_RECIPIENT_CHARS} characters")]
     TooLong,
 }

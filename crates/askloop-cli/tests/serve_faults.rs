@@ -150,9 +150,16 @@ async fn drive(
     .await;
     loop {
         let run = store.get(&run_id).await.unwrap().unwrap();
-        match run.status {
+        match run.status() {
             RunStatus::Suspended => {
-                let call = suspended_call(&body).unwrap_or_else(|| run.pending[0].tool_call_id.clone());
+                let call = suspended_call(&body).unwrap_or_else(|| {
+                    run.waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+                        .next()
+                        .unwrap()
+                        .call
+                        .tool_call_id
+                        .clone()
+                });
                 let answer = format!("colour-{n}");
                 driven.answer = Some(answer.clone());
                 body = read_stream(
@@ -220,7 +227,7 @@ async fn served_runs_under_provider_faults_end_completed_and_retried_ones_comple
         let run = store.get(run_id).await.unwrap().unwrap();
         failures += driven.failures;
         retried += usize::from(driven.retries > 0);
-        match run.status {
+        match run.status() {
             RunStatus::Completed => completed += 1,
             RunStatus::Failed => {
                 let failure = run.failure.clone().expect("a typed reason");

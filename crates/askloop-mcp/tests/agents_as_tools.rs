@@ -132,7 +132,7 @@ async fn the_agents_question_reaches_a_client_as_an_elicitation_and_its_answer_f
     assert!(structured["text"].as_str().unwrap().contains("staging"), "{structured}");
     let run_id = structured["runId"].as_str().unwrap();
     let run = store.get(run_id).await.unwrap().unwrap();
-    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.status(), RunStatus::Completed);
     let [answered] = &run.resolutions[..] else {
         panic!("{:?}", run.resolutions)
     };
@@ -161,7 +161,10 @@ async fn a_client_without_elicitation_gets_the_waiting_run_id_and_where_to_answe
     let text = result.content[0].as_text().unwrap().text.clone();
     assert!(text.contains(&run_id) && text.contains("Which environment?"), "{text}");
     // Nothing is lost: the run waits in the store, answerable elsewhere.
-    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Suspended);
+    assert_eq!(
+        store.get(&run_id).await.unwrap().unwrap().status(),
+        RunStatus::Suspended
+    );
     let _ = client.cancel().await;
 }
 

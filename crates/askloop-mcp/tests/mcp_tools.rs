@@ -137,7 +137,10 @@ async fn an_accepted_elicitation_goes_back_to_the_live_call_and_its_result_follo
     let agent = agent(&url, Arc::clone(&store), booking_script()).await;
     let run_id = suspended_booking(&agent).await;
     // The question is stored: the run reads as suspended from the store.
-    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Suspended);
+    assert_eq!(
+        store.get(&run_id).await.unwrap().unwrap().status(),
+        RunStatus::Suspended
+    );
     let output = agent
         .resume_stream(
             json!({"action": "accept", "content": {"name": "Ada", "seats": 2}}),
@@ -185,7 +188,10 @@ async fn an_answer_outside_the_requested_schema_is_refused_and_the_question_stay
             !reason.contains("properties"),
             "the schema is not repeated back: {reason}"
         );
-        assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Suspended);
+        assert_eq!(
+            store.get(&run_id).await.unwrap().unwrap().status(),
+            RunStatus::Suspended
+        );
     }
     // The live call still takes a good answer afterwards.
     let output = agent

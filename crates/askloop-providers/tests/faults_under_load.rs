@@ -228,7 +228,7 @@ async fn faults_under_load(store: Arc<dyn RunStore>, label: &str) {
     for joined in journeys {
         let (run_id, journey) = joined.unwrap();
         let stored = store.get(&run_id).await.unwrap().unwrap();
-        assert_eq!(Some(stored.status), journey.final_status, "{run_id}");
+        assert_eq!(Some(stored.status()), journey.final_status, "{run_id}");
         if !journey.failures.is_empty() {
             failed_once += 1;
         }
@@ -241,7 +241,7 @@ async fn faults_under_load(store: Arc<dyn RunStore>, label: &str) {
             };
             *by_reason.entry(reason).or_default() += 1;
         }
-        match stored.status {
+        match stored.status() {
             RunStatus::Completed => completed += 1,
             RunStatus::Failed => {
                 assert!(stored.failure.is_some(), "{run_id}: failed without a typed reason");
@@ -259,7 +259,7 @@ async fn faults_under_load(store: Arc<dyn RunStore>, label: &str) {
             });
             assert!(answered, "{run_id}: the answer {answer} is not stored: {messages:?}");
         }
-        if stored.status == RunStatus::Completed {
+        if stored.status() == RunStatus::Completed {
             let Some(Message::Assistant { content, .. }) = messages.last() else {
                 panic!("{run_id}: ends with the reply: {messages:?}")
             };

@@ -88,7 +88,7 @@ async fn a_500_three_times_fails_the_run_with_the_status_message_and_attempts() 
     assert!(message.contains("after 3 attempts"), "{message}");
     assert_eq!(output.error().as_deref(), Some(message.as_str()));
     let stored = agent.get_run(&output.run_id).await.unwrap();
-    assert_eq!(stored.status, RunStatus::Failed);
+    assert_eq!(stored.status(), RunStatus::Failed);
 }
 
 #[tokio::test]
@@ -138,7 +138,7 @@ async fn a_disconnect_mid_stream_fails_the_run_once_without_retrying_or_duplicat
         );
         let message = error_message(&chunks).unwrap();
         assert!(message.contains("the connection to"), "{message}");
-        assert_eq!(agent.get_run(&output.run_id).await.unwrap().status, RunStatus::Failed);
+        assert_eq!(agent.get_run(&output.run_id).await.unwrap().status(), RunStatus::Failed);
     }
 }
 

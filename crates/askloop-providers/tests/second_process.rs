@@ -97,7 +97,7 @@ async fn a_run_suspended_here_is_resumed_by_a_second_process_through_sqlite() {
         }
         let store = askloop_store::open(&db).await.unwrap();
         let record = store.get(&run_id).await.unwrap().unwrap();
-        assert_eq!(record.status, RunStatus::Completed, "{provider}");
+        assert_eq!(record.status(), RunStatus::Completed, "{provider}");
     }
 }
 

@@ -461,7 +461,7 @@ pub(crate) async fn suspended_runs(
         .list(&query)
         .await?
         .into_iter()
-        .map(SuspendedRun::of)
+        .map(|run| SuspendedRun::of(run, state.now()))
         .collect();
     let named = paging.page.is_some() || paging.per_page.is_some();
     let paging = named.then(|| PageOf {

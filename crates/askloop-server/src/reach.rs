@@ -2,7 +2,7 @@
 //! whether the call a delivery is about still waits, and what it asks, in
 //! the form both render.
 
-use askloop::{OutboxMessage, PendingKind, PendingToolCall, Question, RunStatus, RunStore};
+use askloop::{CallState, OutboxMessage, PendingKind, PendingToolCall, Question, RunStore};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -36,17 +36,11 @@ pub(crate) async fn waiting_call(
             )));
         }
     };
-    let waiting = run.status == RunStatus::Suspended;
-    let call = run
-        .pending
-        .iter()
-        .find(|p| waiting && p.tool_call_id == call_id && !p.is_expired(now))
-        .cloned();
-    match call {
-        Some(call) => Ok(call),
-        None => Err(MailOutcome::NotSent(format!(
+    match run.call_state(call_id, now) {
+        CallState::Waiting(waiting) => Ok(waiting.call.clone()),
+        state => Err(MailOutcome::NotSent(format!(
             "not sent: the question was closed before the {what} went out ({})",
-            closed_how(&run, call_id)
+            closed_how(&state)
         ))),
     }
 }

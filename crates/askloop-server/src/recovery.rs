@@ -147,13 +147,13 @@ mod tests {
         // 1,300 stalled runs: 434 of a, 433 of b, 433 of an agent this
         // server does not have.
         for n in 0..1300 {
-            let run = RunRecord {
-                run_id: format!("r{n:04}"),
-                agent_id: ["a", "b", "c"][n % 3].to_owned(),
-                status: RunStatus::Running,
-                lease: Some(dead.clone()),
-                message_count: 1,
-                ..RunRecord::default()
+            let run = {
+                let mut record = RunRecord::default();
+                record.run_id = format!("r{n:04}");
+                record.agent_id = ["a", "b", "c"][n % 3].to_owned();
+                record.lease = Some(dead.clone());
+                record.message_count = 1;
+                record
             };
             store.create(&run, &[askloop::Message::user("go")]).await.unwrap();
         }
@@ -196,6 +196,8 @@ mod tests {
         );
     }
 
+    // The test stores runs as a store reads them back: waiting on a call.
+    #[allow(clippy::disallowed_methods)]
     #[tokio::test]
     async fn one_look_resolves_the_overdue_questions_of_every_agent_past_one_page_and_leaves_unknown_agents_alone() {
         let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
@@ -213,22 +215,24 @@ mod tests {
                 name: "ask_user".into(),
                 args: serde_json::json!({"question": "Which city?"}).into(),
             };
-            let run = RunRecord {
-                run_id: format!("r{n:04}"),
-                agent_id: ["a", "b", "c"][n % 3].to_owned(),
-                status: RunStatus::Suspended,
-                pending: vec![askloop::PendingToolCall {
-                    tool_call_id: call.id.clone(),
-                    tool_name: call.name.clone(),
-                    args: call.args.clone(),
-                    kind: askloop::PendingKind::Suspended,
-                    suspend_payload: Some(serde_json::json!({"question": "Which city?"}).into()),
-                    resume_schema: None,
-                    expires_at: Some(overdue),
-                    started_at: None,
-                }],
-                message_count: 2,
-                ..RunRecord::default()
+            let run = {
+                let mut record = RunRecord::default().with_calls(
+                    RunStatus::Suspended,
+                    vec![askloop::PendingToolCall {
+                        tool_call_id: call.id.clone(),
+                        tool_name: call.name.clone(),
+                        args: call.args.clone(),
+                        kind: askloop::PendingKind::Suspended,
+                        suspend_payload: Some(serde_json::json!({"question": "Which city?"}).into()),
+                        resume_schema: None,
+                        expires_at: Some(overdue),
+                        started_at: None,
+                    }],
+                );
+                record.run_id = format!("r{n:04}");
+                record.agent_id = ["a", "b", "c"][n % 3].to_owned();
+                record.message_count = 2;
+                record
             };
             let messages = [
                 askloop::Message::user("go"),
@@ -247,7 +251,7 @@ mod tests {
         let status = |agent: &str, status| {
             listed
                 .iter()
-                .filter(|run| run.agent_id == agent && run.status == status)
+                .filter(|run| run.agent_id == agent && run.status() == status)
                 .count()
         };
         assert_eq!(status("a", RunStatus::Completed), 367);

@@ -159,7 +159,7 @@ pub(crate) async fn list(
     };
     let (runs, next) = page(&state, &caller, filter, limit, cursor).await?;
     Ok(Json(RunPage {
-        runs: runs.into_iter().map(RunSummary::from).collect(),
+        runs: runs.into_iter().map(|run| RunSummary::of(run, state.now())).collect(),
         next_cursor: next.map(|c| c.encode()),
         total,
     }))
@@ -237,7 +237,7 @@ pub(crate) async fn get(
         usage: run.usage,
         settings: run.settings.clone(),
         built_in_ask_user: state.asks_with_ask_user(&run.agent_id),
-        summary: RunSummary::from(run),
+        summary: RunSummary::of(run, state.now()),
         messages,
     }))
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use askloop::{Message, PendingKind, PendingToolCall, RunRecord, RunStatus, Usage};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -149,37 +150,39 @@ pub(crate) struct SuspendedCall {
 }
 
 impl SuspendedRun {
-    pub(crate) fn of(run: RunRecord) -> Self {
+    /// The run as it waits at `now`.
+    pub(crate) fn of(run: RunRecord, now: DateTime<Utc>) -> Self {
         let (thread_id, resource_id) = match &run.memory {
             Some(memory) => (Some(memory.key.thread_id.clone()), Some(memory.key.resource_id.clone())),
             None => (None, None),
         };
+        let tool_calls = run
+            .waiting_calls(now)
+            .map(|waiting| waiting.call.clone())
+            .map(|p| match p.kind {
+                PendingKind::Approval => SuspendedCall {
+                    tool_call_id: p.tool_call_id,
+                    tool_name: p.tool_name,
+                    args: Some(p.args),
+                    requires_approval: true,
+                    suspend_payload: None,
+                },
+                PendingKind::Suspended => SuspendedCall {
+                    tool_call_id: p.tool_call_id,
+                    tool_name: p.tool_name,
+                    args: None,
+                    requires_approval: false,
+                    suspend_payload: Some(p.suspend_payload.unwrap_or_else(|| Arc::new(Value::Null))),
+                },
+            })
+            .collect();
         SuspendedRun {
             thread_id,
             resource_id,
             suspended_at: askloop::rfc3339(run.updated_at),
+            status: run.status(),
             run_id: run.run_id,
-            status: run.status,
-            tool_calls: run
-                .pending
-                .into_iter()
-                .map(|p| match p.kind {
-                    PendingKind::Approval => SuspendedCall {
-                        tool_call_id: p.tool_call_id,
-                        tool_name: p.tool_name,
-                        args: Some(p.args),
-                        requires_approval: true,
-                        suspend_payload: None,
-                    },
-                    PendingKind::Suspended => SuspendedCall {
-                        tool_call_id: p.tool_call_id,
-                        tool_name: p.tool_name,
-                        args: None,
-                        requires_approval: false,
-                        suspend_payload: Some(p.suspend_payload.unwrap_or_else(|| Arc::new(Value::Null))),
-                    },
-                })
-                .collect(),
+            tool_calls,
         }
     }
 }
@@ -262,19 +265,25 @@ pub(crate) struct RunSummary {
     pub(crate) resolutions: Vec<askloop::Resolution>,
 }
 
-impl From<RunRecord> for RunSummary {
-    fn from(run: RunRecord) -> Self {
+impl RunSummary {
+    /// The run as it stands at `now`: its waiting calls are those that
+    /// still wait then.
+    pub(crate) fn of(run: RunRecord, now: DateTime<Utc>) -> Self {
         let error = run.error();
+        let pending_tool_calls = run
+            .waiting_calls(now)
+            .map(|waiting| PendingCall::from(waiting.call.clone()))
+            .collect();
         RunSummary {
+            status: run.status(),
             resource_id: run.memory.as_ref().map(|m| m.key.resource_id.clone()),
             thread_id: run.memory.as_ref().map(|m| m.key.thread_id.clone()).or(run.thread_id),
             run_id: run.run_id,
             agent_id: run.agent_id,
-            status: run.status,
             created_at: askloop::rfc3339(run.created_at),
             updated_at: askloop::rfc3339(run.updated_at),
             steps: run.steps,
-            pending_tool_calls: run.pending.into_iter().map(PendingCall::from).collect(),
+            pending_tool_calls,
             error,
             resolutions: run.resolutions,
         }

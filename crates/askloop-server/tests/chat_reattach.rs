@@ -110,7 +110,14 @@ async fn a_client_that_drops_mid_stream_re_attaches_and_gets_the_stream_from_sta
     assert_eq!(runs.len(), 1);
     let run_id = runs[0].run_id.clone();
     assert!(
-        store.get(&run_id).await.unwrap().unwrap().pending.is_empty(),
+        store
+            .get(&run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+            .next()
+            .is_none(),
         "re-attached before the question was asked: the rest comes live"
     );
 
@@ -137,7 +144,13 @@ async fn a_client_that_drops_mid_stream_re_attaches_and_gets_the_stream_from_sta
         .unwrap();
     assert_eq!(suspended["data"]["runId"], run_id.as_str());
     assert_eq!(
-        store.get(&run_id).await.unwrap().unwrap().pending.len(),
+        store
+            .get(&run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+            .count(),
         1,
         "the run went on without its first client, to the question"
     );
@@ -211,5 +224,14 @@ async fn a_stream_past_the_replay_limit_is_not_replayed_and_re_attaching_gets_an
         "the client still attached gets the whole stream: {rest}"
     );
     let runs = store.list(&Default::default()).await.unwrap();
-    assert_eq!(store.get(&runs[0].run_id).await.unwrap().unwrap().pending.len(), 1);
+    assert_eq!(
+        store
+            .get(&runs[0].run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+            .count(),
+        1
+    );
 }

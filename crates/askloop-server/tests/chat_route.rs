@@ -202,7 +202,7 @@ async fn snapshot(store: &Arc<dyn RunStore>) -> Vec<Value> {
         .map(|run| {
             json!([
                 run.run_id,
-                run.status,
+                run.status(),
                 run.version,
                 run.resolutions.len(),
                 run.message_count

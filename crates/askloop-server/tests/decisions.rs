@@ -99,7 +99,7 @@ async fn every_call_decided_in_one_request_runs_each_once_and_the_model_once() {
     assert_eq!(w.ran.load(Ordering::SeqCst), 1);
 
     let run = w.store.get(&w.run_id).await.unwrap().unwrap();
-    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.status(), RunStatus::Completed);
     let recorded: Vec<_> = run
         .resolutions
         .iter()
@@ -123,8 +123,11 @@ async fn all_approve_runs_every_call_waiting_for_approval_and_leaves_the_questio
     assert_eq!(w.ran.load(Ordering::SeqCst), 2);
     assert_eq!(decided.first("tool-call-suspended")["payload"]["toolCallId"], "when");
     let run = w.store.get(&w.run_id).await.unwrap().unwrap();
-    assert_eq!(run.status, RunStatus::Suspended);
-    let pending: Vec<_> = run.pending.iter().map(|p| p.tool_call_id.as_str()).collect();
+    assert_eq!(run.status(), RunStatus::Suspended);
+    let pending: Vec<_> = run
+        .waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+        .map(|w| w.call.tool_call_id.as_str())
+        .collect();
     assert_eq!(pending, ["when"]);
 
     // Nothing left to approve: said so, naming the question.
@@ -199,7 +202,10 @@ async fn a_body_that_does_not_say_one_thing_is_refused_naming_the_forms_and_noth
     );
     let after = w.store.get(&w.run_id).await.unwrap().unwrap();
     assert_eq!(
-        (after.version, after.pending.len()),
+        (
+            after.version,
+            after.waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC).count()
+        ),
         (before.version, 3),
         "nothing written"
     );

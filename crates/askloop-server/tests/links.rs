@@ -75,7 +75,7 @@ async fn form_token(server: &TestServer, path: &str) -> String {
 async fn until_status(store: &Arc<dyn RunStore>, run_id: &str, status: RunStatus) -> askloop::RunRecord {
     for _ in 0..1000 {
         let run = store.get(run_id).await.unwrap().unwrap();
-        if run.status == status {
+        if run.status() == status {
             return run;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -147,7 +147,7 @@ async fn a_link_answers_its_question_once_as_its_recipient_and_a_get_answers_not
         );
     }
     let waiting = store.get(&run_id).await.unwrap().unwrap();
-    assert_eq!(waiting.status, RunStatus::Suspended, "a GET never answers");
+    assert_eq!(waiting.status(), RunStatus::Suspended, "a GET never answers");
     assert!(waiting.resolutions.is_empty());
 
     let token = form_token(&server, &path).await;
@@ -204,7 +204,7 @@ async fn a_changed_link_is_refused_and_changes_nothing() {
         assert_eq!((status, code(&refused)), (403, "link_invalid"), "{changed}");
     }
     let run = store.get(&run_id).await.unwrap().unwrap();
-    assert_eq!((run.status, run.resolutions.len()), (RunStatus::Suspended, 0));
+    assert_eq!((run.status(), run.resolutions.len()), (RunStatus::Suspended, 0));
     assert_eq!(question(&server, &path).await.0, 200, "the real link still works");
 }
 
@@ -227,7 +227,7 @@ async fn an_expired_link_says_so_and_a_link_never_outlives_the_configured_age() 
     let (status, refused) = answer(&server, &path, json!({"formToken": token, "resumeData": "staging"})).await;
     assert_eq!((status, code(&refused)), (410, "link_expired"));
     let run = store.get(&run_id).await.unwrap().unwrap();
-    assert_eq!((run.status, run.resolutions.len()), (RunStatus::Suspended, 0));
+    assert_eq!((run.status(), run.resolutions.len()), (RunStatus::Suspended, 0));
     assert_eq!(
         question(&server, &path_of(&long)).await.0,
         200,
@@ -302,7 +302,10 @@ async fn a_revoked_link_says_so_and_is_revoked_once() {
     assert_eq!((status, code(&shown)), (410, "link_revoked"));
     let (status, refused) = answer(&server, &path, json!({"formToken": token, "resumeData": "staging"})).await;
     assert_eq!((status, code(&refused)), (410, "link_revoked"));
-    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Suspended);
+    assert_eq!(
+        store.get(&run_id).await.unwrap().unwrap().status(),
+        RunStatus::Suspended
+    );
 
     let listed: Value = server
         .get(&format!("/api/runs/{run_id}/links"))
@@ -355,7 +358,7 @@ async fn an_answer_from_another_site_or_without_the_pages_form_token_is_refused(
         assert_eq!((status, code(&refused)), (403, "link_form_token"));
     }
     let run = store.get(&run_id).await.unwrap().unwrap();
-    assert_eq!((run.status, run.resolutions.len()), (RunStatus::Suspended, 0));
+    assert_eq!((run.status(), run.resolutions.len()), (RunStatus::Suspended, 0));
 
     // The same page, same origin: answered.
     let same = server

@@ -485,7 +485,7 @@ async fn an_mcp_session_serves_only_the_token_that_opened_it_and_its_answer_is_r
         );
     }
     let waiting = only_run_of(&store, "assistant").await;
-    assert_eq!(waiting.status, askloop::RunStatus::Suspended);
+    assert_eq!(waiting.status(), askloop::RunStatus::Suspended);
     assert!(waiting.resolutions.is_empty(), "{:?}", waiting.resolutions);
 
     // Ana's answer is taken, and the run records her as its author.
@@ -503,7 +503,7 @@ async fn an_mcp_session_serves_only_the_token_that_opened_it_and_its_answer_is_r
     let text = result["result"]["structuredContent"]["text"].as_str().unwrap();
     assert!(text.contains("staging") && !text.contains("production"), "{result}");
     let done = only_run_of(&store, "assistant").await;
-    assert_eq!(done.status, askloop::RunStatus::Completed);
+    assert_eq!(done.status(), askloop::RunStatus::Completed);
     assert_eq!(done.resolutions.len(), 1, "{:?}", done.resolutions);
     assert_eq!(
         done.resolutions[0].author,

@@ -75,7 +75,7 @@ async fn a_run_whose_driver_died_mid_model_call_is_taken_over_by_the_server_and_
     }
     std::mem::forget(stream);
     assert_eq!(
-        store.get(&run_id).await.unwrap().unwrap().status,
+        store.get(&run_id).await.unwrap().unwrap().status(),
         askloop::RunStatus::Running
     );
 

@@ -281,13 +281,13 @@ async fn a_question_still_open_is_mailed_again_then_to_someone_else_each_step_re
     assert_eq!(answered.status(), 200, "{}", answered.text().await.unwrap());
     let mut run = setup.store.get(&run_id).await.unwrap().unwrap();
     for _ in 0..1000 {
-        if run.status == RunStatus::Completed {
+        if run.status() == RunStatus::Completed {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
         run = setup.store.get(&run_id).await.unwrap().unwrap();
     }
-    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.status(), RunStatus::Completed);
     let decision = run.resolutions.last().unwrap();
     assert_eq!(
         (decision.author.via, decision.author.by.as_deref()),

@@ -406,7 +406,10 @@ async fn a_decision_refuses_fields_beyond_itself_by_name_and_the_question_stays_
         );
     }
     let run = store.get(&run_id).await.unwrap().unwrap();
-    assert_eq!((run.status, run.resolutions.len()), (askloop::RunStatus::Suspended, 0));
+    assert_eq!(
+        (run.status(), run.resolutions.len()),
+        (askloop::RunStatus::Suspended, 0)
+    );
     // Tracing's fields change nothing and are taken.
     let body =
         json!({"runId": run_id, "toolCallId": call_id, "resumeData": "main", "tracingOptions": {"traceId": "t"}});

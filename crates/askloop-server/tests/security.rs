@@ -114,7 +114,7 @@ async fn snapshot(store: &Arc<dyn RunStore>) -> Vec<Value> {
     runs.into_iter()
         .map(|run| {
             json!({
-                "runId": run.run_id, "status": run.status, "version": run.version,
+                "runId": run.run_id, "status": run.status(), "version": run.version,
                 "resolutions": run.resolutions.len(), "messages": run.message_count,
             })
         })
@@ -574,7 +574,7 @@ async fn a_retry_checks_the_callers_agents_first_and_records_who_retried_through
         assert!(!error["message"].as_str().unwrap().contains("failed"), "{error}");
     }
     assert_eq!(
-        world.store.get(&failed).await.unwrap().unwrap().status,
+        world.store.get(&failed).await.unwrap().unwrap().status(),
         askloop::RunStatus::Failed
     );
 
@@ -888,7 +888,7 @@ async fn a_run_on_another_resources_thread_answers_every_run_route_as_an_unknown
     assert_eq!(approved.status(), 200);
     Sse::read(approved).await;
     let done = walls.store.get(&run).await.unwrap().unwrap();
-    assert_eq!(done.status, askloop::RunStatus::Completed);
+    assert_eq!(done.status(), askloop::RunStatus::Completed);
 }
 
 #[tokio::test]
@@ -901,7 +901,15 @@ async fn a_run_another_person_started_on_no_thread_answers_every_run_route_as_an
     // walled caller's either.
     let (plain, plain_call) = {
         let run = walls.store.get(&walls.plain).await.unwrap().unwrap();
-        (run.run_id.clone(), run.pending[0].tool_call_id.clone())
+        (
+            run.run_id.clone(),
+            run.waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+                .next()
+                .unwrap()
+                .call
+                .tool_call_id
+                .clone(),
+        )
     };
     for (token, failed, owner) in [(ALICE, &walls.bobs_failed, "bob"), (BOB, &walls.her_failed, "alice")] {
         walled_off(&walls, token, (&plain, &plain_call), failed, owner).await;
@@ -923,7 +931,7 @@ async fn a_run_another_person_started_on_no_thread_answers_every_run_route_as_an
     .await;
     assert_eq!(status, 200, "{body}");
     let done = walls.store.get(&run).await.unwrap().unwrap();
-    assert_eq!(done.status, askloop::RunStatus::Completed);
+    assert_eq!(done.status(), askloop::RunStatus::Completed);
     assert_eq!(done.resource_id.as_deref(), Some("bob"), "stored with the run");
 }
 

@@ -184,7 +184,7 @@ impl Setup {
     async fn until_status(&self, run_id: &str, status: RunStatus) -> askloop::RunRecord {
         for _ in 0..1000 {
             let run = self.run(run_id).await;
-            if run.status == status {
+            if run.status() == status {
                 return run;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -323,7 +323,7 @@ async fn a_badly_signed_or_replayed_interaction_is_refused_and_changes_nothing()
     assert_eq!(unsigned.status(), 401);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let run = setup.run(&run_id).await;
-    assert_eq!(run.status, RunStatus::Suspended);
+    assert_eq!(run.status(), RunStatus::Suspended);
     assert!(run.resolutions.is_empty(), "{:?}", run.resolutions);
     assert!(setup.slack.updated.lock().unwrap().is_empty());
 }
@@ -346,7 +346,7 @@ async fn someone_not_among_the_recipients_is_told_so_alone_and_a_user_group_memb
         told[0]["text"].as_str().unwrap().contains("not among the people"),
         "{told:?}"
     );
-    assert_eq!(setup.run(&run_id).await.status, RunStatus::Suspended);
+    assert_eq!(setup.run(&run_id).await.status(), RunStatus::Suspended);
 
     let groupie = click("U0GROUPIE", &block, "answer_0", "0", "1.1", &respond_to);
     assert_eq!(setup.interact(&groupie).await, 200);

@@ -420,7 +420,7 @@ async fn a_named_token_uses_only_its_resources_threads_and_anothers_look_unknown
     assert_eq!((status, error["code"].as_str()), (403, Some("forbidden_resource")));
     assert_eq!(model.request_count(), requests_before, "nothing ran");
     let run = store.get(&run_id).await.unwrap().unwrap();
-    assert_eq!(run.status, askloop::RunStatus::Suspended, "nothing superseded");
+    assert_eq!(run.status(), askloop::RunStatus::Suspended, "nothing superseded");
 
     for path in ["/api/memory/threads/t1", "/api/memory/threads/t1/messages"] {
         let (status, error) = error_of(bo(reqwest::Method::GET, path, None).await.unwrap()).await;

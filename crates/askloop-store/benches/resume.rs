@@ -107,27 +107,17 @@ async fn seed(store: Arc<dyn RunStore>, raw: Arc<dyn RawRows>, size: usize, keep
     let run_id = format!("bench-{size}");
     let messages: Vec<Message> = (0..size).map(message).collect();
     let now = Utc::now();
-    let run = RunRecord {
-        run_id: run_id.clone(),
-        agent_id: "bench".into(),
-        thread_id: None,
-        memory: None,
-        resource_id: None,
-        status: RunStatus::Running,
-        version: 0,
-        created_at: now,
-        updated_at: now,
-        pending: Vec::new(),
-        step_results: Vec::new(),
-        message_count: size as i64,
-        steps: 0,
-        usage: Usage::default(),
-        metadata: json!({}),
-        settings: Default::default(),
-        lease: None,
-        failure: None,
-        resolutions: Vec::new(),
-        trace_parent: None,
+    let run = {
+        let mut record = RunRecord::default().with_calls(RunStatus::Running, Vec::new());
+        record.run_id = run_id.clone();
+        record.agent_id = "bench".into();
+        record.version = 0;
+        record.created_at = now;
+        record.updated_at = now;
+        record.message_count = size as i64;
+        record.steps = 0;
+        record.metadata = json!({});
+        record
     };
     store.create(&run, &messages).await.unwrap();
     let pending = pending();

@@ -509,7 +509,7 @@ impl RunStore for PostgresStore {
         .bind(run_id)
         .bind(&run.agent_id)
         .bind(&run.thread_id)
-        .bind(run.status.as_str())
+        .bind(run.status().as_str())
         .bind(run.version)
         .bind(run.created_at)
         .bind(run.updated_at)

@@ -105,28 +105,28 @@ impl StoredRun {
                 )));
             }
         };
-        Ok(RunRecord {
-            run_id,
-            agent_id: self.agent_id,
-            thread_id: self.thread_id,
-            memory,
-            resource_id: self.resource_id,
-            status,
-            version: self.version,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            pending,
-            step_results,
-            message_count: self.message_count,
-            steps,
-            usage,
-            metadata,
-            settings,
-            lease,
-            failure,
-            resolutions,
-            trace_parent: self.trace_parent,
-        })
+        // Status and pending calls are the machines' to change: a store
+        // only sets them as it read them.
+        let mut record = RunRecord::default().with_calls(status, pending);
+        record.run_id = run_id;
+        record.agent_id = self.agent_id;
+        record.thread_id = self.thread_id;
+        record.memory = memory;
+        record.resource_id = self.resource_id;
+        record.version = self.version;
+        record.created_at = self.created_at;
+        record.updated_at = self.updated_at;
+        record.step_results = step_results;
+        record.message_count = self.message_count;
+        record.steps = steps;
+        record.usage = usage;
+        record.metadata = metadata;
+        record.settings = settings;
+        record.lease = lease;
+        record.failure = failure;
+        record.resolutions = resolutions;
+        record.trace_parent = self.trace_parent;
+        Ok(record)
     }
 }
 
@@ -205,7 +205,7 @@ impl JsonColumns {
     pub(crate) fn of_record(run: &RunRecord) -> Result<Self, StoreError> {
         let mut json = Self::build(
             &run.run_id,
-            &run.pending,
+            run.stored_calls(),
             &run.step_results,
             &run.usage,
             run.failure.as_ref(),
@@ -463,7 +463,7 @@ mod tests {
     #[test]
     fn a_readable_row_becomes_its_record() {
         let record = stored().into_record().unwrap();
-        assert_eq!(record.status, RunStatus::Suspended);
+        assert_eq!(record.status(), RunStatus::Suspended);
         assert_eq!(record.usage.total_tokens, 3);
         assert_eq!(record.steps, 1);
     }

@@ -686,7 +686,7 @@ impl RunStore for SqliteStore {
             run_id: run.run_id.clone(),
             agent_id: run.agent_id.clone(),
             thread_id: run.thread_id.clone(),
-            status: run.status.as_str(),
+            status: run.status().as_str(),
             version: run.version,
             created_at: micros(run.created_at),
             updated_at: micros(run.updated_at),

@@ -163,7 +163,7 @@ async fn check(store: &Arc<dyn RunStore>, log: &str) -> usize {
     for n in 0..RUNS {
         let run_id = format!("crash-{n}");
         let run = store.get(&run_id).await.unwrap().unwrap();
-        assert_eq!(run.status, RunStatus::Completed, "{run_id}: {:?}", run.error());
+        assert_eq!(run.status(), RunStatus::Completed, "{run_id}: {:?}", run.error());
         let messages = store.messages(&run_id).await.unwrap();
         let mut results: HashMap<String, Vec<String>> = HashMap::new();
         let mut asked = Vec::new();

@@ -263,7 +263,7 @@ async fn reply(store: &dyn RunStore, run_id: &str) -> String {
 
 async fn completed(store: &dyn RunStore, run_id: &str) -> askloop::RunRecord {
     let run = store.get(run_id).await.unwrap().expect("the run");
-    assert_eq!(run.status, RunStatus::Completed, "{run:#?}");
+    assert_eq!(run.status(), RunStatus::Completed, "{run:#?}");
     run
 }
 
@@ -292,7 +292,7 @@ async fn a_restart_during_the_model_call_loses_no_answer_and_the_run_completes()
         // The step's write met a dead connection: the run failed for a
         // reason trying again fixes, keeping what it stored.
         let failed = store.get(&run_id).await.unwrap().expect("the run");
-        assert_eq!(failed.status, RunStatus::Failed, "{failed:#?}");
+        assert_eq!(failed.status(), RunStatus::Failed, "{failed:#?}");
         let failure = failed.failure.clone().expect("a typed reason");
         assert!(failure.is_transient(), "{failure:?}");
         let retried = agent.retry_run(&run_id).await.unwrap().output().await;
@@ -301,7 +301,7 @@ async fn a_restart_during_the_model_call_loses_no_answer_and_the_run_completes()
     };
     let text = reply(store.as_ref(), &run_id).await;
     assert!(text.contains("Paris"), "the reply carries the answer: {text}");
-    assert!(run.pending.is_empty());
+    assert!(run.stored_calls().is_empty());
     assert_conversation_whole(store.as_ref(), &run_id).await;
     assert!(
         model.replies.load(Ordering::SeqCst) <= 2,
@@ -340,8 +340,8 @@ async fn a_database_gone_when_the_step_is_written_leaves_the_run_to_recovery_whi
     // completes from its last stored step, the answer not asked again.
     pg.ctl(&["start", "-w"]).unwrap();
     let stored = store.get(&run_id).await.unwrap().expect("the run");
-    eprintln!("with the database back the run was {}", stored.status);
-    let finished = match stored.status {
+    eprintln!("with the database back the run was {}", stored.status());
+    let finished = match stored.status() {
         RunStatus::Running => {
             assert!(
                 agent.recover_runs().await.unwrap().is_empty(),

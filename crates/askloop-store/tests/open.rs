@@ -40,7 +40,7 @@ async fn a_sqlite_url_and_a_reopened_file_see_the_same_runs() {
         .unwrap();
     let runs = again.list(&RunQuery::default()).await.unwrap();
     assert_eq!(runs.len(), 1);
-    assert_eq!(runs[0].status, RunStatus::Running);
+    assert_eq!(runs[0].status(), RunStatus::Running);
     assert_eq!(again.messages("r1").await.unwrap(), [Message::user("hi")]);
 }
 
@@ -178,7 +178,7 @@ async fn a_file_whose_tables_sqlx_created_opens_with_its_runs() {
 
     let store = askloop_store::open(path.to_str().unwrap()).await.unwrap();
     let old = store.get("old").await.unwrap().unwrap();
-    assert_eq!((old.status, old.version), (RunStatus::Suspended, 3));
+    assert_eq!((old.status(), old.version), (RunStatus::Suspended, 3));
     assert_eq!(store.messages("old").await.unwrap(), [Message::user("hi")]);
     assert_eq!(
         store

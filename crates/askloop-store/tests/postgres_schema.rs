@@ -153,7 +153,7 @@ async fn a_database_made_by_an_earlier_askloop_keeps_its_runs_in_public() {
     let store = PostgresStore::connect(&db.url).await.unwrap();
     assert_eq!(store.schema(), "public", "the tables stay where they are");
     let old = store.get("old-run").await.unwrap().unwrap();
-    assert_eq!(old.status, RunStatus::Running);
+    assert_eq!(old.status(), RunStatus::Running);
     assert_eq!(
         store.messages("old-run").await.unwrap(),
         [Message::user("before the upgrade")]
@@ -251,11 +251,10 @@ async fn assert_tally_agrees(store: &PostgresStore, pool: &PgPool, after: &str) 
 
 /// A run created waiting on `calls` questions.
 async fn create_waiting(store: &PostgresStore, run_id: &str, agent: &str, calls: usize) {
-    let mut run = new_run(run_id, agent, Utc::now(), 1);
-    run.status = RunStatus::Suspended;
-    run.pending = (0..calls)
+    let pending = (0..calls)
         .map(|i| askloop_store::conformance::pending_question(&format!("{run_id}-call-{i}"), "Which one?"))
         .collect();
+    let run = new_run(run_id, agent, Utc::now(), 1).with_calls(RunStatus::Suspended, pending);
     store.create(&run, &[Message::user("hello")]).await.unwrap();
 }
 

@@ -158,11 +158,11 @@ async fn a_run_survives_sigkill_and_is_completed_by_a_new_process(target: Target
         .await
         .unwrap()
         .expect("the run was stored before the kill");
-    assert_eq!(run.status, RunStatus::Suspended);
-    assert_eq!(run.pending.len(), 1);
-    assert_eq!(run.pending[0].tool_name, "ask_user");
+    assert_eq!(run.status(), RunStatus::Suspended);
+    assert_eq!(run.stored_calls().len(), 1);
+    assert_eq!(run.stored_calls()[0].tool_name, "ask_user");
     assert_eq!(
-        run.pending[0].suspend_payload.as_ref().unwrap()["question"],
+        run.stored_calls()[0].suspend_payload.as_ref().unwrap()["question"],
         "Which city?"
     );
 
@@ -182,8 +182,8 @@ async fn a_run_survives_sigkill_and_is_completed_by_a_new_process(target: Target
     );
 
     let run = store.get(run_id).await.unwrap().unwrap();
-    assert_eq!(run.status, RunStatus::Completed);
-    assert!(run.pending.is_empty());
+    assert_eq!(run.status(), RunStatus::Completed);
+    assert!(run.stored_calls().is_empty());
     let messages = store.messages(run_id).await.unwrap();
     assert_eq!(messages.len(), 4, "user, question, answer, reply: {messages:?}");
     assert_eq!(messages[3], Message::assistant("Booked: User answered: Paris", vec![]));
@@ -269,7 +269,7 @@ async fn of_two_processes_resuming_one_run_exactly_one_wins(target: Target) {
 
     let store = target.open().await;
     let run = store.get(run_id).await.unwrap().unwrap();
-    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.status(), RunStatus::Completed);
     let messages = store.messages(run_id).await.unwrap();
     let tool_results = messages.iter().filter(|m| matches!(m, Message::Tool(_))).count();
     assert_eq!((messages.len(), tool_results), (4, 1), "{messages:?}");
@@ -338,7 +338,7 @@ async fn fifty_concurrent_resumes_from_two_processes_all_complete_without_lock_e
     let store = target.open().await;
     for run_id in &run_ids {
         let run = store.get(run_id).await.unwrap().unwrap();
-        assert_eq!(run.status, RunStatus::Completed, "{run_id}");
+        assert_eq!(run.status(), RunStatus::Completed, "{run_id}");
         assert_eq!(store.messages(run_id).await.unwrap().len(), 4, "{run_id}");
     }
     target.cleanup().await;

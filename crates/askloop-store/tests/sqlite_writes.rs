@@ -87,7 +87,7 @@ async fn many_concurrent_writes_to_different_runs_all_land_with_their_versions()
         let run_id = format!("run-{i}");
         let run = store.get(&run_id).await.unwrap().unwrap();
         assert_eq!(
-            (run.status, run.version, run.message_count),
+            (run.status(), run.version, run.message_count),
             (RunStatus::Suspended, 3, 7)
         );
         let mut expected = vec![Message::user(format!("{run_id} start"))];

@@ -39,8 +39,8 @@ pub mod tool;
 pub mod visible;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentInput, AgentStream, BuildError, CallDecision, DEFAULT_LAST_MESSAGES, DEFAULT_MAX_STEPS,
-    MAX_REASON_BYTES, ResumeOptions, StreamOptions, StreamOutput, ThreadOptions,
+    Agent, AgentBuilder, AgentInput, AgentStream, BuildError, CallDecision, CallState, Closed, DEFAULT_LAST_MESSAGES,
+    DEFAULT_MAX_STEPS, MAX_REASON_BYTES, ResumeOptions, StreamOptions, StreamOutput, ThreadOptions, Waiting, WaitsOn,
 };
 pub use ask_user::{ASK_USER_TOOL_ID, AskUser, AskUserInput, AskUserLimits, AskUserOption, Question, SelectionMode};
 pub use backoff::{Backoff, jitter};

@@ -206,7 +206,7 @@ async fn a_decline_reason_over_the_limit_is_refused_and_the_call_stays_pending()
             refused_as_too_long(declined, too_long.len(), "a decline as resume data");
         }
         let after = agent.get_run(run_id).await.unwrap();
-        assert_eq!((after.status, after.version), (RunStatus::Suspended, before.version));
+        assert_eq!((after.status(), after.version), (RunStatus::Suspended, before.version));
 
         let at_the_limit = "r".repeat(askloop::MAX_REASON_BYTES);
         let out = agent
@@ -421,7 +421,7 @@ async fn model_error_gives_an_error_chunk_and_a_failed_run_with_the_message_stor
     assert_eq!(types(&chunks).last(), Some(&"error"));
     assert_eq!(out.status, RunStatus::Failed);
     let stored = store.get(&out.run_id).await.unwrap().unwrap();
-    assert_eq!(stored.status, RunStatus::Failed);
+    assert_eq!(stored.status(), RunStatus::Failed);
     assert!(stored.error().unwrap().contains("the model fell over"));
 }
 
@@ -609,7 +609,7 @@ async fn cancel_while_running_ends_the_stream_with_abort() {
     assert_eq!(out.status, RunStatus::Cancelled);
     assert_eq!(model.calls(), 1);
     assert_eq!(
-        store.get(&out.run_id).await.unwrap().unwrap().status,
+        store.get(&out.run_id).await.unwrap().unwrap().status(),
         RunStatus::Cancelled
     );
 }
@@ -665,7 +665,10 @@ async fn cancelling_a_run_gives_up_the_tool_call_its_driver_waits_on_and_its_str
     let out = driving.await.unwrap();
     assert_eq!(out.status, RunStatus::Cancelled);
     assert_eq!(model.calls(), 1, "the model is not called again");
-    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Cancelled);
+    assert_eq!(
+        store.get(&run_id).await.unwrap().unwrap().status(),
+        RunStatus::Cancelled
+    );
 }
 
 #[tokio::test]
@@ -776,7 +779,7 @@ async fn a_waiting_call_whose_question_expires_is_forgotten_by_its_tool() {
         .build()
         .unwrap();
     let (_, waiting) = run(&agent, "x").await;
-    let expires_at = store.get(&waiting.run_id).await.unwrap().unwrap().pending[0]
+    let expires_at = store.get(&waiting.run_id).await.unwrap().unwrap().stored_calls()[0]
         .expires_at
         .unwrap();
     clock.set(expires_at + chrono::Duration::milliseconds(1));
@@ -876,11 +879,11 @@ async fn dropping_a_stream_mid_run_still_brings_the_run_to_its_stored_suspension
     let first = stream.next().await.unwrap();
     assert_eq!(first.type_name(), "start");
     // The model has not answered yet: the run is mid-step when its reader goes.
-    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Running);
+    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status(), RunStatus::Running);
     drop(stream);
     let mut status = RunStatus::Running;
     for _ in 0..200 {
-        status = store.get(&run_id).await.unwrap().unwrap().status;
+        status = store.get(&run_id).await.unwrap().unwrap().status();
         if status != RunStatus::Running {
             break;
         }
@@ -933,8 +936,8 @@ async fn an_approval_claims_the_run_and_marks_its_call_started_before_the_tool_r
                 let (store, seen) = (store.clone(), seen.clone());
                 async move {
                     let run = store.get(ctx.run_id().unwrap()).await.unwrap().unwrap();
-                    let marked = run.pending.iter().any(|p| p.started_at.is_some());
-                    *seen.lock().unwrap() = Some((run.status, marked));
+                    let marked = run.stored_calls().iter().any(|p| p.started_at.is_some());
+                    *seen.lock().unwrap() = Some((run.status(), marked));
                     Ok(ToolOutput::text(format!("{}-approved", input.env)).into())
                 }
             })
@@ -964,7 +967,7 @@ async fn an_approval_claims_the_run_and_marks_its_call_started_before_the_tool_r
     assert_eq!(store.claims.load(Ordering::SeqCst), 0);
     assert_eq!(store.updates.load(Ordering::SeqCst) - updates_before, 3);
     let stored = store.get(&output.run_id).await.unwrap().unwrap();
-    assert!(stored.pending.is_empty());
+    assert!(stored.stored_calls().is_empty());
 }
 
 /// A model that reasons, says something, reasons again, then asks; and on

@@ -108,7 +108,7 @@ async fn an_answer_larger_than_the_limit_is_refused_and_the_question_stays_open(
     };
     assert!(reason.contains("102 bytes; at most 64"), "{reason}");
     let stored = store.get(&output.run_id).await.unwrap().unwrap();
-    assert_eq!(stored.status, RunStatus::Suspended);
+    assert_eq!(stored.status(), RunStatus::Suspended);
     let done = agent
         .resume_stream(json!("short"), ResumeOptions::run(&output.run_id))
         .await

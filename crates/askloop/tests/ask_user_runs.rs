@@ -163,7 +163,7 @@ async fn invalid_answers_are_rejected_and_the_run_stays_suspended_and_answerable
                 panic!("expected InvalidAnswer for {bad}, got {err:?}")
             };
             assert_eq!(run_id, &output.run_id);
-            assert_eq!(tool_call_id, &before.pending[0].tool_call_id);
+            assert_eq!(tool_call_id, &before.stored_calls()[0].tool_call_id);
             assert_eq!(
                 store.get(&output.run_id).await.unwrap().unwrap(),
                 before,
@@ -239,8 +239,8 @@ async fn cancelling_a_suspended_run_stops_it_without_calling_the_model() {
     let (_, output) = run(&agent, "x").await;
     agent.cancel_run(&output.run_id).await.unwrap();
     let stored = store.get(&output.run_id).await.unwrap().unwrap();
-    assert_eq!(stored.status, RunStatus::Cancelled);
-    assert!(stored.pending.is_empty());
+    assert_eq!(stored.status(), RunStatus::Cancelled);
+    assert!(stored.stored_calls().is_empty());
     let err = agent
         .resume_stream("main", ResumeOptions::run(&output.run_id))
         .await
@@ -509,7 +509,7 @@ async fn concurrent_answers_to_different_questions_of_one_step_both_land() {
         }
     }
     let stored = agent.get_run(&output.run_id).await.unwrap();
-    assert_eq!(stored.status, RunStatus::Completed);
+    assert_eq!(stored.status(), RunStatus::Completed);
     assert_eq!(completed, 1, "exactly one answer completes the step");
     assert_eq!(model.calls(), 2, "the model is called once, after the last answer");
 }
@@ -646,5 +646,5 @@ async fn a_resume_handed_another_runs_record_reads_its_own_run() {
     assert_eq!(out.run_id, second.run_id);
     assert_eq!(out.status, RunStatus::Completed);
     let first_now = store.get(&first.run_id).await.unwrap().unwrap();
-    assert_eq!(first_now.status, RunStatus::Suspended, "the other run is untouched");
+    assert_eq!(first_now.status(), RunStatus::Suspended, "the other run is untouched");
 }

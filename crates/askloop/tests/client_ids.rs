@@ -100,7 +100,7 @@ async fn ids_with_spaces_slashes_marks_and_other_scripts_are_kept_exactly() {
             .unwrap()
             .output()
             .await;
-        assert_eq!(agent.get_run(id).await.unwrap().status, RunStatus::Completed);
+        assert_eq!(agent.get_run(id).await.unwrap().status(), RunStatus::Completed);
     }
 }
 
@@ -145,25 +145,27 @@ async fn a_run_stored_before_the_rule_with_an_id_outside_it_still_expires() {
         args: json!({"question": "Which environment?"}).into(),
     };
     let expired_at = Utc::now() - chrono::Duration::seconds(1);
-    let legacy = RunRecord {
-        run_id: "legacy ".into(),
-        agent_id: agent.id().to_owned(),
-        status: RunStatus::Suspended,
-        created_at: expired_at,
-        updated_at: expired_at,
-        message_count: 2,
-        steps: 1,
-        pending: vec![PendingToolCall {
-            tool_call_id: call.id.clone(),
-            tool_name: call.name.clone(),
-            args: call.args.clone(),
-            kind: PendingKind::Suspended,
-            suspend_payload: Some(call.args.clone()),
-            resume_schema: None,
-            expires_at: Some(expired_at),
-            started_at: None,
-        }],
-        ..Default::default()
+    let legacy = {
+        let mut record = RunRecord::default().with_calls(
+            RunStatus::Suspended,
+            vec![PendingToolCall {
+                tool_call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                args: call.args.clone(),
+                kind: PendingKind::Suspended,
+                suspend_payload: Some(call.args.clone()),
+                resume_schema: None,
+                expires_at: Some(expired_at),
+                started_at: None,
+            }],
+        );
+        record.run_id = "legacy ".into();
+        record.agent_id = agent.id().to_owned();
+        record.created_at = expired_at;
+        record.updated_at = expired_at;
+        record.message_count = 2;
+        record.steps = 1;
+        record
     };
     let messages = [Message::user("Deploy"), Message::assistant("", vec![call])];
     store.create(&legacy, &messages).await.unwrap();

@@ -199,7 +199,7 @@ async fn one_decision_that_does_not_fit_refuses_them_all_and_nothing_runs() {
     assert_eq!(w.deploys.load(Ordering::SeqCst), 0, "nothing ran");
     let stored = w.store.get(&w.run_id).await.unwrap().unwrap();
     assert_eq!(
-        (stored.status, stored.version, stored.pending.len()),
+        (stored.status(), stored.version, stored.stored_calls().len()),
         (RunStatus::Suspended, version, 3),
         "nothing was written"
     );

@@ -147,7 +147,7 @@ async fn edited_arguments_that_do_not_fit_the_tool_are_refused_and_nothing_runs_
     }
     assert!(w.sent.lock().unwrap().is_empty(), "nothing ran");
     let after = w.agent.store().get(&w.run_id).await.unwrap().unwrap();
-    assert_eq!((after.version, after.status), (before.version, RunStatus::Suspended));
+    assert_eq!((after.version, after.status()), (before.version, RunStatus::Suspended));
     assert!(after.resolutions.is_empty());
 }
 

@@ -46,7 +46,7 @@ fn asking_agent(store: Arc<dyn RunStore>, clock: &ManualClock, limit: Option<Dur
 /// store: the clock moves to that instant, not by a guess).
 fn past_the_limit(run: &RunRecord, clock: &ManualClock) {
     let at = run
-        .pending
+        .stored_calls()
         .iter()
         .filter_map(|p| p.expires_at)
         .min()
@@ -65,9 +65,9 @@ async fn a_question_expires_while_no_process_runs_and_the_next_one_resolves_it_w
         output.run_id
     };
     let run = store.get(&run_id).await.unwrap().unwrap();
-    let expires_at = run.pending[0].expires_at.expect("the call has a time limit");
+    let expires_at = run.stored_calls()[0].expires_at.expect("the call has a time limit");
     assert_eq!(
-        run.pending[0].suspend_payload.as_ref().unwrap()["metadata"]["expiresAt"],
+        run.stored_calls()[0].suspend_payload.as_ref().unwrap()["metadata"]["expiresAt"],
         expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     );
     // Not expired yet: nothing to do.
@@ -115,7 +115,7 @@ async fn a_question_expires_while_no_process_runs_and_the_next_one_resolves_it_w
 /// The `metadata.expiresAt` of a run's only pending call, as shown to
 /// clients, and the call's id.
 fn shown_limit(run: &RunRecord) -> (String, String) {
-    let call = &run.pending[0];
+    let call = &run.stored_calls()[0];
     let shown = call.suspend_payload.as_ref().unwrap()["metadata"]["expiresAt"]
         .as_str()
         .unwrap()
@@ -186,7 +186,7 @@ async fn an_answer_after_the_limit_but_before_any_sweep_is_refused_and_the_quest
     assert!(matches!(late, Err(RunError::Expired { .. })), "{:?}", late.map(|_| ()));
     let unchanged = store.get(&run_id).await.unwrap().unwrap();
     assert_eq!(
-        (unchanged.status, unchanged.version),
+        (unchanged.status(), unchanged.version),
         (RunStatus::Suspended, run.version)
     );
 }

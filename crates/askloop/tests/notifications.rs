@@ -71,7 +71,7 @@ async fn a_question_raised_and_answered_is_announced_to_each_subscription_that_w
     assert_eq!(raised.message.payload["data"]["agentId"], "asker");
 
     // The answer is announced to both subscriptions, with who gave it.
-    let call_id = store.get(&run_id).await.unwrap().unwrap().pending[0]
+    let call_id = store.get(&run_id).await.unwrap().unwrap().stored_calls()[0]
         .tool_call_id
         .clone();
     let output = agent
@@ -113,7 +113,7 @@ async fn an_agent_without_subscriptions_writes_no_notification() {
     let store: Arc<dyn RunStore> = Arc::new(MemoryStore::new());
     let agent = asker(store.clone(), Vec::new());
     let run_id = agent.stream("plan").await.unwrap().output().await.run_id;
-    let call_id = store.get(&run_id).await.unwrap().unwrap().pending[0]
+    let call_id = store.get(&run_id).await.unwrap().unwrap().stored_calls()[0]
         .tool_call_id
         .clone();
     agent
@@ -145,7 +145,10 @@ async fn approvals_announce_raised_approved_declined_and_expired() {
         .unwrap();
     let run_id = agent.stream("ship it").await.unwrap().output().await.run_id;
     let run = store.get(&run_id).await.unwrap().unwrap();
-    let (first, second) = (run.pending[0].tool_call_id.clone(), run.pending[1].tool_call_id.clone());
+    let (first, second) = (
+        run.stored_calls()[0].tool_call_id.clone(),
+        run.stored_calls()[1].tool_call_id.clone(),
+    );
     let raised = store.deliveries(&run_id).await.unwrap();
     assert_eq!(raised.len(), 2, "one question.raised per waiting call");
     for (delivery, call) in raised.iter().zip([&first, &second]) {
@@ -205,7 +208,7 @@ async fn approvals_announce_raised_approved_declined_and_expired() {
         .unwrap();
     let run_id = agent.stream("ship it").await.unwrap().output().await.run_id;
     let run = store.get(&run_id).await.unwrap().unwrap();
-    let at = run.pending.iter().filter_map(|p| p.expires_at).min().unwrap();
+    let at = run.stored_calls().iter().filter_map(|p| p.expires_at).min().unwrap();
     clock.set(at + chrono::Duration::milliseconds(1));
     for stream in agent.expire_runs(Author::via(Interface::Server)).await.unwrap() {
         stream.output().await;

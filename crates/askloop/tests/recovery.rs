@@ -155,7 +155,7 @@ async fn a_run_whose_driver_died_mid_model_call_is_taken_over_and_the_call_made_
     kill_when(stream, || dying.calls.load(Ordering::SeqCst) == 1).await;
 
     let run = store.get(&run_id).await.unwrap().unwrap();
-    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(run.status(), RunStatus::Running);
     world.lease_runs_out(&run_id).await;
     assert!(store.get(&run_id).await.unwrap().unwrap().is_stalled(world.clock.now()));
 
@@ -369,7 +369,7 @@ async fn a_driver_that_renews_its_lease_keeps_its_run_from_recovery() {
         other.recover_runs().await.unwrap().is_empty(),
         "a held run is not taken over"
     );
-    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status, RunStatus::Running);
+    assert_eq!(store.get(&run_id).await.unwrap().unwrap().status(), RunStatus::Running);
 }
 
 #[tokio::test]
@@ -565,7 +565,7 @@ async fn an_approved_tool_that_is_not_idempotent_interrupted_mid_run_is_neither_
         .filter(|r| r.kind == askloop::ResolutionKind::Approved)
         .count();
     assert_eq!(approvals, 1, "{:?}", run.resolutions);
-    assert!(run.pending.is_empty());
+    assert!(run.stored_calls().is_empty());
 }
 
 #[tokio::test]
@@ -613,13 +613,13 @@ async fn recover_runs_takes_over_every_stalled_run_of_its_agent_however_many_pag
     // 1,100 stalled runs of this agent among 1,100 of another: more than
     // two pages of either.
     for n in 0..2200 {
-        let run = askloop::RunRecord {
-            run_id: format!("r{n:04}"),
-            agent_id: if n % 2 == 0 { "assistant" } else { "other" }.to_owned(),
-            status: RunStatus::Running,
-            lease: Some(dead.clone()),
-            message_count: 1,
-            ..askloop::RunRecord::default()
+        let run = {
+            let mut record = askloop::RunRecord::default().with_calls(RunStatus::Running, Vec::new());
+            record.run_id = format!("r{n:04}");
+            record.agent_id = if n % 2 == 0 { "assistant" } else { "other" }.to_owned();
+            record.lease = Some(dead.clone());
+            record.message_count = 1;
+            record
         };
         store.create(&run, &[Message::user("Book a trip")]).await.unwrap();
     }

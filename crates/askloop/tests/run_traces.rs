@@ -157,16 +157,16 @@ async fn a_recovered_run_continues_its_stored_trace() {
     let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
     let stored = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let now = clock.now();
-    let run = askloop::RunRecord {
-        run_id: "stranded".into(),
-        agent_id: "asker".into(),
-        status: RunStatus::Running,
-        created_at: now,
-        updated_at: now,
-        message_count: 1,
-        lease: Some(askloop::Lease::new("dead", now - chrono::Duration::minutes(5))),
-        trace_parent: Some(stored.into()),
-        ..askloop::RunRecord::default()
+    let run = {
+        let mut record = askloop::RunRecord::default().with_calls(RunStatus::Running, Vec::new());
+        record.run_id = "stranded".into();
+        record.agent_id = "asker".into();
+        record.created_at = now;
+        record.updated_at = now;
+        record.message_count = 1;
+        record.lease = Some(askloop::Lease::new("dead", now - chrono::Duration::minutes(5)));
+        record.trace_parent = Some(stored.into());
+        record
     };
     store.create(&run, &[askloop::Message::user("plan")]).await.unwrap();
     let agent = Agent::builder("asker")

@@ -233,7 +233,7 @@ async fn a_store_that_keeps_no_grants_refuses_an_approval_that_sticks_and_its_ca
         together.err()
     );
     let run = agent.get_run(&out.run_id).await.unwrap();
-    assert_eq!((run.status, run.pending.len()), (RunStatus::Suspended, 1));
+    assert_eq!((run.status(), run.stored_calls().len()), (RunStatus::Suspended, 1));
     assert_eq!(sent.load(Ordering::SeqCst), 0);
 }
 
@@ -254,7 +254,7 @@ async fn a_run_on_no_thread_cannot_make_an_approval_stick_and_its_call_still_wai
         "{err}"
     );
     let run = setup.agent.get_run(&out.run_id).await.unwrap();
-    assert_eq!((run.status, run.pending.len()), (RunStatus::Suspended, 1));
+    assert_eq!((run.status(), run.stored_calls().len()), (RunStatus::Suspended, 1));
     assert_eq!(setup.sent.load(Ordering::SeqCst), 0);
 }
 

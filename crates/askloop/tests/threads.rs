@@ -185,8 +185,8 @@ async fn a_new_message_supersedes_the_waiting_question_and_a_late_answer_is_told
     );
 
     let old = store.get(&first.run_id).await.unwrap().unwrap();
-    assert_eq!(old.status, RunStatus::Cancelled);
-    assert!(old.pending.is_empty());
+    assert_eq!(old.status(), RunStatus::Cancelled);
+    assert!(old.stored_calls().is_empty());
     let resolution = old.resolutions.last().unwrap();
     assert_eq!(resolution.kind, ResolutionKind::Superseded);
     assert_eq!(resolution.tool_call_id.as_deref(), Some("call_1_1"));
@@ -235,7 +235,7 @@ async fn an_answer_that_won_the_race_is_not_superseded() {
     answer(&agent, &first.run_id, "staging").await;
     agent.stream_with("Now again.", on("t1")).await.unwrap().output().await;
     let old = store.get(&first.run_id).await.unwrap().unwrap();
-    assert_eq!(old.status, RunStatus::Completed);
+    assert_eq!(old.status(), RunStatus::Completed);
     assert!(
         old.resolutions.iter().all(|r| r.kind != ResolutionKind::Superseded),
         "{:?}",
@@ -252,7 +252,7 @@ async fn another_resources_thread_of_the_same_id_is_another_conversation() {
     let other = agent.stream_with("Hello.", bo).await.unwrap().output().await;
     assert_eq!(texts(&model.last()), vec!["user: Hello."]);
     assert_eq!(
-        store.get(&first.run_id).await.unwrap().unwrap().status,
+        store.get(&first.run_id).await.unwrap().unwrap().status(),
         RunStatus::Completed
     );
     assert_eq!(other.status, RunStatus::Suspended);
@@ -312,7 +312,7 @@ async fn of_an_answer_and_a_new_message_racing_exactly_one_resolves_the_question
                 assert_eq!(kinds, vec![ResolutionKind::Answered], "round {round}");
             }
             Err(RunError::Superseded { .. }) => {
-                assert_eq!(old.status, RunStatus::Cancelled, "round {round}");
+                assert_eq!(old.status(), RunStatus::Cancelled, "round {round}");
                 assert_eq!(kinds, vec![ResolutionKind::Superseded], "round {round}");
             }
             Err(other) => panic!("round {round}: the loser is told it was superseded, not {other:?}"),

@@ -196,19 +196,19 @@ async fn grow(store: &dyn RunStore, threads: &dyn ThreadStore, key: &ThreadKey, 
     let now = chrono::Utc::now();
     for (part, first) in (0..m).step_by(GROW_CHUNK).enumerate() {
         let messages: Vec<Message> = (first..m.min(first + GROW_CHUNK)).map(grown_message).collect();
-        let run = RunRecord {
-            run_id: format!("{}-grown-{part}", key.thread_id),
-            agent_id: AGENT_ID.to_owned(),
+        let run = {
+            let mut record = RunRecord::default().with_calls(RunStatus::Completed, Vec::new());
+            record.run_id = format!("{}-grown-{part}", key.thread_id);
+            record.agent_id = AGENT_ID.to_owned();
             // No context: every message is the run's own, appended.
-            memory: Some(RunMemory {
+            record.memory = Some(RunMemory {
                 key: key.clone(),
                 context: 0,
-            }),
-            status: RunStatus::Completed,
-            created_at: now,
-            updated_at: now,
-            message_count: messages.len() as i64,
-            ..RunRecord::default()
+            });
+            record.created_at = now;
+            record.updated_at = now;
+            record.message_count = messages.len() as i64;
+            record
         };
         store
             .create(&run, &messages)

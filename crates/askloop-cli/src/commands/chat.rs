@@ -255,7 +255,8 @@ async fn answer_waiting(
         (agent, root)
     };
     errln!("askloop: the thread waits on run {}:", run.run_id);
-    let Some(call) = run.pending.first().cloned() else {
+    let pending = super::runs::waiting(&run);
+    let Some(call) = pending.first().cloned() else {
         return Ok(Done::Ok);
     };
     let stream = loop {
@@ -277,7 +278,7 @@ async fn answer_waiting(
                 return Ok(Done::Ok);
             }
             Answered::Left => {
-                left(ctx, &run.run_id, &run.pending);
+                left(ctx, &run.run_id, &pending);
                 return Ok(Done::Suspended);
             }
         }

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use askloop::{
-    Agent, Author, CallDecision, Clock, ExpiredRuns, Interface, PendingKind, PendingToolCall, Question, ResumeOptions,
-    RunRecord, RunStatus, RunStore, SelectionMode, SystemClock,
+    Agent, Author, CallDecision, CallState, Clock, ExpiredRuns, Interface, PendingKind, PendingToolCall, Question,
+    ResumeOptions, RunRecord, RunStore, SelectionMode, SystemClock,
 };
 use serde_json::Value;
 
@@ -106,9 +106,8 @@ pub async fn resume(ctx: &Context, args: ResumeArgs) -> Result<Done, CliError> {
 /// `Agent::resume_stream`), so the call is taken from the run as stored
 /// rather than refused here.
 fn target(run: &RunRecord, tool_call_id: Option<&str>) -> Result<PendingToolCall, CliError> {
-    if run.status == RunStatus::Running
-        && run.pending.len() > 1
-        && let Some(call) = tool_call_id.and_then(|id| run.pending.iter().find(|p| p.tool_call_id == id))
+    if let Some(id) = tool_call_id
+        && let CallState::Held(call) = run.call_state(id, SystemClock.now())
     {
         return Ok(call.clone());
     }
@@ -413,6 +412,7 @@ pub(crate) fn cli_author() -> Author {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use askloop::RunStatus;
     use serde_json::json;
 
     fn run_with_two_questions(status: RunStatus) -> RunRecord {
@@ -427,28 +427,18 @@ mod tests {
             started_at: None,
         };
         let now = chrono::Utc::now();
-        RunRecord {
-            run_id: "r1".into(),
-            agent_id: "assistant".into(),
-            thread_id: None,
-            memory: None,
-            resource_id: None,
-            status,
-            version: 3,
-            created_at: now,
-            updated_at: now,
-            pending: vec![question("call_1"), question("call_2")],
-            step_results: Vec::new(),
-            message_count: 2,
-            steps: 1,
-            usage: Default::default(),
-            metadata: json!({}),
-            settings: Default::default(),
-            lease: None,
-            failure: None,
-            resolutions: Vec::new(),
-            trace_parent: None,
-        }
+        // Built as a store reads it back.
+        #[allow(clippy::disallowed_methods)]
+        let mut record = RunRecord::default().with_calls(status, vec![question("call_1"), question("call_2")]);
+        record.run_id = "r1".into();
+        record.agent_id = "assistant".into();
+        record.version = 3;
+        record.created_at = now;
+        record.updated_at = now;
+        record.message_count = 2;
+        record.steps = 1;
+        record.metadata = json!({});
+        record
     }
 
     #[test]

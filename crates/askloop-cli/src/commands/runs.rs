@@ -1,6 +1,6 @@
 //! `askloop runs` and `askloop runs show RUN_ID`.
 
-use askloop::{Clock, Message, RunQuery, RunRecord, RunStatus, SystemClock};
+use askloop::{Clock, Message, PendingToolCall, RunQuery, RunRecord, RunStatus, SystemClock};
 use serde_json::{Value, json};
 
 use super::{Access, Context};
@@ -47,15 +47,23 @@ pub async fn list(ctx: &Context, status: Option<&str>, limit: u32, as_json: bool
     Ok(Done::Ok)
 }
 
+/// The calls `run` waits on now, as the CLI lists them.
+pub(super) fn waiting(run: &RunRecord) -> Vec<PendingToolCall> {
+    run.waiting_calls(SystemClock.now())
+        .map(|waiting| waiting.call.clone())
+        .collect()
+}
+
 fn waiting_on(run: &RunRecord) -> String {
-    let first = run.pending.first().map(|p| {
+    let pending = waiting(run);
+    let first = pending.first().map(|p| {
         p.suspend_payload
             .as_ref()
             .and_then(|s| s.get("question"))
             .and_then(Value::as_str)
             .map_or_else(|| format!("approval of {}", p.tool_name), str::to_owned)
     });
-    match (first, run.pending.len()) {
+    match (first, pending.len()) {
         (None, _) => String::new(),
         (Some(q), 1) => q,
         (Some(q), n) => format!("{q} (+{} more)", n - 1),
@@ -64,7 +72,7 @@ fn waiting_on(run: &RunRecord) -> String {
 
 pub(super) fn pending_json(run: &RunRecord) -> Value {
     Value::Array(
-        run.pending
+        waiting(run)
             .iter()
             .map(|p| {
                 let mut entry = json!({
@@ -92,7 +100,7 @@ fn shown_status(run: &RunRecord, now: chrono::DateTime<chrono::Utc>) -> &'static
     if run.is_stalled(now) {
         "stalled"
     } else {
-        run.status.as_str()
+        run.status().as_str()
     }
 }
 
@@ -101,7 +109,7 @@ fn summary_json(run: &RunRecord) -> Value {
         "runId": run.run_id,
         "agentId": run.agent_id,
         "threadId": run.thread_id,
-        "status": run.status,
+        "status": run.status(),
         "stalled": run.is_stalled(SystemClock.now()),
         "failure": run.failure,
         "createdAt": run.created_at,
@@ -145,13 +153,11 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
             run.run_id
         );
     }
-    if !run.pending.is_empty() {
+    let pending = waiting(&run);
+    if !pending.is_empty() {
         outln!();
-        out!(
-            "{}",
-            render::describe_pending(&ctx.askloop(), &run.run_id, &run.pending)
-        );
-        for call in &run.pending {
+        out!("{}", render::describe_pending(&ctx.askloop(), &run.run_id, &pending));
+        for call in &pending {
             if let Some(at) = call.expires_at {
                 outln!(
                     "  {} expires {}",

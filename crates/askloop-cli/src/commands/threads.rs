@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use askloop::{
-    IdKind, Message, PendingToolCall, Resolution, RunError, RunQuery, RunRecord, RunStatus, RunStore, StoreError,
-    Thread, ThreadDeletion, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, ToolCall, ToolResult,
+    CallState, Clock, IdKind, Message, PendingToolCall, Resolution, RunError, RunQuery, RunRecord, RunStatus, RunStore,
+    StoreError, SystemClock, Thread, ThreadDeletion, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, ToolCall,
+    ToolResult,
 };
 use serde_json::{Value, json};
 
@@ -169,7 +170,7 @@ pub async fn show(ctx: &Context, resource: String, thread_id: &str, as_json: boo
         for run in &waiting {
             out!(
                 "{}",
-                render::describe_pending(&ctx.askloop(), &run.run_id, &run.pending)
+                render::describe_pending(&ctx.askloop(), &run.run_id, &super::runs::waiting(run))
             );
         }
     }
@@ -361,10 +362,10 @@ pub async fn shown_messages(
                     .iter()
                     .enumerate()
                     .map(|(k, call)| {
-                        let pending = run
-                            .filter(|r| r.status == RunStatus::Suspended)
-                            .and_then(|r| r.pending.iter().find(|p| p.tool_call_id == call.id))
-                            .cloned();
+                        let pending = run.and_then(|r| match r.call_state(&call.id, SystemClock.now()) {
+                            CallState::Waiting(waiting) => Some(waiting.call.clone()),
+                            _ => None,
+                        });
                         let result = results.get(&(j, k)).and_then(|&i| match &plain[i] {
                             Message::Tool(result) => Some(result.clone()),
                             _ => None,

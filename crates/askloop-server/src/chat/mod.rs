@@ -35,9 +35,13 @@ pub(crate) mod replay;
 
 use std::sync::Arc;
 
-use askloop::{CallDecision, Message, PendingKind, ResolutionKind, RunError, RunRecord};
+use askloop::{
+    CallDecision, CallState, Closed, Message, PendingKind, PendingToolCall, ResolutionKind, RunError, RunRecord,
+    Waiting, WaitsOn,
+};
 use axum::extract::State;
 use axum::response::Response;
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -258,46 +262,58 @@ enum Standing {
 
 /// Where the call `response` names stands in `run`, or why the decision is
 /// refused.
-fn standing(run: &RunRecord, response: &ApprovalResponse) -> Result<Standing, ApiError> {
+fn standing(run: &RunRecord, response: &ApprovalResponse, now: DateTime<Utc>) -> Result<Standing, ApiError> {
     let call = response.tool_call_id.as_str();
     let wanted = if response.approved {
         ResolutionKind::Approved
     } else {
         ResolutionKind::Denied
     };
-    if let Some(made) = run
-        .resolutions
-        .iter()
-        .rev()
-        .find(|r| r.tool_call_id.as_deref() == Some(call))
-    {
-        return if made.kind == wanted {
-            Ok(Standing::Decided(made.kind))
-        } else {
-            Err(ApiError::AlreadyDecided {
+    let not_pending = || {
+        ApiError::from(RunError::ToolCallNotPending {
+            run_id: run.run_id.clone(),
+            tool_call_id: call.to_owned(),
+            pending: run.waiting_calls(now).map(|w| w.call.tool_call_id.clone()).collect(),
+        })
+    };
+    match run.call_state(call, now) {
+        CallState::Waiting(Waiting {
+            on: WaitsOn::Person(PendingKind::Approval),
+            ..
+        })
+        | CallState::Held(PendingToolCall {
+            kind: PendingKind::Approval,
+            ..
+        }) => Ok(Standing::Waiting),
+        CallState::Waiting(Waiting { call: pending, .. }) | CallState::Held(pending) => {
+            Err(RunError::WrongPendingKind {
                 run_id: run.run_id.clone(),
                 tool_call_id: call.to_owned(),
-                decided: made.kind,
-            })
-        };
-    }
-    match run.pending.iter().find(|p| p.tool_call_id == call) {
-        Some(pending) if pending.kind == PendingKind::Approval => Ok(Standing::Waiting),
-        Some(pending) => Err(RunError::WrongPendingKind {
+                detail: format!(
+                    "call {call} of tool {} is a question, not a call waiting for approval; answer it with `runId` and `resumeData`",
+                    pending.tool_name
+                ),
+            }
+            .into())
+        }
+        CallState::Closed(Closed::TimedOut { at, .. }) => Err(RunError::Expired {
             run_id: run.run_id.clone(),
             tool_call_id: call.to_owned(),
-            detail: format!(
-                "call {call} of tool {} is a question, not a call waiting for approval; answer it with `runId` and `resumeData`",
-                pending.tool_name
-            ),
+            expired_at: at,
         }
         .into()),
-        None => Err(RunError::ToolCallNotPending {
-            run_id: run.run_id.clone(),
-            tool_call_id: call.to_owned(),
-            pending: run.pending.iter().map(|p| p.tool_call_id.clone()).collect(),
+        CallState::Closed(Closed::Resolved(made)) if made.tool_call_id.as_deref() == Some(call) => {
+            if made.kind == wanted {
+                Ok(Standing::Decided(made.kind))
+            } else {
+                Err(ApiError::AlreadyDecided {
+                    run_id: run.run_id.clone(),
+                    tool_call_id: call.to_owned(),
+                    decided: made.kind,
+                })
+            }
         }
-        .into()),
+        _ => Err(not_pending()),
     }
 }
 
@@ -331,7 +347,7 @@ async fn decide_approvals(
                 ),
             ));
         }
-        match standing(&run, &response)? {
+        match standing(&run, &response, state.now())? {
             Standing::Waiting => {
                 // The AI SDK lets a reason go with an approval too; only a
                 // decline's reason has a place (it is told to the model).

@@ -33,8 +33,8 @@ use std::fmt;
 use std::time::Duration;
 
 use askloop::{
-    AnswerLink, Interface, LinkState, PendingToolCall, Resolution, RunRecord, RunStatus, RunStore, StoreError,
-    quoted_excerpt,
+    AnswerLink, CallState, Closed, Interface, LinkState, PendingToolCall, Resolution, RunError, RunRecord, RunStatus,
+    RunStore, StoreError, quoted_excerpt,
 };
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -496,7 +496,7 @@ impl AnswerLinks {
         let run = store.get(run_id).await?.ok_or_else(|| LinkError::UnknownRun {
             run_id: run_id.to_owned(),
         })?;
-        let call = waiting_call(&run, request.tool_call_id)?.clone();
+        let call = waiting_call(&run, request.tool_call_id, now)?.clone();
         let mut expires_at = now + chrono_duration(self.settings.max_age);
         if let Some(wanted) = request.valid_for {
             if wanted.is_zero() {
@@ -505,13 +505,6 @@ impl AnswerLinks {
             expires_at = expires_at.min(now + chrono_duration(wanted));
         }
         if let Some(limit) = call.expires_at {
-            if limit <= now {
-                return Err(LinkError::CallExpired {
-                    run_id: run_id.to_owned(),
-                    tool_call_id: call.tool_call_id,
-                    at: limit,
-                });
-            }
             expires_at = expires_at.min(limit);
         }
         // Whole seconds, rounded down: the token carries seconds, and a
@@ -587,12 +580,11 @@ impl AnswerLinks {
             }
         };
         let run = store.get(&row.run_id).await?.ok_or(LinkRefusal::Invalid)?;
-        let waiting = run.status == RunStatus::Suspended;
-        let call = run
-            .pending
-            .iter()
-            .find(|p| waiting && p.tool_call_id == row.tool_call_id && !p.is_expired(now))
-            .cloned();
+        let standing = run.call_state(&row.tool_call_id, now);
+        let call = match standing {
+            CallState::Waiting(waiting) => Some(waiting.call.clone()),
+            _ => None,
+        };
         if let Some(taken) = stale_take {
             // Taken long ago, and its call still waits: the answer of that
             // take was never stored (the process died between the two
@@ -607,7 +599,7 @@ impl AnswerLinks {
         }
         let Some(call) = call else {
             return Err(LinkRefusal::Closed {
-                how: closed_how(&run, &row.tool_call_id),
+                how: closed_how(&standing),
             }
             .into());
         };
@@ -667,40 +659,62 @@ pub async fn revoke(store: &dyn RunStore, link_id: &str, now: DateTime<Utc>) -> 
     links.link(link_id).await?.ok_or_else(unknown)
 }
 
-/// The call of `run` a link would answer: the one named, else the only one.
-fn waiting_call<'a>(run: &'a RunRecord, tool_call_id: Option<&str>) -> Result<&'a PendingToolCall, LinkError> {
-    if run.status != RunStatus::Suspended || run.pending.is_empty() {
-        return Err(LinkError::NotWaiting {
-            run_id: run.run_id.clone(),
-            status: run.status,
-        });
-    }
-    match tool_call_id {
-        Some(id) => run
-            .pending
-            .iter()
-            .find(|p| p.tool_call_id == id)
-            .ok_or_else(|| LinkError::CallNotWaiting {
-                run_id: run.run_id.clone(),
-                tool_call_id: id.to_owned(),
-                pending: run.pending_ids(),
-            }),
-        None => match run.pending.as_slice() {
-            [only] => Ok(only),
-            _ => Err(LinkError::Ambiguous {
-                run_id: run.run_id.clone(),
-                pending: run.pending_ids(),
-            }),
+/// The call of `run` a link would answer at `now`: the one named, else the
+/// only one (the run's [`RunRecord::resume_target`], in a link's words), and
+/// it must still wait.
+fn waiting_call<'a>(
+    run: &'a RunRecord,
+    tool_call_id: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<&'a PendingToolCall, LinkError> {
+    let run_id = || run.run_id.clone();
+    let target = run.resume_target(tool_call_id).map_err(|err| match err {
+        RunError::Expired {
+            tool_call_id,
+            expired_at,
+            ..
+        } => LinkError::CallExpired {
+            run_id: run_id(),
+            tool_call_id,
+            at: expired_at,
         },
+        RunError::ToolCallNotPending {
+            tool_call_id, pending, ..
+        } => LinkError::CallNotWaiting {
+            run_id: run_id(),
+            tool_call_id,
+            pending,
+        },
+        RunError::AmbiguousResume { pending, .. } if !pending.is_empty() => LinkError::Ambiguous {
+            run_id: run_id(),
+            pending,
+        },
+        // Not suspended, superseded, or suspended on nothing.
+        _ => LinkError::NotWaiting {
+            run_id: run_id(),
+            status: run.status(),
+        },
+    })?;
+    match run.call_state(&target.tool_call_id, now) {
+        CallState::Waiting(waiting) => Ok(waiting.call),
+        CallState::Closed(Closed::TimedOut { call, at }) => Err(LinkError::CallExpired {
+            run_id: run_id(),
+            tool_call_id: call.tool_call_id.clone(),
+            at,
+        }),
+        _ => Err(LinkError::NotWaiting {
+            run_id: run_id(),
+            status: run.status(),
+        }),
     }
 }
 
-/// What became of a call that no longer waits, for the link's page.
-pub(crate) fn closed_how(run: &RunRecord, tool_call_id: &str) -> String {
-    match run.call_resolution(tool_call_id) {
-        Some(resolution) => describe(resolution),
-        None if run.status.is_finished() => format!("the run is {}", run.status),
-        None => "it no longer waits for an answer".to_owned(),
+/// What became of a call that no longer waits, for the link's page and
+/// the deliveries that were not sent.
+pub(crate) fn closed_how(state: &CallState<'_>) -> String {
+    match state {
+        CallState::Closed(closed) => closed.describe_with(describe),
+        _ => "it waits on something other than a person's answer".to_owned(),
     }
 }
 

@@ -50,7 +50,7 @@ impl ObservedStore {
     /// may end.
     fn read_waiting<'a>(&self, runs: impl IntoIterator<Item = &'a RunRecord>) {
         for run in runs {
-            if run.status == RunStatus::Suspended {
+            if run.status() == RunStatus::Suspended {
                 self.metrics.waiting_since(&run.run_id, run.version, run.updated_at);
             }
         }
@@ -114,7 +114,7 @@ impl RunStore for ObservedStore {
         let result = self.inner.create(run, messages).await;
         if result.is_ok() {
             self.metrics.run_started();
-            self.metrics.run_written(run.status);
+            self.metrics.run_written(run.status());
         }
         self.counted("create", result)
     }

@@ -25,7 +25,7 @@
 
 use std::sync::Arc;
 
-use askloop::{Author, CallDecision, Interface, PendingToolCall, RunStatus, SelectionMode};
+use askloop::{Author, CallDecision, CallState, Interface, PendingToolCall, SelectionMode};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -193,17 +193,9 @@ async fn act(state: &AppState, slack: &Slack, clicked: &Clicked, payload: &Value
     if !may_answer(slack, recipient, &clicked.user).await {
         return Some("You are not among the people who may answer this question; nothing was changed.".to_owned());
     }
-    let waiting = run.status == RunStatus::Suspended;
-    let Some(call) = run
-        .pending
-        .iter()
-        .find(|p| waiting && p.tool_call_id == question.tool_call_id)
-        .cloned()
-    else {
-        return Some(format!(
-            "This question is already closed: {}.",
-            closed_how(&run, &question.tool_call_id)
-        ));
+    let call = match run.call_state(&question.tool_call_id, state.now()) {
+        CallState::Waiting(waiting) => waiting.call.clone(),
+        closed => return Some(format!("This question is already closed: {}.", closed_how(&closed))),
     };
     let (decision, how) = match decision_of(&call, clicked, payload, question) {
         Ok(decided) => decided,
@@ -220,9 +212,10 @@ async fn act(state: &AppState, slack: &Slack, clicked: &Clicked, payload: &Value
         Ok(stream) => stream,
         Err(err) => {
             let closed = match state.store.get(&run.run_id).await {
-                Ok(Some(now)) if !now.pending.iter().any(|p| p.tool_call_id == call.tool_call_id) => {
-                    Some(closed_how(&now, &call.tool_call_id))
-                }
+                Ok(Some(now)) => match now.call_state(&call.tool_call_id, state.now()) {
+                    CallState::Waiting(_) => None,
+                    closed => Some(closed_how(&closed)),
+                },
                 _ => None,
             };
             return Some(match closed {

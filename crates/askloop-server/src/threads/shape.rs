@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use askloop::{Message, PendingKind, RunRecord, Thread, ThreadKey, ThreadMessage, ThreadStore};
+use askloop::{CallState, Message, PendingKind, RunRecord, Thread, ThreadKey, ThreadMessage, ThreadStore};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
@@ -152,7 +152,11 @@ pub(crate) async fn messages(
                 let mut suspended = Map::new();
                 let mut approvals = Map::new();
                 for (k, call) in tool_calls.iter().enumerate() {
-                    let pending = run.and_then(|r| r.pending.iter().find(|p| p.tool_call_id == call.id));
+                    let pending = run.and_then(|r| match r.call_state(&call.id, state.now()) {
+                        CallState::Waiting(waiting) => Some(waiting.call),
+                        CallState::Held(held) => Some(held),
+                        _ => None,
+                    });
                     let mut invocation = json!({
                         "state": "call",
                         "toolCallId": call.id,

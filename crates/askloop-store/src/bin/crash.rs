@@ -146,7 +146,7 @@ async fn run(args: &[String]) -> Result<(), Failure> {
             ..Default::default()
         };
         for run in store.list(&suspended).await? {
-            for pending in &run.pending {
+            for pending in run.stored_calls() {
                 let approval = pending.kind == PendingKind::Approval;
                 if hold && !approval && pending.args["question"] != "Which city?" {
                     continue;

@@ -27,28 +27,14 @@ pub(crate) fn base_time() -> DateTime<Utc> {
 
 /// A new run record, as an agent creates it.
 pub fn new_run(run_id: &str, agent_id: &str, created_at: DateTime<Utc>, messages: usize) -> RunRecord {
-    RunRecord {
-        run_id: run_id.to_owned(),
-        agent_id: agent_id.to_owned(),
-        thread_id: None,
-        memory: None,
-        resource_id: None,
-        status: RunStatus::Running,
-        version: 0,
-        created_at: at(created_at),
-        updated_at: at(created_at),
-        pending: Vec::new(),
-        step_results: Vec::new(),
-        message_count: messages as i64,
-        steps: 0,
-        usage: Usage::default(),
-        metadata: json!({"model": "scripted"}),
-        settings: Default::default(),
-        lease: None,
-        failure: None,
-        resolutions: Vec::new(),
-        trace_parent: None,
-    }
+    let mut record = RunRecord::default().with_calls(RunStatus::Running, Vec::new());
+    record.run_id = run_id.to_owned();
+    record.agent_id = agent_id.to_owned();
+    record.created_at = at(created_at);
+    record.updated_at = at(created_at);
+    record.message_count = messages as i64;
+    record.metadata = json!({"model": "scripted"});
+    record
 }
 
 /// A lease held for a minute from now by `owner-test`.
@@ -211,7 +197,7 @@ pub async fn a_runs_trace_context_is_stored_with_it_and_kept_by_later_writes(s: 
         .await
         .unwrap();
     let after = s.store.get("run-traced").await.unwrap().unwrap();
-    assert_eq!(after.status, RunStatus::Completed);
+    assert_eq!(after.status(), RunStatus::Completed);
     assert_eq!(after.trace_parent.as_deref(), Some(traceparent));
 }
 
@@ -344,8 +330,8 @@ pub async fn suspend_claim_and_complete_round_trip(s: &Subject) {
         .unwrap();
 
     let run = s.store.get("run-a").await.unwrap().unwrap();
-    assert_eq!(run.status, RunStatus::Suspended);
-    assert_eq!(run.pending, pending);
+    assert_eq!(run.status(), RunStatus::Suspended);
+    assert_eq!(run.stored_calls(), pending);
     assert_eq!(run.step_results, results);
     assert_eq!(run.steps, 1);
     assert_eq!(run.usage.total_tokens, 15);
@@ -368,9 +354,10 @@ pub async fn suspend_claim_and_complete_round_trip(s: &Subject) {
         .unwrap();
     assert!(claimed > suspended);
     let run = s.store.get("run-a").await.unwrap().unwrap();
-    assert_eq!((run.status, run.version), (RunStatus::Running, claimed));
+    assert_eq!((run.status(), run.version), (RunStatus::Running, claimed));
     assert_eq!(
-        run.pending, pending,
+        run.stored_calls(),
+        pending,
         "a claim leaves the pending calls for the resuming driver"
     );
 
@@ -385,8 +372,8 @@ pub async fn suspend_claim_and_complete_round_trip(s: &Subject) {
         .await
         .unwrap();
     let run = s.store.get("run-a").await.unwrap().unwrap();
-    assert_eq!((run.status, run.version), (RunStatus::Completed, done));
-    assert!(run.pending.is_empty() && run.step_results.is_empty());
+    assert_eq!((run.status(), run.version), (RunStatus::Completed, done));
+    assert!(run.stored_calls().is_empty() && run.step_results.is_empty());
     assert_eq!(run.message_count, 5);
     assert_eq!(s.store.messages("run-a").await.unwrap()[2..], answers);
 }
@@ -405,7 +392,7 @@ pub async fn a_failed_run_keeps_its_error(s: &Subject) {
         .await
         .unwrap();
     let run = s.store.get("run-a").await.unwrap().unwrap();
-    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.status(), RunStatus::Failed);
     assert_eq!(run.error().as_deref(), Some("model error: rate limited"));
 }
 
@@ -434,7 +421,7 @@ pub async fn claiming_a_run_that_is_not_suspended_or_at_another_version_is_a_con
         "waiting",
     );
     let run = s.store.get("waiting").await.unwrap().unwrap();
-    assert_eq!((run.status, run.version), (RunStatus::Suspended, version));
+    assert_eq!((run.status(), run.version), (RunStatus::Suspended, version));
 
     s.store
         .claim("waiting", version, &crate::conformance::test_lease())
@@ -475,7 +462,7 @@ pub async fn of_twenty_concurrent_claims_exactly_one_wins(s: &Subject) {
     assert_eq!(won.len(), 1, "exactly one claim must win, {} did", won.len());
     assert_eq!(conflicts, 19);
     let run = s.store.get("run-a").await.unwrap().unwrap();
-    assert_eq!((run.status, run.version), (RunStatus::Running, won[0]));
+    assert_eq!((run.status(), run.version), (RunStatus::Running, won[0]));
 }
 
 /// Of 10 writers at one version, exactly one step (with its messages) is
@@ -851,9 +838,7 @@ pub async fn prune_deletes_only_finished_runs_older_than_the_cutoff_with_their_m
     let old = now - Duration::days(30);
     let cutoff = now - Duration::days(7);
     let with_status = |id: &str, status: RunStatus, written: DateTime<Utc>| {
-        let mut run = new_run(id, "agent-1", written, 2);
-        run.status = status;
-        run
+        new_run(id, "agent-1", written, 2).with_calls(status, Vec::new())
     };
     let runs = [
         with_status("old-completed", RunStatus::Completed, old),
@@ -938,7 +923,7 @@ pub async fn a_runs_settings_are_stored_with_it_and_kept_by_its_writes(s: &Subje
         .unwrap();
     let stored = s.store.get("narrowed").await.unwrap().unwrap();
     assert_eq!(
-        (stored.status, stored.settings),
+        (stored.status(), stored.settings),
         (RunStatus::Completed, narrowed_settings())
     );
     assert!(s.store.get("plain").await.unwrap().unwrap().settings.is_default());
@@ -997,7 +982,10 @@ pub async fn a_corrupt_message_is_reported_for_that_run_only(s: &Subject) {
         }
         other => panic!("expected Corrupt for run bad, got {other:?}"),
     }
-    assert_eq!(s.store.get("bad").await.unwrap().unwrap().status, RunStatus::Suspended);
+    assert_eq!(
+        s.store.get("bad").await.unwrap().unwrap().status(),
+        RunStatus::Suspended
+    );
     assert_eq!(s.store.messages("good").await.unwrap().len(), 2);
 }
 
@@ -1042,7 +1030,7 @@ pub async fn a_row_from_a_newer_askloop_is_refused_and_left_unchanged(s: &Subjec
     raw(s).set_schema_version("future", RUN_SCHEMA_VERSION).await;
     let run = s.store.get("future").await.unwrap().unwrap();
     assert_eq!(
-        (run.status, run.version, run.message_count),
+        (run.status(), run.version, run.message_count),
         (RunStatus::Suspended, version, 2)
     );
     assert_eq!(raw(s).message_rows("future").await, 2);

@@ -61,7 +61,7 @@ pub async fn a_suspended_run_is_expiring_once_its_earliest_time_limit_passed(s: 
     assert!(s.store.expiring(now, None, 10).await.unwrap().is_empty());
     let found = s.store.expiring(soon, None, 10).await.unwrap();
     assert_eq!(ids(&found), ["two-limits"]);
-    assert_eq!(found[0].pending[1].expires_at, Some(soon));
+    assert_eq!(found[0].stored_calls()[1].expires_at, Some(soon));
     assert_eq!(
         found[0]
             .expired_calls(soon)

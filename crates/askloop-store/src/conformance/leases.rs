@@ -41,7 +41,7 @@ pub async fn a_claim_holds_the_run_and_only_its_owner_renews_it_without_a_new_ve
     let held = lease("owner-a", 60);
     let claimed = s.store.claim("run-a", version, &held).await.unwrap();
     let run = s.store.get("run-a").await.unwrap().unwrap();
-    assert_eq!((run.status, run.version), (RunStatus::Running, claimed));
+    assert_eq!((run.status(), run.version), (RunStatus::Running, claimed));
     assert_eq!(run.lease.as_ref(), Some(&held));
 
     let renewed = lease("owner-a", 120);
@@ -197,7 +197,7 @@ pub async fn reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_
         .unwrap();
     assert!(version > 0);
     let run = s.store.get("ran-out").await.unwrap().unwrap();
-    assert_eq!((run.status, run.version), (RunStatus::Running, version));
+    assert_eq!((run.status(), run.version), (RunStatus::Running, version));
     assert_eq!(
         run.resolutions,
         [recovered],
@@ -230,7 +230,7 @@ pub async fn reclaim_takes_an_expired_or_failed_run_and_refuses_a_held_or_stale_
     let retried = s.store.reclaim("failed", failed, &new_owner, now, None).await.unwrap();
     let run = s.store.get("failed").await.unwrap().unwrap();
     assert!(run.resolutions.is_empty(), "no resolution given, none recorded");
-    assert_eq!((run.status, run.version), (RunStatus::Running, retried));
+    assert_eq!((run.status(), run.version), (RunStatus::Running, retried));
     assert_eq!(
         (run.error(), run.failure),
         (None, None),

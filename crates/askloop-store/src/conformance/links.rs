@@ -111,8 +111,7 @@ pub async fn revoked_and_expired_links_cannot_be_taken_and_used_ones_cannot_be_r
 /// A run's links are listed oldest first, and pruning the run deletes them.
 pub async fn a_runs_links_are_listed_oldest_first_and_pruned_with_it(s: &Subject) {
     let t0 = base_time();
-    let mut done = new_run("done", "agent", t0, 0);
-    done.status = RunStatus::Completed;
+    let done = new_run("done", "agent", t0, 0).with_calls(RunStatus::Completed, Vec::new());
     s.store.create(&done, &[]).await.unwrap();
     s.store.create(&new_run("open", "agent", t0, 0), &[]).await.unwrap();
     let mut later = link(t0, "lnk_2", "done", "Bob", 60);

@@ -56,7 +56,7 @@ pub async fn text_with_nul_characters_round_trips_exactly(s: &Subject) {
         .await
         .unwrap();
     let stored = s.store.get("run-nul").await.unwrap().unwrap();
-    assert_eq!(stored.pending, pending);
+    assert_eq!(stored.stored_calls(), pending);
     let messages = s.store.messages("run-nul").await.unwrap();
     assert_eq!(messages, [first[0].clone(), assistant[0].clone()]);
 

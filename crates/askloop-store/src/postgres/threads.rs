@@ -535,8 +535,7 @@ mod tests {
     /// Creates run `run_id` on `key` with one message of its own, in
     /// `status`.
     async fn run_on(store: &PostgresStore, run_id: &str, key: &ThreadKey, status: RunStatus) {
-        let mut run = new_run(run_id, "agent", Utc::now(), 1);
-        run.status = status;
+        let mut run = new_run(run_id, "agent", Utc::now(), 1).with_calls(status, Vec::new());
         run.lease = None;
         run.memory = Some(RunMemory {
             key: key.clone(),

@@ -1085,7 +1085,7 @@ mod tests {
             );
         }
         let run = store.get("a").await.unwrap().unwrap();
-        assert_eq!((run.status, run.version), (RunStatus::Running, 2));
+        assert_eq!((run.status(), run.version), (RunStatus::Running, 2));
     }
 
     /// Each write of a batch gets its own result; refused ones change nothing
@@ -1123,13 +1123,13 @@ mod tests {
         assert!(matches!(&results[9], Err(StoreError::Conflict { run_id, .. }) if run_id == "c"));
 
         let a = store.get("a").await.unwrap().unwrap();
-        assert_eq!((a.status, a.version, a.message_count), (RunStatus::Completed, 3, 3));
+        assert_eq!((a.status(), a.version, a.message_count), (RunStatus::Completed, 3, 3));
         assert_eq!(
             texts(&store.messages("a").await.unwrap()),
             ["\"start\"", "\"a1\"", "\"a2\""]
         );
         let b = store.get("b").await.unwrap().unwrap();
-        assert_eq!((b.status, b.version, b.message_count), (RunStatus::Suspended, 1, 1));
+        assert_eq!((b.status(), b.version, b.message_count), (RunStatus::Suspended, 1, 1));
         let c = store.get("c").await.unwrap().unwrap();
         assert_eq!((c.version, c.message_count), (1, 3));
         assert_eq!(
@@ -1209,7 +1209,7 @@ mod tests {
         // The failed step changed neither the row nor the messages.
         let broken = store.get("broken").await.unwrap().unwrap();
         assert_eq!(
-            (broken.status, broken.version, broken.message_count),
+            (broken.status(), broken.version, broken.message_count),
             (RunStatus::Running, 2, 1)
         );
         let rows: i64 = raw(&store)

@@ -24,8 +24,11 @@ use crate::store::{
 };
 use crate::tool::{InvalidResume, ToolOutput};
 
+mod calls;
 mod entry;
 mod run;
+
+pub use calls::{CallState, Closed, Waiting, WaitsOn};
 
 pub(crate) use entry::{
     ApplyFailure, DriveFrom, Entered, Entry, EntryEffect, EntryEvent, Request, ToolBook, UNANSWERED,
@@ -864,58 +867,6 @@ fn fit(
                     accepted: None,
                 }),
             }
-        }
-    }
-}
-
-impl RunRecord {
-    /// The pending call a resume of this run targets: the one named, or the
-    /// only one when none is named. Says why there is none (the call was
-    /// resolved as expired, the run is not suspended, the call is not
-    /// pending, several are pending), with the same errors
-    /// [`Agent::resume_stream`](crate::Agent::resume_stream) returns, so a
-    /// host can check before it asks a person anything.
-    pub fn resume_target(&self, tool_call_id: Option<&str>) -> Result<&PendingToolCall, RunError> {
-        if let Some((tool_call_id, expired_at)) = super::expiry::resolved_as_expired(self, tool_call_id) {
-            return Err(RunError::Expired {
-                run_id: self.run_id.clone(),
-                tool_call_id,
-                expired_at,
-            });
-        }
-        let superseded = self
-            .resolutions
-            .last()
-            .is_some_and(|r| r.kind == crate::store::ResolutionKind::Superseded);
-        if self.status == RunStatus::Cancelled && superseded {
-            return Err(RunError::Superseded {
-                run_id: self.run_id.clone(),
-            });
-        }
-        if self.status != RunStatus::Suspended {
-            return Err(RunError::NotSuspended {
-                run_id: self.run_id.clone(),
-                status: self.status,
-            });
-        }
-        match tool_call_id {
-            Some(id) => {
-                self.pending
-                    .iter()
-                    .find(|p| p.tool_call_id == id)
-                    .ok_or_else(|| RunError::ToolCallNotPending {
-                        run_id: self.run_id.clone(),
-                        tool_call_id: id.to_owned(),
-                        pending: self.pending_ids(),
-                    })
-            }
-            None => match self.pending.as_slice() {
-                [only] => Ok(only),
-                _ => Err(RunError::AmbiguousResume {
-                    run_id: self.run_id.clone(),
-                    pending: self.pending_ids(),
-                }),
-            },
         }
     }
 }

@@ -31,6 +31,7 @@ use crate::tool::Tool;
 
 pub use builder::{AgentBuilder, BuildError};
 pub use lease::DEFAULT_LEASE;
+pub use machine::{CallState, Closed, Waiting, WaitsOn};
 pub use options::{AgentInput, CallDecision, MAX_REASON_BYTES, ResumeOptions, StreamOptions, ThreadOptions};
 pub use stream::{AgentStream, StreamOutput};
 

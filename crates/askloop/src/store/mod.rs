@@ -215,16 +215,18 @@ pub struct RunRecord {
     /// to its thread's resource (see [`RunRecord::resource`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_id: Option<String>,
-    /// Where it is.
-    pub status: RunStatus,
+    /// Where it is: read through [`RunRecord::status`]; only the run and
+    /// entry machines change it.
+    pub(crate) status: RunStatus,
     /// Bumped by every write; the compare-and-set token.
     pub version: i64,
     /// When it was created.
     pub created_at: DateTime<Utc>,
     /// When it was last written.
     pub updated_at: DateTime<Utc>,
-    /// The tool calls it waits on (empty unless suspended).
-    pub pending: Vec<PendingToolCall>,
+    /// The tool calls it waits on (empty unless suspended): whether one
+    /// still waits is [`RunRecord::call_state`]'s to say.
+    pub(crate) pending: Vec<PendingToolCall>,
     /// Results already produced in the current step, kept while other calls
     /// of the step are pending (never re-run).
     #[serde(default)]

@@ -413,12 +413,54 @@ impl World {
     }
 
     /// Decides one pending call (picked by `pick`) through the entry
-    /// machine, as `Agent::resume_stream`, `approve_tool_call`,
-    /// `decline_tool_call` and `expire_run` do, or, for a `pick` of
-    /// [`ALL_AT_ONCE`] or more, every pending call in one request, as
-    /// `Agent::decide_all` does; and carries on.
+    /// machine, as `Agent::resume_stream`, `approve_tool_call` and
+    /// `decline_tool_call` do; for a `pick` of [`ALL_AT_ONCE`], every
+    /// pending call in one request, as `Agent::decide_all` does; of
+    /// [`EVERY_APPROVAL`], every call waiting for approval with one
+    /// decision, as `Agent::decide_every_approval` does (when the script
+    /// decides them all alike); of [`EXPIRE_DUE`], every call whose limit
+    /// the script lets pass, as `Agent::expire_run` does; and carries on.
     fn decide(&mut self, pick: usize) -> Result<(), Stop> {
+        // The limits of the calls the script lets expire have passed (as
+        // stored with the calls), whichever way they are then resolved.
+        let due: Vec<String> = self
+            .store
+            .record
+            .pending
+            .iter()
+            .filter(|pending| self.decision_for(pending) == Decision::Expire)
+            .map(|pending| pending.tool_call_id.clone())
+            .collect();
+        for pending in &mut self.store.record.pending {
+            if due.contains(&pending.tool_call_id) {
+                pending.expires_at = Some(chrono::DateTime::UNIX_EPOCH);
+            }
+        }
         let record = self.store.record.clone();
+        if pick == EXPIRE_DUE && !due.is_empty() {
+            let entered = self.enter(Request::ExpireDue {
+                author: Author::default(),
+            })?;
+            return self.carry_on(entered);
+        }
+        if pick == EVERY_APPROVAL {
+            let decided: Vec<Decision> = record
+                .pending
+                .iter()
+                .filter(|pending| pending.kind == PendingKind::Approval)
+                .map(|pending| self.decision_for(pending))
+                .collect();
+            if let Some(first) = decided.first()
+                && matches!(first, Decision::Approve | Decision::Decline(_))
+                && decided.iter().all(|d| d == first)
+            {
+                let entered = self.enter(Request::DecideEveryApproval {
+                    decision: first.clone(),
+                    author: Author::default(),
+                })?;
+                return self.carry_on(entered);
+            }
+        }
         // An expiry comes from a sweep, one call at a time, never with a
         // person's other decisions.
         let by_person: Vec<(String, Decision)> = record
@@ -440,7 +482,13 @@ impl World {
                 author: Author::default(),
             }
         };
-        match self.enter(request)? {
+        let entered = self.enter(request)?;
+        self.carry_on(entered)
+    }
+
+    /// Drives on from how a decision request ended.
+    fn carry_on(&mut self, entered: Entered) -> Result<(), Stop> {
+        match entered {
             Entered::Drive {
                 start: DriveFrom::Resume(decisions),
                 ..
@@ -767,8 +815,14 @@ fn script() -> impl Strategy<Value = Vec<Vec<Kind>>> {
 }
 
 /// A pick of a pending call at this value or above decides every pending
-/// call at once (see `World::decide`).
+/// call at once (see `World::decide`), but for the two picks below.
 const ALL_AT_ONCE: usize = 4;
+
+/// The pick that decides every call waiting for approval alike.
+const EVERY_APPROVAL: usize = 6;
+
+/// The pick that expires every call whose limit the script lets pass.
+const EXPIRE_DUE: usize = 7;
 
 fn bits(n: usize, weight: f64) -> impl Strategy<Value = Vec<bool>> {
     prop::collection::vec(prop::bool::weighted(weight), n)
@@ -784,7 +838,7 @@ proptest! {
         lease_lost in bits(40, 0.1),
         cancel in bits(10, 0.1),
         accept in bits(20, 0.7),
-        picks in prop::collection::vec(0usize..6, 200),
+        picks in prop::collection::vec(0usize..8, 200),
     ) {
         let faults = Faults { crash, lease_lost, cancel };
         let mut world = World::new(script.clone(), faults, &accept);
@@ -907,8 +961,8 @@ proptest! {
         crash in bits(40, 0.2),
         lease_lost in bits(40, 0.1),
         accept in bits(20, 0.7),
-        picks in prop::collection::vec(0usize..6, 200),
-        calm_picks in prop::collection::vec(0usize..6, 200),
+        picks in prop::collection::vec(0usize..8, 200),
+        calm_picks in prop::collection::vec(0usize..8, 200),
     ) {
         let mut calm = World::new(script.clone(), Faults::default(), &accept);
         calm.run_to_end(&calm_picks);

@@ -11,7 +11,7 @@ use super::machine::{Decision, Request};
 use super::{Agent, AgentStream, CallDecision, ResumeOptions};
 use crate::error::RunError;
 use crate::id::IdKind;
-use crate::store::{Author, ExpiredRuns, PendingKind, RunStatus};
+use crate::store::{Author, ExpiredRuns};
 
 impl Agent {
     /// Answers a pending call and continues the run. The answer is checked
@@ -215,30 +215,25 @@ impl Agent {
         decision: CallDecision,
         author: Author,
     ) -> Result<AgentStream, RunError> {
-        if let CallDecision::Answer(_) | CallDecision::ApproveWith(_) | CallDecision::ApproveAlways(_) = decision {
-            return Err(RunError::InvalidInput(
-                "every call waiting for approval is approved or declined as it is, not answered, edited or made to stick".into(),
-            ));
+        let decision = match decision {
+            CallDecision::Approve => Decision::Approve,
+            CallDecision::Decline(reason) => Decision::Decline(reason),
+            CallDecision::Answer(_) | CallDecision::ApproveWith(_) | CallDecision::ApproveAlways(_) => {
+                return Err(RunError::InvalidInput(
+                    "every call waiting for approval is approved or declined as it is, not answered, edited or made to stick".into(),
+                ));
+            }
+        };
+        IdKind::Run.check(run_id)?;
+        match self
+            .enter(run_id, Request::DecideEveryApproval { decision, author }, None)
+            .await?
+        {
+            Outcome::Stream(stream) => Ok(stream),
+            Outcome::Cancelled | Outcome::Untouched => Err(RunError::Conflict {
+                run_id: run_id.to_owned(),
+            }),
         }
-        let run = self.load_named(run_id).await?;
-        if run.status != RunStatus::Suspended {
-            // Why there is nothing to decide, as a single decision says it
-            // (not suspended, superseded, expired).
-            run.resume_target(None)?;
-        }
-        let (approvals, questions): (Vec<_>, Vec<_>) =
-            run.pending.iter().partition(|p| p.kind == PendingKind::Approval);
-        if approvals.is_empty() {
-            return Err(RunError::NothingToApprove {
-                run_id: run.run_id.clone(),
-                questions: questions.iter().map(|q| q.tool_call_id.clone()).collect(),
-            });
-        }
-        let decisions = approvals
-            .iter()
-            .map(|p| (p.tool_call_id.clone(), decision.clone()))
-            .collect();
-        self.decide_all(run_id, decisions, author).await
     }
 
     /// Resolves every pending call of this agent's runs whose time limit
@@ -265,31 +260,20 @@ impl Agent {
     }
 
     /// Resolves the pending calls of one run whose time limit has passed,
-    /// as `author` (see [`Agent::expire_runs`]). Calls answered meanwhile
-    /// by someone else are left alone. `run_id` is one a sweep read from
+    /// as `author` (see [`Agent::expire_runs`]), as one decision: which
+    /// calls are due is read with the run, and the model is called once
+    /// after the last (if no other call still waits). Calls answered
+    /// meanwhile by someone else are left alone. Returns the run's stream
+    /// when it continues, nothing when there was nothing left to expire. `run_id` is one a sweep read from
     /// the store: it is not checked against the rule for ids a client
     /// chooses, so a run stored before that rule still expires.
     pub async fn expire_run(&self, run_id: &str, author: Author) -> Result<Vec<AgentStream>, RunError> {
-        let run = self.load(run_id).await?;
-        let now = self.inner.clock.now();
-        let mut streams = Vec::new();
-        for id in run
-            .expired_calls(now)
-            .map(|p| p.tool_call_id.clone())
-            .collect::<Vec<_>>()
-        {
-            let request = Request::Decide {
-                tool_call_id: Some(id),
-                decision: Decision::Expire,
-                author: author.clone(),
-            };
-            // A call answered, declined or expired by someone else first is
-            // left alone (`Outcome::Untouched`).
-            if let Outcome::Stream(stream) = self.enter(run_id, request, None).await? {
-                streams.push(stream);
-            }
+        // Calls answered, declined or expired by someone else first are
+        // left alone (`Outcome::Untouched`).
+        match self.enter(run_id, Request::ExpireDue { author }, None).await? {
+            Outcome::Stream(stream) => Ok(vec![stream]),
+            Outcome::Cancelled | Outcome::Untouched => Ok(Vec::new()),
         }
-        Ok(streams)
     }
 
     /// Hands a decision to the run's entry protocol (`machine/entry.rs`).

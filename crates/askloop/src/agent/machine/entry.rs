@@ -74,6 +74,15 @@ pub(crate) enum Request {
         decisions: Vec<(String, Decision)>,
         author: Author,
     },
+    /// The same decision (an approval or a decline) for every call of the
+    /// run that waits for approval, applied as one; questions stay open.
+    /// Which calls those are is read from the run on each attempt, so a
+    /// call someone else decided meanwhile is not decided twice.
+    DecideEveryApproval { decision: Decision, author: Author },
+    /// Every call of the run whose time limit has passed at the read,
+    /// resolved as expired, as one decision. A run with none due is left
+    /// alone; so is one whose due calls someone else resolved first.
+    ExpireDue { author: Author },
     /// End the run where it is.
     Cancel { author: Author },
     /// End a run waiting on a person because a new message came on its
@@ -314,7 +323,8 @@ impl Entry {
                 Request::Decide {
                     decision: Decision::Expire,
                     ..
-                },
+                }
+                | Request::ExpireDue { .. },
                 Err(
                     RunError::ToolCallNotPending { .. }
                     | RunError::NotSuspended { .. }
@@ -378,6 +388,25 @@ impl Entry {
                     .map(|(id, decision)| (Some(id.as_str()), decision))
                     .collect();
                 self.decide(&run, &named, author, now, tools)
+            }
+            Request::DecideEveryApproval { decision, author } => match every_approval(&run) {
+                Ok(ids) => {
+                    let named: Vec<(Option<&str>, &Decision)> =
+                        ids.iter().map(|id| (Some(id.as_str()), &decision)).collect();
+                    self.decide(&run, &named, author, now, tools)
+                }
+                Err(err) => Err(err),
+            },
+            Request::ExpireDue { author } => {
+                let due: Vec<String> = run.expired_calls(now).map(|p| p.tool_call_id.clone()).collect();
+                if due.is_empty() {
+                    self.finish(Ok(Entered::Untouched));
+                    Ok(None)
+                } else {
+                    let named: Vec<(Option<&str>, &Decision)> =
+                        due.iter().map(|id| (Some(id.as_str()), &Decision::Expire)).collect();
+                    self.decide(&run, &named, author, now, tools)
+                }
             }
             Request::Cancel { author } => self.cancel(&run, author, now).map(|()| None),
             Request::Supersede { author } => {
@@ -698,7 +727,15 @@ impl Entry {
             (Request::Recover { .. }, _) => self.finish(Ok(Entered::Untouched)),
             (Request::Retry { .. }, _) => self.finish(Err(conflict)),
             _ if self.attempt >= ATTEMPTS => self.finish(Err(conflict)),
-            (Request::Cancel { .. } | Request::Supersede { .. }, _) => self.wait_and_read(),
+            // Which calls these decide is read again: those still due, or
+            // still waiting for approval.
+            (
+                Request::Cancel { .. }
+                | Request::Supersede { .. }
+                | Request::DecideEveryApproval { .. }
+                | Request::ExpireDue { .. },
+                _,
+            ) => self.wait_and_read(),
             (Request::Decide { .. } | Request::DecideAll { .. }, _) => {
                 self.phase = Phase::ReadingAfterLoss;
                 self.effects.push_back(EntryEffect::Read);
@@ -721,6 +758,32 @@ impl Entry {
         }
         self.wait_and_read();
     }
+}
+
+/// The calls of `run` that wait for approval, for a decision of every one;
+/// refused, saying why, when the run does not wait (as a single decision
+/// would be) or waits only on questions.
+fn every_approval(run: &RunRecord) -> Result<Vec<String>, RunError> {
+    if run.status != RunStatus::Suspended {
+        return Err(match run.resume_target(None) {
+            Err(why) => why,
+            Ok(_) => RunError::NotSuspended {
+                run_id: run.run_id.clone(),
+                status: run.status,
+            },
+        });
+    }
+    let (approvals, questions): (Vec<_>, Vec<_>) = run
+        .pending
+        .iter()
+        .partition(|p| p.kind == crate::store::PendingKind::Approval);
+    if approvals.is_empty() {
+        return Err(RunError::NothingToApprove {
+            run_id: run.run_id.clone(),
+            questions: questions.iter().map(|q| q.tool_call_id.clone()).collect(),
+        });
+    }
+    Ok(approvals.iter().map(|p| p.tool_call_id.clone()).collect())
 }
 
 /// The result a call gets when a new message on its thread came instead of

@@ -640,3 +640,81 @@ fn decisions_that_lost_their_claim_try_again_only_while_every_call_still_waits()
         "both still wait: tried again"
     );
 }
+
+/// The calls an `Apply` effect carries, by id.
+fn applied_ids(effect: &EntryEffect) -> Vec<String> {
+    match effect {
+        EntryEffect::Apply { actions, .. } => actions.iter().map(|a| a.tool_call_id().to_owned()).collect(),
+        other => panic!("not an apply: {other:?}"),
+    }
+}
+
+#[test]
+fn a_decision_of_every_approval_reads_which_calls_wait_again_after_a_lost_write() {
+    let decline = || Request::DecideEveryApproval {
+        decision: Decision::Decline(Some("not today".into())),
+        author: Author::named(Interface::Http, "alice"),
+    };
+    let both = run(
+        RunStatus::Suspended,
+        vec![approval("a1"), question("q1", None), approval("a2")],
+    );
+    let mut every = entry(decline());
+    let first = read(&mut every, Some(both.clone()), t(0));
+    assert_eq!(applied_ids(&first), ["a1", "a2"], "the question stays open");
+    // Someone else declined a1 first: the write is lost, and the next read
+    // decides only what still waits for approval.
+    let conflict = StoreError::Conflict {
+        run_id: "run".into(),
+        expected_version: 4,
+    };
+    every.handle(EntryEvent::ApplyFailed(ApplyFailure::Store(conflict)), &tools());
+    assert!(matches!(next(&mut every), EntryEffect::Wait(_)));
+    every.handle(EntryEvent::Waited, &tools());
+    assert!(matches!(next(&mut every), EntryEffect::Read));
+    let mut after = run(RunStatus::Suspended, vec![question("q1", None), approval("a2")]);
+    after.version = 5;
+    assert_eq!(applied_ids(&read(&mut every, Some(after), t(1))), ["a2"]);
+
+    // Only questions left: nothing to approve, and it says which questions wait.
+    let questions = run(RunStatus::Suspended, vec![question("q1", None)]);
+    let refused = read(&mut entry(decline()), Some(questions), t(2));
+    assert!(
+        matches!(&refused, EntryEffect::Finish(Err(RunError::NothingToApprove { questions, .. })) if questions == &["q1"]),
+        "{refused:?}"
+    );
+    // A run that does not wait says so, as a single decision would.
+    let done = run(RunStatus::Completed, vec![]);
+    let refused = read(&mut entry(decline()), Some(done), t(2));
+    assert!(
+        matches!(refused, EntryEffect::Finish(Err(RunError::NotSuspended { .. }))),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn an_expiry_sweep_resolves_what_is_due_at_the_read_in_one_decision_and_leaves_the_rest() {
+    let sweep = || Request::ExpireDue {
+        author: Author::via(Interface::Server),
+    };
+    let waiting = run(
+        RunStatus::Suspended,
+        vec![
+            question("due1", Some(t(10))),
+            question("later", Some(t(100))),
+            question("due2", Some(t(20))),
+        ],
+    );
+    let applied = read(&mut entry(sweep()), Some(waiting.clone()), t(30));
+    assert_eq!(applied_ids(&applied), ["due1", "due2"]);
+    // Nothing due yet: left alone, not refused.
+    let early = read(&mut entry(sweep()), Some(waiting), t(5));
+    assert!(
+        matches!(early, EntryEffect::Finish(Ok(Entered::Untouched))),
+        "{early:?}"
+    );
+    // Answered meanwhile: the run no longer waits, and the sweep is left with nothing.
+    let answered = run(RunStatus::Completed, vec![]);
+    let gone = read(&mut entry(sweep()), Some(answered), t(30));
+    assert!(matches!(gone, EntryEffect::Finish(Ok(Entered::Untouched))), "{gone:?}");
+}

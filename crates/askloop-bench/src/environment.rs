@@ -187,7 +187,7 @@ struct InProcessServer {
 
 impl InProcessServer {
     fn start(workload: Workload, pieces: Pieces) -> anyhow::Result<InProcessServer> {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<String, String>>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<String>>();
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (cpu_tx, mut cpu_rx) =
             tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<Option<Duration>>>();
@@ -197,7 +197,7 @@ impl InProcessServer {
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
                     Err(err) => {
-                        let _ = ready_tx.send(Err(format!("cannot start its runtime: {err}")));
+                        let _ = ready_tx.send(Err(anyhow::Error::new(err).context("cannot start its runtime")));
                         return;
                     }
                 };
@@ -224,7 +224,7 @@ impl InProcessServer {
                             drop(server);
                         }
                         Err(err) => {
-                            let _ = ready_tx.send(Err(format!("cannot listen: {err}")));
+                            let _ = ready_tx.send(Err(anyhow::Error::new(err).context("cannot listen")));
                         }
                     }
                 });
@@ -233,7 +233,7 @@ impl InProcessServer {
         let base_url = ready_rx
             .recv()
             .map_err(|_| anyhow!("the fake server's thread stopped before it was ready"))?
-            .map_err(|err| anyhow!("the in-process fake server {err}"))?;
+            .map_err(|err| anyhow!("the in-process fake server {err:#}"))?;
         Ok(InProcessServer {
             base_url,
             stop: Some(stop_tx),

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use askloop::InvalidDuration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 const EXIT_CODES: &str = "\
@@ -469,14 +470,49 @@ pub enum ThreadsCommand {
 }
 
 /// A flag's duration, in [`askloop::parse_duration`]'s forms.
-fn duration(text: &str) -> Result<Duration, String> {
-    askloop::parse_duration(text).map_err(|problem| problem.to_string())
+fn duration(text: &str) -> Result<Duration, InvalidDuration> {
+    askloop::parse_duration(text)
 }
 
 /// A flag's duration that must be more than zero.
-fn positive_duration(text: &str) -> Result<Duration, String> {
+fn positive_duration(text: &str) -> Result<Duration, NotPositiveDuration> {
     match duration(text)? {
-        zero if zero.is_zero() => Err(format!("{:?} is no time at all; give more than zero", text.trim())),
+        zero if zero.is_zero() => Err(NotPositiveDuration::Zero(text.trim().to_owned())),
         positive => Ok(positive),
+    }
+}
+
+/// Why a flag that needs time to pass (a timeout) cannot use its value;
+/// clap prints the message after the flag's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NotPositiveDuration {
+    /// Not a duration at all; the message names the accepted forms.
+    #[error(transparent)]
+    Invalid(#[from] InvalidDuration),
+    /// Zero, which would time out at once.
+    #[error("{0:?} is no time at all; give more than zero")]
+    Zero(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_of_zero_is_refused_and_a_positive_one_taken() {
+        assert_eq!(positive_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(
+            positive_duration(" 0s "),
+            Err(NotPositiveDuration::Zero("0s".to_owned()))
+        );
+        assert_eq!(
+            positive_duration("0s").unwrap_err().to_string(),
+            "\"0s\" is no time at all; give more than zero"
+        );
+        assert!(matches!(
+            positive_duration("soon"),
+            Err(NotPositiveDuration::Invalid(_))
+        ));
+        assert_eq!(duration("0"), Ok(Duration::ZERO));
     }
 }

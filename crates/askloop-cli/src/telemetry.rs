@@ -22,8 +22,9 @@
 
 use std::path::Path;
 
+use askloop_config::ConfigError;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{MetricExporter, Protocol, SpanExporter, WithExportConfig};
+use opentelemetry_otlp::{ExporterBuildError, MetricExporter, Protocol, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
@@ -66,11 +67,11 @@ pub struct ExportPlan {
 /// Whether and where to export, from the environment (`env`) and the
 /// configuration file at `config` (its `[telemetry]` table only). A
 /// `[telemetry]` table that cannot be read is the error, naming its key.
-pub fn plan(config: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<ExportPlan>, String> {
+pub fn plan(config: Option<&Path>, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<ExportPlan>, ConfigError> {
     let file = match config.map(askloop_config::read_telemetry) {
         None | Some(Ok(None)) => None,
         Some(Ok(Some(file))) => Some(file),
-        Some(Err(err)) if err.key.starts_with("telemetry") => return Err(err.to_string()),
+        Some(Err(err)) if err.key.starts_with("telemetry") => return Err(err),
         // A file that is no TOML at all is reported by the command that
         // reads it whole; a command that does not read it never did.
         Some(Err(_)) => None,
@@ -124,6 +125,18 @@ fn service_name_from(file: Option<String>, env: &dyn Fn(&str) -> Option<String>)
     (!named_by_env).then(|| file.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned()))
 }
 
+/// An exporter that cannot start (its HTTP client, an `OTEL_EXPORTER_OTLP_*`
+/// variable it cannot use): which signal, and the SDK's reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The span exporter.
+    #[error("cannot start trace export: {0}")]
+    Traces(#[source] ExporterBuildError),
+    /// The metric exporter.
+    #[error("cannot start metrics export: {0}")]
+    Metrics(#[source] ExporterBuildError),
+}
+
 /// Export running: flush and stop it with [`Export::shutdown`].
 #[derive(Debug)]
 pub struct Export {
@@ -137,7 +150,7 @@ impl Export {
     /// server's figures are recorded on the global meter provider). Call
     /// outside the async runtime (the blocking HTTP client has a runtime of
     /// its own).
-    pub fn start(plan: &ExportPlan) -> Result<Export, String> {
+    pub fn start(plan: &ExportPlan) -> Result<Export, ExportError> {
         let mut resource = Resource::builder();
         if let Some(name) = &plan.service_name {
             resource = resource.with_service_name(name.clone());
@@ -150,9 +163,7 @@ impl Export {
                 if let Some(endpoint) = &signal.file_endpoint {
                     exporter = exporter.with_endpoint(endpoint.clone());
                 }
-                let exporter = exporter
-                    .build()
-                    .map_err(|err| format!("cannot start trace export: {err}"))?;
+                let exporter = exporter.build().map_err(ExportError::Traces)?;
                 let provider = SdkTracerProvider::builder()
                     .with_span_processor(BatchSpanProcessor::builder(exporter).build())
                     .with_resource(resource.clone())
@@ -171,9 +182,7 @@ impl Export {
                 if let Some(endpoint) = &signal.file_endpoint {
                     exporter = exporter.with_endpoint(endpoint.clone());
                 }
-                let exporter = exporter
-                    .build()
-                    .map_err(|err| format!("cannot start metrics export: {err}"))?;
+                let exporter = exporter.build().map_err(ExportError::Metrics)?;
                 let provider = SdkMeterProvider::builder()
                     .with_reader(PeriodicReader::builder(exporter).build())
                     .with_resource(resource)
@@ -322,10 +331,13 @@ mod tests {
     fn a_bad_telemetry_table_is_an_error_naming_the_key() {
         let file = config("[telemetry]\nendpoint = \"collector:4318\"\n");
         let err = plan(Some(file.path()), &env_of(&[])).unwrap_err();
-        assert!(err.contains("telemetry.endpoint"), "{err}");
+        assert_eq!(
+            (err.file.as_path(), err.key.as_str()),
+            (file.path(), "telemetry.endpoint")
+        );
         let file = config("[telemetry]\nendpoint = 4318\n");
         let err = plan(Some(file.path()), &env_of(&[])).unwrap_err();
-        assert!(err.contains("telemetry"), "{err}");
+        assert!(err.key.starts_with("telemetry"), "{err}");
     }
 
     #[test]

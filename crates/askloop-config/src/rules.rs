@@ -184,7 +184,9 @@ pub(super) fn resolve(
                     ));
                 }
                 let matcher = match (raw.equals, raw.glob, raw.regex) {
-                    (Some(value), None, None) => ValueMatch::Equals(json_of(value).map_err(|p| fail("equals", p))?),
+                    (Some(value), None, None) => {
+                        ValueMatch::Equals(json_of(value).map_err(|p| fail("equals", p.to_string()))?)
+                    }
                     (None, Some(pattern), None) => ValueMatch::Glob(glob("glob", &pattern)?),
                     (None, None, Some(pattern)) => ValueMatch::Regex(
                         Regex::new(&pattern)
@@ -233,18 +235,26 @@ pub(super) fn resolve(
     Ok(rules)
 }
 
+/// Why an `equals` value cannot be compared with an argument.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+enum NotComparable {
+    /// A float JSON cannot hold (NaN, an infinity).
+    #[error("{0} is not a number an argument can hold")]
+    NotANumber(f64),
+    /// An array, a table or a date: `equals` compares one scalar.
+    #[error("compares one string, number or boolean; for {0} values, match a path inside with `arg`")]
+    NotAScalar(&'static str),
+}
+
 /// A TOML value as the JSON value an argument would hold.
-fn json_of(value: toml::Value) -> Result<Value, String> {
+fn json_of(value: toml::Value) -> Result<Value, NotComparable> {
     match value {
         toml::Value::String(text) => Ok(Value::String(text)),
         toml::Value::Integer(n) => Ok(Value::from(n)),
         toml::Value::Float(f) => serde_json::Number::from_f64(f)
             .map(Value::Number)
-            .ok_or_else(|| format!("{f} is not a number an argument can hold")),
+            .ok_or(NotComparable::NotANumber(f)),
         toml::Value::Boolean(b) => Ok(Value::Bool(b)),
-        other => Err(format!(
-            "compares one string, number or boolean; for {} values, match a path inside with `arg`",
-            other.type_str()
-        )),
+        other => Err(NotComparable::NotAScalar(other.type_str())),
     }
 }

@@ -976,7 +976,12 @@ fn a_rules_table_with_every_kind_of_mistake_is_an_error_naming_the_rule_and_its_
         (
             "decision = \"allow\"\narg = \"/path\"\nequals = [1]\n",
             "agents.a.rules[0].equals",
-            "compares one string",
+            "compares one string, number or boolean; for array values, match a path inside with `arg`",
+        ),
+        (
+            "decision = \"allow\"\narg = \"/path\"\nequals = nan\n",
+            "agents.a.rules[0].equals",
+            "NaN is not a number an argument can hold",
         ),
         (
             "decision = \"allow\"\nserver = \"github\"\n",

@@ -124,14 +124,11 @@ impl Caller {
     /// The resource of the threads this caller names: its first walled
     /// resource, else `unwalled`. An error when it is walled off from every
     /// resource.
-    fn resource<'a>(&'a self, unwalled: &'a str) -> Result<&'a str, String> {
+    fn resource<'a>(&'a self, unwalled: &'a str) -> Result<&'a str, NoThreads> {
         match self.resources.as_deref() {
             None => Ok(unwalled),
             Some([first, ..]) => Ok(first),
-            Some([]) => Err(format!(
-                "{} may use no resource's threads, so it cannot name a thread",
-                self.by.as_deref().unwrap_or("this caller")
-            )),
+            Some([]) => Err(NoThreads { by: self.by.clone() }),
         }
     }
 
@@ -160,6 +157,15 @@ impl Caller {
             None => Author::via(Interface::Mcp),
         }
     }
+}
+
+/// A caller walled off from every resource named a thread: it may use no
+/// thread at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} may use no resource's threads, so it cannot name a thread", by.as_deref().unwrap_or("this caller"))]
+struct NoThreads {
+    /// Who the caller is, when the HTTP server named it.
+    by: Option<String>,
 }
 
 /// The MCP server of a set of agents.
@@ -242,7 +248,7 @@ impl AgentTools {
             }
             let resource = match caller.resource(&self.resource) {
                 Ok(resource) => resource,
-                Err(why) => return failed(why),
+                Err(why) => return failed(why.to_string()),
             };
             options = options.on_thread(ThreadOptions::new(resource, thread).by(author.clone()));
         }
@@ -761,6 +767,10 @@ mod tests {
             ..walled
         };
         let err = nowhere.resource("mcp").unwrap_err();
-        assert!(err.contains("ana") && err.contains("no resource"), "{err}");
+        assert_eq!(err, NoThreads { by: Some("ana".into()) });
+        assert_eq!(
+            err.to_string(),
+            "ana may use no resource's threads, so it cannot name a thread"
+        );
     }
 }

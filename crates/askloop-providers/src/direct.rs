@@ -119,7 +119,21 @@ pub(crate) enum DirectError {
         source: hyper::Error,
     },
     #[error("cannot send the request to {url}: {reason}")]
-    Request { url: String, reason: String },
+    Request { url: String, reason: Unsendable },
+}
+
+/// Why a request cannot be written to the server itself: its URL, target
+/// or `Host` do not make an HTTP/1 request.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unsendable {
+    #[error("the URL has no host")]
+    NoHost,
+    #[error(transparent)]
+    Request(#[from] reqwest::Error),
+    #[error(transparent)]
+    Target(#[from] http::uri::InvalidUri),
+    #[error(transparent)]
+    Host(#[from] http::header::InvalidHeaderValue),
 }
 
 impl Connections {
@@ -140,7 +154,7 @@ impl Connections {
         let url = request.url().as_str().to_owned();
         let key = authority(request.url()).ok_or_else(|| DirectError::Request {
             url: url.clone(),
-            reason: "the URL has no host".to_owned(),
+            reason: Unsendable::NoHost,
         })?;
         let mut request = origin_form(request, &key).map_err(|reason| DirectError::Request {
             url: url.clone(),
@@ -266,7 +280,7 @@ fn authority(url: &Url) -> Option<String> {
 
 /// The request as an HTTP/1 client writes it to the server itself: the
 /// path and query as its target, and a `Host` header.
-fn origin_form(request: reqwest::Request, key: &str) -> Result<http::Request<reqwest::Body>, String> {
+fn origin_form(request: reqwest::Request, key: &str) -> Result<http::Request<reqwest::Body>, Unsendable> {
     let url = request.url();
     let host = match url.port() {
         Some(_) => key.to_owned(),
@@ -276,10 +290,10 @@ fn origin_form(request: reqwest::Request, key: &str) -> Result<http::Request<req
         Some(query) => format!("{}?{query}", url.path()),
         None => url.path().to_owned(),
     };
-    let mut request = http::Request::try_from(request).map_err(|err| err.to_string())?;
-    *request.uri_mut() = target.parse().map_err(|err: http::uri::InvalidUri| err.to_string())?;
+    let mut request = http::Request::try_from(request)?;
+    *request.uri_mut() = target.parse::<http::Uri>()?;
     if !request.headers().contains_key(HOST) {
-        let host = HeaderValue::try_from(host).map_err(|err| err.to_string())?;
+        let host = HeaderValue::try_from(host)?;
         request.headers_mut().insert(HOST, host);
     }
     Ok(request)

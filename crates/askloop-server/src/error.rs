@@ -257,6 +257,15 @@ pub enum ApiError {
     /// A link could not be made or revoked.
     #[error(transparent)]
     Link(#[from] LinkError),
+    /// A request to `POST /slack/interactions` that is not a click Slack
+    /// signed for this server's app (see [`SlackRefusal`]).
+    #[error(transparent)]
+    SlackRefused(#[from] SlackRefusal),
+    /// The health check (`GET /healthz`): the store does not answer. Its
+    /// body carries `"status": "unavailable"` beside the error, as the
+    /// check's 200 carries `"status": "ok"`.
+    #[error(transparent)]
+    Unhealthy(StoreError),
     /// The run refused the operation.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -280,6 +289,31 @@ impl std::fmt::Display for RefusedField {
     }
 }
 
+/// Why `POST /slack/interactions` refuses a request before reading what
+/// was clicked: only a click Slack signed for this server's app, lately,
+/// is read (see `slack/interactions.rs`). Each refusal changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SlackRefusal {
+    /// The server has no Slack app (no `[slack]` in `askloop.toml`).
+    #[error("this server has no Slack app ([slack])")]
+    NoApp,
+    /// `X-Slack-Signature` is missing, or does not sign the timestamp and
+    /// the body with the app's signing secret.
+    #[error("the request is not signed with this app's signing secret")]
+    BadSignature,
+    /// `X-Slack-Request-Timestamp` is not within five minutes of the
+    /// server's clock.
+    #[error("the request's timestamp is more than five minutes from now: a replay, or a clock far off")]
+    Stale,
+    /// The form has no `payload` field holding JSON.
+    #[error("no payload field holding the interaction's JSON")]
+    NoPayload,
+    /// A `block_actions` payload that does not say who clicked what where.
+    #[error("a block_actions payload without a user, channel or action")]
+    IncompleteClick,
+}
+
 /// Who a refusal names: a token or the person a proxy named.
 fn described_caller(caller: &str) -> String {
     if caller.is_empty() {
@@ -292,6 +326,9 @@ fn described_caller(caller: &str) -> String {
 /// The error body: `{"error": {...}}`.
 #[derive(Debug, Serialize)]
 struct ErrorBody<'a> {
+    /// `unavailable`, for [`ApiError::Unhealthy`] only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'static str>,
     error: ErrorDetail<'a>,
 }
 
@@ -358,6 +395,8 @@ impl ApiError {
                 refusal.code(),
             ),
             ApiError::Link(err) => link_status(err),
+            ApiError::SlackRefused(refusal) => slack_status(*refusal),
+            ApiError::Unhealthy(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             ApiError::Run(err) => run_status(err),
             ApiError::Store(err) => store_status(err),
         }
@@ -399,6 +438,18 @@ fn link_status(err: &LinkError) -> (StatusCode, &'static str) {
     }
 }
 
+/// A Slack request refused: the signature and its time are the caller's
+/// credentials (401), the rest is a malformed request.
+fn slack_status(refusal: SlackRefusal) -> (StatusCode, &'static str) {
+    match refusal {
+        SlackRefusal::NoApp => (StatusCode::NOT_FOUND, "slack_off"),
+        SlackRefusal::BadSignature => (StatusCode::UNAUTHORIZED, "slack_bad_signature"),
+        SlackRefusal::Stale => (StatusCode::UNAUTHORIZED, "slack_stale_timestamp"),
+        SlackRefusal::NoPayload => (StatusCode::BAD_REQUEST, "slack_no_payload"),
+        SlackRefusal::IncompleteClick => (StatusCode::BAD_REQUEST, "slack_incomplete_click"),
+    }
+}
+
 /// A store's failure, by its kind (see [`StoreError::kind`]).
 fn store_status(err: &StoreError) -> (StatusCode, &'static str) {
     let status = match err.kind() {
@@ -437,7 +488,12 @@ impl ApiError {
             ApiError::RefusedFields { refused } => Some(refused.iter().map(|r| r.field.as_str()).collect()),
             _ => None,
         };
+        let status = match self {
+            ApiError::Unhealthy(_) => Some("unavailable"),
+            _ => None,
+        };
         ErrorBody {
+            status,
             error: ErrorDetail {
                 code,
                 message: self.to_string(),
@@ -523,6 +579,53 @@ mod tests {
             ),
         ] {
             assert_eq!(ApiError::Store(err).status_and_code(), expected);
+        }
+    }
+
+    #[test]
+    fn a_slack_request_without_a_fresh_signature_is_a_401_and_a_malformed_one_a_400_each_with_its_code() {
+        for (refusal, expected) in [
+            (SlackRefusal::NoApp, (StatusCode::NOT_FOUND, "slack_off")),
+            (
+                SlackRefusal::BadSignature,
+                (StatusCode::UNAUTHORIZED, "slack_bad_signature"),
+            ),
+            (SlackRefusal::Stale, (StatusCode::UNAUTHORIZED, "slack_stale_timestamp")),
+            (SlackRefusal::NoPayload, (StatusCode::BAD_REQUEST, "slack_no_payload")),
+            (
+                SlackRefusal::IncompleteClick,
+                (StatusCode::BAD_REQUEST, "slack_incomplete_click"),
+            ),
+        ] {
+            let err = ApiError::from(refusal);
+            assert_eq!(err.status_and_code(), expected, "{refusal:?}");
+            let body: serde_json::Value = serde_json::from_slice(&err.json()).unwrap();
+            assert_eq!(body["error"]["message"], refusal.to_string());
+            assert_eq!(body.get("status"), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn an_unhealthy_store_is_a_503_whatever_its_kind_with_the_health_checks_status_beside_the_error() {
+        for store in [
+            StoreError::Closed,
+            StoreError::NewerSchema {
+                run_id: "r".into(),
+                found: 9,
+                supported: 8,
+            },
+        ] {
+            let message = store.to_string();
+            let err = ApiError::Unhealthy(store);
+            assert_eq!(
+                err.status_and_code(),
+                (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+            );
+            let body: serde_json::Value = serde_json::from_slice(&err.json()).unwrap();
+            assert_eq!(
+                body,
+                serde_json::json!({"status": "unavailable", "error": {"code": "store_unavailable", "message": message}})
+            );
         }
     }
 

@@ -7,13 +7,12 @@ use std::sync::Arc;
 use askloop::{IdKind, RunCursor, RunQuery, RunRecord, RunStatus, quoted_excerpt};
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -330,20 +329,12 @@ pub(crate) async fn load(
     Ok(run)
 }
 
-/// `GET /healthz`: 200 when the store answers, 503 when it does not. Needs
-/// no token, for load balancers.
-pub(crate) async fn health(State(state): State<Arc<AppState>>) -> Response {
-    match state.store.get("healthz").await {
-        Ok(_) => (StatusCode::OK, Json(json!({"status": "ok"}))).into_response(),
-        Err(err) => {
-            tracing::warn!(error = %err, "health check: the store does not answer");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"status": "unavailable", "error": {"code": "store_unavailable", "message": err.to_string()}})),
-            )
-                .into_response()
-        }
-    }
+/// `GET /healthz`: 200 `{"status": "ok"}` when the store answers, 503
+/// [`ApiError::Unhealthy`] when it does not. Needs no token, for load
+/// balancers.
+pub(crate) async fn health(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    state.store.get("healthz").await.map_err(ApiError::Unhealthy)?;
+    Ok(Json(json!({"status": "ok"})))
 }
 
 #[cfg(test)]

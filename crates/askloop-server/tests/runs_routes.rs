@@ -5,8 +5,11 @@
 mod common;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
+use askloop::RunStore;
 use askloop_server::ServerOptions;
+use askloop_store::SqliteStore;
 use common::*;
 use serde_json::{Value, json};
 
@@ -346,6 +349,23 @@ async fn healthz_answers_ok_without_a_token() {
     let health = server.get("/healthz").await;
     assert_eq!(health.status(), 200);
     assert_eq!(health.json::<Value>().await.unwrap(), json!({"status": "ok"}));
+}
+
+#[tokio::test]
+async fn healthz_is_a_503_store_unavailable_once_the_store_stops_answering() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Arc::new(SqliteStore::open(dir.path().join("runs.db")).await.unwrap());
+    let store: Arc<dyn RunStore> = sqlite.clone();
+    let server = TestServer::start(vec![assistant(&store)], store).await;
+    assert_eq!(server.get("/healthz").await.status(), 200);
+    sqlite.close().await;
+    let health = server.get("/healthz").await;
+    assert_eq!(health.status(), 503);
+    let body: Value = health.json().await.unwrap();
+    assert_eq!(body["status"], "unavailable", "{body}");
+    assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert_eq!(message, askloop::StoreError::Closed.to_string(), "{body}");
 }
 
 #[tokio::test]

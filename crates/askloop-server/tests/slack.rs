@@ -152,14 +152,24 @@ impl Setup {
     }
 
     /// Sends `payload` as Slack would: form-encoded, signed at `at`
-    /// (seconds since the epoch) with `secret`.
+    /// (seconds since the epoch) with `secret`; the status.
     async fn interact_signed(&self, payload: &Value, at: i64, secret: &str) -> u16 {
+        self.interact_answer(payload, at, secret).await.0
+    }
+
+    /// The same, with the body of a refusal (`Null` for an empty body).
+    async fn interact_answer(&self, payload: &Value, at: i64, secret: &str) -> (u16, Value) {
         let body: String = form_urlencoded::Serializer::new(String::new())
             .append_pair("payload", &payload.to_string())
             .finish();
+        self.interact_body(body, at, secret).await
+    }
+
+    /// Sends the form `body` as is, signed at `at` with `secret`.
+    async fn interact_body(&self, body: String, at: i64, secret: &str) -> (u16, Value) {
         let timestamp = at.to_string();
         let signature = slack_signature(secret.as_bytes(), &timestamp, body.as_bytes());
-        reqwest::Client::new()
+        let answer = reqwest::Client::new()
             .post(self.server.url("/slack/interactions"))
             .header("content-type", "application/x-www-form-urlencoded")
             .header("x-slack-request-timestamp", timestamp)
@@ -167,9 +177,15 @@ impl Setup {
             .body(body)
             .send()
             .await
-            .unwrap()
-            .status()
-            .as_u16()
+            .unwrap();
+        let status = answer.status().as_u16();
+        let bytes = answer.bytes().await.unwrap();
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        (status, body)
     }
 
     async fn interact(&self, payload: &Value) -> u16 {
@@ -300,18 +316,19 @@ async fn a_badly_signed_or_replayed_interaction_is_refused_and_changes_nothing()
     // A minute past each edge of the five-minute window: the server reads
     // its own clock later than this, by however long a loaded machine takes.
     let now = chrono::Utc::now().timestamp();
+    let code = |(status, body): (u16, Value)| (status, body["error"]["code"].as_str().unwrap_or_default().to_owned());
     assert_eq!(
-        setup.interact_signed(&clicked, now, "not-the-signing-secret").await,
-        401
+        code(setup.interact_answer(&clicked, now, "not-the-signing-secret").await),
+        (401, "slack_bad_signature".to_owned())
     );
     assert_eq!(
-        setup.interact_signed(&clicked, now - 360, SECRET).await,
-        401,
+        code(setup.interact_answer(&clicked, now - 360, SECRET).await),
+        (401, "slack_stale_timestamp".to_owned()),
         "older than five minutes"
     );
     assert_eq!(
-        setup.interact_signed(&clicked, now + 360, SECRET).await,
-        401,
+        code(setup.interact_answer(&clicked, now + 360, SECRET).await),
+        (401, "slack_stale_timestamp".to_owned()),
         "from the future"
     );
     let unsigned = reqwest::Client::new()
@@ -321,11 +338,64 @@ async fn a_badly_signed_or_replayed_interaction_is_refused_and_changes_nothing()
         .await
         .unwrap();
     assert_eq!(unsigned.status(), 401);
+    let body: Value = unsigned.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "slack_bad_signature", "{body}");
+    assert_eq!(
+        body["error"]["message"], "the request is not signed with this app's signing secret",
+        "{body}"
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     let run = setup.run(&run_id).await;
     assert_eq!(run.status(), RunStatus::Suspended);
     assert!(run.resolutions.is_empty(), "{:?}", run.resolutions);
     assert!(setup.slack.updated.lock().unwrap().is_empty());
+}
+
+/// A signed request that is no click askloop can read is a 400 with its
+/// own code; one of another kind than a click gets Slack's plain 200.
+#[tokio::test]
+async fn a_signed_request_without_a_readable_click_is_refused_by_name_and_changes_nothing() {
+    let setup = setup(0).await;
+    let (run_id, _) = suspended_run(&setup.server).await;
+    let now = chrono::Utc::now().timestamp();
+    let (status, body) = setup.interact_body("nothing=here".to_owned(), now, SECRET).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("slack_no_payload")),
+        "{body}"
+    );
+    let (status, body) = setup
+        .interact_answer(&json!({"type": "block_actions", "actions": []}), now, SECRET)
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("slack_incomplete_click")),
+        "{body}"
+    );
+    let (status, body) = setup
+        .interact_answer(&json!({"type": "view_submission"}), now, SECRET)
+        .await;
+    assert_eq!((status, body), (200, Value::Null));
+    let run = setup.run(&run_id).await;
+    assert_eq!(run.status, RunStatus::Suspended);
+    assert!(run.resolutions.is_empty(), "{:?}", run.resolutions);
+}
+
+/// A server without `[slack]` has no interactions to take.
+#[tokio::test]
+async fn a_server_without_a_slack_app_answers_interactions_404_slack_off() {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store)], store).await;
+    let answer = reqwest::Client::new()
+        .post(server.url("/slack/interactions"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("payload=%7B%7D")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 404);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "slack_off", "{body}");
 }
 
 #[tokio::test]

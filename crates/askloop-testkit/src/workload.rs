@@ -71,18 +71,13 @@ impl Pieces {
 
     /// Reads `TEXT` or `TEXT,ARGUMENTS` (1 to [`Pieces::MAX`] each); with
     /// one number the arguments come in as many pieces, at most 4.
-    pub fn parse(text: &str) -> Result<Pieces, String> {
+    pub fn parse(text: &str) -> Result<Pieces, BadPieces> {
         let count = |part: &str| {
             part.trim()
                 .parse::<usize>()
                 .ok()
                 .filter(|n| (1..=Self::MAX).contains(n))
-                .ok_or_else(|| {
-                    format!(
-                        "`{text}` is not TEXT or TEXT,ARGUMENTS with each a count between 1 and {}",
-                        Self::MAX
-                    )
-                })
+                .ok_or_else(|| BadPieces { given: text.to_owned() })
         };
         match text.split_once(',') {
             Some((reply, arguments)) => Ok(Pieces {
@@ -98,6 +93,15 @@ impl Pieces {
             }
         }
     }
+}
+
+/// A text [`Pieces::parse`] does not read: what was given, and the form
+/// and range it accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{given}` is not TEXT or TEXT,ARGUMENTS with each a count between 1 and {max}", max = Pieces::MAX)]
+pub struct BadPieces {
+    /// The text given.
+    pub given: String,
 }
 
 impl Default for Pieces {
@@ -299,9 +303,12 @@ mod tests {
         assert_eq!(Pieces::parse("5,12"), Ok(Pieces { text: 5, arguments: 12 }));
         assert_eq!(Pieces::parse(&Pieces::TOKENS.to_string()), Ok(Pieces::TOKENS));
         for bad in ["", "0", "-1", "many", "2,", ",2", "1,2,3", "10001", "3,0"] {
-            let err = Pieces::parse(bad).unwrap_err();
-            assert!(err.contains("TEXT,ARGUMENTS") && err.contains("10000"), "{bad}: {err}");
+            assert_eq!(Pieces::parse(bad), Err(BadPieces { given: bad.to_owned() }), "{bad}");
         }
+        assert_eq!(
+            Pieces::parse("0").unwrap_err().to_string(),
+            "`0` is not TEXT or TEXT,ARGUMENTS with each a count between 1 and 10000"
+        );
     }
 
     #[test]

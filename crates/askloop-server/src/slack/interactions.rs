@@ -7,9 +7,10 @@
 //! 1. the signature: `X-Slack-Signature` must be `v0=` and the hex
 //!    HMAC-SHA256, keyed with the signing secret, of
 //!    `v0:{X-Slack-Request-Timestamp}:{body}` (compared in constant time):
-//!    else 401;
+//!    else 401 `slack_bad_signature`;
 //! 2. the timestamp: within five minutes of the server's clock, so a
-//!    recorded request cannot be played again later: else 401;
+//!    recorded request cannot be played again later: else 401
+//!    `slack_stale_timestamp`;
 //! 3. the question: the block names a run's call, of an agent with that
 //!    channel among its Slack recipients;
 //! 4. the person: the clicking Slack user must be among the channel's
@@ -29,7 +30,6 @@ use askloop::{Author, CallDecision, CallState, Interface, PendingToolCall, Selec
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -37,6 +37,7 @@ use sha2::Sha256;
 use super::blocks::{self, QuestionRef};
 use super::{Slack, ephemeral};
 use crate::AppState;
+use crate::error::{ApiError, SlackRefusal};
 use crate::links::closed_how;
 use crate::reach::{Asked, asked};
 
@@ -82,63 +83,42 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-fn refused(status: StatusCode, why: &str) -> Response {
-    (
-        status,
-        axum::Json(json!({"error": {"code": "slack_refused", "message": why}})),
-    )
-        .into_response()
-}
-
-pub(crate) async fn interact(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(slack) = state.slack.clone() else {
-        return refused(StatusCode::NOT_FOUND, "this server has no Slack app ([slack])");
-    };
+/// Reads a click and acts on it. A request that is not a click Slack
+/// signed for this app, lately, is refused through [`ApiError`]; anything
+/// else gets the 200 Slack waits for, and what the person who clicked
+/// must be told goes to the interaction's `response_url`.
+pub(crate) async fn interact(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let slack = state.slack.clone().ok_or(SlackRefusal::NoApp)?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let (timestamp, signature) = (header("x-slack-request-timestamp"), header("x-slack-signature"));
     if !signature_matches(slack.settings().signing_secret.as_bytes(), timestamp, &body, signature) {
-        return refused(
-            StatusCode::UNAUTHORIZED,
-            "the request is not signed with this app's signing secret",
-        );
+        return Err(SlackRefusal::BadSignature.into());
     }
     let now = state.now().timestamp();
     match timestamp.parse::<i64>() {
         Ok(at) if (now - at).abs() <= REPLAY_WINDOW_SECONDS => {}
-        _ => {
-            return refused(
-                StatusCode::UNAUTHORIZED,
-                "the request's timestamp is more than five minutes from now: a replay, or a clock far off",
-            );
-        }
+        _ => return Err(SlackRefusal::Stale.into()),
     }
-    let Some(payload) = form_urlencoded::parse(&body)
+    let payload = form_urlencoded::parse(&body)
         .find(|(key, _)| key == "payload")
         .and_then(|(_, value)| serde_json::from_str::<Value>(&value).ok())
-    else {
-        return refused(
-            StatusCode::BAD_REQUEST,
-            "no payload field holding the interaction's JSON",
-        );
-    };
+        .ok_or(SlackRefusal::NoPayload)?;
     if payload["type"] != "block_actions" {
         // Nothing else is asked of this app; Slack only needs the 200.
-        return StatusCode::OK.into_response();
+        return Ok(StatusCode::OK);
     }
-    let clicked = Clicked::read(&payload);
-    let Some(clicked) = clicked else {
-        return refused(
-            StatusCode::BAD_REQUEST,
-            "a block_actions payload without a user, channel or action",
-        );
-    };
+    let clicked = Clicked::read(&payload).ok_or(SlackRefusal::IncompleteClick)?;
     let reply = act(&state, &slack, &clicked, &payload).await;
     if let Some(text) = reply
         && !clicked.response_url.is_empty()
     {
         tell(&slack, &clicked.response_url, &text).await;
     }
-    StatusCode::OK.into_response()
+    Ok(StatusCode::OK)
 }
 
 /// What was clicked, by whom, where.

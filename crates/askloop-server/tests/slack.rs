@@ -377,7 +377,7 @@ async fn a_signed_request_without_a_readable_click_is_refused_by_name_and_change
         .await;
     assert_eq!((status, body), (200, Value::Null));
     let run = setup.run(&run_id).await;
-    assert_eq!(run.status, RunStatus::Suspended);
+    assert_eq!(run.status(), RunStatus::Suspended);
     assert!(run.resolutions.is_empty(), "{:?}", run.resolutions);
 }
 

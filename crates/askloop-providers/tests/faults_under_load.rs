@@ -186,7 +186,12 @@ async fn drive(agent: Agent, n: usize) -> (String, Journey) {
                     break;
                 }
                 retries += 1;
-                output = agent.retry_run(&run_id).await.unwrap().output().await;
+                output = agent
+                    .retry_run(&run_id, askloop::Author::default())
+                    .await
+                    .unwrap()
+                    .output()
+                    .await;
             }
             _ => break,
         }

@@ -150,7 +150,7 @@ pub(crate) async fn resume_stream(
     let mut fields = request.fields;
     crate::threads::request::decision_memory(&mut fields, &caller)?;
     request_fields::decision_fields(fields, "runId, toolCallId, resumeData")?;
-    let decision = Decision::Answer(request.resume_data);
+    let decision = CallDecision::Answer(request.resume_data);
     decide(
         &state,
         &caller,
@@ -221,22 +221,16 @@ fn approval(
     request: DecisionRequest,
     caller: &Caller,
     approved: bool,
-) -> Result<(String, Option<String>, Decision), ApiError> {
+) -> Result<(String, Option<String>, CallDecision), ApiError> {
     let mut fields = request.fields;
     crate::threads::request::decision_memory(&mut fields, caller)?;
     const APPROVAL: &str = "runId, toolCallId, args, always, alwaysSameArguments, alwaysFor";
     let (accepted, decision) = if approved {
         let always = always(&mut fields)?;
-        match (fields.remove("args"), always) {
-            (None | Some(Value::Null), None) => (APPROVAL, Decision::Approve(request.reason)),
-            (None | Some(Value::Null), Some(always)) => {
-                no_reason(request.reason.as_ref())?;
-                (APPROVAL, Decision::ApproveAlways(always))
-            }
-            (Some(args), None) => {
-                no_reason(request.reason.as_ref())?;
-                (APPROVAL, Decision::ApproveWith(args))
-            }
+        let decision = match (fields.remove("args"), always) {
+            (None | Some(Value::Null), None) => CallDecision::Approve,
+            (None | Some(Value::Null), Some(always)) => CallDecision::ApproveAlways(always),
+            (Some(args), None) => CallDecision::ApproveWith(args),
             (Some(_), Some(_)) => {
                 return Err(ApiError::BadRequest(
                     "an approval with edited `args` cannot also stick (`always`): approve the edited call alone, \
@@ -244,9 +238,11 @@ fn approval(
                         .into(),
                 ));
             }
-        }
+        };
+        no_reason(request.reason.as_ref())?;
+        (APPROVAL, decision)
     } else {
-        ("runId, toolCallId, reason", Decision::Decline(request.reason))
+        ("runId, toolCallId, reason", CallDecision::Decline(request.reason))
     };
     request_fields::decision_fields(fields, accepted)?;
     Ok((request.run_id, request.tool_call_id, decision))
@@ -314,19 +310,6 @@ pub(crate) fn always(fields: &mut serde_json::Map<String, Value>) -> Result<Opti
     Ok(Some(always))
 }
 
-/// What a person sent about a pending call, through one of the routes
-/// that continue a run.
-pub(crate) enum Decision {
-    Answer(Value),
-    /// With the `reason` sent, which the agent refuses.
-    Approve(Option<String>),
-    /// Approve, running the call with these edited arguments.
-    ApproveWith(Value),
-    /// Approve, and let later calls of the tool run in this scope.
-    ApproveAlways(askloop::Always),
-    Decline(Option<String>),
-}
-
 /// Hands a decision about a pending call of a run of the route's agent to
 /// the agent, and streams the rest of the run.
 async fn decide(
@@ -335,7 +318,7 @@ async fn decide(
     agent_id: &str,
     run_id: &str,
     tool_call_id: Option<&str>,
-    decision: Decision,
+    decision: CallDecision,
 ) -> Result<Response, ApiError> {
     let stream = decision_stream(state, caller, agent_id, run_id, tool_call_id, decision).await?;
     Ok(sse::respond(state, stream, run_span(agent_id, run_id, tool_call_id)))
@@ -349,7 +332,7 @@ pub(crate) async fn decision_stream(
     agent_id: &str,
     run_id: &str,
     tool_call_id: Option<&str>,
-    decision: Decision,
+    decision: CallDecision,
 ) -> Result<AgentStream, ApiError> {
     // Refused before the run is read: a limited token learns nothing of
     // another agent's runs, and nothing is written.
@@ -363,14 +346,10 @@ pub(crate) async fn decision_stream(
     let options = ResumeOptions::call_or_run(run_id, tool_call_id)
         .by(author)
         .from_read(run);
-    match decision {
-        Decision::Answer(data) => agent.resume_stream(data, options).await,
-        Decision::Approve(reason) => agent.approve_tool_call(options.with_reason(reason)).await,
-        Decision::ApproveWith(args) => agent.approve_tool_call_with(options, args).await,
-        Decision::ApproveAlways(always) => agent.approve_tool_call_always(options, always).await,
-        Decision::Decline(reason) => agent.decline_tool_call(options.with_reason(reason)).await,
-    }
-    .map_err(|err| on_agent_route(err, agent_id))
+    agent
+        .decide(options, decision)
+        .await
+        .map_err(|err| on_agent_route(err, agent_id))
 }
 
 /// Hands decisions about several pending calls of one run of the route's

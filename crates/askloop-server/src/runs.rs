@@ -277,7 +277,7 @@ pub(crate) async fn cancel(
     // Cancelling needs the run's agent only to write through its store;
     // a run of an agent this server does not serve is left alone.
     let agent = state.agent(&run.agent_id)?;
-    agent.cancel_run_by(&run_id, caller.author()).await?;
+    agent.cancel_run(&run_id, caller.author()).await?;
     Ok(Json(Cancelled {
         run_id,
         status: RunStatus::Cancelled,
@@ -299,7 +299,7 @@ pub(crate) async fn retry(
 ) -> Result<Response, ApiError> {
     let run = load(&state, &caller, &run_id, None).await?;
     let agent = state.agent(&run.agent_id)?;
-    let stream = agent.retry_run_by(&run_id, caller.author()).await?;
+    let stream = agent.retry_run(&run_id, caller.author()).await?;
     let span = tracing::info_span!("run", agent_id = %run.agent_id, run_id = %run_id, tool_call_id = "");
     Ok(crate::sse::respond(&state, stream, span))
 }

@@ -295,7 +295,12 @@ async fn a_restart_during_the_model_call_loses_no_answer_and_the_run_completes()
         assert_eq!(failed.status(), RunStatus::Failed, "{failed:#?}");
         let failure = failed.failure.clone().expect("a typed reason");
         assert!(failure.is_transient(), "{failure:?}");
-        let retried = agent.retry_run(&run_id).await.unwrap().output().await;
+        let retried = agent
+            .retry_run(&run_id, askloop::Author::default())
+            .await
+            .unwrap()
+            .output()
+            .await;
         assert_eq!(retried.status, RunStatus::Completed, "{retried:?}");
         completed(store.as_ref(), &run_id).await
     };
@@ -344,15 +349,22 @@ async fn a_database_gone_when_the_step_is_written_leaves_the_run_to_recovery_whi
     let finished = match stored.status() {
         RunStatus::Running => {
             assert!(
-                agent.recover_runs().await.unwrap().is_empty(),
+                agent.recover_runs(askloop::Author::default()).await.unwrap().is_empty(),
                 "a run is not taken over while its lease holds"
             );
             clock.advance(LEASE + Duration::from_millis(1));
-            let mut recovered = agent.recover_runs().await.unwrap();
+            let mut recovered = agent.recover_runs(askloop::Author::default()).await.unwrap();
             assert_eq!(recovered.len(), 1, "recovery takes the run over once its lease ran out");
             recovered.pop().unwrap().output().await
         }
-        RunStatus::Failed => agent.retry_run(&run_id).await.unwrap().output().await,
+        RunStatus::Failed => {
+            agent
+                .retry_run(&run_id, askloop::Author::default())
+                .await
+                .unwrap()
+                .output()
+                .await
+        }
         other => panic!("the run is {other} after a step it could not write: {stored:#?}"),
     };
     assert_eq!(finished.status, RunStatus::Completed, "{finished:?}");

@@ -591,7 +591,10 @@ async fn cancel_while_running_ends_the_stream_with_abort() {
             let holder = holder_in_tool.clone();
             async move {
                 let agent = holder.get().unwrap();
-                agent.cancel_run(ctx.run_id().unwrap()).await.unwrap();
+                agent
+                    .cancel_run(ctx.run_id().unwrap(), askloop::Author::default())
+                    .await
+                    .unwrap();
                 Ok(ToolOutput::text("stopped").into())
             }
         });
@@ -655,7 +658,7 @@ async fn cancelling_a_run_gives_up_the_tool_call_its_driver_waits_on_and_its_str
     let run_id = stream.run_id().to_owned();
     let driving = tokio::spawn(stream.output());
     started.notified().await;
-    agent.cancel_run(&run_id).await.unwrap();
+    agent.cancel_run(&run_id, askloop::Author::default()).await.unwrap();
     // The call is given up and the stream ends, with no wait for a beat of
     // the lease's heartbeat (30 s). The bound only keeps a failure from
     // hanging the suite.
@@ -695,7 +698,7 @@ async fn a_drive_whose_run_another_process_cancelled_gives_up_its_tool_call_at_t
     started.notified().await;
     // Another agent object (as another process would) cancels: no bell
     // rings in the driver's; its heartbeat finds the lease gone.
-    other.cancel_run(&run_id).await.unwrap();
+    other.cancel_run(&run_id, askloop::Author::default()).await.unwrap();
     tokio::time::timeout(std::time::Duration::from_secs(20), dropped.notified())
         .await
         .expect("the call was given up");
@@ -757,7 +760,10 @@ async fn a_waiting_call_is_forgotten_by_its_tool_when_its_run_is_cancelled_and_n
         "an answered call is not forgotten"
     );
     let (_, cancelled) = run(&agent, "y").await;
-    agent.cancel_run(&cancelled.run_id).await.unwrap();
+    agent
+        .cancel_run(&cancelled.run_id, askloop::Author::default())
+        .await
+        .unwrap();
     assert_eq!(
         *forgotten.0.lock().unwrap(),
         [(cancelled.run_id.clone(), "c1".to_owned())]

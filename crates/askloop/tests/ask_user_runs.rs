@@ -237,7 +237,10 @@ async fn declining_a_question_tells_the_model_with_the_reason_and_the_run_goes_o
 async fn cancelling_a_suspended_run_stops_it_without_calling_the_model() {
     let (agent, model, store) = setup(FREE_TEXT);
     let (_, output) = run(&agent, "x").await;
-    agent.cancel_run(&output.run_id).await.unwrap();
+    agent
+        .cancel_run(&output.run_id, askloop::Author::default())
+        .await
+        .unwrap();
     let stored = store.get(&output.run_id).await.unwrap().unwrap();
     assert_eq!(stored.status(), RunStatus::Cancelled);
     assert!(stored.stored_calls().is_empty());
@@ -255,7 +258,10 @@ async fn cancelling_a_suspended_run_stops_it_without_calling_the_model() {
         ),
         "{err:?}"
     );
-    let again = agent.cancel_run(&output.run_id).await.unwrap_err();
+    let again = agent
+        .cancel_run(&output.run_id, askloop::Author::default())
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             again,
@@ -308,8 +314,11 @@ async fn another_agent_on_the_same_store_cannot_read_answer_or_cancel_the_run() 
             .decline_tool_call(ResumeOptions::run(&output.run_id))
             .await
             .map(|_| ()),
-        other.cancel_run(&output.run_id).await,
-        other.retry_run(&output.run_id).await.map(|_| ()),
+        other.cancel_run(&output.run_id, askloop::Author::default()).await,
+        other
+            .retry_run(&output.run_id, askloop::Author::default())
+            .await
+            .map(|_| ()),
     ];
     for refused in refusals {
         let err = refused.unwrap_err();

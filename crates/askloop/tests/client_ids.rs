@@ -128,10 +128,25 @@ async fn every_operation_on_a_run_refuses_an_id_outside_the_rule() {
             &problem,
             &what("decline"),
         );
-        refused_as(agent.cancel_run(&id).await, IdKind::Run, &problem, &what("cancel"));
+        refused_as(
+            agent.cancel_run(&id, askloop::Author::default()).await,
+            IdKind::Run,
+            &problem,
+            &what("cancel"),
+        );
         refused_as(agent.get_run(&id).await, IdKind::Run, &problem, &what("get"));
-        refused_as(agent.retry_run(&id).await, IdKind::Run, &problem, &what("retry"));
-        refused_as(agent.recover_run(&id).await, IdKind::Run, &problem, &what("recover"));
+        refused_as(
+            agent.retry_run(&id, askloop::Author::default()).await,
+            IdKind::Run,
+            &problem,
+            &what("retry"),
+        );
+        refused_as(
+            agent.recover_run(&id, askloop::Author::default()).await,
+            IdKind::Run,
+            &problem,
+            &what("recover"),
+        );
     }
 }
 

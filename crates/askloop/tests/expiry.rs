@@ -272,7 +272,7 @@ async fn a_cancel_is_recorded_with_its_author() {
     let agent = asking_agent(store.clone(), &clock, None);
     let run_id = agent.stream("plan").await.unwrap().output().await.run_id;
     agent
-        .cancel_run_by(&run_id, Author::named(Interface::Page, "bob"))
+        .cancel_run(&run_id, Author::named(Interface::Page, "bob"))
         .await
         .unwrap();
     let run = store.get(&run_id).await.unwrap().unwrap();

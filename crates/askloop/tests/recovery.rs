@@ -161,7 +161,7 @@ async fn a_run_whose_driver_died_mid_model_call_is_taken_over_and_the_call_made_
 
     let model = CountingModel::new(ASK_THEN_ANSWER);
     let second = world.agent(model.clone());
-    let mut recovered = second.recover_runs_by(Author::via(Interface::Server)).await.unwrap();
+    let mut recovered = second.recover_runs(Author::via(Interface::Server)).await.unwrap();
     assert_eq!(recovered.len(), 1);
     let (chunks, output) = recovered.remove(0).output_with_chunks().await;
     assert_eq!(output.status, RunStatus::Suspended);
@@ -177,7 +177,11 @@ async fn a_run_whose_driver_died_mid_model_call_is_taken_over_and_the_call_made_
     assert_eq!(model.calls(), 1, "the interrupted model call is made again, once");
     assert!(types(&chunks).contains(&"tool-call-suspended"));
     assert!(
-        second.recover_runs().await.unwrap().is_empty(),
+        second
+            .recover_runs(askloop::Author::default())
+            .await
+            .unwrap()
+            .is_empty(),
         "nothing left to recover"
     );
 
@@ -228,7 +232,7 @@ async fn answers_stored_before_the_driver_died_are_not_asked_again() {
 
     let second = world.agent(CountingModel::new(script));
     let (chunks, output) = second
-        .recover_runs()
+        .recover_runs(askloop::Author::default())
         .await
         .unwrap()
         .remove(0)
@@ -293,7 +297,7 @@ async fn die_mid_tool(idempotent: bool) -> (usize, usize, askloop::StreamOutput,
 
     let new_runs = Arc::new(AtomicUsize::new(0));
     let output = build(&new_runs, false)
-        .recover_runs()
+        .recover_runs(askloop::Author::default())
         .await
         .unwrap()
         .remove(0)
@@ -366,7 +370,7 @@ async fn a_driver_that_renews_its_lease_keeps_its_run_from_recovery() {
     assert!(Utc::now() > taken.until, "the first lease has run out by now");
     let other = agent(CountingModel::new(ASK_THEN_ANSWER), &store);
     assert!(
-        other.recover_runs().await.unwrap().is_empty(),
+        other.recover_runs(askloop::Author::default()).await.unwrap().is_empty(),
         "a held run is not taken over"
     );
     assert_eq!(store.get(&run_id).await.unwrap().unwrap().status(), RunStatus::Running);
@@ -411,7 +415,7 @@ async fn a_run_failed_by_an_unreachable_model_keeps_its_answer_and_is_retried_fr
 
     let model = CountingModel::new(ASK_THEN_ANSWER);
     let retried = agent(model.clone(), &store)
-        .retry_run(&run_id)
+        .retry_run(&run_id, askloop::Author::default())
         .await
         .unwrap()
         .output()
@@ -431,7 +435,7 @@ async fn a_run_failed_by_an_unreachable_model_keeps_its_answer_and_is_retried_fr
         "the retry is recorded after the answer"
     );
 
-    match up.retry_run(&run_id).await {
+    match up.retry_run(&run_id, askloop::Author::default()).await {
         Err(RunError::NotRetryable { reason, .. }) => assert!(reason.contains("completed"), "{reason}"),
         other => panic!("a completed run is not retried: {other:?}"),
     }
@@ -461,7 +465,7 @@ async fn generate_returns_the_typed_failure_and_a_step_limit_is_not_retried() {
     let run = store.get(&run_id).await.unwrap().unwrap();
     assert_eq!(run.failure, Some(RunFailure::StepLimit { limit: 1 }));
     assert!(matches!(
-        agent.retry_run(&run_id).await,
+        agent.retry_run(&run_id, askloop::Author::default()).await,
         Err(RunError::NotRetryable { .. })
     ));
 }
@@ -477,7 +481,7 @@ async fn the_stream_of_a_recovered_run_shows_only_what_is_new() {
     world.lease_runs_out(&run_id).await;
     let (chunks, output) = world
         .agent(CountingModel::new(ASK_THEN_ANSWER))
-        .recover_runs()
+        .recover_runs(askloop::Author::default())
         .await
         .unwrap()
         .remove(0)
@@ -523,7 +527,7 @@ async fn die_mid_approved_tool(
 
     let new_runs = Arc::new(AtomicUsize::new(0));
     let recovering = build(&new_runs, false);
-    let mut streams = recovering.recover_runs().await.unwrap();
+    let mut streams = recovering.recover_runs(askloop::Author::default()).await.unwrap();
     assert_eq!(streams.len(), 1);
     let output = streams.remove(0).output().await;
     let messages = store.messages(&run_id).await.unwrap();
@@ -624,7 +628,7 @@ async fn recover_runs_takes_over_every_stalled_run_of_its_agent_however_many_pag
         store.create(&run, &[Message::user("Book a trip")]).await.unwrap();
     }
     let agent = agent(CountingModel::new(ASK_THEN_ANSWER), &store);
-    let streams = agent.recover_runs().await.unwrap();
+    let streams = agent.recover_runs(askloop::Author::default()).await.unwrap();
     assert_eq!(streams.len(), 1100);
     for stream in streams {
         assert_eq!(stream.output().await.status, RunStatus::Suspended);
@@ -632,7 +636,7 @@ async fn recover_runs_takes_over_every_stalled_run_of_its_agent_however_many_pag
     let others = store.expired(Utc::now(), None, 5000).await.unwrap();
     assert_eq!(others.len(), 1100);
     assert!(others.iter().all(|r| r.agent_id == "other"));
-    assert!(agent.recover_runs().await.unwrap().is_empty());
+    assert!(agent.recover_runs(askloop::Author::default()).await.unwrap().is_empty());
 }
 
 /// A charge of an amount, waiting for approval, that may run again; it
@@ -686,7 +690,7 @@ async fn a_call_approved_with_edited_arguments_runs_again_after_a_crash_with_the
 
     let again = Arc::new(std::sync::Mutex::new(Vec::new()));
     let output = build(&again, false)
-        .recover_runs()
+        .recover_runs(askloop::Author::default())
         .await
         .unwrap()
         .remove(0)

@@ -177,7 +177,7 @@ async fn a_recovered_run_continues_its_stored_trace() {
         .build()
         .unwrap();
 
-    let recovered = agent.recover_runs_by(Author::via(Interface::Server)).await.unwrap();
+    let recovered = agent.recover_runs(Author::via(Interface::Server)).await.unwrap();
     assert_eq!(recovered.len(), 1);
     for stream in recovered {
         assert_eq!(stream.output().await.status, RunStatus::Suspended);

@@ -305,14 +305,14 @@ pub async fn every_approval(
 /// `askloop retry RUN`: a failed run, continued from its last stored step.
 pub async fn retry(ctx: &Context, run_id: &str, model: Option<&str>, json: bool) -> Result<Done, CliError> {
     let (agent, run) = agent_for(ctx, run_id, model).await?;
-    let stream = agent.retry_run_by(&run.run_id, cli_author()).await?;
+    let stream = agent.retry_run(&run.run_id, cli_author()).await?;
     Ok(finish(ctx, stream, json).await)
 }
 
 /// `askloop cancel RUN`.
 pub async fn cancel(ctx: &Context, run_id: &str) -> Result<Done, CliError> {
     let (agent, run) = agent_for(ctx, run_id, None).await?;
-    agent.cancel_run_by(&run.run_id, cli_author()).await?;
+    agent.cancel_run(&run.run_id, cli_author()).await?;
     outln!("Cancelled run {}.", run.run_id);
     Ok(Done::Ok)
 }

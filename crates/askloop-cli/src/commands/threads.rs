@@ -224,7 +224,7 @@ pub async fn delete(
                         continue;
                     };
                     let agent = rebuild_agent(ctx, &store, &run, None).await?;
-                    match agent.cancel_run_by(&run_id, cli_author()).await {
+                    match agent.cancel_run(&run_id, cli_author()).await {
                         Ok(()) => {
                             errln!("Cancelled run {run_id}.");
                             cancelled.push(run_id);

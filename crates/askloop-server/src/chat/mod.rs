@@ -46,7 +46,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::AppState;
-use crate::agents::{self, Decision};
+use crate::agents;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath};
@@ -242,7 +242,15 @@ async fn answer(
     data: Value,
 ) -> Result<Response, ApiError> {
     let agent_id = chat.agent_id;
-    let stream = agents::decision_stream(state, caller, agent_id, run_id, tool_call_id, Decision::Answer(data)).await?;
+    let stream = agents::decision_stream(
+        state,
+        caller,
+        agent_id,
+        run_id,
+        tool_call_id,
+        CallDecision::Answer(data),
+    )
+    .await?;
     let span = agents::run_span(agent_id, run_id, tool_call_id);
     Ok(sse::respond_ui(
         state,

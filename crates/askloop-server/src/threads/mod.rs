@@ -308,7 +308,7 @@ pub(crate) async fn delete(
                     };
                     let agent = state.agent(&run.agent_id)?;
                     caller.check(agent.id())?;
-                    match agent.cancel_run_by(&run_id, caller.author()).await {
+                    match agent.cancel_run(&run_id, caller.author()).await {
                         Ok(()) | Err(askloop::RunError::Finished { .. }) => {}
                         Err(err) => return Err(err.into()),
                     }

@@ -125,7 +125,7 @@ async fn run(args: &[String]) -> Result<(), Failure> {
     // stream ends), so a look does not answer them again meanwhile.
     let answering: Arc<Mutex<HashSet<String>>> = Arc::default();
     loop {
-        let recovered = agent.recover_runs().await?;
+        let recovered = agent.recover_runs(askloop::Author::default()).await?;
         if !recovered.is_empty() {
             say(&format!("recovered {}", recovered.len()));
         }

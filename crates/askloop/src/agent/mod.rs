@@ -244,15 +244,11 @@ impl Agent {
         }
     }
 
-    /// Cancels a suspended (or running) run: its status becomes `cancelled`
-    /// and the model is not called again. A run that has finished already
-    /// is [`RunError::Finished`].
-    pub async fn cancel_run(&self, run_id: &str) -> Result<(), RunError> {
-        self.cancel_run_by(run_id, Author::default()).await
-    }
-
-    /// Cancels a run (see [`Agent::cancel_run`]), recording `author`.
-    pub async fn cancel_run_by(&self, run_id: &str, author: Author) -> Result<(), RunError> {
+    /// Cancels a suspended (or running) run, recording `author` as who
+    /// cancelled it (`Author::default()` names no one): its status becomes
+    /// `cancelled` and the model is not called again. A run that has
+    /// finished already is [`RunError::Finished`].
+    pub async fn cancel_run(&self, run_id: &str, author: Author) -> Result<(), RunError> {
         IdKind::Run.check(run_id)?;
         match self.enter(run_id, machine::Request::Cancel { author }, None).await? {
             enter::Outcome::Cancelled => Ok(()),

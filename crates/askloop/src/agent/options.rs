@@ -161,9 +161,12 @@ impl StreamOptions {
 /// [`RunError::ReasonTooLong`]: crate::RunError::ReasonTooLong
 pub const MAX_REASON_BYTES: usize = 64 * 1024;
 
-/// A decision for one pending call, as [`Agent::decide_all`] applies several
-/// together.
+/// A decision for one pending call: what [`Agent::decide`] applies, and
+/// [`Agent::decide_all`] applies several of together. The one decision type
+/// every channel hands the agent (the HTTP routes, the chat route, links,
+/// Slack, the CLI, MCP).
 ///
+/// [`Agent::decide`]: crate::Agent::decide
 /// [`Agent::decide_all`]: crate::Agent::decide_all
 #[derive(Debug, Clone, PartialEq)]
 pub enum CallDecision {

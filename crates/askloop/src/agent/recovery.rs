@@ -28,27 +28,22 @@ impl Agent {
     /// alone. A host calls this at start and then from time to time.
     ///
     /// Each take-over is recorded on the run as a
-    /// [`ResolutionKind::Recovered`](crate::ResolutionKind::Recovered) resolution, in the same write, made
-    /// through the library; [`Agent::recover_runs_by`] names who recovers.
+    /// [`ResolutionKind::Recovered`](crate::ResolutionKind::Recovered) resolution, in the same write,
+    /// made by `author` (e.g. the server's sweep; `Author::default()` names
+    /// no one).
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// use std::sync::Arc;
-    /// use askloop::{Agent, ScriptedModel};
+    /// use askloop::{Agent, Author, ScriptedModel};
     /// let model = ScriptedModel::from_json("demo", r#"{"turns": [{"text": "hi"}]}"#).unwrap();
     /// let agent = Agent::builder("assistant").model(Arc::new(model)).build().unwrap();
-    /// for stream in agent.recover_runs().await.unwrap() {
+    /// for stream in agent.recover_runs(Author::default()).await.unwrap() {
     ///     println!("{}: {:?}", stream.run_id().to_owned(), stream.output().await.status);
     /// }
     /// # });
     /// ```
-    pub async fn recover_runs(&self) -> Result<Vec<AgentStream>, RunError> {
-        self.recover_runs_by(Author::default()).await
-    }
-
-    /// Takes over stalled runs (see [`Agent::recover_runs`]), recording
-    /// `author` as who took each over (e.g. the server's sweep).
-    pub async fn recover_runs_by(&self, author: Author) -> Result<Vec<AgentStream>, RunError> {
+    pub async fn recover_runs(&self, author: Author) -> Result<Vec<AgentStream>, RunError> {
         let mut streams = Vec::new();
         let mut pages = ExpiredRuns::new(self.inner.store.as_ref(), self.inner.clock.now(), EXPIRED_PAGE);
         while let Some(page) = pages.next_page().await? {
@@ -74,16 +69,10 @@ impl Agent {
         self.take_over(&run_id, Request::Recover { author }, Some(run)).await
     }
 
-    /// Takes over one run if its lease ran out (see [`Agent::recover_runs`]);
-    /// `None` when it is not stalled (held, not running) or another process
-    /// took it first.
-    pub async fn recover_run(&self, run_id: &str) -> Result<Option<AgentStream>, RunError> {
-        self.recover_run_by(run_id, Author::default()).await
-    }
-
-    /// Takes over one stalled run (see [`Agent::recover_run`]), recording
-    /// `author` as who took it over.
-    pub async fn recover_run_by(&self, run_id: &str, author: Author) -> Result<Option<AgentStream>, RunError> {
+    /// Takes over one run if its lease ran out (see [`Agent::recover_runs`]),
+    /// recording `author` as who took it over; `None` when it is not stalled
+    /// (held, not running) or another process took it first.
+    pub async fn recover_run(&self, run_id: &str, author: Author) -> Result<Option<AgentStream>, RunError> {
         IdKind::Run.check(run_id)?;
         self.take_over(run_id, Request::Recover { author }, None).await
     }
@@ -93,14 +82,8 @@ impl Agent {
     /// unreachable or busy, the process interrupted; see
     /// [`crate::RunFailure::is_transient`]). What it stored is kept: stored
     /// answers are not asked again and stored tool results are not run
-    /// again.
-    pub async fn retry_run(&self, run_id: &str) -> Result<AgentStream, RunError> {
-        self.retry_run_by(run_id, Author::default()).await
-    }
-
-    /// Retries a failed run (see [`Agent::retry_run`]), recording `author`
-    /// as who took it over.
-    pub async fn retry_run_by(&self, run_id: &str, author: Author) -> Result<AgentStream, RunError> {
+    /// again. `author` is recorded as who took it over.
+    pub async fn retry_run(&self, run_id: &str, author: Author) -> Result<AgentStream, RunError> {
         IdKind::Run.check(run_id)?;
         match self.take_over(run_id, Request::Retry { author }, None).await? {
             Some(stream) => Ok(stream),

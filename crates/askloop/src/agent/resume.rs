@@ -25,23 +25,29 @@ impl Agent {
         resume_data: impl Into<Value>,
         options: ResumeOptions,
     ) -> Result<AgentStream, RunError> {
-        let decision = Decision::Answer {
-            data: resume_data.into(),
-            reason: options.reason.clone(),
-        };
-        self.decide(options, decision).await
+        self.decide(options, CallDecision::Answer(resume_data.into())).await
+    }
+
+    /// Applies one decision for the pending call `options` names (or the
+    /// only one), as the method named for its kind does:
+    /// [`Agent::resume_stream`] for an answer, [`Agent::approve_tool_call`],
+    /// [`Agent::approve_tool_call_with`], [`Agent::approve_tool_call_always`]
+    /// and [`Agent::decline_tool_call`] (a decline without a reason of its
+    /// own takes `options.reason`). For a host that receives decisions of
+    /// any kind, as askloop's routes do.
+    pub async fn decide(&self, options: ResumeOptions, decision: CallDecision) -> Result<AgentStream, RunError> {
+        let decision = machine_decision(decision, options.reason.clone())?;
+        if let Decision::ApproveAlways(_) = decision {
+            self.can_keep_grants()?;
+        }
+        self.enter_decision(options, decision).await
     }
 
     /// Approves a call that waits on approval; the tool then runs. Takes the
     /// same options as [`Agent::resume_stream`] (a reason is refused: an
     /// approval needs none).
     pub async fn approve_tool_call(&self, options: ResumeOptions) -> Result<AgentStream, RunError> {
-        if options.reason.is_some() {
-            return Err(RunError::InvalidInput(
-                "an approval takes no `reason`: a reason goes with a decline, and is told to the model".into(),
-            ));
-        }
-        self.decide(options, Decision::Approve).await
+        self.decide(options, CallDecision::Approve).await
     }
 
     /// Approves a call that waits for approval, to run with `args` (the
@@ -57,12 +63,7 @@ impl Agent {
     /// edited arguments ([`Resolution::edit`](crate::Resolution::edit)),
     /// with who edited.
     pub async fn approve_tool_call_with(&self, options: ResumeOptions, args: Value) -> Result<AgentStream, RunError> {
-        if options.reason.is_some() {
-            return Err(RunError::InvalidInput(
-                "an approval takes no `reason`: a reason goes with a decline, and is told to the model".into(),
-            ));
-        }
-        self.decide(options, Decision::ApproveWith(args)).await
+        self.decide(options, CallDecision::ApproveWith(args)).await
     }
 
     /// Approves a call that waits for approval, and lets later calls of the
@@ -78,13 +79,7 @@ impl Agent {
         options: ResumeOptions,
         always: crate::Always,
     ) -> Result<AgentStream, RunError> {
-        if options.reason.is_some() {
-            return Err(RunError::InvalidInput(
-                "an approval takes no `reason`: a reason goes with a decline, and is told to the model".into(),
-            ));
-        }
-        self.can_keep_grants()?;
-        self.decide(options, Decision::ApproveAlways(always)).await
+        self.decide(options, CallDecision::ApproveAlways(always)).await
     }
 
     /// A store that keeps no grants cannot make an approval stick: refused
@@ -120,8 +115,7 @@ impl Agent {
     /// # });
     /// ```
     pub async fn decline_tool_call(&self, options: ResumeOptions) -> Result<AgentStream, RunError> {
-        let reason = options.reason.clone();
-        self.decide(options, Decision::Decline(reason)).await
+        self.decide(options, CallDecision::Decline(None)).await
     }
 
     /// Applies decisions for several pending calls of one run as one
@@ -177,17 +171,8 @@ impl Agent {
         }
         let decisions = decisions
             .into_iter()
-            .map(|(tool_call_id, decision)| {
-                let decision = match decision {
-                    CallDecision::Answer(data) => Decision::Answer { data, reason: None },
-                    CallDecision::Approve => Decision::Approve,
-                    CallDecision::ApproveWith(args) => Decision::ApproveWith(args),
-                    CallDecision::ApproveAlways(always) => Decision::ApproveAlways(always),
-                    CallDecision::Decline(reason) => Decision::Decline(reason),
-                };
-                (tool_call_id, decision)
-            })
-            .collect::<Vec<_>>();
+            .map(|(tool_call_id, decision)| Ok((tool_call_id, machine_decision(decision, None)?)))
+            .collect::<Result<Vec<_>, RunError>>()?;
         if decisions.iter().any(|(_, d)| matches!(d, Decision::ApproveAlways(_))) {
             self.can_keep_grants()?;
         }
@@ -277,7 +262,7 @@ impl Agent {
     }
 
     /// Hands a decision to the run's entry protocol (`machine/entry.rs`).
-    async fn decide(&self, options: ResumeOptions, decision: Decision) -> Result<AgentStream, RunError> {
+    async fn enter_decision(&self, options: ResumeOptions, decision: Decision) -> Result<AgentStream, RunError> {
         let run_id = options.run_id.as_str();
         // A person's decision names the run; an expiry comes from a sweep
         // that found the run in the store.
@@ -297,5 +282,26 @@ impl Agent {
                 run_id: run_id.to_owned(),
             }),
         }
+    }
+}
+
+/// A person's decision as the entry machine takes it: the one mapping from
+/// [`CallDecision`], with the reason given beside it (a resume's options).
+/// An approval takes no reason: one given is refused.
+fn machine_decision(decision: CallDecision, reason: Option<String>) -> Result<Decision, RunError> {
+    let approval = |decision: Decision| {
+        if reason.is_some() {
+            return Err(RunError::InvalidInput(
+                "an approval takes no `reason`: a reason goes with a decline, and is told to the model".into(),
+            ));
+        }
+        Ok(decision)
+    };
+    match decision {
+        CallDecision::Answer(data) => Ok(Decision::Answer { data, reason }),
+        CallDecision::Approve => approval(Decision::Approve),
+        CallDecision::ApproveWith(args) => approval(Decision::ApproveWith(args)),
+        CallDecision::ApproveAlways(always) => approval(Decision::ApproveAlways(always)),
+        CallDecision::Decline(own) => Ok(Decision::Decline(own.or(reason))),
     }
 }

@@ -59,6 +59,24 @@ pub(crate) fn approval_schema() -> Arc<Value> {
 /// write's resolutions and failure are taken into the record; its pending
 /// calls and step results are left to the caller (a driver's machine holds
 /// them while it drives, a claim puts them in the record).
+/// A new run as it is first stored: `running`, held by `lease`, waiting on
+/// nothing, at version 0, with nothing resolved (the status of a run is set
+/// by the machines alone, this its first).
+pub(crate) fn started(run: RunRecord, lease: Lease) -> RunRecord {
+    RunRecord {
+        status: RunStatus::Running,
+        version: 0,
+        pending: Vec::new(),
+        step_results: Vec::new(),
+        steps: 0,
+        usage: Default::default(),
+        lease: Some(lease),
+        failure: None,
+        resolutions: Vec::new(),
+        ..run
+    }
+}
+
 pub(crate) fn record_landed(record: &mut RunRecord, write: &mut RunWrite, version: i64, lease: Option<Lease>) {
     record.version = version;
     record.status = write.status;

@@ -204,28 +204,23 @@ impl Agent {
         // The drive's span is made before the run is stored, so that its
         // trace context is stored with the run (see `telemetry`).
         let span = telemetry::drive_span(&run_id, &self.inner.id, None, telemetry::DriveKind::Start);
-        let record = RunRecord {
-            run_id: run_id.clone(),
-            agent_id: self.inner.id.clone(),
-            thread_id: options.thread_id,
-            memory,
-            resource_id: options.resource_id,
-            status: RunStatus::Running,
-            version: 0,
-            created_at: now,
-            updated_at: now,
-            pending: Vec::new(),
-            step_results: Vec::new(),
-            message_count: messages.len() as i64,
-            steps: 0,
-            usage: Default::default(),
-            metadata: options.metadata,
-            settings: options.settings,
-            lease: Some(self.inner.new_lease()),
-            failure: None,
-            resolutions: Vec::new(),
-            trace_parent: telemetry::stored_context(&span),
-        };
+        let record = machine::started(
+            RunRecord {
+                run_id: run_id.clone(),
+                agent_id: self.inner.id.clone(),
+                thread_id: options.thread_id,
+                memory,
+                resource_id: options.resource_id,
+                created_at: now,
+                updated_at: now,
+                message_count: messages.len() as i64,
+                metadata: options.metadata,
+                settings: options.settings,
+                trace_parent: telemetry::stored_context(&span),
+                ..RunRecord::default()
+            },
+            self.inner.new_lease(),
+        );
         self.inner.store.create(&record, &messages).await?;
         let state = RunState::new(record, messages);
         Ok(self.spawn_in(state, Begin::Fresh, Some(span)))

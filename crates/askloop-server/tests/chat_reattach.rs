@@ -42,6 +42,12 @@ async fn slow_server(options: ServerOptions) -> (TestServer, Arc<dyn RunStore>, 
     (server, store, model)
 }
 
+/// How many calls the stored run waits on, whatever their time limits.
+async fn waiting(store: &dyn RunStore, run_id: &str) -> usize {
+    let run = store.get(run_id).await.unwrap().unwrap();
+    run.waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC).count()
+}
+
 fn user(text: &str) -> Value {
     json!({"parts": [{"type": "text", "text": text}], "id": uuid::Uuid::now_v7().to_string(), "role": "user"})
 }
@@ -109,15 +115,9 @@ async fn a_client_that_drops_mid_stream_re_attaches_and_gets_the_stream_from_sta
     let runs = store.list(&Default::default()).await.unwrap();
     assert_eq!(runs.len(), 1);
     let run_id = runs[0].run_id.clone();
-    assert!(
-        store
-            .get(&run_id)
-            .await
-            .unwrap()
-            .unwrap()
-            .waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC)
-            .next()
-            .is_none(),
+    assert_eq!(
+        waiting(store.as_ref(), &run_id).await,
+        0,
         "re-attached before the question was asked: the rest comes live"
     );
 
@@ -144,13 +144,7 @@ async fn a_client_that_drops_mid_stream_re_attaches_and_gets_the_stream_from_sta
         .unwrap();
     assert_eq!(suspended["data"]["runId"], run_id.as_str());
     assert_eq!(
-        store
-            .get(&run_id)
-            .await
-            .unwrap()
-            .unwrap()
-            .waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC)
-            .count(),
+        waiting(store.as_ref(), &run_id).await,
         1,
         "the run went on without its first client, to the question"
     );
@@ -224,14 +218,5 @@ async fn a_stream_past_the_replay_limit_is_not_replayed_and_re_attaching_gets_an
         "the client still attached gets the whole stream: {rest}"
     );
     let runs = store.list(&Default::default()).await.unwrap();
-    assert_eq!(
-        store
-            .get(&runs[0].run_id)
-            .await
-            .unwrap()
-            .unwrap()
-            .waiting_calls(chrono::DateTime::<chrono::Utc>::MIN_UTC)
-            .count(),
-        1
-    );
+    assert_eq!(waiting(store.as_ref(), &runs[0].run_id).await, 1);
 }

@@ -11,7 +11,7 @@ use super::machine::{Decision, Request};
 use super::{Agent, AgentStream, CallDecision, ResumeOptions};
 use crate::error::RunError;
 use crate::id::IdKind;
-use crate::store::{Author, ExpiredRuns};
+use crate::store::{Author, ExpiredRuns, RunRecord};
 
 impl Agent {
     /// Answers a pending call and continues the run. The answer is checked
@@ -176,15 +176,8 @@ impl Agent {
         if decisions.iter().any(|(_, d)| matches!(d, Decision::ApproveAlways(_))) {
             self.can_keep_grants()?;
         }
-        match self
-            .enter(run_id, Request::DecideAll { decisions, author }, None)
-            .await?
-        {
-            Outcome::Stream(stream) => Ok(stream),
-            Outcome::Cancelled | Outcome::Untouched => Err(RunError::Conflict {
-                run_id: run_id.to_owned(),
-            }),
-        }
+        self.decided(run_id, Request::DecideAll { decisions, author }, None)
+            .await
     }
 
     /// Approves (with [`CallDecision::Approve`]) or declines (with
@@ -210,15 +203,8 @@ impl Agent {
             }
         };
         IdKind::Run.check(run_id)?;
-        match self
-            .enter(run_id, Request::DecideEveryApproval { decision, author }, None)
-            .await?
-        {
-            Outcome::Stream(stream) => Ok(stream),
-            Outcome::Cancelled | Outcome::Untouched => Err(RunError::Conflict {
-                run_id: run_id.to_owned(),
-            }),
-        }
+        self.decided(run_id, Request::DecideEveryApproval { decision, author }, None)
+            .await
     }
 
     /// Resolves every pending call of this agent's runs whose time limit
@@ -264,20 +250,22 @@ impl Agent {
     /// Hands a decision to the run's entry protocol (`machine/entry.rs`).
     async fn enter_decision(&self, options: ResumeOptions, decision: Decision) -> Result<AgentStream, RunError> {
         let run_id = options.run_id.as_str();
-        // A person's decision names the run; an expiry comes from a sweep
-        // that found the run in the store.
-        if decision != Decision::Expire {
-            IdKind::Run.check(run_id)?;
-        }
+        IdKind::Run.check(run_id)?;
         let request = Request::Decide {
             tool_call_id: options.tool_call_id.clone(),
             decision,
             author: options.author,
         };
         let read = options.read.filter(|run| run.run_id == run_id).map(|run| *run);
+        self.decided(run_id, request, read).await
+    }
+
+    /// Carries a person's decision request into the run: the stream of the
+    /// run it continues. A request that ends without one lost to someone
+    /// else: [`RunError::Conflict`].
+    async fn decided(&self, run_id: &str, request: Request, read: Option<RunRecord>) -> Result<AgentStream, RunError> {
         match self.enter(run_id, request, read).await? {
             Outcome::Stream(stream) => Ok(stream),
-            // Only an expiry that someone beat to its call ends so.
             Outcome::Cancelled | Outcome::Untouched => Err(RunError::Conflict {
                 run_id: run_id.to_owned(),
             }),

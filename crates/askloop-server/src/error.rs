@@ -162,20 +162,6 @@ pub enum ApiError {
         /// The agent of the route, when it was an agent route.
         agent_id: Option<String>,
     },
-    /// An approval decision contradicts the one already made about the
-    /// call (or the call was resolved otherwise): nothing is applied.
-    #[error(
-        "call {} of run {run_id} was already {decided}; a decision made cannot be changed",
-        quoted_excerpt(tool_call_id)
-    )]
-    AlreadyDecided {
-        /// The run.
-        run_id: String,
-        /// The call.
-        tool_call_id: String,
-        /// How it was resolved.
-        decided: askloop::ResolutionKind,
-    },
     /// No route has this path (or method).
     #[error(
         "no route {method} {}; the API is under /api (GET /api/agents lists the agents)",
@@ -375,7 +361,6 @@ impl ApiError {
             ApiError::UnsupportedMediaType { .. } => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent"),
             ApiError::UnknownRun { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
-            ApiError::AlreadyDecided { .. } => (StatusCode::CONFLICT, "already_decided"),
             ApiError::UnknownRoute { .. } => (StatusCode::NOT_FOUND, "unknown_route"),
             ApiError::TooManyStreams { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_streams"),
             ApiError::MethodNotAllowed { .. } => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),

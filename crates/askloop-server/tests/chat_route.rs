@@ -847,7 +847,9 @@ async fn the_generate_forms_of_approve_and_decline_answer_with_the_outcome_as_js
             .await,
     )
     .await;
-    assert_eq!((status, error["code"].as_str()), (409, Some("run_not_suspended")));
+    // Declined already: an approval cannot change it.
+    assert_eq!((status, error["code"].as_str()), (409, Some("already_decided")));
+    assert!(error["message"].as_str().unwrap().contains("already denied"), "{error}");
 }
 
 #[tokio::test]

@@ -136,8 +136,12 @@ async fn resuming_a_finished_run_is_a_409_where_mastra_answers_500() {
     assert_eq!(first.types().last().unwrap(), "finish");
 
     let (status, error) = error_of(server.post("/api/agents/assistant/resume-stream", body).await).await;
-    assert_eq!((status, error["code"].as_str().unwrap()), (409, "run_not_suspended"));
-    assert!(error["message"].as_str().unwrap().contains("completed"));
+    // The call it names was answered: said as such, whatever the run did since.
+    assert_eq!((status, error["code"].as_str().unwrap()), (409, "already_decided"));
+    assert!(
+        error["message"].as_str().unwrap().contains("already answered"),
+        "{error}"
+    );
     assert_eq!(run_status(&server, &run_id).await, "completed");
 }
 
@@ -160,7 +164,13 @@ async fn of_concurrent_answers_to_one_question_exactly_one_wins_and_the_others_g
         } else {
             let (_, error) = error_of(response).await;
             assert!(
-                ["conflict", "run_not_suspended", "tool_call_not_pending"].contains(&error["code"].as_str().unwrap()),
+                [
+                    "conflict",
+                    "run_not_suspended",
+                    "tool_call_not_pending",
+                    "already_decided"
+                ]
+                .contains(&error["code"].as_str().unwrap()),
                 "{error}"
             );
         }

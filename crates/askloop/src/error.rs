@@ -173,6 +173,21 @@ pub enum RunError {
         /// The questions it waits on.
         questions: Vec<String>,
     },
+    /// The call was decided already, as recorded: the same decision again
+    /// (a repeat, which changes nothing) or another one (which a decision
+    /// made cannot be changed by). `decided` says which.
+    #[error(
+        "call {} of run {run_id} was already {decided}; a decision made cannot be changed",
+        crate::quoted_excerpt(tool_call_id)
+    )]
+    AlreadyDecided {
+        /// The run.
+        run_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// How it was decided.
+        decided: crate::store::ResolutionKind,
+    },
     /// The run names a tool this agent does not have.
     #[error("run {run_id} waits on tool {tool_name}, which agent {agent_id} does not have")]
     UnknownTool {
@@ -263,6 +278,7 @@ impl RunError {
             | RunError::InvalidAnswer { run_id, .. }
             | RunError::WrongPendingKind { run_id, .. }
             | RunError::NothingToApprove { run_id, .. }
+            | RunError::AlreadyDecided { run_id, .. }
             | RunError::InvalidArguments { run_id, .. }
             | RunError::DeniedByRule { run_id, .. }
             | RunError::UnknownTool { run_id, .. }
@@ -297,7 +313,8 @@ impl RunError {
             | RunError::ToolCallNotPending { .. }
             | RunError::Conflict { .. }
             | RunError::NotRetryable { .. }
-            | RunError::NothingToApprove { .. } => RunErrorKind::State,
+            | RunError::NothingToApprove { .. }
+            | RunError::AlreadyDecided { .. } => RunErrorKind::State,
             RunError::UnknownTool { .. }
             | RunError::StepLimit { .. }
             | RunError::Failed { .. }
@@ -330,6 +347,7 @@ impl RunError {
             RunError::Conflict { .. } => "conflict",
             RunError::NotRetryable { .. } => "not_retryable",
             RunError::NothingToApprove { .. } => "nothing_to_approve",
+            RunError::AlreadyDecided { .. } => "already_decided",
             RunError::AmbiguousResume { .. } => "ambiguous_resume",
             RunError::InvalidInput(_) | RunError::InvalidId(_) => "bad_request",
             RunError::InvalidAnswer { .. } => "invalid_answer",

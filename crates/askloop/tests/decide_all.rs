@@ -226,7 +226,10 @@ async fn two_people_deciding_the_same_call_at_once_one_alone_and_one_with_others
     assert_eq!(won.iter().filter(|w| **w).count(), 1, "exactly one wins: {won:?}");
     let lost = [alone.err(), together.err()].into_iter().flatten().next().unwrap();
     assert!(
-        matches!(lost, RunError::Conflict { .. } | RunError::ToolCallNotPending { .. }),
+        matches!(
+            lost,
+            RunError::Conflict { .. } | RunError::ToolCallNotPending { .. } | RunError::AlreadyDecided { .. }
+        ),
         "{lost}"
     );
     let stored = w.store.get(&w.run_id).await.unwrap().unwrap();
@@ -236,4 +239,43 @@ async fn two_people_deciding_the_same_call_at_once_one_alone_and_one_with_others
         .filter(|r| r.tool_call_id.as_deref() == Some("staging"))
         .collect();
     assert_eq!(staging.len(), 1, "the call was decided once: {staging:?}");
+}
+
+#[tokio::test]
+async fn a_decision_sent_again_is_told_as_made_already_and_checked_decisions_write_nothing() {
+    let w = three_waiting_calls().await;
+    let staging = || vec![("staging".to_owned(), CallDecision::Approve)];
+    // Decided once: staging runs, and the run waits on the other two.
+    let first = w.agent.decide_all(&w.run_id, staging(), carol()).await.unwrap();
+    assert_eq!(first.output().await.status, RunStatus::Suspended);
+    let run = w.store.get(&w.run_id).await.unwrap().unwrap();
+    let (updates, version) = (w.store.updates.load(Ordering::SeqCst), run.version);
+
+    // The same decision again changes nothing and says how it was made.
+    let again = w.agent.decide_all(&w.run_id, staging(), carol()).await.unwrap_err();
+    assert!(
+        matches!(&again, RunError::AlreadyDecided { tool_call_id, decided: ResolutionKind::Approved, .. } if tool_call_id == "staging"),
+        "{again}"
+    );
+    // Checked on the run as read: the repeat is named, the decision for
+    // a call still waiting fits, a contrary one is refused; nothing is written.
+    let checked = w
+        .agent
+        .check_decisions(
+            &run,
+            &[
+                ("staging".to_owned(), CallDecision::Approve),
+                ("prod".to_owned(), CallDecision::Decline(None)),
+            ],
+        )
+        .unwrap();
+    assert_eq!(checked, [("staging".to_owned(), ResolutionKind::Approved)]);
+    let contrary = w
+        .agent
+        .check_decisions(&run, &[("staging".to_owned(), CallDecision::Decline(None))])
+        .unwrap_err();
+    assert!(matches!(contrary, RunError::AlreadyDecided { .. }), "{contrary}");
+    assert_eq!(w.store.updates.load(Ordering::SeqCst), updates);
+    assert_eq!(w.store.get(&w.run_id).await.unwrap().unwrap().version, version);
+    assert_eq!(w.deploys.load(Ordering::SeqCst), 1, "staging ran once");
 }

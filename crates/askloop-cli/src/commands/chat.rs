@@ -360,6 +360,7 @@ async fn answer_one(
         Err(
             err @ (RunError::NotSuspended { .. }
             | RunError::ToolCallNotPending { .. }
+            | RunError::AlreadyDecided { .. }
             | RunError::Superseded { .. }
             | RunError::Expired { .. }),
         ) => Ok(Answered::Gone(err)),

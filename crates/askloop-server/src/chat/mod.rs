@@ -35,10 +35,7 @@ pub(crate) mod replay;
 
 use std::sync::Arc;
 
-use askloop::{
-    CallDecision, CallState, Closed, Message, PendingKind, PendingToolCall, ResolutionKind, RunError, RunRecord,
-    Waiting, WaitsOn,
-};
+use askloop::{CallDecision, CallState, Closed, Message, PendingKind, ResolutionKind, RunError, RunRecord, Waiting};
 use axum::extract::State;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
@@ -260,68 +257,32 @@ async fn answer(
     ))
 }
 
-/// Where a call an approval decision names stands.
-enum Standing {
-    /// It waits for approval: the decision is applied.
-    Waiting,
-    /// The same decision was applied already: nothing runs again.
-    Decided(ResolutionKind),
-}
-
-/// Where the call `response` names stands in `run`, or why the decision is
-/// refused.
-fn standing(run: &RunRecord, response: &ApprovalResponse, now: DateTime<Utc>) -> Result<Standing, ApiError> {
+/// Refused unless the call `response` names is one that waits (or waited)
+/// for approval: an approval response of the chat protocol answers an
+/// approval request, never a question. Whether the call still waits, and
+/// what a repeat of a decision does, is the agent's to say
+/// ([`askloop::Agent::check_decisions`]).
+fn approval_call(run: &RunRecord, response: &ApprovalResponse, now: DateTime<Utc>) -> Result<(), ApiError> {
     let call = response.tool_call_id.as_str();
-    let wanted = if response.approved {
-        ResolutionKind::Approved
-    } else {
-        ResolutionKind::Denied
-    };
-    let not_pending = || {
-        ApiError::from(RunError::ToolCallNotPending {
-            run_id: run.run_id.clone(),
-            tool_call_id: call.to_owned(),
-            pending: run.waiting_calls(now).map(|w| w.call.tool_call_id.clone()).collect(),
-        })
-    };
-    match run.call_state(call, now) {
-        CallState::Waiting(Waiting {
-            on: WaitsOn::Person(PendingKind::Approval),
-            ..
-        })
-        | CallState::Held(PendingToolCall {
-            kind: PendingKind::Approval,
-            ..
-        }) => Ok(Standing::Waiting),
-        CallState::Waiting(Waiting { call: pending, .. }) | CallState::Held(pending) => {
-            Err(RunError::WrongPendingKind {
-                run_id: run.run_id.clone(),
-                tool_call_id: call.to_owned(),
-                detail: format!(
-                    "call {call} of tool {} is a question, not a call waiting for approval; answer it with `runId` and `resumeData`",
-                    pending.tool_name
-                ),
-            }
-            .into())
+    let question = match run.call_state(call, now) {
+        CallState::Waiting(Waiting { call: pending, .. })
+        | CallState::Held(pending)
+        | CallState::Closed(Closed::TimedOut { call: pending, .. }) => {
+            (pending.kind != PendingKind::Approval).then_some(pending)
         }
-        CallState::Closed(Closed::TimedOut { at, .. }) => Err(RunError::Expired {
+        _ => None,
+    };
+    match question {
+        Some(pending) => Err(RunError::WrongPendingKind {
             run_id: run.run_id.clone(),
             tool_call_id: call.to_owned(),
-            expired_at: at,
+            detail: format!(
+                "call {call} of tool {} is a question, not a call waiting for approval; answer it with `runId` and `resumeData`",
+                pending.tool_name
+            ),
         }
         .into()),
-        CallState::Closed(Closed::Resolved(made)) if made.tool_call_id.as_deref() == Some(call) => {
-            if made.kind == wanted {
-                Ok(Standing::Decided(made.kind))
-            } else {
-                Err(ApiError::AlreadyDecided {
-                    run_id: run.run_id.clone(),
-                    tool_call_id: call.to_owned(),
-                    decided: made.kind,
-                })
-            }
-        }
-        _ => Err(not_pending()),
+        None => Ok(()),
     }
 }
 
@@ -342,9 +303,8 @@ async fn decide_approvals(
     // Everything is checked before anything is applied: one refused
     // decision refuses the request, and nothing runs.
     let mut waiting: Vec<(String, Vec<(String, CallDecision)>)> = Vec::new();
-    let mut decided = Vec::new();
+    let mut responses = Vec::new();
     for response in approvals {
-        let run = crate::runs::load(state, caller, &response.run_id, Some(agent_id)).await?;
         let args = edited.remove(&format!("{}::{}", response.run_id, response.tool_call_id));
         if args.is_some() && !response.approved {
             return Err(refused(
@@ -355,23 +315,19 @@ async fn decide_approvals(
                 ),
             ));
         }
-        match standing(&run, &response, state.now())? {
-            Standing::Waiting => {
-                // The AI SDK lets a reason go with an approval too; only a
-                // decline's reason has a place (it is told to the model).
-                let decision = match (response.approved, args) {
-                    (true, Some(args)) => CallDecision::ApproveWith(args),
-                    (true, None) => CallDecision::Approve,
-                    (false, _) => CallDecision::Decline(response.reason.clone()),
-                };
-                let call = (response.tool_call_id.clone(), decision);
-                match waiting.iter_mut().find(|(run_id, _)| *run_id == response.run_id) {
-                    Some((_, calls)) => calls.push(call),
-                    None => waiting.push((response.run_id.clone(), vec![call])),
-                }
-            }
-            Standing::Decided(kind) => decided.push((response, kind)),
+        // The AI SDK lets a reason go with an approval too; only a
+        // decline's reason has a place (it is told to the model).
+        let decision = match (response.approved, args) {
+            (true, Some(args)) => CallDecision::ApproveWith(args),
+            (true, None) => CallDecision::Approve,
+            (false, _) => CallDecision::Decline(response.reason.clone()),
+        };
+        let call = (response.tool_call_id.clone(), decision);
+        match waiting.iter_mut().find(|(run_id, _)| *run_id == response.run_id) {
+            Some((_, calls)) => calls.push(call),
+            None => waiting.push((response.run_id.clone(), vec![call])),
         }
+        responses.push(response);
     }
     if let Some(unknown) = edited.keys().next() {
         return Err(refused(
@@ -381,6 +337,26 @@ async fn decide_approvals(
             ),
         ));
     }
+    // Each run's decisions as the agent checks them on the run as read:
+    // those made already, as asked, are repeats that run nothing again.
+    let agent = state.agent(agent_id)?;
+    let mut decided = Vec::new();
+    for (run_id, decisions) in &mut waiting {
+        let run = crate::runs::load(state, caller, run_id, Some(agent_id)).await?;
+        for response in responses.iter().filter(|r| r.run_id == *run_id) {
+            approval_call(&run, response, state.now())?;
+        }
+        let repeats = agent
+            .check_decisions(&run, decisions)
+            .map_err(|err| agents::on_agent_route(err, agent_id))?;
+        decisions.retain(|(call, _)| !repeats.iter().any(|(repeat, _)| repeat == call));
+        for (call, kind) in repeats {
+            if let Some(response) = responses.iter().find(|r| r.run_id == *run_id && r.tool_call_id == call) {
+                decided.push((response, kind));
+            }
+        }
+    }
+    waiting.retain(|(_, decisions)| !decisions.is_empty());
     let mut prelude = Vec::new();
     push_json(&mut prelude, &UiChunk::Start { message_id }, "start");
     for (response, kind) in &decided {

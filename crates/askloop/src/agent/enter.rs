@@ -26,8 +26,11 @@ pub(crate) enum Outcome {
     Stream(AgentStream),
     /// The run is cancelled.
     Cancelled,
-    /// Nothing was done (see [`Entered::Untouched`]).
-    Untouched,
+    /// Nothing was done (see [`Entered::Untouched`]): `already` lists the
+    /// decisions asked that were made already, as asked.
+    Untouched {
+        already: Vec<(String, crate::store::ResolutionKind)>,
+    },
 }
 
 /// The agent's tools as a request reads them: the table as it was when
@@ -56,6 +59,35 @@ impl ToolBook for Book<'_> {
 }
 
 impl Agent {
+    /// What `request` would meet on `run` as read now, writing nothing:
+    /// the decisions it asks that were made already (repeats), or why it
+    /// would be refused. The machine's own check of its first read.
+    pub(crate) fn check_on_read(
+        &self,
+        run: &RunRecord,
+        request: Request,
+    ) -> Result<Vec<(String, crate::store::ResolutionKind)>, RunError> {
+        let inner = &self.inner;
+        let book = Book {
+            agent: inner,
+            tools: inner.tools(),
+        };
+        let mut entry = Entry::new(&run.run_id, &inner.id, request, inner.lease_duration);
+        // The read it starts with is this one.
+        entry.poll_effect();
+        let read = EntryEvent::Read {
+            run: Some(run.clone()),
+            now: inner.clock.now(),
+        };
+        entry.handle(read, &book);
+        match entry.poll_effect() {
+            Some(EntryEffect::Finish(Err(err))) => Err(err),
+            Some(EntryEffect::Finish(Ok(Entered::Untouched { already }))) => Ok(already),
+            // It would write, apply or wait its turn: it fits.
+            _ => Ok(entry.already().to_vec()),
+        }
+    }
+
     /// Carries `request` about `run_id` through to its end. `listed`: the
     /// run as a listing just read it, used as the first read.
     pub(crate) async fn enter(
@@ -191,7 +223,7 @@ impl Agent {
                 }
                 Ok(Outcome::Cancelled)
             }
-            Entered::Untouched => Ok(Outcome::Untouched),
+            Entered::Untouched { already } => Ok(Outcome::Untouched { already }),
             Entered::Applied => {
                 let Some((driver, queue)) = applied else {
                     return Err(RunError::internal(

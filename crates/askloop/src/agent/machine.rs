@@ -28,6 +28,7 @@ mod calls;
 mod entry;
 mod run;
 
+pub(crate) use calls::decided_already;
 pub use calls::{CallState, Closed, Waiting, WaitsOn};
 
 pub(crate) use entry::{

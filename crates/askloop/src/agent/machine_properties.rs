@@ -437,6 +437,9 @@ impl World {
             }
         }
         let record = self.store.record.clone();
+        if pick == REPEAT {
+            self.repeat_a_decision();
+        }
         if pick == EXPIRE_DUE && !due.is_empty() {
             let entered = self.enter(Request::ExpireDue {
                 author: Author::default(),
@@ -486,6 +489,52 @@ impl World {
         self.carry_on(entered)
     }
 
+    /// Sends again, as a person would, a decision the run recorded (the
+    /// last one that named a call): it changes nothing, and the machine
+    /// says it was made already.
+    fn repeat_a_decision(&mut self) {
+        let Some(made) = self.store.record.resolutions.iter().rev().find(|r| {
+            r.tool_call_id.is_some()
+                && matches!(
+                    r.kind,
+                    ResolutionKind::Answered | ResolutionKind::Approved | ResolutionKind::Denied
+                )
+        }) else {
+            return;
+        };
+        let (id, kind) = (made.tool_call_id.clone().unwrap_or_default(), made.kind);
+        let decision = match kind {
+            ResolutionKind::Answered => Decision::Answer {
+                data: json!(format!("answer to {id}")),
+                reason: None,
+            },
+            ResolutionKind::Approved => Decision::Approve,
+            _ => Decision::Decline(Some("no".into())),
+        };
+        let before = self.store.record.clone();
+        let request = Request::Decide {
+            tool_call_id: Some(id.clone()),
+            decision,
+            author: Author::default(),
+        };
+        let mut entry = Entry::new("run", "agent", request, std::time::Duration::from_secs(30));
+        entry.poll_effect();
+        entry.handle(
+            EntryEvent::Read {
+                run: Some(before.clone()),
+                now: chrono::DateTime::UNIX_EPOCH,
+            },
+            &Book,
+        );
+        match entry.poll_effect() {
+            Some(EntryEffect::Finish(Ok(Entered::Untouched { already }))) => {
+                assert_eq!(already, [(id, kind)], "a repeat is told as made already");
+            }
+            other => panic!("a repeat of {id} ({kind}) did not leave the run alone: {other:?}"),
+        }
+        assert_eq!(self.store.record, before, "a repeat writes nothing");
+    }
+
     /// Drives on from how a decision request ended.
     fn carry_on(&mut self, entered: Entered) -> Result<(), Stop> {
         match entered {
@@ -497,7 +546,7 @@ impl World {
                 let resume = self.resume(decisions, true);
                 self.drive(self.machine(), Event::Decided(resume))
             }
-            Entered::Applied | Entered::Untouched | Entered::Cancelled => Ok(()),
+            Entered::Applied | Entered::Untouched { .. } | Entered::Cancelled => Ok(()),
             Entered::Drive { .. } => panic!("a decision started a driver that is not a resume"),
         }
     }
@@ -580,7 +629,7 @@ impl World {
                 // Someone else won (a take-over, a cancel): nothing of ours
                 // was written.
                 EntryEffect::Finish(Err(RunError::Conflict { .. } | RunError::NotSuspended { .. })) => {
-                    return Ok(Entered::Untouched);
+                    return Ok(Entered::Untouched { already: Vec::new() });
                 }
                 EntryEffect::Finish(Err(err)) => panic!("the request was refused: {err}"),
             };
@@ -824,6 +873,10 @@ const EVERY_APPROVAL: usize = 6;
 /// The pick that expires every call whose limit the script lets pass.
 const EXPIRE_DUE: usize = 7;
 
+/// The pick that sends a recorded decision again, then decides every
+/// pending call at once.
+const REPEAT: usize = 8;
+
 fn bits(n: usize, weight: f64) -> impl Strategy<Value = Vec<bool>> {
     prop::collection::vec(prop::bool::weighted(weight), n)
 }
@@ -838,7 +891,7 @@ proptest! {
         lease_lost in bits(40, 0.1),
         cancel in bits(10, 0.1),
         accept in bits(20, 0.7),
-        picks in prop::collection::vec(0usize..8, 200),
+        picks in prop::collection::vec(0usize..9, 200),
     ) {
         let faults = Faults { crash, lease_lost, cancel };
         let mut world = World::new(script.clone(), faults, &accept);
@@ -961,8 +1014,8 @@ proptest! {
         crash in bits(40, 0.2),
         lease_lost in bits(40, 0.1),
         accept in bits(20, 0.7),
-        picks in prop::collection::vec(0usize..8, 200),
-        calm_picks in prop::collection::vec(0usize..8, 200),
+        picks in prop::collection::vec(0usize..9, 200),
+        calm_picks in prop::collection::vec(0usize..9, 200),
     ) {
         let mut calm = World::new(script.clone(), Faults::default(), &accept);
         calm.run_to_end(&calm_picks);

@@ -247,7 +247,7 @@ impl Agent {
         IdKind::Run.check(run_id)?;
         match self.enter(run_id, machine::Request::Cancel { author }, None).await? {
             enter::Outcome::Cancelled => Ok(()),
-            enter::Outcome::Stream(_) | enter::Outcome::Untouched => {
+            enter::Outcome::Stream(_) | enter::Outcome::Untouched { .. } => {
                 Err(RunError::internal(run_id, "a cancel ended without cancelling the run"))
             }
         }

@@ -104,7 +104,7 @@ impl Agent {
     ) -> Result<Option<AgentStream>, RunError> {
         match self.enter(run_id, request, listed).await? {
             Outcome::Stream(stream) => Ok(Some(stream)),
-            Outcome::Cancelled | Outcome::Untouched => Ok(None),
+            Outcome::Cancelled | Outcome::Untouched { .. } => Ok(None),
         }
     }
 }

@@ -127,7 +127,10 @@ impl Agent {
     /// if no other call still waits (else the run stays suspended on those).
     ///
     /// Each call is named: a call another decision of the list names too is
-    /// [`RunError::InvalidInput`], as is an empty list.
+    /// [`RunError::InvalidInput`], as is an empty list. A decision made
+    /// already exactly as asked (sent again) is left alone, and the others
+    /// are applied; when every one was, the request is
+    /// [`RunError::AlreadyDecided`], as is a decision contrary to one made.
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -178,6 +181,29 @@ impl Agent {
         }
         self.decided(run_id, Request::DecideAll { decisions, author }, None)
             .await
+    }
+
+    /// Checks decisions for calls of `run`, as read, as
+    /// [`Agent::decide_all`] checks them on that read, writing nothing: the
+    /// decisions made already exactly as asked (repeats, which
+    /// `decide_all` would leave alone: each call with how it was decided),
+    /// or the error `decide_all` would refuse them with. For a host that
+    /// applies decisions over several runs and refuses them all when one
+    /// would be refused.
+    pub fn check_decisions(
+        &self,
+        run: &RunRecord,
+        decisions: &[(String, CallDecision)],
+    ) -> Result<Vec<(String, crate::ResolutionKind)>, RunError> {
+        let decisions = decisions
+            .iter()
+            .map(|(tool_call_id, decision)| Ok((tool_call_id.clone(), machine_decision(decision.clone(), None)?)))
+            .collect::<Result<Vec<_>, RunError>>()?;
+        let request = Request::DecideAll {
+            decisions,
+            author: Author::default(),
+        };
+        self.check_on_read(run, request)
     }
 
     /// Approves (with [`CallDecision::Approve`]) or declines (with
@@ -243,7 +269,7 @@ impl Agent {
         // left alone (`Outcome::Untouched`).
         match self.enter(run_id, Request::ExpireDue { author }, None).await? {
             Outcome::Stream(stream) => Ok(vec![stream]),
-            Outcome::Cancelled | Outcome::Untouched => Ok(Vec::new()),
+            Outcome::Cancelled | Outcome::Untouched { .. } => Ok(Vec::new()),
         }
     }
 
@@ -261,12 +287,24 @@ impl Agent {
     }
 
     /// Carries a person's decision request into the run: the stream of the
-    /// run it continues. A request that ends without one lost to someone
-    /// else: [`RunError::Conflict`].
+    /// run it continues. Decisions all made already, as asked, are
+    /// [`RunError::AlreadyDecided`] (naming the first); a request that ends
+    /// without a stream otherwise lost to someone else:
+    /// [`RunError::Conflict`].
     async fn decided(&self, run_id: &str, request: Request, read: Option<RunRecord>) -> Result<AgentStream, RunError> {
         match self.enter(run_id, request, read).await? {
             Outcome::Stream(stream) => Ok(stream),
-            Outcome::Cancelled | Outcome::Untouched => Err(RunError::Conflict {
+            Outcome::Untouched { already } => match already.into_iter().next() {
+                Some((tool_call_id, decided)) => Err(RunError::AlreadyDecided {
+                    run_id: run_id.to_owned(),
+                    tool_call_id,
+                    decided,
+                }),
+                None => Err(RunError::Conflict {
+                    run_id: run_id.to_owned(),
+                }),
+            },
+            Outcome::Cancelled => Err(RunError::Conflict {
                 run_id: run_id.to_owned(),
             }),
         }

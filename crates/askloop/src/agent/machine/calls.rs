@@ -72,6 +72,60 @@ pub enum Closed<'a> {
     NotWaiting,
 }
 
+/// The decision of a call made already, if there is one, at `now`: how it
+/// was decided when `decision` is the same again (a repeat, which changes
+/// nothing), else [`RunError::AlreadyDecided`] (a decision made cannot be
+/// changed). `None` while the call is not decided. An expiry is the
+/// sweep's, and told apart before this (an answer that came too late).
+pub(crate) fn decided_already(
+    run: &RunRecord,
+    tool_call_id: &str,
+    decision: &super::Decision,
+    now: DateTime<Utc>,
+) -> Result<Option<ResolutionKind>, RunError> {
+    let CallState::Closed(Closed::Resolved(made)) = run.call_state(tool_call_id, now) else {
+        return Ok(None);
+    };
+    let person_or_sweep = matches!(
+        made.kind,
+        ResolutionKind::Answered
+            | ResolutionKind::Declined
+            | ResolutionKind::Approved
+            | ResolutionKind::Denied
+            | ResolutionKind::Expired
+    );
+    if made.tool_call_id.as_deref() != Some(tool_call_id) || !person_or_sweep {
+        // The run ended (cancelled, superseded by a new message): not a
+        // decision about the call, and said as the run's state.
+        return Ok(None);
+    }
+    if repeats(decision, made.kind) {
+        return Ok(Some(made.kind));
+    }
+    Err(RunError::AlreadyDecided {
+        run_id: run.run_id.clone(),
+        tool_call_id: tool_call_id.to_owned(),
+        decided: made.kind,
+    })
+}
+
+/// Whether `decision` is the one recorded as `made`.
+fn repeats(decision: &super::Decision, made: ResolutionKind) -> bool {
+    use super::Decision;
+    match decision {
+        Decision::Answer { data, .. } => match made {
+            ResolutionKind::Answered => true,
+            // An approval's answer: `{"approved": true}` or `false`.
+            ResolutionKind::Approved => data.get("approved") == Some(&serde_json::Value::Bool(true)),
+            ResolutionKind::Denied => data.get("approved") == Some(&serde_json::Value::Bool(false)),
+            _ => false,
+        },
+        Decision::Approve | Decision::ApproveWith(_) | Decision::ApproveAlways(_) => made == ResolutionKind::Approved,
+        Decision::Decline(_) => matches!(made, ResolutionKind::Declined | ResolutionKind::Denied),
+        Decision::Expire => made == ResolutionKind::Expired,
+    }
+}
+
 impl Closed<'_> {
     /// How a call that closed is described to a person: "answered by Bob
     /// (page) at …", "its time limit passed at …", "the run is completed",

@@ -181,9 +181,11 @@ pub(crate) enum Entered {
     Applied,
     /// The run is cancelled.
     Cancelled,
-    /// Nothing was done: the run did not need it (not stalled), or someone
-    /// else did it first (the call was answered, the run taken over).
-    Untouched,
+    /// Nothing was done: the run did not need it (not stalled), someone
+    /// else did it first (the call was answered, the run taken over), or
+    /// every decision asked was made already, as `already` lists (a
+    /// repeat: each call with how it was decided).
+    Untouched { already: Vec<(String, ResolutionKind)> },
 }
 
 /// Where a driver of a held run starts.
@@ -227,6 +229,9 @@ pub(crate) struct Entry {
     writing: Option<Writing>,
     /// The calls the decisions resolve, once found.
     ours: Vec<String>,
+    /// The decisions found made already, as asked (repeats): each call
+    /// with how it was decided. They are left out of what is applied.
+    already: Vec<(String, ResolutionKind)>,
     effects: VecDeque<EntryEffect>,
 }
 
@@ -264,6 +269,7 @@ impl Entry {
             read_version: 0,
             writing: None,
             ours: Vec::new(),
+            already: Vec::new(),
             effects: VecDeque::new(),
         };
         entry.effects.push_back(EntryEffect::Read);
@@ -294,6 +300,12 @@ impl Entry {
     /// The version the run was last read at.
     pub(crate) fn read_version(&self) -> i64 {
         self.read_version
+    }
+
+    /// The decisions of the request found made already, as asked, on the
+    /// last read (see [`Entered::Untouched`]).
+    pub(crate) fn already(&self) -> &[(String, ResolutionKind)] {
+        &self.already
     }
 
     /// Moves the request on by one event.
@@ -329,9 +341,10 @@ impl Entry {
                     RunError::ToolCallNotPending { .. }
                     | RunError::NotSuspended { .. }
                     | RunError::Conflict { .. }
-                    | RunError::Expired { .. },
+                    | RunError::Expired { .. }
+                    | RunError::AlreadyDecided { .. },
                 ),
-            ) => Ok(Entered::Untouched),
+            ) => Ok(Entered::Untouched { already: Vec::new() }),
             (_, result) => result,
         };
         self.phase = Phase::Ended;
@@ -400,7 +413,7 @@ impl Entry {
             Request::ExpireDue { author } => {
                 let due: Vec<String> = run.expired_calls(now).map(|p| p.tool_call_id.clone()).collect();
                 if due.is_empty() {
-                    self.finish(Ok(Entered::Untouched));
+                    self.finish(Ok(Entered::Untouched { already: Vec::new() }));
                     Ok(None)
                 } else {
                     let named: Vec<(Option<&str>, &Decision)> =
@@ -455,10 +468,17 @@ impl Entry {
             return Ok(None);
         }
         let mut fitted = Vec::with_capacity(decisions.len());
+        self.already.clear();
         for &(tool_call_id, decision) in decisions {
             let late = *decision != Decision::Expire;
             if late && let Some((tool_call_id, expired_at)) = expiry::expired_before_answer(run, tool_call_id, now) {
                 return Err(self.expired(tool_call_id, expired_at));
+            }
+            if let Some(id) = tool_call_id
+                && let Some(made) = super::decided_already(run, id, decision, now)?
+            {
+                self.already.push((id.to_owned(), made));
+                continue;
             }
             let target = run.resume_target(tool_call_id)?;
             if late && let Some(expired_at) = target.expires_at.filter(|at| *at <= now) {
@@ -476,6 +496,13 @@ impl Entry {
                 )));
             }
             fitted.push((target, action));
+        }
+        if fitted.is_empty() {
+            // Every decision was made already, as asked: nothing to do.
+            self.finish(Ok(Entered::Untouched {
+                already: self.already.clone(),
+            }));
+            return Ok(None);
         }
         self.ours = fitted.iter().map(|(_, a)| a.tool_call_id().to_owned()).collect();
         self.phase = Phase::Writing;
@@ -582,7 +609,7 @@ impl Entry {
     /// run is left alone.
     fn supersede(&mut self, run: &RunRecord, author: Author, now: DateTime<Utc>) {
         if run.status != RunStatus::Suspended {
-            return self.finish(Ok(Entered::Untouched));
+            return self.finish(Ok(Entered::Untouched { already: Vec::new() }));
         }
         let produced = run.step_results.iter().cloned();
         let unanswered = run.pending.iter().map(superseded_result);
@@ -629,7 +656,7 @@ impl Entry {
     /// renewed its lease, or it is no longer running) is left alone.
     fn recover(&mut self, run: &RunRecord, author: Author, now: DateTime<Utc>) -> Result<(), RunError> {
         if !run.is_stalled(now) {
-            self.finish(Ok(Entered::Untouched));
+            self.finish(Ok(Entered::Untouched { already: Vec::new() }));
             return Ok(());
         }
         self.reclaim(author, now);
@@ -724,7 +751,7 @@ impl Entry {
             run_id: self.run_id.clone(),
         };
         match (&self.request, writing) {
-            (Request::Recover { .. }, _) => self.finish(Ok(Entered::Untouched)),
+            (Request::Recover { .. }, _) => self.finish(Ok(Entered::Untouched { already: Vec::new() })),
             (Request::Retry { .. }, _) => self.finish(Err(conflict)),
             _ if self.attempt >= ATTEMPTS => self.finish(Err(conflict)),
             // Which calls these decide is read again: those still due, or

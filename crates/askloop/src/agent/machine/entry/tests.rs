@@ -286,7 +286,10 @@ fn an_expiry_that_someone_beat_to_its_call_leaves_the_run_untouched() {
         author: Author::via(Interface::Server),
     });
     let done = read(&mut expire, Some(answered), t(0));
-    assert!(matches!(done, EntryEffect::Finish(Ok(Entered::Untouched))), "{done:?}");
+    assert!(
+        matches!(done, EntryEffect::Finish(Ok(Entered::Untouched { .. }))),
+        "{done:?}"
+    );
 }
 
 #[test]
@@ -378,7 +381,7 @@ fn a_supersession_pairs_every_call_of_the_step_with_a_result_and_leaves_a_run_no
         });
         let untouched = read(&mut late, Some(run(status, Vec::new())), t(0));
         assert!(
-            matches!(untouched, EntryEffect::Finish(Ok(Entered::Untouched))),
+            matches!(untouched, EntryEffect::Finish(Ok(Entered::Untouched { .. }))),
             "{status}: {untouched:?}"
         );
     }
@@ -393,7 +396,10 @@ fn a_take_over_needs_a_lease_that_ran_out_by_the_read_time_and_leaves_a_run_some
     };
     let mut early = entry(recover());
     let left = read(&mut early, Some(held.clone()), t(29));
-    assert!(matches!(left, EntryEffect::Finish(Ok(Entered::Untouched))), "{left:?}");
+    assert!(
+        matches!(left, EntryEffect::Finish(Ok(Entered::Untouched { .. }))),
+        "{left:?}"
+    );
 
     let mut late = entry(recover());
     let EntryEffect::Reclaim {
@@ -409,7 +415,10 @@ fn a_take_over_needs_a_lease_that_ran_out_by_the_read_time_and_leaves_a_run_some
         (t(61), t(31), ResolutionKind::Recovered)
     );
     late.handle(lost(), &tools());
-    assert!(matches!(next(&mut late), EntryEffect::Finish(Ok(Entered::Untouched))));
+    assert!(matches!(
+        next(&mut late),
+        EntryEffect::Finish(Ok(Entered::Untouched { .. }))
+    ));
 }
 
 #[test]
@@ -710,11 +719,66 @@ fn an_expiry_sweep_resolves_what_is_due_at_the_read_in_one_decision_and_leaves_t
     // Nothing due yet: left alone, not refused.
     let early = read(&mut entry(sweep()), Some(waiting), t(5));
     assert!(
-        matches!(early, EntryEffect::Finish(Ok(Entered::Untouched))),
+        matches!(early, EntryEffect::Finish(Ok(Entered::Untouched { .. }))),
         "{early:?}"
     );
     // Answered meanwhile: the run no longer waits, and the sweep is left with nothing.
     let answered = run(RunStatus::Completed, vec![]);
     let gone = read(&mut entry(sweep()), Some(answered), t(30));
-    assert!(matches!(gone, EntryEffect::Finish(Ok(Entered::Untouched))), "{gone:?}");
+    assert!(
+        matches!(gone, EntryEffect::Finish(Ok(Entered::Untouched { .. }))),
+        "{gone:?}"
+    );
+}
+
+fn answered(id: &str, kind: ResolutionKind) -> Resolution {
+    Resolution {
+        tool_call_id: Some(id.into()),
+        kind,
+        at: t(1),
+        author: Author::named(Interface::Http, "bob"),
+        edit: None,
+        grant: None,
+    }
+}
+
+#[test]
+fn a_decision_made_already_as_asked_changes_nothing_and_one_made_otherwise_is_refused_by_how() {
+    // q1 was answered and a1 approved; a2 still waits for approval.
+    let mut stored = run(RunStatus::Suspended, vec![approval("a2")]);
+    stored.resolutions = vec![
+        answered("q1", ResolutionKind::Answered),
+        answered("a1", ResolutionKind::Approved),
+    ];
+    let again = read(
+        &mut entry(answer(Some("q1"), json!("Lyon"))),
+        Some(stored.clone()),
+        t(2),
+    );
+    assert!(
+        matches!(&again, EntryEffect::Finish(Ok(Entered::Untouched { already })) if already == &[("q1".to_owned(), ResolutionKind::Answered)]),
+        "{again:?}"
+    );
+    let decline = Request::Decide {
+        tool_call_id: Some("a1".into()),
+        decision: Decision::Decline(None),
+        author: Author::default(),
+    };
+    let refused = read(&mut entry(decline), Some(stored.clone()), t(2));
+    assert!(
+        matches!(&refused, EntryEffect::Finish(Err(RunError::AlreadyDecided { tool_call_id, decided: ResolutionKind::Approved, .. })) if tool_call_id == "a1"),
+        "{refused:?}"
+    );
+    // Several at once: the repeat is left out, the rest is applied.
+    let both = Request::DecideAll {
+        decisions: vec![
+            ("a1".into(), Decision::Approve),
+            ("a2".into(), Decision::Decline(Some("no".into()))),
+        ],
+        author: Author::default(),
+    };
+    let mut both = entry(both);
+    let applied = read(&mut both, Some(stored), t(2));
+    assert_eq!(applied_ids(&applied), ["a2"]);
+    assert_eq!(both.already(), [("a1".to_owned(), ResolutionKind::Approved)]);
 }

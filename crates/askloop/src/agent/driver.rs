@@ -542,8 +542,13 @@ impl Driver {
                     return Ok(());
                 }
                 Some(Effect::Refused(message)) => return Err(self.refused(message)),
+                // The run machine answers a decision with tools, a write or
+                // a refusal: anything else is a bug of askloop.
                 other => {
-                    return Err(self.refused(format!("applying a decision, the run machine asked for {other:?}")));
+                    return Err(ApplyFailure::Refused(crate::error::RunError::internal(
+                        &self.state.record.run_id,
+                        format!("applying a decision, the run machine asked for {other:?}"),
+                    )));
                 }
             };
             self.machine.handle(event);

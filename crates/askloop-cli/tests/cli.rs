@@ -561,7 +561,10 @@ fn two_resume_processes_racing_on_one_run_one_wins_one_reports_it() {
     // Overlapping, the loser lost the claim (or found the run running);
     // one after the other, it found its question already answered.
     assert!(
-        why.contains("someone else") || why.contains("not suspended") || why.contains("not waiting on tool call"),
+        why.contains("someone else")
+            || why.contains("not suspended")
+            || why.contains("not waiting on tool call")
+            || why.contains("was already answered"),
         "{why}"
     );
     let answers = tool_results(&env.show(&run_id));

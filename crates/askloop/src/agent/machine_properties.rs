@@ -491,7 +491,8 @@ impl World {
 
     /// Sends again, as a person would, a decision the run recorded (the
     /// last one that named a call): it changes nothing, and the machine
-    /// says it was made already.
+    /// says it was made already (an approval or a decline) or refuses it
+    /// (a second answer).
     fn repeat_a_decision(&mut self) {
         let Some(made) = self.store.record.resolutions.iter().rev().find(|r| {
             r.tool_call_id.is_some()
@@ -527,8 +528,13 @@ impl World {
             &Book,
         );
         match entry.poll_effect() {
-            Some(EntryEffect::Finish(Ok(Entered::Untouched { already }))) => {
+            Some(EntryEffect::Finish(Ok(Entered::Untouched { already }))) if kind != ResolutionKind::Answered => {
                 assert_eq!(already, [(id, kind)], "a repeat is told as made already");
+            }
+            Some(EntryEffect::Finish(Err(RunError::AlreadyDecided { decided, .. })))
+                if kind == ResolutionKind::Answered =>
+            {
+                assert_eq!(decided, kind, "a second answer is refused");
             }
             other => panic!("a repeat of {id} ({kind}) did not leave the run alone: {other:?}"),
         }

@@ -127,10 +127,11 @@ impl Agent {
     /// if no other call still waits (else the run stays suspended on those).
     ///
     /// Each call is named: a call another decision of the list names too is
-    /// [`RunError::InvalidInput`], as is an empty list. A decision made
-    /// already exactly as asked (sent again) is left alone, and the others
-    /// are applied; when every one was, the request is
-    /// [`RunError::AlreadyDecided`], as is a decision contrary to one made.
+    /// [`RunError::InvalidInput`], as is an empty list. An approval or a
+    /// decline made already (sent again) is left alone, and the others are
+    /// applied; when every one was, the request is
+    /// [`RunError::AlreadyDecided`], as is a decision contrary to one made
+    /// and a second answer to a question (answers are not compared).
     ///
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {

@@ -109,12 +109,13 @@ pub(crate) fn decided_already(
     })
 }
 
-/// Whether `decision` is the one recorded as `made`.
+/// Whether `decision` is the one recorded as `made`. An answer to a
+/// question is never taken for a repeat: what it said is not compared, so
+/// a second answer is refused rather than dropped unread.
 fn repeats(decision: &super::Decision, made: ResolutionKind) -> bool {
     use super::Decision;
     match decision {
         Decision::Answer { data, .. } => match made {
-            ResolutionKind::Answered => true,
             // An approval's answer: `{"approved": true}` or `false`.
             ResolutionKind::Approved => data.get("approved") == Some(&serde_json::Value::Bool(true)),
             ResolutionKind::Denied => data.get("approved") == Some(&serde_json::Value::Bool(false)),

@@ -743,21 +743,38 @@ fn answered(id: &str, kind: ResolutionKind) -> Resolution {
 }
 
 #[test]
-fn a_decision_made_already_as_asked_changes_nothing_and_one_made_otherwise_is_refused_by_how() {
+fn an_approval_or_decline_made_already_changes_nothing_and_anything_else_is_refused_by_how() {
     // q1 was answered and a1 approved; a2 still waits for approval.
     let mut stored = run(RunStatus::Suspended, vec![approval("a2")]);
     stored.resolutions = vec![
         answered("q1", ResolutionKind::Answered),
         answered("a1", ResolutionKind::Approved),
     ];
-    let again = read(
+    let approve = |id: &str| Request::Decide {
+        tool_call_id: Some(id.into()),
+        decision: Decision::Approve,
+        author: Author::default(),
+    };
+    let again = read(&mut entry(approve("a1")), Some(stored.clone()), t(2));
+    assert!(
+        matches!(&again, EntryEffect::Finish(Ok(Entered::Untouched { already })) if already == &[("a1".to_owned(), ResolutionKind::Approved)]),
+        "{again:?}"
+    );
+    // A second answer is not compared with the first: it is refused, not dropped.
+    let second = read(
         &mut entry(answer(Some("q1"), json!("Lyon"))),
         Some(stored.clone()),
         t(2),
     );
     assert!(
-        matches!(&again, EntryEffect::Finish(Ok(Entered::Untouched { already })) if already == &[("q1".to_owned(), ResolutionKind::Answered)]),
-        "{again:?}"
+        matches!(
+            &second,
+            EntryEffect::Finish(Err(RunError::AlreadyDecided {
+                decided: ResolutionKind::Answered,
+                ..
+            }))
+        ),
+        "{second:?}"
     );
     let decline = Request::Decide {
         tool_call_id: Some("a1".into()),

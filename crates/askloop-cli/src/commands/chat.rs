@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use askloop::{
-    Agent, AgentStream, Author, Message, PendingKind, PendingToolCall, Question, ResumeOptions, RunError, RunRecord,
-    RunStatus, RunStore, StreamOptions, StreamOutput, ThreadKey, ThreadOptions,
+    Agent, AgentStream, Author, CallState, Clock, Message, PendingKind, PendingToolCall, Question, ResumeOptions,
+    RunError, RunRecord, RunStatus, RunStore, StreamOptions, StreamOutput, SystemClock, ThreadKey, ThreadOptions,
 };
 
 use super::decide::cli_author;
@@ -355,16 +355,18 @@ async fn answer_one(
             }
         }
     };
-    match decided {
-        Ok(stream) => Ok(Answered::Stream(stream)),
-        Err(
-            err @ (RunError::NotSuspended { .. }
-            | RunError::ToolCallNotPending { .. }
-            | RunError::AlreadyDecided { .. }
-            | RunError::Superseded { .. }
-            | RunError::Expired { .. }),
-        ) => Ok(Answered::Gone(err)),
-        Err(err) => Err(err.into()),
+    let err = match decided {
+        Ok(stream) => return Ok(Answered::Stream(stream)),
+        Err(err) => err,
+    };
+    // Refused: whether the call still waits is the run's to say, read
+    // again now (answered, expired or superseded elsewhere meanwhile).
+    match agent.get_run(run_id).await {
+        Ok(run) => match run.call_state(&call.tool_call_id, SystemClock.now()) {
+            CallState::Waiting(_) | CallState::Held(_) => Err(err.into()),
+            _ => Ok(Answered::Gone(err)),
+        },
+        Err(_) => Err(err.into()),
     }
 }
 

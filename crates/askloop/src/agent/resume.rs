@@ -220,15 +220,12 @@ impl Agent {
         decision: CallDecision,
         author: Author,
     ) -> Result<AgentStream, RunError> {
-        let decision = match decision {
-            CallDecision::Approve => Decision::Approve,
-            CallDecision::Decline(reason) => Decision::Decline(reason),
-            CallDecision::Answer(_) | CallDecision::ApproveWith(_) | CallDecision::ApproveAlways(_) => {
-                return Err(RunError::InvalidInput(
-                    "every call waiting for approval is approved or declined as it is, not answered, edited or made to stick".into(),
-                ));
-            }
-        };
+        if let CallDecision::Answer(_) | CallDecision::ApproveWith(_) | CallDecision::ApproveAlways(_) = decision {
+            return Err(RunError::InvalidInput(
+                "every call waiting for approval is approved or declined as it is, not answered, edited or made to stick".into(),
+            ));
+        }
+        let decision = machine_decision(decision, None)?;
         IdKind::Run.check(run_id)?;
         self.decided(run_id, Request::DecideEveryApproval { decision, author }, None)
             .await

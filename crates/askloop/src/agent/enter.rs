@@ -143,7 +143,7 @@ impl Agent {
                         return Err(lost_run(run_id));
                     };
                     let lease = lease_until.map(new_lease);
-                    let update = store_update(inner, run, &run.pending, &write, lease.as_ref());
+                    let update = store_update(inner, run, run.stored_calls(), &write, lease.as_ref());
                     match inner.store.update(update.as_update()).await {
                         Ok(version) => EntryEvent::Written { version, lease },
                         Err(err) => EntryEvent::WriteFailed(err),
@@ -164,7 +164,7 @@ impl Agent {
                         .await
                     {
                         Ok(version) => {
-                            tracing::info!(run_id = %run_id, was = %run.status, "took the run over");
+                            tracing::info!(run_id = %run_id, was = %run.status(), "took the run over");
                             EntryEvent::Written {
                                 version,
                                 lease: Some(lease),
@@ -219,7 +219,7 @@ impl Agent {
                 // calls; a call that waited on a person is let go.
                 self.inner.drives.wake(entry.run_id());
                 if let Some(run) = entry.run() {
-                    self.inner.forget_calls(run, run.pending.iter());
+                    self.inner.forget_calls(run, run.stored_calls().iter());
                 }
                 Ok(Outcome::Cancelled)
             }

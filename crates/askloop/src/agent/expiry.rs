@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::machine::FittedDecision;
 use crate::clock::rfc3339;
-use crate::store::{ArgumentsEdit, Author, PendingToolCall, Resolution, ResolutionKind, RunRecord};
+use crate::store::{ArgumentsEdit, Author, PendingToolCall, Resolution, ResolutionKind};
 
 /// When a call made at `now` with time limit `limit` expires (none without
 /// a limit). Kept to the microsecond, as every store keeps it.
@@ -58,39 +58,6 @@ pub(crate) fn expired_approval_reason(expired_at: Option<DateTime<Utc>>) -> Stri
     )
 }
 
-/// Which call an answer came too late for, and when it expired, if it
-/// did: the named call is still pending but its limit has passed at `now`,
-/// or it was resolved as expired (see [`resolved_as_expired`]). `None`
-/// when the answer is not late (a pending call named by none is checked
-/// once it is found).
-pub(crate) fn expired_before_answer(
-    run: &RunRecord,
-    tool_call_id: Option<&str>,
-    now: DateTime<Utc>,
-) -> Option<(String, DateTime<Utc>)> {
-    let past_limit = tool_call_id.and_then(|id| {
-        let pending = run.pending.iter().find(|p| p.tool_call_id == id)?;
-        pending.expires_at.filter(|at| *at <= now).map(|at| (id.to_owned(), at))
-    });
-    past_limit.or_else(|| resolved_as_expired(run, tool_call_id))
-}
-
-/// The call an answer is for, and when it expired, when a sweep resolved
-/// it as expired: the named call, no longer pending; or, when no call is
-/// named and the run waits on nothing now, the last call the run resolved
-/// (the one such an answer was meant for).
-pub(crate) fn resolved_as_expired(run: &RunRecord, tool_call_id: Option<&str>) -> Option<(String, DateTime<Utc>)> {
-    let resolved = match tool_call_id {
-        Some(id) if run.pending.iter().all(|p| p.tool_call_id != id) => run.resolution_of(id)?,
-        None if run.pending.is_empty() => run.resolutions.iter().rev().find(|r| r.tool_call_id.is_some())?,
-        _ => return None,
-    };
-    match (&resolved.tool_call_id, resolved.kind) {
-        (Some(id), ResolutionKind::Expired) => Some((id.clone(), resolved.at)),
-        _ => None,
-    }
-}
-
 /// The record of `action`, a decision about `call` made at `now`: an
 /// expiry is recorded at the call's time limit (the instant its question
 /// showed as `metadata.expiresAt`, and a late answer is told), whenever a
@@ -132,7 +99,7 @@ fn at_suffix(at: Option<DateTime<Utc>>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Interface, PendingKind, RunStatus};
+    use crate::store::PendingKind;
     use serde_json::json;
     use std::time::Duration;
 
@@ -179,52 +146,5 @@ mod tests {
         assert!(text.starts_with("No answer came within the time limit"), "{text}");
         assert!(text.contains("2026-01-01T00:01:30.000Z"), "{text}");
         assert!(expired_approval_reason(at).contains("declined"));
-    }
-
-    #[test]
-    fn an_answer_is_late_when_its_call_passed_its_limit_or_was_resolved_as_expired() {
-        let limit = t("2026-01-01T00:01:30Z");
-        let late = Some(("c1".to_owned(), limit));
-        let mut run = RunRecord {
-            status: RunStatus::Suspended,
-            pending: vec![question(Some(limit))],
-            ..Default::default()
-        };
-        assert_eq!(expired_before_answer(&run, Some("c1"), t("2026-01-01T00:01:00Z")), None);
-        assert_eq!(expired_before_answer(&run, Some("c1"), limit), late);
-        assert_eq!(expired_before_answer(&run, None, limit), None);
-
-        run.pending.clear();
-        run.status = RunStatus::Completed;
-        assert_eq!(expired_before_answer(&run, Some("c1"), limit), None);
-        assert_eq!(expired_before_answer(&run, None, limit), None);
-        let expiry = resolution(
-            Some(&question(Some(limit))),
-            &FittedDecision::Expire {
-                tool_call_id: "c1".into(),
-            },
-            Author::via(Interface::Server),
-            limit + chrono::Duration::seconds(40),
-        );
-        assert_eq!(expiry.at, limit, "an expiry is recorded at the call's limit");
-        run.resolutions.push(expiry);
-        assert_eq!(expired_before_answer(&run, Some("c1"), limit), late);
-        // Naming no call: the call the run last resolved is the one meant.
-        assert_eq!(expired_before_answer(&run, None, limit), late);
-        run.resolutions.push(Resolution::new(
-            None,
-            ResolutionKind::Cancelled,
-            limit,
-            Author::default(),
-        ));
-        assert_eq!(expired_before_answer(&run, None, limit), late);
-        run.resolutions.push(Resolution::new(
-            Some("c2"),
-            ResolutionKind::Answered,
-            limit,
-            Author::default(),
-        ));
-        assert_eq!(expired_before_answer(&run, None, limit), None);
-        assert_eq!(expired_before_answer(&run, Some("c1"), limit), late);
     }
 }

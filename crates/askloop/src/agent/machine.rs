@@ -7,6 +7,15 @@
 //! only carries the effects out (model calls, tools, store writes,
 //! chunks). `machine_properties.rs` drives the machine with random runs,
 //! crashes and answers.
+//!
+//! A run's status and pending calls are this module's to read and set
+//! (and the stores' to keep): the crate's `clippy.toml` keeps every other
+//! module to [`RunRecord::call_state`], [`RunRecord::waiting_calls`] and
+//! [`RunRecord::status`].
+#![allow(
+    clippy::disallowed_fields,
+    reason = "the machines own a run's status and pending calls"
+)]
 
 use std::sync::{Arc, LazyLock};
 

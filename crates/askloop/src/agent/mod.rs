@@ -10,6 +10,10 @@ mod inner;
 mod lease;
 mod machine;
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_fields,
+    reason = "the machines' property tests play the store, holding what the machines write"
+)]
 mod machine_properties;
 mod options;
 mod recovery;

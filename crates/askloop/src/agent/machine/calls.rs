@@ -127,6 +127,39 @@ fn repeats(decision: &super::Decision, made: ResolutionKind) -> bool {
     }
 }
 
+/// Which call an answer came too late for, and when it expired, if it
+/// did: the named call is still pending but its limit has passed at `now`,
+/// or it was resolved as expired (see [`resolved_as_expired`]). `None`
+/// when the answer is not late (a pending call named by none is checked
+/// once it is found).
+pub(crate) fn expired_before_answer(
+    run: &RunRecord,
+    tool_call_id: Option<&str>,
+    now: DateTime<Utc>,
+) -> Option<(String, DateTime<Utc>)> {
+    let past_limit = tool_call_id.and_then(|id| {
+        let pending = run.pending.iter().find(|p| p.tool_call_id == id)?;
+        pending.expires_at.filter(|at| *at <= now).map(|at| (id.to_owned(), at))
+    });
+    past_limit.or_else(|| resolved_as_expired(run, tool_call_id))
+}
+
+/// The call an answer is for, and when it expired, when a sweep resolved
+/// it as expired: the named call, no longer pending; or, when no call is
+/// named and the run waits on nothing now, the last call the run resolved
+/// (the one such an answer was meant for).
+pub(crate) fn resolved_as_expired(run: &RunRecord, tool_call_id: Option<&str>) -> Option<(String, DateTime<Utc>)> {
+    let resolved = match tool_call_id {
+        Some(id) if run.pending.iter().all(|p| p.tool_call_id != id) => run.resolution_of(id)?,
+        None if run.pending.is_empty() => run.resolutions.iter().rev().find(|r| r.tool_call_id.is_some())?,
+        _ => return None,
+    };
+    match (&resolved.tool_call_id, resolved.kind) {
+        (Some(id), ResolutionKind::Expired) => Some((id.clone(), resolved.at)),
+        _ => None,
+    }
+}
+
 impl Closed<'_> {
     /// How a call that closed is described to a person: "answered by Bob
     /// (page) at …", "its time limit passed at …", "the run is completed",
@@ -201,6 +234,29 @@ impl RunRecord {
             })
     }
 
+    /// The earliest time limit of the pending calls, if any has one.
+    pub fn earliest_limit(&self) -> Option<DateTime<Utc>> {
+        self.pending.iter().filter_map(|p| p.expires_at).min()
+    }
+
+    /// The pending calls whose time limit has passed at `now`.
+    pub fn expired_calls(&self, now: DateTime<Utc>) -> impl Iterator<Item = &PendingToolCall> {
+        self.pending.iter().filter(move |p| p.is_expired(now))
+    }
+
+    /// The ids of the pending tool calls.
+    pub(crate) fn pending_ids(&self) -> Vec<String> {
+        self.pending.iter().map(|p| p.tool_call_id.clone()).collect()
+    }
+
+    /// Whether the run says `running` but nobody drives it any more: its
+    /// lease ran out at `now` (its process died or stopped renewing), or it
+    /// has none (stored by a build without leases). Such a run is continued
+    /// by recovery (`Agent::recover_runs`).
+    pub fn is_stalled(&self, now: DateTime<Utc>) -> bool {
+        self.status == RunStatus::Running && self.lease.as_ref().is_none_or(|lease| lease.is_expired(now))
+    }
+
     /// The calls the run holds as pending, whether or not they still wait:
     /// what a store writes, and what a display of the stored run lists. A
     /// decision about whether a call waits is [`RunRecord::call_state`]'s
@@ -228,7 +284,7 @@ impl RunRecord {
     /// passed but that no sweep resolved yet is still its target: the
     /// decision then finds it late.
     pub fn resume_target(&self, tool_call_id: Option<&str>) -> Result<&PendingToolCall, RunError> {
-        if let Some((tool_call_id, expired_at)) = crate::agent::expiry::resolved_as_expired(self, tool_call_id) {
+        if let Some((tool_call_id, expired_at)) = resolved_as_expired(self, tool_call_id) {
             return Err(RunError::Expired {
                 run_id: self.run_id.clone(),
                 tool_call_id,
@@ -439,5 +495,49 @@ mod tests {
             Closed::Resolved(&answered).describe_with(|r| format!("{} at {}", r.kind, r.at.timestamp())),
             "answered at 5"
         );
+    }
+
+    #[test]
+    fn an_answer_is_late_when_its_call_passed_its_limit_or_was_resolved_as_expired() {
+        let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().to_utc();
+        let limit = t("2026-01-01T00:01:30Z");
+        let late = Some(("c1".to_owned(), limit));
+        let question = || call("c1", PendingKind::Suspended, Some(limit));
+        let run = run(RunStatus::Suspended, vec![question()], vec![]);
+        assert_eq!(expired_before_answer(&run, Some("c1"), t("2026-01-01T00:01:00Z")), None);
+        assert_eq!(expired_before_answer(&run, Some("c1"), limit), late);
+        assert_eq!(expired_before_answer(&run, None, limit), None);
+
+        let mut run = run.with_calls(RunStatus::Completed, Vec::new());
+        assert_eq!(expired_before_answer(&run, Some("c1"), limit), None);
+        assert_eq!(expired_before_answer(&run, None, limit), None);
+        let expiry = crate::agent::expiry::resolution(
+            Some(&question()),
+            &super::super::FittedDecision::Expire {
+                tool_call_id: "c1".into(),
+            },
+            Author::via(crate::store::Interface::Server),
+            limit + chrono::Duration::seconds(40),
+        );
+        assert_eq!(expiry.at, limit, "an expiry is recorded at the call's limit");
+        run.resolutions.push(expiry);
+        assert_eq!(expired_before_answer(&run, Some("c1"), limit), late);
+        // Naming no call: the call the run last resolved is the one meant.
+        assert_eq!(expired_before_answer(&run, None, limit), late);
+        run.resolutions.push(Resolution::new(
+            None,
+            ResolutionKind::Cancelled,
+            limit,
+            Author::default(),
+        ));
+        assert_eq!(expired_before_answer(&run, None, limit), late);
+        run.resolutions.push(Resolution::new(
+            Some("c2"),
+            ResolutionKind::Answered,
+            limit,
+            Author::default(),
+        ));
+        assert_eq!(expired_before_answer(&run, None, limit), None);
+        assert_eq!(expired_before_answer(&run, Some("c1"), limit), late);
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{Decision, FittedDecision, RunWrite, ToolRules, fit_decision, mark_started, marks_start};
+use super::{Decision, FittedDecision, RunWrite, ToolRules, calls, fit_decision, mark_started, marks_start};
 use crate::Backoff;
 use crate::agent::expiry;
 use crate::error::RunError;
@@ -471,7 +471,7 @@ impl Entry {
         self.already.clear();
         for &(tool_call_id, decision) in decisions {
             let late = *decision != Decision::Expire;
-            if late && let Some((tool_call_id, expired_at)) = expiry::expired_before_answer(run, tool_call_id, now) {
+            if late && let Some((tool_call_id, expired_at)) = calls::expired_before_answer(run, tool_call_id, now) {
                 return Err(self.expired(tool_call_id, expired_at));
             }
             if let Some(id) = tool_call_id

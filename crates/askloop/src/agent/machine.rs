@@ -22,7 +22,7 @@ use std::sync::{Arc, LazyLock};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::options::MAX_REASON_BYTES;
+use super::options::{CallDecision, MAX_REASON_BYTES};
 use crate::chunk::{ApprovalDecision, ChunkKind, ToolErrorPayload, ToolOutputDenied, ToolResultPayload};
 use crate::error::RunError;
 use crate::message::{Message, ToolCall, ToolContent, ToolResult};
@@ -650,22 +650,58 @@ pub(crate) fn retry_lost_claim(now: &RunRecord, ours: &str) -> bool {
     }
 }
 
-/// What a person decided about a pending call, as given.
+/// A decision the machines apply to a pending call: one someone made
+/// (the [`CallDecision`] every route, channel and library method hands the
+/// agent, the one decision type from the routes to the machine), or the
+/// sweep's expiry of a call whose time limit passed.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Decision {
-    /// Resume data, and the reason of the options (used only when the data
-    /// declines an approval without a reason of its own).
-    Answer { data: Value, reason: Option<String> },
-    /// Run the call.
-    Approve,
-    /// Run the call with these arguments instead of the model's.
-    ApproveWith(Value),
-    /// Run the call, and let later calls of its tool run in this scope.
-    ApproveAlways(crate::Always),
-    /// Do not run the call or answer the question, for this reason.
-    Decline(Option<String>),
+    /// Someone's decision, with the reason their options gave beside it:
+    /// told to the model for an answer that declines an approval
+    /// (`{"approved": false}`) without a reason of its own.
+    Made {
+        decision: CallDecision,
+        reason: Option<String>,
+    },
     /// The call's time limit passed unanswered (see `expiry.rs`).
     Expire,
+}
+
+impl Decision {
+    /// `decision` with the reason given beside it (a resume's options): a
+    /// decline without a reason of its own takes it; an approval takes
+    /// none, and one given is refused.
+    pub(crate) fn made(decision: CallDecision, reason: Option<String>) -> Result<Decision, RunError> {
+        match decision {
+            CallDecision::Approve | CallDecision::ApproveWith(_) | CallDecision::ApproveAlways(_)
+                if reason.is_some() =>
+            {
+                Err(RunError::InvalidInput(
+                    "an approval takes no `reason`: a reason goes with a decline, and is told to the model".into(),
+                ))
+            }
+            CallDecision::Decline(own) => Ok(Decision::from(CallDecision::Decline(own.or(reason)))),
+            decision => Ok(Decision::Made { decision, reason }),
+        }
+    }
+
+    /// Whether applying it keeps a standing approval (an approval that
+    /// sticks to the run's thread or resource).
+    pub(crate) fn keeps_a_grant(&self) -> bool {
+        matches!(
+            self,
+            Decision::Made {
+                decision: CallDecision::ApproveAlways(_),
+                ..
+            }
+        )
+    }
+}
+
+impl From<CallDecision> for Decision {
+    fn from(decision: CallDecision) -> Decision {
+        Decision::Made { decision, reason: None }
+    }
 }
 
 /// What a decision does to its pending call, checked against it.
@@ -770,9 +806,12 @@ fn fit(
             tool_name: pending.tool_name.clone(),
         })
     };
+    let (decision, given) = match decision {
+        Decision::Expire => return Ok(FittedDecision::Expire { tool_call_id }),
+        Decision::Made { decision, reason } => (decision, reason),
+    };
     match (pending.kind, decision) {
-        (_, Decision::Expire) => Ok(FittedDecision::Expire { tool_call_id }),
-        (PendingKind::Suspended, Decision::Answer { data, .. }) => {
+        (PendingKind::Suspended, CallDecision::Answer(data)) => {
             let payload = pending.suspend_payload.as_deref().unwrap_or(&Value::Null);
             has_tool()?
                 .check_resume_data(data, payload)
@@ -787,16 +826,16 @@ fn fit(
                 data: data.clone(),
             })
         }
-        (PendingKind::Suspended, Decision::Decline(reason)) => Ok(FittedDecision::DeclineQuestion {
+        (PendingKind::Suspended, CallDecision::Decline(reason)) => Ok(FittedDecision::DeclineQuestion {
             tool_call_id,
             reason: reason.clone(),
         }),
-        (PendingKind::Suspended, Decision::Approve) => Err(RunError::WrongPendingKind {
+        (PendingKind::Suspended, CallDecision::Approve) => Err(RunError::WrongPendingKind {
             run_id: run.run_id.clone(),
             tool_call_id,
             detail: "is a question waiting for an answer, not a call waiting for approval; answer it instead".into(),
         }),
-        (PendingKind::Approval, Decision::Approve) => {
+        (PendingKind::Approval, CallDecision::Approve) => {
             has_tool()?;
             Ok(FittedDecision::Approve {
                 tool_call_id,
@@ -804,7 +843,7 @@ fn fit(
                 always: None,
             })
         }
-        (PendingKind::Approval, Decision::ApproveWith(args)) => {
+        (PendingKind::Approval, CallDecision::ApproveWith(args)) => {
             has_tool()?;
             let invalid = |reason: String| RunError::InvalidArguments {
                 run_id: run.run_id.clone(),
@@ -833,7 +872,7 @@ fn fit(
                 always: None,
             })
         }
-        (PendingKind::Approval, Decision::ApproveAlways(always)) => {
+        (PendingKind::Approval, CallDecision::ApproveAlways(always)) => {
             has_tool()?;
             if let Some(problem) = always.lasts_problem() {
                 return Err(RunError::InvalidInput(format!(
@@ -855,7 +894,7 @@ fn fit(
                 always: Some(always.clone()),
             })
         }
-        (PendingKind::Suspended, Decision::ApproveWith(_) | Decision::ApproveAlways(_)) => {
+        (PendingKind::Suspended, CallDecision::ApproveWith(_) | CallDecision::ApproveAlways(_)) => {
             Err(RunError::WrongPendingKind {
                 run_id: run.run_id.clone(),
                 tool_call_id,
@@ -863,17 +902,17 @@ fn fit(
                     .into(),
             })
         }
-        (PendingKind::Approval, Decision::Decline(reason)) => Ok(FittedDecision::DeclineApproval {
+        (PendingKind::Approval, CallDecision::Decline(reason)) => Ok(FittedDecision::DeclineApproval {
             tool_call_id,
             reason: reason.clone(),
         }),
-        (PendingKind::Approval, Decision::Answer { data, reason }) => {
+        (PendingKind::Approval, CallDecision::Answer(data)) => {
             let approved = data.get("approved").and_then(Value::as_bool);
             let reason = data
                 .get("reason")
                 .and_then(Value::as_str)
                 .map(str::to_owned)
-                .or_else(|| reason.clone());
+                .or_else(|| given.clone());
             match approved {
                 Some(true) => {
                     has_tool()?;
@@ -905,6 +944,48 @@ mod tests {
     use crate::message::ToolContent;
     use crate::store::PendingKind;
     use serde_json::json;
+
+    #[test]
+    fn a_reason_beside_a_decision_goes_to_a_decline_or_an_answer_and_is_refused_with_an_approval() {
+        let reason = || Some("not on a Friday".to_owned());
+        assert_eq!(
+            Decision::made(CallDecision::Decline(None), reason()).unwrap(),
+            Decision::from(CallDecision::Decline(reason())),
+            "a decline without a reason of its own takes the one given"
+        );
+        assert_eq!(
+            Decision::made(CallDecision::Decline(Some("mine".into())), reason()).unwrap(),
+            Decision::from(CallDecision::Decline(Some("mine".into()))),
+            "a decline's own reason wins"
+        );
+        assert_eq!(
+            Decision::made(CallDecision::Answer(json!({"approved": false})), reason()).unwrap(),
+            Decision::Made {
+                decision: CallDecision::Answer(json!({"approved": false})),
+                reason: reason()
+            }
+        );
+        for approval in [
+            CallDecision::Approve,
+            CallDecision::ApproveWith(json!({})),
+            CallDecision::ApproveAlways(crate::Always::in_scope(crate::GrantScope::Thread)),
+        ] {
+            assert!(matches!(
+                Decision::made(approval.clone(), reason()),
+                Err(RunError::InvalidInput(message)) if message.contains("no `reason`")
+            ));
+            assert!(Decision::made(approval, None).is_ok());
+        }
+        assert!(
+            Decision::made(
+                CallDecision::ApproveAlways(crate::Always::in_scope(crate::GrantScope::Thread)),
+                None
+            )
+            .unwrap()
+            .keeps_a_grant()
+        );
+        assert!(!Decision::Expire.keeps_a_grant());
+    }
 
     fn call(id: &str) -> ToolCall {
         ToolCall {

@@ -21,6 +21,7 @@ use super::machine::{
     EntryEffect, EntryEvent, Event, FittedDecision, ModelTurn, Request, Ruling, RunMachine, RunWrite, ToolBook,
     ToolRules, ToolRun,
 };
+use crate::CallDecision;
 use crate::ask_user::AskUser;
 use crate::chunk::{ChunkKind, ToolErrorPayload};
 use crate::error::RunError;
@@ -454,7 +455,13 @@ impl World {
                 .map(|pending| self.decision_for(pending))
                 .collect();
             if let Some(first) = decided.first()
-                && matches!(first, Decision::Approve | Decision::Decline(_))
+                && matches!(
+                    first,
+                    Decision::Made {
+                        decision: CallDecision::Approve | CallDecision::Decline(_),
+                        ..
+                    }
+                )
                 && decided.iter().all(|d| d == first)
             {
                 let entered = self.enter(Request::DecideEveryApproval {
@@ -505,12 +512,9 @@ impl World {
         };
         let (id, kind) = (made.tool_call_id.clone().unwrap_or_default(), made.kind);
         let decision = match kind {
-            ResolutionKind::Answered => Decision::Answer {
-                data: json!(format!("answer to {id}")),
-                reason: None,
-            },
-            ResolutionKind::Approved => Decision::Approve,
-            _ => Decision::Decline(Some("no".into())),
+            ResolutionKind::Answered => Decision::from(CallDecision::Answer(json!(format!("answer to {id}")))),
+            ResolutionKind::Approved => Decision::from(CallDecision::Approve),
+            _ => Decision::from(CallDecision::Decline(Some("no".into()))),
         };
         let before = self.store.record.clone();
         let request = Request::Decide {
@@ -561,16 +565,16 @@ impl World {
     fn decision_for(&self, pending: &PendingToolCall) -> Decision {
         let accept = self.accept.get(&pending.tool_call_id).copied().unwrap_or(true);
         match (pending.kind, accept) {
-            (PendingKind::Suspended, true) => Decision::Answer {
-                data: json!(format!("answer to {}", pending.tool_call_id)),
-                reason: None,
-            },
+            (PendingKind::Suspended, true) => Decision::from(CallDecision::Answer(json!(format!(
+                "answer to {}",
+                pending.tool_call_id
+            )))),
             (PendingKind::Approval, true) if self.edit.contains(&pending.tool_call_id) => {
-                Decision::ApproveWith(edited_args(&pending.tool_call_id))
+                Decision::from(CallDecision::ApproveWith(edited_args(&pending.tool_call_id)))
             }
-            (PendingKind::Approval, true) => Decision::Approve,
+            (PendingKind::Approval, true) => Decision::from(CallDecision::Approve),
             (_, false) if self.expire.contains(&pending.tool_call_id) => Decision::Expire,
-            (_, false) => Decision::Decline(Some("no".into())),
+            (_, false) => Decision::from(CallDecision::Decline(Some("no".into()))),
         }
     }
 

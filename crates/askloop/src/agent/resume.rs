@@ -36,8 +36,8 @@ impl Agent {
     /// own takes `options.reason`). For a host that receives decisions of
     /// any kind, as askloop's routes do.
     pub async fn decide(&self, options: ResumeOptions, decision: CallDecision) -> Result<AgentStream, RunError> {
-        let decision = machine_decision(decision, options.reason.clone())?;
-        if let Decision::ApproveAlways(_) = decision {
+        let decision = Decision::made(decision, options.reason.clone())?;
+        if decision.keeps_a_grant() {
             self.can_keep_grants()?;
         }
         self.enter_decision(options, decision).await
@@ -175,9 +175,9 @@ impl Agent {
         }
         let decisions = decisions
             .into_iter()
-            .map(|(tool_call_id, decision)| Ok((tool_call_id, machine_decision(decision, None)?)))
+            .map(|(tool_call_id, decision)| Ok((tool_call_id, Decision::made(decision, None)?)))
             .collect::<Result<Vec<_>, RunError>>()?;
-        if decisions.iter().any(|(_, d)| matches!(d, Decision::ApproveAlways(_))) {
+        if decisions.iter().any(|(_, d)| d.keeps_a_grant()) {
             self.can_keep_grants()?;
         }
         self.decided(run_id, Request::DecideAll { decisions, author }, None)
@@ -198,7 +198,7 @@ impl Agent {
     ) -> Result<Vec<(String, crate::ResolutionKind)>, RunError> {
         let decisions = decisions
             .iter()
-            .map(|(tool_call_id, decision)| Ok((tool_call_id.clone(), machine_decision(decision.clone(), None)?)))
+            .map(|(tool_call_id, decision)| Ok((tool_call_id.clone(), Decision::made(decision.clone(), None)?)))
             .collect::<Result<Vec<_>, RunError>>()?;
         let request = Request::DecideAll {
             decisions,
@@ -225,7 +225,7 @@ impl Agent {
                 "every call waiting for approval is approved or declined as it is, not answered, edited or made to stick".into(),
             ));
         }
-        let decision = machine_decision(decision, None)?;
+        let decision = Decision::made(decision, None)?;
         IdKind::Run.check(run_id)?;
         self.decided(run_id, Request::DecideEveryApproval { decision, author }, None)
             .await
@@ -306,26 +306,5 @@ impl Agent {
                 run_id: run_id.to_owned(),
             }),
         }
-    }
-}
-
-/// A person's decision as the entry machine takes it: the one mapping from
-/// [`CallDecision`], with the reason given beside it (a resume's options).
-/// An approval takes no reason: one given is refused.
-fn machine_decision(decision: CallDecision, reason: Option<String>) -> Result<Decision, RunError> {
-    let approval = |decision: Decision| {
-        if reason.is_some() {
-            return Err(RunError::InvalidInput(
-                "an approval takes no `reason`: a reason goes with a decline, and is told to the model".into(),
-            ));
-        }
-        Ok(decision)
-    };
-    match decision {
-        CallDecision::Answer(data) => Ok(Decision::Answer { data, reason }),
-        CallDecision::Approve => approval(Decision::Approve),
-        CallDecision::ApproveWith(args) => approval(Decision::ApproveWith(args)),
-        CallDecision::ApproveAlways(always) => approval(Decision::ApproveAlways(always)),
-        CallDecision::Decline(own) => Ok(Decision::Decline(own.or(reason))),
     }
 }

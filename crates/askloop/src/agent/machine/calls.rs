@@ -113,17 +113,22 @@ pub(crate) fn decided_already(
 /// question is never taken for a repeat: what it said is not compared, so
 /// a second answer is refused rather than dropped unread.
 fn repeats(decision: &super::Decision, made: ResolutionKind) -> bool {
-    use super::Decision;
+    use crate::CallDecision;
+    let decision = match decision {
+        super::Decision::Expire => return made == ResolutionKind::Expired,
+        super::Decision::Made { decision, .. } => decision,
+    };
     match decision {
-        Decision::Answer { data, .. } => match made {
+        CallDecision::Answer(data) => match made {
             // An approval's answer: `{"approved": true}` or `false`.
             ResolutionKind::Approved => data.get("approved") == Some(&serde_json::Value::Bool(true)),
             ResolutionKind::Denied => data.get("approved") == Some(&serde_json::Value::Bool(false)),
             _ => false,
         },
-        Decision::Approve | Decision::ApproveWith(_) | Decision::ApproveAlways(_) => made == ResolutionKind::Approved,
-        Decision::Decline(_) => matches!(made, ResolutionKind::Declined | ResolutionKind::Denied),
-        Decision::Expire => made == ResolutionKind::Expired,
+        CallDecision::Approve | CallDecision::ApproveWith(_) | CallDecision::ApproveAlways(_) => {
+            made == ResolutionKind::Approved
+        }
+        CallDecision::Decline(_) => matches!(made, ResolutionKind::Declined | ResolutionKind::Denied),
     }
 }
 

@@ -4,6 +4,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::CallDecision;
 use crate::ask_user::AskUser;
 use crate::store::{Interface, PendingKind, PendingToolCall, RunFailure};
 
@@ -94,7 +95,7 @@ fn run(status: RunStatus, pending: Vec<PendingToolCall>) -> RunRecord {
 fn answer(id: Option<&str>, data: serde_json::Value) -> Request {
     Request::Decide {
         tool_call_id: id.map(str::to_owned),
-        decision: Decision::Answer { data, reason: None },
+        decision: Decision::from(CallDecision::Answer(data)),
         author: Author::named(Interface::Http, "alice"),
     }
 }
@@ -163,7 +164,7 @@ fn an_approval_claims_the_run_marking_its_call_started_and_recording_who_in_the_
     let waiting = run(RunStatus::Suspended, vec![approval("c1"), question("c2", None)]);
     let mut approve = entry(Request::Decide {
         tool_call_id: Some("c1".into()),
-        decision: Decision::Approve,
+        decision: Decision::from(CallDecision::Approve),
         author: Author::named(Interface::Page, "bob"),
     });
     let EntryEffect::Write { write, lease_until } = read(&mut approve, Some(waiting), t(100)) else {
@@ -210,7 +211,7 @@ fn edited_arguments_a_rule_denies_are_refused_naming_the_rule_before_anything_is
     let waiting = run(RunStatus::Suspended, vec![approval("c1")]);
     let approve_with = |question: &str| Request::Decide {
         tool_call_id: Some("c1".into()),
-        decision: Decision::ApproveWith(json!({"question": question})),
+        decision: Decision::from(CallDecision::ApproveWith(json!({"question": question}))),
         author: Author::named(Interface::Http, "bob"),
     };
     let mut denied = entry(approve_with("deploy to production"));
@@ -251,7 +252,7 @@ fn a_lost_claim_is_tried_again_while_its_call_still_waits_and_is_a_conflict_once
     let waiting = run(RunStatus::Suspended, vec![approval("c1"), approval("c2")]);
     let approve = || Request::Decide {
         tool_call_id: Some("c1".into()),
-        decision: Decision::Approve,
+        decision: Decision::from(CallDecision::Approve),
         author: Author::default(),
     };
     let mut still_wanted = entry(approve());
@@ -495,11 +496,11 @@ fn decisions_for_several_calls_claim_the_run_once_marking_the_approved_call_star
         RunStatus::Suspended,
         vec![approval("c1"), question("c2", None), question("c3", None)],
     );
-    let answer = Decision::Answer {
-        data: json!("Paris"),
-        reason: None,
-    };
-    let mut both = entry(decide_all(&[("c2", answer), ("c1", Decision::Approve)]));
+    let answer = Decision::from(CallDecision::Answer(json!("Paris")));
+    let mut both = entry(decide_all(&[
+        ("c2", answer),
+        ("c1", Decision::from(CallDecision::Approve)),
+    ]));
     let EntryEffect::Write { write, lease_until } = read(&mut both, Some(waiting), t(100)) else {
         panic!("the approval's mark is the one claim")
     };
@@ -549,14 +550,8 @@ fn decisions_for_several_calls_claim_the_run_once_marking_the_approved_call_star
 fn decisions_without_effects_outside_the_run_are_applied_in_one_write() {
     let waiting = run(RunStatus::Suspended, vec![approval("c1"), question("c2", None)]);
     let mut both = entry(decide_all(&[
-        ("c1", Decision::Decline(Some("not today".into()))),
-        (
-            "c2",
-            Decision::Answer {
-                data: json!("Oslo"),
-                reason: None,
-            },
-        ),
+        ("c1", Decision::from(CallDecision::Decline(Some("not today".into())))),
+        ("c2", Decision::from(CallDecision::Answer(json!("Oslo")))),
     ]));
     let applied = read(&mut both, Some(waiting), t(5));
     let EntryEffect::Apply { actions, author, .. } = applied else {
@@ -575,11 +570,11 @@ fn decisions_without_effects_outside_the_run_are_applied_in_one_write() {
 #[test]
 fn one_refused_decision_refuses_them_all_before_anything_is_written() {
     let waiting = run(RunStatus::Suspended, vec![approval("c1"), question("c2", None)]);
-    let blank = Decision::Answer {
-        data: json!("   "),
-        reason: None,
-    };
-    let mut refused = entry(decide_all(&[("c1", Decision::Approve), ("c2", blank)]));
+    let blank = Decision::from(CallDecision::Answer(json!("   ")));
+    let mut refused = entry(decide_all(&[
+        ("c1", Decision::from(CallDecision::Approve)),
+        ("c2", blank),
+    ]));
     let effect = read(&mut refused, Some(waiting.clone()), t(5));
     assert!(
         matches!(&effect, EntryEffect::Finish(Err(RunError::InvalidAnswer { tool_call_id, .. })) if tool_call_id == "c2"),
@@ -587,7 +582,10 @@ fn one_refused_decision_refuses_them_all_before_anything_is_written() {
     );
     assert!(refused.poll_effect().is_none(), "nothing written");
 
-    let mut unknown = entry(decide_all(&[("c1", Decision::Approve), ("c9", Decision::Approve)]));
+    let mut unknown = entry(decide_all(&[
+        ("c1", Decision::from(CallDecision::Approve)),
+        ("c9", Decision::from(CallDecision::Approve)),
+    ]));
     let effect = read(&mut unknown, Some(waiting.clone()), t(5));
     assert!(
         matches!(&effect, EntryEffect::Finish(Err(RunError::ToolCallNotPending { tool_call_id, .. })) if tool_call_id == "c9"),
@@ -595,8 +593,8 @@ fn one_refused_decision_refuses_them_all_before_anything_is_written() {
     );
 
     let mut twice = entry(decide_all(&[
-        ("c1", Decision::Approve),
-        ("c1", Decision::Decline(None)),
+        ("c1", Decision::from(CallDecision::Approve)),
+        ("c1", Decision::from(CallDecision::Decline(None))),
     ]));
     let effect = read(&mut twice, Some(waiting), t(5));
     assert!(
@@ -608,7 +606,10 @@ fn one_refused_decision_refuses_them_all_before_anything_is_written() {
 #[test]
 fn decisions_that_lost_their_claim_try_again_only_while_every_call_still_waits() {
     let waiting = run(RunStatus::Suspended, vec![approval("c1"), approval("c2")]);
-    let request = decide_all(&[("c1", Decision::Approve), ("c2", Decision::Approve)]);
+    let request = decide_all(&[
+        ("c1", Decision::from(CallDecision::Approve)),
+        ("c2", Decision::from(CallDecision::Approve)),
+    ]);
     let mut lost_one = entry(request.clone());
     assert!(matches!(
         read(&mut lost_one, Some(waiting.clone()), t(1)),
@@ -661,7 +662,7 @@ fn applied_ids(effect: &EntryEffect) -> Vec<String> {
 #[test]
 fn a_decision_of_every_approval_reads_which_calls_wait_again_after_a_lost_write() {
     let decline = || Request::DecideEveryApproval {
-        decision: Decision::Decline(Some("not today".into())),
+        decision: Decision::from(CallDecision::Decline(Some("not today".into()))),
         author: Author::named(Interface::Http, "alice"),
     };
     let both = run(
@@ -752,7 +753,7 @@ fn an_approval_or_decline_made_already_changes_nothing_and_anything_else_is_refu
     ];
     let approve = |id: &str| Request::Decide {
         tool_call_id: Some(id.into()),
-        decision: Decision::Approve,
+        decision: Decision::from(CallDecision::Approve),
         author: Author::default(),
     };
     let again = read(&mut entry(approve("a1")), Some(stored.clone()), t(2));
@@ -778,7 +779,7 @@ fn an_approval_or_decline_made_already_changes_nothing_and_anything_else_is_refu
     );
     let decline = Request::Decide {
         tool_call_id: Some("a1".into()),
-        decision: Decision::Decline(None),
+        decision: Decision::from(CallDecision::Decline(None)),
         author: Author::default(),
     };
     let refused = read(&mut entry(decline), Some(stored.clone()), t(2));
@@ -789,8 +790,8 @@ fn an_approval_or_decline_made_already_changes_nothing_and_anything_else_is_refu
     // Several at once: the repeat is left out, the rest is applied.
     let both = Request::DecideAll {
         decisions: vec![
-            ("a1".into(), Decision::Approve),
-            ("a2".into(), Decision::Decline(Some("no".into()))),
+            ("a1".into(), Decision::from(CallDecision::Approve)),
+            ("a2".into(), Decision::from(CallDecision::Decline(Some("no".into())))),
         ],
         author: Author::default(),
     };

@@ -1,7 +1,7 @@
 //! Open sessions to one MCP server, kept between calls so that a call does
 //! not pay for starting the server (a stdio server is a new process per
 //! session: about 1.3 s per call for the reference server under load, see
-//! `docs/benchmarks.md`).
+//! `bench/LOG.md`).
 //!
 //! A session serves one call at a time: a call takes a session for itself
 //! (an idle one, else a new one), so an elicitation that arrives on it can

@@ -36,6 +36,7 @@ pub mod sse;
 pub mod store;
 pub mod telemetry;
 pub mod tool;
+mod unknown_name;
 pub mod visible;
 
 pub use agent::{
@@ -48,7 +49,7 @@ pub use cause::{Cause, ErrorChain};
 pub use chunk::{Chunk, ChunkKind};
 pub use clock::{Clock, ManualClock, SystemClock, rfc3339, system_clock};
 pub use duration::{DURATION_FORMS, InvalidDuration, human_duration, parse_duration};
-pub use error::{RunError, RunErrorKind, UnknownName};
+pub use error::{RunError, RunErrorKind};
 pub use id::{IdKind, IdProblem, InvalidId, MAX_ID_BYTES, quoted_excerpt, run_page_url, url_path_segment};
 pub use message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 pub use model::{Model, ModelError, ModelEvent, ModelRequest, ModelStream, ToolCallIds, ToolSpec};
@@ -64,3 +65,4 @@ pub use store::{
     context_messages,
 };
 pub use tool::{FunctionTool, InvalidResume, SchemaError, Tool, ToolContext, ToolError, ToolOutcome, ToolOutput};
+pub use unknown_name::UnknownName;

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
+use super::build_error::BuildError;
 use super::cache::{ConversationCache, DEFAULT_CACHED_MESSAGES};
 
 use super::inner::{AgentInner, TimeLimits};
@@ -40,34 +41,6 @@ impl fmt::Debug for AgentBuilder {
             .field("id", &self.id)
             .finish_non_exhaustive()
     }
-}
-
-/// Why an agent could not be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// No model was given.
-    #[error("agent {0} has no model: call .model(...)")]
-    MissingModel(String),
-    /// Two tools share an id.
-    #[error("agent {agent_id} has two tools with id {tool_id}")]
-    DuplicateTool {
-        /// The agent.
-        agent_id: String,
-        /// The id.
-        tool_id: String,
-    },
-    /// A tool's input schema is not a valid JSON Schema.
-    #[error("tool {tool_id} has an invalid input schema: {reason}")]
-    InvalidSchema {
-        /// The tool.
-        tool_id: String,
-        /// Why.
-        reason: String,
-    },
-    /// Approval was required for a tool the agent does not have.
-    #[error("approval is required for tool {0}, which the agent does not have")]
-    UnknownApprovalTool(String),
 }
 
 impl AgentBuilder {

@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use super::expiry;
 use super::inner::AgentInner;
 use super::lease::Released;
+use super::machine::expiry;
 use super::machine::{
     ApplyFailure, CheckedCall, Decided, Decisions, DriveFrom, Effect, End, Event, FittedDecision, RunMachine, RunWrite,
     StepSummary, last_tool_calls, notifications, record_landed,

@@ -11,7 +11,6 @@ use super::tools::{AgentTools, ToolTable};
 use crate::clock::Clock;
 use crate::model::Model;
 use crate::store::{Lease, PendingToolCall, RunRecord, RunStore, Subscription};
-use crate::tool::Tool;
 
 pub(crate) struct AgentInner {
     pub(crate) id: String,
@@ -92,12 +91,6 @@ pub(crate) fn input_problem(tools: &ToolTable, name: &str, args: &serde_json::Va
     crate::tool::describe_errors(&registered.validator, args)
         .err()
         .map(|err| err.to_string())
-}
-
-pub(crate) struct RegisteredTool {
-    pub(crate) tool: Arc<dyn Tool>,
-    pub(crate) validator: jsonschema::Validator,
-    pub(crate) needs_approval: bool,
 }
 
 impl AgentInner {

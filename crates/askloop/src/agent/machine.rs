@@ -35,6 +35,7 @@ use crate::tool::{InvalidResume, ToolOutput};
 
 mod calls;
 mod entry;
+pub(crate) mod expiry;
 mod run;
 
 pub(crate) use calls::decided_already;

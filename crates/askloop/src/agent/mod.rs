@@ -1,11 +1,11 @@
 //! [`Agent`]: a model, instructions and tools, driving runs that can stop to
 //! ask a person and carry on when the answer comes.
 
+mod build_error;
 mod builder;
 mod cache;
 mod driver;
 mod enter;
-mod expiry;
 mod inner;
 mod lease;
 mod machine;
@@ -33,7 +33,8 @@ use crate::store::{Author, RunRecord, RunStatus, RunStore};
 use crate::telemetry;
 use crate::tool::Tool;
 
-pub use builder::{AgentBuilder, BuildError};
+pub use build_error::BuildError;
+pub use builder::AgentBuilder;
 pub use lease::DEFAULT_LEASE;
 pub use machine::{CallState, Closed, Waiting, WaitsOn};
 pub use options::{AgentInput, CallDecision, MAX_REASON_BYTES, ResumeOptions, StreamOptions, ThreadOptions};

@@ -10,11 +10,18 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::builder::BuildError;
-use super::inner::RegisteredTool;
+use super::build_error::BuildError;
 use crate::ask_user::ASK_USER_TOOL_ID;
 use crate::model::ToolSpec;
 use crate::tool::Tool;
+
+/// A tool of the agent, with its input schema compiled and whether its
+/// calls wait for approval.
+pub(crate) struct RegisteredTool {
+    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) validator: jsonschema::Validator,
+    pub(crate) needs_approval: bool,
+}
 
 /// The tools at one moment: each by its id, with its checked schema, and
 /// as the model is shown them, in order.

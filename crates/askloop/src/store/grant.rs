@@ -52,14 +52,14 @@ impl fmt::Display for GrantScope {
 }
 
 impl std::str::FromStr for GrantScope {
-    type Err = crate::error::UnknownName;
+    type Err = crate::unknown_name::UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "thread" => Ok(GrantScope::Thread),
             "resource" => Ok(GrantScope::Resource),
             other => Err(
-                crate::error::UnknownName::new("scope", other, ["thread", "resource"]).hint(
+                crate::unknown_name::UnknownName::new("scope", other, ["thread", "resource"]).hint(
                     "an approval sticks for \"thread\" (this conversation) or \"resource\" (every conversation of \
                      this resource)",
                 ),

@@ -129,7 +129,7 @@ impl fmt::Display for RunStatus {
 }
 
 impl std::str::FromStr for RunStatus {
-    type Err = crate::error::UnknownName;
+    type Err = crate::unknown_name::UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         const ALL: [RunStatus; 5] = [
@@ -141,7 +141,7 @@ impl std::str::FromStr for RunStatus {
         ];
         ALL.into_iter()
             .find(|status| status.as_str() == s)
-            .ok_or_else(|| crate::error::UnknownName::new("run status", s, ALL.map(RunStatus::as_str)))
+            .ok_or_else(|| crate::unknown_name::UnknownName::new("run status", s, ALL.map(RunStatus::as_str)))
     }
 }
 

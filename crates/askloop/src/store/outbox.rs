@@ -83,13 +83,13 @@ impl fmt::Display for EventType {
 }
 
 impl std::str::FromStr for EventType {
-    type Err = crate::error::UnknownName;
+    type Err = crate::unknown_name::UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         EventType::ALL
             .into_iter()
             .find(|e| e.as_str() == s)
-            .ok_or_else(|| crate::error::UnknownName::new("event", s, EventType::ALL.map(EventType::as_str)))
+            .ok_or_else(|| crate::unknown_name::UnknownName::new("event", s, EventType::ALL.map(EventType::as_str)))
     }
 }
 
@@ -241,14 +241,14 @@ impl DeliveryState {
 }
 
 impl std::str::FromStr for DeliveryState {
-    type Err = crate::error::UnknownName;
+    type Err = crate::unknown_name::UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "pending" => Ok(DeliveryState::Pending),
             "delivered" => Ok(DeliveryState::Delivered),
             "dead" => Ok(DeliveryState::Dead),
-            other => Err(crate::error::UnknownName::new(
+            other => Err(crate::unknown_name::UnknownName::new(
                 "delivery state",
                 other,
                 ["pending", "delivered", "dead"],

@@ -516,7 +516,7 @@ mod tests {
         let mut run = run.with_calls(RunStatus::Completed, Vec::new());
         assert_eq!(expired_before_answer(&run, Some("c1"), limit), None);
         assert_eq!(expired_before_answer(&run, None, limit), None);
-        let expiry = crate::agent::expiry::resolution(
+        let expiry = crate::agent::machine::expiry::resolution(
             Some(&question()),
             &super::super::FittedDecision::Expire {
                 tool_call_id: "c1".into(),

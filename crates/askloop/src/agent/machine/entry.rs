@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::expiry;
 use super::{Decision, FittedDecision, RunWrite, ToolRules, calls, fit_decision, mark_started, marks_start};
 use crate::Backoff;
-use crate::agent::expiry;
 use crate::error::RunError;
 use crate::store::{Author, Lease, Resolution, ResolutionKind, RunRecord, RunStatus, StoreError};
 use crate::tool::Tool;

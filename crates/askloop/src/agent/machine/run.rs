@@ -25,12 +25,12 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::expiry;
 use super::{
     AfterModel, CallFacts, CallOutcome, CallPlan, FittedDecision, LostWrite, Recovery, Ruling, Step, StepWrite,
     ToolRules, after_model, approval_schema, denied, done_result, error_result, lost_write, may_call_model, plan_call,
     recovery_at, store_turn_first,
 };
-use crate::agent::expiry;
 use crate::chunk::{AbortPayload, ChunkKind, ErrorDetail, ErrorPayload, Start, ToolCallApproval, ToolCallSuspended};
 use crate::message::{FinishReason, Message, ToolCall, ToolContent, ToolResult, Usage};
 use crate::model::ModelError;

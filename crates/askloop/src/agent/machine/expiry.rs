@@ -1,6 +1,7 @@
 //! Time limits on waiting calls, with no I/O: when a call stops waiting,
-//! what the model is told when it does, and whether an answer came too late.
-//! The driver and `Agent` call these; they hold no state of their own.
+//! what the model is told when it does, and how an expiry is recorded
+//! (whether an answer came too late is `calls.rs`'s to say). The machines
+//! and the driver call these; they hold no state of their own.
 //!
 //! An expired question is resolved explicitly, never with an invented
 //! answer: the model gets a tool result saying no answer came within the
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::machine::FittedDecision;
+use super::FittedDecision;
 use crate::clock::rfc3339;
 use crate::store::{ArgumentsEdit, Author, PendingToolCall, Resolution, ResolutionKind};
 

@@ -21,7 +21,7 @@
 //! recorded as declared by the client ([`Author::declared`]), never as who
 //! answered: nothing checked it. Over HTTP, a
 //! caller limited to some agents sees and may call only their tools, and a
-//! session serves only the caller that opened it (see [`McpHttpService`]).
+//! session serves only the caller that opened it (see [`McpHttpService`](crate::McpHttpService)).
 //!
 //! The thread's resource is never an argument: it is the caller's. Over
 //! HTTP, the first of the resources the [`Caller`]'s token may use (its own
@@ -44,13 +44,12 @@ use rmcp::model::{
     Tool as McpToolInfo,
 };
 use rmcp::service::{ElicitationMode, RequestContext};
-use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 
 use crate::connect::protocol_version;
 use crate::elicitation::{ElicitationAnswer, ElicitationPayload};
-use crate::sessions::{BoundSessions, McpHttpService};
 
 /// The resource of the threads of callers whose resources are not walled,
 /// unless [`AgentTools::resource`] sets another: over HTTP, a caller
@@ -720,30 +719,6 @@ pub async fn serve_stdio(tools: AgentTools) -> Result<(), std::io::Error> {
         .await
         .map_err(|err| std::io::Error::other(err.to_string()))?;
     Ok(())
-}
-
-/// A tower service for the streamable-HTTP transport (mount it at `/mcp`),
-/// whose sessions each serve only the caller that opened them (see
-/// [`McpHttpService`]).
-/// `check_host`: refuse requests whose `Host` is not a loopback name (set it
-/// when no token protects the endpoint, against DNS rebinding).
-/// `max_body_bytes`: the largest request body read (larger: 413); a server
-/// in front that limits bodies itself passes its own limit.
-/// `sessions`: the sessions' table, with their limits
-/// ([`BoundSessions::new`]).
-pub fn streamable_http_service(
-    tools: AgentTools,
-    check_host: bool,
-    max_body_bytes: usize,
-    sessions: BoundSessions,
-) -> McpHttpService {
-    let mut config = StreamableHttpServerConfig::default().with_max_request_body_bytes(max_body_bytes);
-    if !check_host {
-        config = config.disable_allowed_hosts();
-    }
-    let sessions = Arc::new(sessions);
-    let service = StreamableHttpService::new(move || Ok(tools.clone()), Arc::clone(&sessions), config);
-    McpHttpService::new(service, sessions)
 }
 
 #[cfg(test)]

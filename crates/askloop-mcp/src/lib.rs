@@ -68,13 +68,13 @@ mod tools;
 
 use askloop::Cause;
 
-pub use agents::{
-    AgentTools, Caller, DEFAULT_RESOURCE, WaitingLinks, ask_tool_name, serve_stdio, streamable_http_service,
-};
+pub use agents::{AgentTools, Caller, DEFAULT_RESOURCE, WaitingLinks, ask_tool_name, serve_stdio};
 pub use connect::{MAX_QUEUED_QUESTIONS, PROTOCOL_VERSION};
 pub use elicitation::{ELICITATION_KIND, ElicitationAnswer, ElicitationPayload};
 pub use process::stop_servers;
-pub use sessions::{BoundSessions, McpHttpService, SessionHold, SessionLimits, TOO_MANY_SESSIONS};
+pub use sessions::{
+    BoundSessions, McpHttpService, SessionHold, SessionLimits, TOO_MANY_SESSIONS, streamable_http_service,
+};
 pub use spec::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_HOLD_FOR, DEFAULT_INITIALIZE_TIMEOUT, DEFAULT_LIST_TIMEOUT, DEFAULT_MAX_QUESTIONS,
     DEFAULT_STOP_GRACE, McpServerSpec, McpTransport,

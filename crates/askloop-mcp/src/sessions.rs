@@ -51,10 +51,10 @@ use futures::future::BoxFuture;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use rmcp::model::{ClientJsonRpcMessage, ErrorCode, ErrorData, GetExtensions, ServerJsonRpcMessage};
-use rmcp::transport::StreamableHttpService;
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::{EventStore, ServerSseMessage, SessionId, SessionManager};
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use crate::agents::{AgentTools, Caller};
 use crate::incoming::Refusal;
@@ -481,6 +481,30 @@ where
             Err(refused) => Box::pin(std::future::ready(Ok(*refused))),
         }
     }
+}
+
+/// A tower service for the streamable-HTTP transport (mount it at `/mcp`),
+/// whose sessions each serve only the caller that opened them (see
+/// [`McpHttpService`]).
+/// `check_host`: refuse requests whose `Host` is not a loopback name (set it
+/// when no token protects the endpoint, against DNS rebinding).
+/// `max_body_bytes`: the largest request body read (larger: 413); a server
+/// in front that limits bodies itself passes its own limit.
+/// `sessions`: the sessions' table, with their limits
+/// ([`BoundSessions::new`]).
+pub fn streamable_http_service(
+    tools: AgentTools,
+    check_host: bool,
+    max_body_bytes: usize,
+    sessions: BoundSessions,
+) -> McpHttpService {
+    let mut config = StreamableHttpServerConfig::default().with_max_request_body_bytes(max_body_bytes);
+    if !check_host {
+        config = config.disable_allowed_hosts();
+    }
+    let sessions = Arc::new(sessions);
+    let service = StreamableHttpService::new(move || Ok(tools.clone()), Arc::clone(&sessions), config);
+    McpHttpService::new(service, sessions)
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ use reqwest::header::{HOST, HeaderValue};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::http::human;
+use askloop::human_duration as human;
 
 /// How long an idle connection is kept for the next call (as reqwest's
 /// pool keeps one).

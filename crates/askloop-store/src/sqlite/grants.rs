@@ -1,75 +1,17 @@
-//! The `grants` table of a [`SqliteStore`]: approvals that stick, inserted
-//! in the transaction of the run write that records their approval, read
-//! by the agents before each model call, listed and revoked.
+//! The `grants` table of a [`SqliteStore`]: approvals that stick, read by
+//! the agents before each model call, listed and revoked. They are inserted
+//! in the transaction of the run write that records their approval, and
+//! revoked, on the store's one write thread (`writes/grants.rs`).
 
 use askloop::{Author, Grant, GrantQuery, GrantStore, StoreError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::types::Value;
-use rusqlite::{Connection, params};
 
 use super::writes::Write;
+use super::writes::grants::Revocation;
 use super::{SqliteStore, micros};
 use crate::grants::{COLUMNS, GrantRow};
-
-/// Inserts the grants of a run write (a grant already stored is kept: its
-/// id is its approval's, made once).
-pub(crate) fn insert(conn: &Connection, rows: &[GrantRow]) -> Result<(), StoreError> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let mut insert = conn
-        .prepare_cached(&format!(
-            "INSERT INTO grants ({}) VALUES ({}) ON CONFLICT (id) DO NOTHING",
-            COLUMNS.join(", "),
-            ["?"; COLUMNS.len()].join(", ")
-        ))
-        .map_err(StoreError::backend)?;
-    for row in rows {
-        insert
-            .execute(params![
-                row.id,
-                row.agent_id,
-                row.tool,
-                row.mcp_server,
-                row.scope,
-                row.resource_id,
-                row.thread_id,
-                row.args,
-                row.granted_via,
-                row.granted_by,
-                micros(row.granted_at),
-                row.expires_at.map(micros),
-                row.run_id,
-                row.tool_call_id,
-                row.revoked_at.map(micros),
-                row.revoked_via,
-                row.revoked_by,
-            ])
-            .map_err(StoreError::backend)?;
-    }
-    Ok(())
-}
-
-/// A revocation to write: the grant, when, through which interface, by whom.
-#[derive(Debug)]
-pub(crate) struct Revocation {
-    pub(crate) id: String,
-    pub(crate) at: i64,
-    pub(crate) via: &'static str,
-    pub(crate) by: Option<String>,
-}
-
-/// Revokes a grant not revoked yet. Result: rows changed.
-pub(crate) fn revoke(conn: &Connection, revocation: &Revocation) -> Result<i64, StoreError> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE grants SET revoked_at = ?, revoked_via = ?, revoked_by = ? WHERE id = ? AND revoked_at IS NULL",
-        )
-        .and_then(|mut update| update.execute(params![revocation.at, revocation.via, revocation.by, revocation.id]))
-        .map_err(StoreError::backend)?;
-    Ok(changed as i64)
-}
 
 fn time(value: i64) -> Result<DateTime<Utc>, rusqlite::Error> {
     DateTime::from_timestamp_micros(value).ok_or_else(|| {

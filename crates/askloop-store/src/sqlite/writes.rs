@@ -63,9 +63,11 @@ use crate::row::{
 };
 
 use super::SqliteSync;
-use super::links;
 use super::outbox::{self, NewDelivery, Outcome};
-use super::{grants, threads};
+
+pub(crate) mod grants;
+pub(crate) mod links;
+pub(crate) mod threads;
 
 /// The most writes committed together.
 pub(crate) const MAX_BATCH: usize = 128;

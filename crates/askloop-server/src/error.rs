@@ -45,7 +45,7 @@ pub enum ApiError {
         /// The header the proxy names the person in.
         header: String,
         /// What was wrong with it.
-        problem: crate::auth::PersonProblem,
+        problem: crate::person::PersonProblem,
     },
     /// The token may not act for this agent (it is limited to others).
     #[error("the token {token:?} may not act for agent {}; it may act for: {}", quoted_excerpt(agent_id), allowed.join(", "))]

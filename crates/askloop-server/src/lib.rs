@@ -75,11 +75,13 @@ mod me;
 mod memory;
 mod metrics;
 mod options;
+mod person;
 mod reach;
 mod recovery;
 mod refusals;
 mod request_fields;
 mod runs;
+mod signing;
 pub mod slack;
 mod sse;
 mod threads;
@@ -104,7 +106,7 @@ use tokio_util::task::TaskTracker;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
-pub use auth::{ApiToken, DEFAULT_TOKEN_NAME, MIN_SECRET_CHARS, PersonProblem, TokenError};
+pub use auth::{ApiToken, DEFAULT_TOKEN_NAME, MIN_SECRET_CHARS, TokenError};
 pub use caps::DEFAULT_EVENT_STREAMS_PER_CALLER;
 pub use error::{ApiError, RefusedField, SlackRefusal};
 pub use guard::is_host_name;
@@ -114,6 +116,7 @@ pub use options::{
     DEFAULT_BODY_LIMIT, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_CHAT_REPLAY_BYTES, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_METRICS_EVERY, DEFAULT_RECOVER_EVERY, DEFAULT_SHUTDOWN_GRACE, ServerError, ServerOptions,
 };
+pub use person::PersonProblem;
 pub use request_fields::RequestOverride;
 pub use webhooks::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_POLL, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret,
@@ -146,7 +149,7 @@ pub(crate) struct AppState {
     /// after a burst.
     pub(crate) streams: Arc<memory::Streams>,
     /// The chat streams a client may re-attach to.
-    pub(crate) chats: Arc<chat::replay::ActiveChats>,
+    pub(crate) chats: Arc<chat::kept::ActiveChats>,
     /// Per agent, the fields a request may replace its settings with.
     pub(crate) overrides: HashMap<String, Vec<RequestOverride>>,
     /// The figures `GET /metrics` reports.
@@ -350,7 +353,7 @@ impl Server {
             event_streams: caps::PerCaller::new(self.options.event_streams_per_caller),
             stopping: self.stopping.clone(),
             streams: Arc::default(),
-            chats: Arc::new(chat::replay::ActiveChats::new(self.options.chat_replay_bytes)),
+            chats: Arc::new(chat::kept::ActiveChats::new(self.options.chat_replay_bytes)),
             overrides: self.overrides.clone(),
             metrics: self.metrics.clone(),
             links: self.links.clone(),

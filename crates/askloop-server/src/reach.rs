@@ -6,8 +6,21 @@ use askloop::{CallState, OutboxMessage, PendingKind, PendingToolCall, Question, 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::email::MailOutcome;
 use crate::links::closed_how;
+
+/// What became of one attempt to bring a question to people: a mail, a
+/// Slack post.
+#[derive(Debug)]
+pub(crate) enum Attempt {
+    /// The channel took it (the SMTP server accepted the mail, Slack the
+    /// post).
+    Sent,
+    /// Not sent, and never will be (the question was resolved first); the
+    /// reason is recorded.
+    NotSent(String),
+    /// Not sent this time; try again later.
+    Failed(String),
+}
 
 /// The call a delivery of `message` is about, its run read again when it
 /// is sent: the call must still wait (the run suspended on it, its time limit
@@ -19,17 +32,17 @@ pub(crate) async fn waiting_call(
     call_id: &str,
     now: DateTime<Utc>,
     what: &str,
-) -> Result<PendingToolCall, MailOutcome> {
+) -> Result<PendingToolCall, Attempt> {
     let run = match store.get(&message.run_id).await {
         Ok(Some(run)) => run,
         Ok(None) => {
-            return Err(MailOutcome::NotSent(format!(
+            return Err(Attempt::NotSent(format!(
                 "not sent: run {} no longer exists",
                 message.run_id
             )));
         }
         Err(err) => {
-            return Err(MailOutcome::Failed(format!(
+            return Err(Attempt::Failed(format!(
                 "cannot read run {}: {}",
                 message.run_id,
                 askloop::ErrorChain(&err)
@@ -38,7 +51,7 @@ pub(crate) async fn waiting_call(
     };
     match run.call_state(call_id, now) {
         CallState::Waiting(waiting) => Ok(waiting.call.clone()),
-        state => Err(MailOutcome::NotSent(format!(
+        state => Err(Attempt::NotSent(format!(
             "not sent: the question was closed before the {what} went out ({})",
             closed_how(&state)
         ))),

@@ -29,6 +29,7 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use askloop::{AgentStream, Chunk};
 use axum::body::Body;
@@ -36,12 +37,13 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{FutureExt, Stream, StreamExt};
+use tokio::time::MissedTickBehavior;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::Instrument;
 
 use crate::AppState;
-use crate::chat::replay::{KEEP_ALIVE, ReplayWriter, keep_alive};
+use crate::chat::kept::ReplayWriter;
 use crate::memory::OpenStream;
 
 /// The last frame of every stream.
@@ -363,6 +365,21 @@ fn log_end(run: AgentStream) {
         Some(output) => tracing::info!(status = %output.status, error = output.error().as_deref(), "stream ended"),
         None => tracing::warn!("the stream ended without its outcome"),
     }
+}
+
+/// What an SSE stream sends while it has nothing else to send, so that
+/// proxies that close idle connections keep it open. Clients skip comments.
+pub(crate) const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// How long a stream may stay silent before a [`KEEP_ALIVE`] goes out.
+pub(crate) const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
+
+/// A timer that ticks after each [`KEEP_ALIVE_EVERY`] of silence (reset it
+/// whenever something is sent).
+pub(crate) fn keep_alive() -> tokio::time::Interval {
+    let mut every = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE_EVERY, KEEP_ALIVE_EVERY);
+    every.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    every
 }
 
 #[cfg(test)]

@@ -90,6 +90,7 @@ static ASSETS: &[Asset] = &[
     asset!("run.js", JS),
     asset!("threads.js", JS),
     asset!("transcript.js", JS),
+    asset!("turns.js", JS),
     asset!("link.js", JS),
     asset!("grants.js", JS),
 ];

@@ -24,16 +24,16 @@ use std::time::Duration;
 use askloop::{Clock, Delivery, DeliveryOutcome, ErrorChain, Lease, RunStore, StoreError};
 use base64::Engine;
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
+use hmac::Mac;
 use tokio::sync::watch;
 
 mod receiver;
 
 pub use receiver::{DEFAULT_MAX_ATTEMPTS, DEFAULT_WEBHOOK_TIMEOUT, InvalidSecret, WebhookConfig, WebhookSecret};
 
-use crate::email::{MAILTO, MailOutcome, Mailer};
+use crate::email::{MAILTO, Mailer};
 use crate::links::AnswerLinks;
+use crate::reach::Attempt;
 use crate::slack::{SLACK, Slack};
 
 /// How many deliveries one claim takes, sent at once.
@@ -82,16 +82,9 @@ impl Webhooks {
 /// assert!(signature.starts_with("v1,"));
 /// ```
 pub fn webhook_signature(secret: &[u8], id: &str, timestamp: i64, body: &str) -> String {
-    // HMAC takes a key of any length.
-    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(secret) else {
-        unreachable!("HMAC accepts keys of every length")
-    };
-    mac.update(id.as_bytes());
-    mac.update(b".");
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body.as_bytes());
-    let tag = mac.finalize().into_bytes();
+    let timestamp = timestamp.to_string();
+    let parts: [&[u8]; 5] = [id.as_bytes(), b".", timestamp.as_bytes(), b".", body.as_bytes()];
+    let tag = crate::signing::mac(secret, &parts).finalize().into_bytes();
     format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(tag))
 }
 
@@ -252,13 +245,11 @@ impl Sender {
     /// What one attempt through a channel (mail, Slack) comes to: sent, not
     /// sent for good (given up on, saying why), or failed this time (tried
     /// again until `max_attempts`).
-    fn channel_outcome(&self, delivery: &Delivery, outcome: MailOutcome, max_attempts: u32) -> DeliveryOutcome {
+    fn channel_outcome(&self, delivery: &Delivery, outcome: Attempt, max_attempts: u32) -> DeliveryOutcome {
         match outcome {
-            MailOutcome::Sent => DeliveryOutcome::Delivered,
-            MailOutcome::NotSent(reason) => DeliveryOutcome::Dead { error: reason },
-            MailOutcome::Failed(error) => {
-                failed(delivery, max_attempts, &AttemptError::Channel(error), self.clock.now())
-            }
+            Attempt::Sent => DeliveryOutcome::Delivered,
+            Attempt::NotSent(reason) => DeliveryOutcome::Dead { error: reason },
+            Attempt::Failed(error) => failed(delivery, max_attempts, &AttemptError::Channel(error), self.clock.now()),
         }
     }
 

@@ -18,7 +18,7 @@ import { getJson, whoAmI } from './api.js';
 import { ago, claim, h, markedText, shortId, shown } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { grantList } from './grants.js';
-import { assistantTurn, streamInto } from './chat.js';
+import { assistantTurn, streamInto } from './turns.js';
 import { currentResource, listThreads, shownTitle, threadPath } from './threads.js';
 
 /** Runs per page as the list is read. */

@@ -6,7 +6,7 @@ import { postJson, getJson, postStream } from './api.js';
 import { ago, claim, h, shortId, shown, statusBadge } from './dom.js';
 import { pendingCallForm } from './questions.js';
 import { answered, errorBox, showError } from './forms.js';
-import { assistantTurn, streamInto } from './chat.js';
+import { assistantTurn, streamInto } from './turns.js';
 
 let current = null;
 

@@ -8,7 +8,7 @@
 import { getJson } from './api.js';
 import { ago, h, shortId, shown } from './dom.js';
 import { pendingCallForm } from './questions.js';
-import { assistantTurn, streamInto, userTurn } from './chat.js';
+import { assistantTurn, streamInto, userTurn } from './turns.js';
 import { messageText, messagesPath } from './threads.js';
 
 /** Messages read per request. */

@@ -30,6 +30,7 @@
 //! stream started is an `error` part.
 
 mod history;
+pub(crate) mod kept;
 pub(crate) mod parts;
 pub(crate) mod replay;
 
@@ -193,7 +194,7 @@ impl Chat<'_> {
         state: &AppState,
         caller: &Caller,
         stream: askloop::AgentStream,
-    ) -> (askloop::AgentStream, Option<replay::ReplayWriter>) {
+    ) -> (askloop::AgentStream, Option<kept::ReplayWriter>) {
         let writer = self
             .id
             .map(|id| state.chats.open(caller.author().by, self.agent_id, id, stream.run_id()));

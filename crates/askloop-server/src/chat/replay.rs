@@ -8,7 +8,7 @@
 //! - A chat's stream is the response to a `POST /chat/{agentId}` that
 //!   carries the chat's `id` and streams a run. While that run is being
 //!   streamed on this instance, every frame handed to the connection is kept
-//!   in the chat's [`Replay`], from the first (`start`).
+//!   in the chat's [`Replay`] (`kept.rs`), from the first (`start`).
 //! - A re-attach gets the whole stream kept so far, then the rest live, to
 //!   `[DONE]`: `DefaultChatTransport` treats a resumed stream as a replay
 //!   (`resumeStreamIsReplay`) and starts the message again at `start`.
@@ -37,9 +37,7 @@
 //! before the drop shows those parts twice; a page that opens with the
 //! messages stored before the answer (a thread's) does not.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -47,148 +45,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::sync::watch;
-use tokio::time::MissedTickBehavior;
 
+use super::kept::{ChatKey, Replay, Sent};
 use super::parts::UiChunk;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::ApiPath;
-use crate::sse::{self, push_json};
-
-/// What an SSE stream sends while it has nothing else to send, so that
-/// proxies that close idle connections keep it open. Clients skip comments.
-pub(crate) const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
-
-/// How long a stream may stay silent before a [`KEEP_ALIVE`] goes out.
-pub(crate) const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
-
-/// Which chat a stream belongs to: the agent, the chat's id on the client,
-/// and who started it (the token's name or the person a proxy named).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct ChatKey {
-    agent_id: String,
-    chat_id: String,
-    author: Option<String>,
-}
-
-/// The chats with a stream on this instance now.
-#[derive(Debug)]
-pub(crate) struct ActiveChats {
-    streams: Mutex<HashMap<ChatKey, Arc<Replay>>>,
-    /// The most bytes one replay keeps.
-    limit: usize,
-}
-
-/// What was sent of one chat's stream so far.
-#[derive(Debug)]
-pub(crate) struct Replay {
-    /// The run streamed: a re-attacher must be allowed to act on it.
-    run_id: String,
-    sent: watch::Sender<Sent>,
-}
-
-/// The frames of a stream so far, and whether it is over.
-#[derive(Debug, Default)]
-struct Sent {
-    frames: Vec<u8>,
-    /// The stream grew past the limit: `frames` were dropped.
-    past_limit: bool,
-    /// The stream's last frame has been kept (or its writer is gone).
-    ended: bool,
-}
-
-impl ActiveChats {
-    /// No chat, each replay kept up to `limit` bytes.
-    pub(crate) fn new(limit: usize) -> Self {
-        ActiveChats {
-            streams: Mutex::default(),
-            limit,
-        }
-    }
-
-    /// Registers the stream of `chat_id` (streaming `run_id`), started by
-    /// `author`, and hands back the writer its frames go through.
-    pub(crate) fn open(
-        self: &Arc<Self>,
-        author: Option<String>,
-        agent_id: &str,
-        chat_id: &str,
-        run_id: &str,
-    ) -> ReplayWriter {
-        let key = ChatKey {
-            agent_id: agent_id.to_owned(),
-            chat_id: chat_id.to_owned(),
-            author,
-        };
-        let replay = Arc::new(Replay {
-            run_id: run_id.to_owned(),
-            sent: watch::Sender::new(Sent::default()),
-        });
-        self.lock().insert(key.clone(), Arc::clone(&replay));
-        ReplayWriter {
-            chats: Arc::clone(self),
-            key,
-            replay,
-        }
-    }
-
-    fn find(&self, key: &ChatKey) -> Option<Arc<Replay>> {
-        self.lock().get(key).cloned()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ChatKey, Arc<Replay>>> {
-        // The map is whole after every operation on it: a panic elsewhere
-        // while it was held leaves nothing half-done.
-        self.streams.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// Keeps a stream's frames for re-attaching; dropping it ends the replay
-/// and forgets the chat's stream.
-#[derive(Debug)]
-pub(crate) struct ReplayWriter {
-    chats: Arc<ActiveChats>,
-    key: ChatKey,
-    replay: Arc<Replay>,
-}
-
-impl ReplayWriter {
-    /// Keeps `frames`, which were just sent (or would have been, to a
-    /// connection that went away).
-    pub(crate) fn push(&self, frames: &[u8]) {
-        let limit = self.chats.limit;
-        self.replay.sent.send_modify(|sent| {
-            if sent.past_limit {
-                return;
-            }
-            if sent.frames.len() + frames.len() > limit {
-                sent.past_limit = true;
-                sent.frames = Vec::new();
-                tracing::warn!(
-                    chat_id = %self.key.chat_id,
-                    limit,
-                    "the chat's stream grew past what is kept for re-attaching; re-attaches now get an error part"
-                );
-            } else {
-                sent.frames.extend_from_slice(frames);
-            }
-        });
-    }
-}
-
-impl Drop for ReplayWriter {
-    fn drop(&mut self) {
-        // Forgotten before the end is told, so a re-attacher that has read
-        // `[DONE]` and asks again finds nothing.
-        let mut streams = self.chats.lock();
-        if streams.get(&self.key).is_some_and(|r| Arc::ptr_eq(r, &self.replay)) {
-            streams.remove(&self.key);
-        }
-        drop(streams);
-        self.replay.sent.send_modify(|sent| sent.ended = true);
-    }
-}
+use crate::sse::{self, KEEP_ALIVE, keep_alive, push_json};
 
 /// `GET /chat/{agentId}/{chatId}/stream`.
 pub(crate) async fn reattach(
@@ -288,17 +152,11 @@ impl Reader {
     }
 }
 
-/// A timer that ticks after each [`KEEP_ALIVE_EVERY`] of silence (reset it
-/// whenever something is sent).
-pub(crate) fn keep_alive() -> tokio::time::Interval {
-    let mut every = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE_EVERY, KEEP_ALIVE_EVERY);
-    every.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    every
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chat::kept::ActiveChats;
+    use crate::sse::KEEP_ALIVE_EVERY;
 
     fn reader_of(chats: &Arc<ActiveChats>, chat_id: &str) -> Reader {
         let key = ChatKey {
@@ -335,36 +193,11 @@ mod tests {
         let (bytes, reader) = next(reader.unwrap()).await;
         assert_eq!(bytes.unwrap(), &b""[..], "the end, with nothing more");
         assert!(next(reader.unwrap()).await.0.is_none());
-        assert!(chats.lock().is_empty(), "the ended stream is forgotten");
-    }
-
-    #[test]
-    fn a_newer_stream_of_the_chat_takes_its_id_and_the_older_ending_leaves_it() {
-        let chats = Arc::new(ActiveChats::new(1024));
-        let older = chats.open(None, "assistant", "c1", "run-1");
-        let newer = chats.open(None, "assistant", "c1", "run-2");
-        drop(older);
         let key = ChatKey {
             agent_id: "assistant".into(),
             chat_id: "c1".into(),
             author: None,
         };
-        assert_eq!(chats.find(&key).unwrap().run_id, "run-2");
-        drop(newer);
-        assert!(chats.find(&key).is_none());
-    }
-
-    #[test]
-    fn past_the_limit_what_was_kept_is_dropped() {
-        let chats = Arc::new(ActiveChats::new(10));
-        let writer = chats.open(None, "assistant", "c1", "run-1");
-        writer.push(b"123456");
-        writer.push(b"7890ab");
-        let sent = writer.replay.sent.borrow();
-        assert!(sent.past_limit);
-        assert!(
-            sent.frames.is_empty() && sent.frames.capacity() == 0,
-            "the memory is given back"
-        );
+        assert!(chats.find(&key).is_none(), "the ended stream is forgotten");
     }
 }

@@ -29,7 +29,7 @@ use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
 use crate::links::{AnswerLinks, LinkError};
-use crate::reach;
+use crate::reach::{self, Attempt};
 
 /// The destinations of mail notifications start with this.
 pub const MAILTO: &str = "mailto:";
@@ -267,18 +267,6 @@ pub fn check_from(from: &str) -> Result<(), InvalidAddress> {
     })
 }
 
-/// What became of one attempt to mail a question.
-#[derive(Debug)]
-pub(crate) enum MailOutcome {
-    /// The SMTP server accepted it.
-    Sent,
-    /// Not sent, and never will be (the question was resolved first); the
-    /// reason is recorded.
-    NotSent(String),
-    /// Not sent this time; try again later.
-    Failed(String),
-}
-
 /// Sends questions by email.
 pub(crate) struct Mailer {
     settings: EmailSettings,
@@ -349,7 +337,7 @@ impl Mailer {
         links: Option<&AnswerLinks>,
         message: &OutboxMessage,
         now: DateTime<Utc>,
-    ) -> MailOutcome {
+    ) -> Attempt {
         let address = message.destination.strip_prefix(MAILTO).unwrap_or_default();
         let data = message.payload.get("data");
         let field = |name: &str| {
@@ -359,7 +347,7 @@ impl Mailer {
         };
         let (agent, call_id) = (field("agentId"), field("toolCallId"));
         let Some(recipient) = self.settings.recipients_of(agent).find(|r| r.address == address) else {
-            return MailOutcome::Failed(format!(
+            return Attempt::Failed(format!(
                 "no recipient {address:?} of agent {agent:?} in this server's configuration ([agents.{agent}] email)"
             ));
         };
@@ -368,7 +356,7 @@ impl Mailer {
             Err(outcome) => return outcome,
         };
         if !recipient.tools.is_empty() && !recipient.tools.contains(&call.tool_name) {
-            return MailOutcome::NotSent(format!(
+            return Attempt::NotSent(format!(
                 "not sent: {} is mailed calls of {} only, not of {}",
                 recipient.address,
                 recipient.tools.join(", "),
@@ -376,7 +364,7 @@ impl Mailer {
             ));
         }
         let Some(links) = links else {
-            return MailOutcome::Failed(
+            return Attempt::Failed(
                 "this server makes no answer links ([links] and public_url), and a mailed question needs one"
                     .to_owned(),
             );
@@ -400,8 +388,8 @@ impl Mailer {
                 | LinkError::CallNotWaiting { .. }
                 | LinkError::CallExpired { .. }
                 | LinkError::UnknownRun { .. }),
-            ) => return MailOutcome::NotSent(format!("not sent: {err}")),
-            Err(err) => return MailOutcome::Failed(format!("cannot make the answer link: {}", ErrorChain(&err))),
+            ) => return Attempt::NotSent(format!("not sent: {err}")),
+            Err(err) => return Attempt::Failed(format!("cannot make the answer link: {}", ErrorChain(&err))),
         };
         let composed = message::compose(&message::MailQuestion {
             agent,
@@ -415,7 +403,7 @@ impl Mailer {
         });
         let to: Mailbox = match recipient.address.parse() {
             Ok(address) => Mailbox::new(Some(recipient.name.clone()), address),
-            Err(err) => return MailOutcome::Failed(format!("recipient {:?}: {err}", recipient.address)),
+            Err(err) => return Attempt::Failed(format!("recipient {:?}: {err}", recipient.address)),
         };
         let built = lettre::Message::builder()
             .from(self.from.clone())
@@ -427,11 +415,11 @@ impl Mailer {
             .multipart(MultiPart::alternative_plain_html(composed.text, composed.html));
         let mail = match built {
             Ok(mail) => mail,
-            Err(err) => return MailOutcome::Failed(format!("cannot build the message: {err}")),
+            Err(err) => return Attempt::Failed(format!("cannot build the message: {err}")),
         };
         match self.transport.send(mail).await {
-            Ok(_) => MailOutcome::Sent,
-            Err(err) => MailOutcome::Failed(format!(
+            Ok(_) => Attempt::Sent,
+            Err(err) => Attempt::Failed(format!(
                 "SMTP {}:{}: {}",
                 self.settings.host,
                 self.settings.port,

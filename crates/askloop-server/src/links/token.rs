@@ -17,7 +17,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
@@ -56,13 +56,7 @@ const DOMAIN: &[u8] = b"askloop-link.v1.";
 const FORM_DOMAIN: &[u8] = b"askloop-link-form.v1.";
 
 fn mac(key: &LinkKey, domain: &[u8], text: &[u8]) -> Hmac<Sha256> {
-    // HMAC takes a key of any length.
-    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(key.secret()) else {
-        unreachable!("HMAC accepts keys of every length")
-    };
-    mac.update(domain);
-    mac.update(text);
-    mac
+    crate::signing::mac(key.secret(), &[domain, text])
 }
 
 /// The token of `claims`, signed with `key` (whose id the claims name).

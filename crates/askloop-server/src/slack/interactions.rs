@@ -30,7 +30,7 @@ use askloop::{Author, CallDecision, CallState, Interface, PendingToolCall, Selec
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use hmac::{Hmac, KeyInit, Mac};
+use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
@@ -50,27 +50,18 @@ pub(crate) fn signature_matches(secret: &[u8], timestamp: &str, body: &[u8], sig
     let Some(tag) = signature.strip_prefix("v0=").and_then(unhex) else {
         return false;
     };
-    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(secret) else {
-        return false;
-    };
-    mac.update(b"v0:");
-    mac.update(timestamp.as_bytes());
-    mac.update(b":");
-    mac.update(body);
-    mac.verify_slice(&tag).is_ok()
+    signed(secret, timestamp, body).verify_slice(&tag).is_ok()
 }
 
 /// The signature Slack would send for `body` at `timestamp`.
 pub fn slack_signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
-    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(secret) else {
-        unreachable!("HMAC accepts keys of every length")
-    };
-    mac.update(b"v0:");
-    mac.update(timestamp.as_bytes());
-    mac.update(b":");
-    mac.update(body);
-    let tag = mac.finalize().into_bytes();
+    let tag = signed(secret, timestamp, body).finalize().into_bytes();
     format!("v0={}", tag.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// Slack's signing base string, `v0:{timestamp}:{body}`, under `secret`.
+fn signed(secret: &[u8], timestamp: &str, body: &[u8]) -> Hmac<Sha256> {
+    crate::signing::mac(secret, &[b"v0:", timestamp.as_bytes(), b":", body])
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {

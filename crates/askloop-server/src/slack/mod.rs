@@ -35,8 +35,8 @@ use askloop::{ErrorChain, OutboxMessage, RunStore, Subscription};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::email::MailOutcome;
 use crate::reach;
+use crate::reach::Attempt;
 
 /// Where Slack sends the clicks (the app's "Request URL" is the public URL
 /// and this).
@@ -271,12 +271,7 @@ impl Slack {
     }
 
     /// One attempt to post the question `message` announces, at `now`.
-    pub(crate) async fn deliver(
-        &self,
-        store: &dyn RunStore,
-        message: &OutboxMessage,
-        now: DateTime<Utc>,
-    ) -> MailOutcome {
+    pub(crate) async fn deliver(&self, store: &dyn RunStore, message: &OutboxMessage, now: DateTime<Utc>) -> Attempt {
         let channel = message.destination.strip_prefix(SLACK).unwrap_or_default();
         let data = message.payload.get("data");
         let field = |name: &str| {
@@ -286,7 +281,7 @@ impl Slack {
         };
         let (agent, call_id) = (field("agentId"), field("toolCallId"));
         let Some(recipient) = self.settings.recipient(agent, channel) else {
-            return MailOutcome::Failed(format!(
+            return Attempt::Failed(format!(
                 "no Slack channel {channel:?} of agent {agent:?} in this server's configuration ([agents.{agent}] slack)"
             ));
         };
@@ -295,14 +290,14 @@ impl Slack {
             Err(outcome) => return outcome,
         };
         if !recipient.tools.is_empty() && !recipient.tools.contains(&call.tool_name) {
-            return MailOutcome::NotSent(format!(
+            return Attempt::NotSent(format!(
                 "not sent: channel {channel} is posted calls of {} only, not of {}",
                 recipient.tools.join(", "),
                 call.tool_name
             ));
         }
         let Some(question) = blocks::QuestionRef::new(&message.run_id, call_id) else {
-            return MailOutcome::NotSent(format!(
+            return Attempt::NotSent(format!(
                 "not sent: run {} and call {call_id} name a question too long to carry in a Slack message",
                 message.run_id
             ));
@@ -316,9 +311,9 @@ impl Slack {
             raised_at: message.created_at,
         });
         match self.call("chat.postMessage", &post).await {
-            Ok(_) => MailOutcome::Sent,
-            Err(ApiFailure::Transient(why)) => MailOutcome::Failed(why),
-            Err(ApiFailure::Refused(why)) => MailOutcome::Failed(why),
+            Ok(_) => Attempt::Sent,
+            Err(ApiFailure::Transient(why)) => Attempt::Failed(why),
+            Err(ApiFailure::Refused(why)) => Attempt::Failed(why),
         }
     }
 }

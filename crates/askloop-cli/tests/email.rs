@@ -17,7 +17,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use askloop_testkit::smtp::{Smtp, free_port, messages, missing_smtp, parse, wait_for_messages};
@@ -25,7 +24,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{BIN, DEPLOYER_SCRIPT, Serving, chunks, screenshots_dir, skipped_for_lack_of};
+use common::{DEPLOYER_SCRIPT, Serving, askloop, chunks, screenshots_dir, skipped_for_lack_of};
 
 const KEY: &str = "a-link-signing-key-of-the-email-tests-0123456";
 
@@ -119,12 +118,8 @@ fn serve() -> Setup {
         ),
     )
     .unwrap();
-    let mut cmd = Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_MODEL")
-        .env_remove("ASKLOOP_API_TOKEN")
-        .env("TEST_LINK_KEY", KEY)
+    let mut cmd = askloop();
+    cmd.env("TEST_LINK_KEY", KEY)
         .env("ASKLOOP_DB", dir.path().join("runs.db"))
         .current_dir(dir.path())
         .args(["serve", "--addr", &format!("127.0.0.1:{http_port}"), "--config"])

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{BIN, Serving, skipped_for_lack_of};
+use common::{BIN, Serving, askloop, askloop_async, skipped_for_lack_of};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -85,11 +85,8 @@ fn config(dir: &Path, entry: &Path) -> PathBuf {
 }
 
 fn serve(dir: &Path, config: &Path) -> Serving {
-    let mut cmd = Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_API_TOKEN")
-        .env("ASKLOOP_DB", dir.join("runs.db"))
+    let mut cmd = askloop();
+    cmd.env("ASKLOOP_DB", dir.join("runs.db"))
         .current_dir(dir)
         .args(["serve", "--addr", "127.0.0.1:0", "--config"])
         .arg(config);
@@ -236,9 +233,7 @@ async fn an_elicitation_answered_after_the_asking_server_was_killed_reaches_the_
 
 /// `askloop` run on the database of a server, with its configuration file.
 fn cli(dir: &Path, config: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
+    askloop()
         .env("ASKLOOP_DB", dir.join("runs.db"))
         .current_dir(dir)
         .arg("--config")
@@ -385,13 +380,8 @@ fn write_deployer(dir: &Path) {
 /// `askloop mcp` in `dir`, on the database there, with no model keys or
 /// resource from this environment; the caller adds its flags.
 fn mcp_command(dir: &Path) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_RESOURCE")
-        .env("ASKLOOP_DB", dir.join("runs.db"))
-        .current_dir(dir)
-        .arg("mcp");
+    let mut cmd = askloop_async();
+    cmd.env("ASKLOOP_DB", dir.join("runs.db")).current_dir(dir).arg("mcp");
     cmd
 }
 
@@ -765,14 +755,12 @@ fn the_official_typescript_sdk_client_lists_calls_and_answers_askloop_mcp() {
     }
     let dir = tempfile::tempdir().unwrap();
     write_deployer(dir.path());
-    let output = Command::new("node")
-        .arg(&client)
-        .arg(BIN)
-        .arg(dir.path())
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .output()
-        .unwrap();
+    // The client starts `askloop` itself, with this environment.
+    let mut node = Command::new("node");
+    for name in common::CALLER_SETTINGS {
+        node.env_remove(name);
+    }
+    let output = node.arg(&client).arg(BIN).arg(dir.path()).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let seen: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| panic!("{err}: {stderr}"));
@@ -800,10 +788,8 @@ fn the_official_typescript_sdk_client_lists_calls_and_answers_askloop_mcp() {
 async fn askloop_serve_offers_its_agents_at_mcp_behind_the_api_token() {
     let dir = tempfile::tempdir().unwrap();
     write_deployer(dir.path());
-    let mut cmd = Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("ASKLOOP_API_TOKEN", "s3cret")
+    let mut cmd = askloop();
+    cmd.env("ASKLOOP_API_TOKEN", "s3cret")
         .env("ASKLOOP_DB", dir.path().join("runs.db"))
         .current_dir(dir.path())
         .args(["serve", "--addr", "127.0.0.1:0"]);
@@ -898,9 +884,7 @@ fn askloop_serve_refuses_an_approval_name_no_tool_has_and_starts_without_a_serve
     };
     let dir = tempfile::tempdir().unwrap();
     let config = approval_config(dir.path(), &entry, "ask_approval");
-    let out = Command::new(BIN)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
+    let out = askloop()
         .env("ASKLOOP_DB", dir.path().join("runs.db"))
         .current_dir(dir.path())
         .args(["serve", "--addr", "127.0.0.1:0", "--config"])

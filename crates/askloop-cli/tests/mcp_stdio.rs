@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 mod common;
 
-use common::BIN;
+use common::askloop_async;
 
 /// The longest line `askloop mcp` reads as one message.
 const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -38,9 +38,7 @@ impl Pipes {
             "[agents.helper]\nscript = \"echo.json\"\n",
         )
         .unwrap();
-        let mut child = Command::new(BIN)
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("ANTHROPIC_API_KEY")
+        let mut child = askloop_async()
             .env("ASKLOOP_DB", dir.path().join("runs.db"))
             .current_dir(dir.path())
             .arg("mcp")

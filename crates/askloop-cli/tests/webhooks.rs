@@ -24,7 +24,7 @@ use sha2::Sha256;
 
 mod common;
 
-use common::{Asked, BIN, Serving};
+use common::{Asked, BIN, Serving, askloop};
 
 /// 32 random bytes, as `whsec_` + base64.
 const SECRET: &str = "whsec_c2VjcmV0LWZvci10aGUtd2ViaG9vay10ZXN0cy0xMjM0NQ==";
@@ -125,12 +125,8 @@ fn write_config(dir: &Path, hook: &str) {
 }
 
 fn start(dir: &Path) -> Serving {
-    let mut cmd = Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_MODEL")
-        .env_remove("ASKLOOP_API_TOKEN")
-        .env("TEST_WEBHOOK_SECRET", SECRET)
+    let mut cmd = askloop();
+    cmd.env("TEST_WEBHOOK_SECRET", SECRET)
         .env("ASKLOOP_DB", dir.join("runs.db"))
         .current_dir(dir)
         .args(["serve", "--addr", "127.0.0.1:0", "--config"])
@@ -294,10 +290,7 @@ async fn an_answer_given_through_the_cli_with_the_servers_configuration_is_annou
     // The CLI builds the run's agent from the same file, webhooks'
     // subscriptions included: the notification is stored with the answer
     // and the server's sender delivers it.
-    let answered = Command::new(BIN)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_MODEL")
+    let answered = askloop()
         .env("TEST_WEBHOOK_SECRET", SECRET)
         .env("ASKLOOP_DB", dir.path().join("runs.db"))
         .env("USER", "ops-on-call")

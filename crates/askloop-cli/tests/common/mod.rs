@@ -20,6 +20,37 @@ pub use serving::{
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_askloop");
 
+/// What `askloop` reads from the environment that would make a test's run
+/// depend on the machine it runs on: a provider's key or address, a model,
+/// a token, a resource. Every run of the binary in the tests starts without
+/// them; a test sets what it needs.
+pub const CALLER_SETTINGS: [&str; 6] = [
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ASKLOOP_MODEL",
+    "ASKLOOP_API_TOKEN",
+    "ASKLOOP_RESOURCE",
+];
+
+/// The `askloop` binary, without [`CALLER_SETTINGS`].
+pub fn askloop() -> Command {
+    let mut cmd = Command::new(BIN);
+    for name in CALLER_SETTINGS {
+        cmd.env_remove(name);
+    }
+    cmd
+}
+
+/// [`askloop`], for a test that drives the process from async code.
+pub fn askloop_async() -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(BIN);
+    for name in CALLER_SETTINGS {
+        cmd.env_remove(name);
+    }
+    cmd
+}
+
 /// A scripted model that writes release notes with `write_file` (a call
 /// that waits for approval where `require_approval` names it), then ends.
 pub const DEPLOYER_SCRIPT: &str = r##"{"turns": [
@@ -61,11 +92,8 @@ impl Env {
     }
 
     pub fn cmd(&self) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.env_remove("OPENAI_API_KEY")
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("ASKLOOP_MODEL")
-            .env("ASKLOOP_DB", self.db())
+        let mut cmd = askloop();
+        cmd.env("ASKLOOP_DB", self.db())
             .env("NO_COLOR", "1")
             .current_dir(self.dir.path());
         cmd

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use super::{BIN, Serving};
+use super::{Serving, askloop};
 
 /// The `assistant` agent asks one choice question, then says what it does;
 /// on a thread that already holds that exchange (two assistant messages),
@@ -61,11 +61,8 @@ pub fn write_agents(dir: &Path) {
 /// and `env` set (what agents or tokens a test adds to the file need: a
 /// model's address, a token's secret).
 pub fn serve_agents(dir: &Path, token: &str, args: &[&str], env: &[(&str, &str)]) -> Serving {
-    let mut cmd = Command::new(BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_MODEL")
-        .env("ASKLOOP_API_TOKEN", token)
+    let mut cmd = askloop();
+    cmd.env("ASKLOOP_API_TOKEN", token)
         .env("ASKLOOP_DB", dir.join("runs.db"))
         .envs(env.iter().copied())
         .current_dir(dir)

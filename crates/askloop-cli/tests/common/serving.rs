@@ -234,13 +234,7 @@ pub fn node_for_links(serving: &Serving, dir: &std::path::Path, key: &str) -> Co
 /// `dir/askloop.toml`, or the default one); the caller adds the address
 /// and the rest of its arguments.
 pub fn serve_in(dir: &std::path::Path) -> Command {
-    let mut cmd = Command::new(super::BIN);
-    cmd.env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ASKLOOP_MODEL")
-        .env_remove("ASKLOOP_API_TOKEN")
-        .env("ASKLOOP_DB", dir.join("runs.db"))
-        .current_dir(dir)
-        .arg("serve");
+    let mut cmd = super::askloop();
+    cmd.env("ASKLOOP_DB", dir.join("runs.db")).current_dir(dir).arg("serve");
     cmd
 }

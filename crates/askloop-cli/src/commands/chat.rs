@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use askloop::{
-    Agent, AgentStream, Author, CallState, Clock, Message, PendingKind, PendingToolCall, Question, ResumeOptions,
-    RunError, RunRecord, RunStatus, RunStore, StreamOptions, StreamOutput, SystemClock, ThreadKey, ThreadOptions,
+    Agent, AgentStream, Author, CallState, Message, PendingKind, PendingToolCall, Question, ResumeOptions, RunError,
+    RunRecord, RunStatus, RunStore, StreamOptions, StreamOutput, ThreadKey, ThreadOptions,
 };
 
 use super::decide::cli_author;
@@ -362,7 +362,7 @@ async fn answer_one(
     // Refused: whether the call still waits is the run's to say, read
     // again now (answered, expired or superseded elsewhere meanwhile).
     match agent.get_run(run_id).await {
-        Ok(run) => match run.call_state(&call.tool_call_id, SystemClock.now()) {
+        Ok(run) => match run.call_state(&call.tool_call_id, agent.clock().now()) {
             CallState::Waiting(_) | CallState::Held(_) => Err(err.into()),
             _ => Ok(Answered::Gone(err)),
         },

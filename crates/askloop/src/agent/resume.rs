@@ -36,10 +36,7 @@ impl Agent {
     /// own takes `options.reason`). For a host that receives decisions of
     /// any kind, as askloop's routes do.
     pub async fn decide(&self, options: ResumeOptions, decision: CallDecision) -> Result<AgentStream, RunError> {
-        let decision = Decision::made(decision, options.reason.clone())?;
-        if decision.keeps_a_grant() {
-            self.can_keep_grants()?;
-        }
+        let decision = self.machine_decision(decision, options.reason.clone())?;
         self.enter_decision(options, decision).await
     }
 
@@ -84,6 +81,29 @@ impl Agent {
 
     /// A store that keeps no grants cannot make an approval stick: refused
     /// before anything is decided, rather than approved without its grant.
+    /// `decision` as the machine takes it, with the reason given beside it
+    /// ([`Decision::made`]), checked as every way in checks it before the
+    /// run is read: an approval that sticks needs a store that keeps grants.
+    fn machine_decision(&self, decision: CallDecision, reason: Option<String>) -> Result<Decision, RunError> {
+        let decision = Decision::made(decision, reason)?;
+        if decision.keeps_a_grant() {
+            self.can_keep_grants()?;
+        }
+        Ok(decision)
+    }
+
+    /// Decisions each naming its call, as the machine takes them (none
+    /// with a reason beside it): [`Agent::machine_decision`] of each.
+    fn named_decisions(
+        &self,
+        decisions: impl IntoIterator<Item = (String, CallDecision)>,
+    ) -> Result<Vec<(String, Decision)>, RunError> {
+        decisions
+            .into_iter()
+            .map(|(tool_call_id, decision)| Ok((tool_call_id, self.machine_decision(decision, None)?)))
+            .collect()
+    }
+
     fn can_keep_grants(&self) -> Result<(), RunError> {
         match self.inner.store.grant_store() {
             Some(_) => Ok(()),
@@ -173,13 +193,7 @@ impl Agent {
                 "no decisions: name at least one pending call and what to do with it".into(),
             ));
         }
-        let decisions = decisions
-            .into_iter()
-            .map(|(tool_call_id, decision)| Ok((tool_call_id, Decision::made(decision, None)?)))
-            .collect::<Result<Vec<_>, RunError>>()?;
-        if decisions.iter().any(|(_, d)| d.keeps_a_grant()) {
-            self.can_keep_grants()?;
-        }
+        let decisions = self.named_decisions(decisions)?;
         self.decided(run_id, Request::DecideAll { decisions, author }, None)
             .await
     }
@@ -196,10 +210,7 @@ impl Agent {
         run: &RunRecord,
         decisions: &[(String, CallDecision)],
     ) -> Result<Vec<(String, crate::ResolutionKind)>, RunError> {
-        let decisions = decisions
-            .iter()
-            .map(|(tool_call_id, decision)| Ok((tool_call_id.clone(), Decision::made(decision.clone(), None)?)))
-            .collect::<Result<Vec<_>, RunError>>()?;
+        let decisions = self.named_decisions(decisions.iter().cloned())?;
         let request = Request::DecideAll {
             decisions,
             author: Author::default(),
@@ -225,7 +236,7 @@ impl Agent {
                 "every call waiting for approval is approved or declined as it is, not answered, edited or made to stick".into(),
             ));
         }
-        let decision = Decision::made(decision, None)?;
+        let decision = self.machine_decision(decision, None)?;
         IdKind::Run.check(run_id)?;
         self.decided(run_id, Request::DecideEveryApproval { decision, author }, None)
             .await

@@ -14,7 +14,7 @@ use askloop_testkit::workload::{self, Pieces};
 use tempfile::TempDir;
 
 use crate::cli::Target;
-use crate::resume_clock::{ResumeClock, TimedModel, TimedStore};
+use crate::resume_clock::{ResumeClock, Timed, TimedModel};
 
 /// The agent's id.
 pub const AGENT_ID: &str = "deployment-assistant";
@@ -103,10 +103,10 @@ impl Environment {
             .await
             .with_context(|| format!("cannot open the store at {}", self.db))?;
         if let Some(clock) = &clock {
-            store = Arc::new(TimedStore {
-                inner: store,
+            let timed = Timed {
                 clock: Arc::clone(clock),
-            });
+            };
+            store = Arc::new(askloop::store::Layered::new(store, timed));
         }
         let config = OpenAiConfig::new(&self.target.model, &self.base_url)
             .api_key(&self.target.api_key)

@@ -1,5 +1,5 @@
-//! Where the time of a resume goes, for `long --detail`: a [`RunStore`]
-//! wrapper that adds up the time spent in the store, split into the run row
+//! Where the time of a resume goes, for `long --detail`: a store layer
+//! that adds up the time spent in the store, split into the run row
 //! (create, get, claim, update) and the conversation read (`messages`), and
 //! a [`Model`] wrapper that adds up the model calls (from the request sent
 //! to the last event taken). Is askloop's own cost of a resume flat as the
@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use askloop::message::Message;
 use askloop::model::{ModelError, ModelEvent, ModelRequest, ModelStream};
-use askloop::{ChangeFeed, DeliveryStore, Lease, Model, RunQuery, RunRecord, RunStore, RunUpdate, StoreError};
+use askloop::store::{Next, StoreLayer, StoreRequest, StoreResponse};
+use askloop::{Model, StoreError};
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 
 /// Time spent in the store and the model so far.
 #[derive(Debug, Default)]
@@ -68,113 +67,30 @@ impl ResumeClock {
     }
 }
 
-/// The store, timed.
+/// The store's time, as a layer: put it around the store with
+/// [`askloop::store::Layered`].
 #[derive(Debug)]
-pub struct TimedStore {
-    pub inner: Arc<dyn RunStore>,
+pub struct Timed {
     pub clock: Arc<ResumeClock>,
 }
 
 #[async_trait]
-impl RunStore for TimedStore {
-    async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
+impl StoreLayer for Timed {
+    async fn call(&self, request: StoreRequest<'_>, next: Next<'_>) -> Result<StoreResponse, StoreError> {
+        let counters: &[&AtomicU64] = match request {
+            StoreRequest::Create { .. } | StoreRequest::Claim { .. } | StoreRequest::Update(_) => &[&self.clock.row_ns],
+            StoreRequest::Get { .. } => &[&self.clock.row_ns, &self.clock.row_read_ns],
+            StoreRequest::Messages { .. } => &[&self.clock.messages_ns],
+            _ => &[],
+        };
         let started = Instant::now();
-        let result = self.inner.create(run, messages).await;
-        ResumeClock::add(&self.clock.row_ns, started);
+        let result = next.run(request).await;
+        for counter in counters {
+            ResumeClock::add(counter, started);
+        }
         result
-    }
-
-    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.get(run_id).await;
-        ResumeClock::add(&self.clock.row_ns, started);
-        ResumeClock::add(&self.clock.row_read_ns, started);
-        result
-    }
-
-    async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.messages(run_id).await;
-        ResumeClock::add(&self.clock.messages_ns, started);
-        result
-    }
-
-    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.claim(run_id, expected_version, lease).await;
-        ResumeClock::add(&self.clock.row_ns, started);
-        result
-    }
-
-    async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
-        let started = Instant::now();
-        let result = self.inner.update(update).await;
-        ResumeClock::add(&self.clock.row_ns, started);
-        result
-    }
-
-    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.list(query).await
-    }
-
-    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError> {
-        self.inner.renew_lease(run_id, lease).await
-    }
-
-    async fn expired(
-        &self,
-        now: DateTime<Utc>,
-        after: Option<&askloop::RunCursor>,
-        limit: u32,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.expired(now, after, limit).await
-    }
-
-    async fn reclaim(
-        &self,
-        run_id: &str,
-        expected_version: i64,
-        lease: &Lease,
-        now: DateTime<Utc>,
-        resolution: Option<&askloop::Resolution>,
-    ) -> Result<i64, StoreError> {
-        self.inner
-            .reclaim(run_id, expected_version, lease, now, resolution)
-            .await
-    }
-
-    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        self.inner.prune(before).await
     }
 }
-
-#[async_trait]
-impl DeliveryStore for TimedStore {
-    async fn claim_deliveries(
-        &self,
-        now: DateTime<Utc>,
-        lease: &askloop::Lease,
-        limit: u32,
-    ) -> Result<Vec<askloop::Delivery>, StoreError> {
-        self.inner.claim_deliveries(now, lease, limit).await
-    }
-
-    async fn finish_delivery(
-        &self,
-        id: &str,
-        owner: &str,
-        outcome: &askloop::DeliveryOutcome,
-    ) -> Result<(), StoreError> {
-        self.inner.finish_delivery(id, owner, outcome).await
-    }
-
-    async fn deliveries(&self, run_id: &str) -> Result<Vec<askloop::Delivery>, StoreError> {
-        self.inner.deliveries(run_id).await
-    }
-}
-
-#[async_trait]
-impl ChangeFeed for TimedStore {}
 
 /// A model, timed from the request to the end (or drop) of its stream.
 #[derive(Debug)]

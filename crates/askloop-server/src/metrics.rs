@@ -50,7 +50,7 @@ use tokio::sync::watch;
 
 use crate::AppState;
 
-pub(crate) use store::ObservedStore;
+use store::Observed;
 
 /// The content type of the OpenMetrics text format.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -303,7 +303,7 @@ impl Metrics {
     /// `store`, with what passes through it counted in these figures. Build
     /// the agents on the store this returns, and give it to the server.
     pub fn observe_store(&self, store: Arc<dyn RunStore>) -> Arc<dyn RunStore> {
-        Arc::new(ObservedStore::new(store, self.clone()))
+        Arc::new(askloop::store::Layered::new(store, Observed::new(self.clone())))
     }
 
     /// `model`, with its calls timed and counted in these figures, by

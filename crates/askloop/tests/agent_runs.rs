@@ -427,8 +427,8 @@ async fn model_error_gives_an_error_chunk_and_a_failed_run_with_the_message_stor
 
 #[tokio::test]
 async fn store_write_failure_gives_an_error_chunk_and_no_suspension_chunk() {
-    let store = Arc::new(FlakyStore::default());
-    store.fail_suspend.store(true, Ordering::SeqCst);
+    let store = flaky_store();
+    store.layer().fail_suspend.store(true, Ordering::SeqCst);
     let agent = agent_with(CountingModel::new(ASK_THEN_ANSWER), store.clone());
     let (chunks, out) = run(&agent, "Deploy").await;
     let types = types(&chunks);
@@ -806,7 +806,7 @@ const TWO_IN_A_ROW: &str = r#"{"turns": [
 
 #[tokio::test]
 async fn resuming_in_the_process_that_suspended_skips_reading_the_conversation_back() {
-    let store = Arc::new(FlakyStore::default());
+    let store = flaky_store();
     let agent = agent_with(CountingModel::new(TWO_IN_A_ROW), store.clone());
     let (_, output) = run(&agent, "trip").await;
     agent
@@ -822,12 +822,12 @@ async fn resuming_in_the_process_that_suspended_skips_reading_the_conversation_b
         .output()
         .await;
     assert_eq!(out.text, "trip / last: User answered: b");
-    assert_eq!(store.message_reads.load(Ordering::SeqCst), 0);
+    assert_eq!(store.layer().message_reads.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]
 async fn a_run_changed_by_another_process_is_read_back_not_taken_from_the_cache() {
-    let store = Arc::new(FlakyStore::default());
+    let store = flaky_store();
     let here = agent_with(CountingModel::new(TWO_IN_A_ROW), store.clone());
     let elsewhere = agent_with(CountingModel::new(TWO_IN_A_ROW), store.clone());
     let (_, output) = run(&here, "trip").await;
@@ -848,7 +848,7 @@ async fn a_run_changed_by_another_process_is_read_back_not_taken_from_the_cache(
     assert_eq!(out.status, RunStatus::Completed);
     // One read by the other process (it never had the run), one by this
     // process, whose cached copy is older than the stored run.
-    assert_eq!(store.message_reads.load(Ordering::SeqCst), 2);
+    assert_eq!(store.layer().message_reads.load(Ordering::SeqCst), 2);
     let messages = store.messages(&output.run_id).await.unwrap();
     let answers: Vec<String> = messages
         .iter()
@@ -907,10 +907,10 @@ async fn dropping_a_stream_mid_run_still_brings_the_run_to_its_stored_suspension
 
 #[tokio::test]
 async fn an_answer_is_written_as_the_compare_and_set_itself_with_no_separate_claim() {
-    let store = Arc::new(FlakyStore::default());
+    let store = flaky_store();
     let agent = agent_with(CountingModel::new(ASK_THEN_ANSWER), store.clone());
     let (_, output) = run(&agent, "Deploy").await;
-    let updates_before = store.updates.load(Ordering::SeqCst);
+    let updates_before = store.layer().updates.load(Ordering::SeqCst);
     let out = agent
         .resume_stream("staging", ResumeOptions::run(&output.run_id))
         .await
@@ -919,17 +919,17 @@ async fn an_answer_is_written_as_the_compare_and_set_itself_with_no_separate_cla
         .await;
     assert_eq!(out.status, RunStatus::Completed);
     assert_eq!(
-        store.claims.load(Ordering::SeqCst),
+        store.layer().claims.load(Ordering::SeqCst),
         0,
         "ask_user answers need no separate claim"
     );
     // One write for the answer (the compare-and-set), one for the finished run.
-    assert_eq!(store.updates.load(Ordering::SeqCst) - updates_before, 2);
+    assert_eq!(store.layer().updates.load(Ordering::SeqCst) - updates_before, 2);
 }
 
 #[tokio::test]
 async fn an_approval_claims_the_run_and_marks_its_call_started_before_the_tool_runs() {
-    let store = Arc::new(FlakyStore::default());
+    let store = flaky_store();
     // What the store holds when the tool runs: (status, call marked started).
     let seen = Arc::new(std::sync::Mutex::new(None));
     let tool = {
@@ -955,7 +955,7 @@ async fn an_approval_claims_the_run_and_marks_its_call_started_before_the_tool_r
         .build()
         .unwrap();
     let (_, output) = run(&agent, "Deploy").await;
-    let updates_before = store.updates.load(Ordering::SeqCst);
+    let updates_before = store.layer().updates.load(Ordering::SeqCst);
     let out = agent
         .approve_tool_call(ResumeOptions::run(&output.run_id))
         .await
@@ -970,8 +970,8 @@ async fn an_approval_claims_the_run_and_marks_its_call_started_before_the_tool_r
     );
     // The claim is the compare-and-set that stores the mark and the
     // approval (no claim of its own), then the result, then the reply.
-    assert_eq!(store.claims.load(Ordering::SeqCst), 0);
-    assert_eq!(store.updates.load(Ordering::SeqCst) - updates_before, 3);
+    assert_eq!(store.layer().claims.load(Ordering::SeqCst), 0);
+    assert_eq!(store.layer().updates.load(Ordering::SeqCst) - updates_before, 3);
     let stored = store.get(&output.run_id).await.unwrap().unwrap();
     assert!(stored.stored_calls().is_empty());
 }

@@ -561,7 +561,7 @@ async fn answered(agent: &askloop::Agent, data: impl Into<Value>, options: Resum
 
 /// A fresh agent on a store that counts its reads, with `script`.
 fn counted(script: &str) -> (askloop::Agent, Arc<FlakyStore>) {
-    let store = Arc::new(FlakyStore::default());
+    let store = flaky_store();
     (agent_with(CountingModel::new(script), store.clone()), store)
 }
 
@@ -574,11 +574,11 @@ async fn a_resume_from_the_callers_read_of_the_run_reads_it_once_less() {
         let read = store.get(&output.run_id).await.unwrap().unwrap();
         let options = ResumeOptions::run(&output.run_id);
         let options = if from_read { options.from_read(read) } else { options };
-        let before = store.run_reads.load(Ordering::SeqCst);
+        let before = store.layer().run_reads.load(Ordering::SeqCst);
         let out = answered(&agent, "main", options).await;
         assert_eq!(out.status, RunStatus::Completed);
         assert_eq!(out.text, "Done: User answered: main");
-        reads.push(store.run_reads.load(Ordering::SeqCst) - before);
+        reads.push(store.layer().run_reads.load(Ordering::SeqCst) - before);
     }
     assert_eq!(reads[1] + 1, reads[0], "reads without and with the caller's: {reads:?}");
 }
@@ -590,7 +590,7 @@ async fn a_resume_from_an_out_of_date_read_reads_the_run_again_and_loses_no_answ
     let ids = suspended_ids(&chunks);
     let stale = store.get(&output.run_id).await.unwrap().unwrap();
     let fresh = store.get(&output.run_id).await.unwrap().unwrap();
-    let reads = || store.run_reads.load(Ordering::SeqCst);
+    let reads = || store.layer().run_reads.load(Ordering::SeqCst);
     // Another question of the step is answered after the reads, from the
     // fresh one.
     let before = reads();
@@ -649,9 +649,12 @@ async fn a_resume_handed_another_runs_record_reads_its_own_run() {
     let (_, first) = run(&agent, "x").await;
     let (_, second) = run(&agent, "y").await;
     let other = store.get(&first.run_id).await.unwrap().unwrap();
-    let before = store.run_reads.load(Ordering::SeqCst);
+    let before = store.layer().run_reads.load(Ordering::SeqCst);
     let out = answered(&agent, "main", ResumeOptions::run(&second.run_id).from_read(other)).await;
-    assert!(store.run_reads.load(Ordering::SeqCst) > before, "its own run is read");
+    assert!(
+        store.layer().run_reads.load(Ordering::SeqCst) > before,
+        "its own run is read"
+    );
     assert_eq!(out.run_id, second.run_id);
     assert_eq!(out.status, RunStatus::Completed);
     let first_now = store.get(&first.run_id).await.unwrap().unwrap();

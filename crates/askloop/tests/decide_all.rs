@@ -11,7 +11,7 @@ use askloop::{
     Agent, AskUser, Author, CallDecision, FunctionTool, Interface, ResolutionKind, ResumeOptions, RunError, RunStatus,
     RunStore, ToolOutput,
 };
-use common::{CountingModel, FlakyStore, run};
+use common::{CountingModel, FlakyStore, flaky_store, run};
 use serde_json::{Value, json};
 
 /// Two deploys that wait for approval and a question, in one turn; then a
@@ -49,7 +49,7 @@ async fn three_waiting_calls() -> World {
             })
     };
     let model = CountingModel::new(THREE_CALLS);
-    let store = Arc::new(FlakyStore::default());
+    let store = flaky_store();
     let agent = Agent::builder("ops")
         .model(model.clone())
         .tool(deploy)
@@ -75,7 +75,7 @@ fn carol() -> Author {
 #[tokio::test]
 async fn every_call_of_a_step_decided_at_once_runs_under_one_claim_and_calls_the_model_once() {
     let w = three_waiting_calls().await;
-    let updates_before = w.store.updates.load(Ordering::SeqCst);
+    let updates_before = w.store.layer().updates.load(Ordering::SeqCst);
     let decisions = vec![
         ("when".to_owned(), CallDecision::Answer(json!("tonight"))),
         ("prod".to_owned(), CallDecision::Decline(Some("not on a Friday".into()))),
@@ -102,8 +102,8 @@ async fn every_call_of_a_step_decided_at_once_runs_under_one_claim_and_calls_the
     );
     // The claim (marking the approved call started and recording it), the
     // step with the other two decisions and the results, the reply.
-    assert_eq!(w.store.claims.load(Ordering::SeqCst), 0);
-    assert_eq!(w.store.updates.load(Ordering::SeqCst) - updates_before, 3);
+    assert_eq!(w.store.layer().claims.load(Ordering::SeqCst), 0);
+    assert_eq!(w.store.layer().updates.load(Ordering::SeqCst) - updates_before, 3);
     let stored = w.store.get(&w.run_id).await.unwrap().unwrap();
     let recorded: Vec<_> = stored
         .resolutions
@@ -249,7 +249,7 @@ async fn a_decision_sent_again_is_told_as_made_already_and_checked_decisions_wri
     let first = w.agent.decide_all(&w.run_id, staging(), carol()).await.unwrap();
     assert_eq!(first.output().await.status, RunStatus::Suspended);
     let run = w.store.get(&w.run_id).await.unwrap().unwrap();
-    let (updates, version) = (w.store.updates.load(Ordering::SeqCst), run.version);
+    let (updates, version) = (w.store.layer().updates.load(Ordering::SeqCst), run.version);
 
     // The same decision again changes nothing and says how it was made.
     let again = w.agent.decide_all(&w.run_id, staging(), carol()).await.unwrap_err();
@@ -275,7 +275,7 @@ async fn a_decision_sent_again_is_told_as_made_already_and_checked_decisions_wri
         .check_decisions(&run, &[("staging".to_owned(), CallDecision::Decline(None))])
         .unwrap_err();
     assert!(matches!(contrary, RunError::AlreadyDecided { .. }), "{contrary}");
-    assert_eq!(w.store.updates.load(Ordering::SeqCst), updates);
+    assert_eq!(w.store.layer().updates.load(Ordering::SeqCst), updates);
     assert_eq!(w.store.get(&w.run_id).await.unwrap().unwrap().version, version);
     assert_eq!(w.deploys.load(Ordering::SeqCst), 1, "staging ran once");
 }

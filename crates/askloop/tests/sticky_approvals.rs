@@ -13,7 +13,7 @@ use askloop::{
     ManualClock, MemoryStore, ResolutionKind, ResumeOptions, RunError, RunStatus, StoreError, StreamOptions,
     StreamOutput, ThreadOptions, ToolOutput,
 };
-use common::{CountingModel, FlakyStore};
+use common::{CountingModel, bare_store};
 use serde_json::{Value, json};
 
 /// Turn N is played when the request holds N assistant messages: a run on a
@@ -205,7 +205,7 @@ async fn setup_with_expiry() -> Setup {
 #[tokio::test]
 async fn a_store_that_keeps_no_grants_refuses_an_approval_that_sticks_and_its_call_still_waits() {
     let sent = Arc::new(AtomicUsize::new(0));
-    let store = Arc::new(FlakyStore::default());
+    let store = bare_store();
     let agent = Agent::builder("mailer")
         .model(CountingModel::new(SCRIPT))
         .tool(send_tool(&sent))

@@ -13,7 +13,7 @@ use askloop::{
     ThreadOptions, ToolContent,
 };
 use async_trait::async_trait;
-use common::FlakyStore;
+use common::bare_store;
 use serde_json::json;
 
 /// A scripted model that keeps what it was given each time.
@@ -261,7 +261,7 @@ async fn another_resources_thread_of_the_same_id_is_another_conversation() {
 #[tokio::test]
 async fn a_store_without_threads_and_ids_outside_the_rule_are_refused_before_anything_is_stored() {
     let model = Recording::new(TWICE);
-    let plain = Arc::new(FlakyStore::default());
+    let plain = bare_store();
     let agent_without = agent(model.clone(), plain.clone());
     let err = agent_without.stream_with("Hi", on("t1")).await.unwrap_err();
     assert!(matches!(err, RunError::Store(StoreError::NoThreads)), "{err:?}");

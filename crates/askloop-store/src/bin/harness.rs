@@ -21,13 +21,12 @@ use std::error::Error;
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 
+use askloop::store::{Layered, Next, StoreLayer, StoreRequest, StoreResponse};
 use askloop::{
-    Agent, AskUser, ChangeFeed, ChunkKind, DeliveryStore, Lease, Model, ModelError, ModelRequest, ModelStream,
-    ResumeOptions, RunError, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, ScriptedModel, StoreError,
-    StreamOptions, Tool, ToolContext, ToolError, ToolOutcome, message::Message,
+    Agent, AskUser, ChunkKind, Model, ModelError, ModelRequest, ModelStream, ResumeOptions, RunError, RunQuery,
+    RunStatus, RunStore, ScriptedModel, StoreError, StreamOptions, Tool, ToolContext, ToolError, ToolOutcome,
 };
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -65,7 +64,7 @@ async fn run(args: &[String]) -> Result<i32, Failure> {
     };
     let mut store = open(location).await?;
     if std::env::var("ASKLOOP_HARNESS_GATE_CLAIM").is_ok_and(|v| v == "1") {
-        store = Arc::new(GateAtClaim { inner: store });
+        store = Arc::new(Layered::new(store, GateAtClaim));
     }
     let agent = agent(store)?;
     match (command, &args[2..]) {
@@ -301,96 +300,18 @@ impl Tool for CountingTool {
     }
 }
 
-/// A store that stops before each claim until the test says go.
+/// A store layer that stops before each claim until the test says go.
 #[derive(Debug)]
-struct GateAtClaim {
-    inner: Arc<dyn RunStore>,
-}
+struct GateAtClaim;
 
 #[async_trait]
-impl RunStore for GateAtClaim {
-    async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
-        self.inner.create(run, messages).await
-    }
-
-    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        self.inner.get(run_id).await
-    }
-
-    async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {
-        self.inner.messages(run_id).await
-    }
-
-    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
-        println!("at-claim {run_id}");
-        let _ = std::io::stdout().flush();
-        wait_for_line().await.map_err(StoreError::Backend)?;
-        self.inner.claim(run_id, expected_version, lease).await
-    }
-
-    async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
-        self.inner.update(update).await
-    }
-
-    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.list(query).await
-    }
-
-    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError> {
-        self.inner.renew_lease(run_id, lease).await
-    }
-
-    async fn expired(
-        &self,
-        now: DateTime<Utc>,
-        after: Option<&askloop::RunCursor>,
-        limit: u32,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.expired(now, after, limit).await
-    }
-
-    async fn reclaim(
-        &self,
-        run_id: &str,
-        expected_version: i64,
-        lease: &Lease,
-        now: DateTime<Utc>,
-        resolution: Option<&askloop::Resolution>,
-    ) -> Result<i64, StoreError> {
-        self.inner
-            .reclaim(run_id, expected_version, lease, now, resolution)
-            .await
-    }
-
-    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        self.inner.prune(before).await
+impl StoreLayer for GateAtClaim {
+    async fn call(&self, request: StoreRequest<'_>, next: Next<'_>) -> Result<StoreResponse, StoreError> {
+        if let StoreRequest::Claim { run_id, .. } = request {
+            println!("at-claim {run_id}");
+            let _ = std::io::stdout().flush();
+            wait_for_line().await.map_err(StoreError::Backend)?;
+        }
+        next.run(request).await
     }
 }
-
-#[async_trait]
-impl DeliveryStore for GateAtClaim {
-    async fn claim_deliveries(
-        &self,
-        now: DateTime<Utc>,
-        lease: &askloop::Lease,
-        limit: u32,
-    ) -> Result<Vec<askloop::Delivery>, StoreError> {
-        self.inner.claim_deliveries(now, lease, limit).await
-    }
-
-    async fn finish_delivery(
-        &self,
-        id: &str,
-        owner: &str,
-        outcome: &askloop::DeliveryOutcome,
-    ) -> Result<(), StoreError> {
-        self.inner.finish_delivery(id, owner, outcome).await
-    }
-
-    async fn deliveries(&self, run_id: &str) -> Result<Vec<askloop::Delivery>, StoreError> {
-        self.inner.deliveries(run_id).await
-    }
-}
-
-#[async_trait]
-impl ChangeFeed for GateAtClaim {}

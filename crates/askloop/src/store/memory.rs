@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{AnswerLink, LinkState, LinkStore};
 use super::{
-    Author, ChangeBroadcast, ChangeFeed, Delivery, DeliveryOutcome, DeliveryState, DeliveryStore, Grant, GrantQuery,
-    GrantStore, Lease, Resolution, RunChange, RunChanges, RunCursor, RunMemory, RunQuery, RunRecord, RunStatus,
-    RunStore, RunUpdate, StoreError, Thread, ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery,
-    ThreadStore,
+    AgentWaiting, Author, ChangeBroadcast, ChangeFeed, Delivery, DeliveryOutcome, DeliveryState, DeliveryStore, Grant,
+    GrantQuery, GrantStore, Lease, Resolution, RunChange, RunChanges, RunCursor, RunMemory, RunQuery, RunRecord,
+    RunStatus, RunStore, RunUpdate, StoreError, Thread, ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage,
+    ThreadQuery, ThreadStore,
 };
+use super::{AnswerLink, LinkState, LinkStore};
 use crate::clock::{Clock, system_clock};
 use crate::message::Message;
 
@@ -392,6 +392,19 @@ impl RunStore for MemoryStore {
         let matching = self.lock().values().filter(|run| matches(query, &run.record)).count();
         let limit = query.limit.map_or(usize::MAX, |l| l as usize);
         Ok(matching.saturating_sub(query.offset as usize).min(limit) as u64)
+    }
+
+    async fn expiring(
+        &self,
+        now: DateTime<Utc>,
+        after: Option<&RunCursor>,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        super::expiring_by_listing(self, now, after, limit).await
+    }
+
+    async fn waiting(&self) -> Result<Vec<AgentWaiting>, StoreError> {
+        super::waiting_by_listing(self).await
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {

@@ -9,6 +9,7 @@
 
 mod changes;
 mod grant;
+mod layer;
 mod link;
 mod memory;
 mod outbox;
@@ -29,6 +30,7 @@ use crate::message::{Message, ToolResult, Usage};
 
 pub use changes::{ChangeBroadcast, RunChange, RunChanges};
 pub use grant::{Always, Grant, GrantNote, GrantQuery, GrantScope, GrantStore};
+pub use layer::{Layered, Next, StoreLayer, StoreRequest, StoreResponse};
 pub use link::{AnswerLink, LinkState, LinkStore};
 pub use memory::MemoryStore;
 pub use outbox::{Delivery, DeliveryOutcome, DeliveryState, EventType, Notice, OutboxMessage, Subscription};
@@ -810,9 +812,7 @@ pub trait ChangeFeed: Send + Sync {
     /// A live feed of changes to the store's runs, from now on, or `None`
     /// when this store cannot report them. See [`RunChange`] for what each
     /// store reports and how soon.
-    async fn changes(&self) -> Result<Option<RunChanges>, StoreError> {
-        Ok(None)
-    }
+    async fn changes(&self) -> Result<Option<RunChanges>, StoreError>;
 }
 
 /// Durable (or in-memory) storage of runs, with its outbox
@@ -827,21 +827,15 @@ pub trait ChangeFeed: Send + Sync {
 pub trait RunStore: DeliveryStore + ChangeFeed + fmt::Debug + 'static {
     /// The store's answer links, when it keeps them (the stores of askloop
     /// do). Without them, a server makes no links.
-    fn link_store(&self) -> Option<&dyn LinkStore> {
-        None
-    }
+    fn link_store(&self) -> Option<&dyn LinkStore>;
 
     /// The store's threads, when it keeps them (the stores of askloop do).
     /// A store that does not refuses runs on a thread.
-    fn thread_store(&self) -> Option<&dyn ThreadStore> {
-        None
-    }
+    fn thread_store(&self) -> Option<&dyn ThreadStore>;
 
     /// The store's approvals that stick, when it keeps them (the stores of
     /// askloop do). With a store that does not, an approval cannot stick.
-    fn grant_store(&self) -> Option<&dyn GrantStore> {
-        None
-    }
+    fn grant_store(&self) -> Option<&dyn GrantStore>;
 
     /// Stores a new run with its first messages. `run.message_count` must be
     /// `messages.len()`. A run on a thread ([`RunRecord::memory`]) creates
@@ -905,28 +899,15 @@ pub trait RunStore: DeliveryStore + ChangeFeed + fmt::Debug + 'static {
     /// Suspended runs with a pending call whose time limit passed at `now`,
     /// earliest time limit first (then id), at most `limit`; with `after`,
     /// only those after it in that order, so that a caller pages through
-    /// them all (see [`ExpiredRuns::time_limits`]). The default reads every
-    /// suspended run; the SQL stores answer from an index.
+    /// them all (see [`ExpiredRuns::time_limits`]). The SQL stores answer
+    /// from an index; a store that can only list calls
+    /// [`expiring_by_listing`].
     async fn expiring(
         &self,
         now: DateTime<Utc>,
         after: Option<&RunCursor>,
         limit: u32,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        let suspended = self
-            .list(&RunQuery {
-                status: Some(RunStatus::Suspended),
-                ..RunQuery::default()
-            })
-            .await?;
-        let mut due: Vec<(DateTime<Utc>, RunRecord)> = suspended
-            .into_iter()
-            .filter_map(|run| Some((run.earliest_limit().filter(|at| *at <= now)?, run)))
-            .filter(|(at, run)| after.is_none_or(|after| after.precedes(*at, &run.run_id)))
-            .collect();
-        due.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.run_id.cmp(&y.run_id)));
-        Ok(due.into_iter().take(limit as usize).map(|(_, run)| run).collect())
-    }
+    ) -> Result<Vec<RunRecord>, StoreError>;
 
     /// Lists runs, newest first.
     async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError>;
@@ -937,11 +918,9 @@ pub trait RunStore: DeliveryStore + ChangeFeed + fmt::Debug + 'static {
     /// page at a time. A row too damaged to read, which listings leave out,
     /// may be counted.
     ///
-    /// The default reads the listing page by page and counts it; the SQL
-    /// stores count in their indexes.
-    async fn count(&self, query: &RunQuery) -> Result<u64, StoreError> {
-        count_by_listing(self, query).await
-    }
+    /// The SQL stores count in their indexes; a store that can only list
+    /// calls [`count_by_listing`].
+    async fn count(&self, query: &RunQuery) -> Result<u64, StoreError>;
 
     /// Deletes finished runs (completed, failed, cancelled) last written
     /// before `before`, with their messages. Returns how many were deleted.
@@ -952,12 +931,11 @@ pub trait RunStore: DeliveryStore + ChangeFeed + fmt::Debug + 'static {
     /// questions waiting. Agents with none are left out; the order is by
     /// agent id.
     ///
-    /// The default reads the suspended runs page by page; the SQL stores
-    /// read only the suspended runs' entries of their status index, so the
-    /// cost follows how many runs wait, not how many the store holds.
-    async fn waiting(&self) -> Result<Vec<AgentWaiting>, StoreError> {
-        waiting_by_listing(self).await
-    }
+    /// The SQL stores read only the suspended runs' entries of their status
+    /// index, so the cost follows how many runs wait, not how many the
+    /// store holds; a store that can only list calls
+    /// [`waiting_by_listing`].
+    async fn waiting(&self) -> Result<Vec<AgentWaiting>, StoreError>;
 }
 
 /// What one agent's runs wait on (see [`RunStore::waiting`]).
@@ -971,9 +949,32 @@ pub struct AgentWaiting {
     pub calls: u64,
 }
 
+/// [`RunStore::expiring`] for a store that can only list: reads every
+/// suspended run and keeps those whose earliest time limit passed at `now`.
+pub async fn expiring_by_listing<S: RunStore + ?Sized>(
+    store: &S,
+    now: DateTime<Utc>,
+    after: Option<&RunCursor>,
+    limit: u32,
+) -> Result<Vec<RunRecord>, StoreError> {
+    let suspended = store
+        .list(&RunQuery {
+            status: Some(RunStatus::Suspended),
+            ..RunQuery::default()
+        })
+        .await?;
+    let mut due: Vec<(DateTime<Utc>, RunRecord)> = suspended
+        .into_iter()
+        .filter_map(|run| Some((run.earliest_limit().filter(|at| *at <= now)?, run)))
+        .filter(|(at, run)| after.is_none_or(|after| after.precedes(*at, &run.run_id)))
+        .collect();
+    due.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.run_id.cmp(&y.run_id)));
+    Ok(due.into_iter().take(limit as usize).map(|(_, run)| run).collect())
+}
+
 /// [`RunStore::waiting`] for a store that can only list: the suspended runs
 /// a page at a time, counted by agent.
-async fn waiting_by_listing<S: RunStore + ?Sized>(store: &S) -> Result<Vec<AgentWaiting>, StoreError> {
+pub async fn waiting_by_listing<S: RunStore + ?Sized>(store: &S) -> Result<Vec<AgentWaiting>, StoreError> {
     const PAGE: u32 = 500;
     let mut by_agent: std::collections::BTreeMap<String, AgentWaiting> = std::collections::BTreeMap::new();
     let mut page = RunQuery {
@@ -1004,7 +1005,7 @@ async fn waiting_by_listing<S: RunStore + ?Sized>(store: &S) -> Result<Vec<Agent
 /// and counts it. Only the first page skips `offset`; each next one starts
 /// after the last run of the one before. An empty page ends it (a short
 /// one may only have left a damaged row out).
-async fn count_by_listing<S: RunStore + ?Sized>(store: &S, query: &RunQuery) -> Result<u64, StoreError> {
+pub async fn count_by_listing<S: RunStore + ?Sized>(store: &S, query: &RunQuery) -> Result<u64, StoreError> {
     const PAGE: u32 = 500;
     let mut page = query.clone();
     let mut counted: u64 = 0;

@@ -5,13 +5,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use askloop::store::{Layered, Next, StoreLayer, StoreRequest, StoreResponse};
 use askloop::{
-    Agent, AskUser, ChangeFeed, Chunk, ChunkKind, DeliveryStore, Lease, MemoryStore, Message, Model, ModelError,
-    ModelRequest, ModelStream, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, ScriptedModel, StoreError,
-    StreamOutput,
+    Agent, AskUser, Chunk, ChunkKind, GrantStore, LinkStore, MemoryStore, Model, ModelError, ModelRequest, ModelStream,
+    RunStatus, RunStore, ScriptedModel, StoreError, StreamOutput, ThreadStore,
 };
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 
 /// A scripted model that counts how often it was called.
 #[derive(Debug)]
@@ -45,10 +44,24 @@ impl Model for CountingModel {
     }
 }
 
-/// A memory store whose writes of a given status fail on demand.
+/// A memory store whose writes of a given status fail on demand, and which
+/// counts its reads and writes (see [`Flaky`]).
+pub type FlakyStore = Layered<Flaky>;
+
+/// A [`FlakyStore`] over a fresh memory store.
+pub fn flaky_store() -> Arc<FlakyStore> {
+    Arc::new(Layered::new(Arc::new(MemoryStore::new()), Flaky::default()))
+}
+
+/// A memory store that keeps no threads, no approvals that stick and no
+/// answer links, as a store written without them would be.
+pub fn bare_store() -> Arc<Layered<Bare>> {
+    Arc::new(Layered::new(Arc::new(MemoryStore::new()), Bare))
+}
+
+/// What a [`FlakyStore`] injects and counts.
 #[derive(Debug, Default)]
-pub struct FlakyStore {
-    pub inner: MemoryStore,
+pub struct Flaky {
     pub fail_suspend: AtomicBool,
     pub fail_all_updates: AtomicBool,
     pub message_reads: AtomicUsize,
@@ -59,92 +72,46 @@ pub struct FlakyStore {
 }
 
 #[async_trait]
-impl RunStore for FlakyStore {
-    async fn create(&self, run: &RunRecord, messages: &[Message]) -> Result<(), StoreError> {
-        self.inner.create(run, messages).await
-    }
-    async fn get(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        self.run_reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(run_id).await
-    }
-    async fn messages(&self, run_id: &str) -> Result<Vec<Message>, StoreError> {
-        self.message_reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.messages(run_id).await
-    }
-    async fn claim(&self, run_id: &str, expected_version: i64, lease: &Lease) -> Result<i64, StoreError> {
-        self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim(run_id, expected_version, lease).await
-    }
-    async fn update(&self, update: RunUpdate<'_>) -> Result<i64, StoreError> {
-        self.updates.fetch_add(1, Ordering::SeqCst);
-        let refuse = self.fail_all_updates.load(Ordering::SeqCst)
-            || (update.status == RunStatus::Suspended && self.fail_suspend.load(Ordering::SeqCst));
-        if refuse {
-            return Err(StoreError::backend(std::io::Error::other("disk full")));
+impl StoreLayer for Flaky {
+    async fn call(&self, request: StoreRequest<'_>, next: Next<'_>) -> Result<StoreResponse, StoreError> {
+        let counter = match request {
+            StoreRequest::Get { .. } => Some(&self.run_reads),
+            StoreRequest::Messages { .. } => Some(&self.message_reads),
+            StoreRequest::Claim { .. } => Some(&self.claims),
+            StoreRequest::Update(_) => Some(&self.updates),
+            _ => None,
+        };
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::SeqCst);
         }
-        self.inner.update(update).await
-    }
-    async fn list(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.list(query).await
-    }
-    async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError> {
-        self.inner.renew_lease(run_id, lease).await
-    }
-
-    async fn expired(
-        &self,
-        now: DateTime<Utc>,
-        after: Option<&askloop::RunCursor>,
-        limit: u32,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.expired(now, after, limit).await
-    }
-
-    async fn reclaim(
-        &self,
-        run_id: &str,
-        expected_version: i64,
-        lease: &Lease,
-        now: DateTime<Utc>,
-        resolution: Option<&askloop::Resolution>,
-    ) -> Result<i64, StoreError> {
-        self.inner
-            .reclaim(run_id, expected_version, lease, now, resolution)
-            .await
-    }
-
-    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        self.inner.prune(before).await
+        if let StoreRequest::Update(update) = request {
+            let refuse = self.fail_all_updates.load(Ordering::SeqCst)
+                || (update.status == RunStatus::Suspended && self.fail_suspend.load(Ordering::SeqCst));
+            if refuse {
+                return Err(StoreError::backend(std::io::Error::other("disk full")));
+            }
+        }
+        next.run(request).await
     }
 }
 
-#[async_trait]
-impl DeliveryStore for FlakyStore {
-    async fn claim_deliveries(
-        &self,
-        now: DateTime<Utc>,
-        lease: &askloop::Lease,
-        limit: u32,
-    ) -> Result<Vec<askloop::Delivery>, StoreError> {
-        self.inner.claim_deliveries(now, lease, limit).await
+/// See [`bare_store`].
+#[derive(Debug)]
+pub struct Bare;
+
+impl StoreLayer for Bare {
+    fn link_store<'a>(&self, _inner: Option<&'a dyn LinkStore>) -> Option<&'a dyn LinkStore> {
+        None
     }
 
-    async fn finish_delivery(
-        &self,
-        id: &str,
-        owner: &str,
-        outcome: &askloop::DeliveryOutcome,
-    ) -> Result<(), StoreError> {
-        self.inner.finish_delivery(id, owner, outcome).await
+    fn thread_store<'a>(&self, _inner: Option<&'a dyn ThreadStore>) -> Option<&'a dyn ThreadStore> {
+        None
     }
 
-    async fn deliveries(&self, run_id: &str) -> Result<Vec<askloop::Delivery>, StoreError> {
-        self.inner.deliveries(run_id).await
+    fn grant_store<'a>(&self, _inner: Option<&'a dyn GrantStore>) -> Option<&'a dyn GrantStore> {
+        None
     }
 }
-
-#[async_trait]
-impl ChangeFeed for FlakyStore {}
 
 pub fn agent_with(model: Arc<dyn Model>, store: Arc<dyn RunStore>) -> Agent {
     Agent::builder("assistant")

@@ -14,7 +14,6 @@
 //! accepts and never answers, or streams keep-alive comments forever, ends
 //! the call with an error instead of holding the run.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,8 +23,6 @@ use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
-
-use crate::direct::{self, Connections, DirectError};
 
 /// How a provider talks HTTP: timeouts and retries.
 ///
@@ -57,14 +54,6 @@ pub struct HttpConfig {
     pub total_timeout: Duration,
     /// When failed requests are tried again.
     pub retry: RetryPolicy,
-    /// Whether a plain `http://` server that no proxy variable covers (a
-    /// local Ollama, vLLM, llama.cpp) is called over HTTP/1 connections
-    /// driven by the task that reads the response, rather than through
-    /// reqwest's pool, whose connections run on tasks of their own. The
-    /// same requests and responses either way; on tokio's multi-thread
-    /// runtime this saves a wake-up of another task for each piece of a
-    /// streamed reply. On by default; HTTPS always goes through reqwest.
-    pub direct_plain_http: bool,
 }
 
 impl Default for HttpConfig {
@@ -74,7 +63,6 @@ impl Default for HttpConfig {
             idle_timeout: Duration::from_secs(300),
             total_timeout: Duration::from_secs(600),
             retry: RetryPolicy::default(),
-            direct_plain_http: true,
         }
     }
 }
@@ -186,14 +174,11 @@ pub(crate) fn client(provider: &str, http: &HttpConfig) -> Result<reqwest::Clien
 /// A request URL parsed once, when the model is built, rather than for
 /// every request. A URL that does not parse (or has no host) is kept as
 /// text and given to reqwest as before, so it fails the same way: a
-/// builder error at the first attempt, not retried. A plain-HTTP URL that
-/// reqwest would not send through a proxy gets connections of its own
-/// ([`crate::direct`]), unless [`HttpConfig::direct_plain_http`] is off.
+/// builder error at the first attempt, not retried.
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
     text: String,
     parsed: Option<reqwest::Url>,
-    direct: Option<Arc<Connections>>,
 }
 
 /// Why a request got no response.
@@ -204,18 +189,12 @@ pub(crate) enum SendError {
     Builder(reqwest::Error),
     /// reqwest could not send it, or got no response.
     Reqwest(reqwest::Error),
-    /// The same, on a direct connection.
-    Direct(DirectError),
 }
 
 impl Endpoint {
-    pub(crate) fn new(text: String, http: &HttpConfig) -> Self {
+    pub(crate) fn new(text: String) -> Self {
         let parsed = reqwest::Url::parse(&text).ok().filter(reqwest::Url::has_host);
-        let direct = parsed
-            .as_ref()
-            .filter(|url| http.direct_plain_http && direct::is_direct(url))
-            .map(|_| Connections::new(http.connect_timeout, IDLE_CONNECTIONS_PER_HOST));
-        Endpoint { text, parsed, direct }
+        Endpoint { text, parsed }
     }
 
     /// The URL as configured, for error messages.
@@ -231,19 +210,12 @@ impl Endpoint {
         }
     }
 
-    /// Sends a request made by [`Endpoint::post`]: on a direct connection
-    /// when the endpoint has them, through reqwest otherwise.
+    /// Sends a request made by [`Endpoint::post`].
     pub(crate) async fn send(&self, request: RequestBuilder) -> Result<Response, SendError> {
-        match &self.direct {
-            Some(connections) => {
-                let request = request.build().map_err(SendError::Builder)?;
-                connections.send(request).await.map_err(SendError::Direct)
-            }
-            None => request.send().await.map_err(|err| match err.is_builder() {
-                true => SendError::Builder(err),
-                false => SendError::Reqwest(err),
-            }),
-        }
+        request.send().await.map_err(|err| match err.is_builder() {
+            true => SendError::Builder(err),
+            false => SendError::Reqwest(err),
+        })
     }
 }
 
@@ -294,7 +266,6 @@ pub(crate) async fn send_with_retries(
             ),
             Ok(Err(SendError::Builder(err))) => return Err(transport(provider, err)),
             Ok(Err(SendError::Reqwest(err))) => (transport(provider, err), None),
-            Ok(Err(SendError::Direct(err))) => (transport(provider, err), None),
             Ok(Ok(response)) if response.status().is_success() => {
                 return if is_json(response.headers()) {
                     Err(json_instead_of_stream(provider, response, http.idle_timeout).await)
@@ -565,16 +536,13 @@ mod tests {
     #[test]
     fn an_endpoint_is_parsed_once_and_a_bad_one_fails_as_reqwest_would() {
         let client = reqwest::Client::new();
-        let good = Endpoint::new(
-            "http://127.0.0.1:9/v1/chat/completions".to_owned(),
-            &HttpConfig::default(),
-        );
+        let good = Endpoint::new("http://127.0.0.1:9/v1/chat/completions".to_owned());
         assert_eq!(good.as_str(), "http://127.0.0.1:9/v1/chat/completions");
         let request = good.post(&client).build().unwrap();
         assert_eq!(request.url().as_str(), "http://127.0.0.1:9/v1/chat/completions");
         assert_eq!(request.method(), reqwest::Method::POST);
         for bad in ["not a url/chat/completions", "unix:/tmp/socket"] {
-            let endpoint = Endpoint::new(bad.to_owned(), &HttpConfig::default());
+            let endpoint = Endpoint::new(bad.to_owned());
             let ours = endpoint.post(&client).build().unwrap_err();
             let theirs = client.post(bad).build().unwrap_err();
             assert!(ours.is_builder(), "{ours}");

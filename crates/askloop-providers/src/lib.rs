@@ -28,7 +28,6 @@
 #![warn(missing_docs)]
 
 mod anthropic;
-mod direct;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -59,7 +59,6 @@ fn faulty_http() -> HttpConfig {
             max_backoff: Duration::from_millis(100),
             max_retry_after: Duration::from_secs(5),
         },
-        direct_plain_http: true,
     }
 }
 

@@ -163,58 +163,47 @@ async fn an_anthropic_error_event_mid_stream_fails_the_run_with_its_message() {
 
 #[tokio::test]
 async fn a_connection_refused_is_retried_then_reported_naming_the_provider() {
-    // Both ways to a plain-HTTP server: askloop's direct connections and
-    // reqwest's pool.
-    for direct in [true, false] {
-        // A port that was free a moment ago: nothing listens there.
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.local_addr().unwrap().port()
-        };
-        let http = HttpConfig {
-            direct_plain_http: direct,
-            ..quick_http(2)
-        };
-        let config = OpenAiConfig::new("gpt-4o-mini", format!("http://127.0.0.1:{port}/v1")).http(http);
-        let model = OpenAiModel::new("openai/gpt-4o-mini", config).unwrap();
-        let request = ModelRequest {
-            run_id: "r",
-            system: None,
-            messages: &[askloop::Message::user("hi")],
-            tools: &[],
-        };
-        let Err(err) = model.stream(request).await else {
-            panic!("expected a connection error");
-        };
-        // The whole chain, for logs: the HTTP client's error and the
-        // socket's under it.
-        let chain = askloop::ErrorChain(&err).to_string();
-        match err {
-            ModelError::Transport {
-                provider,
-                message,
-                source,
-            } => {
-                assert_eq!(provider, "openai");
-                assert!(message.contains("after 3 attempts"), "{message}");
-                assert!(message.contains(&port.to_string()), "the address is named: {message}");
-                let source = source.expect("the HTTP client's error is kept as the source");
-                let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.get());
-                let mut refused = false;
-                while let Some(error) = cause {
-                    refused |= error
-                        .downcast_ref::<std::io::Error>()
-                        .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
-                    cause = error.source();
-                }
-                assert!(
-                    refused,
-                    "the socket's refusal is in the sources (direct: {direct}): {chain}"
-                );
-                assert!(chain.to_lowercase().contains("connect"), "{chain}");
+    // A port that was free a moment ago: nothing listens there.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let config = OpenAiConfig::new("gpt-4o-mini", format!("http://127.0.0.1:{port}/v1")).http(quick_http(2));
+    let model = OpenAiModel::new("openai/gpt-4o-mini", config).unwrap();
+    let request = ModelRequest {
+        run_id: "r",
+        system: None,
+        messages: &[askloop::Message::user("hi")],
+        tools: &[],
+    };
+    let Err(err) = model.stream(request).await else {
+        panic!("expected a connection error");
+    };
+    // The whole chain, for logs: the HTTP client's error and the
+    // socket's under it.
+    let chain = askloop::ErrorChain(&err).to_string();
+    match err {
+        ModelError::Transport {
+            provider,
+            message,
+            source,
+        } => {
+            assert_eq!(provider, "openai");
+            assert!(message.contains("after 3 attempts"), "{message}");
+            assert!(message.contains(&port.to_string()), "the address is named: {message}");
+            let source = source.expect("the HTTP client's error is kept as the source");
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.get());
+            let mut refused = false;
+            while let Some(error) = cause {
+                refused |= error
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
+                cause = error.source();
             }
-            other => panic!("expected a transport error, got {other:?}"),
+            assert!(refused, "the socket's refusal is in the sources: {chain}");
+            assert!(chain.to_lowercase().contains("connect"), "{chain}");
         }
+        other => panic!("expected a transport error, got {other:?}"),
     }
 }
 

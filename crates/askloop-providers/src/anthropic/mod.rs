@@ -100,7 +100,7 @@ impl AnthropicModel {
         let base = config.base_url.trim_end_matches('/');
         let base = base.strip_suffix("/v1").unwrap_or(base);
         let url = format!("{base}/v1/messages");
-        let endpoint = http::Endpoint::new(url, &config.http);
+        let endpoint = http::Endpoint::new(url);
         Ok(AnthropicModel {
             name: name.into(),
             config,

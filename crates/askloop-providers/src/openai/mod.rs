@@ -136,7 +136,7 @@ impl OpenAiModel {
             .api_key
             .as_ref()
             .and_then(|key| http::sensitive_header(format!("Bearer {key}")));
-        let endpoint = http::Endpoint::new(url, &config.http);
+        let endpoint = http::Endpoint::new(url);
         Ok(OpenAiModel {
             name: name.into(),
             config,

@@ -22,7 +22,6 @@ pub fn quick_http(max_retries: u32) -> HttpConfig {
             max_backoff: Duration::from_millis(5),
             max_retry_after: Duration::from_secs(5),
         },
-        direct_plain_http: true,
     }
 }
 

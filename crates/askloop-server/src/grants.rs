@@ -13,10 +13,12 @@
 
 use std::sync::Arc;
 
-use askloop::{Grant, GrantQuery, GrantStore, StoreError};
+use askloop::{Author, Grant, GrantQuery, GrantScope, GrantStore, StoreError};
 use axum::Json;
 use axum::extract::State;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -44,7 +46,82 @@ pub(crate) struct GrantParams {
 /// `GET /api/grants`.
 #[derive(Debug, Serialize)]
 pub(crate) struct GrantList {
-    grants: Vec<Grant>,
+    grants: Vec<GrantView>,
+}
+
+/// A grant as the routes (and `askloop grants --json`) send it: [`Grant`]'s fields, its times as every
+/// time on the wire ([`crate::wire::millis`]).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantView {
+    id: String,
+    agent_id: String,
+    tool: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mcp_server: Option<String>,
+    scope: GrantScope,
+    resource_id: String,
+    thread_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args: Option<Value>,
+    granted_by: Author,
+    #[serde(serialize_with = "crate::wire::millis")]
+    granted_at: DateTime<Utc>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::wire::millis_or_none"
+    )]
+    expires_at: Option<DateTime<Utc>>,
+    run_id: String,
+    tool_call_id: String,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::wire::millis_or_none"
+    )]
+    revoked_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revoked_by: Option<Author>,
+}
+
+impl From<Grant> for GrantView {
+    fn from(grant: Grant) -> Self {
+        // Every field named: a field added to `Grant` is a compile error
+        // here until the wire says whether it sends it.
+        let Grant {
+            id,
+            agent_id,
+            tool,
+            mcp_server,
+            scope,
+            resource_id,
+            thread_id,
+            args,
+            granted_by,
+            granted_at,
+            expires_at,
+            run_id,
+            tool_call_id,
+            revoked_at,
+            revoked_by,
+        } = grant;
+        GrantView {
+            id,
+            agent_id,
+            tool,
+            mcp_server,
+            scope,
+            resource_id,
+            thread_id,
+            args,
+            granted_by,
+            granted_at,
+            expires_at,
+            run_id,
+            tool_call_id,
+            revoked_at,
+            revoked_by,
+        }
+    }
 }
 
 fn store(state: &AppState) -> Result<&dyn GrantStore, ApiError> {
@@ -92,6 +169,7 @@ pub(crate) async fn list(
         .into_iter()
         // A token limited to some agents sees only theirs.
         .filter(|grant| may_see(&caller, grant))
+        .map(GrantView::from)
         .collect();
     Ok(Json(GrantList { grants }))
 }
@@ -101,7 +179,7 @@ pub(crate) async fn revoke(
     State(state): AppStateRef,
     ApiPath(id): ApiPath<String>,
     caller: Caller,
-) -> Result<Json<Grant>, ApiError> {
+) -> Result<Json<GrantView>, ApiError> {
     let grants = store(&state)?;
     let unknown = || ApiError::UnknownGrant { id: id.clone() };
     let grant = grants.grant(&id).await?.ok_or_else(unknown)?;
@@ -113,5 +191,5 @@ pub(crate) async fn revoke(
         .await?
         .ok_or_else(unknown)?;
     tracing::info!(grant = %id, by = ?caller.author().by, "an approval that sticks was revoked");
-    Ok(Json(revoked))
+    Ok(Json(revoked.into()))
 }

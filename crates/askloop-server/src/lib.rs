@@ -109,6 +109,7 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 pub use auth::{ApiToken, DEFAULT_TOKEN_NAME, MIN_SECRET_CHARS, TokenError};
 pub use caps::DEFAULT_EVENT_STREAMS_PER_CALLER;
 pub use error::{ApiError, RefusedField, SlackRefusal};
+pub use grants::GrantView;
 pub use guard::is_host_name;
 pub use me::PAGE_RESOURCE;
 pub use metrics::Metrics;

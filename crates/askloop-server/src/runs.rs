@@ -244,7 +244,75 @@ pub(crate) async fn get(
 /// `GET /api/runs/{runId}/deliveries` body.
 #[derive(Debug, Serialize)]
 pub(crate) struct DeliveryList {
-    deliveries: Vec<askloop::Delivery>,
+    deliveries: Vec<DeliveryView>,
+}
+
+/// A delivery as the route sends it: [`askloop::Delivery`]'s fields (its
+/// message's inline), its times as every time on the wire
+/// ([`crate::wire::millis`]), its destination without secrets.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DeliveryView {
+    id: String,
+    run_id: String,
+    destination: String,
+    event: askloop::EventType,
+    payload: serde_json::Value,
+    #[serde(serialize_with = "crate::wire::millis")]
+    created_at: DateTime<Utc>,
+    state: askloop::DeliveryState,
+    attempts: u32,
+    #[serde(serialize_with = "crate::wire::millis")]
+    next_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease: Option<LeaseView>,
+}
+
+/// Who sends a delivery now, and until when.
+#[derive(Debug, Serialize)]
+pub(crate) struct LeaseView {
+    owner: String,
+    #[serde(serialize_with = "crate::wire::millis")]
+    until: DateTime<Utc>,
+}
+
+impl From<askloop::Delivery> for DeliveryView {
+    fn from(delivery: askloop::Delivery) -> Self {
+        let askloop::Delivery {
+            message,
+            state,
+            attempts,
+            next_at,
+            last_error,
+            lease,
+        } = delivery;
+        let askloop::OutboxMessage {
+            id,
+            run_id,
+            destination,
+            event,
+            payload,
+            created_at,
+        } = message;
+        DeliveryView {
+            id,
+            run_id,
+            destination: crate::webhooks::shown_destination(&destination),
+            event,
+            payload,
+            created_at,
+            state,
+            attempts,
+            next_at,
+            last_error,
+            lease: lease.map(|lease| LeaseView {
+                owner: lease.owner,
+                until: lease.until,
+            }),
+        }
+    }
 }
 
 /// `GET /api/runs/{runId}/deliveries`: every notification of the run (to
@@ -259,10 +327,8 @@ pub(crate) async fn deliveries(
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<DeliveryList>, ApiError> {
     load(&state, &caller, &run_id, None).await?;
-    let mut deliveries = state.store.deliveries(&run_id).await?;
-    for delivery in &mut deliveries {
-        delivery.message.destination = crate::webhooks::shown_destination(&delivery.message.destination);
-    }
+    let deliveries = state.store.deliveries(&run_id).await?;
+    let deliveries = deliveries.into_iter().map(DeliveryView::from).collect();
     Ok(Json(DeliveryList { deliveries }))
 }
 

@@ -10,6 +10,34 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Every time the server sends, written as `#[serde(serialize_with =
+/// "crate::wire::millis")]`: RFC 3339 in UTC with milliseconds
+/// (`2026-12-04T10:00:01.623Z`), as Mastra sends them
+/// ([`askloop::rfc3339`]). Stored times keep microseconds; the wire has
+/// one precision, whatever type a route sends.
+pub(crate) fn millis<S: serde::Serializer>(at: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&askloop::rfc3339(*at))
+}
+
+/// [`millis`] for a time that may be absent.
+pub(crate) fn millis_or_none<S: serde::Serializer>(
+    at: &Option<DateTime<Utc>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match at {
+        Some(at) => serializer.serialize_some(&askloop::rfc3339(*at)),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// A run's resolutions as clients read them ([`askloop::Resolution::on_wire`]).
+pub(crate) fn resolutions_on_wire<S: serde::Serializer>(
+    resolutions: &[askloop::Resolution],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(resolutions.iter().map(askloop::Resolution::on_wire))
+}
+
 /// `POST /api/agents/{agentId}/stream` and `/generate`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -262,6 +290,7 @@ pub(crate) struct RunSummary {
     pub(crate) error: Option<String>,
     /// Every answer, decline, approval, expiry and cancel, with when, through
     /// which interface and by whom.
+    #[serde(serialize_with = "resolutions_on_wire")]
     pub(crate) resolutions: Vec<askloop::Resolution>,
 }
 

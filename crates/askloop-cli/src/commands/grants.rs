@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use askloop::{Clock, Grant, GrantQuery, GrantStore, RunStore, StoreError, SystemClock};
+use askloop_server::GrantView;
 
 use super::decide::cli_author;
 use super::{Access, Context};
@@ -33,7 +34,7 @@ pub async fn list(
     };
     let grants = grant_store(&store)?.grants(&query).await?;
     if as_json {
-        crate::out::json(&grants)?;
+        crate::out::json(&grants.iter().cloned().map(GrantView::from).collect::<Vec<_>>())?;
         return Ok(Done::Ok);
     }
     if grants.is_empty() {
@@ -92,7 +93,7 @@ pub async fn revoke(ctx: &Context, resource: &str, id: &str, as_json: bool) -> R
         .await?
         .ok_or_else(unknown)?;
     if as_json {
-        crate::out::json(&revoked)?;
+        crate::out::json(&GrantView::from(revoked.clone()))?;
     } else if grant.revoked_at.is_some() {
         errln!("Grant {} was revoked already; kept as it was.", escape::one_line(id));
     } else {

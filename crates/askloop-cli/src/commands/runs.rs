@@ -112,8 +112,8 @@ fn summary_json(run: &RunRecord) -> Value {
         "status": run.status(),
         "stalled": run.is_stalled(SystemClock.now()),
         "failure": run.failure,
-        "createdAt": run.created_at,
-        "updatedAt": run.updated_at,
+        "createdAt": askloop::rfc3339(run.created_at),
+        "updatedAt": askloop::rfc3339(run.updated_at),
         "pending": pending_json(run),
         "error": run.error(),
     })
@@ -129,7 +129,7 @@ pub async fn show(ctx: &Context, run_id: &str, as_json: bool) -> Result<Done, Cl
         value["usage"] = serde_json::to_value(run.usage).unwrap_or(Value::Null);
         value["steps"] = json!(run.steps);
         value["metadata"] = run.metadata.clone();
-        value["resolutions"] = serde_json::to_value(&run.resolutions).unwrap_or(Value::Null);
+        value["resolutions"] = run.resolutions.iter().map(|r| json!(r.on_wire())).collect();
         crate::out::json(&value)?;
         return Ok(Done::Ok);
     }

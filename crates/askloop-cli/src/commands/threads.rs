@@ -117,7 +117,11 @@ pub async fn list(ctx: &Context, resource: String, limit: u32, as_json: bool) ->
 }
 
 fn thread_json(thread: &Thread) -> Value {
-    serde_json::to_value(thread).unwrap_or(Value::Null)
+    let mut value = serde_json::to_value(thread).unwrap_or(Value::Null);
+    // Times as every time askloop sends: RFC 3339 with milliseconds.
+    value["createdAt"] = json!(askloop::rfc3339(thread.created_at));
+    value["updatedAt"] = json!(askloop::rfc3339(thread.updated_at));
+    value
 }
 
 /// `askloop threads show ID`: the thread's messages and the questions it
@@ -304,7 +308,7 @@ impl ShownMessage {
             "runId": self.stored.run_id,
             "role": role,
             "text": text,
-            "createdAt": self.stored.created_at,
+            "createdAt": askloop::rfc3339(self.stored.created_at),
         });
         if !self.calls.is_empty() {
             value["toolCalls"] = Value::Array(
@@ -327,7 +331,7 @@ impl ShownMessage {
                             call["result"] = json!({"content": result.content.to_value(), "isError": result.is_error});
                         }
                         if let Some(resolution) = &c.resolution {
-                            call["resolution"] = serde_json::to_value(resolution).unwrap_or(Value::Null);
+                            call["resolution"] = serde_json::to_value(resolution.on_wire()).unwrap_or(Value::Null);
                         }
                         call
                     })

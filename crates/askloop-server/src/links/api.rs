@@ -14,6 +14,7 @@ use std::sync::Arc;
 use askloop::AnswerLink;
 use axum::Json;
 use axum::extract::State;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{LinkRequest, MintedLink};
@@ -67,7 +68,61 @@ pub(crate) async fn mint(
 /// The body of `GET /api/runs/{runId}/links`.
 #[derive(Debug, Serialize)]
 pub(crate) struct LinkList {
-    links: Vec<AnswerLink>,
+    links: Vec<LinkView>,
+}
+
+/// A stored link as the routes send it: [`AnswerLink`]'s fields, its
+/// times as every time on the wire ([`crate::wire::millis`]).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LinkView {
+    link_id: String,
+    run_id: String,
+    tool_call_id: String,
+    recipient: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    made_by: Option<String>,
+    #[serde(serialize_with = "crate::wire::millis")]
+    created_at: DateTime<Utc>,
+    #[serde(serialize_with = "crate::wire::millis")]
+    expires_at: DateTime<Utc>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::wire::millis_or_none"
+    )]
+    used_at: Option<DateTime<Utc>>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::wire::millis_or_none"
+    )]
+    revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<AnswerLink> for LinkView {
+    fn from(link: AnswerLink) -> Self {
+        let AnswerLink {
+            link_id,
+            run_id,
+            tool_call_id,
+            recipient,
+            made_by,
+            created_at,
+            expires_at,
+            used_at,
+            revoked_at,
+        } = link;
+        LinkView {
+            link_id,
+            run_id,
+            tool_call_id,
+            recipient,
+            made_by,
+            created_at,
+            expires_at,
+            used_at,
+            revoked_at,
+        }
+    }
 }
 
 pub(crate) async fn list(
@@ -77,8 +132,9 @@ pub(crate) async fn list(
 ) -> Result<Json<LinkList>, ApiError> {
     crate::runs::load(&state, &caller, &run_id, None).await?;
     let store = state.store.link_store().ok_or(ApiError::LinksOff)?;
+    let links = store.links(&run_id).await?;
     Ok(Json(LinkList {
-        links: store.links(&run_id).await?,
+        links: links.into_iter().map(LinkView::from).collect(),
     }))
 }
 
@@ -86,7 +142,7 @@ pub(crate) async fn revoke(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     ApiPath(link_id): ApiPath<String>,
-) -> Result<Json<AnswerLink>, ApiError> {
+) -> Result<Json<LinkView>, ApiError> {
     let store = state.store.link_store().ok_or(ApiError::LinksOff)?;
     let unknown = || {
         ApiError::Link(super::LinkError::UnknownLink {
@@ -98,5 +154,6 @@ pub(crate) async fn revoke(
     crate::runs::load(&state, &caller, &link.run_id, None)
         .await
         .map_err(|_| unknown())?;
-    Ok(Json(super::revoke(state.store.as_ref(), &link_id, state.now()).await?))
+    let revoked = super::revoke(state.store.as_ref(), &link_id, state.now()).await?;
+    Ok(Json(revoked.into()))
 }

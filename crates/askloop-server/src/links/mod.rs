@@ -205,7 +205,9 @@ pub struct MintedLink {
     /// Who made it, if anything named them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub made_by: Option<String>,
-    /// When it stops working.
+    /// When it stops working (on the wire as every time is:
+    /// `crate::wire::millis`).
+    #[serde(serialize_with = "crate::wire::millis")]
     pub expires_at: DateTime<Utc>,
 }
 

@@ -178,7 +178,7 @@ pub(crate) async fn messages(
                     // askloop's own: how the call was resolved, by whom and
                     // through what, as its run records it now.
                     if let Some(resolution) = run.and_then(|r| r.call_resolution(&call.id)) {
-                        invocation["resolution"] = serde_json::to_value(resolution).unwrap_or(Value::Null);
+                        invocation["resolution"] = serde_json::to_value(resolution.on_wire()).unwrap_or(Value::Null);
                     }
                     parts.push(json!({"type": "tool-invocation", "toolInvocation": invocation}));
                     match pending {

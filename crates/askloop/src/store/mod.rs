@@ -36,7 +36,7 @@ pub use memory::MemoryStore;
 pub use outbox::{Delivery, DeliveryOutcome, DeliveryState, EventType, Notice, OutboxMessage, Subscription};
 pub(crate) use outbox::{EventRun, messages_for};
 pub use record::RunRecord;
-pub use resolution::{ArgumentsEdit, Author, Interface, Resolution, ResolutionKind};
+pub use resolution::{ArgumentsEdit, Author, Interface, Resolution, ResolutionKind, ResolutionOnWire};
 pub use settings::RunSettings;
 pub use thread::{
     RunMemory, Thread, ThreadDeletion, ThreadEdit, ThreadKey, ThreadMessage, ThreadQuery, ThreadStore, call_results,

@@ -340,7 +340,7 @@ pub(crate) fn messages_for(
                 "runId": run.run_id,
                 "agentId": run.agent_id,
                 "toolCallId": resolution.tool_call_id,
-                "resolution": resolution,
+                "resolution": resolution.on_wire(),
             }),
         };
         events.push((event, data, resolution.at, None));
@@ -350,7 +350,7 @@ pub(crate) fn messages_for(
         for subscription in subscriptions.iter().filter(|s| s.wants(event)) {
             let mut payload = json!({
                 "type": event.as_str(),
-                "timestamp": at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                "timestamp": crate::rfc3339(at),
                 "data": data,
             });
             if !subscription.delay.is_zero() {
@@ -369,7 +369,7 @@ pub(crate) fn messages_for(
                     continue;
                 }
                 payload["notice"] = json!(subscription.notice.as_str());
-                payload["dueAt"] = json!(due.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+                payload["dueAt"] = json!(crate::rfc3339(due));
             }
             messages.push(OutboxMessage {
                 id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
@@ -403,10 +403,10 @@ fn call_data(run: &EventRun<'_>, call: &PendingToolCall, resolution: Option<&Res
         data["suspendPayload"] = Value::clone(payload);
     }
     if let Some(at) = call.expires_at {
-        data["expiresAt"] = json!(at);
+        data["expiresAt"] = json!(crate::rfc3339(at));
     }
     if let Some(resolution) = resolution {
-        data["resolution"] = json!(resolution);
+        data["resolution"] = json!(resolution.on_wire());
     }
     data
 }

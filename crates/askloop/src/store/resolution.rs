@@ -209,7 +209,7 @@ struct StoredOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
     kind: ResolutionKind,
-    at: &'a DateTime<Utc>,
+    at: Stamp<'a>,
     via: Interface,
     #[serde(skip_serializing_if = "Option::is_none")]
     by: Option<&'a str>,
@@ -220,7 +220,48 @@ struct StoredOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     edit: Option<&'a ArgumentsEdit>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    grant: Option<&'a super::GrantNote>,
+    grant: Option<NoteOut<'a>>,
+}
+
+/// [`super::GrantNote`] as [`StoredOut`] writes it: its derived form, the
+/// time stamped as the resolution's is.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NoteOut<'a> {
+    id: &'a str,
+    scope: super::GrantScope,
+    granted_at: Stamp<'a>,
+    granted_via: Interface,
+}
+
+/// A time as stored (chrono's form, to the microsecond a store keeps), or
+/// as clients read it: RFC 3339 with milliseconds ([`crate::rfc3339`]),
+/// the one form of every time askloop sends.
+#[derive(Clone, Copy)]
+enum Stamp<'a> {
+    Stored(&'a DateTime<Utc>),
+    Wire(&'a DateTime<Utc>),
+}
+
+impl Serialize for Stamp<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Stamp::Stored(at) => at.serialize(serializer),
+            Stamp::Wire(at) => serializer.serialize_str(&crate::rfc3339(**at)),
+        }
+    }
+}
+
+/// A [`Resolution`] as clients read it (the HTTP API, webhooks): the
+/// stored shape, its times in RFC 3339 with milliseconds. See
+/// [`Resolution::on_wire`].
+#[derive(Debug, Clone, Copy)]
+pub struct ResolutionOnWire<'a>(&'a Resolution);
+
+impl Serialize for ResolutionOnWire<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.out(Stamp::Wire).serialize(serializer)
+    }
 }
 
 /// A [`Resolution`] as read (fields it does not know are ignored, as
@@ -247,18 +288,54 @@ struct StoredIn {
 
 impl Serialize for Resolution {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.out(Stamp::Stored).serialize(serializer)
+    }
+}
+
+impl Resolution {
+    fn out<'a>(&'a self, stamp: fn(&'a DateTime<Utc>) -> Stamp<'a>) -> StoredOut<'a> {
         StoredOut {
             tool_call_id: self.tool_call_id.as_deref(),
             kind: self.kind,
-            at: &self.at,
+            at: stamp(&self.at),
             via: self.author.via,
             by: self.author.by.as_deref(),
             declared: self.author.declared.as_deref(),
             made_by: self.author.made_by.as_deref(),
             edit: self.edit.as_ref(),
-            grant: self.grant.as_ref(),
+            grant: self.grant.as_ref().map(|note| NoteOut {
+                id: &note.id,
+                scope: note.scope,
+                granted_at: stamp(&note.granted_at),
+                granted_via: note.granted_via,
+            }),
         }
-        .serialize(serializer)
+    }
+
+    /// This resolution as clients read it: what it serialises to, with
+    /// its times (`at`, the grant's `grantedAt`) in RFC 3339 with
+    /// milliseconds, as every time on askloop's wire is. Serialising a
+    /// `Resolution` itself writes its stored form, to the microsecond.
+    ///
+    /// ```
+    /// use askloop::{Author, Interface, Resolution, ResolutionKind};
+    /// use chrono::{DateTime, Utc};
+    ///
+    /// let at: DateTime<Utc> = "2026-12-04T10:00:01.623456Z".parse().unwrap();
+    /// let answered = Resolution {
+    ///     tool_call_id: Some("call_1".into()),
+    ///     kind: ResolutionKind::Answered,
+    ///     at,
+    ///     author: Author::via(Interface::Api),
+    ///     edit: None,
+    ///     grant: None,
+    /// };
+    /// let wire = serde_json::to_value(answered.on_wire()).unwrap();
+    /// assert_eq!(wire["at"], "2026-12-04T10:00:01.623Z");
+    /// assert_eq!(serde_json::to_value(&answered).unwrap()["at"], "2026-12-04T10:00:01.623456Z");
+    /// ```
+    pub fn on_wire(&self) -> ResolutionOnWire<'_> {
+        ResolutionOnWire(self)
     }
 }
 

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Env, SUSPENDED, Serving, code, stderr};
+use common::{Env, SUSPENDED, Serve, Serving, code, stderr};
 
 const SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?"}}]},
@@ -24,13 +24,11 @@ const ALICE: &str = "secret-of-alice";
 const BOB: &str = "secret-of-bob";
 
 fn serve(env: &Env, config: &Path) -> Serving {
-    let mut cmd = env.cmd();
-    cmd.env_remove("ASKLOOP_API_TOKEN")
+    Serve::in_dir(env.dir.path())
         .env("ALICE_TOKEN", ALICE)
         .env("BOB_TOKEN", BOB)
-        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
-        .arg(config);
-    Serving::start(cmd)
+        .config(config)
+        .start()
 }
 
 /// Starts a run of `deployer` over HTTP and returns its id.

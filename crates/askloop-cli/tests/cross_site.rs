@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{Serving, askloop, missing_browser, skipped_for_lack_of};
+use common::{Serve, missing_browser, skipped_for_lack_of};
 
 const SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?"}}]},
@@ -29,11 +29,7 @@ async fn pages_of_other_sites_cannot_change_a_run_of_a_token_less_server_in_a_re
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("script.json"), SCRIPT).unwrap();
-    let mut cmd = askloop();
-    cmd.env("ASKLOOP_DB", dir.path().join("runs.db"))
-        .current_dir(dir.path())
-        .args(["serve", "--addr", "127.0.0.1:0", "--script", "script.json"]);
-    let serving = Serving::start(cmd);
+    let serving = Serve::in_dir(dir.path()).args(["--script", "script.json"]).start();
     let asked = serving.ask(&reqwest::Client::new(), "assistant", None).await;
 
     let status = Command::new("node")

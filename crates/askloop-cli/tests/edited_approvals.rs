@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Env, Serving};
+use common::{Env, Serve, Serving};
 
 /// One `write_file` call of an allowed path, with an id holding `::`; then
 /// says what the call returned.
@@ -50,11 +50,7 @@ reason = "nothing goes into secret/"
 }
 
 fn serve(env: &Env, config: &std::path::Path) -> Serving {
-    let mut cmd = env.cmd();
-    cmd.env_remove("ASKLOOP_API_TOKEN")
-        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
-        .arg(config);
-    Serving::start(cmd)
+    Serve::in_dir(env.dir.path()).config(config).start()
 }
 
 /// Starts the writer's run and returns its id; it waits on `CALL`.

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{DEPLOYER_SCRIPT, Serving, askloop, chunks, screenshots_dir, skipped_for_lack_of};
+use common::{DEPLOYER_SCRIPT, Serve, Serving, chunks, screenshots_dir, skipped_for_lack_of};
 
 const KEY: &str = "a-link-signing-key-of-the-email-tests-0123456";
 
@@ -118,13 +118,11 @@ fn serve() -> Setup {
         ),
     )
     .unwrap();
-    let mut cmd = askloop();
-    cmd.env("TEST_LINK_KEY", KEY)
-        .env("ASKLOOP_DB", dir.path().join("runs.db"))
-        .current_dir(dir.path())
-        .args(["serve", "--addr", &format!("127.0.0.1:{http_port}"), "--config"])
-        .arg(dir.path().join("askloop.toml"));
-    let mut server = Serving::start(cmd);
+    let mut server = Serve::in_dir(dir.path())
+        .env("TEST_LINK_KEY", KEY)
+        .addr(format!("127.0.0.1:{http_port}"))
+        .config(dir.path().join("askloop.toml"))
+        .start();
     server.wait_for_line(&format!(
         "mailing questions through 127.0.0.1:{smtp_port} to 5 recipients"
     ));

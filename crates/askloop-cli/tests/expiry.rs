@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{BIN, Serving, serve_in};
+use common::{BIN, Serve, Serving};
 
 const SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment?"}}]},
@@ -21,10 +21,7 @@ const SCRIPT: &str = r#"{"turns": [
 ]}"#;
 
 fn start(dir: &Path) -> Serving {
-    let mut cmd = serve_in(dir);
-    cmd.args(["--addr", "127.0.0.1:0", "--config"])
-        .arg(dir.join("askloop.toml"));
-    Serving::start(cmd)
+    Serve::in_dir(dir).config(dir.join("askloop.toml")).start()
 }
 
 async fn run_of(client: &reqwest::Client, server: &Serving, run_id: &str) -> Value {

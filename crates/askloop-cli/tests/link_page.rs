@@ -13,8 +13,7 @@ use std::path::Path;
 mod common;
 
 use common::{
-    DEPLOYER_SCRIPT, LINKS_CONFIG, Serving, missing_browser, node_for_links, run_browser_test, serve_in,
-    skipped_for_lack_of,
+    DEPLOYER_SCRIPT, LINKS_CONFIG, Serve, missing_browser, node_for_links, run_browser_test, skipped_for_lack_of,
 };
 
 const KEY: &str = "a-link-signing-key-of-the-browser-test-0123";
@@ -50,9 +49,7 @@ fn the_answer_link_page_passes_its_browser_test_against_the_real_server() {
     std::fs::write(dir.path().join("askloop.toml"), format!("{LINKS_CONFIG}{AGENTS}")).unwrap();
     std::fs::write(dir.path().join("launcher.json"), LAUNCHER_SCRIPT).unwrap();
     std::fs::write(dir.path().join("deployer.json"), DEPLOYER_SCRIPT).unwrap();
-    let mut cmd = serve_in(dir.path());
-    cmd.args(["--addr", "127.0.0.1:0"]).env("ASKLOOP_TEST_LINK_KEY", KEY);
-    let serving = Serving::start(cmd);
+    let serving = Serve::in_dir(dir.path()).env("ASKLOOP_TEST_LINK_KEY", KEY).start();
     assert!(
         serving.banner.iter().any(|line| line.contains("answer links are on")),
         "{:?}",

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{BIN, Serving, askloop, askloop_async, skipped_for_lack_of};
+use common::{BIN, Serve, Serving, askloop, askloop_async, skipped_for_lack_of};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -85,12 +85,7 @@ fn config(dir: &Path, entry: &Path) -> PathBuf {
 }
 
 fn serve(dir: &Path, config: &Path) -> Serving {
-    let mut cmd = askloop();
-    cmd.env("ASKLOOP_DB", dir.join("runs.db"))
-        .current_dir(dir)
-        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
-        .arg(config);
-    Serving::start(cmd)
+    Serve::in_dir(dir).config(config).start()
 }
 
 /// The chunks of a stream body, its framing held to Mastra's.
@@ -788,12 +783,7 @@ fn the_official_typescript_sdk_client_lists_calls_and_answers_askloop_mcp() {
 async fn askloop_serve_offers_its_agents_at_mcp_behind_the_api_token() {
     let dir = tempfile::tempdir().unwrap();
     write_deployer(dir.path());
-    let mut cmd = askloop();
-    cmd.env("ASKLOOP_API_TOKEN", "s3cret")
-        .env("ASKLOOP_DB", dir.path().join("runs.db"))
-        .current_dir(dir.path())
-        .args(["serve", "--addr", "127.0.0.1:0"]);
-    let serving = Serving::start(cmd);
+    let serving = Serve::in_dir(dir.path()).env("ASKLOOP_API_TOKEN", "s3cret").start();
     let url = serving.url("/mcp");
 
     let refused = reqwest::Client::new()
@@ -884,11 +874,10 @@ fn askloop_serve_refuses_an_approval_name_no_tool_has_and_starts_without_a_serve
     };
     let dir = tempfile::tempdir().unwrap();
     let config = approval_config(dir.path(), &entry, "ask_approval");
-    let out = askloop()
-        .env("ASKLOOP_DB", dir.path().join("runs.db"))
-        .current_dir(dir.path())
-        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
-        .arg(&config)
+    let out = Serve::in_dir(dir.path())
+        .config(&config)
+        .addr("127.0.0.1:0")
+        .command()
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();

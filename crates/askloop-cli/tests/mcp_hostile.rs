@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Serving, chunks, serve_in, skipped_for_lack_of};
+use common::{Serve, Serving, chunks, skipped_for_lack_of};
 
 /// The hostile server's script, or why it cannot run here.
 fn hostile() -> Option<PathBuf> {
@@ -65,9 +65,7 @@ fn agent(dir: &Path, script: &Path, agent: &str, tool: &str, modes: &str, keys: 
 /// `askloop serve` in `dir` on the configuration `text`.
 fn serve(dir: &Path, text: &str) -> Serving {
     std::fs::write(dir.join("askloop.toml"), text).unwrap();
-    let mut cmd = serve_in(dir);
-    cmd.args(["--addr", "127.0.0.1:0", "--config", "askloop.toml"]);
-    Serving::start(cmd)
+    Serve::in_dir(dir).config("askloop.toml").start()
 }
 
 /// Kills, when dropped, every hostile server that logged its start in
@@ -664,11 +662,11 @@ async fn a_flood_of_mcp_sessions_is_refused_at_each_tokens_cap_and_the_endpoints
                 [agents.plain]\nscript = \"plain.json\"\n";
     std::fs::write(d.join("askloop.toml"), text).unwrap();
     let (ana, bob) = ("ana-secret-0123456789abcdef", "bob-secret-0123456789abcdef");
-    let mut cmd = serve_in(d);
-    cmd.env("ANA_TOKEN", ana)
+    let serving = Serve::in_dir(d)
+        .env("ANA_TOKEN", ana)
         .env("BOB_TOKEN", bob)
-        .args(["--addr", "127.0.0.1:0", "--config", "askloop.toml"]);
-    let serving = Serving::start(cmd);
+        .config("askloop.toml")
+        .start();
     let client = reqwest::Client::new();
 
     let mut anas = Vec::new();

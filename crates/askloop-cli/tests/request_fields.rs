@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Env, SUSPENDED, Serving, chunks, code, stderr};
+use common::{Env, SUSPENDED, Serve, Serving, chunks, code, stderr};
 
 /// Two questions, one per model turn, then the answers.
 const ASK_TWICE: &str = r#"{"turns": [
@@ -20,11 +20,7 @@ const ASK_TWICE: &str = r#"{"turns": [
 ]}"#;
 
 fn serve(env: &Env, config: &Path) -> Serving {
-    let mut cmd = env.cmd();
-    cmd.env_remove("ASKLOOP_API_TOKEN")
-        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
-        .arg(config);
-    Serving::start(cmd)
+    Serve::in_dir(env.dir.path()).config(config).start()
 }
 
 fn pending_kind(env: &Env, run_id: &str) -> Value {

@@ -17,26 +17,13 @@ use serde_json::{Value, json};
 mod common;
 
 use common::raw::{host_port, open_events, read_to_close};
-use common::{BIN, Serving, serve_in};
+use common::{BIN, Serve, Serving};
 
 const DEPLOY_SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?",
      "options": [{"label": "staging"}, {"label": "production"}]}}]},
   {"text": "Deploying to {{toolResults}}."}
 ]}"#;
-
-fn serve_command(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = serve_in(dir);
-    cmd.args(args);
-    cmd
-}
-
-/// Starts `askloop serve` in `dir` on a free port with these arguments.
-fn start(dir: &Path, args: &[&str]) -> Serving {
-    let mut all = vec!["--addr", "127.0.0.1:0"];
-    all.extend_from_slice(args);
-    Serving::start(serve_command(dir, &all))
-}
 
 /// The chunks of a stream body, its framing held to Mastra's.
 fn frames(body: &str) -> Vec<Value> {
@@ -56,7 +43,7 @@ async fn a_server_killed_between_question_and_answer_resumes_the_run_after_a_res
     let script = script.to_str().unwrap();
     let client = reqwest::Client::new();
 
-    let mut first = start(dir.path(), &["--script", script]);
+    let mut first = Serve::in_dir(dir.path()).args(["--script", script]).start();
     let body = client
         .post(first.url("/api/agents/assistant/stream"))
         .json(&json!({"messages": "Deploy the app."}))
@@ -73,7 +60,7 @@ async fn a_server_killed_between_question_and_answer_resumes_the_run_after_a_res
     first.child.kill().unwrap();
     first.child.wait().unwrap();
 
-    let second = start(dir.path(), &["--script", script]);
+    let second = Serve::in_dir(dir.path()).args(["--script", script]).start();
     let listed: Value = client
         .get(second.url("/api/agents/assistant/suspended-runs"))
         .send()
@@ -109,7 +96,9 @@ fn a_bad_config_file_stops_serve_at_start_up_naming_the_file_the_key_and_the_pro
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("askloop.toml");
     std::fs::write(&config, "[agents.deployer]\ntools = [\"ask_user\", \"shell\"]\n").unwrap();
-    let output = serve_command(dir.path(), &["--config", config.to_str().unwrap()])
+    let output = Serve::in_dir(dir.path())
+        .args(["--config", config.to_str().unwrap()])
+        .command()
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
@@ -120,7 +109,7 @@ fn a_bad_config_file_stops_serve_at_start_up_naming_the_file_the_key_and_the_pro
     assert_eq!(stderr.lines().count(), 1, "one error: {stderr}");
 
     // ./askloop.toml is read without --config.
-    let output = serve_command(dir.path(), &[]).output().unwrap();
+    let output = Serve::in_dir(dir.path()).command().output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(
         String::from_utf8(output.stderr)
@@ -128,7 +117,9 @@ fn a_bad_config_file_stops_serve_at_start_up_naming_the_file_the_key_and_the_pro
             .contains("agents.deployer.tools[1]")
     );
 
-    let output = serve_command(dir.path(), &["--config", "missing.toml"])
+    let output = Serve::in_dir(dir.path())
+        .args(["--config", "missing.toml"])
+        .command()
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
@@ -138,7 +129,11 @@ fn a_bad_config_file_stops_serve_at_start_up_naming_the_file_the_key_and_the_pro
 #[test]
 fn serve_refuses_a_public_address_without_a_token() {
     let dir = tempfile::tempdir().unwrap();
-    let output = serve_command(dir.path(), &["--addr", "0.0.0.0:0"]).output().unwrap();
+    let output = Serve::in_dir(dir.path())
+        .args(["--addr", "0.0.0.0:0"])
+        .command()
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(
@@ -150,7 +145,7 @@ fn serve_refuses_a_public_address_without_a_token() {
 #[tokio::test]
 async fn serve_says_it_is_loopback_only_without_a_token_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let mut serving = start(dir.path(), &[]);
+    let mut serving = Serve::in_dir(dir.path()).start();
     let banner = serving.banner.join("\n");
     assert!(
         banner.contains("no ASKLOOP_API_TOKEN") && banner.contains("loopback only"),
@@ -178,7 +173,7 @@ async fn serve_says_it_is_loopback_only_without_a_token_and_stops_cleanly_on_sig
 #[tokio::test]
 async fn with_askloop_api_token_set_serve_needs_the_bearer_token_and_warns_of_a_short_one_on_loopback() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = serve_command(dir.path(), &["--addr", "127.0.0.1:0"]);
+    let mut cmd = Serve::in_dir(dir.path()).args(["--addr", "127.0.0.1:0"]).command();
     cmd.env("ASKLOOP_API_TOKEN", "t0ken")
         .stderr(Stdio::piped())
         .stdout(Stdio::null());
@@ -238,7 +233,7 @@ fn serve_refuses_a_token_that_could_never_match_a_short_one_beyond_loopback_and_
         ),
     ];
     for (args, token, said) in cases {
-        let mut cmd = serve_command(dir.path(), args);
+        let mut cmd = Serve::in_dir(dir.path()).args(args).command();
         if let Some(token) = token {
             cmd.env("ASKLOOP_API_TOKEN", token);
         }
@@ -274,7 +269,7 @@ async fn serve_runs_on_one_thread_by_default_and_on_as_many_as_threads_says() {
     ] {
         let mut args = vec!["--script", script];
         args.extend(threads.iter().flat_map(|n| ["--threads", n]));
-        let serving = start(dir.path(), &args);
+        let serving = Serve::in_dir(dir.path()).args(&args).start();
         let banner = serving.banner.join("\n");
         assert!(banner.contains(said), "--threads {threads:?}: {banner}");
         // A runtime of worker threads starts them all at once (the default
@@ -295,7 +290,11 @@ async fn serve_runs_on_one_thread_by_default_and_on_as_many_as_threads_says() {
 #[test]
 fn serve_refuses_a_thread_count_that_is_not_a_number() {
     let dir = tempfile::tempdir().unwrap();
-    let out = serve_command(dir.path(), &["--threads", "many"]).output().unwrap();
+    let out = Serve::in_dir(dir.path())
+        .args(["--threads", "many"])
+        .command()
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--threads") && stderr.contains("many"), "{stderr}");
@@ -304,7 +303,11 @@ fn serve_refuses_a_thread_count_that_is_not_a_number() {
 #[test]
 fn serve_refuses_a_thread_count_above_its_bound_naming_the_accepted_range() {
     let dir = tempfile::tempdir().unwrap();
-    let out = serve_command(dir.path(), &["--threads", "100000"]).output().unwrap();
+    let out = Serve::in_dir(dir.path())
+        .args(["--threads", "100000"])
+        .command()
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--threads") && stderr.contains("100000"), "{stderr}");
@@ -318,7 +321,7 @@ const PROMPT_EXIT: Duration = Duration::from_secs(30);
 #[tokio::test]
 async fn sigterm_with_an_event_stream_open_ends_the_stream_and_exits_without_waiting_out_the_grace() {
     let dir = tempfile::tempdir().unwrap();
-    let mut serving = start(dir.path(), &["--shutdown-grace", "60"]);
+    let mut serving = Serve::in_dir(dir.path()).args(["--shutdown-grace", "60"]).start();
     // The web page keeps this open for as long as it is shown.
     let mut events = open_events(&host_port(&serving)).await;
 
@@ -340,17 +343,16 @@ async fn a_second_sigterm_during_the_grace_period_stops_at_once_leaving_the_run_
     let model = FakeServer::with_responder(|_: &Value| FakeTurn::text_in("Deploying now.", 3).stall_after(1).into())
         .await
         .unwrap();
-    let mut cmd = serve_command(
-        dir.path(),
-        &[
+    let mut cmd = Serve::in_dir(dir.path())
+        .args(&[
             "--addr",
             "127.0.0.1:0",
             "--model",
             "openai/gpt-4o-mini",
             "--shutdown-grace",
             "60",
-        ],
-    );
+        ])
+        .command();
     cmd.env("OPENAI_API_KEY", "sk-test")
         .env("OPENAI_BASE_URL", model.openai_base_url());
     let mut serving = Serving::start(cmd);
@@ -403,17 +405,16 @@ fn metrics_sample(text: &str, series: &str) -> Option<f64> {
 async fn a_served_run_moves_the_figures_and_every_log_line_of_it_is_json_with_its_run_id() {
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path());
-    let mut cmd = serve_command(
-        dir.path(),
-        &[
+    let mut cmd = Serve::in_dir(dir.path())
+        .args(&[
             "--addr",
             "127.0.0.1:0",
             "--metrics-every",
             "10ms",
             "--script",
             script.to_str().unwrap(),
-        ],
-    );
+        ])
+        .command();
     cmd.env("ASKLOOP_LOG", "info").env("ASKLOOP_LOG_FORMAT", "json");
     let serving = Serving::start(cmd);
     let client = reqwest::Client::new();

@@ -15,8 +15,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +24,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{BIN, Serving};
+use common::Serve;
 
 /// Retries of one run before the test gives up on it.
 const MAX_RETRIES_PER_RUN: usize = 10;
@@ -87,21 +85,6 @@ model = "openai/gpt-4o-mini"
 [agents.anthropic]
 model = "anthropic/claude-sonnet-4-5"
 "#;
-
-/// `askloop` with the fake providers in its environment.
-fn askloop_env(dir: &Path, openai_url: &str, anthropic_url: &str) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env("ASKLOOP_DB", dir.join("runs.db"))
-        .env("OPENAI_API_KEY", "sk-test")
-        .env("OPENAI_BASE_URL", openai_url)
-        .env("ANTHROPIC_API_KEY", "sk-ant-test")
-        .env("ANTHROPIC_BASE_URL", anthropic_url)
-        .env("ASKLOOP_MODEL_IDLE_TIMEOUT", "1")
-        .env_remove("ASKLOOP_MODEL")
-        .env_remove("ASKLOOP_API_TOKEN")
-        .current_dir(dir);
-    cmd
-}
 
 /// What one stream showed: the call it suspended on, if any.
 fn suspended_call(body: &str) -> Option<String> {
@@ -195,11 +178,15 @@ async fn served_runs_under_provider_faults_end_completed_and_retried_ones_comple
     let anthropic = fault_server().await;
     let config = dir.path().join("askloop.toml");
     std::fs::write(&config, CONFIG).unwrap();
-    let mut serve = askloop_env(dir.path(), &openai.openai_base_url(), &anthropic.anthropic_base_url());
-    serve
-        .args(["serve", "--addr", "127.0.0.1:0", "--recover-every", "0", "--config"])
-        .arg(&config);
-    let serving = Serving::start(serve);
+    let serving = Serve::in_dir(dir.path())
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", openai.openai_base_url())
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .env("ANTHROPIC_BASE_URL", anthropic.anthropic_base_url())
+        .env("ASKLOOP_MODEL_IDLE_TIMEOUT", "1")
+        .args(["--recover-every", "0"])
+        .config(&config)
+        .start();
     let api = serving.url("/api");
     let store: Arc<dyn RunStore> = askloop_store::open(dir.path().join("runs.db").to_str().unwrap())
         .await

@@ -27,7 +27,7 @@ use tokio::sync::Semaphore;
 mod common;
 
 use common::raw::{host_port, open_events, read_to_close, read_until};
-use common::{Serving, chunks, serve_in};
+use common::{Serve, Serving, chunks};
 
 const DEPLOY_SCRIPT: &str = r#"{"turns": [
   {"toolCalls": [{"name": "ask_user", "args": {"question": "Which environment should I deploy to?",
@@ -44,9 +44,10 @@ const IDLE_STREAMS: usize = 10_000;
 fn serve(dir: &Path, extra: &[&str]) -> Serving {
     let script = dir.join("deploy.json");
     std::fs::write(&script, DEPLOY_SCRIPT).unwrap();
-    let mut cmd = serve_in(dir);
-    cmd.args(["--addr", "127.0.0.1:0", "--script"]).arg(&script).args(extra);
-    Serving::start(cmd)
+    Serve::in_dir(dir)
+        .args([std::ffi::OsStr::new("--script"), script.as_os_str()])
+        .args(extra)
+        .start()
 }
 
 /// A whole round trip over HTTP: the question, the answer, the reply.

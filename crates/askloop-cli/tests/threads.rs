@@ -269,10 +269,7 @@ fn bad_thread_and_resource_ids_are_usage_errors_naming_the_rule() {
 async fn a_thread_started_over_http_is_continued_by_chat_and_its_question_answered_there() {
     let env = Env::new();
     let script = script(&env);
-    let mut cmd = env.cmd();
-    cmd.env_remove("ASKLOOP_API_TOKEN")
-        .args(["serve", "--addr", "127.0.0.1:0", "--script", &script]);
-    let serving = Serving::start(cmd);
+    let serving = Serve::in_dir(env.dir.path()).args(["--script", &script]).start();
     let client = reqwest::Client::new();
     let body = client
         .post(serving.url("/api/agents/assistant/stream"))

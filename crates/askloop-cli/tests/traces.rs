@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 mod common;
 
 use askloop_store::conformance::{drop_schema, postgres_test_url};
-use common::{BIN, Serving};
+use common::{Serve, Serving};
 
 /// One span as the receiver got it, with its resource's `service.name`.
 #[derive(Debug, Clone)]
@@ -218,34 +218,18 @@ fn config(dir: &Path, telemetry: &str) -> std::path::PathBuf {
     path
 }
 
+/// `askloop serve` on the store `db` and the fake model at `model_url`,
+/// for the test to add its exporter to.
 fn serve(dir: &Path, db: &str, model_url: &str) -> Command {
-    let mut cmd = Command::new(BIN);
-    for var in [
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "ASKLOOP_MODEL",
-        "ASKLOOP_API_TOKEN",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_SERVICE_NAME",
-        "OTEL_RESOURCE_ATTRIBUTES",
-        "OTEL_SDK_DISABLED",
-        "OTEL_TRACES_EXPORTER",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-        "OTEL_METRICS_EXPORTER",
-        "OTEL_METRIC_EXPORT_INTERVAL",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("ASKLOOP_DB", db)
+    Serve::in_dir(dir)
+        .env("ASKLOOP_DB", db)
         .env("OPENAI_API_KEY", "sk-test")
         .env("OPENAI_BASE_URL", model_url)
         // Spans leave within 50 ms of ending, so the test can wait for
         // them before it kills the first instance.
         .env("OTEL_BSP_SCHEDULE_DELAY", "50")
-        .current_dir(dir)
-        .args(["serve", "--addr", "127.0.0.1:0"]);
-    cmd
+        .addr("127.0.0.1:0")
+        .command()
 }
 
 fn sse_chunks(body: &str) -> Vec<Value> {

@@ -20,7 +20,7 @@ use std::process::Command;
 
 mod common;
 
-use common::{BIN, DEPLOYER_SCRIPT, Serving, askloop, missing_browser, run_browser_test, skipped_for_lack_of};
+use common::{BIN, DEPLOYER_SCRIPT, Serve, Serving, missing_browser, run_browser_test, skipped_for_lack_of};
 const TOKEN: &str = "web-page-test-token";
 
 const ASSISTANT_SCRIPT: &str = r#"{"turns": [
@@ -155,19 +155,11 @@ fn everything_entry(web: &Path) -> PathBuf {
 }
 
 fn serve(dir: &Path, token: Option<&str>) -> Serving {
-    let mut cmd = askloop();
-    cmd.env("ASKLOOP_DB", dir.join("runs.db")).current_dir(dir).args([
-        "serve",
-        "--addr",
-        "127.0.0.1:0",
-        "--script",
-        "assistant.json",
-    ]);
+    let serve = Serve::in_dir(dir).args(["--script", "assistant.json"]);
     match token {
-        Some(token) => cmd.env("ASKLOOP_API_TOKEN", token),
-        None => cmd.env_remove("ASKLOOP_API_TOKEN"),
-    };
-    Serving::start(cmd)
+        Some(token) => serve.env("ASKLOOP_API_TOKEN", token).start(),
+        None => serve.start(),
+    }
 }
 
 #[test]
@@ -290,13 +282,10 @@ fn many_threads_dir() -> tempfile::TempDir {
 }
 
 fn serve_threads(dir: &Path) -> Serving {
-    let mut cmd = askloop();
-    cmd.env("ASKLOOP_TEST_ANA_TOKEN", ANA_TOKEN)
+    Serve::in_dir(dir)
+        .env("ASKLOOP_TEST_ANA_TOKEN", ANA_TOKEN)
         .env("ASKLOOP_TEST_BO_TOKEN", BO_TOKEN)
-        .env("ASKLOOP_DB", dir.join("runs.db"))
-        .current_dir(dir)
-        .args(["serve", "--addr", "127.0.0.1:0"]);
-    Serving::start(cmd)
+        .start()
 }
 
 #[test]

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{LINKS_CONFIG, Serving, missing_browser, node_for_links, run_browser_test, serve_in, skipped_for_lack_of};
+use common::{LINKS_CONFIG, Serve, missing_browser, node_for_links, run_browser_test, skipped_for_lack_of};
 
 const KEY: &str = "a-link-signing-key-of-the-visible-test-0123";
 
@@ -207,9 +207,7 @@ fn what_a_person_decides_on_is_shown_as_it_is_in_a_real_browser() {
     std::fs::write(dir.path().join("registrar.json"), REGISTRAR_SCRIPT).unwrap();
     let rule_file = dir.path().join("rule.json");
     std::fs::write(&rule_file, rule().to_string()).unwrap();
-    let mut cmd = serve_in(dir.path());
-    cmd.args(["--addr", "127.0.0.1:0"]).env("ASKLOOP_TEST_LINK_KEY", KEY);
-    let serving = Serving::start(cmd);
+    let serving = Serve::in_dir(dir.path()).env("ASKLOOP_TEST_LINK_KEY", KEY).start();
 
     let mut node = node_for_links(&serving, dir.path(), KEY);
     node.env("ASKLOOP_WEB_RULE", &rule_file);

@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use sha2::Sha256;
 
 mod common;
 
-use common::{Asked, BIN, Serving, askloop};
+use common::{Asked, Serve, Serving, askloop};
 
 /// 32 random bytes, as `whsec_` + base64.
 const SECRET: &str = "whsec_c2VjcmV0LWZvci10aGUtd2ViaG9vay10ZXN0cy0xMjM0NQ==";
@@ -125,13 +124,10 @@ fn write_config(dir: &Path, hook: &str) {
 }
 
 fn start(dir: &Path) -> Serving {
-    let mut cmd = askloop();
-    cmd.env("TEST_WEBHOOK_SECRET", SECRET)
-        .env("ASKLOOP_DB", dir.join("runs.db"))
-        .current_dir(dir)
-        .args(["serve", "--addr", "127.0.0.1:0", "--config"])
-        .arg(dir.join("askloop.toml"));
-    Serving::start(cmd)
+    Serve::in_dir(dir)
+        .env("TEST_WEBHOOK_SECRET", SECRET)
+        .config(dir.join("askloop.toml"))
+        .start()
 }
 
 /// Starts a run that asks one question; returns the run id and the call id.
@@ -329,10 +325,10 @@ async fn a_webhook_with_a_secret_that_is_not_whsec_base64_is_refused_naming_the_
         "[agents.deployer]\nscript = \"deploy.json\"\n\n[[webhooks]]\nurl = \"http://127.0.0.1:9/hook\"\nsecret = \"hunter2\"\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .env("ASKLOOP_DB", dir.path().join("runs.db"))
-        .current_dir(dir.path())
-        .args(["serve", "--addr", "127.0.0.1:0", "--config", "askloop.toml"])
+    let out = Serve::in_dir(dir.path())
+        .config("askloop.toml")
+        .addr("127.0.0.1:0")
+        .command()
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -14,9 +14,7 @@ mod serving;
 #[allow(unused_imports)] // not every test file starts a server
 pub use askloop_testkit::skipped_for_lack_of;
 #[allow(unused_imports)] // not every test file starts a server
-pub use serving::{
-    Asked, Serving, chunks, missing_browser, node_for_links, run_browser_test, screenshots_dir, serve_in,
-};
+pub use serving::{Asked, Serve, Serving, chunks, missing_browser, node_for_links, run_browser_test, screenshots_dir};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_askloop");
 

@@ -229,12 +229,80 @@ pub fn node_for_links(serving: &Serving, dir: &std::path::Path, key: &str) -> Co
     node
 }
 
-/// `askloop serve` in `dir`, on the SQLite file `dir/runs.db`, with no
-/// token and no model key from the environment (so the agents are those of
-/// `dir/askloop.toml`, or the default one); the caller adds the address
-/// and the rest of its arguments.
-pub fn serve_in(dir: &std::path::Path) -> Command {
-    let mut cmd = super::askloop();
-    cmd.env("ASKLOOP_DB", dir.join("runs.db")).current_dir(dir).arg("serve");
-    cmd
+/// The OpenTelemetry variables a served askloop reads.
+const OTEL_SETTINGS: [&str; 9] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_SDK_DISABLED",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+];
+
+/// The one way the tests start `askloop serve`: in `dir`, on the SQLite
+/// file `dir/runs.db`, with no token and no model key from the environment
+/// (so the agents are those of `dir/askloop.toml`, or the default one),
+/// given its arguments and variables, then [`Serve::start`]ed on a free
+/// loopback port (or run as a [`Serve::command`] to see it refuse).
+pub struct Serve {
+    cmd: Command,
+    addr: Option<String>,
+}
+
+impl Serve {
+    pub fn in_dir(dir: &std::path::Path) -> Serve {
+        let mut cmd = super::askloop();
+        // Nor the OpenTelemetry settings of whoever runs the tests: a test
+        // server exports only where its test says.
+        for name in OTEL_SETTINGS {
+            cmd.env_remove(name);
+        }
+        cmd.env("ASKLOOP_DB", dir.join("runs.db")).current_dir(dir).arg("serve");
+        Serve { cmd, addr: None }
+    }
+
+    /// `--config path` (relative to the directory, or absolute).
+    pub fn config(mut self, path: impl AsRef<std::ffi::OsStr>) -> Serve {
+        self.cmd.arg("--config").arg(path);
+        self
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Serve
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        self.cmd.args(args);
+        self
+    }
+
+    pub fn env(mut self, name: &str, value: impl AsRef<std::ffi::OsStr>) -> Serve {
+        self.cmd.env(name, value);
+        self
+    }
+
+    /// Listens on `addr` instead of a free loopback port.
+    pub fn addr(mut self, addr: impl Into<String>) -> Serve {
+        self.addr = Some(addr.into());
+        self
+    }
+
+    /// The command as set up, for a test that runs it itself.
+    pub fn command(mut self) -> Command {
+        if let Some(addr) = self.addr {
+            self.cmd.args(["--addr", &addr]);
+        }
+        self.cmd
+    }
+
+    /// Starts it (on `127.0.0.1:0` unless [`Serve::addr`] says otherwise)
+    /// and waits for its address ([`Serving::start`]).
+    pub fn start(mut self) -> Serving {
+        let addr = self.addr.take().unwrap_or_else(|| "127.0.0.1:0".to_owned());
+        self.cmd.args(["--addr", &addr]);
+        Serving::start(self.cmd)
+    }
 }

@@ -154,6 +154,28 @@ async fn wait_for(shared: &Shared, what: &str, done: impl Fn(&Receiver) -> bool)
     );
 }
 
+/// Waits (up to 60 s) until the run's `count` notifications are all
+/// recorded delivered. From then on no sender takes any of them again, so
+/// what the receiver saw is all it will ever see of them.
+async fn until_all_delivered(client: &reqwest::Client, server: &Serving, run_id: &str, count: usize) {
+    let url = server.url(&format!("/api/runs/{run_id}/deliveries"));
+    let mut listed = Value::Null;
+    for _ in 0..1200 {
+        listed = client.get(&url).send().await.unwrap().json().await.unwrap();
+        let states: Vec<&Value> = listed["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| &d["state"])
+            .collect();
+        if states.len() == count && states.iter().all(|state| *state == "delivered") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the {count} notifications of {run_id} were not all recorded delivered: {listed:#}");
+}
+
 /// The ids the receiver saw for events of `kind`.
 fn ids_of(receiver: &Receiver, kind: &str) -> Vec<String> {
     receiver
@@ -196,8 +218,8 @@ async fn each_event_is_delivered_once_signed_even_when_the_receiver_fails_its_fi
         accepted(r, "question.answered") == 1
     })
     .await;
-    // Anything sent twice would come within the next retry's time.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Once both are recorded delivered, nothing is sent again.
+    until_all_delivered(&client, &server, &run_id, 2).await;
 
     let receiver = shared.lock().unwrap();
     assert_eq!(receiver.by_id.len(), 2, "one webhook-id per event: {receiver:#?}");
@@ -261,7 +283,7 @@ async fn a_notification_stored_before_a_sigkill_is_delivered_once_by_the_next_se
         accepted(r, "question.answered") == 1
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    until_all_delivered(&client, &second, &asked.run_id, 2).await;
 
     let receiver = shared.lock().unwrap();
     assert_eq!(ids_of(&receiver, "question.raised").len(), 1, "{receiver:#?}");

@@ -53,9 +53,9 @@ pub(crate) struct ListQuery {
 /// Where the previous page ended: the last run it showed (runs are listed
 /// by creation time, then id, newest first). The next page starts right
 /// after it in the store's index, so runs created since, or gone from a
-/// status-filtered listing, shift nothing. (Cursors of earlier builds also
-/// held an offset, `o`: it is ignored.)
+/// status-filtered listing, shift nothing.
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 struct Cursor {
     #[serde(rename = "t")]
     created_at: DateTime<Utc>,
@@ -409,15 +409,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cursor_round_trips_and_one_of_an_earlier_build_keeps_its_place() {
+    fn a_cursor_round_trips_and_one_with_fields_of_its_own_is_refused() {
         let cursor = Cursor {
             created_at: "2026-12-04T10:00:00.000001Z".parse().unwrap(),
             run_id: "run-7".into(),
         };
         assert_eq!(Cursor::decode(&cursor.encode()).unwrap(), cursor);
-        // Earlier builds wrote an offset too.
-        let earlier = URL_SAFE_NO_PAD.encode(br#"{"o":40,"t":"2026-12-04T10:00:00.000001Z","r":"run-7"}"#);
-        assert_eq!(Cursor::decode(&earlier).unwrap(), cursor);
+        let made_up = URL_SAFE_NO_PAD.encode(br#"{"o":40,"t":"2026-12-04T10:00:00.000001Z","r":"run-7"}"#);
+        let err = Cursor::decode(&made_up).unwrap_err().to_string();
+        assert!(err.contains("pass the nextCursor of the previous page"), "{err}");
     }
 
     #[test]

@@ -215,9 +215,12 @@ async fn an_expired_link_says_so_and_a_link_never_outlives_the_configured_age() 
     let (run_id, _) = suspended_run(&server).await;
 
     let long = mint(&server, &run_id, json!({"to": "Alice", "expiresIn": "3d"})).await;
-    assert_eq!(long["expiresAt"], "2030-01-01T01:00:00Z", "at most the configured age");
+    assert_eq!(
+        long["expiresAt"], "2030-01-01T01:00:00.000Z",
+        "at most the configured age"
+    );
     let short = mint(&server, &run_id, json!({"to": "Bob", "expiresIn": "60s"})).await;
-    assert_eq!(short["expiresAt"], "2030-01-01T00:01:00Z");
+    assert_eq!(short["expiresAt"], "2030-01-01T00:01:00.000Z");
     let path = path_of(&short);
     let token = form_token(&server, &path).await;
 

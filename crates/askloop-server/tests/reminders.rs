@@ -32,6 +32,7 @@ const RAISED: &str = "2030-01-01T00:00:00Z";
 
 struct Setup {
     clock: ManualClock,
+    passes: Arc<askloop::store::Layered<common::Passes>>,
     store: Arc<dyn RunStore>,
     server: TestServer,
     maildir: PathBuf,
@@ -60,7 +61,8 @@ async fn setup() -> Setup {
     email.timeout = Duration::from_secs(30);
 
     let clock = ManualClock::starting_at(RAISED.parse().unwrap());
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let passes = common::counting_passes(Arc::new(MemoryStore::with_clock(Arc::new(clock.clone()))));
+    let store: Arc<dyn RunStore> = passes.clone();
     let mut agent = Agent::builder("assistant")
         .model(scripted(DEPLOY_SCRIPT))
         .tool(AskUser::new())
@@ -84,6 +86,7 @@ async fn setup() -> Setup {
         .unwrap();
     Setup {
         clock,
+        passes,
         store,
         server: TestServer::serve(server).await,
         maildir,
@@ -221,8 +224,9 @@ async fn a_question_still_open_is_mailed_again_then_to_someone_else_each_step_re
         "every step is written with the suspension, the later ones due later"
     );
 
-    // Nothing more goes out while the clock stands still.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Nothing more goes out while the clock stands still: not in the
+    // senders' passes over the outbox after the first mail was recorded.
+    setup.passes.layer().run(3).await;
     assert_eq!(messages(&setup.maildir).len(), 1);
 
     setup.clock.advance(Duration::from_secs(3600));

@@ -65,7 +65,8 @@ async fn until_tried(store: &Arc<dyn RunStore>, run_id: &str, attempts: u32, sta
 async fn a_refused_notification_is_sent_again_once_the_agents_clock_passes_its_retry_and_signed_with_that_clock() {
     // Years from the system's time: only this clock can make a retry due.
     let clock = ManualClock::starting_at("2030-01-01T00:00:00Z".parse().unwrap());
-    let store: Arc<dyn RunStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let passes = common::counting_passes(Arc::new(MemoryStore::with_clock(Arc::new(clock.clone()))));
+    let store: Arc<dyn RunStore> = passes.clone();
     let (url, seen) = refusing_once().await;
     let agent = Agent::builder("assistant")
         .model(scripted(DEPLOY_SCRIPT))
@@ -95,8 +96,8 @@ async fn a_refused_notification_is_sent_again_once_the_agents_clock_passes_its_r
     assert_eq!(*seen.lock().unwrap(), [first_try], "signed with the clock's time");
 
     // The retry waits about a second by the clock, which stands still:
-    // many polls later it is still not due.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // passes of the sender later it is still not due.
+    passes.layer().run(3).await;
     assert_eq!(seen.lock().unwrap().len(), 1, "tried again before its time");
 
     clock.advance(Duration::from_secs(2));

@@ -103,9 +103,35 @@ pub(crate) fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
     at.with_nanosecond(at.nanosecond() / 1_000 * 1_000).unwrap_or(at)
 }
 
+/// `at` rounded up to the millisecond, the precision of [`rfc3339`]: a
+/// time that is sent as it is kept (a held-back notice's `dueAt`) and
+/// must never come before the time it was computed as.
+pub(crate) fn up_to_millis(at: DateTime<Utc>) -> DateTime<Utc> {
+    let below = at.timestamp_subsec_nanos() % 1_000_000;
+    match below {
+        0 => at,
+        _ => at + chrono::Duration::nanoseconds(i64::from(1_000_000 - below)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_rounded_up_to_the_millisecond_is_never_earlier_and_reads_back_the_same() {
+        for (given, up) in [
+            ("2026-12-04T10:00:00.123456Z", "2026-12-04T10:00:00.124Z"),
+            ("2026-12-04T10:00:00.123Z", "2026-12-04T10:00:00.123Z"),
+            ("2026-12-04T23:59:59.999001Z", "2026-12-05T00:00:00.000Z"),
+        ] {
+            let at: DateTime<Utc> = given.parse().unwrap();
+            let rounded = up_to_millis(at);
+            assert!(rounded >= at, "{given}");
+            assert_eq!(rfc3339(rounded), up);
+            assert_eq!(rfc3339(rounded).parse::<DateTime<Utc>>().unwrap(), rounded);
+        }
+    }
 
     #[test]
     fn a_manual_clock_stands_still_until_moved_and_its_clones_move_with_it() {

@@ -6,7 +6,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use askloop::{Agent, AskUser, FunctionTool, MemoryStore, RunStore, ScriptedModel, ToolOutput};
+use askloop::store::{Layered, Next, StoreLayer, StoreRequest, StoreResponse};
+use askloop::{Agent, AskUser, FunctionTool, MemoryStore, RunStore, ScriptedModel, StoreError, ToolOutput};
 use askloop_server::{Server, ServerOptions};
 /// Reads an SSE body after asserting it is framed byte for byte as Mastra
 /// frames a stream.
@@ -266,4 +267,47 @@ pub fn keys(value: &Value) -> Vec<String> {
         .as_object()
         .map(|o| o.keys().cloned().collect())
         .unwrap_or_default()
+}
+
+/// A layer that counts the outbox's claims. A sender claims once at the
+/// start of each pass over the outbox, then sends what it took, then waits
+/// for the next pass: so once a claim that began after a moment has
+/// completed and the one after it has too, a whole pass ran after that
+/// moment. A test that holds the clock waits for passes, not for time,
+/// before it asserts that nothing more was sent.
+#[derive(Debug)]
+pub struct Passes {
+    claims: tokio::sync::watch::Sender<u64>,
+}
+
+/// `store` with its outbox claims counted ([`Passes`]).
+pub fn counting_passes(store: Arc<dyn RunStore>) -> Arc<Layered<Passes>> {
+    let passes = Passes {
+        claims: tokio::sync::watch::channel(0).0,
+    };
+    Arc::new(Layered::new(store, passes))
+}
+
+#[async_trait::async_trait]
+impl StoreLayer for Passes {
+    async fn call(&self, request: StoreRequest<'_>, next: Next<'_>) -> Result<StoreResponse, StoreError> {
+        let answer = next.run(request).await;
+        if let StoreRequest::ClaimDeliveries { .. } = request {
+            self.claims.send_modify(|claims| *claims += 1);
+        }
+        answer
+    }
+}
+
+impl Passes {
+    /// Waits (up to 10 s) until `passes` whole passes of the senders have
+    /// run from now on.
+    pub async fn run(&self, passes: u64) {
+        let target = *self.claims.borrow() + passes + 1;
+        let mut claims = self.claims.subscribe();
+        tokio::time::timeout(std::time::Duration::from_secs(10), claims.wait_for(|n| *n >= target))
+            .await
+            .expect("the senders passed over the outbox")
+            .unwrap();
+    }
 }

@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::clock::to_micros;
+use crate::clock::{to_micros, up_to_millis};
 
 use super::{Lease, PendingKind, PendingToolCall, Resolution, ResolutionKind};
 
@@ -357,9 +357,12 @@ pub(crate) fn messages_for(
                 if event != EventType::QuestionRaised {
                     continue;
                 }
+                // On the millisecond, as the body sends it: the time it is
+                // scheduled at is the one the body says.
                 let Some(due) = chrono::Duration::from_std(subscription.delay)
                     .ok()
                     .and_then(|delay| now.checked_add_signed(delay))
+                    .map(up_to_millis)
                 else {
                     continue;
                 };
@@ -505,12 +508,15 @@ mod tests {
             .map(|m| (m.destination.as_str(), m.notice(), m.due_at()))
             .collect();
         let hours = |h: i64| now + chrono::Duration::hours(h);
+        // Held back to the next millisecond, the precision the body sends.
+        let later = |h: i64| up_to_millis(hours(h));
+        assert_eq!(later(1), "2026-01-02T04:04:05.124Z".parse::<DateTime<Utc>>().unwrap());
         assert_eq!(
             notices,
             [
                 ("mailto:alice@example.com", Notice::First, now),
-                ("mailto:alice@example.com", Notice::Reminder, hours(1)),
-                ("mailto:bob@example.com", Notice::Escalation, hours(4)),
+                ("mailto:alice@example.com", Notice::Reminder, later(1)),
+                ("mailto:bob@example.com", Notice::Escalation, later(4)),
             ]
         );
         assert!(

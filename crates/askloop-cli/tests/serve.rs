@@ -344,7 +344,7 @@ async fn a_second_sigterm_during_the_grace_period_stops_at_once_leaving_the_run_
         .await
         .unwrap();
     let mut cmd = Serve::in_dir(dir.path())
-        .args(&[
+        .args([
             "--addr",
             "127.0.0.1:0",
             "--model",
@@ -406,7 +406,7 @@ async fn a_served_run_moves_the_figures_and_every_log_line_of_it_is_json_with_it
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path());
     let mut cmd = Serve::in_dir(dir.path())
-        .args(&[
+        .args([
             "--addr",
             "127.0.0.1:0",
             "--metrics-every",

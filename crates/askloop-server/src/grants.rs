@@ -50,7 +50,7 @@ pub(crate) struct GrantList {
 }
 
 /// A grant as the routes (and `askloop grants --json`) send it: [`Grant`]'s fields, its times as every
-/// time on the wire ([`crate::wire::millis`]).
+/// time on the wire (RFC 3339 with milliseconds, [`askloop::rfc3339`]).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GrantView {

@@ -326,7 +326,7 @@ impl Resolution {
     ///     tool_call_id: Some("call_1".into()),
     ///     kind: ResolutionKind::Answered,
     ///     at,
-    ///     author: Author::via(Interface::Api),
+    ///     author: Author::via(Interface::Http),
     ///     edit: None,
     ///     grant: None,
     /// };

@@ -42,7 +42,7 @@ use crate::row::{
     finished_condition, parse_message, parse_resolution_rows, resolution_rows_condition,
 };
 use errors::{Limits, PostgresFailure};
-use schema::{Requested, quoted};
+use schema::quoted;
 pub use settings::{DEFAULT_LOCK_TIMEOUT, DEFAULT_POSTGRES_SCHEMA, DEFAULT_STATEMENT_TIMEOUT, PostgresOptions};
 use settings::{check_schema_name, options_set, pg_duration, search_path_schema, split_url};
 
@@ -81,7 +81,7 @@ impl PostgresStore {
         let shown = redact(url);
         let Resolved {
             connect,
-            requested,
+            schema: tables,
             limits,
         } = resolve(url, &shown, &options)?;
         // One direct connection first, so a server that is not there fails
@@ -97,26 +97,16 @@ impl PostgresStore {
                 ))));
             }
         };
-        let placed = schema::place(&mut setup, requested)
-            .await
-            .map_err(|e| limits.failure("finding askloop's tables", e));
-        let placed = match placed {
-            Ok(placed) => placed,
-            Err(err) => {
-                let _ = setup.close().await;
-                return Err(err);
-            }
-        };
-        let migrated = schema::migrate(&mut setup, &placed.schema).await;
+        let migrated = schema::migrate(&mut setup, &tables).await;
         let present = match migrated {
-            Ok(()) => Some(schema::columns(&mut setup, &placed.schema).await),
+            Ok(()) => Some(schema::columns(&mut setup, &tables).await),
             Err(_) => None,
         };
         let _ = setup.close().await;
         if let Err(err) = migrated {
             return Err(match err {
-                Ok(err) => limits.failure(&format!("preparing schema {}", placed.schema), err),
-                Err(err) => limits.migration_failure(&placed.schema, err),
+                Ok(err) => limits.failure(&format!("preparing schema {tables}"), err),
+                Err(err) => limits.migration_failure(&tables, err),
             });
         }
         if let Some(present) = present {
@@ -124,13 +114,13 @@ impl PostgresStore {
             let missing = crate::columns::missing(&present);
             if !missing.is_empty() {
                 return Err(StoreError::Unusable {
-                    location: format!("{shown} (schema {})", placed.schema),
+                    location: format!("{shown} (schema {tables})"),
                     fault: askloop::DatabaseFault::NotADatabase,
-                    detail: crate::columns::refusal(&missing, &format!("{}._sqlx_migrations", placed.schema)),
+                    detail: crate::columns::refusal(&missing, &format!("{tables}._sqlx_migrations")),
                 });
             }
         }
-        let mut settings = vec![("search_path", quoted(&placed.schema))];
+        let mut settings = vec![("search_path", quoted(&tables))];
         if let Some(timeout) = limits.lock_timeout {
             settings.push(("lock_timeout", pg_duration(timeout)));
         }
@@ -145,7 +135,7 @@ impl PostgresStore {
             .map_err(|err| cannot_connect(&shown, &limits, &err))?;
         Ok(PostgresStore {
             pool,
-            schema: placed.schema,
+            schema: tables,
             limits,
             clock: options.clock,
             resolution_rows: Arc::default(),
@@ -214,7 +204,8 @@ impl PostgresStore {
 /// What a URL and options ask for.
 struct Resolved {
     connect: PgConnectOptions,
-    requested: Requested,
+    /// The schema of askloop's tables.
+    schema: String,
     limits: Limits,
 }
 
@@ -226,7 +217,7 @@ fn resolve(url: &str, shown: &str, options: &PostgresOptions) -> Result<Resolved
             "cannot read the PostgreSQL URL {shown}: {e}; expected postgres://USER@HOST:PORT/DATABASE"
         ))
     })?;
-    let requested = match options
+    let schema = match options
         .schema
         .clone()
         .or(from_url.schema)
@@ -234,9 +225,9 @@ fn resolve(url: &str, shown: &str, options: &PostgresOptions) -> Result<Resolved
     {
         Some(schema) => {
             check_schema_name(&schema)?;
-            Requested::Named(schema)
+            schema
         }
-        None => Requested::Default,
+        None => DEFAULT_POSTGRES_SCHEMA.to_owned(),
     };
     let own = |set: Option<Duration>, parameter: &str, default: Duration| match set {
         Some(timeout) => Some(timeout),
@@ -260,7 +251,7 @@ fn resolve(url: &str, shown: &str, options: &PostgresOptions) -> Result<Resolved
     };
     Ok(Resolved {
         connect,
-        requested,
+        schema,
         limits,
     })
 }

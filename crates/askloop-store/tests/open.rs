@@ -151,44 +151,6 @@ async fn a_file_migrated_further_by_a_newer_askloop_still_opens() {
     assert_eq!(level, 9999, "an older build must not lower the file's level");
 }
 
-/// Files made before the store kept its level in `user_version` (sqlx's
-/// migrator recorded it in `_sqlx_migrations`) open with their runs, and
-/// the tables are not created a second time.
-#[tokio::test]
-async fn a_file_whose_tables_sqlx_created_opens_with_its_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.db");
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(include_str!("../migrations/sqlite/0001_runs.sql"))
-        .unwrap();
-    conn.execute_batch(
-        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
-         installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL, \
-         checksum BLOB NOT NULL, execution_time BIGINT NOT NULL);
-         INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-         VALUES (1, 'runs', true, x'00', 1);
-         INSERT INTO runs (run_id, agent_id, thread_id, status, version, created_at, updated_at, pending, \
-         step_results, message_count, steps, usage, error, metadata, schema_version) \
-         VALUES ('old', 'a', NULL, 'suspended', 3, 0, 0, '[]', '[]', 1, 1, \
-         '{\"inputTokens\":0,\"outputTokens\":0,\"totalTokens\":0}', NULL, 'null', 1);
-         INSERT INTO messages (run_id, seq, body) VALUES ('old', 0, '{\"role\":\"user\",\"content\":\"hi\"}');",
-    )
-    .unwrap();
-    drop(conn);
-
-    let store = askloop_store::open(path.to_str().unwrap()).await.unwrap();
-    let old = store.get("old").await.unwrap().unwrap();
-    assert_eq!((old.status(), old.version), (RunStatus::Suspended, 3));
-    assert_eq!(store.messages("old").await.unwrap(), [Message::user("hi")]);
-    assert_eq!(
-        store
-            .claim("old", 3, &askloop_store::conformance::test_lease())
-            .await
-            .unwrap(),
-        4
-    );
-}
-
 /// The index names of the `runs` table of the file at `path`, sorted.
 fn run_indexes(path: &std::path::Path) -> Vec<String> {
     let conn = rusqlite::Connection::open(path).unwrap();

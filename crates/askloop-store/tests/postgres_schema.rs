@@ -1,13 +1,13 @@
 //! Where askloop's tables live in a PostgreSQL database shared with another
-//! application, databases made by earlier builds, and bounded lock waits.
+//! application, and bounded lock waits.
 //! Each test makes a database of its own (its `public` schema matters).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
 use askloop::{Message, RunStatus, RunStore, StoreError};
+use askloop_store::PostgresStore;
 use askloop_store::conformance::{new_run, postgres_test_url};
-use askloop_store::{PostgresOptions, PostgresStore};
 use chrono::Utc;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgPool};
@@ -116,59 +116,6 @@ async fn a_host_applications_migrations_and_runs_table_are_left_intact() {
     assert_eq!(count(&host, "SELECT COUNT(*) FROM askloop.runs").await, 1);
     store.close().await;
     again.close().await;
-    host.close().await;
-    db.drop().await;
-}
-
-#[tokio::test]
-async fn a_database_made_by_an_earlier_askloop_keeps_its_runs_in_public() {
-    let Some(db) = TestDatabase::create("a_database_made_by_an_earlier_askloop_keeps_its_runs_in_public").await else {
-        return;
-    };
-    // What earlier builds did: sqlx's default migrator in the connection's
-    // default schema.
-    let host = db.pool().await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("0001_runs.sql"),
-        include_str!("../migrations/postgres/0001_runs.sql"),
-    )
-    .unwrap();
-    sqlx::migrate::Migrator::new(dir.path())
-        .await
-        .unwrap()
-        .run(&host)
-        .await
-        .unwrap();
-    let earlier = PostgresStore::connect_with(&db.url, PostgresOptions::default().schema("public"))
-        .await
-        .unwrap();
-    let run = new_run("old-run", "agent", Utc::now(), 1);
-    earlier
-        .create(&run, &[Message::user("before the upgrade")])
-        .await
-        .unwrap();
-    earlier.close().await;
-
-    let store = PostgresStore::connect(&db.url).await.unwrap();
-    assert_eq!(store.schema(), "public", "the tables stay where they are");
-    let old = store.get("old-run").await.unwrap().unwrap();
-    assert_eq!(old.status(), RunStatus::Running);
-    assert_eq!(
-        store.messages("old-run").await.unwrap(),
-        [Message::user("before the upgrade")]
-    );
-    store
-        .create(&new_run("new-run", "agent", Utc::now(), 0), &[])
-        .await
-        .unwrap();
-    assert_eq!(count(&host, "SELECT COUNT(*) FROM public.runs").await, 2);
-    assert_eq!(
-        count(&host, "SELECT COUNT(*) FROM pg_namespace WHERE nspname = 'askloop'").await,
-        0,
-        "no second, empty set of tables"
-    );
-    store.close().await;
     host.close().await;
     db.drop().await;
 }

@@ -22,8 +22,8 @@
 //!   (from the run's last write before the claim to the decision) and who
 //!   decided, from the run's audit record.
 //!
-//! A run stored by a build without this (or stored with export off) has no
-//! trace context: its later drives start traces of their own.
+//! A run stored with export off has no trace context: its later drives
+//! start traces of their own.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

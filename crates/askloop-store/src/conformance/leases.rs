@@ -71,7 +71,7 @@ pub async fn a_claim_holds_the_run_and_only_its_owner_renews_it_without_a_new_ve
 }
 
 /// `expired` lists running runs whose lease ran out or that have none
-/// (stored by a build without leases), oldest write first, up to its limit;
+/// (nothing can renew it), oldest write first, up to its limit;
 /// never a held run or one that is not running.
 pub async fn runs_whose_lease_ran_out_or_that_have_none_are_expired_and_held_ones_are_not(s: &Subject) {
     running_run(s, "ran-out", Some(lease("owner-a", -5))).await;

@@ -6,8 +6,7 @@
 //! `error` column are therefore written with NUL spelled `U+10FFFF 0`, and
 //! `U+10FFFF` itself doubled; reading undoes both. U+10FFFF is a Unicode
 //! noncharacter, so text without it or NUL (nearly all) is stored exactly as
-//! before, which keeps rows readable by earlier askloop builds and keeps the
-//! columns `jsonb`.
+//! given, and the columns stay `jsonb`.
 
 use std::borrow::Cow;
 

@@ -153,10 +153,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
         return Ok(());
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut level = user_version(&tx)?;
-    if level == 0 {
-        level = sqlx_level(&tx)?;
-    }
+    let level = user_version(&tx)?;
     for (version, sql) in MIGRATIONS {
         if *version > level {
             tx.execute_batch(sql)?;
@@ -170,23 +167,4 @@ pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
 
 fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row("PRAGMA user_version", [], |row| row.get(0))
-}
-
-/// The level of a file created before askloop kept it in `user_version`,
-/// when sqlx's migrator recorded it in `_sqlx_migrations` (same migrations,
-/// same versions); 0 for a new file.
-fn sqlx_level(conn: &Connection) -> rusqlite::Result<i64> {
-    let recorded: bool = conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations')",
-        [],
-        |row| row.get(0),
-    )?;
-    if !recorded {
-        return Ok(0);
-    }
-    conn.query_row(
-        "SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success",
-        [],
-        |row| row.get(0),
-    )
 }

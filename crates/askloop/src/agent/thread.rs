@@ -84,8 +84,7 @@ impl Agent {
 }
 
 /// The result a call gets in a run's context when its thread holds none:
-/// its run ended without one (a build without supersession left it, or the
-/// answer is still on its way).
+/// its run ended without one, or the answer is still on its way.
 fn unanswered(call: &ToolCall) -> ToolResult {
     ToolResult {
         tool_call_id: call.id.clone(),

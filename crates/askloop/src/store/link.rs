@@ -31,7 +31,7 @@ pub struct AnswerLink {
     /// Who made it: the name its maker acted under (an API token's name, a
     /// person a trusted proxy named, the CLI's user); `None` when nothing
     /// named them (a server without tokens, a link the server made for a
-    /// notification, a link made before makers were kept).
+    /// notification).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub made_by: Option<String>,
     /// When it was made.

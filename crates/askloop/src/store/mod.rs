@@ -860,8 +860,8 @@ pub trait RunStore: DeliveryStore + ChangeFeed + fmt::Debug + 'static {
     /// else, so the owner's next write still matches.
     async fn renew_lease(&self, run_id: &str, lease: &Lease) -> Result<(), StoreError>;
 
-    /// Running runs whose lease ran out at `now` (or that have none: stored
-    /// by a build without leases), oldest write first (by `updated_at`,
+    /// Running runs whose lease ran out at `now` (or that have none, which
+    /// nothing can renew), oldest write first (by `updated_at`,
     /// then id), at most `limit`; with `after`, only those after it in that
     /// order, so that a caller pages through them all (see
     /// [`ExpiredRuns`]).

@@ -68,7 +68,7 @@ pub struct RunRecord {
     #[serde(default, skip_serializing_if = "RunSettings::is_default")]
     pub settings: RunSettings,
     /// Who drives the run and until when, while it is `running` (none for
-    /// runs stored by builds without leases, and for runs not running).
+    /// runs not running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
     /// Why the run failed, typed, for a failed run written by a build that

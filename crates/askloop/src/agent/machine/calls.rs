@@ -256,7 +256,8 @@ impl RunRecord {
 
     /// Whether the run says `running` but nobody drives it any more: its
     /// lease ran out at `now` (its process died or stopped renewing), or it
-    /// has none (stored by a build without leases). Such a run is continued
+    /// has none (a row written without one: nothing could renew it). Such a
+    /// run is continued
     /// by recovery (`Agent::recover_runs`).
     pub fn is_stalled(&self, now: DateTime<Utc>) -> bool {
         self.status == RunStatus::Running && self.lease.as_ref().is_none_or(|lease| lease.is_expired(now))

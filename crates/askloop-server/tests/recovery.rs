@@ -67,7 +67,9 @@ async fn a_run_whose_driver_died_mid_model_call_is_taken_over_by_the_server_and_
     let run_id = stream.run_id().to_owned();
     // Drive it until the model call hangs, then abandon the driver the way a
     // killed process does: never polled again, never dropped.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while hanging.calls.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no model call within 30 s");
         tokio::select! {
             chunk = stream.next() => assert!(chunk.is_some(), "the stream ended before its model call"),
             () = tokio::time::sleep(Duration::from_millis(5)) => {}

@@ -350,7 +350,7 @@ async fn a_driver_that_renews_its_lease_keeps_its_run_from_recovery() {
     let taken = store.get(&run_id).await.unwrap().unwrap().lease.unwrap();
     // Keep driving (the model call hangs) until the heartbeat has moved the
     // lease past its first end twice over.
-    let until_renewed = async {
+    let until_renewed = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             let now = store.get(&run_id).await.unwrap().unwrap().lease.unwrap();
             if now.until > taken.until + chrono::Duration::from_std(LEASE).unwrap() {
@@ -358,12 +358,12 @@ async fn a_driver_that_renews_its_lease_keeps_its_run_from_recovery() {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-    };
+    });
     let mut until_renewed = std::pin::pin!(until_renewed);
     let renewed = loop {
         tokio::select! {
             chunk = stream.next() => assert!(chunk.is_some(), "the hanging model call ended"),
-            renewed = &mut until_renewed => break renewed,
+            renewed = &mut until_renewed => break renewed.expect("the heartbeat renewed the lease within 30 s"),
         }
     };
     assert_eq!(renewed.owner, taken.owner);

@@ -2,20 +2,23 @@
 //! program, so other frameworks can be measured against the same server.
 //!
 //! ```text
-//! askloop-fake-openai [--port PORT] [--workload deploy|long:T] [--pieces TEXT[,ARGUMENTS]]
+//! askloop-fake-openai [--port PORT] [--workload deploy|long:T] [--pieces TEXT[,ARGUMENTS]] [--pace MS]
 //! ```
 //!
 //! `--pieces` streams each reply's text in TEXT deltas and each tool call's
 //! arguments in ARGUMENTS fragments (default `20,4`, as models stream; `1`
-//! for the large-piece workload). Prints `listening on http://127.0.0.1:PORT/v1` once ready and serves until
+//! for the large-piece workload). `--pace` waits MS milliseconds before each
+//! piece but the first, as a local model server sends tokens as it makes them
+//! (0, the default: all at once). Prints `listening on http://127.0.0.1:PORT/v1` once ready and serves until
 //! interrupted. Requests are not recorded (memory stays flat).
 
 use std::process::ExitCode;
 
-use askloop_testkit::FakeServer;
 use askloop_testkit::workload::{self, Pieces};
+use askloop_testkit::{FakeResponse, FakeServer};
 
-const USAGE: &str = "usage: askloop-fake-openai [--port PORT] [--workload deploy|long:T] [--pieces TEXT[,ARGUMENTS]]";
+const USAGE: &str =
+    "usage: askloop-fake-openai [--port PORT] [--workload deploy|long:T] [--pieces TEXT[,ARGUMENTS]] [--pace MS]";
 
 enum Workload {
     Deploy,
@@ -26,6 +29,8 @@ struct Args {
     port: u16,
     workload: Workload,
     pieces: Pieces,
+    /// Between two pieces of a reply.
+    pace: std::time::Duration,
 }
 
 /// Why the arguments were not used: help was asked for, or one is wrong.
@@ -46,6 +51,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, NotRun> {
         port: 0,
         workload: Workload::Deploy,
         pieces: Pieces::TOKENS,
+        pace: std::time::Duration::ZERO,
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -84,6 +90,13 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, NotRun> {
                 let text = value()?;
                 parsed.pieces = Pieces::parse(&text).map_err(|problem| format!("--pieces: {problem}"))?;
             }
+            "--pace" => {
+                let text = value()?;
+                let ms: u64 = text
+                    .parse()
+                    .map_err(|_| format!("--pace: `{text}` is not a whole number of milliseconds"))?;
+                parsed.pace = std::time::Duration::from_millis(ms);
+            }
             "-h" | "--help" => return Err(NotRun::Help),
             other => return Err(NotRun::Usage(format!("unknown argument `{other}`"))),
         }
@@ -113,9 +126,20 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         let builder = FakeServer::builder().port(args.port).record_requests(false);
+        let pace = args.pace;
+        let paced = move |response: FakeResponse| match response {
+            FakeResponse::Turn(turn) => FakeResponse::Turn(turn.frame_delay(pace)),
+            other => other,
+        };
         let builder = match args.workload {
-            Workload::Deploy => builder.responder(workload::deploy_responder_in(args.pieces)),
-            Workload::Long(t) => builder.responder(workload::long_responder_in(t, args.pieces)),
+            Workload::Deploy => {
+                let respond = workload::deploy_responder_in(args.pieces);
+                builder.responder(move |body| paced(respond(body)))
+            }
+            Workload::Long(t) => {
+                let respond = workload::long_responder_in(t, args.pieces);
+                builder.responder(move |body| paced(respond(body)))
+            }
         };
         let server = match builder.start().await {
             Ok(server) => server,

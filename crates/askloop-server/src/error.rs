@@ -124,7 +124,7 @@ pub enum ApiError {
     /// The request names a host this server does not answer to (a page of
     /// another site whose name was pointed at this machine).
     #[error(
-        "this server does not answer to the host {host}; it answers to loopback names, IP addresses, its public URL's host and the hosts allowed with --allow-host (allowed_hosts in askloop.toml)"
+        "this server does not answer to the host {host}; it answers to loopback names, IP addresses, its public URL's host and the hosts allowed with --allow-host (allowed_hosts in askloop.toml; ServerOptions::allowed_hosts in a server built in Rust)"
     )]
     HostNotAllowed {
         /// The `Host` the request named, quoted (cut short when long).

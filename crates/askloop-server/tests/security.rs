@@ -486,6 +486,29 @@ async fn every_route_turns_away_pages_of_other_sites_and_foreign_hosts_even_with
 }
 
 #[tokio::test]
+async fn a_foreign_host_is_told_how_to_allow_it_from_the_command_the_file_and_rust() {
+    let store = memory_store();
+    let server = TestServer::start(vec![assistant(&store)], store).await;
+    let response = server
+        .client
+        .get(server.url("/api/runs"))
+        .header("host", "askloop.internal")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    let body: Value = response.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    for setting in [
+        "--allow-host",
+        "allowed_hosts in askloop.toml",
+        "ServerOptions::allowed_hosts",
+    ] {
+        assert!(message.contains(setting), "names {setting}: {message}");
+    }
+}
+
+#[tokio::test]
 async fn a_token_less_server_cannot_be_driven_by_a_page_of_another_site() {
     let world = world(ServerOptions::default()).await;
     let before = snapshot(&world.store).await;

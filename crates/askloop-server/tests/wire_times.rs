@@ -14,7 +14,7 @@ use askloop::{Agent, AskUser, Clock, EventType, ManualClock, MemoryStore, RunSto
 use askloop_server::links::{AnswerLinks, LinkKey, LinkSettings};
 use askloop_server::{Server, ServerOptions};
 use chrono::{DateTime, Utc};
-use common::{APPROVE_SCRIPT, DEPLOY_SCRIPT, TestServer, scripted};
+use common::{APPROVE_SCRIPT, DEPLOY_SCRIPT, Sse, TestServer, scripted};
 use serde_json::{Value, json};
 
 const PUBLIC: &str = "https://askloop.example";
@@ -111,17 +111,14 @@ impl World {
     async fn post(&self, path: &str, body: Value) -> Value {
         let response = self.server.post(path, body).await;
         assert_eq!(response.status(), 200, "POST {path}");
-        let text = response.text().await.unwrap();
-        // A streamed answer: each SSE frame's JSON.
-        match serde_json::from_str(&text) {
-            Ok(value) => value,
-            Err(_) => Value::Array(
-                text.lines()
-                    .filter_map(|line| line.strip_prefix("data: "))
-                    .filter_map(|data| serde_json::from_str(data).ok())
-                    .collect(),
-            ),
-        }
+        response.json().await.unwrap()
+    }
+
+    /// A streamed answer, framed as Mastra frames it.
+    async fn stream(&self, path: &str, body: Value) -> Sse {
+        let sse = self.server.post_sse(path, body).await;
+        assert_eq!(sse.status, 200, "POST {path}: {}", sse.body);
+        sse
     }
 }
 
@@ -134,19 +131,16 @@ async fn every_route_sends_its_times_in_rfc3339_with_milliseconds() {
     // webhook now and a reminder later.
     let memory = json!({"thread": "t1", "resource": "ana"});
     let started = w
-        .post(
+        .stream(
             "/api/agents/assistant/stream",
             json!({"messages": common::PROMPT, "memory": memory}),
         )
         .await;
-    let suspended = started
-        .as_array()
+    let run_id = started.first("tool-call-suspended")["runId"]
+        .as_str()
         .unwrap()
-        .iter()
-        .find(|chunk| chunk["type"] == "tool-call-suspended")
-        .expect("the question");
-    let run_id = suspended["runId"].as_str().unwrap().to_owned();
-    read.push(("the started stream".into(), started.clone()));
+        .to_owned();
+    read.push(("the started stream".into(), Value::Array(started.chunks)));
     read.push(("GET /api/runs".into(), w.get("/api/runs").await));
     read.push((
         "GET /api/agents/assistant/suspended-runs".into(),
@@ -173,12 +167,12 @@ async fn every_route_sends_its_times_in_rfc3339_with_milliseconds() {
 
     w.clock.advance(Duration::from_micros(1_234_567));
     let resumed = w
-        .post(
+        .stream(
             "/api/agents/assistant/resume-stream",
             json!({"runId": run_id, "resumeData": "staging"}),
         )
         .await;
-    read.push(("the resumed stream".into(), resumed));
+    read.push(("the resumed stream".into(), Value::Array(resumed.chunks)));
     read.push((
         format!("GET /api/runs/{run_id}"),
         w.get(&format!("/api/runs/{run_id}")).await,
@@ -202,22 +196,17 @@ async fn every_route_sends_its_times_in_rfc3339_with_milliseconds() {
 
     // An approval that sticks, listed and revoked.
     let approval = w
-        .post(
+        .stream(
             "/api/agents/approver/stream",
             json!({"messages": "Deploy", "memory": {"thread": "t2", "resource": "ana"}}),
         )
         .await;
-    let approval_run = approval
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|chunk| chunk["type"] == "tool-call-approval")
-        .expect("the approval")["runId"]
+    let approval_run = approval.first("tool-call-approval")["runId"]
         .as_str()
         .unwrap()
         .to_owned();
     w.clock.advance(Duration::from_micros(2_345_678));
-    w.post(
+    w.stream(
         "/api/agents/approver/approve-tool-call",
         json!({"runId": approval_run, "always": "thread", "alwaysFor": "8h"}),
     )

@@ -34,7 +34,7 @@ pub async fn list(
     };
     let grants = grant_store(&store)?.grants(&query).await?;
     if as_json {
-        crate::out::json(&grants.iter().cloned().map(GrantView::from).collect::<Vec<_>>())?;
+        crate::out::json(&grants.into_iter().map(GrantView::from).collect::<Vec<_>>())?;
         return Ok(Done::Ok);
     }
     if grants.is_empty() {

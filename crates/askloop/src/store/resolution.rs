@@ -303,11 +303,21 @@ impl Resolution {
             declared: self.author.declared.as_deref(),
             made_by: self.author.made_by.as_deref(),
             edit: self.edit.as_ref(),
-            grant: self.grant.as_ref().map(|note| NoteOut {
-                id: &note.id,
-                scope: note.scope,
-                granted_at: stamp(&note.granted_at),
-                granted_via: note.granted_via,
+            grant: self.grant.as_ref().map(|note| {
+                // Every field named: a field added to the note is a compile
+                // error here until its stored form says how it is written.
+                let super::GrantNote {
+                    id,
+                    scope,
+                    granted_at,
+                    granted_via,
+                } = note;
+                NoteOut {
+                    id,
+                    scope: *scope,
+                    granted_at: stamp(granted_at),
+                    granted_via: *granted_via,
+                }
             }),
         }
     }
